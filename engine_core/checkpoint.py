@@ -1,0 +1,298 @@
+"""The checkpoint: the whole durable truth of one instance, as one JSON document.
+
+Invariants the rest of dormant relies on:
+
+* The checkpoint is the only state of an instance. Every hold row (deadline,
+  subscription, user task) is a projection of ``waits``: a wait exists here iff its
+  rows exist in the database, because the Store writes both in one transaction.
+* ``revision`` grows by exactly one per applied trigger.
+* Ended tokens are dropped, not kept: history lives in the facts table, so the
+  document's size depends on what is waiting now, never on how long the instance ran.
+* Ids inside the document (tokens, scopes, waits, incidents) come from ``counter``,
+  a seeded counter, so ``apply`` needs no clock, uuid or randomness.
+* ``schema`` is an upper bound on decode: every schema from 1 to ``CURRENT_SCHEMA``
+  is accepted (upgraded in ``_UPGRADES``), a newer one is refused by name.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from engine_core.errors import CheckpointTooNew, CorruptCheckpoint
+
+__all__ = [
+    "CURRENT_SCHEMA",
+    "Checkpoint",
+    "CompensationEntry",
+    "Incident",
+    "IncidentState",
+    "InstanceStatus",
+    "ParentLink",
+    "Scope",
+    "Token",
+    "TokenState",
+    "Wait",
+    "WaitKind",
+    "WaitRole",
+    "decode",
+    "encode",
+]
+
+CURRENT_SCHEMA = 1
+
+
+class InstanceStatus(StrEnum):
+    ACTIVE = "active"
+    ACTIVE_INCIDENTS = "active_incidents"
+    COMPLETED = "completed"
+    TERMINATED = "terminated"
+    FAILED = "failed"
+
+    @property
+    def ended(self) -> bool:
+        return self in (InstanceStatus.COMPLETED, InstanceStatus.TERMINATED, InstanceStatus.FAILED)
+
+
+class TokenState(StrEnum):
+    ACTIVE = "active"
+    WAITING = "waiting"
+    INCIDENT = "incident"
+    COMPLETED = "completed"
+    WITHDRAWN = "withdrawn"
+
+
+class WaitKind(StrEnum):
+    TIMER = "timer"
+    MESSAGE = "message"
+    SIGNAL = "signal"
+    USER_TASK = "user_task"
+    JOB = "job"
+    CALL = "call"  # a call activity waiting for its child instance
+    RETRY = "retry"  # a scheduled incident retry
+
+
+class WaitRole(StrEnum):
+    NODE = "node"  # the token's own node waits (catch event, task, receive task)
+    BOUNDARY = "boundary"  # a boundary event armed on the token's activity
+    ARM = "arm"  # one arm of an event-based gateway
+    EVENT_SUB = "event_sub"  # an event sub-process start armed on a scope
+    INCIDENT = "incident"  # a scheduled incident retry
+
+
+class IncidentState(StrEnum):
+    OPEN = "open"
+    RETRY_SCHEDULED = "retry_scheduled"
+    RESOLVED = "resolved"
+    DEAD_LETTERED = "dead_lettered"
+    OVERTAKEN = "overtaken"
+
+    @property
+    def closed(self) -> bool:
+        return self in (
+            IncidentState.RESOLVED,
+            IncidentState.DEAD_LETTERED,
+            IncidentState.OVERTAKEN,
+        )
+
+
+class _Doc(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=False)
+
+
+class Token(_Doc):
+    id: str
+    node_id: str
+    state: TokenState
+    scope_id: str
+    # Fork ancestry (the tokens this one was split from), never the trigger history:
+    # a token resumed by a trigger keeps it unchanged, so cycles never grow it.
+    lineage: list[str] = Field(default_factory=list)
+    # The inner scope this token waits on (sub-process, multi-instance body).
+    inner_scope: str | None = None
+    # Multi-instance: the loop state of a token at a multi-instance activity.
+    loop_index: int | None = None
+
+
+class Scope(_Doc):
+    id: str
+    # The (event) sub-process node this scope runs; None for the process itself.
+    node_id: str | None = None
+    parent_id: str | None = None
+    # The token in the parent scope that waits for this scope to complete.
+    token_id: str | None = None
+    variables: dict[str, Any] = Field(default_factory=dict)
+    # Multi-instance: which inner instance this scope is (its index in the input).
+    loop_index: int | None = None
+    # Set while an interrupting event sub-process or terminate is unwinding this scope.
+    interrupted: bool = False
+
+
+class Wait(_Doc):
+    """One armed wait. Its hold rows in the database are derived from these fields."""
+
+    id: str
+    kind: WaitKind
+    role: WaitRole
+    # The node whose event this wait is for: the catch event, the task, the boundary
+    # event, the event-based gateway's target event, the event sub-process start.
+    node_id: str
+    # Index of the event definition within ``node_id`` (SRD-071: keyed by index).
+    def_index: int = 0
+    # The waiting token (None for an event sub-process start armed on a scope).
+    token_id: str | None = None
+    scope_id: str | None = None
+    # Timers: the ABSOLUTE due time, recorded once at arming; re-arming never
+    # re-evaluates the timer expression, so a boundary's deadline never moves.
+    due_at: datetime | None = None
+    # Timer cycles: repetitions still to fire after this one (None = unbounded), and
+    # the interval in seconds used to compute the next due time.
+    cycle_remaining: int | None = None
+    cycle_interval_seconds: float | None = None
+    # Messages and signals.
+    message_name: str | None = None
+    correlation_key: str | None = None
+    signal_name: str | None = None
+    # User tasks.
+    task_name: str | None = None
+    assignee: str | None = None
+    candidate_groups: str | None = None
+    form_key: str | None = None
+    # Jobs: the Celery task name, attempt number (1-based), retries left after this one.
+    job_type: str | None = None
+    attempt: int = 1
+    retries_left: int = 0
+    # Call activities: the child instance id.
+    child_instance_id: str | None = None
+    # Incident retries: the incident this deadline retries.
+    incident_id: str | None = None
+    interrupting: bool = True
+
+    @property
+    def holds_deadline(self) -> bool:
+        return self.due_at is not None
+
+    @property
+    def holds_subscription(self) -> bool:
+        return self.kind in (WaitKind.MESSAGE, WaitKind.SIGNAL)
+
+
+class Incident(_Doc):
+    id: str
+    node_id: str
+    node_name: str | None = None
+    token_id: str
+    scope_id: str
+    lineage: list[str] = Field(default_factory=list)
+    cause: str
+    cause_class: str
+    state: IncidentState = IncidentState.OPEN
+    attempts: int = 1
+    first_at: datetime
+    last_at: datetime
+    retry_at: datetime | None = None
+    # The variables visible from the node's scope at the last raise.
+    data: dict[str, Any] = Field(default_factory=dict)
+    job_type: str | None = None
+
+
+class CompensationEntry(_Doc):
+    """A completed compensable activity, in completion order (the ledger)."""
+
+    node_id: str
+    scope_id: str
+    variables: dict[str, Any] = Field(default_factory=dict)
+
+
+class ParentLink(_Doc):
+    """A child instance started by a call activity: who waits for it."""
+
+    instance_id: str
+    wait_id: str
+    root_instance_id: str
+
+
+class Checkpoint(_Doc):
+    schema_version: int = Field(default=CURRENT_SCHEMA, alias="schema")
+    instance_id: str
+    process_key: str
+    version: int
+    business_key: str | None = None
+    # The correlation key of the message start that created this instance, if any:
+    # a later start message with the same key joins instead of duplicating.
+    start_key: str | None = None
+    status: InstanceStatus = InstanceStatus.ACTIVE
+    revision: int = 0
+    counter: int = 0
+    created_at: datetime
+    updated_at: datetime
+    ended_at: datetime | None = None
+    tokens: dict[str, Token] = Field(default_factory=dict)
+    scopes: dict[str, Scope] = Field(default_factory=dict)
+    waits: dict[str, Wait] = Field(default_factory=dict)
+    incidents: dict[str, Incident] = Field(default_factory=dict)
+    compensation: list[CompensationEntry] = Field(default_factory=list)
+    parent: ParentLink | None = None
+    # Why the instance failed (an invariant broke, an error end event reached the root).
+    failure: str | None = None
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    def next_id(self, prefix: str) -> str:
+        """A fresh id unique within this instance (mutates the counter)."""
+        self.counter += 1
+        return f"{prefix}{self.counter}"
+
+    @property
+    def root_scope(self) -> Scope:
+        return self.scopes["s0"]
+
+    def has_open_incidents(self) -> bool:
+        return any(not i.state.closed for i in self.incidents.values())
+
+
+# schema N -> a function turning a schema-N document (as a dict) into schema N+1.
+_UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+
+
+def decode(raw: str | bytes | dict[str, Any]) -> Checkpoint:
+    """Read a stored checkpoint of any schema from 1 to CURRENT_SCHEMA.
+
+    A newer schema is refused rather than half-read: an older dormant must not
+    rewrite a document whose fields it does not know.
+    """
+    try:
+        data = raw if isinstance(raw, dict) else json.loads(raw)
+    except (ValueError, TypeError) as exc:
+        raise CorruptCheckpoint(f"stored checkpoint is not JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise CorruptCheckpoint("stored checkpoint is not a JSON object")
+    schema = data.get("schema")
+    if not isinstance(schema, int) or isinstance(schema, bool) or schema < 1:
+        raise CorruptCheckpoint(f"stored checkpoint has no valid 'schema' field (got {schema!r})")
+    if schema > CURRENT_SCHEMA:
+        instance = data.get("instance_id", "?")
+        raise CheckpointTooNew(
+            f"checkpoint of instance {instance} has schema {schema}, newer than this dormant "
+            f"reads (1..{CURRENT_SCHEMA}); upgrade dormant on this worker"
+        )
+    while schema < CURRENT_SCHEMA:
+        data = _UPGRADES[schema](dict(data))
+        schema += 1
+        data["schema"] = schema
+    try:
+        return Checkpoint.model_validate(data)
+    except ValidationError as exc:
+        raise CorruptCheckpoint(f"stored checkpoint does not validate: {exc}") from exc
+
+
+def encode(checkpoint: Checkpoint) -> dict[str, Any]:
+    """The JSON-ready document, with defaults left out to keep rows small."""
+    return checkpoint.model_dump(mode="json", by_alias=True, exclude_defaults=True) | {
+        "schema": checkpoint.schema_version
+    }

@@ -1,0 +1,190 @@
+"""Every error dormant raises, under one base.
+
+The hierarchy is drawn by who is at fault, because that decides what the caller
+should do next:
+
+    DormantError
+    ├── CallerError          the caller's input is wrong; fix the call
+    │   ├── InvalidVariables       variables / payload that are not a JSON object
+    │   ├── InvalidMessage         a message with an empty name, a bad TTL, ...
+    │   ├── UnknownProcess         no deployed process has that key (or version)
+    │   ├── UnknownInstance        no instance has that id
+    │   ├── UnknownTask            no open user task has that id
+    │   └── InvalidSetting         a setting (URL, backoff, ...) that cannot be used
+    ├── ModelError           the BPMN model is wrong; fix the model and redeploy
+    │   ├── InvalidModel           malformed XML, a dangling flow, a missing attribute
+    │   └── UnsupportedElement     an element the engine does not run (refused at deploy)
+    ├── OperatorError        an operator action that cannot be applied now
+    │   ├── UnknownIncident        no incident has that id
+    │   └── InvalidOperation       the action does not fit the current state
+    ├── StoredDataError      what the database holds cannot be used as it is
+    │   ├── CheckpointTooNew       written by a newer dormant; upgrade this one
+    │   ├── CorruptCheckpoint      not a checkpoint document at all
+    │   └── NotMigrated            the database schema is older than this code
+    ├── ExpressionError      a FEEL expression that does not parse or cannot be evaluated
+    └── EngineInvariantError an internal invariant broke: a bug in dormant, never the user's
+
+``BpmnError`` is not a ``DormantError``: it is what a job raises on purpose to
+throw a modelled BPMN error, and the engine routes it like an event.
+
+Messages name the offending thing and, where there is one, the fix.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BpmnError",
+    "CallerError",
+    "CheckpointTooNew",
+    "CorruptCheckpoint",
+    "DormantError",
+    "EngineInvariantError",
+    "ExpressionError",
+    "InvalidMessage",
+    "InvalidModel",
+    "InvalidOperation",
+    "InvalidSetting",
+    "InvalidVariables",
+    "ModelError",
+    "NotMigrated",
+    "OperatorError",
+    "StoredDataError",
+    "UnknownIncident",
+    "UnknownInstance",
+    "UnknownProcess",
+    "UnknownTask",
+    "UnsupportedElement",
+]
+
+
+class DormantError(Exception):
+    """The base of every error dormant raises on purpose."""
+
+
+class CallerError(DormantError):
+    """The caller's input is wrong; nothing was written."""
+
+
+class InvalidVariables(CallerError):
+    """Variables or a payload that are not a JSON object of JSON values."""
+
+
+class InvalidMessage(CallerError):
+    """A message that cannot be correlated: empty name, negative TTL, ..."""
+
+
+class UnknownProcess(CallerError):
+    """No deployed process has that key (or that version)."""
+
+
+class UnknownInstance(CallerError):
+    """No instance has that id."""
+
+
+class UnknownTask(CallerError):
+    """No open user task has that id."""
+
+
+class InvalidSetting(CallerError):
+    """A setting that cannot be used (bad URL, non-positive backoff, ...)."""
+
+
+class ModelError(DormantError):
+    """The BPMN model is wrong; fix it and deploy again."""
+
+
+class InvalidModel(ModelError):
+    """Malformed XML, a dangling reference, a missing required attribute."""
+
+
+class UnsupportedElement(ModelError):
+    """An element the engine does not run; refused at deploy, never skipped."""
+
+    def __init__(self, element_id: str, element_type: str, name: str | None, why: str = "") -> None:
+        self.element_id = element_id
+        self.element_type = element_type
+        self.element_name = name
+        label = f" {name!r}" if name else ""
+        reason = f": {why}" if why else ""
+        super().__init__(
+            f"element {element_id!r} ({element_type}{label}) is not supported by dormant{reason}; "
+            "see docs/bpmn-elements.md for what runs"
+        )
+
+
+class OperatorError(DormantError):
+    """An operator action that cannot be applied to the current state."""
+
+
+class UnknownIncident(OperatorError):
+    """No incident has that id."""
+
+
+class InvalidOperation(OperatorError):
+    """The action does not fit the current state (closed incident, ended instance, ...)."""
+
+
+class StoredDataError(DormantError):
+    """What the database holds cannot be used by this version of dormant."""
+
+
+class CheckpointTooNew(StoredDataError):
+    """The checkpoint was written by a newer dormant than this one."""
+
+
+class CorruptCheckpoint(StoredDataError):
+    """The stored checkpoint is not a checkpoint document."""
+
+
+class NotMigrated(StoredDataError):
+    """The database schema is missing or older than this code expects."""
+
+
+class ExpressionError(DormantError):
+    """A FEEL expression that does not parse, or fails where Camunda 8 would fail.
+
+    Carries the expression, the element it belongs to and, for a parse error, the
+    position, so the message points at the exact character to fix.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        expression: str | None = None,
+        element_id: str | None = None,
+        position: int | None = None,
+    ) -> None:
+        self.expression = expression
+        self.element_id = element_id
+        self.position = position
+        self.reason = message
+        parts = [message]
+        if expression is not None:
+            parts.append(f"in expression {expression!r}")
+        if position is not None:
+            parts.append(f"at position {position}")
+        if element_id is not None:
+            parts.append(f"of element {element_id!r}")
+        super().__init__(" ".join(parts))
+
+    def at_element(self, element_id: str) -> ExpressionError:
+        """The same error, now naming the element the expression belongs to."""
+        return ExpressionError(self.reason, self.expression, element_id, self.position)
+
+
+class EngineInvariantError(DormantError):
+    """An internal invariant broke. A bug in dormant; it fails the instance."""
+
+
+class BpmnError(Exception):
+    """Raised by a job to throw a modelled BPMN error with ``code``.
+
+    A boundary error event on the service task (matching the code, or catch-all)
+    catches it; uncaught it opens an incident at the task.
+    """
+
+    def __init__(self, code: str, message: str = "", variables: dict[str, object] | None = None):
+        self.code = code
+        self.message = message
+        self.variables = dict(variables or {})
+        super().__init__(f"BPMN error {code!r}" + (f": {message}" if message else ""))

@@ -1,0 +1,161 @@
+"""Triggers: the only things that change an instance, one per locked transaction.
+
+A discriminated union on ``kind``. Every trigger but ``start`` names the wait it is
+for (``wait_id``) or the incident it acts on; a trigger naming a wait the checkpoint
+no longer has is *stale*: ``apply`` records a fact and changes nothing else, which is
+how a lost race (timer vs message) and a redelivered trigger both end harmlessly.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+__all__ = [
+    "Cancel",
+    "ChildCompleted",
+    "ChildFailed",
+    "IncidentDrop",
+    "IncidentResolve",
+    "IncidentRetry",
+    "JobCompleted",
+    "JobErrorThrown",
+    "JobFailed",
+    "MessageReceived",
+    "SignalReceived",
+    "Start",
+    "TaskCompleted",
+    "TimerFired",
+    "Trigger",
+    "parse_trigger",
+]
+
+
+class _Trigger(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Start(_Trigger):
+    kind: Literal["start"] = "start"
+    variables: dict[str, Any] = Field(default_factory=dict)
+    business_key: str | None = None
+    # The start event to take: None = the process's none start event.
+    start_node_id: str | None = None
+    # For a message start: the correlation key, recorded so later starts join.
+    start_key: str | None = None
+    parent: dict[str, str] | None = None  # ParentLink fields for a call activity's child
+
+
+class TimerFired(_Trigger):
+    kind: Literal["timer"] = "timer"
+    wait_id: str
+
+
+class MessageReceived(_Trigger):
+    kind: Literal["message"] = "message"
+    wait_id: str
+    name: str
+    correlation_key: str | None = None
+    variables: dict[str, Any] = Field(default_factory=dict)
+    message_id: str | None = None
+
+
+class SignalReceived(_Trigger):
+    kind: Literal["signal"] = "signal"
+    wait_id: str
+    name: str
+    variables: dict[str, Any] = Field(default_factory=dict)
+
+
+class TaskCompleted(_Trigger):
+    kind: Literal["task_completed"] = "task_completed"
+    wait_id: str
+    variables: dict[str, Any] = Field(default_factory=dict)
+
+
+class JobCompleted(_Trigger):
+    kind: Literal["job_completed"] = "job_completed"
+    wait_id: str
+    attempt: int = 1
+    variables: dict[str, Any] = Field(default_factory=dict)
+
+
+class JobFailed(_Trigger):
+    kind: Literal["job_failed"] = "job_failed"
+    wait_id: str
+    attempt: int = 1
+    error: str
+    error_class: str = "JobFailed"
+
+
+class JobErrorThrown(_Trigger):
+    kind: Literal["job_error"] = "job_error"
+    wait_id: str
+    attempt: int = 1
+    code: str
+    message: str = ""
+    variables: dict[str, Any] = Field(default_factory=dict)
+
+
+class ChildCompleted(_Trigger):
+    kind: Literal["child_completed"] = "child_completed"
+    wait_id: str
+    variables: dict[str, Any] = Field(default_factory=dict)
+
+
+class ChildFailed(_Trigger):
+    kind: Literal["child_failed"] = "child_failed"
+    wait_id: str
+    error: str
+    error_class: str = "ChildFailed"
+    # A BPMN error that escaped the child uncaught: the caller's boundaries may catch it.
+    error_code: str | None = None
+
+
+class Cancel(_Trigger):
+    kind: Literal["cancel"] = "cancel"
+    reason: str = "cancelled by operator"
+
+
+class IncidentRetry(_Trigger):
+    kind: Literal["incident_retry"] = "incident_retry"
+    incident_id: str
+
+
+class IncidentResolve(_Trigger):
+    kind: Literal["incident_resolve"] = "incident_resolve"
+    incident_id: str
+
+
+class IncidentDrop(_Trigger):
+    kind: Literal["incident_drop"] = "incident_drop"
+    incident_id: str
+
+
+Trigger = Annotated[
+    Start
+    | TimerFired
+    | MessageReceived
+    | SignalReceived
+    | TaskCompleted
+    | JobCompleted
+    | JobFailed
+    | JobErrorThrown
+    | ChildCompleted
+    | ChildFailed
+    | Cancel
+    | IncidentRetry
+    | IncidentResolve
+    | IncidentDrop,
+    Field(discriminator="kind"),
+]
+
+_ADAPTER: TypeAdapter[Trigger] = TypeAdapter(Trigger)
+
+
+def parse_trigger(data: dict[str, Any] | str | bytes) -> Trigger:
+    """A trigger from its JSON form (as carried in a Celery message or the inbox)."""
+    if isinstance(data, dict):
+        return _ADAPTER.validate_python(data)
+    return _ADAPTER.validate_json(data)
