@@ -1,0 +1,128 @@
+"""Settings: where the database and broker are, and the few timings the shell uses.
+
+Read once from the environment (``DORMANT_*``) by every entry point, or passed
+explicitly. Frozen, so a Store or a worker cannot drift from what it was started with.
+A bad value is refused at start-up with ``InvalidSetting`` naming the variable and the
+value, never discovered later as a confusing failure deep in a transaction.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+
+from engine_core.errors import InvalidSetting
+
+__all__ = ["ENV_VARS", "Settings", "normalise_database_url"]
+
+# field name -> environment variable
+ENV_VARS: dict[str, str] = {
+    "database_url": "DORMANT_DATABASE_URL",
+    "broker_url": "DORMANT_BROKER_URL",
+    "deadline_claim_seconds": "DORMANT_DEADLINE_CLAIM_SECONDS",
+    "wake_retry_backoff_seconds": "DORMANT_WAKE_RETRY_BACKOFF_SECONDS",
+    "outbox_sweep_after_seconds": "DORMANT_OUTBOX_SWEEP_AFTER_SECONDS",
+    "job_retry_backoff_seconds": "DORMANT_JOB_RETRY_BACKOFF_SECONDS",
+}
+
+
+def normalise_database_url(url: str) -> str:
+    """Accept the spellings users paste (``postgres://``, ``postgresql://``) and pin
+    the driver to psycopg 3, the one dormant is tested with."""
+    url = url.strip()
+    for prefix in ("postgres://", "postgresql://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix) :]
+    return url
+
+
+class Settings(BaseModel):
+    """Everything configurable about the shell. ``Settings.from_env()`` is the usual door."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    database_url: str = "sqlite:///dormant.sqlite3"
+    broker_url: str = "sqla+sqlite:///dormant-broker.sqlite3"
+    # How long a claimed deadline belongs to its claimer; after that another scan may
+    # claim it again (the claimer died between claim and fire).
+    deadline_claim_seconds: float = 30.0
+    # How far a failed fire pushes the deadline (FIX-027); default: half the claim.
+    wake_retry_backoff_seconds: float | None = None
+    # Outbox rows older than this are published by the sweeper (the publisher died).
+    outbox_sweep_after_seconds: float = 5.0
+    job_retry_backoff_seconds: float = 1.0
+
+    @field_validator("database_url", "broker_url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        if not value or not value.strip() or "://" not in value:
+            raise ValueError("must be a URL such as postgresql://user@host/db")
+        return value.strip()
+
+    @field_validator("database_url")
+    @classmethod
+    def _normalise(cls, value: str) -> str:
+        return normalise_database_url(value)
+
+    @field_validator(
+        "deadline_claim_seconds",
+        "wake_retry_backoff_seconds",
+        "outbox_sweep_after_seconds",
+        "job_retry_backoff_seconds",
+    )
+    @classmethod
+    def _positive(cls, value: float | None) -> float | None:
+        if value is not None and not value > 0:
+            raise ValueError("must be a positive number of seconds")
+        return value
+
+    @model_validator(mode="after")
+    def _derive_backoff(self) -> Settings:
+        # Derived from the claim rather than a constant, so an operator who lengthens
+        # the claim does not get a retry cadence that fights it (FIX-027 §3.2.3).
+        if self.wake_retry_backoff_seconds is None:
+            object.__setattr__(self, "wake_retry_backoff_seconds", self.deadline_claim_seconds / 2)
+        return self
+
+    @property
+    def wake_backoff(self) -> float:
+        """The resolved wake retry backoff (never None after validation)."""
+        assert self.wake_retry_backoff_seconds is not None
+        return self.wake_retry_backoff_seconds
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.database_url.startswith("sqlite")
+
+    @classmethod
+    def from_env(
+        cls, environ: Mapping[str, str] | None = None, **overrides: Any
+    ) -> Settings:
+        """Settings from ``DORMANT_*`` variables; explicit ``overrides`` win (None = unset)."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        sources: dict[str, str] = {}
+        for name, var in ENV_VARS.items():
+            raw = env.get(var)
+            if raw is not None and raw.strip() != "":
+                values[name] = raw
+                sources[name] = var
+        for name, value in overrides.items():
+            if value is None:
+                continue
+            if name not in ENV_VARS:
+                raise InvalidSetting(f"unknown setting {name!r}; known: {', '.join(ENV_VARS)}")
+            values[name] = value
+            sources[name] = name
+        try:
+            return cls(**values)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            field = str(err["loc"][0]) if err["loc"] else "?"
+            where = sources.get(field, ENV_VARS.get(field, field))
+            raise InvalidSetting(
+                f"{where}={values.get(field)!r} is not usable: {err['msg']}"
+            ) from exc

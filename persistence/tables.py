@@ -1,0 +1,226 @@
+"""The schema: one instance row holding the checkpoint, and the rows it implies.
+
+Hold tables (``deadlines``, ``subscriptions``, ``user_tasks``) are a projection of the
+checkpoint's armed waits, written by the same transaction as the checkpoint, so
+foreign keys add nothing: a hold row and its wait are born and die together.
+
+Every timestamp is stored as UTC and read back timezone-aware (``UtcDateTime``), so
+SQLite (which keeps no zone) and PostgreSQL compare and return the same instants.
+Migrations (``persistence/migrations``) are written out explicitly; this module is
+what they must produce, and a test compares the two.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Column,
+    DateTime,
+    Dialect,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.types import TypeDecorator
+
+__all__ = [
+    "ACTIVE_STATUSES",
+    "JsonDoc",
+    "UtcDateTime",
+    "definitions",
+    "metadata",
+    "deadlines",
+    "facts",
+    "inbox",
+    "instances",
+    "messages",
+    "outbox",
+    "processed_triggers",
+    "subscriptions",
+    "user_tasks",
+]
+
+# Instance statuses that still count as "running" for a keyed message start.
+ACTIVE_STATUSES = ("active", "active_incidents")
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """A timezone-aware UTC datetime on every backend.
+
+    SQLite has no zone: values are stored naive-in-UTC and given UTC back on read, so
+    ``due_at <= :now`` compares the same instants as on PostgreSQL.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r} given to the database; pass UTC-aware")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def JsonDoc() -> Any:  # noqa: N802 - reads like a type in the table definitions
+    """JSON on SQLite, JSONB on PostgreSQL (smaller, and indexable if ever needed)."""
+    return JSON().with_variant(JSONB(), "postgresql")
+
+
+def _Id() -> Any:  # noqa: N802
+    """An autoincrementing id: BIGINT on PostgreSQL, SQLite's rowid alias on SQLite."""
+    return BigInteger().with_variant(Integer(), "sqlite")
+
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+definitions = Table(
+    "definitions",
+    metadata,
+    Column("key", String(255), primary_key=True),
+    Column("version", Integer, primary_key=True),
+    Column("checksum", String(64), nullable=False),
+    Column("source", Text, nullable=False),
+    Column("deployed_at", UtcDateTime, nullable=False),
+    # Start-event metadata for routing without parsing every model per message:
+    # {"message": {name: [node_id, ...]}, "signal": {name: [node_id, ...]}}
+    Column("starts", JsonDoc(), nullable=False),
+)
+
+instances = Table(
+    "instances",
+    metadata,
+    Column("id", String(255), primary_key=True),
+    Column("key", String(255), nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("status", String(32), nullable=False, index=True),
+    Column("business_key", String(255), index=True),
+    Column("start_key", String(255)),
+    Column("revision", Integer, nullable=False, server_default=text("0")),
+    Column("checkpoint", JsonDoc(), nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
+    Column("parent_id", String(255), index=True),
+    Index("ix_instances_key_start_key", "key", "start_key"),
+    # Keyed message start joins, never duplicates: at most one RUNNING instance per
+    # (process key, start key). Two racing starts: the second insert waits for the
+    # first to commit and then fails, and the router turns that into a join.
+    Index(
+        "uq_instances_running_start_key",
+        "key",
+        "start_key",
+        unique=True,
+        postgresql_where=text("start_key IS NOT NULL AND status IN ('active', 'active_incidents')"),
+        sqlite_where=text("start_key IS NOT NULL AND status IN ('active', 'active_incidents')"),
+    ),
+)
+
+deadlines = Table(
+    "deadlines",
+    metadata,
+    Column("instance_id", String(255), primary_key=True),
+    Column("wait_id", String(64), primary_key=True),
+    Column("due_at", UtcDateTime, nullable=False, index=True),
+    Column("claimed_until", UtcDateTime),
+    Column("claim_token", String(64)),
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column("last_error", Text),
+)
+
+subscriptions = Table(
+    "subscriptions",
+    metadata,
+    Column("instance_id", String(255), primary_key=True),
+    Column("wait_id", String(64), primary_key=True),
+    Column("kind", String(16), nullable=False),  # 'message' | 'signal'
+    Column("name", String(255), nullable=False),
+    Column("correlation_key", String(255)),
+    Index("ix_subscriptions_kind_name_key", "kind", "name", "correlation_key"),
+)
+
+user_tasks = Table(
+    "user_tasks",
+    metadata,
+    Column("task_id", String(320), primary_key=True),
+    Column("instance_id", String(255), nullable=False, index=True),
+    Column("wait_id", String(64), nullable=False),
+    Column("node_id", String(255), nullable=False),
+    Column("name", String(255)),
+    Column("assignee", String(255)),
+    Column("candidate_groups", String(1024)),
+    Column("created_at", UtcDateTime, nullable=False),
+)
+
+facts = Table(
+    "facts",
+    metadata,
+    Column("id", _Id(), primary_key=True, autoincrement=True),
+    Column("instance_id", String(255), nullable=False, index=True),
+    Column("revision", Integer),
+    Column("at", UtcDateTime, nullable=False),
+    Column("kind", String(64), nullable=False),
+    Column("details", JsonDoc(), nullable=False),
+)
+
+outbox = Table(
+    "outbox",
+    metadata,
+    Column("id", _Id(), primary_key=True, autoincrement=True),
+    Column("kind", String(64), nullable=False),
+    Column("payload", JsonDoc(), nullable=False),
+    Column("created_at", UtcDateTime, nullable=False, index=True),
+    Column("published_at", UtcDateTime),
+)
+
+processed_triggers = Table(
+    "processed_triggers",
+    metadata,
+    Column("instance_id", String(255), primary_key=True),
+    Column("trigger_id", String(255), primary_key=True),
+    Column("at", UtcDateTime, nullable=False),
+)
+
+messages = Table(
+    "messages",
+    metadata,
+    Column("message_id", String(255), primary_key=True),
+    Column("name", String(255), nullable=False),
+    Column("correlation_key", String(255)),
+    Column("variables", JsonDoc(), nullable=False),
+    Column("expires_at", UtcDateTime),
+    Column("received_at", UtcDateTime, nullable=False),
+    Column("consumed_by_instance", String(255)),
+    Column("consumed_at", UtcDateTime),
+    Index("ix_messages_name_key", "name", "correlation_key"),
+)
+
+inbox = Table(
+    "inbox",
+    metadata,
+    Column("id", String(255), primary_key=True),
+    Column("kind", String(64), nullable=False),
+    Column("payload", JsonDoc(), nullable=False),
+    Column("created_at", UtcDateTime, nullable=False, index=True),
+    Column("processed_at", UtcDateTime),
+)
