@@ -1,0 +1,201 @@
+"""The vendor extension elements of one BPMN element: Camunda 8 (Zeebe) and dormant's own.
+
+Each known extension maps onto ``Node`` fields; an extension that would change how the
+element behaves and that dormant does not run (DMN decisions, listeners, anything in the
+Zeebe namespace we have not read) refuses the whole model. Silently dropping one would
+deploy a process that runs differently from what its author drew.
+Extensions of other tools (test-case annotations, modeler templates) carry no behaviour
+and are ignored.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from xml.etree.ElementTree import Element
+
+import isodate  # type: ignore[import-untyped]
+
+from engine_core.errors import InvalidModel, UnsupportedElement
+from engine_core.model import IoMapping, LoopSpec, RetryPolicy
+
+__all__ = ["BPMN", "DORMANT", "ZEEBE", "local", "read_extensions", "read_loop", "truthy"]
+
+BPMN = "http://www.omg.org/spec/BPMN/20100524/MODEL"
+ZEEBE = "http://camunda.org/schema/zeebe/1.0"
+DORMANT = "http://dormant.dev/schema/1.0"
+
+# Zeebe extensions that only feed other tools (forms, Tasklist scheduling, version
+# binding metadata, modeler properties) or job priority: no behaviour dormant models.
+_ZEEBE_IGNORED = frozenset(
+    {
+        "properties",
+        "versionTag",
+        "taskSchedule",
+        "userTaskForm",
+        "priorityDefinition",
+        "linkedResources",
+        "userTask",  # marker: a Camunda user task; dormant's user tasks are never jobs
+    }
+)
+_ZEEBE_REFUSED = {
+    "calledDecision": "DMN decisions are not supported; give the task a zeebe:taskDefinition "
+    "to run it as a job",
+    "executionListeners": "execution listeners are not run (they would change behaviour)",
+    "taskListeners": "task listeners are not run (they would change behaviour)",
+    "adHoc": "ad-hoc sub-processes are not supported",
+}
+
+
+def local(element: Element) -> tuple[str, str]:
+    """(namespace, local name) of an element: namespaces are matched by URI, never prefix."""
+    tag = element.tag
+    if tag.startswith("{"):
+        ns, _, name = tag[1:].partition("}")
+        return ns, name
+    return "", tag
+
+
+def truthy(value: str | None, default: bool) -> bool:
+    if value is None:
+        return default
+    return value.strip().lower() == "true"
+
+
+def _refuse(host: Element, why: str) -> UnsupportedElement:
+    return UnsupportedElement(host.get("id", "?"), local(host)[1], host.get("name"), why)
+
+
+def _child_text(el: Element, name: str) -> str | None:
+    for child in el:
+        if local(child) == (ZEEBE, name):
+            return (child.text or "").strip()
+    return None
+
+
+def read_extensions(host: Element) -> dict[str, Any]:
+    """Node fields taken from ``host``'s ``extensionElements``."""
+    fields: dict[str, Any] = {}
+    for ext in host:
+        if local(ext) != (BPMN, "extensionElements"):
+            continue
+        for el in ext:
+            ns, name = local(el)
+            if ns == ZEEBE:
+                _read_zeebe(host, el, name, fields)
+            elif ns == DORMANT:
+                _read_dormant(host, el, name, fields)
+    return fields
+
+
+def _read_zeebe(host: Element, el: Element, name: str, fields: dict[str, Any]) -> None:
+    hid = host.get("id", "?")
+    if name in _ZEEBE_IGNORED:
+        return
+    if name in _ZEEBE_REFUSED:
+        raise _refuse(host, f"zeebe:{name}: {_ZEEBE_REFUSED[name]}")
+    if name == "taskDefinition":
+        # Attributes since Zeebe 1.0; child elements in some hand-written older models.
+        fields["job_type"] = el.get("type") or _child_text(el, "type") or None
+        fields["job_retries"] = el.get("retries") or _child_text(el, "retries") or None
+    elif name == "taskHeaders":
+        headers = []
+        for h in el:
+            if local(h) == (ZEEBE, "header"):
+                if not h.get("key"):
+                    raise InvalidModel(f"element {hid!r}: zeebe:header without a key")
+                headers.append((h.get("key", ""), h.get("value", "")))
+        fields["task_headers"] = tuple(headers)
+    elif name == "script":
+        fields["script"] = el.get("expression") or None
+        fields["result_variable"] = el.get("resultVariable") or None
+    elif name == "ioMapping":
+        inputs: list[IoMapping] = []
+        outputs: list[IoMapping] = []
+        for m in el:
+            kind = local(m)[1]
+            if kind not in ("input", "output"):
+                continue
+            target = m.get("target")
+            if not target:
+                raise InvalidModel(f"element {hid!r}: zeebe:{kind} without a target")
+            mapping = IoMapping(source=m.get("source") or "=null", target=target)
+            (inputs if kind == "input" else outputs).append(mapping)
+        fields["inputs"], fields["outputs"] = tuple(inputs), tuple(outputs)
+    elif name == "calledElement":
+        fields["called_process"] = el.get("processId") or None
+        fields["propagate_all_child_variables"] = truthy(el.get("propagateAllChildVariables"), True)
+        fields["propagate_all_parent_variables"] = truthy(
+            el.get("propagateAllParentVariables"), True
+        )
+    elif name == "assignmentDefinition":
+        fields["assignee"] = el.get("assignee") or None
+        fields["candidate_groups"] = el.get("candidateGroups") or None
+    elif name == "formDefinition":
+        fields["form_key"] = (
+            el.get("formKey") or el.get("formId") or el.get("externalReference") or None
+        )
+    elif name in ("loopCharacteristics", "subscription"):
+        return  # read with their BPMN parent (multi-instance, message)
+    else:
+        raise _refuse(host, f"zeebe:{name} is not supported")
+
+
+def _read_dormant(host: Element, el: Element, name: str, fields: dict[str, Any]) -> None:
+    hid = host.get("id", "?")
+    if name != "retryPolicy":
+        raise InvalidModel(f"element {hid!r}: unknown dormant extension dormant:{name}")
+    try:
+        attempts = int(el.get("attempts", ""))
+    except ValueError:
+        raise InvalidModel(
+            f"element {hid!r}: dormant:retryPolicy attempts {el.get('attempts')!r} "
+            "is not an integer"
+        ) from None
+    text = el.get("backoff", "")
+    try:
+        backoff = isodate.parse_duration(text)
+        seconds = float(backoff.total_seconds())
+    except (isodate.ISO8601Error, ValueError, AttributeError, TypeError):
+        raise InvalidModel(
+            f"element {hid!r}: dormant:retryPolicy backoff {text!r} is not an ISO 8601 duration "
+            "(e.g. PT10S)"
+        ) from None
+    if attempts < 0 or not seconds > 0:
+        raise InvalidModel(
+            f"element {hid!r}: dormant:retryPolicy needs attempts >= 0 and backoff > 0 "
+            f"(got attempts={attempts}, backoff={text!r})"
+        )
+    fields["retry_policy"] = RetryPolicy(attempts=attempts, backoff_seconds=seconds)
+
+
+def read_loop(host: Element, mi: Element) -> LoopSpec:
+    """``multiInstanceLoopCharacteristics`` with its Zeebe collection settings."""
+    spec: dict[str, str | None] = {}
+    cardinality = condition = None
+    for child in mi:
+        ns, name = local(child)
+        if (ns, name) == (BPMN, "loopCardinality"):
+            cardinality = (child.text or "").strip() or None
+        elif (ns, name) == (BPMN, "completionCondition"):
+            condition = (child.text or "").strip() or None
+        elif (ns, name) == (BPMN, "extensionElements"):
+            for el in child:
+                if local(el) == (ZEEBE, "loopCharacteristics"):
+                    spec = {
+                        k: (el.get(k) or None)
+                        for k in (
+                            "inputCollection",
+                            "inputElement",
+                            "outputCollection",
+                            "outputElement",
+                        )
+                    }
+    return LoopSpec(
+        sequential=truthy(mi.get("isSequential"), False),
+        input_collection=spec.get("inputCollection"),
+        input_element=spec.get("inputElement"),
+        output_collection=spec.get("outputCollection"),
+        output_element=spec.get("outputElement"),
+        cardinality=cardinality,
+        completion_condition=condition,
+    )

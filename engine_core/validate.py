@@ -1,0 +1,306 @@
+"""Assemble and validate a ProcessDefinition: the one place both the XML reader and the
+``ProcessBuilder`` go through, so a code-first process and a drawn one obey the same rules.
+
+Callers hand over nodes in document order WITHOUT ``incoming``/``outgoing``/``boundaries``:
+those are derived here from the flows and from ``attached_to``, so the two sources of
+truth a BPMN file carries (``<incoming>`` children and ``sourceRef``) can never disagree
+inside the engine. Everything the step function relies on without checking (a flow's
+ends exist and share a scope, a boundary sits on an activity of its own scope, a default
+flow leaves its node, a job has a type) is checked here, at deploy, and reported with
+the ids to fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+
+from engine_core.errors import InvalidModel, UnsupportedElement
+from engine_core.model import (
+    ACTIVITY_KINDS,
+    CONTAINER_KINDS,
+    EventKind,
+    Flow,
+    Node,
+    NodeKind,
+    ProcessDefinition,
+)
+
+__all__ = ["assemble"]
+
+K = NodeKind
+E = EventKind
+
+# Which event definitions each event kind runs. Error/escalation starts are added for
+# event sub-process starts only (they catch what their parent scope throws).
+_ALLOWED_EVENTS: Mapping[NodeKind, frozenset[EventKind]] = {
+    K.START_EVENT: frozenset({E.NONE, E.MESSAGE, E.TIMER, E.SIGNAL}),
+    K.END_EVENT: frozenset(
+        {E.NONE, E.TERMINATE, E.ERROR, E.ESCALATION, E.MESSAGE, E.SIGNAL, E.COMPENSATE}
+    ),
+    K.INTERMEDIATE_CATCH_EVENT: frozenset({E.MESSAGE, E.TIMER, E.SIGNAL, E.LINK}),
+    K.INTERMEDIATE_THROW_EVENT: frozenset(
+        {E.NONE, E.MESSAGE, E.SIGNAL, E.ESCALATION, E.COMPENSATE, E.LINK}
+    ),
+    K.BOUNDARY_EVENT: frozenset(
+        {E.TIMER, E.MESSAGE, E.SIGNAL, E.ERROR, E.ESCALATION, E.COMPENSATE}
+    ),
+}
+_ESP_START_EVENTS = frozenset({E.MESSAGE, E.TIMER, E.SIGNAL, E.ERROR, E.ESCALATION})
+# Kinds whose work is a job when they carry no other implementation.
+_JOB_KINDS = frozenset({K.SERVICE_TASK, K.BUSINESS_RULE_TASK})
+_EBG_TARGET_EVENTS = frozenset({E.MESSAGE, E.TIMER, E.SIGNAL})
+
+
+def _bad(message: str) -> InvalidModel:
+    return InvalidModel(message)
+
+
+def assemble(
+    key: str,
+    name: str | None,
+    nodes: Iterable[Node],
+    flows: Iterable[Flow],
+    flow_scopes: Mapping[str, str | None] | None = None,
+) -> ProcessDefinition:
+    """Derive the wiring, check every rule, and freeze the definition.
+
+    ``flow_scopes`` maps a flow id to the container it was declared in (the reader
+    knows it; the builder passes it too); a flow must stay inside that container.
+    """
+    node_list = list(nodes)
+    flow_list = list(flows)
+    by_id: dict[str, Node] = {}
+    for node in node_list:
+        if node.id in by_id:
+            raise _bad(f"process {key!r}: duplicate id {node.id!r}")
+        by_id[node.id] = node
+    flow_ids: set[str] = set()
+    for flow in flow_list:
+        if flow.id in by_id or flow.id in flow_ids:
+            raise _bad(f"process {key!r}: duplicate id {flow.id!r}")
+        flow_ids.add(flow.id)
+
+    scopes = flow_scopes or {}
+    incoming: dict[str, list[str]] = {n.id: [] for n in node_list}
+    outgoing: dict[str, list[str]] = {n.id: [] for n in node_list}
+    for flow in flow_list:
+        _check_flow(key, flow, by_id, scopes)
+        outgoing[flow.source].append(flow.id)
+        incoming[flow.target].append(flow.id)
+
+    boundaries: dict[str, list[str]] = {n.id: [] for n in node_list}
+    children: dict[str | None, list[str]] = {None: []}
+    for node in node_list:
+        if node.parent is not None:
+            parent = by_id.get(node.parent)
+            if parent is None or parent.kind not in CONTAINER_KINDS:
+                raise _bad(f"node {node.id!r}: its container {node.parent!r} is not a sub-process")
+        children.setdefault(node.parent, []).append(node.id)
+        if node.kind in CONTAINER_KINDS:
+            children.setdefault(node.id, [])
+        if node.kind is K.BOUNDARY_EVENT:
+            _check_boundary(node, by_id)
+            boundaries[node.attached_to or ""].append(node.id)
+        elif node.attached_to is not None:
+            raise _bad(f"node {node.id!r}: only a boundary event can be attached to an activity")
+
+    final = {
+        n.id: replace(
+            n,
+            incoming=tuple(incoming[n.id]),
+            outgoing=tuple(outgoing[n.id]),
+            boundaries=tuple(boundaries[n.id]),
+        )
+        for n in node_list
+    }
+    definition = ProcessDefinition(
+        key=key,
+        name=name,
+        nodes=final,
+        flows={f.id: f for f in flow_list},
+        children={c: tuple(ids) for c, ids in children.items()},
+    )
+    for node in final.values():
+        _check_node(definition, node)
+    _check_scopes(definition)
+    return definition
+
+
+def _check_flow(
+    key: str, flow: Flow, by_id: Mapping[str, Node], scopes: Mapping[str, str | None]
+) -> None:
+    for end, ref in (("sourceRef", flow.source), ("targetRef", flow.target)):
+        if ref not in by_id:
+            raise _bad(
+                f"sequence flow {flow.id!r}: {end} {ref!r} is not a flow node of process {key!r}"
+            )
+    source, target = by_id[flow.source], by_id[flow.target]
+    declared = scopes.get(flow.id, source.parent)
+    if not source.parent == target.parent == declared:
+        raise _bad(
+            f"sequence flow {flow.id!r} crosses a sub-process boundary: {source.id!r} is in "
+            f"{source.parent or 'the process'}, {target.id!r} in {target.parent or 'the process'}"
+        )
+    if target.kind is K.START_EVENT or target.kind is K.BOUNDARY_EVENT:
+        raise _bad(
+            f"sequence flow {flow.id!r}: a {target.kind} ({target.id!r}) takes no incoming flow"
+        )
+    if source.kind is K.END_EVENT:
+        raise _bad(f"sequence flow {flow.id!r}: an end event ({source.id!r}) has no outgoing flow")
+
+
+def _check_boundary(node: Node, by_id: Mapping[str, Node]) -> None:
+    host = by_id.get(node.attached_to or "")
+    if host is None:
+        raise _bad(f"boundary event {node.id!r}: attachedToRef {node.attached_to!r} does not exist")
+    if host.kind not in ACTIVITY_KINDS:
+        raise _bad(
+            f"boundary event {node.id!r}: attached to {host.id!r}, a {host.kind}, not an activity"
+        )
+    if host.parent != node.parent:
+        raise _bad(f"boundary event {node.id!r}: not in the same scope as its activity {host.id!r}")
+
+
+def _check_node(d: ProcessDefinition, node: Node) -> None:
+    if len(node.events) > 1:
+        raise UnsupportedElement(
+            node.id,
+            str(node.kind),
+            node.name,
+            "an event with several event definitions (multiple / parallel multiple)",
+        )
+    _check_event_kind(d, node)
+    if node.default_flow is not None and node.default_flow not in node.outgoing:
+        raise _bad(
+            f"node {node.id!r}: default flow {node.default_flow!r} is not one of its outgoing flows"
+        )
+    if node.kind in _JOB_KINDS and not node.job_type:
+        raise _bad(f"{node.kind} {node.id!r} has no job type (zeebe:taskDefinition type)")
+    if node.kind is K.SEND_TASK and not node.job_type:
+        raise _bad(f"sendTask {node.id!r} has no job type (zeebe:taskDefinition type)")
+    if node.kind is K.SCRIPT_TASK and not (node.script or node.job_type):
+        raise _bad(f"scriptTask {node.id!r} has no zeebe:script expression (nor a job type)")
+    if node.kind is K.CALL_ACTIVITY and not node.called_process:
+        raise _bad(
+            f"callActivity {node.id!r} has no called process id (zeebe:calledElement processId)"
+        )
+    if node.kind is K.RECEIVE_TASK and not (node.events and node.event.message_name):
+        raise _bad(f"receiveTask {node.id!r} has no message (messageRef)")
+    for ev in node.events:
+        _check_event(node, ev.kind, d)
+    if node.retry_policy is not None:
+        if node.retry_policy.attempts < 0:
+            raise _bad(f"node {node.id!r}: dormant:retryPolicy attempts must be >= 0")
+        if not node.retry_policy.backoff_seconds > 0:
+            raise _bad(f"node {node.id!r}: dormant:retryPolicy backoff must be > 0")
+    if node.loop is not None and not (node.loop.input_collection or node.loop.cardinality):
+        raise _bad(
+            f"node {node.id!r}: multi-instance needs an inputCollection or a loopCardinality"
+        )
+    if node.is_for_compensation and (node.incoming or node.outgoing):
+        raise _bad(f"compensation handler {node.id!r} must have no sequence flows")
+    if node.compensation_handler is not None:
+        handler = d.nodes.get(node.compensation_handler)
+        if handler is None or not handler.is_for_compensation:
+            raise _bad(
+                f"compensation boundary {node.id!r}: handler {node.compensation_handler!r} "
+                'is not an activity with isForCompensation="true"'
+            )
+    if node.kind is K.EVENT_BASED_GATEWAY:
+        _check_event_based_gateway(d, node)
+    if node.kind is K.EVENT_SUB_PROCESS and (node.incoming or node.outgoing):
+        raise _bad(f"event sub-process {node.id!r} must have no sequence flows")
+
+
+def _check_event_kind(d: ProcessDefinition, node: Node) -> None:
+    allowed = _ALLOWED_EVENTS.get(node.kind)
+    if allowed is None:
+        return
+    in_esp = node.parent is not None and d.nodes[node.parent].kind is K.EVENT_SUB_PROCESS
+    if node.kind is K.START_EVENT and in_esp:
+        allowed = _ESP_START_EVENTS
+    kind = node.event.kind
+    if kind not in allowed:
+        where = " in an event sub-process" if in_esp else ""
+        raise UnsupportedElement(
+            node.id, str(node.kind), node.name, f"a {kind} {node.kind}{where} is not run"
+        )
+
+
+def _check_event(node: Node, kind: EventKind, d: ProcessDefinition) -> None:
+    ev = node.event
+    label = f"{node.kind} {node.id!r}"
+    if kind is E.TIMER and (ev.timer is None or not ev.timer.value.strip()):
+        raise _bad(f"{label}: timer with an empty value")
+    if kind is E.MESSAGE and node.kind not in (
+        K.END_EVENT,
+        K.INTERMEDIATE_THROW_EVENT,
+        K.SEND_TASK,
+    ):
+        if not ev.message_name:
+            raise _bad(f"{label}: message has no name")
+    if kind is E.MESSAGE and node.kind in (K.END_EVENT, K.INTERMEDIATE_THROW_EVENT):
+        if not (ev.message_name or node.job_type):
+            raise _bad(f"{label}: a message throw needs a message or a job type")
+    if kind is E.SIGNAL and not ev.signal_name:
+        raise _bad(f"{label}: signal has no name")
+    if kind is E.ERROR and node.kind is K.END_EVENT and not ev.error_code:
+        raise _bad(f"{label}: an error end event needs an error with an errorCode")
+    throws = node.kind in (K.END_EVENT, K.INTERMEDIATE_THROW_EVENT)
+    if kind is E.ESCALATION and throws and not ev.escalation_code:
+        raise _bad(f"{label}: an escalation throw needs an escalation with an escalationCode")
+    if kind is E.LINK and not ev.link_name:
+        raise _bad(f"{label}: link event has no name")
+    if kind is E.COMPENSATE and ev.activity_ref is not None:
+        target = d.nodes.get(ev.activity_ref)
+        if target is None or target.kind not in ACTIVITY_KINDS:
+            raise _bad(f"{label}: compensation activityRef {ev.activity_ref!r} is not an activity")
+
+
+def _check_event_based_gateway(d: ProcessDefinition, node: Node) -> None:
+    if len(node.outgoing) < 2:
+        raise _bad(f"event-based gateway {node.id!r} needs at least two outgoing flows")
+    for fid in node.outgoing:
+        target = d.nodes[d.flows[fid].target]
+        ok = target.kind is K.RECEIVE_TASK or (
+            target.kind is K.INTERMEDIATE_CATCH_EVENT and target.event.kind in _EBG_TARGET_EVENTS
+        )
+        if not ok or len(target.incoming) != 1:
+            raise _bad(
+                f"event-based gateway {node.id!r}: flow {fid!r} must lead to a "
+                "message/timer/signal "
+                f"catch event or receive task with no other incoming flow, not {target.id!r}"
+            )
+
+
+def _check_scopes(d: ProcessDefinition) -> None:
+    for container, ids in d.children.items():
+        members = [d.nodes[i] for i in ids]
+        starts = [n for n in members if n.kind is K.START_EVENT]
+        where = f"process {d.key!r}" if container is None else f"sub-process {container!r}"
+        if container is None:
+            if not starts:
+                raise _bad(f"{where} has no start event")
+        elif d.nodes[container].kind is K.SUB_PROCESS:
+            none_starts = [n for n in starts if n.event.kind is E.NONE]
+            if len(starts) != 1 or len(none_starts) != 1:
+                raise _bad(f"{where} needs exactly one none start event")
+        elif len(starts) != 1:
+            raise _bad(f"event {where} needs exactly one start event")
+        catches: dict[str, str] = {}
+        for n in members:
+            if n.kind is K.INTERMEDIATE_CATCH_EVENT and n.event.kind is E.LINK:
+                name = n.event.link_name or ""
+                if name in catches:
+                    raise _bad(
+                        f"{where}: link catch events {catches[name]!r} and {n.id!r} "
+                        f"share the name {name!r}"
+                    )
+                catches[name] = n.id
+        for n in members:
+            if n.kind is K.INTERMEDIATE_THROW_EVENT and n.event.kind is E.LINK:
+                if (n.event.link_name or "") not in catches:
+                    raise _bad(
+                        f"link throw {n.id!r}: no link catch named {n.event.link_name!r} in {where}"
+                    )
