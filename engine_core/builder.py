@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
+from itertools import pairwise
 from typing import Any, Self
 
 from engine_core.errors import InvalidModel
@@ -131,7 +132,7 @@ class ProcessBuilder:
 
     def sequence(self, *ids: str) -> Self:
         """Link consecutive nodes with unconditional flows."""
-        for source, target in zip(ids, ids[1:], strict=False):
+        for source, target in pairwise(ids):
             self.flow(source, target)
         return self
 
