@@ -1,0 +1,204 @@
+"""The Celery app ``app`` and everything about how dormant uses the broker.
+
+Why each setting is what it is (see ../shared/CELERY-NOTES.md for the measurements):
+
+* ``task_acks_late`` + ``task_reject_on_worker_lost``: a trigger is acknowledged only
+  after its transaction committed; a killed pool child's trigger is requeued, never
+  acknowledged as failed. Triggers are idempotent (trigger ids), so running one twice
+  is harmless, losing one is not.
+* ``worker_prefetch_multiplier=1``: a worker holds at most one unstarted trigger per
+  process, so a dead worker strands as little as possible.
+* Redis ``visibility_timeout=60`` with ``unacked_restore_interval=1`` and
+  ``unacked_restore_throttle=1``: when a whole worker dies, Redis hands its unacked
+  triggers back after about a minute (the kombu defaults make it an hour and ~100 s).
+  The price: a trigger running longer than 60 s is delivered again; ours take
+  milliseconds, and a user's long job must be idempotent anyway (at-least-once).
+* JSON only: triggers and job arguments are JSON documents, never pickles.
+* One topic exchange ``dormant`` with one queue ``dormant`` bound to ``trigger.#``,
+  ``message.#``, ``signal.#`` and ``job.#``. Every publish names both the queue and a
+  *dotted* routing key: on Redis a publish that names only an exchange is silently
+  dropped, and ``trigger.#`` does not match a bare ``trigger``.
+
+Worker start-up refuses an un-migrated PostgreSQL database with ``NotMigrated``; the
+embedded SQLite default migrates itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Any
+
+from celery import Celery
+from celery.signals import beat_init, worker_init, worker_process_init
+from kombu import Exchange, Queue, binding
+
+from persistence.settings import Settings
+
+__all__ = [
+    "BINDING_KEYS",
+    "EXCHANGE",
+    "QUEUE",
+    "REDIS_VISIBILITY_TIMEOUT",
+    "app",
+    "configure",
+    "ensure_database",
+    "publish",
+    "settings",
+    "store",
+]
+
+log = logging.getLogger("dormant.tasks")
+
+EXCHANGE = Exchange("dormant", type="topic", durable=True)
+BINDING_KEYS = ("trigger.#", "message.#", "signal.#", "job.#")
+QUEUE = Queue(
+    "dormant",
+    exchange=EXCHANGE,
+    bindings=[binding(EXCHANGE, routing_key=key) for key in BINDING_KEYS],
+    durable=True,
+)
+# Seconds before Redis redelivers a task whose worker died without acknowledging it.
+REDIS_VISIBILITY_TIMEOUT = 60
+# How often beat scans the deadline table, and sweeps the outbox and inbox.
+SCAN_DEADLINES_EVERY = 1.0
+RELAY_OUTBOX_EVERY = 3.0
+
+
+def _conf(s: Settings) -> dict[str, Any]:
+    return {
+        "broker_url": s.broker_url,
+        "broker_connection_retry_on_startup": True,
+        "task_serializer": "json",
+        "result_serializer": "json",
+        "accept_content": ["json"],
+        "task_ignore_result": True,
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
+        "worker_prefetch_multiplier": 1,
+        "broker_transport_options": {
+            "visibility_timeout": REDIS_VISIBILITY_TIMEOUT,
+            "unacked_restore_interval": 1,
+            "unacked_restore_throttle": 1,
+            # sqla+sqlite / filesystem poll; keep trigger latency low on the embedded default.
+            "polling_interval": 0.1,
+        },
+        "task_queues": (QUEUE,),
+        "task_default_queue": QUEUE.name,
+        "task_default_exchange": EXCHANGE.name,
+        "task_default_exchange_type": EXCHANGE.type,
+        "task_default_routing_key": "trigger.default",
+        "task_create_missing_queues": True,
+        "worker_hijack_root_logger": False,
+        "beat_schedule": {
+            "dormant.scan_deadlines": {
+                "task": "dormant.scan_deadlines",
+                "schedule": SCAN_DEADLINES_EVERY,
+                "options": {"queue": "dormant", "routing_key": "trigger.scan_deadlines"},
+            },
+            "dormant.relay_outbox": {
+                "task": "dormant.relay_outbox",
+                "schedule": RELAY_OUTBOX_EVERY,
+                "options": {"queue": "dormant", "routing_key": "trigger.relay_outbox"},
+            },
+        },
+    }
+
+
+settings: Settings = Settings.from_env()
+app = Celery("dormant", include=["tasks.triggers", "tasks.jobs"])
+app.conf.update(_conf(settings))
+
+_store: Any = None
+_store_lock = threading.Lock()
+
+
+def configure(new: Settings) -> None:
+    """Point this process at other URLs (the CLI's ``dev``/``demo`` and tests).
+
+    Must run before the worker starts or anything is published; it drops the cached
+    Store so the next ``store()`` opens the new database.
+    """
+    global settings, _store
+    settings = new
+    app.conf.update(_conf(new))
+    os.environ["DORMANT_DATABASE_URL"] = new.database_url
+    os.environ["DORMANT_BROKER_URL"] = new.broker_url
+    with _store_lock:
+        _store = None
+
+
+def store() -> Any:
+    """This process's Store, opened on first use (never before a fork: see below)."""
+    global _store
+    if _store is None:
+        with _store_lock:
+            if _store is None:
+                from persistence.store import Store
+
+                _store = Store(settings=settings)
+    return _store
+
+
+@worker_process_init.connect
+def _reset_after_fork(**_: Any) -> None:
+    """A pool child must not share the parent's database connections."""
+    global _store
+    _store = None
+
+
+def ensure_database(s: Settings | None = None) -> None:
+    """Migrate the embedded SQLite database; refuse an un-migrated server database.
+
+    Raises ``NotMigrated`` naming the URL and the fix (``dormant db upgrade``).
+    """
+    from persistence import migrate
+
+    s = s or settings
+    if s.is_sqlite:
+        migrate.upgrade(s.database_url)
+    else:
+        migrate.check(s.database_url)
+
+
+def _check_or_exit(**_: Any) -> None:
+    from engine_core.errors import DormantError
+
+    try:
+        ensure_database()
+    except DormantError as exc:
+        log.critical("dormant: %s", exc)
+        raise SystemExit(2) from exc
+
+
+worker_init.connect(_check_or_exit, weak=False)
+beat_init.connect(_check_or_exit, weak=False)
+
+
+def publish(
+    task_name: str,
+    routing_key: str,
+    kwargs: dict[str, Any],
+    *,
+    queue: Queue | str | None = None,
+    exchange: str | None = None,
+    headers: dict[str, Any] | None = None,
+    connection: Any = None,
+) -> None:
+    """Send one task, always naming queue, exchange and a dotted routing key.
+
+    The one place that publishes, so the Redis pitfalls (an exchange-only route is
+    dropped; ``trigger.#`` misses ``trigger``) are handled once.
+    """
+    assert "." in routing_key, f"routing key {routing_key!r} must be dotted"
+    target = QUEUE if queue is None else queue
+    app.send_task(
+        task_name,
+        kwargs=kwargs,
+        queue=target,
+        routing_key=routing_key,
+        exchange=exchange or (target.exchange.name if isinstance(target, Queue) else None),
+        headers=headers,
+        connection=connection,
+    )

@@ -1,0 +1,66 @@
+"""The inbox: a producer's trigger is durable before the Client returns.
+
+Redis as shipped keeps its queues in memory; a broker restart between ``send_task``
+and a worker's pick-up would lose the trigger. So the Client first writes the trigger
+(task name + keyword arguments) into the ``inbox`` table, then publishes the task
+with ``inbox_id``. The trigger task marks the row processed after its transaction;
+the beat sweep (``dormant.relay_outbox``) re-publishes rows left unprocessed for a
+while. The inbox id is also the trigger id, so a re-published row that was in fact
+applied is recognised by the Store as a duplicate: at-least-once publishing,
+exactly-once effect.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Engine, insert, select, update
+
+from persistence.tables import inbox
+
+__all__ = ["InboxRow", "mark_processed", "record", "unprocessed"]
+
+
+@dataclass(frozen=True, slots=True)
+class InboxRow:
+    id: str
+    task: str
+    kwargs: dict[str, Any]
+
+
+def record(engine: Engine, task: str, kwargs: dict[str, Any], inbox_id: str | None = None) -> str:
+    """Write one trigger and return its id (a uuid4 hex unless given)."""
+    row_id = inbox_id or uuid.uuid4().hex
+    with engine.begin() as conn:
+        conn.execute(
+            insert(inbox).values(
+                id=row_id, kind=task, payload=kwargs, created_at=datetime.now(UTC)
+            )
+        )
+    return row_id
+
+
+def mark_processed(engine: Engine, inbox_id: str) -> None:
+    """Idempotent: a redelivered trigger marks an already-processed row again."""
+    with engine.begin() as conn:
+        conn.execute(
+            update(inbox)
+            .where(inbox.c.id == inbox_id, inbox.c.processed_at.is_(None))
+            .values(processed_at=datetime.now(UTC))
+        )
+
+
+def unprocessed(engine: Engine, older_than_seconds: float, limit: int = 500) -> list[InboxRow]:
+    """Rows still unprocessed ``older_than_seconds`` after they were written."""
+    cutoff = datetime.now(UTC) - timedelta(seconds=older_than_seconds)
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(inbox.c.id, inbox.c.kind, inbox.c.payload)
+            .where(inbox.c.processed_at.is_(None), inbox.c.created_at <= cutoff)
+            .order_by(inbox.c.created_at)
+            .limit(limit)
+        ).all()
+    return [InboxRow(id=r.id, task=r.kind, kwargs=dict(r.payload)) for r in rows]

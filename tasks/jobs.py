@@ -1,0 +1,200 @@
+"""Jobs: service tasks run by the user's own Celery tasks, and their results coming back.
+
+A job type is the name of a Celery task. Dispatching a ``DispatchJob`` effect sends
+that task with the mapped variables as keyword arguments, on the exchange ``dormant``
+with routing key ``job.<type>``, and four headers that tie it to its wait::
+
+    dormant_instance_id, dormant_wait_id, dormant_attempt,
+    dormant_idempotency_key = "<instance>:<wait>:<attempt>"
+
+The outcome comes back through Celery's signals in the worker that ran the job, and is
+applied *synchronously in the signal handler*: the handler runs before the late
+acknowledgement, so a worker that dies before the result is stored never acknowledges
+the job, and the job runs again. That makes jobs **at-least-once**: a job must be
+idempotent, and may use ``idempotency_key(self)`` (a bound task) to detect a repeat,
+e.g. as the idempotency key of a payment API.
+
+* return a dict → ``JobCompleted`` (merged into the variables; anything else → ``{}``);
+* raise ``engine_core.errors.BpmnError`` → ``JobErrorThrown`` (a modelled BPMN error);
+* any other exception → ``JobFailed`` — only the *final* failure: a task declaring
+  Celery ``autoretry_for`` reports only when Celery gives up (a retry is not a failure).
+
+The engine retries failed jobs itself (a backoff deadline, then a new attempt with a new
+idempotency key), so dormant adds no Celery-level retries.
+
+Job queues: by default the ``dormant`` queue (bound to ``job.#``). A job type routed
+elsewhere by Celery's own routing (``task_routes`` or the task's ``queue`` option) is
+sent to that queue instead, through its own direct exchange with the same routing key
+``job.<type>``, so it is never also copied into ``dormant``. Start a worker for it with
+``dormant worker --queues <queue> --include <module>``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from celery import Task
+from celery.signals import task_failure, task_success
+from kombu import Exchange, Queue
+
+from engine_core.errors import BpmnError
+from engine_core.triggers import JobCompleted, JobErrorThrown, JobFailed
+from tasks.app import QUEUE, app, publish, store
+
+__all__ = [
+    "HEADER_ATTEMPT",
+    "HEADER_IDEMPOTENCY_KEY",
+    "HEADER_INSTANCE",
+    "HEADER_WAIT",
+    "dispatch",
+    "idempotency_key",
+    "job_queue",
+]
+
+log = logging.getLogger("dormant.jobs")
+
+HEADER_INSTANCE = "dormant_instance_id"
+HEADER_WAIT = "dormant_wait_id"
+HEADER_ATTEMPT = "dormant_attempt"
+HEADER_IDEMPOTENCY_KEY = "dormant_idempotency_key"
+
+
+def job_queue(job_type: str) -> Queue:
+    """Where a job of ``job_type`` goes: ``dormant`` unless Celery routing says otherwise."""
+    routed = app.amqp.router.route({}, job_type).get("queue")
+    name = routed.name if isinstance(routed, Queue) else routed
+    if not name or name == QUEUE.name:
+        return QUEUE
+    return Queue(name, Exchange(name, type="direct"), routing_key=f"job.{job_type}")
+
+
+def dispatch(payload: dict[str, Any]) -> None:
+    """Send one job (a ``DispatchJob`` effect's payload)."""
+    job_type = payload["job_type"]
+    instance_id, wait_id, attempt = payload["instance_id"], payload["wait_id"], int(payload["attempt"])
+    key = f"{instance_id}:{wait_id}:{attempt}"
+    headers = {
+        **(payload.get("headers") or {}),
+        HEADER_INSTANCE: instance_id,
+        HEADER_WAIT: wait_id,
+        HEADER_ATTEMPT: str(attempt),
+        HEADER_IDEMPOTENCY_KEY: key,
+    }
+    queue = job_queue(job_type)
+    publish(
+        job_type,
+        f"job.{job_type}",
+        dict(payload.get("variables") or {}),
+        queue=queue,
+        exchange=queue.exchange.name,
+        headers=headers,
+    )
+    log.info("job dispatched instance=%s wait=%s type=%s attempt=%s", instance_id, wait_id, job_type, attempt)
+
+
+def _header(request: Any, name: str) -> Any:
+    """Custom headers surface both as ``request.<name>`` and in ``request.headers``."""
+    value = getattr(request, name, None)
+    if value is None:
+        value = (getattr(request, "headers", None) or {}).get(name)
+    return value
+
+
+def idempotency_key(task: Task) -> str | None:  # type: ignore[type-arg]
+    """The running job's idempotency key (``instance:wait:attempt``), or None outside a job.
+
+    Use it from a bound task (``@app.task(bind=True)``) to make a side effect
+    idempotent: a job can run more than once (at-least-once delivery).
+    """
+    value = _header(task.request, HEADER_IDEMPOTENCY_KEY)
+    return str(value) if value is not None else None
+
+
+def _context(task: Any) -> tuple[str, str, int, str] | None:
+    request = getattr(task, "request", None)
+    if request is None:
+        return None
+    instance_id = _header(request, HEADER_INSTANCE)
+    wait_id = _header(request, HEADER_WAIT)
+    if not instance_id or not wait_id:
+        return None  # not a dormant job: an ordinary task of the user's
+    attempt = int(_header(request, HEADER_ATTEMPT) or 1)
+    key = _header(request, HEADER_IDEMPOTENCY_KEY) or f"{instance_id}:{wait_id}:{attempt}"
+    return str(instance_id), str(wait_id), attempt, str(key)
+
+
+def report(instance_id: str, trigger: Any, trigger_id: str) -> None:
+    """Apply a job's outcome now; if the database refuses, hand it to the broker.
+
+    Three quick tries cover a database restart; after that the trigger is published as
+    ``dormant.apply_trigger`` (which retries with backoff) rather than dropped.
+    """
+    from tasks.outbox import publish_ids
+
+    last: Exception | None = None
+    for delay in (0.0, 0.5, 2.0):
+        if delay:
+            time.sleep(delay)
+        try:
+            applied = store().apply(instance_id, trigger, datetime.now(UTC), trigger_id=trigger_id)
+        except Exception as exc:  # mapped below: the result must not be lost
+            from engine_core.errors import DormantError
+
+            if isinstance(exc, DormantError):
+                log.warning("job result for instance %s not applied: %s", instance_id, exc)
+                return
+            last = exc
+            continue
+        publish_ids(applied.outbox_ids)
+        log.info(
+            "instance=%s revision=%s trigger=%s%s",
+            instance_id,
+            applied.revision,
+            trigger.kind,
+            " duplicate" if applied.duplicate else "",
+        )
+        return
+    log.warning("job result for instance %s deferred to a worker: %r", instance_id, last)
+    publish(
+        "dormant.apply_trigger",
+        f"trigger.{trigger.kind}",
+        {"instance_id": instance_id, "trigger_json": trigger.model_dump(mode="json"), "trigger_id": trigger_id},
+    )
+
+
+@task_success.connect(weak=False)
+def _on_success(sender: Any = None, result: Any = None, **_: Any) -> None:
+    ctx = _context(sender)
+    if ctx is None:
+        return
+    instance_id, wait_id, attempt, key = ctx
+    variables = result if isinstance(result, dict) else {}
+    report(instance_id, JobCompleted(wait_id=wait_id, attempt=attempt, variables=variables), f"{key}:done")
+
+
+@task_failure.connect(weak=False)
+def _on_failure(sender: Any = None, exception: BaseException | None = None, **_: Any) -> None:
+    ctx = _context(sender)
+    if ctx is None or exception is None:
+        return
+    instance_id, wait_id, attempt, key = ctx
+    trigger: Any
+    if isinstance(exception, BpmnError):
+        trigger = JobErrorThrown(
+            wait_id=wait_id,
+            attempt=attempt,
+            code=exception.code,
+            message=exception.message,
+            variables=dict(exception.variables),
+        )
+    else:
+        trigger = JobFailed(
+            wait_id=wait_id,
+            attempt=attempt,
+            error=str(exception)[:2000],
+            error_class=type(exception).__name__,
+        )
+    report(instance_id, trigger, f"{key}:done")

@@ -1,0 +1,159 @@
+"""Publish outbox rows: what a committed transaction asked the shell to send.
+
+A row is published after the commit that wrote it, by the task that committed it, and
+marked published; a publisher that died in between leaves the row for the beat sweep
+(``dormant.relay_outbox``). So a row can be published twice, never zero times. That is
+harmless because every trigger published here carries a trigger id derived from the
+row id (``outbox:<id>``), and the Store drops a trigger id it has already applied;
+jobs carry their own idempotency key (``instance:wait:attempt``).
+
+Only routing lives here: which task, which routing key, which trigger. No BPMN.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from engine_core.triggers import ChildCompleted, ChildFailed, MessageReceived
+from tasks.app import publish, store
+
+__all__ = ["publish_ids", "publish_row", "trigger_id_for"]
+
+log = logging.getLogger("dormant.outbox")
+
+
+def trigger_id_for(row_id: Any) -> str:
+    """The trigger id of everything published for outbox row ``row_id``."""
+    return f"outbox:{row_id}"
+
+
+def _field(row: Any, name: str) -> Any:
+    return row[name] if isinstance(row, dict) else getattr(row, name)
+
+
+def _apply_trigger(instance_id: str, trigger: Any, trigger_id: str) -> None:
+    publish(
+        "dormant.apply_trigger",
+        f"trigger.{trigger.kind}",
+        {
+            "instance_id": instance_id,
+            "trigger_json": trigger.model_dump(mode="json"),
+            "trigger_id": trigger_id,
+        },
+    )
+
+
+def _dispatch_job(p: dict[str, Any], tid: str) -> None:
+    from tasks.jobs import dispatch
+
+    dispatch(p)
+
+
+def _throw_message(p: dict[str, Any], tid: str) -> None:
+    publish(
+        "dormant.message",
+        f"message.{p['name']}",
+        {
+            "name": p["name"],
+            "correlation_key": p.get("correlation_key"),
+            "variables": p.get("variables") or {},
+            "message_id": p.get("message_id") or tid,
+            "ttl": p.get("ttl_seconds"),
+        },
+    )
+
+
+def _throw_signal(p: dict[str, Any], tid: str) -> None:
+    publish(
+        "dormant.signal",
+        f"signal.{p['name']}",
+        {"name": p["name"], "variables": p.get("variables") or {}, "signal_id": p.get("signal_id") or tid},
+    )
+
+
+def _start_child(p: dict[str, Any], tid: str) -> None:
+    publish(
+        "dormant.start",
+        "trigger.start",
+        {
+            "key": p["process_key"],
+            "instance_id": p["child_instance_id"],
+            "variables": p.get("variables") or {},
+            "parent": {
+                "instance_id": p["parent_instance_id"],
+                "wait_id": p["parent_wait_id"],
+                "root_instance_id": p["root_instance_id"],
+            },
+            "trigger_id": tid,
+        },
+    )
+
+
+def _cancel_child(p: dict[str, Any], tid: str) -> None:
+    publish("dormant.cancel", "trigger.cancel", {"instance_id": p["child_instance_id"], "trigger_id": tid})
+
+
+def _notify_parent(p: dict[str, Any], tid: str) -> None:
+    trigger: Any
+    if p.get("completed"):
+        trigger = ChildCompleted(wait_id=p["wait_id"], variables=p.get("variables") or {})
+    else:
+        trigger = ChildFailed(
+            wait_id=p["wait_id"],
+            error=p.get("error") or "child instance failed",
+            error_class=p.get("error_class") or "ChildFailed",
+            error_code=p.get("error_code"),
+        )
+    _apply_trigger(p["parent_instance_id"], trigger, tid)
+
+
+def _deliver_buffered(p: dict[str, Any], tid: str) -> None:
+    trigger = MessageReceived(
+        wait_id=p["wait_id"],
+        name=p["name"],
+        correlation_key=p.get("correlation_key"),
+        variables=p.get("variables") or {},
+        message_id=p.get("message_id"),
+    )
+    _apply_trigger(p["instance_id"], trigger, tid)
+
+
+# outbox kind (the effect's class name) -> publisher
+PUBLISHERS: dict[str, Callable[[dict[str, Any], str], None]] = {
+    "DispatchJob": _dispatch_job,
+    "ThrowMessage": _throw_message,
+    "ThrowSignal": _throw_signal,
+    "StartChild": _start_child,
+    "CancelChild": _cancel_child,
+    "NotifyParent": _notify_parent,
+    "DeliverBuffered": _deliver_buffered,
+}
+
+
+def publish_row(row: Any) -> None:
+    """Publish one outbox row and mark it published (after, never before, the send)."""
+    row_id, kind, payload = _field(row, "id"), _field(row, "kind"), _field(row, "payload")
+    publisher = PUBLISHERS.get(kind)
+    if publisher is None:
+        # A newer dormant wrote a kind this one does not know: leave it for that one.
+        log.error("outbox row %s has unknown kind %r; left unpublished", row_id, kind)
+        return
+    publisher(dict(payload), trigger_id_for(row_id))
+    store().mark_published(row_id)
+
+
+def publish_ids(ids: Iterable[Any]) -> int:
+    """Publish the outbox rows a transaction just returned; the sweep covers failures."""
+    ids = list(ids)
+    if not ids:
+        return 0
+    count = 0
+    for row in store().outbox_rows(ids):
+        try:
+            publish_row(row)
+            count += 1
+        except Exception:  # the broker is down: the sweep publishes it later
+            log.exception("outbox row %s not published now; the sweep will retry", _field(row, "id"))
+    return count
