@@ -153,7 +153,8 @@ def _parse(source: str | bytes) -> Element:
         )
     except ParseError as exc:
         line, column = getattr(exc, "position", (0, 0))
-        raise InvalidModel(f"malformed XML at line {line}, column {column}: {exc}") from exc
+        reason = str(exc).split(": line ")[0]
+        raise InvalidModel(f"malformed XML at line {line}, column {column}: {reason}") from exc
     except defusedxml.DefusedXmlException as exc:
         line, column = _position_of(text, rb"<!(DOCTYPE|ENTITY)")
         raise InvalidModel(
