@@ -1,0 +1,204 @@
+"""The hold sync: project the checkpoint's armed waits into the hold tables.
+
+Invariant (the reason this module exists): a wait is in ``checkpoint.waits`` iff its
+hold rows exist. ``sync_holds`` runs inside the transaction that writes the checkpoint,
+diffing the old and new wait sets BY WAIT ID, so a wait that disappeared loses its rows
+whatever ended it (fired, cancelled by a boundary, withdrawn by a gateway race,
+instance terminated) — withdrawal is total by construction, with no per-path cleanup.
+Wait ids are never reused, so "same id" always means "same wait".
+
+Nothing here knows BPMN: which rows a wait implies is read off its fields
+(``due_at`` → deadline, message/signal → subscription, user_task → task row).
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, and_, delete, insert, select, text, update
+
+from engine_core.checkpoint import Wait, WaitKind
+from engine_core.triggers import MessageReceived
+from persistence.tables import deadlines, messages, outbox, subscriptions, user_tasks
+
+__all__ = ["DELIVER_BUFFERED", "BufferedDelivery", "lock_message_key", "sync_holds"]
+
+DELIVER_BUFFERED = "DeliverBuffered"
+
+
+@dataclass(frozen=True, slots=True)
+class BufferedDelivery:
+    """A buffered message this transaction consumed for a new subscription."""
+
+    outbox_id: int
+    message_id: str
+    wait_id: str
+
+
+def lock_message_key(conn: Connection, name: str, correlation_key: str | None) -> None:
+    """Serialise "a subscription appears" against "a message is buffered" for one
+    (name, key) on PostgreSQL, so neither can miss the other under READ COMMITTED.
+
+    Both the hold sync (before it looks in the buffer) and the router (before it decides
+    to buffer) take this transaction-scoped advisory lock; whoever comes second sees the
+    first's committed row. On SQLite ``BEGIN IMMEDIATE`` already serialises everything.
+    """
+    if conn.dialect.name != "postgresql":
+        return
+    lock_id = zlib.crc32(f"{name}\x00{correlation_key or ''}".encode()) - 2**31
+    conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": lock_id})
+
+
+def _deadline_row(instance_id: str, w: Wait) -> dict[str, Any]:
+    return {"instance_id": instance_id, "wait_id": w.id, "due_at": w.due_at, "attempts": 0}
+
+
+def _subscription_row(instance_id: str, w: Wait) -> dict[str, Any]:
+    message = w.kind is WaitKind.MESSAGE
+    return {
+        "instance_id": instance_id,
+        "wait_id": w.id,
+        "kind": "message" if message else "signal",
+        "name": (w.message_name if message else w.signal_name) or "",
+        "correlation_key": w.correlation_key if message else None,
+    }
+
+
+def _task_row(instance_id: str, w: Wait, now: datetime) -> dict[str, Any]:
+    return {
+        "task_id": f"{instance_id}.{w.id}",
+        "instance_id": instance_id,
+        "wait_id": w.id,
+        "node_id": w.node_id,
+        "name": w.task_name,
+        "assignee": w.assignee,
+        "candidate_groups": w.candidate_groups,
+        "created_at": now,
+    }
+
+
+def _delete(conn: Connection, table: Any, instance_id: str, wait_ids: list[str]) -> None:
+    if wait_ids:
+        conn.execute(
+            delete(table).where(table.c.instance_id == instance_id, table.c.wait_id.in_(wait_ids))
+        )
+
+
+def sync_holds(
+    conn: Connection,
+    instance_id: str,
+    old: Mapping[str, Wait],
+    new: Mapping[str, Wait],
+    now: datetime,
+) -> list[BufferedDelivery]:
+    """Bring the hold rows of ``instance_id`` from ``old`` to ``new``; returns the
+    buffered messages consumed by subscriptions this sync created."""
+    gone_dl, gone_sub, gone_task = [], [], []
+    add_dl, add_sub, add_task = [], [], []
+    moved_dl: list[Wait] = []
+    for wid, w in old.items():
+        n = new.get(wid)
+        if w.holds_deadline and (n is None or not n.holds_deadline):
+            gone_dl.append(wid)
+        if w.holds_subscription and (n is None or _subscription_row(instance_id, n) != _subscription_row(instance_id, w)):
+            gone_sub.append(wid)
+        if w.kind is WaitKind.USER_TASK and (n is None or n.kind is not WaitKind.USER_TASK):
+            gone_task.append(wid)
+    for wid, n in new.items():
+        w = old.get(wid)
+        if n.holds_deadline:
+            if w is None or not w.holds_deadline:
+                add_dl.append(_deadline_row(instance_id, n))
+            elif w.due_at != n.due_at:
+                moved_dl.append(n)
+        if n.holds_subscription and (w is None or wid in gone_sub):
+            add_sub.append(_subscription_row(instance_id, n))
+        if n.kind is WaitKind.USER_TASK and (w is None or w.kind is not WaitKind.USER_TASK):
+            add_task.append(_task_row(instance_id, n, now))
+
+    _delete(conn, deadlines, instance_id, gone_dl)
+    _delete(conn, subscriptions, instance_id, gone_sub)
+    _delete(conn, user_tasks, instance_id, gone_task)
+    if add_dl:
+        conn.execute(insert(deadlines), add_dl)
+    for n in moved_dl:
+        # A cycle's next repetition (same wait, new due time): a fresh, unclaimed row.
+        conn.execute(
+            update(deadlines)
+            .where(deadlines.c.instance_id == instance_id, deadlines.c.wait_id == n.id)
+            .values(
+                due_at=n.due_at, claimed_until=None, claim_token=None, attempts=0, last_error=None
+            )
+        )
+    if add_sub:
+        conn.execute(insert(subscriptions), add_sub)
+    if add_task:
+        conn.execute(insert(user_tasks), add_task)
+    delivered: list[BufferedDelivery] = []
+    message_subs = sorted(
+        (r for r in add_sub if r["kind"] == "message"),
+        key=lambda r: (r["name"], r["correlation_key"] or ""),
+    )
+    for row in message_subs:
+        found = _consume_buffered(conn, instance_id, row, now)
+        if found is not None:
+            delivered.append(found)
+    return delivered
+
+
+def _consume_buffered(
+    conn: Connection, instance_id: str, sub: dict[str, Any], now: datetime
+) -> BufferedDelivery | None:
+    """Consume the oldest unexpired buffered message matching a new subscription.
+
+    Marked consumed in THIS transaction, so it is delivered exactly once: the outbox
+    row that carries it commits with the mark, and its trigger id (the message id)
+    makes a redelivered outbox row a duplicate.
+    """
+    name, key = sub["name"], sub["correlation_key"]
+    lock_message_key(conn, name, key)
+    candidate = (
+        select(messages.c.message_id, messages.c.variables)
+        .where(
+            messages.c.name == name,
+            messages.c.correlation_key.is_not_distinct_from(key),
+            messages.c.consumed_at.is_(None),
+            messages.c.expires_at > now,
+        )
+        .order_by(messages.c.received_at, messages.c.message_id)
+        .limit(1)
+    )
+    if conn.dialect.name == "postgresql":
+        candidate = candidate.with_for_update(skip_locked=True)
+    found = conn.execute(candidate).first()
+    if found is None:
+        return None
+    marked = conn.execute(
+        update(messages)
+        .where(and_(messages.c.message_id == found.message_id, messages.c.consumed_at.is_(None)))
+        .values(consumed_by_instance=instance_id, consumed_at=now)
+    )
+    if marked.rowcount != 1:
+        return None
+    trigger = MessageReceived(
+        wait_id=sub["wait_id"],
+        name=name,
+        correlation_key=key,
+        variables=dict(found.variables or {}),
+        message_id=found.message_id,
+    )
+    payload = {
+        "instance_id": instance_id,
+        "wait_id": sub["wait_id"],
+        "trigger_id": found.message_id,
+        "trigger": trigger.model_dump(mode="json"),
+    }
+    outbox_id = conn.execute(
+        insert(outbox).values(kind=DELIVER_BUFFERED, payload=payload, created_at=now)
+        .returning(outbox.c.id)
+    ).scalar_one()
+    return BufferedDelivery(int(outbox_id), found.message_id, sub["wait_id"])

@@ -1,0 +1,153 @@
+"""Read-only projections for the Client, the CLI and the tests.
+
+Views are built from the checkpoint by ``engine_core.views`` (the core decides what an
+instance looks like); this module only fetches rows, in DEFERRED read transactions
+that never take SQLite's write lock.
+"""
+
+from __future__ import annotations
+
+
+from contextlib import AbstractContextManager
+from typing import Any
+
+from sqlalchemy import Connection, func, select
+
+from engine_core.checkpoint import Checkpoint, decode
+from engine_core.errors import UnknownInstance, UnknownTask
+from engine_core.views import FactView, IncidentView, InstanceView, UserTaskView, instance_view
+from persistence.tables import (
+    deadlines,
+    definitions,
+    facts,
+    inbox,
+    instances,
+    messages,
+    outbox,
+    processed_triggers,
+    subscriptions,
+    user_tasks,
+)
+
+__all__ = ["Queries"]
+
+_COUNTED = {
+    "definitions": definitions,
+    "instances": instances,
+    "deadlines": deadlines,
+    "subscriptions": subscriptions,
+    "user_tasks": user_tasks,
+    "facts": facts,
+    "outbox": outbox,
+    "processed_triggers": processed_triggers,
+    "messages": messages,
+    "inbox": inbox,
+}
+
+
+class Queries:
+    """Mixed into ``Store``; needs only its ``_read`` transaction factory."""
+
+    def _read(self) -> AbstractContextManager[Connection]:  # pragma: no cover - Store's
+        raise NotImplementedError
+
+    def checkpoint(self, instance_id: str) -> Checkpoint:
+        with self._read() as conn:
+            raw = conn.execute(
+                select(instances.c.checkpoint).where(instances.c.id == instance_id)
+            ).scalar()
+        if raw is None:
+            raise UnknownInstance(f"no instance has id {instance_id!r}")
+        return decode(raw)
+
+    def instance(self, instance_id: str) -> InstanceView:
+        return instance_view(self.checkpoint(instance_id))
+
+    def instances(
+        self, status: str | None = None, key: str | None = None, limit: int = 1000
+    ) -> list[InstanceView]:
+        q = select(instances.c.checkpoint)
+        if status is not None:
+            q = q.where(instances.c.status == status)
+        if key is not None:
+            q = q.where(instances.c.key == key)
+        with self._read() as conn:
+            raws = list(conn.execute(q.order_by(instances.c.created_at, instances.c.id).limit(limit)).scalars())
+        return [instance_view(decode(r)) for r in raws]
+
+    def user_tasks(self, instance_id: str | None = None) -> list[UserTaskView]:
+        q = select(user_tasks)
+        if instance_id is not None:
+            q = q.where(user_tasks.c.instance_id == instance_id)
+        with self._read() as conn:
+            rows = list(conn.execute(q.order_by(user_tasks.c.created_at, user_tasks.c.task_id)))
+        return [
+            UserTaskView(
+                id=r.task_id,
+                instance_id=r.instance_id,
+                node_id=r.node_id,
+                name=r.name,
+                assignee=r.assignee,
+                candidate_groups=r.candidate_groups,
+                created_at=r.created_at,
+            )
+            for r in rows
+        ]
+
+    def task(self, task_id: str) -> tuple[str, str]:
+        """(instance_id, wait_id) of an open user task."""
+        with self._read() as conn:
+            row = conn.execute(
+                select(user_tasks.c.instance_id, user_tasks.c.wait_id).where(
+                    user_tasks.c.task_id == task_id
+                )
+            ).first()
+        if row is None:
+            raise UnknownTask(
+                f"no open user task has id {task_id!r}; `dormant tasks list` shows the open ones"
+            )
+        return row.instance_id, row.wait_id
+
+    def history(self, instance_id: str) -> list[FactView]:
+        with self._read() as conn:
+            rows = list(
+                conn.execute(
+                    select(facts).where(facts.c.instance_id == instance_id).order_by(facts.c.id)
+                )
+            )
+            if not rows and conn.execute(
+                select(instances.c.id).where(instances.c.id == instance_id)
+            ).first() is None:
+                raise UnknownInstance(f"no instance has id {instance_id!r}")
+        return [FactView(at=r.at, kind=r.kind, details=dict(r.details), revision=r.revision) for r in rows]
+
+    def incidents(
+        self, instance_id: str | None = None, state: str | None = None
+    ) -> list[IncidentView]:
+        if instance_id is not None:
+            views = [self.instance(instance_id)]
+        else:
+            views = self.instances(status="active_incidents", limit=100_000)
+        out = [i for v in views for i in v.incidents]
+        return [i for i in out if state is None or i.state == state]
+
+    def counts(self) -> dict[str, int]:
+        """Rows per table: what the tests assert hold syncs against."""
+        with self._read() as conn:
+            return {
+                name: int(conn.execute(select(func.count()).select_from(t)).scalar_one())
+                for name, t in _COUNTED.items()
+            }
+
+    def holds(self, instance_id: str) -> dict[str, list[dict[str, Any]]]:
+        """The hold rows of one instance, for tests and `instances show`."""
+        with self._read() as conn:
+            return {
+                name: [dict(r._mapping) for r in conn.execute(
+                    select(t).where(t.c.instance_id == instance_id).order_by(t.c.wait_id)
+                )]
+                for name, t in (("deadlines", deadlines), ("subscriptions", subscriptions),
+                                ("user_tasks", user_tasks))
+            }
+
+

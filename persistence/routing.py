@@ -1,0 +1,238 @@
+"""Routing: which instances a message or signal wakes, or which it starts.
+
+Order, and why:
+
+1. A message id already recorded in ``messages`` is a duplicate: nothing happens.
+   The row is written LAST (step 4), so a producer's retry after a crash mid-routing
+   is routed again, and every apply in step 2/3 is idempotent (trigger id = message
+   id; start id = uuid5 of key and message id) — delivery is exactly once per holder.
+2. Every instance holding a matching subscription gets ``MessageReceived`` (first
+   wait per instance), each in its own Store transaction.
+3. Else every latest deployed process with a message start of that name: a keyed
+   start joins a running instance with the same start key (a 'DuplicateStart' fact,
+   never a second instance); the partial unique index on (key, start_key) makes that
+   race-safe when two such messages arrive at once.
+4. Under the (name, key) advisory lock, re-check the subscriptions (one may have been
+   armed meanwhile) and record the message: buffered until ``expires_at`` if nothing
+   took it and ``ttl`` > 0, else consumed. The hold sync takes the same lock before it
+   looks in the buffer, so a buffered message and a new subscription never miss.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import insert, select
+
+from engine_core.effects import Fact
+from engine_core.errors import InvalidMessage
+from engine_core.triggers import MessageReceived, SignalReceived
+from persistence.holds import lock_message_key
+from persistence.store import Applied, StartKeyTaken, Store, _json_object
+from persistence.tables import ACTIVE_STATUSES, instances, messages, subscriptions
+
+__all__ = ["NAMESPACE", "MessageOutcome", "Router", "SignalOutcome"]
+
+# Deterministic ids for instances started by a message or signal: a redelivered
+# message starts nothing new.
+NAMESPACE = uuid.UUID("6f1c2a1e-8d4b-4c1f-9a57-d0c5a3e7b001")
+
+
+@dataclass(slots=True)
+class MessageOutcome:
+    message_id: str
+    duplicate: bool = False
+    delivered_to: list[str] = field(default_factory=list)
+    started: list[str] = field(default_factory=list)
+    joined: list[str] = field(default_factory=list)
+    buffered: bool = False
+    applied: list[Applied] = field(default_factory=list)
+
+    @property
+    def outbox_ids(self) -> list[int]:
+        return [i for a in self.applied for i in a.outbox_ids]
+
+
+@dataclass(slots=True)
+class SignalOutcome:
+    signal_id: str
+    delivered_to: list[str] = field(default_factory=list)
+    started: list[str] = field(default_factory=list)
+    applied: list[Applied] = field(default_factory=list)
+
+    @property
+    def outbox_ids(self) -> list[int]:
+        return [i for a in self.applied for i in a.outbox_ids]
+
+
+class Router:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def _holders(self, kind: str, name: str, key: str | None) -> list[tuple[str, str]]:
+        q = select(subscriptions.c.instance_id, subscriptions.c.wait_id).where(
+            subscriptions.c.kind == kind, subscriptions.c.name == name
+        )
+        if kind == "message":
+            q = q.where(subscriptions.c.correlation_key.is_not_distinct_from(key))
+        with self.store._read() as conn:
+            return [(r.instance_id, r.wait_id) for r in conn.execute(
+                q.order_by(subscriptions.c.instance_id, subscriptions.c.wait_id)
+            )]
+
+    def message(
+        self,
+        name: str,
+        correlation_key: str | None,
+        variables: dict[str, Any] | None,
+        *,
+        message_id: str | None,
+        ttl_seconds: float | None,
+        now: datetime,
+    ) -> MessageOutcome:
+        if not isinstance(name, str) or not name.strip():
+            raise InvalidMessage(f"a message needs a non-empty name, got {name!r}")
+        if ttl_seconds is not None and ttl_seconds < 0:
+            raise InvalidMessage(f"message {name!r}: ttl must be >= 0 seconds, got {ttl_seconds}")
+        variables = _json_object({} if variables is None else variables, f"message {name!r} variables")
+        message_id = message_id or str(uuid.uuid4())
+        out = MessageOutcome(message_id)
+        with self.store._read() as conn:
+            if conn.execute(
+                select(messages.c.message_id).where(messages.c.message_id == message_id)
+            ).first():
+                out.duplicate = True
+                return out
+        while True:
+            self._deliver(out, name, correlation_key, variables, now)
+            if not out.delivered_to:
+                self._start(out, name, correlation_key, variables, now)
+            if self._record(out, name, correlation_key, variables, ttl_seconds, now):
+                return out
+
+    def _deliver(
+        self, out: MessageOutcome, name: str, key: str | None, variables: dict[str, Any],
+        now: datetime,
+    ) -> None:
+        seen: set[str] = set(out.delivered_to)
+        for instance_id, wait_id in self._holders("message", name, key):
+            if instance_id in seen:
+                continue  # one message wakes one wait per instance
+            seen.add(instance_id)
+            trigger = MessageReceived(
+                wait_id=wait_id, name=name, correlation_key=key, variables=variables,
+                message_id=out.message_id,
+            )
+            applied = self.store.apply(instance_id, trigger, now, trigger_id=out.message_id)
+            out.applied.append(applied)
+            out.delivered_to.append(instance_id)
+
+    def _start(
+        self, out: MessageOutcome, name: str, key: str | None, variables: dict[str, Any],
+        now: datetime,
+    ) -> None:
+        for process_key, version, nodes in self.store.latest_starts("message", name):
+            running = self._running_with_key(process_key, key) if key is not None else None
+            if running is not None:
+                self._join(out, running, process_key, name, now)
+                continue
+            instance_id = str(uuid.uuid5(NAMESPACE, f"{process_key}:{out.message_id}"))
+            try:
+                applied = self.store.start(
+                    process_key, instance_id, variables, now=now, version=version,
+                    start_node_id=nodes[0], start_key=key, trigger_id=out.message_id,
+                )
+            except StartKeyTaken:
+                running = self._running_with_key(process_key, key)
+                if running is not None:
+                    self._join(out, running, process_key, name, now)
+                continue
+            out.applied.append(applied)
+            if instance_id not in out.started:
+                out.started.append(instance_id)
+
+    def _running_with_key(self, process_key: str, key: str | None) -> str | None:
+        with self.store._read() as conn:
+            return conn.execute(
+                select(instances.c.id).where(
+                    instances.c.key == process_key,
+                    instances.c.start_key == key,
+                    instances.c.status.in_(ACTIVE_STATUSES),
+                ).limit(1)
+            ).scalar()
+
+    def _join(
+        self, out: MessageOutcome, instance_id: str, process_key: str, name: str, now: datetime
+    ) -> None:
+        self.store.record_fact(
+            instance_id,
+            Fact("DuplicateStart", {"message": name, "message_id": out.message_id}),
+            now,
+        )
+        out.joined.append(instance_id)
+
+    def _record(
+        self, out: MessageOutcome, name: str, key: str | None, variables: dict[str, Any],
+        ttl: float | None, now: datetime,
+    ) -> bool:
+        """Write the dedup row; False if a subscription appeared and we must deliver."""
+        taken = bool(out.delivered_to or out.started or out.joined)
+        buffer = not taken and ttl is not None and ttl > 0
+        with self.store._tx() as conn:
+            lock_message_key(conn, name, key)
+            if not taken:
+                q = select(subscriptions.c.instance_id).where(
+                    subscriptions.c.kind == "message", subscriptions.c.name == name,
+                    subscriptions.c.correlation_key.is_not_distinct_from(key),
+                ).limit(1)
+                if conn.execute(q).first() is not None:
+                    return False  # armed meanwhile: deliver to it instead of buffering
+            if conn.execute(
+                select(messages.c.message_id).where(messages.c.message_id == out.message_id)
+            ).first():
+                out.duplicate = not taken
+                return True
+            conn.execute(
+                insert(messages).values(
+                    message_id=out.message_id,
+                    name=name,
+                    correlation_key=key,
+                    variables=variables if buffer else {},
+                    expires_at=now + timedelta(seconds=ttl) if buffer and ttl else None,
+                    received_at=now,
+                    consumed_by_instance=None if buffer else (out.delivered_to or out.started or out.joined or [None])[0],
+                    consumed_at=None if buffer else now,
+                )
+            )
+        out.buffered = buffer
+        return True
+
+    def signal(
+        self, name: str, variables: dict[str, Any] | None, *, signal_id: str | None, now: datetime
+    ) -> SignalOutcome:
+        """Broadcast: every holder of a signal subscription, every signal start."""
+        if not isinstance(name, str) or not name.strip():
+            raise InvalidMessage(f"a signal needs a non-empty name, got {name!r}")
+        variables = _json_object({} if variables is None else variables, f"signal {name!r} variables")
+        signal_id = signal_id or str(uuid.uuid4())
+        out = SignalOutcome(signal_id)
+        for instance_id, wait_id in self._holders("signal", name, None):
+            trigger = SignalReceived(wait_id=wait_id, name=name, variables=variables)
+            out.applied.append(
+                self.store.apply(instance_id, trigger, now, trigger_id=f"{signal_id}:{wait_id}")
+            )
+            if instance_id not in out.delivered_to:
+                out.delivered_to.append(instance_id)
+        for process_key, version, nodes in self.store.latest_starts("signal", name):
+            instance_id = str(uuid.uuid5(NAMESPACE, f"{process_key}:{signal_id}"))
+            out.applied.append(
+                self.store.start(
+                    process_key, instance_id, variables, now=now, version=version,
+                    start_node_id=nodes[0], trigger_id=signal_id,
+                )
+            )
+            out.started.append(instance_id)
+        return out

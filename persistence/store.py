@@ -1,0 +1,487 @@
+"""The Store: the one transaction, and nothing else that changes an instance.
+
+``Store.apply`` is DESIGN.md's one rule in code: lock the instance row, load the
+checkpoint, let ``engine_core`` apply one trigger, then write the new checkpoint AND
+every row it implies (hold rows, facts, outbox, the processed trigger id) before the
+one commit. Anything the shell must do afterwards (publish jobs, follow-up triggers) is
+an outbox row committed here, so a crash between commit and publish loses nothing.
+
+No BPMN semantics live here: the Store locks, stores, projects and asks the core.
+Operational database errors (connection lost, serialisation failure) propagate as
+SQLAlchemy errors so the calling Celery task retries the whole trigger; the trigger id
+makes that retry idempotent.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, Row, func, insert, select, update
+from sqlalchemy.exc import IntegrityError
+
+from engine_core import engine as core
+from engine_core.checkpoint import Checkpoint, decode, encode
+from engine_core.effects import Fact, Step
+from engine_core.errors import InvalidOperation, InvalidVariables, UnknownInstance, UnknownProcess
+from engine_core.model import ProcessDefinition
+from engine_core.triggers import Start, Trigger
+from persistence import migrate
+from persistence.db import READ, make_engine
+from persistence.holds import sync_holds
+from persistence.queries import Queries
+from persistence.settings import Settings
+from persistence.tables import definitions, facts, instances, outbox, processed_triggers
+
+__all__ = ["Applied", "Deployment", "OutboxRow", "StartKeyTaken", "Store"]
+
+log = logging.getLogger("dormant.store")
+
+# Parsed definitions shared by every Store in the process: (checksum, key) -> model.
+# Parsing is deterministic in the source, so the checksum is a safe key.
+_PARSED: dict[tuple[str, str], ProcessDefinition] = {}
+_PARSED_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True, slots=True)
+class Deployment:
+    key: str
+    version: int
+    created: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """What one transaction did. ``outbox_ids``: rows to publish after commit."""
+
+    instance_id: str
+    revision: int
+    status: str
+    changed: bool
+    duplicate: bool = False
+    outbox_ids: list[int] = field(default_factory=list)
+    facts: list[Fact] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxRow:
+    id: int
+    kind: str
+    payload: dict[str, Any]
+    created_at: datetime
+
+
+class StartKeyTaken(InvalidOperation):
+    """A keyed message start lost the race: a running instance already has that key."""
+
+    def __init__(self, key: str, start_key: str) -> None:
+        self.key = key
+        self.start_key = start_key
+        super().__init__(
+            f"process {key!r} already has a running instance started with key {start_key!r}"
+        )
+
+
+def _json_object(variables: Any, what: str = "variables") -> dict[str, Any]:
+    if not isinstance(variables, dict) or not all(isinstance(k, str) for k in variables):
+        raise InvalidVariables(f"{what} must be a JSON object, got {type(variables).__name__}")
+    try:
+        json.dumps(variables, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidVariables(f"{what} are not JSON: {exc}") from exc
+    return variables
+
+
+def _starts_of(definition: ProcessDefinition) -> dict[str, dict[str, list[str]]]:
+    """Message/signal start names -> node ids, kept on the row for routing."""
+    out: dict[str, dict[str, list[str]]] = {"message": {}, "signal": {}}
+    for node in definition.message_starts():
+        if node.event.message_name:
+            out["message"].setdefault(node.event.message_name, []).append(node.id)
+    for node in definition.signal_starts():
+        if node.event.signal_name:
+            out["signal"].setdefault(node.event.signal_name, []).append(node.id)
+    return out
+
+
+def _effect_payload(effect: object) -> dict[str, Any]:
+    data: dict[str, Any] = dataclasses.asdict(effect)  # type: ignore[call-overload]
+    return json.loads(json.dumps(data, default=str))  # type: ignore[no-any-return]
+
+
+class Store(Queries):
+    """One database, one SQLAlchemy Engine, the one transaction."""
+
+    def __init__(
+        self,
+        database_url: str | None = None,
+        *,
+        settings: Settings | None = None,
+        check_schema: bool = True,
+    ) -> None:
+        if settings is None:
+            settings = Settings.from_env(database_url=database_url)
+        elif database_url is not None:
+            settings = Settings.from_env({}, **(settings.model_dump() | {"database_url": database_url}))
+        self.settings = settings
+        self.url = settings.database_url
+        self.engine = make_engine(self.url)
+        self.is_postgres = self.engine.dialect.name == "postgresql"
+        self.services = core.Services(job_retry_backoff_seconds=settings.job_retry_backoff_seconds)
+        self._definitions: dict[tuple[str, int], ProcessDefinition] = {}
+        if check_schema:
+            if self.is_postgres:
+                migrate.check(self.engine)  # never auto-migrate a shared database
+            else:
+                migrate.upgrade(self.engine)  # the embedded default just works
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # -- transactions -------------------------------------------------------------
+
+    @contextmanager
+    def _tx(self) -> Iterator[Connection]:
+        """A write transaction (BEGIN IMMEDIATE on SQLite)."""
+        with self.engine.begin() as conn:
+            yield conn
+
+    @contextmanager
+    def _read(self) -> Iterator[Connection]:
+        with self.engine.connect().execution_options(**READ) as conn, conn.begin():
+            yield conn
+
+    # -- definitions --------------------------------------------------------------
+
+    def deploy(self, source: str | bytes, now: datetime) -> list[Deployment]:
+        """Deploy every executable process in ``source``.
+
+        Identical content for a key does not bump its version, so re-running a deploy
+        script is harmless; changed content gets version + 1, and running instances
+        stay pinned to the version they started on.
+        """
+        from engine_core.bpmn import read_bpmn  # the reader validates and refuses first
+
+        text = source.decode("utf-8") if isinstance(source, bytes) else source
+        parsed = read_bpmn(text)
+        checksum = hashlib.sha256(text.encode("utf-8")).hexdigest()
+        out: list[Deployment] = []
+        with self._tx() as conn:
+            for definition in parsed:
+                latest = conn.execute(
+                    select(definitions.c.version, definitions.c.checksum)
+                    .where(definitions.c.key == definition.key)
+                    .order_by(definitions.c.version.desc())
+                    .limit(1)
+                ).first()
+                if latest is not None and latest.checksum == checksum:
+                    out.append(Deployment(definition.key, latest.version, False))
+                    continue
+                version = 1 if latest is None else latest.version + 1
+                conn.execute(
+                    insert(definitions).values(
+                        key=definition.key,
+                        version=version,
+                        checksum=checksum,
+                        source=text,
+                        deployed_at=now,
+                        starts=_starts_of(definition),
+                    )
+                )
+                with _PARSED_LOCK:
+                    _PARSED[(checksum, definition.key)] = definition
+                out.append(Deployment(definition.key, version, True))
+        for d in out:
+            log.info("deployed %s v%d%s", d.key, d.version, "" if d.created else " (unchanged)")
+        return out
+
+    def definition(
+        self, key: str, version: int | None = None, *, conn: Connection | None = None
+    ) -> tuple[ProcessDefinition, int]:
+        """The deployed model (latest when ``version`` is None) and its version."""
+        if version is not None and (key, version) in self._definitions:
+            return self._definitions[(key, version)], version
+        if conn is None:
+            with self._read() as c:
+                return self.definition(key, version, conn=c)
+        q = select(definitions.c.version, definitions.c.checksum).where(definitions.c.key == key)
+        q = q.where(definitions.c.version == version) if version is not None else q
+        row = conn.execute(q.order_by(definitions.c.version.desc()).limit(1)).first()
+        if row is None:
+            raise self._unknown_process(conn, key, version)
+        cached = _PARSED.get((row.checksum, key))
+        if cached is None:
+            from engine_core.bpmn import read_bpmn
+
+            source = conn.execute(
+                select(definitions.c.source).where(
+                    definitions.c.key == key, definitions.c.version == row.version
+                )
+            ).scalar_one()
+            with _PARSED_LOCK:
+                for d in read_bpmn(source):
+                    _PARSED[(row.checksum, d.key)] = d
+            cached = _PARSED[(row.checksum, key)]
+        self._definitions[(key, row.version)] = cached
+        return cached, int(row.version)
+
+    def _unknown_process(self, conn: Connection, key: str, version: int | None) -> UnknownProcess:
+        versions = [
+            v for (v,) in conn.execute(
+                select(definitions.c.version).where(definitions.c.key == key)
+                .order_by(definitions.c.version)
+            )
+        ]
+        if versions:
+            listed = ", ".join(str(v) for v in versions)
+            return UnknownProcess(
+                f"process {key!r} has no version {version}; deployed versions: {listed}"
+            )
+        keys = [k for (k,) in conn.execute(select(definitions.c.key).distinct().order_by(definitions.c.key))]
+        return UnknownProcess(
+            f"no process {key!r} is deployed; deployed: {', '.join(keys) if keys else '(none)'}"
+        )
+
+    def latest_starts(self, kind: str, name: str) -> list[tuple[str, int, list[str]]]:
+        """(key, latest version, start node ids) of processes started by ``kind`` ``name``."""
+        latest = (
+            select(definitions.c.key, func.max(definitions.c.version).label("version"))
+            .group_by(definitions.c.key)
+            .subquery()
+        )
+        q = select(definitions.c.key, definitions.c.version, definitions.c.starts).join(
+            latest,
+            (definitions.c.key == latest.c.key) & (definitions.c.version == latest.c.version),
+        )
+        out = []
+        with self._read() as conn:
+            for row in conn.execute(q.order_by(definitions.c.key)):
+                nodes = (row.starts or {}).get(kind, {}).get(name)
+                if nodes:
+                    out.append((row.key, int(row.version), list(nodes)))
+        return out
+
+    # -- the one transaction ------------------------------------------------------
+
+    def start(
+        self,
+        key: str,
+        instance_id: str,
+        variables: dict[str, Any],
+        *,
+        now: datetime,
+        business_key: str | None = None,
+        version: int | None = None,
+        start_node_id: str | None = None,
+        start_key: str | None = None,
+        parent: dict[str, str] | None = None,
+        trigger_id: str | None = None,
+    ) -> Applied:
+        """Create ``instance_id`` and apply its Start, in one transaction.
+
+        Idempotent on the instance id: a redelivered start finds the row and returns
+        ``changed=False``. A keyed start racing another with the same key loses on the
+        partial unique index and raises ``StartKeyTaken`` (the router joins instead).
+        """
+        variables = _json_object(variables)
+        trigger = Start(
+            variables=variables,
+            business_key=business_key,
+            start_node_id=start_node_id,
+            start_key=start_key,
+            parent=parent,
+        )
+        try:
+            with self._tx() as conn:
+                existing = self._existing(conn, instance_id)
+                if existing is not None:
+                    return existing
+                definition, ver = self.definition(key, version, conn=conn)
+                first = core.new_checkpoint(definition, instance_id, ver, now)
+                step = core.apply(definition, first, trigger, now=now, services=self.services)
+                cp = step.checkpoint
+                conn.execute(
+                    insert(instances).values(
+                        id=instance_id,
+                        key=key,
+                        version=ver,
+                        status=cp.status.value,
+                        business_key=business_key,
+                        start_key=start_key,
+                        revision=cp.revision,
+                        checkpoint=encode(cp),
+                        created_at=now,
+                        updated_at=now,
+                        parent_id=(parent or {}).get("instance_id"),
+                    )
+                )
+                return self._write_step(conn, instance_id, first, step, now, trigger_id)
+        except IntegrityError as exc:
+            with self._read() as conn:
+                existing = self._existing(conn, instance_id)
+            if existing is not None:
+                return existing
+            if start_key is not None:
+                raise StartKeyTaken(key, start_key) from exc
+            raise
+
+    def _existing(self, conn: Connection, instance_id: str) -> Applied | None:
+        row = conn.execute(
+            select(instances.c.revision, instances.c.status).where(instances.c.id == instance_id)
+        ).first()
+        if row is None:
+            return None
+        return Applied(instance_id, int(row.revision), row.status, changed=False, duplicate=True)
+
+    def apply(
+        self, instance_id: str, trigger: Trigger, now: datetime, *, trigger_id: str | None = None
+    ) -> Applied:
+        """Apply one trigger to one instance: THE transaction (see the module docstring).
+
+        The order inside is the contract: the row lock is taken before the checkpoint is
+        read (a racing trigger waits, then applies to the new state — single flight);
+        the duplicate check comes after the lock (two deliveries of one trigger cannot
+        both pass it); hold rows change only together with the checkpoint that implies
+        them, so a failure anywhere rolls back both and no wait is ever lost.
+        """
+        with self._tx() as conn:
+            row = self._lock(conn, instance_id)
+            if trigger_id is not None and conn.execute(
+                select(processed_triggers.c.trigger_id).where(
+                    processed_triggers.c.instance_id == instance_id,
+                    processed_triggers.c.trigger_id == trigger_id,
+                )
+            ).first():
+                return Applied(instance_id, int(row.revision), row.status, False, duplicate=True)
+            old = decode(row.checkpoint)
+            definition, _ = self.definition(row.key, row.version, conn=conn)
+            step = core.apply(definition, old, trigger, now=now, services=self.services)
+            if not step.changed:
+                self._insert_facts(conn, instance_id, old.revision, step.facts, now)
+                return Applied(
+                    instance_id, old.revision, old.status.value, False, facts=list(step.facts)
+                )
+            cp = step.checkpoint
+            conn.execute(
+                update(instances)
+                .where(instances.c.id == instance_id)
+                .values(
+                    checkpoint=encode(cp),
+                    status=cp.status.value,
+                    revision=cp.revision,
+                    updated_at=now,
+                )
+            )
+            return self._write_step(conn, instance_id, old, step, now, trigger_id)
+
+    def _lock(self, conn: Connection, instance_id: str) -> Row[Any]:
+        q = select(
+            instances.c.key,
+            instances.c.version,
+            instances.c.status,
+            instances.c.revision,
+            instances.c.checkpoint,
+        ).where(instances.c.id == instance_id)
+        row = conn.execute(q.with_for_update()).first()
+        if row is None:
+            raise UnknownInstance(f"no instance has id {instance_id!r}")
+        return row
+
+    def _write_step(
+        self,
+        conn: Connection,
+        instance_id: str,
+        old: Checkpoint,
+        step: Step,
+        now: datetime,
+        trigger_id: str | None,
+    ) -> Applied:
+        """Everything the new checkpoint implies, in the caller's transaction."""
+        cp = step.checkpoint
+        buffered = sync_holds(conn, instance_id, old.waits, cp.waits, now)
+        self._insert_facts(conn, instance_id, cp.revision, step.facts, now)
+        outbox_ids = [
+            int(
+                conn.execute(
+                    insert(outbox)
+                    .values(kind=type(e).__name__, payload=_effect_payload(e), created_at=now)
+                    .returning(outbox.c.id)
+                ).scalar_one()
+            )
+            for e in step.effects
+        ]
+        outbox_ids += [b.outbox_id for b in buffered]
+        if trigger_id is not None:
+            conn.execute(
+                insert(processed_triggers).values(
+                    instance_id=instance_id, trigger_id=trigger_id, at=now
+                )
+            )
+        return Applied(
+            instance_id, cp.revision, cp.status.value, True, False, outbox_ids, list(step.facts)
+        )
+
+    def _insert_facts(
+        self, conn: Connection, instance_id: str, revision: int, new: tuple[Fact, ...], now: datetime
+    ) -> None:
+        if new:
+            conn.execute(
+                insert(facts),
+                [
+                    {
+                        "instance_id": instance_id,
+                        "revision": revision,
+                        "at": now,
+                        "kind": f.kind,
+                        "details": dict(f.details),
+                    }
+                    for f in new
+                ],
+            )
+
+    def record_fact(self, instance_id: str, fact: Fact, now: datetime) -> None:
+        """History only (e.g. a joined keyed start, a failed wake): no state changes."""
+        with self._tx() as conn:
+            rev = conn.execute(
+                select(instances.c.revision).where(instances.c.id == instance_id)
+            ).scalar()
+            self._insert_facts(conn, instance_id, int(rev or 0), (fact,), now)
+
+    # -- outbox -------------------------------------------------------------------
+
+    def outbox_rows(self, ids: list[int]) -> list[OutboxRow]:
+        if not ids:
+            return []
+        with self._read() as conn:
+            rows = conn.execute(select(outbox).where(outbox.c.id.in_(ids)).order_by(outbox.c.id))
+            return [OutboxRow(int(r.id), r.kind, r.payload, r.created_at) for r in rows]
+
+    def pending_outbox(
+        self, older_than_seconds: float, limit: int = 100, *, now: datetime | None = None
+    ) -> list[OutboxRow]:
+        """Rows a publisher left behind (it died after commit): the sweeper's work."""
+        from datetime import UTC, timedelta
+
+        cutoff = (now or datetime.now(UTC)) - timedelta(seconds=older_than_seconds)
+        with self._read() as conn:
+            rows = conn.execute(
+                select(outbox)
+                .where(outbox.c.created_at <= cutoff, outbox.c.published_at.is_(None))
+                .order_by(outbox.c.id)
+                .limit(limit)
+            )
+            return [OutboxRow(int(r.id), r.kind, r.payload, r.created_at) for r in rows]
+
+    def mark_published(self, outbox_id: int) -> None:
+        from sqlalchemy import delete
+
+        with self._tx() as conn:
+            conn.execute(delete(outbox).where(outbox.c.id == outbox_id))
