@@ -243,6 +243,11 @@ def _check_event(node: Node, kind: EventKind, d: ProcessDefinition) -> None:
     if kind is E.MESSAGE and node.kind in (K.END_EVENT, K.INTERMEDIATE_THROW_EVENT):
         if not (ev.message_name or node.job_type):
             raise _bad(f"{label}: a message throw needs a message or a job type")
+    if kind is E.MESSAGE and _subscribes_per_instance(node) and not ev.correlation_key:
+        raise _bad(
+            f"{label}: message {ev.message_name!r} has no correlation key "
+            "(zeebe:subscription correlationKey on the bpmn:message)"
+        )
     if kind is E.SIGNAL and not ev.signal_name:
         raise _bad(f"{label}: signal has no name")
     if kind is E.ERROR and node.kind is K.END_EVENT and not ev.error_code:
@@ -256,6 +261,14 @@ def _check_event(node: Node, kind: EventKind, d: ProcessDefinition) -> None:
         target = d.nodes.get(ev.activity_ref)
         if target is None or target.kind not in ACTIVITY_KINDS:
             raise _bad(f"{label}: compensation activityRef {ev.activity_ref!r} is not an activity")
+
+
+def _subscribes_per_instance(node: Node) -> bool:
+    """A message wait of a running instance needs a key to find its instance; only a
+    process-level message start (which creates the instance) does without."""
+    if node.kind is K.START_EVENT:
+        return node.parent is not None
+    return node.kind in (K.INTERMEDIATE_CATCH_EVENT, K.BOUNDARY_EVENT, K.RECEIVE_TASK)
 
 
 def _check_event_based_gateway(d: ProcessDefinition, node: Node) -> None:

@@ -408,6 +408,20 @@ def test_process_level_listener_refused() -> None:
             "'e9'",
         ),
         (doc('<bpmn:serviceTask id="st"/>'), "'st'"),
+        (
+            doc(
+                '<bpmn:intermediateCatchEvent id="nk"><bpmn:messageEventDefinition messageRef="m2"/></bpmn:intermediateCatchEvent>',
+                extra='<bpmn:message id="m2" name="x"/>',
+            ),
+            "'nk'",
+        ),
+        (doc('<bpmn:subProcess id="sp"><bpmn:endEvent id="e2"/></bpmn:subProcess>'), "'sp'"),
+        (
+            doc(
+                '<bpmn:eventBasedGateway id="eg"/><bpmn:task id="t1"/><bpmn:task id="t2"/><bpmn:sequenceFlow id="y1" sourceRef="eg" targetRef="t1"/><bpmn:sequenceFlow id="y2" sourceRef="eg" targetRef="t2"/>'
+            ),
+            "'eg'",
+        ),
         (doc('<bpmn:scriptTask id="sc"/>'), "'sc'"),
         (
             doc(
