@@ -19,7 +19,7 @@ import hashlib
 import json
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -69,6 +69,8 @@ class Applied:
     duplicate: bool = False
     outbox_ids: list[int] = field(default_factory=list)
     facts: list[Fact] = field(default_factory=list)
+    # The caller's precondition failed under the lock: nothing was applied.
+    skipped: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,7 +344,13 @@ class Store(Queries):
         return Applied(instance_id, int(row.revision), row.status, changed=False, duplicate=True)
 
     def apply(
-        self, instance_id: str, trigger: Trigger, now: datetime, *, trigger_id: str | None = None
+        self,
+        instance_id: str,
+        trigger: Trigger,
+        now: datetime,
+        *,
+        trigger_id: str | None = None,
+        precondition: Callable[[Connection], bool] | None = None,
     ) -> Applied:
         """Apply one trigger to one instance: THE transaction (see the module docstring).
 
@@ -351,9 +359,14 @@ class Store(Queries):
         the duplicate check comes after the lock (two deliveries of one trigger cannot
         both pass it); hold rows change only together with the checkpoint that implies
         them, so a failure anywhere rolls back both and no wait is ever lost.
+
+        ``precondition`` runs under the lock (the scheduler checks its claim there);
+        when it returns False nothing is applied and ``skipped`` is set.
         """
         with self._tx() as conn:
             row = self._lock(conn, instance_id)
+            if precondition is not None and not precondition(conn):
+                return Applied(instance_id, int(row.revision), row.status, False, skipped=True)
             if trigger_id is not None and conn.execute(
                 select(processed_triggers.c.trigger_id).where(
                     processed_triggers.c.instance_id == instance_id,
