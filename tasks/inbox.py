@@ -28,16 +28,26 @@ __all__ = ["InboxRow", "mark_processed", "record", "unprocessed"]
 class InboxRow:
     id: str
     task: str
+    routing_key: str
     kwargs: dict[str, Any]
 
 
-def record(engine: Engine, task: str, kwargs: dict[str, Any], inbox_id: str | None = None) -> str:
-    """Write one trigger and return its id (a uuid4 hex unless given)."""
+def record(
+    engine: Engine,
+    task: str,
+    routing_key: str,
+    kwargs: dict[str, Any],
+    inbox_id: str | None = None,
+) -> str:
+    """Write one trigger (the task to send, and how) and return its id (a uuid4 hex)."""
     row_id = inbox_id or uuid.uuid4().hex
     with engine.begin() as conn:
         conn.execute(
             insert(inbox).values(
-                id=row_id, kind=task, payload=kwargs, created_at=datetime.now(UTC)
+                id=row_id,
+                kind=task,
+                payload={"routing_key": routing_key, "kwargs": kwargs},
+                created_at=datetime.now(UTC),
             )
         )
     return row_id
@@ -63,4 +73,12 @@ def unprocessed(engine: Engine, older_than_seconds: float, limit: int = 500) -> 
             .order_by(inbox.c.created_at)
             .limit(limit)
         ).all()
-    return [InboxRow(id=r.id, task=r.kind, kwargs=dict(r.payload)) for r in rows]
+    return [
+        InboxRow(
+            id=r.id,
+            task=r.kind,
+            routing_key=r.payload.get("routing_key") or "trigger.default",
+            kwargs=dict(r.payload.get("kwargs") or {}),
+        )
+        for r in rows
+    ]

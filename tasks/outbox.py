@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from engine_core.triggers import ChildCompleted, ChildFailed, MessageReceived
+from engine_core.triggers import ChildCompleted, ChildFailed, MessageReceived, parse_trigger
 from tasks.app import publish, store
 
 __all__ = ["publish_ids", "publish_row", "trigger_id_for"]
@@ -110,14 +110,18 @@ def _notify_parent(p: dict[str, Any], tid: str) -> None:
 
 
 def _deliver_buffered(p: dict[str, Any], tid: str) -> None:
-    trigger = MessageReceived(
-        wait_id=p["wait_id"],
-        name=p["name"],
-        correlation_key=p.get("correlation_key"),
-        variables=p.get("variables") or {},
-        message_id=p.get("message_id"),
-    )
-    _apply_trigger(p["instance_id"], trigger, tid)
+    """A buffered message consumed by a new subscription: the Store wrote the trigger."""
+    if "trigger" in p:
+        trigger: Any = parse_trigger(p["trigger"])
+    else:
+        trigger = MessageReceived(
+            wait_id=p["wait_id"],
+            name=p["name"],
+            correlation_key=p.get("correlation_key"),
+            variables=p.get("variables") or {},
+            message_id=p.get("message_id"),
+        )
+    _apply_trigger(p["instance_id"], trigger, p.get("trigger_id") or tid)
 
 
 # outbox kind (the effect's class name) -> publisher

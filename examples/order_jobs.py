@@ -1,0 +1,1 @@
+../tasks/examples/order_jobs.py

@@ -1,0 +1,318 @@
+"""The ``dormant`` command line: a thin skin over ``Client`` and the Celery app.
+
+Every ``DormantError`` becomes one line on stderr and exit code 2, never a traceback:
+the message already names the offending thing and the fix. ``--var k=v`` takes a JSON
+value when ``v`` parses as JSON (``--var n=3``, ``--var ok=true``, ``--var 'x={"a":1}'``)
+and the plain string otherwise (``--var name=Ada``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from typing import Any
+
+import click
+
+from engine_core.errors import DormantError, InvalidVariables
+
+__all__ = ["cli", "main", "parse_vars"]
+
+
+def parse_vars(pairs: tuple[str, ...]) -> dict[str, Any]:
+    """``("a=1", "b=x")`` → ``{"a": 1, "b": "x"}``."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        name, sep, raw = pair.partition("=")
+        if not sep or not name:
+            raise InvalidVariables(f"--var {pair!r} is not of the form name=value")
+        try:
+            out[name] = json.loads(raw)
+        except ValueError:
+            out[name] = raw
+    return out
+
+
+def _client() -> Any:
+    from tasks.client import Client
+
+    return Client()
+
+
+_var = click.option("--var", "vars_", multiple=True, metavar="K=V", help="a variable (JSON value or string)")
+
+
+@click.group()
+def cli() -> None:
+    """dormant: a BPMN process engine on Celery."""
+
+
+# -- database ------------------------------------------------------------------------
+
+
+@cli.group()
+def db() -> None:
+    """The database schema."""
+
+
+@db.command("upgrade")
+def db_upgrade() -> None:
+    """Apply the migrations to DORMANT_DATABASE_URL."""
+    from persistence import migrate
+    from persistence.settings import Settings
+
+    url = Settings.from_env().database_url
+    migrate.upgrade(url)
+    click.echo(f"database at revision {migrate.head_revision()}")
+
+
+# -- processes and triggers ----------------------------------------------------------
+
+
+@cli.command()
+@click.argument("file", type=click.Path(dir_okay=False))
+def deploy(file: str) -> None:
+    """Deploy FILE.bpmn; prints the process key and version."""
+    from persistence.store import Store
+
+    client = _client()
+    from tasks.client import _now, _read_source
+
+    store: Store = client._store
+    for d in store.deploy(_read_source(file), _now()):
+        click.echo(f"{d.key} {d.version}")
+
+
+@cli.command()
+@click.argument("key")
+@_var
+@click.option("--business-key", default=None)
+def start(key: str, vars_: tuple[str, ...], business_key: str | None) -> None:
+    """Start an instance of KEY; prints its id."""
+    click.echo(_client().start(key, parse_vars(vars_), business_key=business_key))
+
+
+@cli.command("send-message")
+@click.argument("name")
+@click.option("--key", "correlation_key", default=None, help="the correlation key")
+@_var
+@click.option("--ttl", type=float, default=None, help="buffer the message this many seconds")
+@click.option("--id", "message_id", default=None, help="message id (redelivery is idempotent)")
+def send_message(
+    name: str, correlation_key: str | None, vars_: tuple[str, ...], ttl: float | None, message_id: str | None
+) -> None:
+    """Publish message NAME; prints the message id."""
+    click.echo(_client().send_message(name, correlation_key, parse_vars(vars_), message_id, ttl))
+
+
+@cli.command()
+@click.argument("name")
+@_var
+def signal(name: str, vars_: tuple[str, ...]) -> None:
+    """Broadcast signal NAME; prints the signal id."""
+    click.echo(_client().signal(name, parse_vars(vars_)))
+
+
+# -- user tasks ----------------------------------------------------------------------
+
+
+@cli.group()
+def tasks() -> None:
+    """User tasks."""
+
+
+@tasks.command("list")
+@click.option("--instance", "instance_id", default=None)
+def tasks_list(instance_id: str | None) -> None:
+    for t in _client().user_tasks(instance_id):
+        click.echo(f"{t.id}\t{t.instance_id}\t{t.node_id}\t{t.name or ''}")
+
+
+@tasks.command("complete")
+@click.argument("task_id")
+@_var
+def tasks_complete(task_id: str, vars_: tuple[str, ...]) -> None:
+    _client().complete_task(task_id, parse_vars(vars_))
+    click.echo(f"completing {task_id}")
+
+
+# -- instances -----------------------------------------------------------------------
+
+
+@cli.group()
+def instances() -> None:
+    """Process instances."""
+
+
+@instances.command("list")
+@click.option("--status", default=None)
+def instances_list(status: str | None) -> None:
+    for i in _client().instances(status=status):
+        click.echo(f"{i.id}\t{i.key} v{i.version}\t{i.status}\t{i.business_key or ''}")
+
+
+@instances.command("show")
+@click.argument("instance_id")
+@click.option("--json", "as_json", is_flag=True)
+def instances_show(instance_id: str, as_json: bool) -> None:
+    from engine_core.views import to_dict
+
+    view = _client().instance(instance_id)
+    if as_json:
+        click.echo(json.dumps(to_dict(view), indent=2, sort_keys=True))
+        return
+    click.echo(f"{view.id}  {view.key} v{view.version}  {view.status}  revision {view.revision}")
+    if view.business_key:
+        click.echo(f"business key: {view.business_key}")
+    for t in view.tokens:
+        waiting = f"  waiting for {', '.join(t.waiting_for)}" if t.waiting_for else ""
+        click.echo(f"  token {t.id} at {t.node_id}: {t.state}{waiting}")
+    for inc in view.incidents:
+        click.echo(f"  incident {inc.id} at {inc.node_id}: {inc.state} ({inc.cause_class}: {inc.cause})")
+    click.echo(f"  variables: {json.dumps(view.variables, sort_keys=True)}")
+
+
+@instances.command("cancel")
+@click.argument("instance_id")
+def instances_cancel(instance_id: str) -> None:
+    _client().cancel(instance_id)
+    click.echo(f"cancelling {instance_id}")
+
+
+# -- incidents -----------------------------------------------------------------------
+
+
+@cli.group()
+def incidents() -> None:
+    """Incidents: list, inspect, retry, resolve, drop."""
+
+
+@incidents.command("list")
+@click.option("--instance", "instance_id", default=None)
+@click.option("--state", default=None)
+def incidents_list(instance_id: str | None, state: str | None) -> None:
+    for i in _client().incidents(instance_id, state):
+        click.echo(f"{i.id}\t{i.instance_id}\t{i.node_id}\t{i.state}\t{i.attempts}\t{i.cause_class}")
+
+
+@incidents.command("show")
+@click.argument("incident_id")
+def incidents_show(incident_id: str) -> None:
+    from engine_core.views import to_dict
+
+    click.echo(json.dumps(to_dict(_client().incident(incident_id)), indent=2, sort_keys=True))
+
+
+def _incident_op(op: str) -> None:
+    @incidents.command(op)
+    @click.argument("incident_id")
+    def command(incident_id: str) -> None:
+        getattr(_client(), f"{op}_incident")(incident_id)
+        click.echo(f"{op} {incident_id}")
+
+    command.__doc__ = f"{op.capitalize()} incident INCIDENT_ID."
+
+
+for _op in ("retry", "resolve", "drop"):
+    _incident_op(_op)
+
+
+# -- processes: worker, beat, dev, demo ----------------------------------------------
+
+
+def _ensure_database() -> None:
+    from tasks.app import ensure_database
+
+    ensure_database()
+
+
+@cli.command()
+@click.option("--include", "includes", multiple=True, help="a module with your job tasks")
+@click.option("--concurrency", type=int, default=None)
+@click.option("--queues", default=None, help="comma-separated queues (default: dormant)")
+@click.option("--loglevel", default="INFO", hidden=True)
+@click.option("--pool", default=None, hidden=True)
+def worker(
+    includes: tuple[str, ...], concurrency: int | None, queues: str | None, loglevel: str, pool: str | None
+) -> None:
+    """Run a worker: trigger tasks and the jobs of --include modules."""
+    _ensure_database()
+    from tasks.app import app
+
+    argv = ["worker", f"--loglevel={loglevel}", "-Q", queues or "dormant", "--without-mingle", "--without-gossip"]
+    if includes:
+        argv.append("--include=" + ",".join(includes))
+    if concurrency:
+        argv.append(f"--concurrency={concurrency}")
+    if pool:
+        argv.append(f"--pool={pool}")
+    app.worker_main(argv)
+
+
+@cli.command()
+@click.option("--loglevel", default="INFO", hidden=True)
+def beat(loglevel: str) -> None:
+    """Run beat: the deadline scan every second and the outbox/inbox sweep."""
+    _ensure_database()
+    from tasks.app import app
+
+    app.start(["beat", f"--loglevel={loglevel}", "--scheduler=celery.beat:Scheduler"])
+
+
+@cli.command()
+@click.option("--include", "includes", multiple=True)
+@click.option("--concurrency", type=int, default=4)
+@click.option("--loglevel", default="INFO", hidden=True)
+def dev(includes: tuple[str, ...], concurrency: int, loglevel: str) -> None:
+    """Worker and beat in one process (embedded SQLite + broker unless URLs are set)."""
+    _ensure_database()
+    from tasks.app import app
+
+    schedule = tempfile.mkdtemp(prefix="dormant-beat-") + "/schedule"
+    argv = [
+        "worker",
+        f"--loglevel={loglevel}",
+        "-Q",
+        "dormant",
+        "--pool=threads",
+        f"--concurrency={concurrency}",
+        "--beat",
+        f"--schedule={schedule}",
+        "--without-mingle",
+        "--without-gossip",
+    ]
+    if includes:
+        argv.append("--include=" + ",".join(includes))
+    app.worker_main(argv)
+
+
+@cli.command()
+@click.option("--instances", "count", type=int, default=3, help="how many orders to run")
+@click.option("--timeout", type=float, default=60.0)
+def demo(count: int, timeout: float) -> None:
+    """Run the order example end to end on a fresh embedded database."""
+    from tasks.demo import run
+
+    sys.exit(run(count=count, timeout=timeout))
+
+
+def main() -> None:
+    """The console script: a DormantError is one line and exit code 2."""
+    try:
+        cli(standalone_mode=False)
+    except DormantError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

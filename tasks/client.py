@@ -1,0 +1,246 @@
+"""The producer's door: ``from tasks.client import Client``.
+
+What the Client can check it checks *before* anything is written or sent, and raises
+the named error (unknown process key, variables that are not a JSON object, an empty
+message name, an unknown task or incident, a closed incident). Then the trigger is
+made durable: written to the ``inbox`` table, and only then published as its Celery
+task with the inbox id (which is also its trigger id). When a method returns, the
+trigger survives a broker restart: the beat sweep re-publishes inbox rows that were
+never processed. The trigger itself runs asynchronously on a worker.
+
+Reads (``instance``, ``instances``, ``user_tasks``, ``incidents``, ``history``) go
+straight to the Store.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import uuid
+from pathlib import Path
+from typing import Any
+
+from engine_core.errors import (
+    InvalidMessage,
+    InvalidModel,
+    InvalidOperation,
+    InvalidVariables,
+    UnknownIncident,
+    UnknownInstance,
+    UnknownProcess,
+    UnknownTask,
+)
+from engine_core.views import FactView, IncidentView, InstanceView, UserTaskView
+from persistence.settings import Settings
+from tasks import inbox
+
+__all__ = ["Client"]
+
+_CLOSED_INCIDENT = ("resolved", "dead_lettered", "overtaken")
+_ENDED = ("completed", "terminated", "failed")
+
+
+def check_variables(variables: Any, what: str = "variables") -> dict[str, Any]:
+    """A JSON object of JSON values, or ``InvalidVariables`` saying what is wrong."""
+    if variables is None:
+        return {}
+    if not isinstance(variables, dict):
+        raise InvalidVariables(
+            f"{what} must be a JSON object (a dict with string keys), got {type(variables).__name__}"
+        )
+    for name in variables:
+        if not isinstance(name, str):
+            raise InvalidVariables(f"{what}: key {name!r} is not a string")
+    try:
+        # allow_nan=False: NaN and Infinity are not JSON and PostgreSQL's JSONB refuses them.
+        text = json.dumps(variables, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidVariables(f"{what} are not JSON-serialisable: {exc}") from exc
+    return dict(json.loads(text))
+
+
+class Client:
+    """Deploy processes, start instances, send messages and signals, operate incidents."""
+
+    def __init__(self, database_url: str | None = None, broker_url: str | None = None) -> None:
+        from persistence.store import Store
+
+        self.settings = Settings.from_env(database_url=database_url, broker_url=broker_url)
+        self._store = Store(settings=self.settings)
+
+    # -- sending ---------------------------------------------------------------------
+
+    def _send(self, task: str, routing_key: str, kwargs: dict[str, Any]) -> str:
+        """Durable first (the inbox row), then published; returns the inbox id."""
+        from tasks.app import app, publish
+
+        inbox_id = inbox.record(self._store.engine, task, routing_key, kwargs)
+        with app.connection_for_write(self.settings.broker_url) as conn:
+            publish(task, routing_key, {**kwargs, "inbox_id": inbox_id}, connection=conn)
+        return inbox_id
+
+    # -- processes -------------------------------------------------------------------
+
+    def deploy(self, path_or_xml: str | bytes | Path) -> Any:
+        """Deploy a BPMN file (path) or document (XML text); returns ``Deployment(key, version)``.
+
+        A file with several processes deploys them all and returns the first.
+        """
+        source = _read_source(path_or_xml)
+        deployments = self._store.deploy(source, _now())
+        if not deployments:
+            raise InvalidModel("the document defines no executable process")
+        return deployments[0]
+
+    def start(
+        self, key: str, variables: dict[str, Any] | None = None, business_key: str | None = None
+    ) -> str:
+        """Enqueue the start of an instance of ``key``; returns its id at once."""
+        if not isinstance(key, str) or not key:
+            raise UnknownProcess(f"process key must be a non-empty string, got {key!r}")
+        variables = check_variables(variables)
+        self._definition(key)
+        instance_id = uuid.uuid4().hex
+        self._send(
+            "dormant.start",
+            "trigger.start",
+            {"key": key, "instance_id": instance_id, "variables": variables, "business_key": business_key},
+        )
+        return instance_id
+
+    def _definition(self, key: str) -> Any:
+        try:
+            found = self._store.definition(key)
+        except UnknownProcess:
+            raise
+        except LookupError:
+            found = None
+        if found is None:
+            raise UnknownProcess(f"no deployed process has key {key!r}; deploy it with `dormant deploy FILE.bpmn`")
+        return found
+
+    # -- messages and signals --------------------------------------------------------
+
+    def send_message(
+        self,
+        name: str,
+        correlation_key: Any = None,
+        variables: dict[str, Any] | None = None,
+        message_id: str | None = None,
+        ttl: float | None = None,
+    ) -> str:
+        """Publish a message; returns its id (generated when None, so a resend is idempotent)."""
+        _check_name(name, "message")
+        variables = check_variables(variables)
+        if ttl is not None:
+            if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not math.isfinite(ttl) or ttl < 0:
+                raise InvalidMessage(f"message {name!r}: ttl must be a non-negative number of seconds, got {ttl!r}")
+        key = None if correlation_key is None else str(correlation_key)
+        message_id = message_id or uuid.uuid4().hex
+        self._send(
+            "dormant.message",
+            f"message.{name}",
+            {"name": name, "correlation_key": key, "variables": variables, "message_id": message_id, "ttl": ttl},
+        )
+        return message_id
+
+    def signal(self, name: str, variables: dict[str, Any] | None = None) -> str:
+        """Broadcast a signal to every instance waiting for it; returns the signal id."""
+        _check_name(name, "signal")
+        variables = check_variables(variables)
+        signal_id = uuid.uuid4().hex
+        self._send("dormant.signal", f"signal.{name}", {"name": name, "variables": variables, "signal_id": signal_id})
+        return signal_id
+
+    # -- user tasks ------------------------------------------------------------------
+
+    def user_tasks(self, instance_id: str | None = None) -> list[UserTaskView]:
+        return list(self._store.user_tasks(instance_id))
+
+    def complete_task(self, task_id: str, variables: dict[str, Any] | None = None) -> None:
+        variables = check_variables(variables)
+        try:
+            found = self._store.task(task_id)
+        except UnknownTask:
+            raise
+        except LookupError:
+            found = None
+        if found is None:
+            raise UnknownTask(f"no open user task {task_id!r}; list them with `dormant tasks list`")
+        self._send("dormant.complete_task", "trigger.task_completed", {"task_id": task_id, "variables": variables})
+
+    # -- instances -------------------------------------------------------------------
+
+    def instance(self, instance_id: str) -> InstanceView:
+        found = self._store.instance(instance_id)
+        if found is None:
+            raise UnknownInstance(f"no instance {instance_id!r}; list them with `dormant instances list`")
+        return found  # type: ignore[no-any-return]
+
+    def instances(
+        self, status: str | None = None, key: str | None = None, limit: int = 1000
+    ) -> list[InstanceView]:
+        return list(self._store.instances(status, key, limit))
+
+    def cancel(self, instance_id: str) -> None:
+        view = self.instance(instance_id)
+        if view.status in _ENDED:
+            raise InvalidOperation(f"instance {instance_id} ({view.key} v{view.version}) is already {view.status}")
+        self._send("dormant.cancel", "trigger.cancel", {"instance_id": instance_id})
+
+    def history(self, instance_id: str) -> list[FactView]:
+        self.instance(instance_id)
+        return list(self._store.history(instance_id))
+
+    # -- incidents -------------------------------------------------------------------
+
+    def incidents(self, instance_id: str | None = None, state: str | None = None) -> list[IncidentView]:
+        return list(self._store.incidents(instance_id, state))
+
+    def incident(self, incident_id: str) -> IncidentView:
+        for incident in self._store.incidents(None, None):
+            if incident.id == incident_id:
+                return incident  # type: ignore[no-any-return]
+        raise UnknownIncident(f"no incident {incident_id!r}; list them with `dormant incidents list`")
+
+    def _operate(self, incident_id: str, op: str) -> None:
+        incident = self.incident(incident_id)
+        if incident.state in _CLOSED_INCIDENT:
+            open_ids = [i.id for i in self._store.incidents(incident.instance_id, None) if i.state not in _CLOSED_INCIDENT]
+            raise InvalidOperation(
+                f"cannot {op} incident {incident_id!r} of instance {incident.instance_id}: it is "
+                f"{incident.state}; open incidents there: {', '.join(open_ids) or 'none'}"
+            )
+        self._send(f"dormant.incident.{op}", f"trigger.incident_{op}", {"incident_id": incident_id})
+
+    def retry_incident(self, incident_id: str) -> None:
+        self._operate(incident_id, "retry")
+
+    def resolve_incident(self, incident_id: str) -> None:
+        self._operate(incident_id, "resolve")
+
+    def drop_incident(self, incident_id: str) -> None:
+        self._operate(incident_id, "drop")
+
+
+def _now() -> Any:
+    from datetime import UTC, datetime
+
+    return datetime.now(UTC)
+
+
+def _check_name(name: Any, what: str) -> None:
+    if not isinstance(name, str) or not name.strip():
+        raise (InvalidMessage)(f"{what} name must be a non-empty string, got {name!r}")
+
+
+def _read_source(path_or_xml: str | bytes | Path) -> str | bytes:
+    if isinstance(path_or_xml, bytes):
+        return path_or_xml
+    if isinstance(path_or_xml, str) and path_or_xml.lstrip().startswith("<"):
+        return path_or_xml
+    path = Path(path_or_xml)
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise InvalidModel(f"cannot read BPMN file {str(path)!r}: {exc.strerror or exc}") from exc

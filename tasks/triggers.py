@@ -1,0 +1,393 @@
+"""The trigger tasks: one Celery task per kind of trigger, names public (``dormant.*``).
+
+Each is the same thin shell: parse → one Store / Router / scheduler call (the one
+locked transaction) → after commit, publish the outbox rows it returned and mark them
+published → mark the inbox row processed → one log line (instance id, revision,
+trigger kind; never payload values). No BPMN here.
+
+Outcomes, decided at this seam:
+
+* a stale or duplicate trigger is acknowledged (the Store records it), never retried;
+* ``sqlalchemy.exc.OperationalError`` (the database restarting, a lock timeout) is
+  transient: the task retries with exponential backoff, and the inbox sweep covers a
+  trigger whose retries ran out;
+* a ``DormantError`` is the caller's or the model's: logged once with its message and
+  dropped (the Store records what it can, e.g. an incident); retrying cannot help.
+
+Every task takes an optional ``inbox_id`` (the Client's durable copy; also the trigger
+id) or ``trigger_id`` (an outbox-derived id). A producer with only Celery installed
+may send the public tasks without either; the Celery task id then serves as the trigger
+id, which is stable across redeliveries of that message.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from celery import Task
+from sqlalchemy.exc import OperationalError
+
+from engine_core.errors import DormantError, UnknownIncident, UnknownTask
+from engine_core.triggers import (
+    Cancel,
+    IncidentDrop,
+    IncidentResolve,
+    IncidentRetry,
+    TaskCompleted,
+    parse_trigger,
+)
+from tasks import inbox
+from tasks.app import app, publish, settings, store
+from tasks.outbox import publish_ids, publish_row
+
+__all__ = [
+    "apply_trigger",
+    "cancel",
+    "complete_task",
+    "fire_deadline",
+    "incident_drop",
+    "incident_resolve",
+    "incident_retry",
+    "message",
+    "relay_outbox",
+    "scan_deadlines",
+    "signal",
+    "start",
+]
+
+log = logging.getLogger("dormant.triggers")
+
+MAX_TRANSIENT_RETRIES = 8
+SCAN_BATCH = 500
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _backoff(retries: int) -> float:
+    return float(min(30, 2**retries) * 0.5)
+
+
+def _outbox_ids(result: Any) -> list[Any]:
+    """Outbox ids from an ``Applied`` or anything holding several (a Router's fan-out)."""
+    if result is None:
+        return []
+    if hasattr(result, "outbox_ids"):
+        return list(result.outbox_ids)
+    if isinstance(result, list | tuple):
+        return [i for r in result for i in _outbox_ids(r)]
+    for attr in ("applied", "results"):
+        if hasattr(result, attr):
+            return _outbox_ids(getattr(result, attr))
+    return []
+
+
+def _describe(result: Any) -> str:
+    if result is None:
+        return "nothing"
+    if hasattr(result, "revision"):
+        extra = " duplicate" if getattr(result, "duplicate", False) else ""
+        extra += " stale" if not getattr(result, "changed", True) and not extra else ""
+        return f"instance={result.instance_id} revision={result.revision}{extra}"
+    if isinstance(result, list | tuple):
+        return f"{len(result)} instance(s): " + ", ".join(_describe(r) for r in result)
+    if hasattr(result, "status") and hasattr(result, "wait_id"):  # a deadline's FireOutcome
+        inner = _describe(result.applied) if result.applied is not None else f"instance={result.instance_id}"
+        return f"{inner} wait={result.wait_id} {result.status}" + (f" ({result.error})" if result.error else "")
+    if hasattr(result, "delivered_to"):
+        parts = [f"delivered_to={','.join(result.delivered_to) or '-'}"]
+        parts.append(f"started={','.join(getattr(result, 'started', [])) or '-'}")
+        if getattr(result, "buffered", False):
+            parts.append("buffered")
+        if getattr(result, "duplicate", False):
+            parts.append("duplicate")
+        return " ".join(parts)
+    return type(result).__name__
+
+
+def _run(
+    task: Task,  # type: ignore[type-arg]
+    kind: str,
+    call: Callable[[str, datetime], Any],
+    inbox_id: str | None = None,
+    trigger_id: str | None = None,
+) -> Any:
+    """The shell every trigger task shares (see the module docstring)."""
+    tid = inbox_id or trigger_id or task.request.id or "eager"
+    try:
+        result = call(tid, _now())
+    except OperationalError as exc:
+        if task.request.retries >= MAX_TRANSIENT_RETRIES:
+            log.error("trigger=%s gave up after %s database errors: %s", kind, task.request.retries, exc)
+            raise
+        log.info("trigger=%s database unavailable, retrying: %s", kind, type(exc).__name__)
+        raise task.retry(exc=exc, countdown=_backoff(task.request.retries), max_retries=None) from exc
+    except DormantError as exc:
+        log.warning("trigger=%s dropped: %s: %s", kind, type(exc).__name__, exc)
+        _processed(inbox_id)
+        return None
+    except Exception:
+        log.exception("trigger=%s failed", kind)
+        _processed(inbox_id)
+        raise
+    publish_ids(_outbox_ids(result))
+    _processed(inbox_id)
+    log.info("trigger=%s %s", kind, _describe(result))
+    return None
+
+
+def _processed(inbox_id: str | None) -> None:
+    if inbox_id:
+        try:
+            inbox.mark_processed(store().engine, inbox_id)
+        except Exception:  # the sweep re-publishes it; the trigger id makes that harmless
+            log.exception("inbox row %s not marked processed", inbox_id)
+
+
+@app.task(name="dormant.start", bind=True)
+def start(
+    self: Task,  # type: ignore[type-arg]
+    key: str,
+    instance_id: str,
+    variables: dict[str, Any] | None = None,
+    business_key: str | None = None,
+    *,
+    version: int | None = None,
+    start_node_id: str | None = None,
+    start_key: str | None = None,
+    parent: dict[str, str] | None = None,
+    inbox_id: str | None = None,
+    trigger_id: str | None = None,
+) -> None:
+    """Start instance ``instance_id`` of process ``key`` (idempotent on the id)."""
+
+    def call(tid: str, now: datetime) -> Any:
+        return store().start(
+            key,
+            instance_id,
+            variables or {},
+            now=now,
+            business_key=business_key,
+            version=version,
+            start_node_id=start_node_id,
+            start_key=start_key,
+            parent=parent,
+            trigger_id=tid,
+        )
+
+    return _run(self, "start", call, inbox_id, trigger_id)
+
+
+@app.task(name="dormant.message", bind=True)
+def message(
+    self: Task,  # type: ignore[type-arg]
+    name: str,
+    correlation_key: str | None = None,
+    variables: dict[str, Any] | None = None,
+    message_id: str | None = None,
+    ttl: float | None = None,
+    *,
+    inbox_id: str | None = None,
+    trigger_id: str | None = None,
+) -> None:
+    """Correlate a message to its holders, start a message start, or buffer it (TTL)."""
+    from persistence.routing import Router
+
+    def call(tid: str, now: datetime) -> Any:
+        return Router(store()).message(
+            name,
+            correlation_key,
+            variables or {},
+            message_id=message_id or tid,
+            ttl_seconds=ttl,
+            now=now,
+        )
+
+    return _run(self, "message", call, inbox_id, trigger_id)
+
+
+@app.task(name="dormant.signal", bind=True)
+def signal(
+    self: Task,  # type: ignore[type-arg]
+    name: str,
+    variables: dict[str, Any] | None = None,
+    signal_id: str | None = None,
+    *,
+    inbox_id: str | None = None,
+    trigger_id: str | None = None,
+) -> None:
+    """Broadcast a signal to every holder (and signal starts)."""
+    from persistence.routing import Router
+
+    def call(tid: str, now: datetime) -> Any:
+        return Router(store()).signal(name, variables or {}, signal_id=signal_id or tid, now=now)
+
+    return _run(self, "signal", call, inbox_id, trigger_id)
+
+
+def _task_wait(task_id: str) -> tuple[str, str]:
+    found = store().task(task_id)
+    if found is None:
+        raise UnknownTask(f"no open user task {task_id!r}; list them with `dormant tasks list`")
+    instance_id, wait_id = found
+    return str(instance_id), str(wait_id)
+
+
+@app.task(name="dormant.complete_task", bind=True)
+def complete_task(
+    self: Task,  # type: ignore[type-arg]
+    task_id: str,
+    variables: dict[str, Any] | None = None,
+    *,
+    inbox_id: str | None = None,
+    trigger_id: str | None = None,
+) -> None:
+    """Complete user task ``task_id`` with ``variables``."""
+
+    def call(tid: str, now: datetime) -> Any:
+        instance_id, wait_id = _task_wait(task_id)
+        trigger = TaskCompleted(wait_id=wait_id, variables=variables or {})
+        return store().apply(instance_id, trigger, now, trigger_id=tid)
+
+    return _run(self, "task_completed", call, inbox_id, trigger_id)
+
+
+@app.task(name="dormant.cancel", bind=True)
+def cancel(
+    self: Task,  # type: ignore[type-arg]
+    instance_id: str,
+    *,
+    inbox_id: str | None = None,
+    trigger_id: str | None = None,
+) -> None:
+    """Terminate an instance (its waits and hold rows go with it)."""
+
+    def call(tid: str, now: datetime) -> Any:
+        return store().apply(instance_id, Cancel(), now, trigger_id=tid)
+
+    return _run(self, "cancel", call, inbox_id, trigger_id)
+
+
+def incident_instance(incident_id: str) -> str:
+    """The instance holding incident ``incident_id`` (UnknownIncident if none does)."""
+    for incident in store().incidents(None, None):
+        if incident.id == incident_id:
+            return str(incident.instance_id)
+    raise UnknownIncident(f"no incident {incident_id!r}; list them with `dormant incidents list`")
+
+
+def _incident_task(name: str, trigger_cls: Any) -> Any:
+    @app.task(name=name, bind=True)
+    def incident_op(
+        self: Task,  # type: ignore[type-arg]
+        incident_id: str,
+        *,
+        inbox_id: str | None = None,
+        trigger_id: str | None = None,
+    ) -> None:
+        def call(tid: str, now: datetime) -> Any:
+            instance_id = incident_instance(incident_id)
+            return store().apply(instance_id, trigger_cls(incident_id=incident_id), now, trigger_id=tid)
+
+        return _run(self, trigger_cls.model_fields["kind"].default, call, inbox_id, trigger_id)
+
+    incident_op.__doc__ = f"Apply {trigger_cls.__name__} to the instance holding the incident."
+    return incident_op
+
+
+incident_retry = _incident_task("dormant.incident.retry", IncidentRetry)
+incident_resolve = _incident_task("dormant.incident.resolve", IncidentResolve)
+incident_drop = _incident_task("dormant.incident.drop", IncidentDrop)
+
+
+@app.task(name="dormant.apply_trigger", bind=True)
+def apply_trigger(
+    self: Task,  # type: ignore[type-arg]
+    instance_id: str,
+    trigger_json: dict[str, Any] | str,
+    trigger_id: str | None = None,
+    *,
+    inbox_id: str | None = None,
+) -> None:
+    """Apply any trigger to one instance: the follow-ups the outbox sends."""
+    trigger = parse_trigger(trigger_json)
+
+    def call(tid: str, now: datetime) -> Any:
+        return store().apply(instance_id, trigger, now, trigger_id=tid)
+
+    return _run(self, trigger.kind, call, inbox_id, trigger_id)
+
+
+@app.task(name="dormant.fire_deadline", bind=True)
+def fire_deadline(
+    self: Task,  # type: ignore[type-arg]
+    instance_id: str,
+    wait_id: str,
+    claim_token: str,
+) -> None:
+    """Fire one claimed deadline. The row is deleted only by the transaction that
+    applied it; a failed fire leaves it (with its due time pushed back) for a later scan."""
+    from scheduler.deadlines import fire
+
+    def call(tid: str, now: datetime) -> Any:
+        return fire(store(), instance_id, wait_id, claim_token, now)
+
+    return _run(self, "timer", call, None, f"deadline:{instance_id}:{wait_id}:{claim_token}")
+
+
+@app.task(name="dormant.scan_deadlines", bind=True, ignore_result=True)
+def scan_deadlines(self: Task) -> int:  # type: ignore[type-arg]
+    """Claim due deadlines (row-locking, with their own expiry) and enqueue their fires.
+
+    A claim whose ``fire_deadline`` is lost simply expires and is claimed again.
+    """
+    from scheduler.deadlines import claim_due
+
+    try:
+        claims = claim_due(store(), _now(), SCAN_BATCH)
+    except OperationalError as exc:
+        log.info("scan_deadlines: database unavailable (%s); next tick retries", type(exc).__name__)
+        return 0
+    for claim in claims:
+        publish(
+            "dormant.fire_deadline",
+            "trigger.timer",
+            {"instance_id": claim.instance_id, "wait_id": claim.wait_id, "claim_token": claim.claim_token},
+        )
+    if claims:
+        log.info("scan_deadlines: %s due", len(claims))
+    return len(claims)
+
+
+@app.task(name="dormant.relay_outbox", bind=True, ignore_result=True)
+def relay_outbox(self: Task) -> int:  # type: ignore[type-arg]
+    """Sweep: publish outbox rows and re-publish inbox rows that their publisher left.
+
+    Both are idempotent on the receiving side, so sweeping a row that is being
+    published right now costs a duplicate trigger, never a wrong one.
+    """
+    after = settings.outbox_sweep_after_seconds
+    count = 0
+    try:
+        rows = store().pending_outbox(after, SCAN_BATCH)
+        stuck = inbox.unprocessed(store().engine, after, SCAN_BATCH)
+    except OperationalError as exc:
+        log.info("relay_outbox: database unavailable (%s); next tick retries", type(exc).__name__)
+        return 0
+    for row in rows:
+        try:
+            publish_row(row)
+            count += 1
+        except Exception:
+            log.exception("relay_outbox: row not published; next tick retries")
+            return count
+    for item in stuck:
+        publish(item.task, item.routing_key, {**item.kwargs, "inbox_id": item.id})
+        count += 1
+    if count:
+        log.info("relay_outbox: published %s outbox row(s), re-sent %s inbox trigger(s)", len(rows), len(stuck))
+    return count
