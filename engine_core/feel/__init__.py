@@ -1,0 +1,50 @@
+"""FEEL, the expression language of DMN 1.4 and Camunda 8, evaluated purely.
+
+``evaluate(expression, context, now=None)`` parses (once: ``compile_expression`` is
+cached by text) and evaluates an expression written without Camunda's leading ``=``.
+Nothing here reads a clock, the environment or a file: ``now()`` and ``today()`` answer
+from the ``now`` argument, and are null without it.
+
+Values, and what the engine can do with them:
+
+=============================  ===============================================
+FEEL                           Python
+=============================  ===============================================
+number                         ``decimal.Decimal`` (34 digits, half-even)
+string, boolean, null          ``str``, ``bool``, ``None``
+list, context                  ``list``, ``dict``
+date / time / date and time    ``datetime.date`` / ``datetime.time`` / ``datetime.datetime``
+days and time duration         ``datetime.timedelta`` (``moment + d`` works as is)
+years and months duration      ``YearsMonthsDuration(months)`` (``d.add_to(moment)``)
+range, function                ``Range``, ``FeelFunction`` (``to_json`` makes them null)
+=============================  ===============================================
+
+A run-time type error or invalid operation is null, never an exception; only a syntax
+error raises ``ExpressionError`` (with the character ``position``). Inputs may be JSON
+values: ints and floats are read as ``Decimal``; ``to_json`` turns results back.
+"""
+
+from __future__ import annotations
+
+from engine_core.feel.api import (
+    CompiledExpression,
+    compile_expression,
+    evaluate,
+    evaluate_unary_tests,
+    parse_duration,
+    to_json,
+)
+from engine_core.feel.temporal import YearsMonthsDuration
+from engine_core.feel.values import FeelFunction, Range
+
+__all__ = [
+    "CompiledExpression",
+    "FeelFunction",
+    "Range",
+    "YearsMonthsDuration",
+    "compile_expression",
+    "evaluate",
+    "evaluate_unary_tests",
+    "parse_duration",
+    "to_json",
+]

@@ -1,0 +1,137 @@
+"""The entry points the engine calls: compile once, evaluate many times."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from datetime import date, datetime, time, timedelta
+from decimal import Decimal
+from typing import Any
+
+from lark import Tree
+
+from engine_core.errors import ExpressionError
+from engine_core.feel import ops
+from engine_core.feel.compiler import Node, compile_tree, parse, uses_input
+from engine_core.feel.scope import Scope
+from engine_core.feel.temporal import (
+    YearsMonthsDuration,
+    format_date,
+    format_datetime,
+    format_duration,
+    format_time,
+    parse_duration_text,
+)
+
+__all__ = [
+    "CompiledExpression",
+    "compile_expression",
+    "evaluate",
+    "evaluate_unary_tests",
+    "parse_duration",
+    "to_json",
+]
+
+
+class CompiledExpression:
+    """A parsed expression, ready to evaluate against any variables."""
+
+    __slots__ = ("_node", "text")
+
+    def __init__(self, text: str, node: Node) -> None:
+        self.text = text
+        self._node = node
+
+    def evaluate(self, context: Mapping[str, Any], *, now: datetime | None = None) -> Any:
+        return self._node(Scope(context, now=now, convert=True))
+
+    def __repr__(self) -> str:
+        return f"CompiledExpression({self.text!r})"
+
+
+@functools.lru_cache(maxsize=4096)
+def compile_expression(expression: str) -> CompiledExpression:
+    """Parse and compile ``expression``; raises ``ExpressionError`` on a syntax error."""
+    return CompiledExpression(expression, compile_tree(parse(expression, "start")))
+
+
+def evaluate(expression: str, context: Mapping[str, Any], *, now: datetime | None = None) -> Any:
+    """Evaluate ``expression`` (no leading ``=``) against ``context``; null on run-time errors."""
+    return compile_expression(expression).evaluate(context, now=now)
+
+
+UnaryTests = Callable[[Any, Scope], "bool | None"]
+
+
+@functools.lru_cache(maxsize=4096)
+def _compile_tests(tests: str) -> UnaryTests:
+    text = tests.strip()
+    if text.startswith("not") and text[3:].lstrip().startswith("(") and text.endswith(")"):
+        inner = _compile_tests(text[3:].lstrip()[1:-1])
+
+        def negated(value: Any, scope: Scope) -> bool | None:
+            r = inner(value, scope)
+            return None if r is None else not r
+        return negated
+    tree = parse(tests, "unary_tests")
+    if tree.data == "any_test":
+        return lambda value, scope: True
+    items: list[tuple[bool, Node]] = []
+    for child in tree.children:
+        direct = isinstance(child, Tree) and child.data != "cmp_test" and uses_input(child)
+        items.append((direct, compile_tree(child)))
+
+    def run(value: Any, scope: Scope) -> bool | None:
+        inner = scope.child({"?": value})
+        verdict: bool | None = False
+        for direct, node in items:
+            result = node(inner)
+            r = result if direct else ops.in_test(value, result)
+            if r is True:
+                return True
+            if r is None:
+                verdict = None
+        return verdict
+    return run
+
+
+def evaluate_unary_tests(tests: str, input_value: Any, context: Mapping[str, Any]) -> bool | None:
+    """Whether ``input_value`` passes DMN unary tests such as ``< 10``, ``[1..5]``, ``"a","b"``, ``-``."""
+    scope = Scope(context, convert=True)
+    from engine_core.feel.values import to_feel
+
+    return _compile_tests(tests)(to_feel(input_value), scope)
+
+
+def to_json(value: Any) -> Any:
+    """A FEEL value as a JSON value, for storing as a process variable."""
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, Decimal):
+        if value == value.to_integral_value():
+            return int(value)
+        return float(value)
+    if isinstance(value, (int, float)):
+        return value
+    if isinstance(value, datetime):
+        return format_datetime(value)
+    if isinstance(value, date):
+        return format_date(value)
+    if isinstance(value, time):
+        return format_time(value)
+    if isinstance(value, (timedelta, YearsMonthsDuration)):
+        return format_duration(value)
+    if isinstance(value, dict):
+        return {str(k): to_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_json(v) for v in value]
+    return None
+
+
+def parse_duration(text: str) -> timedelta | YearsMonthsDuration:
+    """An ISO 8601 duration (a timer's ``PT5M``, ``P1Y``); ``ExpressionError`` if malformed."""
+    value = parse_duration_text(text.strip())
+    if value is None:
+        raise ExpressionError(f"not an ISO 8601 duration: {text!r} (expected e.g. 'PT5M', 'P1D')",
+                              expression=text)
+    return value

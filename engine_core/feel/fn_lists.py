@@ -1,0 +1,412 @@
+"""Built-ins over lists and ranges.
+
+Aggregates (``sum``, ``min``, ...) take either one list or the items as arguments,
+as the spec allows (``max(1, 2)`` and ``max([1, 2])``); that is the ``variadic`` flag.
+"""
+
+from __future__ import annotations
+
+import functools
+from decimal import Decimal
+from typing import Any
+
+from engine_core.feel import ops
+from engine_core.feel.builtins import builtin
+from engine_core.feel.scope import invoke
+from engine_core.feel.values import DECIMAL, FeelFunction, Range
+
+__all__: list[str] = []
+
+
+def _items(args: tuple[Any, ...]) -> list[Any] | None:
+    if len(args) == 1 and isinstance(args[0], list):
+        return list(args[0])
+    if len(args) == 1 and args[0] is None:
+        return None
+    return list(args) if args else None
+
+
+def _numbers(args: tuple[Any, ...]) -> list[Decimal] | None:
+    items = _items(args)
+    if items is None or not all(isinstance(v, Decimal) and not isinstance(v, bool) for v in items):
+        return None
+    return items
+
+
+@builtin("list contains", "list", "element")
+def list_contains(xs: Any, x: Any) -> Any:
+    if not isinstance(xs, list):
+        return None
+    return any(ops.equal(v, x) is True for v in xs)
+
+
+@builtin("count", "list", variadic=True)
+def count(*args: Any) -> Any:
+    items = _items(args)
+    return None if items is None else Decimal(len(items))
+
+
+def _extreme(args: tuple[Any, ...], want_max: bool) -> Any:
+    items = _items(args)
+    if not items:
+        return None
+    best = items[0]
+    for v in items[1:]:
+        lt = ops.less(best, v) if want_max else ops.less(v, best)
+        if lt is None:
+            return None
+        if lt:
+            best = v
+    return best
+
+
+@builtin("min", "list", variadic=True)
+def min_(*args: Any) -> Any:
+    return _extreme(args, False)
+
+
+@builtin("max", "list", variadic=True)
+def max_(*args: Any) -> Any:
+    return _extreme(args, True)
+
+
+@builtin("sum", "list", variadic=True)
+def sum_(*args: Any) -> Any:
+    items = _numbers(args)
+    if not items:
+        return None
+    total = Decimal(0)
+    for v in items:
+        total = DECIMAL.add(total, v)
+    return total
+
+
+@builtin("product", "list", variadic=True)
+def product(*args: Any) -> Any:
+    items = _numbers(args)
+    if not items:
+        return None
+    total = Decimal(1)
+    for v in items:
+        total = DECIMAL.multiply(total, v)
+    return total
+
+
+@builtin("mean", "list", variadic=True)
+def mean(*args: Any) -> Any:
+    items = _numbers(args)
+    if not items:
+        return None
+    return DECIMAL.divide(sum_(items), Decimal(len(items)))
+
+
+@builtin("median", "list", variadic=True)
+def median(*args: Any) -> Any:
+    items = _numbers(args)
+    if not items:
+        return None
+    s = sorted(items)
+    mid = len(s) // 2
+    return s[mid] if len(s) % 2 else DECIMAL.divide(DECIMAL.add(s[mid - 1], s[mid]), Decimal(2))
+
+
+@builtin("stddev", "list", variadic=True)
+def stddev(*args: Any) -> Any:
+    items = _numbers(args)
+    if not items or len(items) < 2:
+        return None
+    m = mean(items)
+    var = Decimal(0)
+    for v in items:
+        var = DECIMAL.add(var, DECIMAL.power(DECIMAL.subtract(v, m), 2))
+    return DECIMAL.sqrt(DECIMAL.divide(var, Decimal(len(items) - 1)))
+
+
+@builtin("mode", "list", variadic=True)
+def mode(*args: Any) -> Any:
+    items = _numbers(args)
+    if items is None:
+        return None
+    counts: dict[Decimal, int] = {}
+    for v in items:
+        counts[v] = counts.get(v, 0) + 1
+    top = max(counts.values(), default=0)
+    return sorted(v for v, c in counts.items() if c == top)
+
+
+@builtin("all", "list", variadic=True)
+def all_(*args: Any) -> Any:
+    items = _items(args)
+    if items is None or not all(v is None or isinstance(v, bool) for v in items):
+        return None
+    if False in items:
+        return False
+    return None if None in items else True
+
+
+builtin("and", "list", variadic=True)(all_)
+
+
+@builtin("any", "list", variadic=True)
+def any_(*args: Any) -> Any:
+    items = _items(args)
+    if items is None or not all(v is None or isinstance(v, bool) for v in items):
+        return None
+    if True in items:
+        return True
+    return None if None in items else False
+
+
+builtin("or", "list", variadic=True)(any_)
+
+
+def _position(xs: list[Any], pos: Any, extra: int = 0) -> int | None:
+    if not isinstance(pos, Decimal) or pos != pos.to_integral_value() or pos == 0:
+        return None
+    i = int(pos)
+    if abs(i) > len(xs) + extra:
+        return None
+    return i - 1 if i > 0 else len(xs) + i
+
+
+@builtin("sublist", "list", "start position", "length?")
+def sublist(xs: Any, start: Any, length: Any = None) -> Any:
+    if not isinstance(xs, list):
+        return None
+    i = _position(xs, start)
+    if i is None:
+        return None
+    if length is None:
+        return xs[i:]
+    if not isinstance(length, Decimal) or length < 0 or i + int(length) > len(xs):
+        return None
+    return xs[i:i + int(length)]
+
+
+@builtin("append", "list", "item", variadic=True)
+def append(xs: Any, *items: Any) -> Any:
+    return [*xs, *items] if isinstance(xs, list) else None
+
+
+@builtin("concatenate", "lists", variadic=True)
+def concatenate(*lists: Any) -> Any:
+    if not all(isinstance(x, list) for x in lists):
+        return None
+    return [v for x in lists for v in x]
+
+
+@builtin("insert before", "list", "position", "newItem")
+def insert_before(xs: Any, pos: Any, item: Any) -> Any:
+    if not isinstance(xs, list):
+        return None
+    i = _position(xs, pos)
+    return None if i is None else [*xs[:i], item, *xs[i:]]
+
+
+@builtin("remove", "list", "position")
+def remove(xs: Any, pos: Any) -> Any:
+    if not isinstance(xs, list):
+        return None
+    i = _position(xs, pos)
+    return None if i is None else [*xs[:i], *xs[i + 1:]]
+
+
+@builtin("list replace", "list", "position", "newItem")
+def list_replace(xs: Any, pos: Any, item: Any) -> Any:
+    if not isinstance(xs, list):
+        return None
+    if isinstance(pos, FeelFunction):
+        return [item if invoke(pos, [v, item]) is True else v for v in xs]
+    i = _position(xs, pos)
+    return None if i is None else [*xs[:i], item, *xs[i + 1:]]
+
+
+@builtin("reverse", "list")
+def reverse(xs: Any) -> Any:
+    return xs[::-1] if isinstance(xs, list) else None
+
+
+@builtin("index of", "list", "match")
+def index_of(xs: Any, x: Any) -> Any:
+    if not isinstance(xs, list):
+        return None
+    return [Decimal(i + 1) for i, v in enumerate(xs) if ops.equal(v, x) is True]
+
+
+def _distinct(items: list[Any]) -> list[Any]:
+    result: list[Any] = []
+    for v in items:
+        if not any(ops.equal(v, r) is True for r in result):
+            result.append(v)
+    return result
+
+
+@builtin("union", "lists", variadic=True)
+def union(*lists: Any) -> Any:
+    if not all(isinstance(x, list) for x in lists):
+        return None
+    return _distinct([v for x in lists for v in x])
+
+
+@builtin("distinct values", "list")
+def distinct_values(xs: Any) -> Any:
+    return _distinct(xs) if isinstance(xs, list) else None
+
+
+@builtin("duplicate values", "list")
+def duplicate_values(xs: Any) -> Any:
+    if not isinstance(xs, list):
+        return None
+    return _distinct([v for i, v in enumerate(xs)
+                      if any(ops.equal(v, w) is True for w in xs[i + 1:])])
+
+
+def _flat(xs: list[Any]) -> list[Any]:
+    return [w for v in xs for w in (_flat(v) if isinstance(v, list) else [v])]
+
+
+@builtin("flatten", "list")
+def flatten(xs: Any) -> Any:
+    return _flat(xs) if isinstance(xs, list) else None
+
+
+@builtin("is empty", "list")
+def is_empty(xs: Any) -> Any:
+    return len(xs) == 0 if isinstance(xs, list) else None
+
+
+@builtin("partition", "list", "size")
+def partition(xs: Any, size: Any) -> Any:
+    if not isinstance(xs, list) or not isinstance(size, Decimal) or size < 1:
+        return None
+    n = int(size)
+    return [xs[i:i + n] for i in range(0, len(xs), n)]
+
+
+@builtin("sort", "list", "precedes?")
+def sort(xs: Any, precedes: Any = None) -> Any:
+    if not isinstance(xs, list):
+        return None
+
+    def cmp(a: Any, b: Any) -> int:
+        if precedes is None:
+            lt = ops.less(a, b)
+        else:
+            lt = invoke(precedes, [a, b])
+        if lt is None:
+            raise ValueError("not comparable")
+        return -1 if lt else 1
+    if precedes is not None and not isinstance(precedes, FeelFunction):
+        return None
+    return sorted(xs, key=functools.cmp_to_key(cmp))
+
+
+# --- ranges (DMN 1.4 §10.3.4.10): a point is a degenerate closed range ---------------
+
+def _as_range(v: Any) -> Range:
+    return v if isinstance(v, Range) else Range(v, v, True, True)
+
+
+def _lt(a: Any, b: Any, strict: bool) -> bool:
+    r = ops.compare("<" if strict else "<=", a, b)
+    if r is None:
+        raise ValueError("not comparable")
+    return r
+
+
+@builtin("before", "point1", "point2")
+@builtin("before", "point", "range")
+@builtin("before", "range", "point")
+@builtin("before", "range1", "range2")
+def before(a: Any, b: Any) -> Any:
+    if a is None or b is None:
+        return None
+    x, y = _as_range(a), _as_range(b)
+    return _lt(x.end, y.start, x.end_included and y.start_included)
+
+
+@builtin("after", "point1", "point2")
+@builtin("after", "point", "range")
+@builtin("after", "range", "point")
+@builtin("after", "range1", "range2")
+def after(a: Any, b: Any) -> Any:
+    return before(b, a)
+
+
+@builtin("meets", "range1", "range2")
+def meets(a: Any, b: Any) -> Any:
+    if not isinstance(a, Range) or not isinstance(b, Range):
+        return None
+    return a.end_included and b.start_included and ops.equal(a.end, b.start) is True
+
+
+@builtin("met by", "range1", "range2")
+def met_by(a: Any, b: Any) -> Any:
+    return meets(b, a)
+
+
+@builtin("overlaps", "range1", "range2")
+def overlaps(a: Any, b: Any) -> Any:
+    if not isinstance(a, Range) or not isinstance(b, Range):
+        return None
+    return not (before(a, b) or before(b, a))
+
+
+@builtin("includes", "range", "point")
+@builtin("includes", "range1", "range2")
+def includes(a: Any, b: Any) -> Any:
+    if not isinstance(a, Range) or b is None:
+        return None
+    if not isinstance(b, Range):
+        return ops.in_range(b, a)
+    starts_ok = _lt(a.start, b.start, not a.start_included and b.start_included)
+    ends_ok = _lt(b.end, a.end, b.end_included and not a.end_included)
+    return starts_ok and ends_ok
+
+
+@builtin("during", "point", "range")
+@builtin("during", "range1", "range2")
+def during(a: Any, b: Any) -> Any:
+    return includes(b, a)
+
+
+@builtin("starts", "point", "range")
+@builtin("starts", "range1", "range2")
+def starts(a: Any, b: Any) -> Any:
+    if not isinstance(b, Range) or a is None:
+        return None
+    x = _as_range(a)
+    return (x.start_included == b.start_included and ops.equal(x.start, b.start) is True
+            and ops.in_range(x.end, b) is True if isinstance(a, Range)
+            else b.start_included and ops.equal(a, b.start) is True)
+
+
+@builtin("started by", "range", "point")
+@builtin("started by", "range1", "range2")
+def started_by(a: Any, b: Any) -> Any:
+    return starts(b, a)
+
+
+@builtin("finishes", "point", "range")
+@builtin("finishes", "range1", "range2")
+def finishes(a: Any, b: Any) -> Any:
+    if not isinstance(b, Range) or a is None:
+        return None
+    if not isinstance(a, Range):
+        return b.end_included and ops.equal(a, b.end) is True
+    return (a.end_included == b.end_included and ops.equal(a.end, b.end) is True
+            and ops.in_range(a.start, b) is True)
+
+
+@builtin("finished by", "range", "point")
+@builtin("finished by", "range1", "range2")
+def finished_by(a: Any, b: Any) -> Any:
+    return finishes(b, a)
+
+
+@builtin("coincides", "point1", "point2")
+@builtin("coincides", "range1", "range2")
+def coincides(a: Any, b: Any) -> Any:
+    if a is None or b is None:
+        return None
+    return ops.equal(a, b)

@@ -1,0 +1,139 @@
+"""Built-ins that build and inspect dates, times and durations."""
+
+from __future__ import annotations
+
+from datetime import date, datetime, time, timedelta, timezone
+from decimal import Decimal
+from typing import Any
+
+from engine_core.feel.builtins import builtin
+from engine_core.feel.temporal import (
+    YearsMonthsDuration,
+    parse_date,
+    parse_datetime,
+    parse_duration_text,
+    parse_time,
+)
+
+__all__: list[str] = []
+
+
+def _int(value: Any) -> int | None:
+    if isinstance(value, Decimal) and value == value.to_integral_value():
+        return int(value)
+    return None
+
+
+@builtin("date", "from")
+def date_from(value: Any) -> Any:
+    if isinstance(value, str):
+        return parse_date(value)
+    if isinstance(value, datetime):
+        return value.date()
+    if isinstance(value, date):
+        return value
+    return None
+
+
+@builtin("date", "year", "month", "day")
+def date_parts(year: Any, month: Any, day: Any) -> Any:
+    y, m, d = _int(year), _int(month), _int(day)
+    if y is None or m is None or d is None:
+        return None
+    return date(y, m, d)
+
+
+@builtin("time", "from")
+def time_from(value: Any) -> Any:
+    if isinstance(value, str):
+        return parse_time(value)
+    if isinstance(value, datetime):
+        return value.timetz()
+    if isinstance(value, date):
+        return time(0, 0, 0, tzinfo=timezone.utc)
+    if isinstance(value, time):
+        return value
+    return None
+
+
+@builtin("time", "hour", "minute", "second", "offset?")
+def time_parts(hour: Any, minute: Any, second: Any, offset: Any = None) -> Any:
+    h, m = _int(hour), _int(minute)
+    if h is None or m is None or not isinstance(second, Decimal):
+        return None
+    if offset is not None and not isinstance(offset, timedelta):
+        return None
+    whole = int(second)
+    micro = int((second - whole) * 1_000_000)
+    tz = timezone(offset) if offset is not None else None
+    return time(h, m, whole, micro, tzinfo=tz)
+
+
+@builtin("date and time", "from")
+def datetime_from(value: Any) -> Any:
+    if isinstance(value, str):
+        return parse_datetime(value)
+    if isinstance(value, datetime):
+        return value
+    if isinstance(value, date):
+        return datetime(value.year, value.month, value.day)
+    return None
+
+
+@builtin("date and time", "date", "time")
+def datetime_parts(d: Any, t: Any) -> Any:
+    if not isinstance(d, date) or not isinstance(t, time):
+        return None
+    return datetime.combine(d if not isinstance(d, datetime) else d.date(), t)
+
+
+@builtin("duration", "from")
+def duration(value: Any) -> Any:
+    return parse_duration_text(value) if isinstance(value, str) else None
+
+
+@builtin("years and months duration", "from", "to")
+def years_and_months(start: Any, end: Any) -> Any:
+    if not isinstance(start, date) or not isinstance(end, date):
+        return None
+    months = (end.year - start.year) * 12 + end.month - start.month
+    a = (start.day, start.timetz() if isinstance(start, datetime) else time())
+    b = (end.day, end.timetz() if isinstance(end, datetime) else time())
+    if months > 0 and (b[0], b[1].replace(tzinfo=None)) < (a[0], a[1].replace(tzinfo=None)):
+        months -= 1
+    elif months < 0 and (b[0], b[1].replace(tzinfo=None)) > (a[0], a[1].replace(tzinfo=None)):
+        months += 1
+    return YearsMonthsDuration(months)
+
+
+_DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+_MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August",
+           "September", "October", "November", "December")
+
+
+@builtin("day of week", "date")
+def day_of_week(d: Any) -> Any:
+    return _DAYS[d.weekday()] if isinstance(d, date) else None
+
+
+@builtin("day of year", "date")
+def day_of_year(d: Any) -> Any:
+    return Decimal(d.timetuple().tm_yday) if isinstance(d, date) else None
+
+
+@builtin("week of year", "date")
+def week_of_year(d: Any) -> Any:
+    return Decimal(d.isocalendar()[1]) if isinstance(d, date) else None
+
+
+@builtin("month of year", "date")
+def month_of_year(d: Any) -> Any:
+    return _MONTHS[d.month - 1] if isinstance(d, date) else None
+
+
+@builtin("last day of month", "date")
+def last_day_of_month(d: Any) -> Any:
+    if not isinstance(d, date):
+        return None
+    first_next = date(d.year + d.month // 12, d.month % 12 + 1, 1)
+    return Decimal((first_next - timedelta(days=1)).day)

@@ -1,0 +1,234 @@
+"""FEEL's operators over values: equality, ordering, arithmetic, membership.
+
+Every operator returns None (FEEL null) for operand kinds it does not define, rather
+than raising: FEEL has no run-time exceptions, and a null is what Camunda turns into an
+incident where a value was required.
+"""
+
+from __future__ import annotations
+
+from datetime import date, datetime, time, timedelta
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from engine_core.feel.temporal import YearsMonthsDuration, add_months
+from engine_core.feel.values import DECIMAL, FeelFunction, Range, UnaryTest, kind_of
+
+__all__ = ["add", "compare", "div", "equal", "in_test", "less", "mul", "neg", "power", "sub"]
+
+_ORDERED = ("number", "string", "date", "date and time", "time",
+            "days and time duration", "years and months duration")
+
+
+def equal(a: Any, b: Any) -> bool | None:
+    """FEEL ``=``: null equals only null; different kinds are not comparable (null)."""
+    if a is None or b is None:
+        return a is None and b is None
+    ka, kb = kind_of(a), kind_of(b)
+    if ka != kb:
+        return None
+    if ka == "list":
+        if len(a) != len(b):
+            return False
+        result: bool | None = True
+        for x, y in zip(a, b, strict=True):
+            r = equal(x, y)
+            if r is False:
+                return False
+            if r is None:
+                result = None
+        return result
+    if ka == "context":
+        if a.keys() != b.keys():
+            return False
+        for key in a:
+            r = equal(a[key], b[key])
+            if r is not True:
+                return r
+        return True
+    if ka in ("date and time", "time"):
+        if (a.tzinfo is None) != (b.tzinfo is None):
+            return False
+        return bool(a == b)
+    if ka == "range" and isinstance(a, Range) and isinstance(b, Range):
+        return (equal(a.start, b.start) is not False and equal(a.end, b.end) is not False
+                and a.start_included == b.start_included and a.end_included == b.end_included)
+    return bool(a == b)
+
+
+def less(a: Any, b: Any) -> bool | None:
+    ka = kind_of(a)
+    if ka != kind_of(b) or ka not in _ORDERED:
+        return None
+    try:
+        return bool(a < b)
+    except TypeError:
+        return None
+
+
+def compare(op: str, a: Any, b: Any) -> bool | None:
+    if op == "=":
+        return equal(a, b)
+    if op == "!=":
+        r = equal(a, b)
+        return None if r is None else not r
+    if op == "<":
+        return less(a, b)
+    if op == ">":
+        return less(b, a)
+    lt = less(a, b) if op == "<=" else less(b, a)
+    if lt is None:
+        return None
+    return lt or equal(a, b) is True
+
+
+def _midnight(d: date) -> datetime:
+    return d if isinstance(d, datetime) else datetime(d.year, d.month, d.day)
+
+
+def add(a: Any, b: Any) -> Any:
+    ka, kb = kind_of(a), kind_of(b)
+    if ka == "number" and kb == "number":
+        return DECIMAL.add(a, b)
+    if ka == "string" and kb == "string":
+        return a + b
+    if ka == kb == "days and time duration":
+        return a + b
+    if ka == kb == "years and months duration":
+        return YearsMonthsDuration(a.months + b.months)
+    if kb in ("date", "date and time", "time") and ka.endswith("duration"):
+        a, b, ka, kb = b, a, kb, ka
+    if ka in ("date", "date and time"):
+        if kb == "years and months duration":
+            return add_months(a, b.months)
+        if kb == "days and time duration":
+            result = _midnight(a) + b
+            return result if ka == "date and time" else result.date()
+        return None
+    if ka == "time" and kb == "days and time duration":
+        moved = datetime.combine(date(2000, 1, 1), a) + b
+        return moved.timetz()
+    return None
+
+
+def neg(a: Any) -> Any:
+    if isinstance(a, Decimal):
+        return DECIMAL.minus(a)
+    if isinstance(a, (timedelta, YearsMonthsDuration)):
+        return -a
+    return None
+
+
+def sub(a: Any, b: Any) -> Any:
+    ka, kb = kind_of(a), kind_of(b)
+    if ka == "number" and kb == "number":
+        return DECIMAL.subtract(a, b)
+    if ka == kb == "days and time duration":
+        return a - b
+    if ka == kb == "years and months duration":
+        return YearsMonthsDuration(a.months - b.months)
+    if ka in ("date", "date and time") and kb in ("date", "date and time"):
+        x, y = _midnight(a), _midnight(b)
+        if (x.tzinfo is None) != (y.tzinfo is None):
+            if ka == kb:
+                return None
+            x, y = x.replace(tzinfo=None), y.replace(tzinfo=None)
+        return x - y
+    if ka == kb == "time":
+        x = datetime.combine(date(2000, 1, 1), a)
+        y = datetime.combine(date(2000, 1, 1), b)
+        try:
+            return x - y
+        except TypeError:
+            return None
+    if ka in ("date", "date and time", "time") and kb.endswith("duration"):
+        return add(a, neg(b))
+    return None
+
+
+def mul(a: Any, b: Any) -> Any:
+    ka, kb = kind_of(a), kind_of(b)
+    if ka == "number" and kb == "number":
+        return DECIMAL.multiply(a, b)
+    if ka == "number" and kb.endswith("duration"):
+        a, b, ka, kb = b, a, kb, ka
+    if kb != "number":
+        return None
+    if ka == "days and time duration":
+        return _seconds_to_delta(DECIMAL.multiply(_delta_seconds(a), b))
+    if ka == "years and months duration":
+        return YearsMonthsDuration(int(DECIMAL.multiply(Decimal(a.months), b)))
+    return None
+
+
+def div(a: Any, b: Any) -> Any:
+    ka, kb = kind_of(a), kind_of(b)
+    try:
+        if ka == "number" and kb == "number":
+            return None if b == 0 else DECIMAL.divide(a, b)
+        if kb == "number" and b == 0:
+            return None
+        if ka == "days and time duration" and kb == "number":
+            return _seconds_to_delta(DECIMAL.divide(_delta_seconds(a), b))
+        if ka == "years and months duration" and kb == "number":
+            return YearsMonthsDuration(int(DECIMAL.divide(Decimal(a.months), b)))
+        if ka == kb == "days and time duration":
+            bs = _delta_seconds(b)
+            return None if bs == 0 else DECIMAL.divide(_delta_seconds(a), bs)
+        if ka == kb == "years and months duration":
+            return None if b.months == 0 else DECIMAL.divide(Decimal(a.months), Decimal(b.months))
+    except (InvalidOperation, ArithmeticError):
+        return None
+    return None
+
+
+def power(a: Any, b: Any) -> Any:
+    if not (isinstance(a, Decimal) and isinstance(b, Decimal)):
+        return None
+    try:
+        if b == b.to_integral_value():
+            return DECIMAL.power(a, int(b))
+        return DECIMAL.power(a, b)
+    except (InvalidOperation, ArithmeticError):
+        return None
+
+
+def _delta_seconds(d: timedelta) -> Decimal:
+    return Decimal(d.days * 86400 + d.seconds) + Decimal(d.microseconds) / Decimal(1_000_000)
+
+
+def _seconds_to_delta(s: Decimal) -> timedelta:
+    return timedelta(seconds=int(s), microseconds=int((s - int(s)) * 1_000_000))
+
+
+def in_test(value: Any, test: Any) -> bool | None:
+    """``value in test``: a range or unary test applies, a list means membership, else ``=``."""
+    if isinstance(test, Range):
+        return in_range(value, test)
+    if isinstance(test, UnaryTest):
+        return test.test(value)
+    if isinstance(test, list):
+        if any(equal(value, item) is True for item in test):
+            return True
+        if any(isinstance(item, (Range, UnaryTest)) and in_test(value, item) for item in test):
+            return True
+        return False
+    if isinstance(test, bool) and not isinstance(value, bool):
+        return test
+    if isinstance(test, FeelFunction):
+        return None
+    return equal(value, test)
+
+
+def in_range(value: Any, r: Range) -> bool | None:
+    if value is None:
+        return None
+    if r.start is not None:
+        c = compare("<=" if r.start_included else "<", r.start, value)
+        if c is not True:
+            return c
+    if r.end is not None:
+        c = compare("<=" if r.end_included else "<", value, r.end)
+        if c is not True:
+            return c
+    return True

@@ -1,0 +1,257 @@
+"""FEEL's temporal values, built on the standard library's types.
+
+``date``, ``time`` and ``datetime`` stand for FEEL's date, time and date and time (a
+naive value is FEEL's "local" one, which is not the same as UTC); ``timedelta`` is the
+days-and-time duration. Python has no calendar-months duration, so
+``YearsMonthsDuration`` fills that gap. Reusing the standard types means the engine can
+add a parsed timer duration to its own ``datetime`` without a conversion layer.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import date, datetime, time, timedelta, timezone, tzinfo
+from decimal import Decimal
+from typing import Any
+
+__all__ = [
+    "YearsMonthsDuration",
+    "add_months",
+    "format_date",
+    "format_datetime",
+    "format_duration",
+    "format_time",
+    "parse_date",
+    "parse_datetime",
+    "parse_duration_text",
+    "parse_time",
+    "zone_named",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class YearsMonthsDuration:
+    """A FEEL years-and-months duration: calendar months, which no fixed ``timedelta`` is."""
+
+    months: int
+
+    @property
+    def years(self) -> int:
+        return _trunc_div(self.months, 12)
+
+    def add_to(self, moment: datetime) -> datetime:
+        """``moment`` moved by this many calendar months, the day clamped to the month's end."""
+        result = add_months(moment, self.months)
+        assert isinstance(result, datetime)
+        return result
+
+    def __neg__(self) -> YearsMonthsDuration:
+        return YearsMonthsDuration(-self.months)
+
+    def __lt__(self, other: YearsMonthsDuration) -> bool:
+        return self.months < other.months
+
+    def __le__(self, other: YearsMonthsDuration) -> bool:
+        return self.months <= other.months
+
+    def __str__(self) -> str:
+        return format_duration(self)
+
+
+def _trunc_div(a: int, b: int) -> int:
+    q = abs(a) // b
+    return q if a >= 0 else -q
+
+
+def add_months(value: date, months: int) -> date:
+    """``value`` shifted by ``months``; the day is clamped (Jan 31 + 1 month = Feb 28/29)."""
+    total = value.year * 12 + (value.month - 1) + months
+    year, month = divmod(total, 12)
+    month += 1
+    day = min(value.day, _days_in_month(year, month))
+    return value.replace(year=year, month=month, day=day)
+
+
+def _days_in_month(year: int, month: int) -> int:
+    if month == 12:
+        return 31
+    return (date(year, month + 1, 1) - date(year, month, 1)).days
+
+
+_DATE = re.compile(r"(-?\d{4,9})-(\d\d)-(\d\d)")
+_TIME = re.compile(
+    r"(\d\d):(\d\d):(\d\d)(\.\d+)?"
+    r"(Z|[+-]\d\d:\d\d(?::\d\d)?)?(?:@([A-Za-z_][A-Za-z0-9_+\-/]*))?"
+)
+_DURATION = re.compile(
+    r"(-)?P(?!$)(?:(\d+)Y)?(?:(\d+)M)?(?:(\d+)W)?(?:(\d+)D)?"
+    r"(?:T(?=\d)(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?"
+)
+
+
+def zone_named(name: str) -> tzinfo | None:
+    """The IANA zone ``name`` from the tz database (data, not a clock), or None if unknown."""
+    if name in ("Z", "UTC", "Etc/UTC"):
+        return timezone.utc
+    try:
+        from zoneinfo import ZoneInfo
+
+        return ZoneInfo(name)
+    except (ValueError, KeyError, OSError):
+        return None
+
+
+def parse_date(text: str) -> date | None:
+    """A FEEL date from ``YYYY-MM-DD``; None for an invalid calendar date."""
+    m = _DATE.fullmatch(text)
+    if not m:
+        return None
+    try:
+        return date(int(m.group(1)), int(m.group(2)), int(m.group(3)))
+    except ValueError:
+        return None
+
+
+def parse_time(text: str) -> time | None:
+    """A FEEL time, with an optional offset or ``@zone``; None if malformed."""
+    m = _TIME.fullmatch(text)
+    if not m:
+        return None
+    hour, minute, second = int(m.group(1)), int(m.group(2)), int(m.group(3))
+    micro = int((m.group(4) or ".0")[1:].ljust(6, "0")[:6])
+    tz = _zone(m.group(5), m.group(6))
+    if tz is False or hour > 23 or minute > 59 or second > 59:
+        return None
+    if isinstance(tz, tzinfo) and not isinstance(tz, timezone):
+        probe = datetime(2000, 1, 1, hour, minute, second, tzinfo=tz)
+        offset = probe.utcoffset()
+        tz = timezone(offset) if offset is not None else None
+    return time(hour, minute, second, micro, tzinfo=tz)
+
+
+def _zone(offset: str | None, name: str | None) -> tzinfo | None | bool:
+    if offset and name:
+        return False
+    if name:
+        return zone_named(name) or False
+    if not offset:
+        return None
+    if offset == "Z":
+        return timezone.utc
+    sign = -1 if offset[0] == "-" else 1
+    parts = [int(p) for p in offset[1:].split(":")]
+    delta = timedelta(hours=parts[0], minutes=parts[1], seconds=parts[2] if len(parts) > 2 else 0)
+    if delta > timedelta(hours=14):
+        return False
+    return timezone(sign * delta)
+
+
+def parse_datetime(text: str) -> datetime | None:
+    """A FEEL date and time (``date`` alone means midnight, local); None if malformed."""
+    if "T" not in text:
+        d = parse_date(text)
+        return datetime(d.year, d.month, d.day) if d else None
+    date_part, time_part = text.split("T", 1)
+    d = parse_date(date_part)
+    m = _TIME.fullmatch(time_part)
+    if d is None or m is None:
+        return None
+    hour, minute, second = int(m.group(1)), int(m.group(2)), int(m.group(3))
+    micro = int((m.group(4) or ".0")[1:].ljust(6, "0")[:6])
+    tz = _zone(m.group(5), m.group(6))
+    if tz is False or minute > 59 or second > 59 or hour > 24:
+        return None
+    extra = timedelta(0)
+    if hour == 24:
+        if minute or second or micro:
+            return None
+        hour, extra = 0, timedelta(days=1)
+    try:
+        return datetime(d.year, d.month, d.day, hour, minute, second, micro,
+                        tzinfo=tz if isinstance(tz, tzinfo) else None) + extra
+    except (ValueError, OverflowError):
+        return None
+
+
+def parse_duration_text(text: str) -> timedelta | YearsMonthsDuration | None:
+    """An ISO 8601 duration: ``Y``/``M`` before ``T`` make it years-and-months, else days-and-time."""
+    m = _DURATION.fullmatch(text)
+    if not m:
+        return None
+    neg, years, months, weeks, days, hours, minutes, seconds = m.groups()
+    sign = -1 if neg else 1
+    if years or months:
+        if weeks or days or hours or minutes or seconds:
+            return None
+        return YearsMonthsDuration(sign * (int(years or 0) * 12 + int(months or 0)))
+    secs = Decimal(seconds or 0)
+    try:
+        value = timedelta(
+            weeks=int(weeks or 0), days=int(days or 0), hours=int(hours or 0),
+            minutes=int(minutes or 0), seconds=int(secs),
+            microseconds=int((secs % 1) * 1_000_000),
+        )
+    except OverflowError:
+        return None
+    return -value if sign < 0 else value
+
+
+def format_duration(value: timedelta | YearsMonthsDuration) -> str:
+    """ISO 8601 text, normalised: ``P1DT2H``, ``-PT1M``, ``PT0S``, ``P1Y2M``, ``P0M``."""
+    if isinstance(value, YearsMonthsDuration):
+        sign = "-" if value.months < 0 else ""
+        years, months = divmod(abs(value.months), 12)
+        body = (f"{years}Y" if years else "") + (f"{months}M" if months or not years else "")
+        return f"{sign}P{body}"
+    sign = "-" if value < timedelta(0) else ""
+    value = abs(value)
+    days = value.days
+    hours, rest = divmod(value.seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    time_part = ""
+    if hours:
+        time_part += f"{hours}H"
+    if minutes:
+        time_part += f"{minutes}M"
+    if secs or value.microseconds:
+        frac = f".{value.microseconds:06d}".rstrip("0") if value.microseconds else ""
+        time_part += f"{secs}{frac}S"
+    if not days and not time_part:
+        return "PT0S"
+    return f"{sign}P" + (f"{days}D" if days else "") + (f"T{time_part}" if time_part else "")
+
+
+def format_date(value: date) -> str:
+    return f"{value.year:04d}-{value.month:02d}-{value.day:02d}"
+
+
+def _format_offset(value: Any) -> str:
+    tz = value.tzinfo
+    if tz is None:
+        return ""
+    zone_key = getattr(tz, "key", None)
+    if zone_key:
+        return f"@{zone_key}"
+    offset = value.utcoffset()
+    if offset is None:
+        return ""
+    if offset == timedelta(0):
+        return "Z"
+    sign = "-" if offset < timedelta(0) else "+"
+    total = int(abs(offset).total_seconds())
+    text = f"{sign}{total // 3600:02d}:{total % 3600 // 60:02d}"
+    return text + (f":{total % 60:02d}" if total % 60 else "")
+
+
+def format_time(value: time) -> str:
+    text = f"{value.hour:02d}:{value.minute:02d}:{value.second:02d}"
+    if value.microsecond:
+        text += f".{value.microsecond:06d}".rstrip("0")
+    if value.tzinfo is not None:
+        text += _format_offset(datetime.combine(date(2000, 1, 1), value))
+    return text
+
+
+def format_datetime(value: datetime) -> str:
+    return f"{format_date(value)}T{format_time(value.replace(tzinfo=None))}{_format_offset(value)}"
