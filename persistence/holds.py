@@ -184,6 +184,8 @@ def _consume_buffered(
     )
     if marked.rowcount != 1:
         return None
+    # Flat, so the relay builds ``MessageReceived`` from it; ``trigger_id`` (the message
+    # id) makes a re-published row a duplicate at the instance.
     trigger = MessageReceived(
         wait_id=sub["wait_id"],
         name=name,
@@ -191,12 +193,9 @@ def _consume_buffered(
         variables=dict(found.variables or {}),
         message_id=found.message_id,
     )
-    payload = {
-        "instance_id": instance_id,
-        "wait_id": sub["wait_id"],
-        "trigger_id": found.message_id,
-        "trigger": trigger.model_dump(mode="json"),
-    }
+    payload = {"instance_id": instance_id, "trigger_id": found.message_id} | trigger.model_dump(
+        mode="json", exclude={"kind"}
+    )
     outbox_id = conn.execute(
         insert(outbox).values(kind=DELIVER_BUFFERED, payload=payload, created_at=now)
         .returning(outbox.c.id)

@@ -1,0 +1,211 @@
+"""The Store against real PostgreSQL and SQLite: the one transaction and its rows."""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+
+from engine_core.errors import NotMigrated, UnknownInstance, UnknownProcess, UnknownTask
+from engine_core.triggers import Cancel, MessageReceived, TaskCompleted, TimerFired
+from persistence import migrate
+from persistence.settings import Settings
+from persistence.store import Store
+
+PROC = """<?xml version="1.0" encoding="UTF-8"?>
+<bpmn:definitions xmlns:bpmn="http://www.omg.org/spec/BPMN/20100524/MODEL" id="d" targetNamespace="t">
+  <bpmn:process id="{key}" isExecutable="true">
+    <bpmn:startEvent id="start"/>
+    <bpmn:sequenceFlow id="f1" sourceRef="start" targetRef="end"/>
+    <bpmn:endEvent id="end"{extra}/>
+  </bpmn:process>
+</bpmn:definitions>
+"""
+
+
+def proc(key: str = "p", extra: str = "") -> str:
+    return PROC.format(key=key, extra=extra)
+
+
+def timer_wait(wid: str, due: datetime) -> dict[str, Any]:
+    return {"id": wid, "kind": "timer", "role": "node", "node_id": "t", "due_at": due.isoformat()}
+
+
+def msg_wait(wid: str, name: str, key: str | None) -> dict[str, Any]:
+    return {"id": wid, "kind": "message", "role": "node", "node_id": "m",
+            "message_name": name, "correlation_key": key}
+
+
+def task_wait(wid: str) -> dict[str, Any]:
+    return {"id": wid, "kind": "user_task", "role": "node", "node_id": "u", "task_name": "Approve"}
+
+
+# -- settings & migrations --------------------------------------------------------
+
+
+def test_settings_from_env_normalises_and_validates() -> None:
+    from engine_core.errors import InvalidSetting
+
+    s = Settings.from_env({"DORMANT_DATABASE_URL": "postgres://u@h/db",
+                           "DORMANT_DEADLINE_CLAIM_SECONDS": "10"})
+    assert s.database_url == "postgresql+psycopg://u@h/db"
+    assert s.wake_retry_backoff_seconds == 5
+    with pytest.raises(InvalidSetting, match="DORMANT_WAKE_RETRY_BACKOFF_SECONDS='0'"):
+        Settings.from_env({"DORMANT_WAKE_RETRY_BACKOFF_SECONDS": "0"})
+
+
+def test_not_migrated_on_an_empty_postgres_database(pg_empty_database: Any) -> None:
+    url = pg_empty_database()
+    with pytest.raises(NotMigrated, match=r"not migrated \(at revision none, need 0001\); run `dormant db upgrade`"):
+        Store(url)
+    migrate.upgrade(url)
+    Store(url).close()
+
+
+def test_migration_matches_the_tables(db_url: str) -> None:
+    from alembic.autogenerate import compare_metadata
+    from alembic.runtime.migration import MigrationContext
+    from sqlalchemy import create_engine
+
+    from persistence.tables import metadata
+
+    Store(db_url).close()  # sqlite migrates itself; postgres was migrated by the fixture
+    engine = create_engine(db_url)
+    with engine.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn), metadata)
+    engine.dispose()
+    assert [d for d in diff if d[0] not in ("modify_type",)] == []
+
+
+# -- deploy & definitions ---------------------------------------------------------
+
+
+def test_deploy_versions(store: Store, now: datetime, fake_core: None) -> None:
+    assert [(d.key, d.version, d.created) for d in store.deploy(proc(), now)] == [("p", 1, True)]
+    assert [(d.version, d.created) for d in store.deploy(proc().encode(), now)] == [(1, False)]
+    store.start("p", "i1", {"_arm": [task_wait("w1")]}, now=now)
+    assert [(d.version, d.created) for d in store.deploy(proc(extra=' name="End"'), now)] == [(2, True)]
+    assert store.definition("p")[1] == 2
+    assert store.instance("i1").version == 1  # pinned
+    store.start("p", "i2", {"_arm": [task_wait("w1")]}, now=now)
+    assert store.instance("i2").version == 2
+    with pytest.raises(UnknownProcess, match="process 'p' has no version 3; deployed versions: 1, 2"):
+        store.definition("p", 3)
+    with pytest.raises(UnknownProcess, match="no process 'x' is deployed; deployed: p"):
+        store.definition("x")
+
+
+# -- the one transaction ----------------------------------------------------------
+
+
+def test_start_apply_round_trip_and_hold_sync(store: Store, now: datetime, fake_core: None) -> None:
+    store.deploy(proc(), now)
+    due = now + timedelta(minutes=5)
+    a = store.start("p", "i1", {"x": 1, "_arm": [timer_wait("w1", due), msg_wait("w2", "paid", "o-1"),
+                                                   task_wait("w3")]}, now=now, business_key="b1")
+    assert (a.revision, a.status, a.changed) == (1, "active", True)
+    holds = store.holds("i1")
+    assert [(r["wait_id"], r["due_at"]) for r in holds["deadlines"]] == [("w1", due)]
+    assert [(r["name"], r["correlation_key"]) for r in holds["subscriptions"]] == [("paid", "o-1")]
+    assert [t.id for t in store.user_tasks("i1")] == ["i1.w3"]
+    assert store.task("i1.w3") == ("i1", "w3")
+
+    # The message arrives: its wait goes, a new timer is armed; rows follow the checkpoint.
+    b = store.apply("i1", MessageReceived(wait_id="w2", name="paid", correlation_key="o-1",
+                                          variables={"_arm": [timer_wait("w4", due)]}), now)
+    assert b.revision == 2
+    holds = store.holds("i1")
+    assert [r["wait_id"] for r in holds["deadlines"]] == ["w1", "w4"]
+    assert holds["subscriptions"] == []
+    store.apply("i1", TaskCompleted(wait_id="w3"), now)
+    with pytest.raises(UnknownTask):
+        store.task("i1.w3")
+    store.apply("i1", Cancel(), now)
+    assert store.instance("i1").status == "terminated"
+    c = store.counts()
+    assert (c["deadlines"], c["subscriptions"], c["user_tasks"]) == (0, 0, 0)
+    assert [f.revision for f in store.history("i1")] == [1, 2, 3, 4]
+
+
+def test_start_is_idempotent_on_instance_id(store: Store, now: datetime, fake_core: None) -> None:
+    store.deploy(proc(), now)
+    store.start("p", "i1", {"_arm": [task_wait("w1")]}, now=now)
+    again = store.start("p", "i1", {"_arm": [task_wait("w9")]}, now=now)
+    assert (again.changed, again.duplicate, again.revision) == (False, True, 1)
+    assert store.counts()["user_tasks"] == 1
+
+
+def test_unknown_instance(store: Store, now: datetime) -> None:
+    with pytest.raises(UnknownInstance, match="nope"):
+        store.apply("nope", TimerFired(wait_id="w1"), now)
+
+
+def test_processed_trigger_id_dedup_and_stale(store: Store, now: datetime, fake_core: None) -> None:
+    store.deploy(proc(), now)
+    store.start("p", "i1", {"_arm": [task_wait("w1"), task_wait("w2")]}, now=now)
+    first = store.apply("i1", TaskCompleted(wait_id="w1"), now, trigger_id="t-1")
+    dup = store.apply("i1", TaskCompleted(wait_id="w2"), now, trigger_id="t-1")
+    assert first.changed and (dup.changed, dup.duplicate, dup.revision) == (False, True, 2)
+    stale = store.apply("i1", TaskCompleted(wait_id="w1"), now, trigger_id="t-2")
+    assert (stale.changed, stale.duplicate, stale.revision) == (False, False, 2)
+    assert [f.kind for f in store.history("i1")][-1] == "StaleTrigger"
+
+
+def test_outbox_rows_in_the_same_transaction(store: Store, now: datetime, fake_core: None) -> None:
+    store.deploy(proc(), now)
+    a = store.start("p", "i1", {"_job": "charge", "_arm": [task_wait("w1")]}, now=now)
+    rows = store.outbox_rows(a.outbox_ids)
+    assert [(r.kind, r.payload["job_type"], r.payload["instance_id"]) for r in rows] == [
+        ("DispatchJob", "charge", "i1")
+    ]
+    assert store.pending_outbox(5, now=now) == []
+    assert [r.id for r in store.pending_outbox(5, now=now + timedelta(seconds=6))] == a.outbox_ids
+    store.mark_published(a.outbox_ids[0])
+    assert store.counts()["outbox"] == 0
+
+
+def test_a_failing_step_writes_nothing(store: Store, now: datetime, fake_core: None,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine_core import engine
+
+    store.deploy(proc(), now)
+    store.start("p", "i1", {"_arm": [task_wait("w1")]}, now=now)
+    before = store.counts()
+
+    def boom(*a: Any, **k: Any) -> Any:
+        raise RuntimeError("core exploded")
+
+    monkeypatch.setattr(engine, "apply", boom)
+    with pytest.raises(RuntimeError):
+        store.apply("i1", TaskCompleted(wait_id="w1"), now, trigger_id="t")
+    assert store.counts() == before
+    assert store.checkpoint("i1").revision == 1
+
+
+def test_row_lock_serialises_concurrent_triggers(store: Store, now: datetime, fake_core: None) -> None:
+    """N threads each apply one trigger to ONE instance: revisions 1..N+1, none lost."""
+    n = 24
+    store.deploy(proc(), now)
+    store.start("p", "i1", {"_arm": [task_wait(f"w{k}") for k in range(n)] + [task_wait("keep")]},
+                now=now)
+    errors: list[BaseException] = []
+
+    def worker(k: int) -> None:
+        try:
+            store.apply("i1", TaskCompleted(wait_id=f"w{k}", variables={f"v{k}": k}), now)
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    cp = store.checkpoint("i1")
+    assert cp.revision == n + 1
+    assert set(cp.waits) == {"keep"}
+    assert cp.scopes["s0"].variables == {f"v{k}": k for k in range(n)}
+    assert sorted(f.revision for f in store.history("i1")) == list(range(1, n + 2))
