@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from datetime import date, timedelta
 from decimal import Decimal
 from importlib import resources
 from typing import Any
@@ -264,8 +265,9 @@ def _filter(tree: Tree[Token]) -> Node:
         items = src if isinstance(src, list) else [src]
         kept = []
         for i, item in enumerate(items):
-            local = dict(item) if isinstance(item, dict) else {}
-            local["item"] = item
+            local = {"item": item}
+            if isinstance(item, dict):
+                local.update(item)
             verdict = cond(s.child(local))
             if i == 0 and isinstance(verdict, Decimal):
                 return _index(items, verdict)
@@ -373,12 +375,7 @@ def _iterations(trees: list[Any]) -> list[tuple[str, Node, Node | None]]:
 def _domain(s: Scope, src: Node, upto: Node | None) -> list[Any] | None:
     value = src(s)
     if upto is not None:
-        end = upto(s)
-        if not (isinstance(value, Decimal) and isinstance(end, Decimal)):
-            return None
-        a, b = int(value), int(end)
-        step = 1 if b >= a else -1
-        return [Decimal(i) for i in range(a, b + step, step)]
+        return _span(value, upto(s))
     if isinstance(value, Range) and isinstance(value.start, Decimal) and isinstance(value.end, Decimal):
         a = int(value.start) + (0 if value.start_included else 1)
         b = int(value.end) - (0 if value.end_included else 1)
@@ -386,6 +383,18 @@ def _domain(s: Scope, src: Node, upto: Node | None) -> list[Any] | None:
     if value is None:
         return None
     return value if isinstance(value, list) else [value]
+
+
+def _span(a: Any, b: Any) -> list[Any] | None:
+    """The items of ``a..b`` in a ``for``: whole numbers or days, up or down."""
+    if isinstance(a, Decimal) and isinstance(b, Decimal):
+        step = 1 if b >= a else -1
+        return [Decimal(i) for i in range(int(a), int(b) + step, step)]
+    if type(a) is date and type(b) is date:
+        days = (b - a).days
+        step = 1 if days >= 0 else -1
+        return [a + timedelta(days=i) for i in range(0, days + step, step)]
+    return None
 
 
 def _for(tree: Tree[Token]) -> Node:

@@ -161,7 +161,7 @@ builtin("or", "list", variadic=True)(any_)
 
 
 def _position(xs: list[Any], pos: Any, extra: int = 0) -> int | None:
-    if not isinstance(pos, Decimal) or pos != pos.to_integral_value() or pos == 0:
+    if not isinstance(pos, Decimal) or not pos.is_finite() or int(pos) == 0:
         return None
     i = int(pos)
     if abs(i) > len(xs) + extra:
@@ -213,6 +213,8 @@ def remove(xs: Any, pos: Any) -> Any:
 
 @builtin("list replace", "list", "position", "newItem")
 def list_replace(xs: Any, pos: Any, item: Any) -> Any:
+    if xs is not None and not isinstance(xs, list):
+        xs = [xs]
     if not isinstance(xs, list):
         return None
     if isinstance(pos, FeelFunction):

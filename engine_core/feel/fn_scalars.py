@@ -92,7 +92,8 @@ def _strs(*values: Any) -> bool:
 
 
 def _is_int(value: Any) -> bool:
-    return isinstance(value, Decimal) and value == value.to_integral_value()
+    """A number used as a whole number; FEEL truncates a fraction (``substring(s, 3, 3.8)``)."""
+    return isinstance(value, Decimal) and value.is_finite()
 
 
 @builtin("substring", "string", "start position", "length?")
@@ -102,6 +103,7 @@ def substring(s: Any, start: Any, length: Any = None) -> Any:
     chars = list(s)
     i = int(start)
     begin = i - 1 if i > 0 else len(chars) + i
+    length = None if length is None else Decimal(int(length))
     if i == 0 or begin < 0 or begin > len(chars):
         return None if i == 0 or begin < 0 else ""
     if length is None:
@@ -217,8 +219,11 @@ def trim(s: Any) -> Any:
     return s.strip() if _strs(s) else None
 
 
-@builtin("string join", "list", "delimiter?", "prefix?", "suffix?")
+@builtin("string join", "list", "delimiter?")
+@builtin("string join", "list", "delimiter", "prefix", "suffix")
 def string_join(items: Any, delimiter: Any = None, prefix: Any = None, suffix: Any = None) -> Any:
+    if isinstance(items, str):
+        items = [items]
     if not isinstance(items, list) or not all(v is None or isinstance(v, str) for v in items):
         return None
     if any(v is not None and not isinstance(v, str) for v in (delimiter, prefix, suffix)):
@@ -236,6 +241,10 @@ def _num(*values: Any) -> bool:
 def _rounded(n: Any, scale: Any, mode: str) -> Any:
     if not _num(n) or not _is_int(scale) or not -6111 <= scale <= 6176:
         return None
+    scale = int(scale)
+    exponent = n.as_tuple().exponent
+    if isinstance(exponent, int) and -exponent <= scale:
+        return n
     return n.quantize(Decimal(1).scaleb(-int(scale)), rounding=mode, context=DECIMAL)
 
 
@@ -308,12 +317,12 @@ def exp(n: Any) -> Any:
 
 @builtin("odd", "number")
 def odd(n: Any) -> Any:
-    return int(n) % 2 == 1 if _is_int(n) else None
+    return int(n) % 2 == 1 if _is_int(n) and n == n.to_integral_value() else None
 
 
 @builtin("even", "number")
 def even(n: Any) -> Any:
-    return int(n) % 2 == 0 if _is_int(n) else None
+    return int(n) % 2 == 0 if _is_int(n) and n == n.to_integral_value() else None
 
 
 # --- booleans and contexts -------------------------------------------------
@@ -400,6 +409,8 @@ def context_put(ctx: Any, key: Any, value: Any) -> Any:
 
 @builtin("context merge", "contexts")
 def context_merge(contexts: Any) -> Any:
+    if isinstance(contexts, dict):
+        contexts = [contexts]
     if not isinstance(contexts, list) or not all(isinstance(c, dict) for c in contexts):
         return None
     result: dict[str, Any] = {}

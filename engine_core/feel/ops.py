@@ -7,7 +7,7 @@ incident where a value was required.
 
 from __future__ import annotations
 
-from datetime import date, datetime, time, timedelta
+from datetime import date, datetime, time, timedelta, timezone
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -83,7 +83,8 @@ def compare(op: str, a: Any, b: Any) -> bool | None:
 
 
 def _midnight(d: date) -> datetime:
-    return d if isinstance(d, datetime) else datetime(d.year, d.month, d.day)
+    """A date as a date and time: midnight UTC, as DMN 1.4 (10.3.2.3.6) defines it."""
+    return d if isinstance(d, datetime) else datetime(d.year, d.month, d.day, tzinfo=timezone.utc)
 
 
 def add(a: Any, b: Any) -> Any:
@@ -104,6 +105,7 @@ def add(a: Any, b: Any) -> Any:
         if kb == "days and time duration":
             result = _midnight(a) + b
             return result if ka == "date and time" else result.date()
+        return None
         return None
     if ka == "time" and kb == "days and time duration":
         moved = datetime.combine(date(2000, 1, 1), a) + b
@@ -130,9 +132,7 @@ def sub(a: Any, b: Any) -> Any:
     if ka in ("date", "date and time") and kb in ("date", "date and time"):
         x, y = _midnight(a), _midnight(b)
         if (x.tzinfo is None) != (y.tzinfo is None):
-            if ka == kb:
-                return None
-            x, y = x.replace(tzinfo=None), y.replace(tzinfo=None)
+            return None
         return x - y
     if ka == kb == "time":
         x = datetime.combine(date(2000, 1, 1), a)
