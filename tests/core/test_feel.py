@@ -1,0 +1,209 @@
+"""Table-driven unit tests for the FEEL evaluator: one row per construct or function."""
+
+from __future__ import annotations
+
+import timeit
+from datetime import date, datetime, time, timedelta, timezone
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+import engine_core.feel as feel
+from engine_core.errors import ExpressionError
+from engine_core.feel import (
+    YearsMonthsDuration,
+    compile_expression,
+    evaluate,
+    evaluate_unary_tests,
+    parse_duration,
+    to_json,
+)
+
+D = Decimal
+VARS: dict[str, Any] = {
+    "a": 1, "b": 3, "x": 2.5, "s": "abc", "flag": True, "none": None,
+    "Full Name": "Ada Lovelace", "Monthly Salary": 1000,
+    "order": {"id": "o-1", "items": [{"sku": "a", "qty": 2}, {"sku": "b", "qty": 5}]},
+    "xs": [1, 2, 3], "names": ["x", "y"],
+}
+
+CASES: list[tuple[str, Any]] = [
+    # literals
+    ("1", D(1)), ("-1.5", D("-1.5")), ('"a\\"b\\n"', 'a"b\n'), ("true", True), ("null", None),
+    ('"\\u00e9"', "é"), ("1.23e2", D(123)),
+    # names and paths
+    ("a", D(1)), ("x", D("2.5")), ("unknown", None), ("Full Name", "Ada Lovelace"),
+    ("Monthly Salary * 12", D(12000)), ("order.id", "o-1"), ("order.items.sku", ["a", "b"]),
+    ("order.missing", None), ("none.field", None),
+    # arithmetic
+    ("a + b", D(4)), ("b - a", D(2)), ("a * x", D("2.5")), ("b / 2", D("1.5")),
+    ("2 ** 10", D(1024)), ("-a", D(-1)), ("0.1 + 0.2 = 0.3", True), ("1 / 0", None),
+    ('"a" + "b"', "ab"), ('"a" + 1', None), ("a + none", None), ("-3 ** 2", D(9)),
+    # comparison and logic
+    ("a < b", True), ("a >= b", False), ("a = 1", True), ("a != 1", False),
+    ('none = "a"', False), ("none = null", True), ('1 = "1"', None), ("a < none", None),
+    ("true and none", None), ("false and none", False), ("true or none", True),
+    ("false or none", None), ("not(true)", False), ("not(none)", None),
+    ("if a > 0 then \"pos\" else \"neg\"", "pos"), ("if none then 1 else 2", D(2)),
+    ("a between 1 and 3", True), ("5 between 1 and 3", False),
+    # in and unary tests
+    ("2 in [1..3]", True), ("3 in [1..3)", False), ("2 in (1, 2)", True), ("2 in (< 2)", False),
+    ('"b" in ["a", "b"]', True), ("2 in > 1", True), ("a in xs", True),
+    # lists, filters, index
+    ("[1, 2, 3][item > 1]", [D(2), D(3)]), ("xs[1]", D(1)), ("xs[-1]", D(3)), ("xs[5]", None),
+    ("order.items[qty > 3].sku", ["b"]), ("order.items[item.qty < 3].sku", ["a"]),
+    # contexts
+    ('{a: 1, "b c": 2}', {"a": D(1), "b c": D(2)}), ("{p: 2, q: p * 2}.q", D(4)),
+    # loops and quantifiers
+    ("for i in xs return i * 2", [D(2), D(4), D(6)]), ("for i in 1..3 return i", [D(1), D(2), D(3)]),
+    ("for i in 3..1 return i", [D(3), D(2), D(1)]),
+    ("for i in [1, 2], j in [10] return i + j", [D(11), D(12)]),
+    ("some i in xs satisfies i > 2", True), ("every i in xs satisfies i > 2", False),
+    # functions
+    ("(function(p) p + 1)(2)", D(3)), ("{f: function(p, q) p - q}.f(q: 1, p: 5)", D(4)),
+    ("abs(n: -2)", D(2)), ("is defined(a)", True), ("is defined(unknown)", False),
+    ("a instance of number", True), ('s instance of string', True),
+    ("xs instance of list<number>", True), ("none instance of number", False),
+    # conversion
+    ('string(1.50)', "1.5"), ('number("1,000.5", ",", ".")', D("1000.5")),
+    ('string(date("2024-02-29"))', "2024-02-29"),
+    # strings
+    ('substring("foobar", 3)', "obar"), ('substring("foobar", -2, 1)', "a"),
+    ('string length("abc")', D(3)), ('upper case("a")', "A"), ('lower case("A")', "a"),
+    ('substring before("foobar", "bar")', "foo"), ('substring after("foobar", "ob")', "ar"),
+    ('replace("abc", "b", "x")', "axc"), ('replace("abc", "(b)", "[$1]")', "a[b]c"),
+    ('contains("abc", "bc")', True), ('starts with("abc", "a")', True),
+    ('ends with("abc", "c")', True), ('matches("abc", "^a.c$")', True),
+    ('split("a,b", ",")', ["a", "b"]), ('string join(["a", "b"], "-")', "a-b"),
+    ('extract("a1b22", "[0-9]+")', ["1", "22"]), ('trim("  a ")', "a"),
+    ("substring(1, 1)", None),
+    # lists
+    ("list contains(xs, 2)", True), ("count(xs)", D(3)), ("min(xs)", D(1)), ("max(1, 5, 2)", D(5)),
+    ("sum(xs)", D(6)), ("product(xs)", D(6)), ("mean(xs)", D(2)), ("median([1, 3, 2, 4])", D("2.5")),
+    ("mode([1, 2, 2])", [D(2)]), ("all([true, false])", False), ("any([false, true])", True),
+    ("sublist(xs, 2, 1)", [D(2)]), ("append(xs, 4)", [D(1), D(2), D(3), D(4)]),
+    ("concatenate([1], [2])", [D(1), D(2)]), ("insert before([1, 3], 2, 2)", [D(1), D(2), D(3)]),
+    ("remove(xs, 1)", [D(2), D(3)]), ("reverse(xs)", [D(3), D(2), D(1)]),
+    ("index of([1, 2, 1], 1)", [D(1), D(3)]), ("union([1, 2], [2, 3])", [D(1), D(2), D(3)]),
+    ("distinct values([1, 1, 2])", [D(1), D(2)]), ("flatten([1, [2, [3]]])", [D(1), D(2), D(3)]),
+    ("sort([3, 1, 2])", [D(1), D(2), D(3)]), ("sort(xs, function(p, q) p > q)", [D(3), D(2), D(1)]),
+    ("duplicate values([1, 2, 1])", [D(1)]), ("is empty([])", True),
+    ("partition([1, 2, 3], 2)", [[D(1), D(2)], [D(3)]]), ("sum([1, \"a\"])", None),
+    ("stddev([2, 4]) > 1.414", True),
+    # numbers
+    ("decimal(1/3, 2)", D("0.33")), ("floor(1.5)", D(1)), ("ceiling(1.2)", D(2)),
+    ("round up(1.21, 1)", D("1.3")), ("round down(1.29, 1)", D("1.2")),
+    ("round half up(2.5, 0)", D(3)), ("round half down(2.5, 0)", D(2)), ("abs(-1)", D(1)),
+    ("modulo(-12, 5)", D(3)), ("sqrt(16)", D(4)), ("odd(3)", True), ("even(3)", False),
+    # contexts
+    ('get value({k: 1}, "k")', D(1)), ('get entries({k: 1})', [{"key": "k", "value": D(1)}]),
+    ('context put({k: 1}, "j", 2)', {"k": D(1), "j": D(2)}),
+    ("context merge([{k: 1}, {j: 2}])", {"k": D(1), "j": D(2)}),
+    ('context([{key: "k", value: 1}])', {"k": D(1)}),
+    # temporal
+    ('date("2024-01-31") + duration("P1M")', date(2024, 2, 29)),
+    ('date("2024-01-02") - date("2024-01-01")', timedelta(days=1)),
+    ('@"2024-01-01T10:00:00Z" + @"PT1H"', datetime(2024, 1, 1, 11, tzinfo=timezone.utc)),
+    ('@"2024-01-02T00:00:00Z" - @"2024-01-01T00:00:00Z"', timedelta(days=1)),
+    ('duration("PT1H") * 2', timedelta(hours=2)), ('duration("P1Y") + duration("P2M")',
+                                                     YearsMonthsDuration(14)),
+    ('time("10:00:00") + duration("PT90M")', time(11, 30)),
+    ('date("2024-03-05").year', D(2024)), ('date("2024-03-05").weekday', D(2)),
+    ('duration("P2DT3H").days', D(2)), ('duration("P1Y5M").months', D(5)),
+    ('date and time("2024-01-01T10:00:00+02:00").hour', D(10)),
+    ('date("2024-01-01") < date("2024-01-02")', True),
+    ('years and months duration(date("2020-01-15"), date("2021-03-14"))', YearsMonthsDuration(13)),
+    ('day of week(date("2024-03-05"))', "Tuesday"), ('day of year(date("2024-02-01"))', D(32)),
+    ('week of year(date("2024-01-01"))', D(1)), ('month of year(date("2024-03-05"))', "March"),
+    ('last day of month(date("2024-02-01"))', D(29)), ('date("2024-02-30")', None),
+    ('date("2024-01-01") + date("2024-01-01")', None),
+    # ranges
+    ("before(1, 2)", True), ("after([5..6], 3)", True), ("includes([1..10], 5)", True),
+    ("overlaps([1..5], [4..8])", True), ("meets([1..5], [5..8])", True),
+    ("[1..5].start", D(1)),
+    # booleans
+    ("is(1, 1)", True), ('is(1, "1")', False),
+    # comments
+    ("1 + /* two */ 2 // end", D(3)),
+]
+
+
+@pytest.mark.parametrize(("expression", "expected"), CASES, ids=[c[0] for c in CASES])
+def test_expression_evaluates_to(expression: str, expected: Any) -> None:
+    actual = evaluate(expression, VARS)
+    assert type(actual) is type(expected) or isinstance(actual, type(expected))
+    assert actual == expected
+
+
+@pytest.mark.parametrize(
+    ("expression", "position"),
+    [("a +", 3), ("(1 + 2", 6), ("a ! b", 2), ('"open', 0), ("if a then b", 11), ("{a 1}", 3)],
+)
+def test_syntax_error_names_the_position(expression: str, position: int) -> None:
+    with pytest.raises(ExpressionError) as info:
+        compile_expression(expression)
+    assert info.value.position == position
+    assert info.value.expression == expression
+    assert f"at position {position}" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("expression", "now", "expected"),
+    [
+        ("now()", datetime(2026, 1, 1, 9), datetime(2026, 1, 1, 9)),
+        ("today()", datetime(2026, 1, 1, 9), date(2026, 1, 1)),
+        ("now()", None, None),
+        ("today()", None, None),
+    ],
+)
+def test_clock_functions_read_only_the_given_now(expression: str, now: datetime | None,
+                                                  expected: Any) -> None:
+    assert evaluate(expression, {}, now=now) == expected
+
+
+@pytest.mark.parametrize(
+    ("tests", "value", "expected"),
+    [("< 10", 5, True), ("< 10", 15, False), ("[1..5]", 5, True), ('"a","b"', "b", True),
+     ('"a","b"', "c", False), ("-", 42, True), ("not(1, 2)", 3, True), ("not(1, 2)", 2, False),
+     ("? > 3", 4, True), ("> limit", 7, True), ("!= 3", 3, False), ("[1, 2]", 2, True),
+     ("< 10", None, None)],
+)
+def test_unary_tests(tests: str, value: Any, expected: Any) -> None:
+    assert evaluate_unary_tests(tests, value, {"limit": 5}) is expected
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(D(2), 2), (D("2.5"), 2.5), (date(2024, 1, 2), "2024-01-02"),
+     (datetime(2024, 1, 2, 3, 4, 5, tzinfo=timezone.utc), "2024-01-02T03:04:05Z"),
+     (time(10, 0), "10:00:00"), (timedelta(days=1, hours=2), "P1DT2H"),
+     (timedelta(0), "PT0S"), (-timedelta(minutes=1), "-PT1M"), (YearsMonthsDuration(14), "P1Y2M"),
+     ({"a": [D(1)]}, {"a": [1]}), (feel.Range(1, 2, True, True), None), (True, True)],
+)
+def test_to_json(value: Any, expected: Any) -> None:
+    assert to_json(value) == expected
+
+
+def test_parse_duration_gives_types_the_engine_can_add() -> None:
+    start = datetime(2024, 1, 31, 12)
+    assert start + parse_duration("PT5M") == datetime(2024, 1, 31, 12, 5)
+    ym = parse_duration("P1M")
+    assert isinstance(ym, YearsMonthsDuration)
+    assert ym.add_to(start) == datetime(2024, 2, 29, 12)
+    with pytest.raises(ExpressionError):
+        parse_duration("5 minutes")
+
+
+def test_compile_is_cached_and_fast() -> None:
+    assert compile_expression("a + b > 3") is compile_expression("a + b > 3")
+    compiled = compile_expression("a + b > 3")
+    per_call = timeit.timeit(lambda: compiled.evaluate({"a": 1, "b": 3}), number=2000) / 2000
+    assert per_call < 50e-6, f"{per_call * 1e6:.1f} µs per evaluation"
+
+
+def test_exported_members() -> None:
+    assert set(feel.__all__) == {n for n in dir(feel) if not n.startswith("_")} & set(feel.__all__)
+    for name in ("evaluate", "compile_expression", "evaluate_unary_tests", "to_json",
+                 "parse_duration", "CompiledExpression", "YearsMonthsDuration"):
+        assert name in feel.__all__
