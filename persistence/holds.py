@@ -104,20 +104,22 @@ def sync_holds(
         n = new.get(wid)
         if w.holds_deadline and (n is None or not n.holds_deadline):
             gone_dl.append(wid)
-        if w.holds_subscription and (n is None or _subscription_row(instance_id, n) != _subscription_row(instance_id, w)):
+        if w.holds_subscription and (
+            n is None or _subscription_row(instance_id, n) != _subscription_row(instance_id, w)
+        ):
             gone_sub.append(wid)
         if w.kind is WaitKind.USER_TASK and (n is None or n.kind is not WaitKind.USER_TASK):
             gone_task.append(wid)
     for wid, n in new.items():
-        w = old.get(wid)
+        prev = old.get(wid)
         if n.holds_deadline:
-            if w is None or not w.holds_deadline:
+            if prev is None or not prev.holds_deadline:
                 add_dl.append(_deadline_row(instance_id, n))
-            elif w.due_at != n.due_at:
+            elif prev.due_at != n.due_at:
                 moved_dl.append(n)
-        if n.holds_subscription and (w is None or wid in gone_sub):
+        if n.holds_subscription and (prev is None or wid in gone_sub):
             add_sub.append(_subscription_row(instance_id, n))
-        if n.kind is WaitKind.USER_TASK and (w is None or w.kind is not WaitKind.USER_TASK):
+        if n.kind is WaitKind.USER_TASK and (prev is None or prev.kind is not WaitKind.USER_TASK):
             add_task.append(_task_row(instance_id, n, now))
 
     _delete(conn, deadlines, instance_id, gone_dl)
@@ -197,7 +199,8 @@ def _consume_buffered(
         mode="json", exclude={"kind"}
     )
     outbox_id = conn.execute(
-        insert(outbox).values(kind=DELIVER_BUFFERED, payload=payload, created_at=now)
+        insert(outbox)
+        .values(kind=DELIVER_BUFFERED, payload=payload, created_at=now)
         .returning(outbox.c.id)
     ).scalar_one()
     return BufferedDelivery(int(outbox_id), found.message_id, sub["wait_id"])

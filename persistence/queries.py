@@ -7,7 +7,6 @@ that never take SQLite's write lock.
 
 from __future__ import annotations
 
-
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -72,7 +71,11 @@ class Queries:
         if key is not None:
             q = q.where(instances.c.key == key)
         with self._read() as conn:
-            raws = list(conn.execute(q.order_by(instances.c.created_at, instances.c.id).limit(limit)).scalars())
+            raws = list(
+                conn.execute(
+                    q.order_by(instances.c.created_at, instances.c.id).limit(limit)
+                ).scalars()
+            )
         return [instance_view(decode(r)) for r in raws]
 
     def user_tasks(self, instance_id: str | None = None) -> list[UserTaskView]:
@@ -115,11 +118,18 @@ class Queries:
                     select(facts).where(facts.c.instance_id == instance_id).order_by(facts.c.id)
                 )
             )
-            if not rows and conn.execute(
-                select(instances.c.id).where(instances.c.id == instance_id)
-            ).first() is None:
+            if (
+                not rows
+                and conn.execute(
+                    select(instances.c.id).where(instances.c.id == instance_id)
+                ).first()
+                is None
+            ):
                 raise UnknownInstance(f"no instance has id {instance_id!r}")
-        return [FactView(at=r.at, kind=r.kind, details=dict(r.details), revision=r.revision) for r in rows]
+        return [
+            FactView(at=r.at, kind=r.kind, details=dict(r.details), revision=r.revision)
+            for r in rows
+        ]
 
     def incidents(
         self, instance_id: str | None = None, state: str | None = None
@@ -143,11 +153,15 @@ class Queries:
         """The hold rows of one instance, for tests and `instances show`."""
         with self._read() as conn:
             return {
-                name: [dict(r._mapping) for r in conn.execute(
-                    select(t).where(t.c.instance_id == instance_id).order_by(t.c.wait_id)
-                )]
-                for name, t in (("deadlines", deadlines), ("subscriptions", subscriptions),
-                                ("user_tasks", user_tasks))
+                name: [
+                    dict(r._mapping)
+                    for r in conn.execute(
+                        select(t).where(t.c.instance_id == instance_id).order_by(t.c.wait_id)
+                    )
+                ]
+                for name, t in (
+                    ("deadlines", deadlines),
+                    ("subscriptions", subscriptions),
+                    ("user_tasks", user_tasks),
+                )
             }
-
-

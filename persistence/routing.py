@@ -79,9 +79,12 @@ class Router:
         if kind == "message":
             q = q.where(subscriptions.c.correlation_key.is_not_distinct_from(key))
         with self.store._read() as conn:
-            return [(r.instance_id, r.wait_id) for r in conn.execute(
-                q.order_by(subscriptions.c.instance_id, subscriptions.c.wait_id)
-            )]
+            return [
+                (r.instance_id, r.wait_id)
+                for r in conn.execute(
+                    q.order_by(subscriptions.c.instance_id, subscriptions.c.wait_id)
+                )
+            ]
 
     def message(
         self,
@@ -97,7 +100,9 @@ class Router:
             raise InvalidMessage(f"a message needs a non-empty name, got {name!r}")
         if ttl_seconds is not None and ttl_seconds < 0:
             raise InvalidMessage(f"message {name!r}: ttl must be >= 0 seconds, got {ttl_seconds}")
-        variables = _json_object({} if variables is None else variables, f"message {name!r} variables")
+        variables = _json_object(
+            {} if variables is None else variables, f"message {name!r} variables"
+        )
         message_id = message_id or str(uuid.uuid4())
         out = MessageOutcome(message_id)
         with self.store._read() as conn:
@@ -114,7 +119,11 @@ class Router:
                 return out
 
     def _deliver(
-        self, out: MessageOutcome, name: str, key: str | None, variables: dict[str, Any],
+        self,
+        out: MessageOutcome,
+        name: str,
+        key: str | None,
+        variables: dict[str, Any],
         now: datetime,
     ) -> None:
         seen: set[str] = set(out.delivered_to)
@@ -123,7 +132,10 @@ class Router:
                 continue  # one message wakes one wait per instance
             seen.add(instance_id)
             trigger = MessageReceived(
-                wait_id=wait_id, name=name, correlation_key=key, variables=variables,
+                wait_id=wait_id,
+                name=name,
+                correlation_key=key,
+                variables=variables,
                 message_id=out.message_id,
             )
             applied = self.store.apply(instance_id, trigger, now, trigger_id=out.message_id)
@@ -131,7 +143,11 @@ class Router:
             out.delivered_to.append(instance_id)
 
     def _start(
-        self, out: MessageOutcome, name: str, key: str | None, variables: dict[str, Any],
+        self,
+        out: MessageOutcome,
+        name: str,
+        key: str | None,
+        variables: dict[str, Any],
         now: datetime,
     ) -> None:
         for process_key, version, nodes in self.store.latest_starts("message", name):
@@ -142,8 +158,14 @@ class Router:
             instance_id = str(uuid.uuid5(NAMESPACE, f"{process_key}:{out.message_id}"))
             try:
                 applied = self.store.start(
-                    process_key, instance_id, variables, now=now, version=version,
-                    start_node_id=nodes[0], start_key=key, trigger_id=out.message_id,
+                    process_key,
+                    instance_id,
+                    variables,
+                    now=now,
+                    version=version,
+                    start_node_id=nodes[0],
+                    start_key=key,
+                    trigger_id=out.message_id,
                 )
             except StartKeyTaken:
                 running = self._running_with_key(process_key, key)
@@ -157,11 +179,13 @@ class Router:
     def _running_with_key(self, process_key: str, key: str | None) -> str | None:
         with self.store._read() as conn:
             return conn.execute(
-                select(instances.c.id).where(
+                select(instances.c.id)
+                .where(
                     instances.c.key == process_key,
                     instances.c.start_key == key,
                     instances.c.status.in_(ACTIVE_STATUSES),
-                ).limit(1)
+                )
+                .limit(1)
             ).scalar()
 
     def _join(
@@ -175,19 +199,31 @@ class Router:
         out.joined.append(instance_id)
 
     def _record(
-        self, out: MessageOutcome, name: str, key: str | None, variables: dict[str, Any],
-        ttl: float | None, now: datetime,
+        self,
+        out: MessageOutcome,
+        name: str,
+        key: str | None,
+        variables: dict[str, Any],
+        ttl: float | None,
+        now: datetime,
     ) -> bool:
         """Write the dedup row; False if a subscription appeared and we must deliver."""
         taken = bool(out.delivered_to or out.started or out.joined)
         buffer = not taken and ttl is not None and ttl > 0
+        takers = out.delivered_to or out.started or out.joined
+        taker = takers[0] if takers else None
         with self.store._tx() as conn:
             lock_message_key(conn, name, key)
             if not taken:
-                q = select(subscriptions.c.instance_id).where(
-                    subscriptions.c.kind == "message", subscriptions.c.name == name,
-                    subscriptions.c.correlation_key.is_not_distinct_from(key),
-                ).limit(1)
+                q = (
+                    select(subscriptions.c.instance_id)
+                    .where(
+                        subscriptions.c.kind == "message",
+                        subscriptions.c.name == name,
+                        subscriptions.c.correlation_key.is_not_distinct_from(key),
+                    )
+                    .limit(1)
+                )
                 if conn.execute(q).first() is not None:
                     return False  # armed meanwhile: deliver to it instead of buffering
             if conn.execute(
@@ -203,7 +239,7 @@ class Router:
                     variables=variables if buffer else {},
                     expires_at=now + timedelta(seconds=ttl) if buffer and ttl else None,
                     received_at=now,
-                    consumed_by_instance=None if buffer else (out.delivered_to or out.started or out.joined or [None])[0],
+                    consumed_by_instance=None if buffer else taker,
                     consumed_at=None if buffer else now,
                 )
             )
@@ -216,7 +252,9 @@ class Router:
         """Broadcast: every holder of a signal subscription, every signal start."""
         if not isinstance(name, str) or not name.strip():
             raise InvalidMessage(f"a signal needs a non-empty name, got {name!r}")
-        variables = _json_object({} if variables is None else variables, f"signal {name!r} variables")
+        variables = _json_object(
+            {} if variables is None else variables, f"signal {name!r} variables"
+        )
         signal_id = signal_id or str(uuid.uuid4())
         out = SignalOutcome(signal_id)
         for instance_id, wait_id in self._holders("signal", name, None):
@@ -230,8 +268,13 @@ class Router:
             instance_id = str(uuid.uuid5(NAMESPACE, f"{process_key}:{signal_id}"))
             out.applied.append(
                 self.store.start(
-                    process_key, instance_id, variables, now=now, version=version,
-                    start_node_id=nodes[0], trigger_id=signal_id,
+                    process_key,
+                    instance_id,
+                    variables,
+                    now=now,
+                    version=version,
+                    start_node_id=nodes[0],
+                    trigger_id=signal_id,
                 )
             )
             out.started.append(instance_id)

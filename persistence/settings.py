@@ -98,9 +98,7 @@ class Settings(BaseModel):
         return self.database_url.startswith("sqlite")
 
     @classmethod
-    def from_env(
-        cls, environ: Mapping[str, str] | None = None, **overrides: Any
-    ) -> Settings:
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         """Settings from ``DORMANT_*`` variables; explicit ``overrides`` win (None = unset)."""
         env = os.environ if environ is None else environ
         values: dict[str, Any] = {}

@@ -132,7 +132,9 @@ class Store(Queries):
         if settings is None:
             settings = Settings.from_env(database_url=database_url)
         elif database_url is not None:
-            settings = Settings.from_env({}, **(settings.model_dump() | {"database_url": database_url}))
+            settings = Settings.from_env(
+                {}, **(settings.model_dump() | {"database_url": database_url})
+            )
         self.settings = settings
         self.url = settings.database_url
         self.engine = make_engine(self.url)
@@ -237,8 +239,10 @@ class Store(Queries):
 
     def _unknown_process(self, conn: Connection, key: str, version: int | None) -> UnknownProcess:
         versions = [
-            v for (v,) in conn.execute(
-                select(definitions.c.version).where(definitions.c.key == key)
+            v
+            for (v,) in conn.execute(
+                select(definitions.c.version)
+                .where(definitions.c.key == key)
                 .order_by(definitions.c.version)
             )
         ]
@@ -247,7 +251,12 @@ class Store(Queries):
             return UnknownProcess(
                 f"process {key!r} has no version {version}; deployed versions: {listed}"
             )
-        keys = [k for (k,) in conn.execute(select(definitions.c.key).distinct().order_by(definitions.c.key))]
+        keys = [
+            k
+            for (k,) in conn.execute(
+                select(definitions.c.key).distinct().order_by(definitions.c.key)
+            )
+        ]
         return UnknownProcess(
             f"no process {key!r} is deployed; deployed: {', '.join(keys) if keys else '(none)'}"
         )
@@ -367,12 +376,15 @@ class Store(Queries):
             row = self._lock(conn, instance_id)
             if precondition is not None and not precondition(conn):
                 return Applied(instance_id, int(row.revision), row.status, False, skipped=True)
-            if trigger_id is not None and conn.execute(
-                select(processed_triggers.c.trigger_id).where(
-                    processed_triggers.c.instance_id == instance_id,
-                    processed_triggers.c.trigger_id == trigger_id,
-                )
-            ).first():
+            if (
+                trigger_id is not None
+                and conn.execute(
+                    select(processed_triggers.c.trigger_id).where(
+                        processed_triggers.c.instance_id == instance_id,
+                        processed_triggers.c.trigger_id == trigger_id,
+                    )
+                ).first()
+            ):
                 return Applied(instance_id, int(row.revision), row.status, False, duplicate=True)
             old = decode(row.checkpoint)
             definition, _ = self.definition(row.key, row.version, conn=conn)
@@ -406,7 +418,7 @@ class Store(Queries):
         row = conn.execute(q.with_for_update()).first()
         if row is None:
             raise UnknownInstance(f"no instance has id {instance_id!r}")
-        return row
+        return row  # type: ignore[return-value]
 
     def _write_step(
         self,
@@ -443,7 +455,12 @@ class Store(Queries):
         )
 
     def _insert_facts(
-        self, conn: Connection, instance_id: str, revision: int, new: tuple[Fact, ...], now: datetime
+        self,
+        conn: Connection,
+        instance_id: str,
+        revision: int,
+        new: tuple[Fact, ...],
+        now: datetime,
     ) -> None:
         if new:
             conn.execute(

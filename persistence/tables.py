@@ -36,13 +36,13 @@ __all__ = [
     "ACTIVE_STATUSES",
     "JsonDoc",
     "UtcDateTime",
-    "definitions",
-    "metadata",
     "deadlines",
+    "definitions",
     "facts",
     "inbox",
     "instances",
     "messages",
+    "metadata",
     "outbox",
     "processed_triggers",
     "subscriptions",
@@ -77,12 +77,12 @@ class UtcDateTime(TypeDecorator[datetime]):
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
-def JsonDoc() -> Any:  # noqa: N802 - reads like a type in the table definitions
+def JsonDoc() -> Any:
     """JSON on SQLite, JSONB on PostgreSQL (smaller, and indexable if ever needed)."""
     return JSON().with_variant(JSONB(), "postgresql")
 
 
-def _Id() -> Any:  # noqa: N802
+def _Id() -> Any:
     """An autoincrementing id: BIGINT on PostgreSQL, SQLite's rowid alias on SQLite."""
     return BigInteger().with_variant(Integer(), "sqlite")
 

@@ -129,7 +129,9 @@ def _holds_claim(instance_id: str, wait_id: str, claim_token: str):  # type: ign
     return check
 
 
-def fire(store: Store, instance_id: str, wait_id: str, claim_token: str, now: datetime) -> FireOutcome:
+def fire(
+    store: Store, instance_id: str, wait_id: str, claim_token: str, now: datetime
+) -> FireOutcome:
     """Apply the claimed deadline; on failure keep it and back off (module docstring)."""
     try:
         applied = store.apply(
@@ -138,7 +140,7 @@ def fire(store: Store, instance_id: str, wait_id: str, claim_token: str, now: da
             now,
             precondition=_holds_claim(instance_id, wait_id, claim_token),
         )
-    except Exception as exc:  # noqa: BLE001 - every failure must leave the hold armed
+    except Exception as exc:
         return _settle_failure(store, instance_id, wait_id, claim_token, now, exc)
     if applied.skipped:
         return FireOutcome(instance_id, wait_id, "skipped", applied)
@@ -192,6 +194,10 @@ def _settle_failure(
     log.warning(
         "wake of instance %s (wait %s) failed, attempt %d: %s; the deadline is kept and "
         "retried at %s",
-        instance_id, wait_id, attempt, cause, retry_at.isoformat(),
+        instance_id,
+        wait_id,
+        attempt,
+        cause,
+        retry_at.isoformat(),
     )
     return FireOutcome(instance_id, wait_id, "failed", error=error, retry_at=retry_at)

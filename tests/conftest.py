@@ -152,8 +152,12 @@ def fake_core(monkeypatch: pytest.MonkeyPatch) -> None:
 
     def new_checkpoint(definition, instance_id, version, now):  # type: ignore[no-untyped-def]
         return Checkpoint(
-            instance_id=instance_id, process_key=definition.key, version=version,
-            created_at=now, updated_at=now, scopes={"s0": Scope(id="s0")},
+            instance_id=instance_id,
+            process_key=definition.key,
+            version=version,
+            created_at=now,
+            updated_at=now,
+            scopes={"s0": Scope(id="s0")},
         )
 
     def apply(definition, checkpoint, trigger, *, now, services=None):  # type: ignore[no-untyped-def]
@@ -167,7 +171,9 @@ def fake_core(monkeypatch: pytest.MonkeyPatch) -> None:
             cp.waits.clear()
             cp.status = InstanceStatus.TERMINATED
         elif wait_id not in cp.waits:
-            return Step(checkpoint, facts=(Fact("StaleTrigger", {"wait_id": wait_id}),), changed=False)
+            return Step(
+                checkpoint, facts=(Fact("StaleTrigger", {"wait_id": wait_id}),), changed=False
+            )
         else:
             del cp.waits[wait_id]
         for w in variables.pop("_arm", []):
@@ -176,7 +182,9 @@ def fake_core(monkeypatch: pytest.MonkeyPatch) -> None:
         effects = []
         if "_job" in variables:
             effects.append(DispatchJob(cp.instance_id, "j1", "task", variables.pop("_job"), 1, {}))
-        cp.scopes["s0"].variables.update({k: v for k, v in variables.items() if not k.startswith("_")})
+        cp.scopes["s0"].variables.update(
+            {k: v for k, v in variables.items() if not k.startswith("_")}
+        )
         if not cp.waits and cp.status is InstanceStatus.ACTIVE:
             cp.status = InstanceStatus.COMPLETED
         cp.revision += 1

@@ -27,6 +27,8 @@ def run_migrations_online() -> None:
             context.run_migrations()
         return
     url = config.attributes.get("url") or config.get_main_option("sqlalchemy.url")
+    if not url:
+        raise RuntimeError("persistence.migrate passes a connection or a url; neither was given")
     engine = create_engine(url)
     with engine.connect() as conn:
         context.configure(connection=conn, target_metadata=target_metadata)

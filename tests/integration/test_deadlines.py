@@ -19,8 +19,12 @@ from tests.integration.test_store import proc, timer_wait
 def _arm(store: Store, now: datetime, n: int, due: datetime) -> None:
     store.deploy(proc(), now)
     for k in range(n):
-        store.start("p", f"i{k}", {"_arm": [timer_wait("w1", due), timer_wait("w2", due + timedelta(days=1))]},
-                    now=now)
+        store.start(
+            "p",
+            f"i{k}",
+            {"_arm": [timer_wait("w1", due), timer_wait("w2", due + timedelta(days=1))]},
+            now=now,
+        )
 
 
 def test_claim_only_due_and_unclaimed(store: Store, now: datetime, fake_core: None) -> None:
@@ -33,7 +37,9 @@ def test_claim_only_due_and_unclaimed(store: Store, now: datetime, fake_core: No
     assert claim_due(store, later) == []  # claimed: not again while the claim lives
 
 
-def test_concurrent_claimers_never_share_a_row(store: Store, now: datetime, fake_core: None) -> None:
+def test_concurrent_claimers_never_share_a_row(
+    store: Store, now: datetime, fake_core: None
+) -> None:
     n = 60
     _arm(store, now, n, now)
     got: list[tuple[str, str]] = []
@@ -68,8 +74,9 @@ def test_expired_claim_is_reclaimed(store: Store, now: datetime, fake_core: None
     assert fire(store, "i0", "w1", again.claim_token, now).status == "skipped"
 
 
-def test_cycle_gets_its_next_due_unclaimed(store: Store, now: datetime, fake_core: None,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cycle_gets_its_next_due_unclaimed(
+    store: Store, now: datetime, fake_core: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _arm(store, now, 1, now)
     real = engine.apply
 
@@ -83,7 +90,11 @@ def test_cycle_gets_its_next_due_unclaimed(store: Store, now: datetime, fake_cor
     [c] = claim_due(store, now)
     assert fire(store, "i0", "w1", c.claim_token, now).status == "fired"
     [row] = [r for r in store.holds("i0")["deadlines"] if r["wait_id"] == "w1"]
-    assert (row["due_at"], row["claim_token"], row["claimed_until"]) == (now + timedelta(minutes=1), None, None)
+    assert (row["due_at"], row["claim_token"], row["claimed_until"]) == (
+        now + timedelta(minutes=1),
+        None,
+        None,
+    )
 
 
 def _unpin(store: Store, now: datetime) -> None:
@@ -97,8 +108,9 @@ def _unpin(store: Store, now: datetime) -> None:
     store._definitions.clear()
 
 
-def test_failed_fire_keeps_the_row(store: Store, now: datetime, fake_core: None,
-                                   caplog: pytest.LogCaptureFixture) -> None:
+def test_failed_fire_keeps_the_row(
+    store: Store, now: datetime, fake_core: None, caplog: pytest.LogCaptureFixture
+) -> None:
     _arm(store, now, 1, now)
     _unpin(store, now)
     [c] = claim_due(store, now)

@@ -15,7 +15,8 @@ from persistence.settings import Settings
 from persistence.store import Store
 
 PROC = """<?xml version="1.0" encoding="UTF-8"?>
-<bpmn:definitions xmlns:bpmn="http://www.omg.org/spec/BPMN/20100524/MODEL" id="d" targetNamespace="t">
+<bpmn:definitions xmlns:bpmn="http://www.omg.org/spec/BPMN/20100524/MODEL"
+  id="d" targetNamespace="t">
   <bpmn:process id="{key}" isExecutable="true">
     <bpmn:startEvent id="start"/>
     <bpmn:sequenceFlow id="f1" sourceRef="start" targetRef="end"/>
@@ -34,8 +35,14 @@ def timer_wait(wid: str, due: datetime) -> dict[str, Any]:
 
 
 def msg_wait(wid: str, name: str, key: str | None) -> dict[str, Any]:
-    return {"id": wid, "kind": "message", "role": "node", "node_id": "m",
-            "message_name": name, "correlation_key": key}
+    return {
+        "id": wid,
+        "kind": "message",
+        "role": "node",
+        "node_id": "m",
+        "message_name": name,
+        "correlation_key": key,
+    }
 
 
 def task_wait(wid: str) -> dict[str, Any]:
@@ -48,8 +55,9 @@ def task_wait(wid: str) -> dict[str, Any]:
 def test_settings_from_env_normalises_and_validates() -> None:
     from engine_core.errors import InvalidSetting
 
-    s = Settings.from_env({"DORMANT_DATABASE_URL": "postgres://u@h/db",
-                           "DORMANT_DEADLINE_CLAIM_SECONDS": "10"})
+    s = Settings.from_env(
+        {"DORMANT_DATABASE_URL": "postgres://u@h/db", "DORMANT_DEADLINE_CLAIM_SECONDS": "10"}
+    )
     assert s.database_url == "postgresql+psycopg://u@h/db"
     assert s.wake_retry_backoff_seconds == 5
     with pytest.raises(InvalidSetting, match="DORMANT_WAKE_RETRY_BACKOFF_SECONDS='0'"):
@@ -58,7 +66,9 @@ def test_settings_from_env_normalises_and_validates() -> None:
 
 def test_not_migrated_on_an_empty_postgres_database(pg_empty_database: Any) -> None:
     url = pg_empty_database()
-    with pytest.raises(NotMigrated, match=r"not migrated \(at revision none, need 0001\); run `dormant db upgrade`"):
+    with pytest.raises(
+        NotMigrated, match=r"not migrated \(at revision none, need 0001\); run `dormant db upgrade`"
+    ):
         Store(url)
     migrate.upgrade(url)
     Store(url).close()
@@ -86,12 +96,16 @@ def test_deploy_versions(store: Store, now: datetime, fake_core: None) -> None:
     assert [(d.key, d.version, d.created) for d in store.deploy(proc(), now)] == [("p", 1, True)]
     assert [(d.version, d.created) for d in store.deploy(proc().encode(), now)] == [(1, False)]
     store.start("p", "i1", {"_arm": [task_wait("w1")]}, now=now)
-    assert [(d.version, d.created) for d in store.deploy(proc(extra=' name="End"'), now)] == [(2, True)]
+    assert [(d.version, d.created) for d in store.deploy(proc(extra=' name="End"'), now)] == [
+        (2, True)
+    ]
     assert store.definition("p")[1] == 2
     assert store.instance("i1").version == 1  # pinned
     store.start("p", "i2", {"_arm": [task_wait("w1")]}, now=now)
     assert store.instance("i2").version == 2
-    with pytest.raises(UnknownProcess, match="process 'p' has no version 3; deployed versions: 1, 2"):
+    with pytest.raises(
+        UnknownProcess, match="process 'p' has no version 3; deployed versions: 1, 2"
+    ):
         store.definition("p", 3)
     with pytest.raises(UnknownProcess, match="no process 'x' is deployed; deployed: p"):
         store.definition("x")
@@ -103,8 +117,13 @@ def test_deploy_versions(store: Store, now: datetime, fake_core: None) -> None:
 def test_start_apply_round_trip_and_hold_sync(store: Store, now: datetime, fake_core: None) -> None:
     store.deploy(proc(), now)
     due = now + timedelta(minutes=5)
-    a = store.start("p", "i1", {"x": 1, "_arm": [timer_wait("w1", due), msg_wait("w2", "paid", "o-1"),
-                                                   task_wait("w3")]}, now=now, business_key="b1")
+    a = store.start(
+        "p",
+        "i1",
+        {"x": 1, "_arm": [timer_wait("w1", due), msg_wait("w2", "paid", "o-1"), task_wait("w3")]},
+        now=now,
+        business_key="b1",
+    )
     assert (a.revision, a.status, a.changed) == (1, "active", True)
     holds = store.holds("i1")
     assert [(r["wait_id"], r["due_at"]) for r in holds["deadlines"]] == [("w1", due)]
@@ -113,8 +132,16 @@ def test_start_apply_round_trip_and_hold_sync(store: Store, now: datetime, fake_
     assert store.task("i1.w3") == ("i1", "w3")
 
     # The message arrives: its wait goes, a new timer is armed; rows follow the checkpoint.
-    b = store.apply("i1", MessageReceived(wait_id="w2", name="paid", correlation_key="o-1",
-                                          variables={"_arm": [timer_wait("w4", due)]}), now)
+    b = store.apply(
+        "i1",
+        MessageReceived(
+            wait_id="w2",
+            name="paid",
+            correlation_key="o-1",
+            variables={"_arm": [timer_wait("w4", due)]},
+        ),
+        now,
+    )
     assert b.revision == 2
     holds = store.holds("i1")
     assert [r["wait_id"] for r in holds["deadlines"]] == ["w1", "w4"]
@@ -166,8 +193,9 @@ def test_outbox_rows_in_the_same_transaction(store: Store, now: datetime, fake_c
     assert store.counts()["outbox"] == 0
 
 
-def test_a_failing_step_writes_nothing(store: Store, now: datetime, fake_core: None,
-                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failing_step_writes_nothing(
+    store: Store, now: datetime, fake_core: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from engine_core import engine
 
     store.deploy(proc(), now)
@@ -184,12 +212,15 @@ def test_a_failing_step_writes_nothing(store: Store, now: datetime, fake_core: N
     assert store.checkpoint("i1").revision == 1
 
 
-def test_row_lock_serialises_concurrent_triggers(store: Store, now: datetime, fake_core: None) -> None:
+def test_row_lock_serialises_concurrent_triggers(
+    store: Store, now: datetime, fake_core: None
+) -> None:
     """N threads each apply one trigger to ONE instance: revisions 1..N+1, none lost."""
     n = 24
     store.deploy(proc(), now)
-    store.start("p", "i1", {"_arm": [task_wait(f"w{k}") for k in range(n)] + [task_wait("keep")]},
-                now=now)
+    store.start(
+        "p", "i1", {"_arm": [task_wait(f"w{k}") for k in range(n)] + [task_wait("keep")]}, now=now
+    )
     errors: list[BaseException] = []
 
     def worker(k: int) -> None:

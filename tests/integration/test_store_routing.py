@@ -46,8 +46,9 @@ def test_key_match_and_mismatch(store: Store, router: Router, now: datetime) -> 
 
 
 def test_message_id_is_idempotent(store: Store, router: Router, now: datetime) -> None:
-    store.start("p", "i1", {"_arm": [msg_wait("w1", "paid", "o-1"), msg_wait("w2", "paid", "o-1")]},
-                now=now)
+    store.start(
+        "p", "i1", {"_arm": [msg_wait("w1", "paid", "o-1"), msg_wait("w2", "paid", "o-1")]}, now=now
+    )
     router.message("paid", "o-1", {}, message_id="m-1", ttl_seconds=None, now=now)
     again = router.message("paid", "o-1", {}, message_id="m-1", ttl_seconds=None, now=now)
     assert again.duplicate and again.delivered_to == []
@@ -71,22 +72,34 @@ def test_buffered_message_is_delivered_to_a_later_subscription(
     [row] = store.outbox_rows(a.outbox_ids)
     assert row.kind == "DeliverBuffered"
     assert (row.payload["instance_id"], row.payload["wait_id"], row.payload["message_id"]) == (
-        "i1", "w1", "m-1")
+        "i1",
+        "w1",
+        "m-1",
+    )
     # A second subscriber does not get the same message: delivered exactly once.
     b = store.start("p", "i2", {"_arm": [msg_wait("w1", "paid", "o-1")]}, now=later)
     assert b.outbox_ids == []
     # The relay applies it (twice, as a redelivery would): once only.
     p = row.payload
-    trigger = MessageReceived(wait_id=p["wait_id"], name=p["name"], correlation_key=p["correlation_key"],
-                              variables=p["variables"], message_id=p["message_id"])
+    trigger = MessageReceived(
+        wait_id=p["wait_id"],
+        name=p["name"],
+        correlation_key=p["correlation_key"],
+        variables=p["variables"],
+        message_id=p["message_id"],
+    )
     assert store.apply("i1", trigger, later, trigger_id=p["trigger_id"]).changed
     assert store.apply("i1", trigger, later, trigger_id=p["trigger_id"]).duplicate
     assert store.instance("i1").variables == {"amount": 5}
 
 
-def test_expired_buffered_message_is_not_delivered(store: Store, router: Router, now: datetime) -> None:
+def test_expired_buffered_message_is_not_delivered(
+    store: Store, router: Router, now: datetime
+) -> None:
     router.message("paid", "o-1", {}, message_id="m-1", ttl_seconds=10, now=now)
-    a = store.start("p", "i1", {"_arm": [msg_wait("w1", "paid", "o-1")]}, now=now + timedelta(seconds=11))
+    a = store.start(
+        "p", "i1", {"_arm": [msg_wait("w1", "paid", "o-1")]}, now=now + timedelta(seconds=11)
+    )
     assert a.outbox_ids == []
 
 
@@ -97,18 +110,38 @@ def test_no_ttl_is_not_buffered(store: Store, router: Router, now: datetime) -> 
     assert a.outbox_ids == []
 
 
-def test_keyed_message_start_joins_never_duplicates(store: Store, router: Router, now: datetime) -> None:
+def test_keyed_message_start_joins_never_duplicates(
+    store: Store, router: Router, now: datetime
+) -> None:
     store.deploy(MSG_START, now)
     # The fake core keeps the instance running (one user task) so a join is observable.
-    first = router.message("order-placed", "o-1", {"_arm": [task_wait("w1")]},
-                           message_id="m-1", ttl_seconds=None, now=now)
+    first = router.message(
+        "order-placed",
+        "o-1",
+        {"_arm": [task_wait("w1")]},
+        message_id="m-1",
+        ttl_seconds=None,
+        now=now,
+    )
     assert len(first.started) == 1
-    second = router.message("order-placed", "o-1", {"_arm": [task_wait("w1")]},
-                            message_id="m-2", ttl_seconds=None, now=now)
+    second = router.message(
+        "order-placed",
+        "o-1",
+        {"_arm": [task_wait("w1")]},
+        message_id="m-2",
+        ttl_seconds=None,
+        now=now,
+    )
     assert (second.started, second.joined) == ([], first.started)
     assert "DuplicateStart" in [f.kind for f in store.history(first.started[0])]
-    other = router.message("order-placed", "o-2", {"_arm": [task_wait("w1")]},
-                           message_id="m-3", ttl_seconds=None, now=now)
+    other = router.message(
+        "order-placed",
+        "o-2",
+        {"_arm": [task_wait("w1")]},
+        message_id="m-3",
+        ttl_seconds=None,
+        now=now,
+    )
     assert len(other.started) == 1 and other.started != first.started
     assert len(store.instances(key="order")) == 2
 
@@ -118,8 +151,16 @@ def test_racing_keyed_starts_make_one_instance(store: Store, router: Router, now
     outs = []
 
     def send(k: int) -> None:
-        outs.append(Router(store).message("order-placed", "o-1", {"_arm": [task_wait("w1")]},
-                                          message_id=f"m-{k}", ttl_seconds=None, now=now))
+        outs.append(
+            Router(store).message(
+                "order-placed",
+                "o-1",
+                {"_arm": [task_wait("w1")]},
+                message_id=f"m-{k}",
+                ttl_seconds=None,
+                now=now,
+            )
+        )
 
     threads = [threading.Thread(target=send, args=(k,)) for k in range(8)]
     for t in threads:

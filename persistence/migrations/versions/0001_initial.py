@@ -24,7 +24,7 @@ _RUNNING = "start_key IS NOT NULL AND status IN ('active', 'active_incidents')"
 
 
 def _json() -> sa.types.TypeEngine[object]:
-    return sa.JSON().with_variant(JSONB(), "postgresql")
+    return sa.JSON().with_variant(JSONB(), "postgresql")  # type: ignore[return-value]
 
 
 def _id() -> sa.types.TypeEngine[int]:
