@@ -89,7 +89,7 @@ def dispatch(payload: dict[str, Any]) -> None:
         f"job.{job_type}",
         dict(payload.get("variables") or {}),
         queue=queue,
-        exchange=queue.exchange.name,
+        exchange=queue.exchange.name if queue.exchange else None,
         headers=headers,
     )
     log.info("job dispatched instance=%s wait=%s type=%s attempt=%s", instance_id, wait_id, job_type, attempt)
