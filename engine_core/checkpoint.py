@@ -115,8 +115,10 @@ class Token(_Doc):
     lineage: list[str] = Field(default_factory=list)
     # The inner scope this token waits on (sub-process, multi-instance body).
     inner_scope: str | None = None
-    # Multi-instance: the loop state of a token at a multi-instance activity.
+    # Multi-instance: which inner instance of its activity this token runs.
     loop_index: int | None = None
+    # The sequence flow the token arrived by (a parallel join counts flows, not tokens).
+    flow_id: str | None = None
 
 
 class Scope(_Doc):
@@ -129,8 +131,12 @@ class Scope(_Doc):
     variables: dict[str, Any] = Field(default_factory=dict)
     # Multi-instance: which inner instance this scope is (its index in the input).
     loop_index: int | None = None
-    # Set while an interrupting event sub-process or terminate is unwinding this scope.
-    interrupted: bool = False
+    # Multi-instance body scope: the input items, the collected outputs (by index),
+    # the next index to start (sequential) and how many inner instances completed.
+    mi_items: list[Any] | None = None
+    mi_results: list[Any] | None = None
+    mi_next: int = 0
+    mi_completed: int = 0
 
 
 class Wait(_Doc):

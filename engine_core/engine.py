@@ -1,14 +1,28 @@
-"""The step function. (Being written; the signature is fixed.)"""
+"""The step function: one trigger in, the next durable state out.
+
+``apply(definition, checkpoint, trigger, now=...)`` works on a private copy of the
+checkpoint and runs the instance to quiescence: every token is waiting, in incident,
+or ended. It reads no clock (``now`` is an argument), no environment and no
+randomness (ids come from the checkpoint's counter), so the same inputs always give
+the same step, and the whole of dormant's semantics is testable without a server.
+
+Time is an input too: before the trigger is applied, every timer wait already due at
+``now`` fires, earliest first. An overdue boundary therefore fires the moment its
+instance is next loaded, and beats a message that arrives after its deadline.
+"""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
 
-from engine_core.checkpoint import Checkpoint
-from engine_core.effects import Step
+from engine_core.checkpoint import Checkpoint, InstanceStatus, TokenState, WaitKind
+from engine_core.effects import Fact, Step
+from engine_core.errors import EngineInvariantError, InvalidOperation
 from engine_core.model import ProcessDefinition, RetryPolicy
-from engine_core.triggers import Trigger
+from engine_core.runtime import Runtime
+from engine_core.triggers import Cancel, IncidentDrop, IncidentResolve, IncidentRetry, Start, TimerFired, Trigger
 
 __all__ = ["Services", "apply", "new_checkpoint"]
 
@@ -22,10 +36,23 @@ class Services:
     incident_retry_policy: RetryPolicy | None = None
 
 
+DEFAULT_SERVICES = Services()
+
+_OPERATOR_TRIGGERS = (Cancel, IncidentRetry, IncidentResolve, IncidentDrop)
+_TIMED_KINDS = (WaitKind.TIMER, WaitKind.JOB, WaitKind.RETRY)
+
+
 def new_checkpoint(
     definition: ProcessDefinition, instance_id: str, version: int, now: datetime
 ) -> Checkpoint:
-    raise NotImplementedError
+    """The empty document a ``Start`` trigger is applied to."""
+    return Checkpoint(
+        instance_id=instance_id,
+        process_key=definition.key,
+        version=version,
+        created_at=now,
+        updated_at=now,
+    )
 
 
 def apply(
@@ -36,4 +63,107 @@ def apply(
     now: datetime,
     services: Services | None = None,
 ) -> Step:
-    raise NotImplementedError
+    if checkpoint.status.ended:
+        if isinstance(trigger, _OPERATOR_TRIGGERS):
+            raise InvalidOperation(
+                f"instance {checkpoint.instance_id} ({checkpoint.process_key} "
+                f"v{checkpoint.version}) is {checkpoint.status.value}; nothing to {trigger.kind}"
+            )
+        return _stale(checkpoint, trigger, "instance ended")
+    if isinstance(trigger, Start) and (checkpoint.tokens or checkpoint.revision):
+        return _stale(checkpoint, trigger, "already started")
+
+    cp = checkpoint.model_copy(deep=True)
+    rt = Runtime(definition, cp, now, services or DEFAULT_SERVICES)
+    try:
+        fired_early = _fire_overdue(rt, trigger)
+        if isinstance(trigger, TimerFired) and trigger.wait_id in fired_early:
+            woken: str | None = fired_early[trigger.wait_id]
+        else:
+            from engine_core.wakes import dispatch
+
+            woken = dispatch(rt, trigger)
+        if woken is None and not fired_early:
+            return _stale(checkpoint, trigger, "wait gone")
+        _run(rt)
+    except EngineInvariantError as exc:
+        # A bug in dormant, not the user's: the one failure that stays fatal (SRD-079).
+        cp = checkpoint.model_copy(deep=True)
+        rt = Runtime(definition, cp, now, services or DEFAULT_SERVICES)
+        rt.fail_instance(f"internal invariant broken: {exc}")
+        woken = None
+    rt.settle_status()
+    cp.revision += 1
+    cp.updated_at = now
+    rt.fact(
+        "Hydrated",
+        trigger=trigger.kind,
+        token=woken or None,
+        outcome="completed" if cp.status.ended else "continued",
+    )
+    held = Counter(w.kind.value for w in cp.waits.values())
+    rt.fact("Dehydrated", waits=len(cp.waits), **dict(sorted(held.items())))
+    return Step(cp, tuple(rt.effects), tuple(rt.facts))
+
+
+def _stale(checkpoint: Checkpoint, trigger: Trigger, reason: str) -> Step:
+    details: dict[str, str | int | float | bool | None] = {"trigger": trigger.kind, "reason": reason}
+    wait_id = getattr(trigger, "wait_id", None)
+    if wait_id is not None:
+        details["wait"] = wait_id
+    return Step(checkpoint, (), (Fact("Stale", details),), changed=False)
+
+
+def _fire_overdue(rt: Runtime, trigger: Trigger) -> dict[str, str]:
+    """Fire timers already due, earliest first; returns wait id -> woken token id."""
+    from engine_core.wakes import dispatch
+
+    fired: dict[str, str] = {}
+    if isinstance(trigger, Start):
+        return fired
+    while True:
+        due = sorted(
+            (
+                w
+                for w in rt.cp.waits.values()
+                if w.kind in _TIMED_KINDS
+                and w.due_at is not None
+                and w.due_at <= rt.now
+                and w.id not in fired
+            ),
+            key=lambda w: (w.due_at, w.id),
+        )
+        if not due:
+            return fired
+        wait = due[0]
+        woken = dispatch(rt, TimerFired(wait_id=wait.id))
+        if woken is not None:
+            fired[wait.id] = woken
+        else:
+            fired[wait.id] = ""
+        _run(rt)
+        if rt.cp.status.ended:
+            return fired
+
+
+def _run(rt: Runtime) -> None:
+    """Advance every active token until the instance is quiescent."""
+    from engine_core.compensation import finish_waiting_throws
+    from engine_core.joins import fire_ready_inclusive_joins
+    from engine_core.nodes import enter
+
+    while True:
+        while rt.queue:
+            token = rt.cp.tokens.get(rt.queue.popleft())
+            if token is None or token.state is not TokenState.ACTIVE:
+                continue
+            if rt.cp.status.ended:
+                rt.queue.clear()
+                break
+            enter(rt, token)
+        if rt.cp.status.ended:
+            return
+        if not (fire_ready_inclusive_joins(rt) or finish_waiting_throws(rt)):
+            break
+    if rt.cp.status is InstanceStatus.ACTIVE and not rt.cp.tokens and "s0" in rt.cp.scopes:
+        rt.check_scope("s0")

@@ -116,6 +116,8 @@ class ChildFailed(_Trigger):
 class Cancel(_Trigger):
     kind: Literal["cancel"] = "cancel"
     reason: str = "cancelled by operator"
+    # False when the parent itself cancels its child: nobody is left to notify.
+    notify_parent: bool = True
 
 
 class IncidentRetry(_Trigger):

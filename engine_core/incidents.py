@@ -1,0 +1,175 @@
+"""Incidents: a technical failure parks its token instead of killing the instance.
+
+The incident lives in the checkpoint; operator actions (retry, resolve, drop) are
+triggers applied in the same locked transaction as any other, and a scheduled retry
+is a wait with a deadline, so it survives any restart (SRD-079).
+
+* Raising withdraws the token's own waits but keeps its armed boundaries: a
+  non-interrupting timer still fires while the incident is open, and an interrupting
+  one overtakes it.
+* A repeated failure at the same node after a retry updates the same incident.
+* Inside a child instance (call activity) nothing is raised locally: the child fails
+  and the caller's call-activity node raises the incident (SRD-079 FR-2).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from engine_core.checkpoint import Incident, IncidentState, Token, TokenState, WaitKind, WaitRole
+from engine_core.errors import InvalidOperation, UnknownIncident
+from engine_core.model import Node
+
+if TYPE_CHECKING:
+    from engine_core.runtime import Runtime
+
+__all__ = ["drop", "raise_incident", "resolve", "retry"]
+
+
+def raise_incident(
+    rt: Runtime,
+    token: Token,
+    node: Node,
+    cause: str,
+    cause_class: str,
+    job_type: str | None = None,
+) -> None:
+    if rt.cp.parent is not None:
+        rt.fail_instance(f"{node.label}: {cause}")
+        return
+    rt.withdraw_token_waits(token.id, keep_boundaries=True)
+    token.state = TokenState.INCIDENT
+    snapshot = rt.token_vars(token)
+    incident = next(
+        (
+            i
+            for i in rt.cp.incidents.values()
+            if i.token_id == token.id and i.node_id == node.id and not i.state.closed
+        ),
+        None,
+    )
+    if incident is None:
+        incident = Incident(
+            id=f"{rt.cp.instance_id}.{rt.cp.next_id('i')}",
+            node_id=node.id,
+            node_name=node.name,
+            token_id=token.id,
+            scope_id=token.scope_id,
+            lineage=list(token.lineage),
+            cause=cause,
+            cause_class=cause_class,
+            first_at=rt.now,
+            last_at=rt.now,
+            data=snapshot,
+            job_type=job_type,
+        )
+        rt.cp.incidents[incident.id] = incident
+    else:
+        incident.attempts += 1
+        incident.last_at = rt.now
+        incident.cause = cause
+        incident.cause_class = cause_class
+        incident.data = snapshot
+        incident.state = IncidentState.OPEN
+    rt.fact(
+        "Incident",
+        action="raised",
+        incident=incident.id,
+        node=node.id,
+        cause_class=cause_class,
+        attempts=incident.attempts,
+    )
+    policy = node.retry_policy or rt.services.incident_retry_policy
+    if policy is not None and incident.attempts <= policy.attempts:
+        incident.state = IncidentState.RETRY_SCHEDULED
+        incident.retry_at = rt.now + timedelta(seconds=policy.backoff_seconds)
+        rt.add_wait(
+            WaitKind.RETRY,
+            WaitRole.INCIDENT,
+            node.id,
+            token_id=token.id,
+            due_at=incident.retry_at,
+            incident_id=incident.id,
+        )
+        rt.fact(
+            "Incident",
+            action="retry-scheduled",
+            incident=incident.id,
+            node=node.id,
+            cause_class=cause_class,
+        )
+
+
+def _open_incident(rt: Runtime, incident_id: str) -> tuple[Incident, Token]:
+    incident = rt.cp.incidents.get(incident_id)
+    if incident is None:
+        open_ids = [i.id for i in rt.cp.incidents.values() if not i.state.closed]
+        raise UnknownIncident(
+            f"instance {rt.cp.instance_id} ({rt.cp.process_key} v{rt.cp.version}) has no "
+            f"incident {incident_id!r}; open incidents: {', '.join(open_ids) or 'none'}"
+        )
+    if incident.state.closed:
+        raise InvalidOperation(
+            f"incident {incident_id} of instance {rt.cp.instance_id} is already "
+            f"{incident.state.value}; only an open incident can be retried, resolved or dropped"
+        )
+    token = rt.cp.tokens.get(incident.token_id)
+    if token is None or token.state is not TokenState.INCIDENT:
+        raise InvalidOperation(
+            f"incident {incident_id} of instance {rt.cp.instance_id} has no token waiting "
+            f"at {incident.node_id!r} (it is being retried already)"
+        )
+    return incident, token
+
+
+def _withdraw_retry(rt: Runtime, incident: Incident) -> None:
+    for wait in [w for w in rt.cp.waits.values() if w.incident_id == incident.id]:
+        rt.withdraw(wait)
+    incident.retry_at = None
+
+
+def retry(rt: Runtime, incident_id: str) -> str:
+    """Re-run the failed node with the same token; attempts carry, boundaries are not re-armed."""
+    incident, token = _open_incident(rt, incident_id)
+    _withdraw_retry(rt, incident)
+    incident.state = IncidentState.OPEN
+    rt.fact(
+        "Incident",
+        action="retried",
+        incident=incident.id,
+        node=incident.node_id,
+        cause_class=incident.cause_class,
+        attempts=incident.attempts,
+    )
+    token.state = TokenState.ACTIVE
+    rt.keep_boundaries.add(token.id)
+    rt.queue.append(token.id)
+    return token.id
+
+
+def resolve(rt: Runtime, incident_id: str) -> str:
+    """Continue on the node's outgoing flows without running the node again."""
+    from engine_core.leaving import leave_without_running
+
+    incident, token = _open_incident(rt, incident_id)
+    _withdraw_retry(rt, incident)
+    token.state = TokenState.ACTIVE
+    leave_without_running(rt, token)  # closes the incident as resolved
+    return token.id
+
+
+def drop(rt: Runtime, incident_id: str) -> str:
+    """Dead-letter: the incident closes, is kept, and its token blocks completion."""
+    incident, token = _open_incident(rt, incident_id)
+    _withdraw_retry(rt, incident)
+    rt.withdraw_token_waits(token.id)
+    incident.state = IncidentState.DEAD_LETTERED
+    rt.fact(
+        "Incident",
+        action="dead-lettered",
+        incident=incident.id,
+        node=incident.node_id,
+        cause_class=incident.cause_class,
+    )
+    return token.id

@@ -1,0 +1,154 @@
+"""Multi-instance activities: one scope per inner instance, outputs in input order.
+
+The token that reaches a multi-instance activity waits at it, owning a *body* scope
+(``mi_items`` set). Each inner instance is a token at the same node with
+``loop_index`` set and its own instance scope holding ``inputElement`` and
+``loopCounter``. Parallel starts them all; sequential starts the next one when the
+previous completes, so an incident in one inner instance holds back the rest (and a
+retry re-runs only that one). Boundaries belong to the outer token: they interrupt
+the whole body.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from engine_core.checkpoint import Scope, Token, TokenState
+from engine_core.expressions import TechnicalFailure, boolean, evaluate, json_value
+from engine_core.model import Node
+
+if TYPE_CHECKING:
+    from engine_core.runtime import Runtime
+
+__all__ = ["inner_done", "start_body"]
+
+
+def start_body(rt: Runtime, token: Token, node: Node) -> None:
+    loop = node.loop
+    assert loop is not None
+    context = rt.token_vars(token)
+    items: list[Any]
+    if loop.input_collection:
+        value = evaluate(_expr(loop.input_collection), context, node.id, rt.now)
+        if not isinstance(value, list):
+            raise TechnicalFailure(
+                f"input collection {loop.input_collection!r} of {node.label} evaluated to "
+                f"{'null' if value is None else type(value).__name__}, expected a list",
+                cause_class="ExpressionError",
+            )
+        items = [json_value(v) for v in value]
+    else:
+        count = evaluate(_expr(loop.cardinality or "0"), context, node.id, rt.now)
+        if isinstance(count, bool) or not isinstance(count, int | float | Decimal) or count < 0:
+            raise TechnicalFailure(
+                f"loop cardinality {loop.cardinality!r} of {node.label} is not a "
+                "non-negative number",
+                cause_class="ExpressionError",
+            )
+        items = [None] * int(count)
+    body = rt.new_scope(node.id, token.scope_id, token.id)
+    body.mi_items = items
+    body.mi_results = [None] * len(items)
+    token.inner_scope = body.id
+    token.state = TokenState.WAITING
+    if not items:
+        _finish(rt, token, node, body)
+        return
+    first_batch = 1 if loop.sequential else len(items)
+    for index in range(first_batch):
+        _start_inner(rt, token, node, body, index)
+    body.mi_next = first_batch
+
+
+def _start_inner(rt: Runtime, outer: Token, node: Node, body: Scope, index: int) -> None:
+    loop = node.loop
+    assert loop is not None and body.mi_items is not None
+    variables: dict[str, Any] = {"loopCounter": index + 1}
+    if loop.input_element:
+        variables[loop.input_element] = body.mi_items[index]
+    inner = rt.spawn(node.id, body.id, [*outer.lineage, outer.id], loop_index=index)
+    scope = rt.new_scope(node.id, body.id, inner.id, variables, loop_index=index)
+    inner.inner_scope = scope.id
+
+
+def inner_done(
+    rt: Runtime,
+    token: Token,
+    node: Node,
+    result: Mapping[str, Any],
+    from_scope: Scope | None,
+) -> None:
+    """One inner instance finished: collect its output, start the next or finish."""
+    loop = node.loop
+    body = rt.cp.scopes.get(token.scope_id)
+    assert loop is not None and body is not None and body.mi_results is not None
+    instance_scope_id = from_scope.id if from_scope is not None else token.inner_scope
+    if from_scope is not None:
+        # The sub-process body was the instance scope; read outputs from its variables.
+        instance_scope = rt.new_scope(node.id, body.id, token.id, from_scope.variables)
+        instance_scope_id = instance_scope.id
+        token.inner_scope = instance_scope_id
+    if instance_scope_id is not None and instance_scope_id in rt.cp.scopes:
+        scope = rt.cp.scopes[instance_scope_id]
+        scope.variables.update(result)
+        if node.outputs:
+            rt.apply_outputs(node, token, {}, target_scope=body.parent_id)
+    context = rt.token_vars(token)
+    if loop.output_element:
+        body.mi_results[token.loop_index or 0] = json_value(
+            evaluate(_expr(loop.output_element), context, node.id, rt.now)
+        )
+    rt.withdraw_token_waits(token.id)
+    if token.inner_scope is not None:
+        rt.drop_scope(token.inner_scope)
+    rt.cp.tokens.pop(token.id, None)
+    body.mi_completed += 1
+    outer = rt.cp.tokens[body.token_id] if body.token_id else None
+    if outer is None:
+        return
+    total = len(body.mi_items or [])
+    if loop.completion_condition and _condition_met(rt, loop.completion_condition, body, node):
+        for sibling in rt.tokens_in(body.id):
+            rt.terminate_token(sibling)
+        _finish(rt, outer, node, body)
+        return
+    if loop.sequential and body.mi_next < total:
+        index = body.mi_next
+        body.mi_next += 1
+        _start_inner(rt, outer, node, body, index)
+        return
+    if body.mi_completed >= total and not rt.tokens_in(body.id):
+        _finish(rt, outer, node, body)
+
+
+def _condition_met(rt: Runtime, condition: str, body: Scope, node: Node) -> bool:
+    total = len(body.mi_items or [])
+    active = len(rt.tokens_in(body.id))
+    context = {
+        **rt.visible(body.id),
+        "numberOfInstances": total,
+        "numberOfCompletedInstances": body.mi_completed,
+        "numberOfActiveInstances": active,
+        "numberOfTerminatedInstances": 0,
+    }
+    return boolean(_expr(condition), context, node.id, rt.now)
+
+
+def _finish(rt: Runtime, outer: Token, node: Node, body: Scope) -> None:
+    from engine_core.leaving import leave_without_running
+
+    loop = node.loop
+    assert loop is not None
+    results = list(body.mi_results or [])
+    outer.inner_scope = None
+    rt.drop_scope(body.id)
+    if loop.output_collection:
+        rt.propagate(outer.scope_id, {loop.output_collection: results})
+    outer.state = TokenState.ACTIVE
+    leave_without_running(rt, outer)
+
+
+def _expr(source: str) -> str:
+    return source if source.lstrip().startswith("=") else "=" + source

@@ -1,0 +1,416 @@
+"""The machinery one ``apply`` runs on: tokens, scopes, variables, waits.
+
+A ``Runtime`` wraps a private copy of the checkpoint for the length of one trigger and
+runs the instance to quiescence. Invariants it keeps:
+
+* A token is in ``cp.tokens`` while it is live (active, waiting, in incident); an ended
+  token is removed, so the document never grows with history.
+* A wait is in ``cp.waits`` exactly while it can still fire. Every path that ends a
+  wait goes through ``withdraw``: fired, lost a gateway race, cancelled by an
+  interrupting boundary, its scope terminated, the instance cancelled. The Store
+  derives the hold rows from ``cp.waits``, so withdrawal is total by construction.
+* A token resumed by a trigger keeps its id and lineage; only a fork makes new
+  tokens, so lineage measures fork depth, never the number of wake cycles.
+* Variables are JSON values. A write propagates to the innermost scope that already
+  has the name, else to the process scope (Camunda 8's propagation rule).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from engine_core.checkpoint import (
+    Checkpoint,
+    IncidentState,
+    InstanceStatus,
+    Scope,
+    Token,
+    TokenState,
+    Wait,
+    WaitKind,
+    WaitRole,
+)
+from engine_core.effects import CancelChild, Effect, Fact, NotifyParent
+from engine_core.errors import EngineInvariantError
+from engine_core.expressions import TechnicalFailure, boolean, evaluate, json_value
+from engine_core.model import ACTIVITY_KINDS, Node, NodeKind, ProcessDefinition
+
+if TYPE_CHECKING:
+    from engine_core.engine import Services
+
+__all__ = ["Runtime"]
+
+ROOT_SCOPE = "s0"
+
+
+class Runtime:
+    def __init__(
+        self, definition: ProcessDefinition, cp: Checkpoint, now: datetime, services: Services
+    ) -> None:
+        self.defn = definition
+        self.cp = cp
+        self.now = now
+        self.services = services
+        self.effects: list[Effect] = []
+        self.facts: list[Fact] = []
+        self.queue: deque[str] = deque()
+        # Tokens re-entering their node for an incident retry: their boundaries stay as
+        # they were (still armed, or already fired) and are not armed a second time.
+        self.keep_boundaries: set[str] = set()
+
+    # -- facts and ids -------------------------------------------------------------
+
+    def fact(self, kind: str, **details: str | int | float | bool | None) -> None:
+        self.facts.append(Fact(kind, details))
+
+    def node(self, node_id: str) -> Node:
+        try:
+            return self.defn.nodes[node_id]
+        except KeyError as exc:
+            raise EngineInvariantError(
+                f"instance {self.cp.instance_id} refers to node {node_id!r}, which process "
+                f"{self.cp.process_key} v{self.cp.version} does not have"
+            ) from exc
+
+    # -- variables -----------------------------------------------------------------
+
+    def scope_chain(self, scope_id: str | None) -> list[Scope]:
+        """The scope and its ancestors, innermost first."""
+        chain: list[Scope] = []
+        while scope_id is not None:
+            scope = self.cp.scopes.get(scope_id)
+            if scope is None:
+                break
+            chain.append(scope)
+            scope_id = scope.parent_id
+        return chain
+
+    def visible(self, scope_id: str | None) -> dict[str, Any]:
+        merged: dict[str, Any] = {}
+        for scope in reversed(self.scope_chain(scope_id)):
+            merged.update(scope.variables)
+        return merged
+
+    def token_scope(self, token: Token) -> str:
+        """The innermost scope a token's node sees: its local scope when it has one."""
+        return token.inner_scope or token.scope_id
+
+    def token_vars(self, token: Token) -> dict[str, Any]:
+        return self.visible(self.token_scope(token))
+
+    def propagate(self, scope_id: str | None, variables: Mapping[str, Any]) -> None:
+        chain = self.scope_chain(scope_id)
+        if not chain:
+            chain = [self.cp.scopes[ROOT_SCOPE]]
+        for name, value in variables.items():
+            for scope in chain:
+                if name in scope.variables:
+                    scope.variables[name] = value
+                    break
+            else:
+                chain[-1].variables[name] = value
+
+    def apply_outputs(
+        self, node: Node, token: Token, result: Mapping[str, Any], target_scope: str | None = None
+    ) -> None:
+        """Merge an activity's result: through its output mappings, or propagate all of it."""
+        if not node.outputs:
+            self.propagate(target_scope or self.token_scope(token), result)
+            return
+        context = {**self.token_vars(token), **result}
+        mapped = {
+            m.target: json_value(evaluate(_as_expression(m.source), context, node.id, self.now))
+            for m in node.outputs
+        }
+        self.propagate(target_scope or token.scope_id, _nest(mapped))
+
+    def mapped_inputs(self, node: Node, context: Mapping[str, Any]) -> dict[str, Any]:
+        values: dict[str, Any] = {}
+        for m in node.inputs:
+            scope = {**context, **values}
+            values[m.target] = json_value(
+                evaluate(_as_expression(m.source), scope, node.id, self.now)
+            )
+        return _nest(values)
+
+    # -- scopes --------------------------------------------------------------------
+
+    def new_scope(
+        self,
+        node_id: str | None,
+        parent_id: str | None,
+        token_id: str | None,
+        variables: dict[str, Any] | None = None,
+        loop_index: int | None = None,
+    ) -> Scope:
+        scope = Scope(
+            id=self.cp.next_id("s"),
+            node_id=node_id,
+            parent_id=parent_id,
+            token_id=token_id,
+            variables=dict(variables or {}),
+            loop_index=loop_index,
+        )
+        self.cp.scopes[scope.id] = scope
+        return scope
+
+    def drop_scope(self, scope_id: str) -> None:
+        for wait in [w for w in self.cp.waits.values() if w.scope_id == scope_id]:
+            self.withdraw(wait)
+        self.cp.scopes.pop(scope_id, None)
+
+    def tokens_in(self, scope_id: str) -> list[Token]:
+        return [t for t in self.cp.tokens.values() if t.scope_id == scope_id]
+
+    def child_scopes(self, scope_id: str) -> list[Scope]:
+        return [s for s in self.cp.scopes.values() if s.parent_id == scope_id]
+
+    # -- tokens --------------------------------------------------------------------
+
+    def spawn(
+        self,
+        node_id: str,
+        scope_id: str,
+        lineage: list[str],
+        flow_id: str | None = None,
+        loop_index: int | None = None,
+    ) -> Token:
+        token = Token(
+            id=self.cp.next_id("t"),
+            node_id=node_id,
+            state=TokenState.ACTIVE,
+            scope_id=scope_id,
+            lineage=lineage,
+            flow_id=flow_id,
+            loop_index=loop_index,
+        )
+        self.cp.tokens[token.id] = token
+        self.queue.append(token.id)
+        return token
+
+    def arrive(self, token: Token, node_id: str, flow_id: str | None = None) -> None:
+        """Put a token on a node, to be entered by the run loop."""
+        token.node_id = node_id
+        token.state = TokenState.ACTIVE
+        token.flow_id = flow_id
+        token.inner_scope = None
+        self.queue.append(token.id)
+
+    def take_flows(self, token: Token, flow_ids: Iterable[str]) -> None:
+        """Leave along ``flow_ids``: the token follows the first, forks take the rest."""
+        flows = [self.defn.flows[f] for f in flow_ids]
+        if not flows:
+            self.end_token(token)
+            return
+        first, *rest = flows
+        for flow in rest:
+            self.spawn(flow.target, token.scope_id, [*token.lineage, token.id], flow.id)
+        self.arrive(token, first.target, first.id)
+
+    def end_token(self, token: Token, state: TokenState = TokenState.COMPLETED) -> None:
+        """The token is done: drop it and its waits; its scope may now be complete."""
+        self.remove_token(token, state)
+        self.check_scope(token.scope_id)
+
+    def remove_token(self, token: Token, state: TokenState) -> None:
+        self.withdraw_token_waits(token.id)
+        self.cp.tokens.pop(token.id, None)
+        if state is TokenState.WITHDRAWN:
+            for incident in self.cp.incidents.values():
+                if incident.token_id == token.id and not incident.state.closed:
+                    incident.state = IncidentState.OVERTAKEN
+                    incident.retry_at = None
+                    self.fact("Incident", action="overtaken", incident=incident.id,
+                              node=incident.node_id, cause_class=incident.cause_class)
+
+    # -- waits ---------------------------------------------------------------------
+
+    def add_wait(self, kind: WaitKind, role: WaitRole, node_id: str, **fields: Any) -> Wait:
+        wait = Wait(id=self.cp.next_id("w"), kind=kind, role=role, node_id=node_id, **fields)
+        self.cp.waits[wait.id] = wait
+        return wait
+
+    def withdraw(self, wait: Wait) -> None:
+        """End a wait by any path. The Store removes its hold rows in the same commit."""
+        self.cp.waits.pop(wait.id, None)
+        if wait.kind is WaitKind.CALL and wait.child_instance_id:
+            self.effects.append(CancelChild(wait.child_instance_id))
+
+    def waits_of(self, token_id: str) -> list[Wait]:
+        return [w for w in self.cp.waits.values() if w.token_id == token_id]
+
+    def withdraw_token_waits(self, token_id: str, *, keep_boundaries: bool = False) -> None:
+        for wait in self.waits_of(token_id):
+            if keep_boundaries and wait.role is WaitRole.BOUNDARY:
+                continue
+            self.withdraw(wait)
+
+    # -- terminating ---------------------------------------------------------------
+
+    def terminate_token(self, token: Token) -> None:
+        """Withdraw a token and everything it runs (its sub-process or multi-instance body)."""
+        if token.inner_scope is not None and token.inner_scope in self.cp.scopes:
+            self.terminate_scope(token.inner_scope)
+            self.cp.scopes.pop(token.inner_scope, None)
+        self.remove_token(token, TokenState.WITHDRAWN)
+
+    def terminate_scope(self, scope_id: str) -> None:
+        """Withdraw every token and wait inside a scope, depth first; keep the scope."""
+        for token in self.tokens_in(scope_id):
+            self.terminate_token(token)
+        for child in self.child_scopes(scope_id):
+            self.terminate_scope(child.id)
+            self.drop_scope(child.id)
+        for wait in [w for w in self.cp.waits.values() if w.scope_id == scope_id]:
+            self.withdraw(wait)
+
+    # -- completing scopes ---------------------------------------------------------
+
+    def check_scope(self, scope_id: str) -> None:
+        """Complete a scope whose last token ended; the caller's token moves on."""
+        scope = self.cp.scopes.get(scope_id)
+        if scope is None or scope.mi_items is not None:
+            return
+        if self.tokens_in(scope_id):
+            return
+        if any(c.token_id is None and c.node_id is not None for c in self.child_scopes(scope_id)):
+            return  # an event sub-process is still running in this scope
+        if scope_id == ROOT_SCOPE:
+            self.complete_instance()
+            return
+        self.drop_scope(scope_id)
+        if scope.token_id is None:
+            # An event sub-process finished: its parent scope may now be complete too.
+            if scope.parent_id is not None:
+                self.check_scope(scope.parent_id)
+            return
+        owner = self.cp.tokens.get(scope.token_id)
+        if owner is None:
+            raise EngineInvariantError(
+                f"scope {scope_id} of instance {self.cp.instance_id} completed, "
+                f"but its token {scope.token_id} is gone"
+            )
+        owner.inner_scope = None if owner.inner_scope == scope_id else owner.inner_scope
+        self.activity_done(owner, {}, from_scope=scope)
+
+    def activity_done(
+        self, token: Token, result: Mapping[str, Any], from_scope: Scope | None = None
+    ) -> None:
+        """An activity finished its work: merge its result and leave it (see ``leaving``)."""
+        from engine_core.leaving import leave_activity
+
+        leave_activity(self, token, result, from_scope)
+
+    def complete_instance(self) -> None:
+        for wait in list(self.cp.waits.values()):
+            self.withdraw(wait)
+        self.cp.status = InstanceStatus.COMPLETED
+        self.cp.ended_at = self.now
+        self.fact("Completed")
+        if self.cp.parent is not None:
+            self.effects.append(
+                NotifyParent(
+                    parent_instance_id=self.cp.parent.instance_id,
+                    wait_id=self.cp.parent.wait_id,
+                    completed=True,
+                    variables=dict(self.cp.scopes[ROOT_SCOPE].variables),
+                )
+            )
+
+    def fail_instance(self, reason: str, error_code: str | None = None) -> None:
+        """The fatal path: an error end event uncaught at the root, or a broken invariant."""
+        self.terminate_scope(ROOT_SCOPE)
+        for wait in list(self.cp.waits.values()):
+            self.withdraw(wait)
+        self.cp.status = InstanceStatus.FAILED
+        self.cp.failure = reason
+        self.cp.ended_at = self.now
+        self.fact("Failed", error_code=error_code)
+        if self.cp.parent is not None:
+            self.effects.append(
+                NotifyParent(
+                    parent_instance_id=self.cp.parent.instance_id,
+                    wait_id=self.cp.parent.wait_id,
+                    completed=False,
+                    variables={},
+                    error=reason,
+                    error_class="ChildFailed",
+                    error_code=error_code,
+                )
+            )
+
+    # -- conditions ----------------------------------------------------------------
+
+    def chosen_flows(self, node: Node, token: Token, *, all_true: bool) -> list[str]:
+        """Outgoing flows whose condition holds (the first one, or all), else the default.
+
+        No flow to take is a technical failure (an incident), as in Camunda 8.
+        """
+        context = self.token_vars(token)
+        taken: list[str] = []
+        for flow_id in node.outgoing:
+            if flow_id == node.default_flow:
+                continue
+            flow = self.defn.flows[flow_id]
+            if flow.condition is None or boolean(
+                _as_expression(flow.condition), context, node.id, self.now
+            ):
+                taken.append(flow_id)
+                if not all_true:
+                    break
+        if taken:
+            return taken
+        if node.default_flow is not None:
+            return [node.default_flow]
+        raise TechnicalFailure(
+            f"no outgoing flow of {node.label} can be taken: no condition is true and "
+            "there is no default flow",
+            cause_class="NoFlowTaken",
+        )
+
+    def plain_outgoing(self, node: Node, token: Token) -> list[str]:
+        """An activity's or event's outgoing flows; conditional ones only when true."""
+        if all(self.defn.flows[f].condition is None for f in node.outgoing):
+            return list(node.outgoing)
+        return self.chosen_flows(node, token, all_true=True)
+
+    # -- bookkeeping ---------------------------------------------------------------
+
+    def settle_status(self) -> None:
+        if self.cp.status.ended:
+            return
+        self.cp.status = (
+            InstanceStatus.ACTIVE_INCIDENTS
+            if self.cp.has_open_incidents()
+            else InstanceStatus.ACTIVE
+        )
+
+    def is_activity(self, node: Node) -> bool:
+        return node.kind in ACTIVITY_KINDS
+
+    def is_container(self, node: Node) -> bool:
+        return node.kind in (NodeKind.SUB_PROCESS, NodeKind.EVENT_SUB_PROCESS)
+
+
+def _as_expression(source: str) -> str:
+    """Mapping sources and conditions are expressions with or without the leading '='."""
+    return source if source.lstrip().startswith("=") else "=" + source
+
+
+def _nest(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Targets may be paths (``order.total``): build the nested contexts they name."""
+    result: dict[str, Any] = {}
+    for target, value in values.items():
+        parts = target.split(".")
+        cursor = result
+        for part in parts[:-1]:
+            nxt = cursor.get(part)
+            if not isinstance(nxt, dict):
+                nxt = {}
+                cursor[part] = nxt
+            cursor = nxt
+        cursor[parts[-1]] = value
+    return result
