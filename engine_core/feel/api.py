@@ -22,6 +22,7 @@ from engine_core.feel.temporal import (
     format_time,
     parse_duration_text,
 )
+from engine_core.feel.values import to_feel
 
 __all__ = [
     "CompiledExpression",
@@ -96,10 +97,8 @@ def _compile_tests(tests: str) -> UnaryTests:
 
 
 def evaluate_unary_tests(tests: str, input_value: Any, context: Mapping[str, Any]) -> bool | None:
-    """Whether ``input_value`` passes DMN unary tests such as ``< 10``, ``[1..5]``, ``"a","b"``, ``-``."""
+    """Whether ``input_value`` passes DMN unary tests: ``< 10``, ``[1..5]``, ``"a","b"``, ``-``."""
     scope = Scope(context, convert=True)
-    from engine_core.feel.values import to_feel
-
     return _compile_tests(tests)(to_feel(input_value), scope)
 
 

@@ -66,7 +66,7 @@ def unquote(text: str) -> str:
         0xD800 <= ord(c) <= 0xDFFF for c in body) else body
 
 
-def name_of(tree: Tree[Token]) -> str:
+def name_of(tree: Any) -> str:
     parts = [str(t) for t in tree.children]
     if len(parts) == 1 and parts[0].startswith("`"):
         return parts[0][1:-1]
@@ -96,7 +96,7 @@ def _const(value: Any) -> Node:
     return lambda scope: value
 
 
-def compile_tree(tree: Any) -> Node:  # noqa: C901 - one dispatch on the rule name
+def compile_tree(tree: Any) -> Node:
     kind = tree.data if isinstance(tree, Tree) else None
     handler = _HANDLERS.get(str(kind))
     if handler is None:
@@ -112,7 +112,7 @@ def _binary(fn: Callable[[Any, Any], Any]) -> Callable[[Tree[Token]], Node]:
 
 
 def _var(tree: Tree[Token]) -> Node:
-    name = name_of(tree.children[0])  # type: ignore[arg-type]
+    name = name_of(tree.children[0])
     overloads = BUILTINS.get(name)
 
     def var(scope: Scope) -> Any:
@@ -251,7 +251,7 @@ def _type_check(tree: Any) -> Callable[[Any], bool]:
 
 def _path(tree: Tree[Token]) -> Node:
     base = compile_tree(tree.children[0])
-    key = name_of(tree.children[1])  # type: ignore[arg-type]
+    key = name_of(tree.children[1])
     return lambda s: feel_property(base(s), key)
 
 
@@ -300,7 +300,7 @@ def _call(tree: Tree[Token]) -> Node:
                  for c in args_tree.children]  # type: ignore[union-attr]
         args = lambda s: {k: p(s) for k, p in named}  # noqa: E731
     if isinstance(callee_tree, Tree) and callee_tree.data == "var":
-        name = name_of(callee_tree.children[0])  # type: ignore[arg-type]
+        name = name_of(callee_tree.children[0])
         overloads = BUILTINS.get(name)
         clock = CLOCK_FUNCTIONS.get(name)
 
@@ -347,7 +347,7 @@ def _context(tree: Tree[Token]) -> Node:
         if entry is None:
             continue
         key_tree, value_tree = entry.children  # type: ignore[union-attr]
-        key = unquote(str(key_tree)) if isinstance(key_tree, Token) else name_of(key_tree)  # type: ignore[arg-type]
+        key = unquote(str(key_tree)) if isinstance(key_tree, Token) else name_of(key_tree)
         entries.append((key, compile_tree(value_tree)))
 
     def context(s: Scope) -> Any:
@@ -376,7 +376,7 @@ def _domain(s: Scope, src: Node, upto: Node | None) -> list[Any] | None:
     value = src(s)
     if upto is not None:
         return _span(value, upto(s))
-    if isinstance(value, Range) and isinstance(value.start, Decimal) and isinstance(value.end, Decimal):
+    if isinstance(value, Range) and all(isinstance(v, Decimal) for v in (value.start, value.end)):
         a = int(value.start) + (0 if value.start_included else 1)
         b = int(value.end) - (0 if value.end_included else 1)
         return [Decimal(i) for i in range(a, b + 1)]

@@ -9,8 +9,16 @@ from __future__ import annotations
 
 import re
 from datetime import date, datetime, time, timedelta
-from decimal import ROUND_CEILING, ROUND_DOWN, ROUND_FLOOR, ROUND_HALF_DOWN, ROUND_HALF_EVEN
-from decimal import ROUND_HALF_UP, ROUND_UP, Decimal
+from decimal import (
+    ROUND_CEILING,
+    ROUND_DOWN,
+    ROUND_FLOOR,
+    ROUND_HALF_DOWN,
+    ROUND_HALF_EVEN,
+    ROUND_HALF_UP,
+    ROUND_UP,
+    Decimal,
+)
 from typing import Any
 
 from engine_core.feel import ops
@@ -74,7 +82,9 @@ builtin("string", "from")(to_string)
 
 @builtin("number", "from", "grouping separator?", "decimal separator?")
 def number(text: Any, group: Any = None, dec: Any = None) -> Any:
-    if not isinstance(text, str) or group not in (None, " ", ",", ".") or dec not in (None, ",", "."):
+    if not isinstance(text, str) or group not in (None, " ", ",", "."):
+        return None
+    if dec not in (None, ",", "."):
         return None
     if group is not None and group == dec:
         return None
@@ -159,6 +169,10 @@ def ends_with(s: Any, m: Any) -> Any:
     return s.endswith(m) if _strs(s, m) else None
 
 
+_CLASSES = {"L": r"[^\W\d_]", "Lu": "[A-Z]", "Ll": "[a-z]", "N": r"\d",
+            "IsBasicLatin": r"[\x00-\x7f]"}
+
+
 def _regex(pattern: str, flags: Any) -> re.Pattern[str]:
     """An XPath regex as Python's: flags s, m, i, x; ``q`` quotes the whole pattern."""
     if flags is not None and (not isinstance(flags, str) or set(flags) - set("smixq")):
@@ -175,8 +189,7 @@ def _regex(pattern: str, flags: Any) -> re.Pattern[str]:
         value |= re.X
     if "q" in flags:
         pattern = re.escape(pattern)
-    pattern = re.sub(r"\\p\{(\w+)\}", lambda m: {"L": r"[^\W\d_]", "Lu": "[A-Z]", "Ll": "[a-z]",
-                     "N": r"\d", "IsBasicLatin": r"[\x00-\x7f]"}.get(m.group(1), m.group(0)), pattern)
+    pattern = re.sub(r"\\p\{(\w+)\}", lambda m: _CLASSES.get(m.group(1), m.group(0)), pattern)
     return re.compile(pattern, value)
 
 
@@ -194,9 +207,10 @@ def replace(s: Any, pattern: Any, repl: Any, flags: Any = None) -> Any:
     rx = _regex(pattern, flags)
     if rx.search("") is not None and rx.fullmatch("") is not None and pattern in ("", ".*"):
         return None
-    py_repl = repl if "q" in (flags or "") else re.sub(r"\$(\d)", r"\\g<\1>", repl.replace("\\$", "$"))
     if "q" in (flags or ""):
         py_repl = repl.replace("\\", "\\\\")
+    else:
+        py_repl = re.sub(r"\$(\d)", r"\\g<\1>", repl.replace("\\$", "$"))
     return rx.sub(py_repl, s)
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import date, datetime, time, timedelta, timezone
+from datetime import UTC, date, datetime, time, timedelta, timezone
 from decimal import Decimal
 from typing import Any
 
@@ -50,7 +50,7 @@ def time_from(value: Any) -> Any:
     if isinstance(value, datetime):
         return value.timetz()
     if isinstance(value, date):
-        return time(0, 0, 0, tzinfo=timezone.utc)
+        return time(0, 0, 0, tzinfo=UTC)
     if isinstance(value, time):
         return value
     return None

@@ -7,7 +7,7 @@ incident where a value was required.
 
 from __future__ import annotations
 
-from datetime import date, datetime, time, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -84,7 +84,7 @@ def compare(op: str, a: Any, b: Any) -> bool | None:
 
 def _midnight(d: date) -> datetime:
     """A date as a date and time: midnight UTC, as DMN 1.4 (10.3.2.3.6) defines it."""
-    return d if isinstance(d, datetime) else datetime(d.year, d.month, d.day, tzinfo=timezone.utc)
+    return d if isinstance(d, datetime) else datetime(d.year, d.month, d.day, tzinfo=UTC)
 
 
 def add(a: Any, b: Any) -> Any:

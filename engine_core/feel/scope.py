@@ -26,7 +26,7 @@ class Scope:
                  now: datetime | None = None, convert: bool = False) -> None:
         self.vars = variables
         self.parent = parent
-        self.now = parent.now if parent is not None else now
+        self.now: datetime | None = parent.now if parent is not None else now
         self.convert = convert
 
     def lookup(self, name: str) -> Any:
@@ -64,7 +64,9 @@ def invoke(fn: FeelFunction, args: Sequence[Any] | Mapping[str, Any]) -> Any:
         return None
 
 
-def invoke_overloads(overloads: Sequence[FeelFunction], args: Sequence[Any] | Mapping[str, Any]) -> Any:
+def invoke_overloads(
+    overloads: Sequence[FeelFunction], args: Sequence[Any] | Mapping[str, Any]
+) -> Any:
     """Pick the built-in signature that fits the arguments (by count, or by names)."""
     for fn in overloads:
         if isinstance(args, Mapping):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import date, datetime, time, timedelta, timezone, tzinfo
+from datetime import UTC, date, datetime, time, timedelta, timezone, tzinfo
 from decimal import Decimal
 from typing import Any
 
@@ -93,7 +93,7 @@ _DURATION = re.compile(
 def zone_named(name: str) -> tzinfo | None:
     """The IANA zone ``name`` from the tz database (data, not a clock), or None if unknown."""
     if name in ("Z", "UTC", "Etc/UTC"):
-        return timezone.utc
+        return UTC
     try:
         from zoneinfo import ZoneInfo
 
@@ -127,10 +127,10 @@ def parse_time(text: str) -> time | None:
         probe = datetime(2000, 1, 1, hour, minute, second, tzinfo=tz)
         offset = probe.utcoffset()
         tz = timezone(offset) if offset is not None else None
-    return time(hour, minute, second, micro, tzinfo=tz)
+    return time(hour, minute, second, micro, tzinfo=tz if isinstance(tz, tzinfo) else None)
 
 
-def _zone(offset: str | None, name: str | None) -> tzinfo | None | bool:
+def _zone(offset: str | None, name: str | None) -> tzinfo | bool | None:
     if offset and name:
         return False
     if name:
@@ -138,7 +138,7 @@ def _zone(offset: str | None, name: str | None) -> tzinfo | None | bool:
     if not offset:
         return None
     if offset == "Z":
-        return timezone.utc
+        return UTC
     sign = -1 if offset[0] == "-" else 1
     parts = [int(p) for p in offset[1:].split(":")]
     delta = timedelta(hours=parts[0], minutes=parts[1], seconds=parts[2] if len(parts) > 2 else 0)
@@ -175,7 +175,7 @@ def parse_datetime(text: str) -> datetime | None:
 
 
 def parse_duration_text(text: str) -> timedelta | YearsMonthsDuration | None:
-    """An ISO 8601 duration: ``Y``/``M`` before ``T`` make it years-and-months, else days-and-time."""
+    """ISO 8601: ``Y``/``M`` before ``T`` make a years-and-months duration, else days-and-time."""
     m = _DURATION.fullmatch(text)
     if not m:
         return None
@@ -254,4 +254,5 @@ def format_time(value: time) -> str:
 
 
 def format_datetime(value: datetime) -> str:
-    return f"{format_date(value)}T{format_time(value.replace(tzinfo=None))}{_format_offset(value)}"
+    clock = format_time(value.time())
+    return f"{format_date(value)}T{clock}{_format_offset(value)}"

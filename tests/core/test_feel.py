@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import timeit
-from datetime import date, datetime, time, timedelta, timezone
+from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -56,7 +56,8 @@ CASES: list[tuple[str, Any]] = [
     # contexts
     ('{a: 1, "b c": 2}', {"a": D(1), "b c": D(2)}), ("{p: 2, q: p * 2}.q", D(4)),
     # loops and quantifiers
-    ("for i in xs return i * 2", [D(2), D(4), D(6)]), ("for i in 1..3 return i", [D(1), D(2), D(3)]),
+    ("for i in xs return i * 2", [D(2), D(4), D(6)]),
+    ("for i in 1..3 return i", [D(1), D(2), D(3)]),
     ("for i in 3..1 return i", [D(3), D(2), D(1)]),
     ("for i in [1, 2], j in [10] return i + j", [D(11), D(12)]),
     ("some i in xs satisfies i > 2", True), ("every i in xs satisfies i > 2", False),
@@ -80,7 +81,8 @@ CASES: list[tuple[str, Any]] = [
     ("substring(1, 1)", None),
     # lists
     ("list contains(xs, 2)", True), ("count(xs)", D(3)), ("min(xs)", D(1)), ("max(1, 5, 2)", D(5)),
-    ("sum(xs)", D(6)), ("product(xs)", D(6)), ("mean(xs)", D(2)), ("median([1, 3, 2, 4])", D("2.5")),
+    ("sum(xs)", D(6)), ("product(xs)", D(6)), ("mean(xs)", D(2)),
+    ("median([1, 3, 2, 4])", D("2.5")),
     ("mode([1, 2, 2])", [D(2)]), ("all([true, false])", False), ("any([false, true])", True),
     ("sublist(xs, 2, 1)", [D(2)]), ("append(xs, 4)", [D(1), D(2), D(3), D(4)]),
     ("concatenate([1], [2])", [D(1), D(2)]), ("insert before([1, 3], 2, 2)", [D(1), D(2), D(3)]),
@@ -104,7 +106,7 @@ CASES: list[tuple[str, Any]] = [
     # temporal
     ('date("2024-01-31") + duration("P1M")', date(2024, 2, 29)),
     ('date("2024-01-02") - date("2024-01-01")', timedelta(days=1)),
-    ('@"2024-01-01T10:00:00Z" + @"PT1H"', datetime(2024, 1, 1, 11, tzinfo=timezone.utc)),
+    ('@"2024-01-01T10:00:00Z" + @"PT1H"', datetime(2024, 1, 1, 11, tzinfo=UTC)),
     ('@"2024-01-02T00:00:00Z" - @"2024-01-01T00:00:00Z"', timedelta(days=1)),
     ('duration("PT1H") * 2', timedelta(hours=2)), ('duration("P1Y") + duration("P2M")',
                                                      YearsMonthsDuration(14)),
@@ -176,7 +178,7 @@ def test_unary_tests(tests: str, value: Any, expected: Any) -> None:
 @pytest.mark.parametrize(
     ("value", "expected"),
     [(D(2), 2), (D("2.5"), 2.5), (date(2024, 1, 2), "2024-01-02"),
-     (datetime(2024, 1, 2, 3, 4, 5, tzinfo=timezone.utc), "2024-01-02T03:04:05Z"),
+     (datetime(2024, 1, 2, 3, 4, 5, tzinfo=UTC), "2024-01-02T03:04:05Z"),
      (time(10, 0), "10:00:00"), (timedelta(days=1, hours=2), "P1DT2H"),
      (timedelta(0), "PT0S"), (-timedelta(minutes=1), "-PT1M"), (YearsMonthsDuration(14), "P1Y2M"),
      ({"a": [D(1)]}, {"a": [1]}), (feel.Range(1, 2, True, True), None), (True, True)],
