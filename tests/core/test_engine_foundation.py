@@ -1,0 +1,362 @@
+"""The foundation elements, one trigger at a time, every checkpoint through JSON."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from engine_core.builder import ProcessBuilder, message, terminate, timer
+from engine_core.checkpoint import (
+    CURRENT_SCHEMA,
+    Checkpoint,
+    InstanceStatus,
+    WaitKind,
+    decode,
+    encode,
+)
+from engine_core.effects import DispatchJob, Step
+from engine_core.engine import apply, new_checkpoint
+from engine_core.errors import CheckpointTooNew, CorruptCheckpoint, InvalidOperation
+from engine_core.model import ProcessDefinition, TimerKind
+from engine_core.triggers import (
+    Cancel,
+    JobCompleted,
+    MessageReceived,
+    Start,
+    TaskCompleted,
+    TimerFired,
+    Trigger,
+    parse_trigger,
+)
+
+T0 = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
+
+
+class Run:
+    """Drives one instance; every step goes through encode/decode like the Store does."""
+
+    def __init__(self, definition: ProcessDefinition, variables: dict[str, Any] | None = None):
+        self.definition = definition
+        self.now = T0
+        self.cp = new_checkpoint(definition, "inst-1", 1, self.now)
+        self.last = self.apply(Start(variables=variables or {}))
+
+    def apply(self, trigger: Trigger, at: datetime | None = None) -> Step:
+        self.now = at or self.now
+        wire = parse_trigger(trigger.model_dump_json())  # triggers travel as JSON too
+        step = apply(self.definition, self.cp, wire, now=self.now)
+        if step.changed:
+            assert step.checkpoint.revision == self.cp.revision + 1
+        self.cp = decode(json.loads(json.dumps(encode(step.checkpoint))))
+        self.last = step
+        return step
+
+    def wait(self, kind: WaitKind) -> str:
+        waits = [w for w in self.cp.waits.values() if w.kind is kind]
+        assert len(waits) == 1, f"expected one {kind} wait, have {list(self.cp.waits.values())}"
+        return waits[0].id
+
+    @property
+    def variables(self) -> dict[str, Any]:
+        return self.cp.scopes["s0"].variables if "s0" in self.cp.scopes else {}
+
+
+def single(build: Any) -> ProcessDefinition:
+    b = ProcessBuilder("p")
+    build(b)
+    return b.build()
+
+
+def test_none_start_to_none_end_completes_at_once() -> None:
+    run = Run(single(lambda b: b.start_event("s").end_event("e").sequence("s", "e")), {"a": 1})
+    assert run.cp.status is InstanceStatus.COMPLETED
+    assert run.cp.tokens == {} and run.cp.waits == {}
+    assert run.variables == {"a": 1}
+    assert [f.kind for f in run.last.facts][:2] == ["Started", "Completed"]
+
+
+def test_user_task_waits_then_completes_with_variables() -> None:
+    d = single(
+        lambda b: b.start_event("s").user_task("review", name="Review", assignee="=owner")
+        .end_event("e").sequence("s", "review", "e")
+    )
+    run = Run(d, {"owner": "ann"})
+    wait = run.cp.waits[run.wait(WaitKind.USER_TASK)]
+    assert (wait.node_id, wait.task_name, wait.assignee) == ("review", "Review", "ann")
+    assert run.cp.status is InstanceStatus.ACTIVE
+    run.apply(TaskCompleted(wait_id=wait.id, variables={"approved": True}))
+    assert run.cp.status is InstanceStatus.COMPLETED
+    assert run.variables["approved"] is True
+
+
+def test_service_task_dispatches_a_job_and_merges_its_result() -> None:
+    d = single(
+        lambda b: b.start_event("s").service_task("charge", job_type="charge-card", job_retries="5")
+        .end_event("e").sequence("s", "charge", "e")
+    )
+    run = Run(d, {"amount": 10})
+    (job,) = run.last.effects
+    assert isinstance(job, DispatchJob)
+    assert (job.job_type, job.attempt, job.variables) == ("charge-card", 1, {"amount": 10})
+    assert job.idempotency_key == f"inst-1:{job.wait_id}:1"
+    assert run.cp.waits[job.wait_id].retries_left == 4
+    run.apply(JobCompleted(wait_id=job.wait_id, variables={"receipt": "r-1"}))
+    assert run.cp.status is InstanceStatus.COMPLETED
+    assert run.variables == {"amount": 10, "receipt": "r-1"}
+
+
+def test_job_type_as_expression() -> None:
+    d = single(
+        lambda b: b.start_event("s").service_task("t", job_type='="job-" + kind')
+        .end_event("e").sequence("s", "t", "e")
+    )
+    run = Run(d, {"kind": "x"})
+    assert isinstance(run.last.effects[0], DispatchJob)
+    assert run.last.effects[0].job_type == "job-x"
+
+
+def test_result_of_an_earlier_attempt_is_stale() -> None:
+    d = single(
+        lambda b: b.start_event("s").service_task("t", job_type="j").end_event("e")
+        .sequence("s", "t", "e")
+    )
+    run = Run(d)
+    wait_id = run.wait(WaitKind.JOB)
+    before = run.cp
+    step = run.apply(JobCompleted(wait_id=wait_id, attempt=2))
+    assert step.changed is False and step.facts[0].kind == "Stale"
+    assert run.cp == before
+
+
+def test_script_task_evaluates_feel_into_its_result_variable() -> None:
+    d = single(
+        lambda b: b.start_event("s").script_task("sum", script="=a + b", result_variable="total")
+        .end_event("e").sequence("s", "sum", "e")
+    )
+    run = Run(d, {"a": 2, "b": 3})
+    assert run.variables["total"] == 5
+    assert run.cp.status is InstanceStatus.COMPLETED
+
+
+@pytest.mark.parametrize(
+    ("amount", "expected_task"),
+    [(150, "big"), (50, "small"), (100, "small")],
+)
+def test_exclusive_gateway_takes_first_true_condition_else_default(
+    amount: int, expected_task: str
+) -> None:
+    def build(b: ProcessBuilder) -> None:
+        b.start_event("s").exclusive_gateway("gw").user_task("big").user_task("small")
+        b.end_event("e1").end_event("e2")
+        b.sequence("s", "gw")
+        b.flow("gw", "big", condition="=amount > 100")
+        b.flow("gw", "small", default=True)
+        b.sequence("big", "e1")
+        b.sequence("small", "e2")
+
+    run = Run(single(build), {"amount": amount})
+    (wait,) = run.cp.waits.values()
+    assert wait.node_id == expected_task
+
+
+def test_exclusive_gateway_with_no_flow_to_take_raises_an_incident() -> None:
+    def build(b: ProcessBuilder) -> None:
+        b.start_event("s").exclusive_gateway("gw").end_event("e")
+        b.sequence("s", "gw")
+        b.flow("gw", "e", condition="=x = 1")
+
+    run = Run(single(build), {"x": 2})
+    assert run.cp.status is InstanceStatus.ACTIVE_INCIDENTS
+    (incident,) = run.cp.incidents.values()
+    assert incident.node_id == "gw" and incident.cause_class == "NoFlowTaken"
+
+
+def test_parallel_gateway_forks_and_joins_one_token_per_flow() -> None:
+    def build(b: ProcessBuilder) -> None:
+        b.start_event("s").parallel_gateway("fork").user_task("a").user_task("b")
+        b.parallel_gateway("join").end_event("e")
+        b.sequence("s", "fork")
+        b.flow("fork", "a")
+        b.flow("fork", "b")
+        b.flow("a", "join")
+        b.flow("b", "join")
+        b.sequence("join", "e")
+
+    run = Run(single(build))
+    tasks = {w.node_id: w.id for w in run.cp.waits.values()}
+    assert set(tasks) == {"a", "b"}
+    forked = [t for t in run.cp.tokens.values() if t.node_id == "b"][0]
+    assert len(forked.lineage) == 1
+    run.apply(TaskCompleted(wait_id=tasks["a"]))
+    assert run.cp.status is InstanceStatus.ACTIVE
+    assert [t.node_id for t in run.cp.tokens.values()].count("join") == 1
+    run.apply(TaskCompleted(wait_id=tasks["b"]))
+    assert run.cp.status is InstanceStatus.COMPLETED
+
+
+def test_timer_catch_records_an_absolute_deadline_and_fires_once_due() -> None:
+    d = single(
+        lambda b: b.start_event("s").intermediate_catch_event("t", timer("PT5M"))
+        .end_event("e").sequence("s", "t", "e")
+    )
+    run = Run(d)
+    wait = run.cp.waits[run.wait(WaitKind.TIMER)]
+    assert wait.due_at == T0 + timedelta(minutes=5)
+    early = run.apply(TimerFired(wait_id=wait.id), at=T0 + timedelta(minutes=4))
+    assert early.changed is False
+    run.apply(TimerFired(wait_id=wait.id), at=T0 + timedelta(minutes=5))
+    assert run.cp.status is InstanceStatus.COMPLETED
+
+
+def test_timer_date_and_expression() -> None:
+    d = single(
+        lambda b: b.start_event("s")
+        .intermediate_catch_event("t", timer("=deadline", TimerKind.DATE))
+        .end_event("e").sequence("s", "t", "e")
+    )
+    run = Run(d, {"deadline": "2026-12-01T10:00:00Z"})
+    (wait,) = run.cp.waits.values()
+    assert wait.due_at == datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
+
+
+def test_message_catch_correlates_by_key_and_binds_payload() -> None:
+    d = single(
+        lambda b: b.start_event("s")
+        .intermediate_catch_event("pay", message("payment-received", "=orderId"))
+        .end_event("e").sequence("s", "pay", "e")
+    )
+    run = Run(d, {"orderId": 42})
+    wait = run.cp.waits[run.wait(WaitKind.MESSAGE)]
+    assert (wait.message_name, wait.correlation_key) == ("payment-received", "42")
+    other = run.apply(
+        MessageReceived(wait_id=wait.id, name="payment-received", correlation_key="43")
+    )
+    assert other.changed is False
+    run.apply(
+        MessageReceived(
+            wait_id=wait.id, name="payment-received", correlation_key="42", variables={"paid": 1}
+        )
+    )
+    assert run.cp.status is InstanceStatus.COMPLETED and run.variables["paid"] == 1
+
+
+def test_null_correlation_key_is_an_incident_at_the_catch() -> None:
+    d = single(
+        lambda b: b.start_event("s")
+        .intermediate_catch_event("pay", message("m", "=orderId"))
+        .end_event("e").sequence("s", "pay", "e")
+    )
+    run = Run(d)
+    (incident,) = run.cp.incidents.values()
+    assert incident.node_id == "pay" and "correlation key" in incident.cause
+    assert run.cp.waits == {}
+
+
+def test_message_start_event_starts_at_the_named_node() -> None:
+    def build(b: ProcessBuilder) -> None:
+        b.start_event("by-message", message("order-placed")).user_task("t").end_event("e")
+        b.sequence("by-message", "t", "e")
+
+    d = single(build)
+    cp = new_checkpoint(d, "i", 1, T0)
+    step = apply(
+        d, cp, Start(start_node_id="by-message", variables={"o": 1}, start_key="k1"), now=T0
+    )
+    assert step.checkpoint.start_key == "k1"
+    assert [w.node_id for w in step.checkpoint.waits.values()] == ["t"]
+    with pytest.raises(InvalidOperation, match="no none start event"):
+        apply(d, cp, Start(), now=T0)
+
+
+def test_terminate_end_ends_every_other_token() -> None:
+    def build(b: ProcessBuilder) -> None:
+        b.start_event("s").parallel_gateway("fork").user_task("slow").end_event("kill", terminate())
+        b.end_event("e")
+        b.sequence("s", "fork")
+        b.flow("fork", "slow")
+        b.flow("fork", "kill")
+        b.sequence("slow", "e")
+
+    run = Run(single(build))
+    assert run.cp.status is InstanceStatus.COMPLETED
+    assert run.cp.waits == {} and run.cp.tokens == {}
+
+
+def test_cancel_withdraws_everything_and_a_second_cancel_is_refused() -> None:
+    d = single(lambda b: b.start_event("s").user_task("t").end_event("e").sequence("s", "t", "e"))
+    run = Run(d)
+    run.apply(Cancel())
+    assert run.cp.status is InstanceStatus.TERMINATED and run.cp.waits == {}
+    with pytest.raises(InvalidOperation, match="terminated"):
+        apply(d, run.cp, Cancel(), now=T0)
+
+
+def test_a_trigger_after_the_end_is_stale() -> None:
+    d = single(lambda b: b.start_event("s").user_task("t").end_event("e").sequence("s", "t", "e"))
+    run = Run(d)
+    wait_id = run.wait(WaitKind.USER_TASK)
+    run.apply(TaskCompleted(wait_id=wait_id))
+    again = run.apply(TaskCompleted(wait_id=wait_id))
+    assert again.changed is False
+
+
+def test_apply_does_not_mutate_its_input() -> None:
+    d = single(lambda b: b.start_event("s").user_task("t").end_event("e").sequence("s", "t", "e"))
+    run = Run(d)
+    before = run.cp.model_copy(deep=True)
+    apply(d, run.cp, TaskCompleted(wait_id=run.wait(WaitKind.USER_TASK)), now=T0)
+    assert run.cp == before
+
+
+# -- the checkpoint document -----------------------------------------------------------
+
+
+def test_checkpoint_round_trips_through_json() -> None:
+    d = single(
+        lambda b: b.start_event("s").intermediate_catch_event("t", timer("PT1H"))
+        .end_event("e").sequence("s", "t", "e")
+    )
+    run = Run(d, {"nested": {"list": [1, 2.5, None, "x"]}})
+    raw = json.dumps(encode(run.cp))
+    assert decode(raw) == run.cp
+    assert json.loads(raw)["schema"] == CURRENT_SCHEMA
+
+
+def test_checkpoint_schema_is_an_upper_bound() -> None:
+    cp = new_checkpoint(single(lambda b: b.start_event("s").end_event("e").sequence("s", "e")),
+                        "i", 1, T0)
+    doc = encode(cp)
+    assert isinstance(decode(doc), Checkpoint)  # every schema from 1 up to current decodes
+    with pytest.raises(CheckpointTooNew, match=f"schema {CURRENT_SCHEMA + 1}.*upgrade dormant"):
+        decode({**doc, "schema": CURRENT_SCHEMA + 1})
+    for broken in ({**doc, "schema": 0}, {**doc, "schema": "1"}, "not json", [1]):
+        with pytest.raises(CorruptCheckpoint):
+            decode(broken)  # type: ignore[arg-type]
+
+
+def test_facts_never_carry_variable_values() -> None:
+    d = single(
+        lambda b: b.start_event("s").user_task("t").end_event("e").sequence("s", "t", "e")
+    )
+    secret = "4111-1111-1111-1111"
+    run = Run(d, {"card": secret})
+    run.apply(TaskCompleted(wait_id=run.wait(WaitKind.USER_TASK), variables={"pin": secret}))
+    assert secret not in json.dumps([f.details for f in run.last.facts])
+
+
+def test_hydrated_and_dehydrated_facts_every_trigger() -> None:
+    d = single(
+        lambda b: b.start_event("s").user_task("t").intermediate_catch_event("w", timer("PT1M"))
+        .end_event("e").sequence("s", "t", "w", "e")
+    )
+    run = Run(d)
+    facts = {f.kind: f.details for f in run.last.facts}
+    assert facts["Dehydrated"] == {"waits": 1, "user_task": 1}
+    run.apply(TaskCompleted(wait_id=run.wait(WaitKind.USER_TASK)))
+    facts = {f.kind: f.details for f in run.last.facts}
+    assert facts["Hydrated"]["trigger"] == "task_completed"
+    assert facts["Hydrated"]["outcome"] == "continued"
+    assert facts["Dehydrated"] == {"waits": 1, "timer": 1}
