@@ -33,14 +33,30 @@ def _say(text: str) -> None:
     print(text, flush=True)
 
 
-def _waiting(view: Any) -> str:
-    """What an instance waits for, in words (from its view)."""
+_WOKEN_BY = {
+    "job": "the charge-card job's result",
+    "timer": "its timer (via the deadline table and beat)",
+    "user_task": "the reviewer completing the task",
+    "message": "the payment-received message",
+}
+
+
+def _wait_text(wait: Any) -> str:
+    if wait.kind == "timer" and wait.due_at is not None:
+        left = max(0.0, wait.due_at.timestamp() - time.time())
+        return f"timer at {wait.node_id} (due in {left:.1f}s)"
+    if wait.kind == "message":
+        return f"message {wait.message_name}[{wait.correlation_key}] at {wait.node_id}"
+    return f"{wait.kind.replace('_', ' ')} {wait.node_id}"
+
+
+def _waiting(view: Any) -> tuple[str, str]:
+    """What an instance waits for, in words, and the kind of its first wait."""
     if view.status != "active":
-        return view.status
-    parts = [w for t in view.tokens for w in t.waiting_for]
-    if not parts:
-        parts = [f"{t.node_id} ({t.state})" for t in view.tokens]
-    return "waiting for " + ", ".join(parts) if parts else "running"
+        return view.status, ""
+    if view.waits:
+        return "waiting for " + ", ".join(_wait_text(w) for w in view.waits), view.waits[0].kind
+    return "running", ""
 
 
 def _fact_line(fact: Any) -> str:
@@ -95,6 +111,8 @@ def _follow(
 ) -> int:
     started = time.monotonic()
     last: dict[str, str] = {}
+    last_kind: dict[str, str] = {}
+    described: dict[str, str] = {}
     seen_facts: dict[str, int] = {}
     answered: set[tuple[str, str]] = set()
     while True:
@@ -109,10 +127,14 @@ def _follow(
                 if fact.kind not in _QUIET_FACTS:
                     _say(f"{order_id}:   · {_fact_line(fact)}")
             seen_facts[instance_id] = len(facts)
-            state = _waiting(view)
-            if last.get(instance_id) != state:
-                _say(f"{order_id}: {state}")
-                last[instance_id] = state
+            state, kind = _waiting(view)
+            described[instance_id] = state
+            identity = view.status + ":" + ",".join(w.id for w in view.waits)
+            if last.get(instance_id) != identity:
+                woken = _WOKEN_BY.get(last_kind.get(instance_id, ""))
+                _say(f"{order_id}: " + (f"woken by {woken}; now " if woken else "") + state)
+                last[instance_id] = identity
+                last_kind[instance_id] = kind
             if view.status == "completed":
                 done += 1
                 continue
@@ -130,7 +152,7 @@ def _follow(
         if time.monotonic() - started > timeout:
             _say(f"timed out after {timeout:.0f}s with {done}/{len(orders)} completed:")
             for instance_id, order_id in orders.items():
-                _say(f"  {order_id}: {last.get(instance_id, 'not started')}")
+                _say(f"  {order_id}: {described.get(instance_id, 'not started')}")
             _say(f"worker log:\n{_tail(log_path)}")
             return 1
         time.sleep(0.25)
