@@ -80,7 +80,12 @@ def deploy(file: str) -> None:
     from tasks.client import _now, _read_source
 
     store: Store = client._store
-    for d in store.deploy(_read_source(file), _now()):
+    try:
+        deployments = store.deploy(_read_source(file), _now())
+    except DormantError as exc:
+        click.echo(f"error: {file}: {exc}", err=True)
+        sys.exit(2)
+    for d in deployments:
         click.echo(f"{d.key} {d.version}")
 
 

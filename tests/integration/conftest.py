@@ -1,0 +1,236 @@
+"""Real processes for the integration tests: a ``dormant worker`` and a ``dormant beat``.
+
+``stack`` is parametrised over the two deployment shapes and never skips:
+
+* ``pg_redis`` — a fresh, migrated PostgreSQL database per test (tests/conftest.py's
+  ``pg_empty_database``) and Redis at 127.0.0.1:6379 on a database number this run
+  holds a lock on (``SET NX`` in that db), flushed before and after, so parallel runs
+  never share a queue. Redis unreachable → the test fails.
+* ``embedded`` — a SQLite file and the ``sqla+sqlite`` broker in the test's tmp dir.
+
+Workers ``--include tests.integration.test_tasks_jobs`` (the test job tasks). Every
+process is started with its own log file, waited for until it says it is ready, and
+killed (its whole process group) at teardown; a failing test prints the log tails.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+REDIS_HOST = os.environ.get("DORMANT_TEST_REDIS", "redis://127.0.0.1:6379")
+JOBS_MODULE = "tests.integration.test_tasks_jobs"
+
+
+def wait_for(
+    condition: Callable[[], Any], timeout: float = 20.0, interval: float = 0.1, what: str = "condition"
+) -> Any:
+    """Poll ``condition`` until it returns a truthy value; fail with ``what`` on timeout."""
+    deadline = time.monotonic() + timeout
+    last_exc: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = condition()
+        except Exception as exc:  # e.g. UnknownInstance before the start ran
+            last_exc = exc
+            value = None
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}" + (f" (last error: {last_exc!r})" if last_exc else ""))
+
+
+class Proc:
+    """One dormant subprocess with its log."""
+
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], cwd: Path) -> None:
+        self.name = name
+        self.argv = argv
+        self.env = env
+        self.cwd = cwd
+        self.log = cwd / f"{name}.log"
+        self.popen: subprocess.Popen[bytes] | None = None
+
+    def start(self, ready: str | None = "ready.", timeout: float = 30.0) -> Proc:
+        with open(self.log, "ab") as out:
+            self.popen = subprocess.Popen(
+                self.argv, env=self.env, cwd=self.cwd, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        if ready:
+            wait_for(lambda: self._check_alive() and ready in self.text(), timeout, what=f"{self.name} ready")
+        return self
+
+    def _check_alive(self) -> bool:
+        assert self.popen is not None
+        if self.popen.poll() is not None:
+            raise AssertionError(f"{self.name} exited with {self.popen.returncode}:\n{self.tail()}")
+        return True
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def tail(self, lines: int = 60) -> str:
+        return "\n".join(self.text().splitlines()[-lines:])
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> None:
+        if self.popen is None or self.popen.poll() is not None:
+            return
+        try:
+            os.killpg(self.popen.pid, sig)
+            self.popen.wait(timeout=timeout)
+        except (subprocess.TimeoutExpired, ProcessLookupError):
+            try:
+                os.killpg(self.popen.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.popen.wait(timeout=10)
+
+
+class Stack:
+    """URLs, a Client, and the worker/beat processes of one deployment shape."""
+
+    def __init__(self, kind: str, database_url: str, broker_url: str, tmp: Path) -> None:
+        self.kind = kind
+        self.database_url = database_url
+        self.broker_url = broker_url
+        self.tmp = tmp
+        self.env = dict(
+            os.environ,
+            DORMANT_DATABASE_URL=database_url,
+            DORMANT_BROKER_URL=broker_url,
+            PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),
+        )
+        self.procs: list[Proc] = []
+        self._client: Any = None
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            from tasks.client import Client
+
+            self._client = Client(self.database_url, self.broker_url)
+        return self._client
+
+    def dormant(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "tasks.cli", *args]
+
+    def worker(self, name: str = "worker") -> Proc:
+        proc = Proc(
+            f"{name}-{len(self.procs)}",
+            self.dormant("worker", "--include", JOBS_MODULE, "--concurrency", "2", "--loglevel", "INFO"),
+            self.env,
+            self.tmp,
+        )
+        self.procs.append(proc)
+        return proc.start()
+
+    def beat(self) -> Proc:
+        proc = Proc(f"beat-{len(self.procs)}", self.dormant("beat", "--loglevel", "INFO"), self.env, self.tmp)
+        self.procs.append(proc)
+        return proc.start(ready="beat: Starting")
+
+    def run_cli(self, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            self.dormant(*args), env=self.env, cwd=self.tmp, capture_output=True, text=True, timeout=timeout
+        )
+
+    def wait_status(self, instance_id: str, status: str, timeout: float = 25.0) -> Any:
+        def check() -> Any:
+            view = self.client.instance(instance_id)
+            return view if view.status == status else None
+
+        try:
+            return wait_for(check, timeout, what=f"instance {instance_id} to be {status}")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{self.diagnostics(instance_id)}") from None
+
+    def diagnostics(self, instance_id: str | None = None) -> str:
+        parts = []
+        if instance_id is not None:
+            try:
+                parts.append(f"instance: {self.client.instance(instance_id)}")
+            except Exception as exc:
+                parts.append(f"instance: {exc!r}")
+        for proc in self.procs:
+            parts.append(f"--- {proc.name} ---\n{proc.tail(40)}")
+        return "\n".join(parts)
+
+    def close(self) -> None:
+        for proc in reversed(self.procs):
+            proc.stop()
+        if self._client is not None:
+            self._client._store.close()
+
+
+def _redis_db() -> Iterator[str]:
+    """Lock one Redis database number for this test (fail if Redis is unreachable)."""
+    import redis
+
+    token = uuid.uuid4().hex
+    for db in range(1, 16):
+        r = redis.Redis.from_url(f"{REDIS_HOST}/{db}")
+        try:
+            got = r.set("dormant-test-lock", token, nx=True, ex=600)
+        except redis.ConnectionError as exc:
+            pytest.fail(f"Redis is not reachable at {REDIS_HOST} ({exc}); integration tests never skip", pytrace=False)
+        if got:
+            r.flushdb()
+            r.set("dormant-test-lock", token, ex=600)
+            try:
+                yield f"{REDIS_HOST}/{db}"
+            finally:
+                r.flushdb()
+                r.close()
+            return
+        r.close()
+    pytest.fail("every Redis database 1..15 is locked by another test run", pytrace=False)
+
+
+@pytest.fixture(params=["pg_redis", "embedded"])
+def stack_urls(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str, str]]:
+    if request.param == "embedded":
+        yield ("embedded", f"sqlite:///{tmp_path / 'dormant.sqlite3'}", f"sqla+sqlite:///{tmp_path / 'broker.sqlite3'}")
+        return
+    from persistence import migrate
+
+    database_url = request.getfixturevalue("pg_empty_database")()
+    migrate.upgrade(database_url)
+    gen = _redis_db()
+    broker_url = next(gen)
+    try:
+        yield ("pg_redis", database_url, broker_url)
+    finally:
+        gen.close()
+
+
+@pytest.fixture
+def stack(stack_urls: tuple[str, str, str], tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Stack]:
+    """A deployment shape with a worker and a beat running (see the module docstring)."""
+    s = Stack(*stack_urls, tmp_path)
+    try:
+        s.worker()
+        s.beat()
+        yield s
+    finally:
+        s.close()
+
+
+@pytest.fixture
+def bare_stack(stack_urls: tuple[str, str, str], tmp_path: Path) -> Iterator[Stack]:
+    """The same shape with no processes running (bad-input tests, restart tests)."""
+    s = Stack(*stack_urls, tmp_path)
+    try:
+        yield s
+    finally:
+        s.close()

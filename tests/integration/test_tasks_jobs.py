@@ -1,0 +1,29 @@
+"""Job tasks the integration workers load (``--include tests.integration.test_tasks_jobs``).
+
+Ordinary Celery tasks named like the job types of the test models. No tests here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Task
+
+from engine_core.errors import BpmnError
+from tasks.app import app
+from tasks.jobs import idempotency_key
+
+
+@app.task(name="test-double", bind=True)
+def double(self: Task, n: int = 0, **_: Any) -> dict[str, Any]:  # type: ignore[type-arg]
+    return {"doubled": n * 2, "job_key": idempotency_key(self)}
+
+
+@app.task(name="test-fail")
+def fail(**_: Any) -> None:
+    raise ValueError("the card was declined")
+
+
+@app.task(name="test-bpmn-error")
+def bpmn_error(**_: Any) -> None:
+    raise BpmnError("declined", "card declined", {"reason": "limit"})
