@@ -56,21 +56,7 @@ def _finish_at_node(rt: Runtime, token: Token) -> None:
     if token.inner_scope is not None:
         rt.drop_scope(token.inner_scope)
         token.inner_scope = None
-    for incident in rt.cp.incidents.values():
-        if (
-            incident.token_id == token.id
-            and incident.node_id == token.node_id
-            and not incident.state.closed
-        ):
-            incident.state = IncidentState.RESOLVED
-            incident.retry_at = None
-            rt.fact(
-                "Incident",
-                action="resolved",
-                incident=incident.id,
-                node=incident.node_id,
-                cause_class=incident.cause_class,
-            )
+    rt.close_incidents(token, IncidentState.RESOLVED)
 
 
 def _record_compensable(rt: Runtime, token: Token) -> None:

@@ -100,10 +100,11 @@ def inner_done(
         body.mi_results[token.loop_index or 0] = json_value(
             evaluate(_expr(loop.output_element), context, node.id, rt.now)
         )
-    rt.withdraw_token_waits(token.id)
     if token.inner_scope is not None:
         rt.drop_scope(token.inner_scope)
-    rt.cp.tokens.pop(token.id, None)
+    # Through remove_token, so an incident this inner instance had (now retried to
+    # success) closes as resolved instead of outliving its token.
+    rt.remove_token(token, TokenState.COMPLETED)
     body.mi_completed += 1
     outer = rt.cp.tokens[body.token_id] if body.token_id else None
     if outer is None:

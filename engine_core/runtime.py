@@ -192,7 +192,14 @@ class Runtime:
         return token
 
     def arrive(self, token: Token, node_id: str, flow_id: str | None = None) -> None:
-        """Put a token on a node, to be entered by the run loop."""
+        """Put a token on a node, to be entered by the run loop.
+
+        Leaving its node is progress: an incident the token had there is resolved here,
+        whatever kind of node it was (a gateway or event retried after an incident moves
+        on by ``take_flows``, never through ``leave_activity``).
+        """
+        if token.node_id != node_id:
+            self.close_incidents(token, IncidentState.RESOLVED)
         token.node_id = node_id
         token.state = TokenState.ACTIVE
         token.flow_id = flow_id
@@ -216,15 +223,31 @@ class Runtime:
         self.check_scope(token.scope_id)
 
     def remove_token(self, token: Token, state: TokenState) -> None:
+        """Drop a token; an incident it still had closes with it.
+
+        Withdrawn (a boundary, a terminate, a cancel took it away): the incident is
+        overtaken. Completed (e.g. an end event that failed, then succeeded on retry):
+        it is resolved. Either way no open incident outlives its token, so the
+        instance's ``active_incidents`` status always names a real, actionable one.
+        """
         self.withdraw_token_waits(token.id)
         self.cp.tokens.pop(token.id, None)
-        if state is TokenState.WITHDRAWN:
-            for incident in self.cp.incidents.values():
-                if incident.token_id == token.id and not incident.state.closed:
-                    incident.state = IncidentState.OVERTAKEN
-                    incident.retry_at = None
-                    self.fact("Incident", action="overtaken", incident=incident.id,
-                              node=incident.node_id, cause_class=incident.cause_class)
+        self.close_incidents(
+            token,
+            IncidentState.OVERTAKEN if state is TokenState.WITHDRAWN else IncidentState.RESOLVED,
+        )
+
+    def close_incidents(self, token: Token, state: IncidentState) -> None:
+        """Close the open incidents of ``token`` (resolved or overtaken), with their facts."""
+        action = "overtaken" if state is IncidentState.OVERTAKEN else "resolved"
+        for incident in self.cp.incidents.values():
+            if incident.token_id == token.id and not incident.state.closed:
+                incident.state = state
+                incident.retry_at = None
+                for wait in [w for w in self.cp.waits.values() if w.incident_id == incident.id]:
+                    self.withdraw(wait)
+                self.fact("Incident", action=action, incident=incident.id,
+                          node=incident.node_id, cause_class=incident.cause_class)
 
     # -- waits ---------------------------------------------------------------------
 
