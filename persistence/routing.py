@@ -39,6 +39,8 @@ __all__ = ["NAMESPACE", "MessageOutcome", "Router", "SignalOutcome"]
 # Deterministic ids for instances started by a message or signal: a redelivered
 # message starts nothing new.
 NAMESPACE = uuid.UUID("6f1c2a1e-8d4b-4c1f-9a57-d0c5a3e7b001")
+# How often one delivery re-correlates after finding its wait replaced under the lock.
+_STALE_RETRIES = 3
 
 
 @dataclass(slots=True)
@@ -139,6 +141,18 @@ class Router:
                 message_id=out.message_id,
             )
             applied = self.store.apply(instance_id, trigger, now, trigger_id=out.message_id)
+            for _ in range(_STALE_RETRIES):
+                if applied.changed or applied.duplicate:
+                    break
+                # The wait was replaced between our lookup and the lock (e.g. a loop that
+                # re-armed its catch): correlate again with what the instance holds now.
+                fresh = [w for i, w in self._holders("message", name, key) if i == instance_id]
+                if not fresh:
+                    break
+                trigger = trigger.model_copy(update={"wait_id": fresh[0]})
+                applied = self.store.apply(instance_id, trigger, now, trigger_id=out.message_id)
+            if not (applied.changed or applied.duplicate):
+                continue  # nothing there took it: it may start an instance or be buffered
             out.applied.append(applied)
             out.delivered_to.append(instance_id)
 

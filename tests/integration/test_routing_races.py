@@ -1,0 +1,60 @@
+"""A message routed to a wait that was replaced before it got the lock still lands.
+
+A loop re-arms its message catch with a fresh wait id on every turn. A message whose
+subscription lookup happened just before another trigger moved the loop on finds its
+wait gone under the lock; it must be correlated again with the instance's current
+wait, not dropped as stale."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from persistence.routing import Router
+from persistence.store import Store
+
+LOOP = """<?xml version="1.0" encoding="UTF-8"?>
+<bpmn:definitions xmlns:bpmn="http://www.omg.org/spec/BPMN/20100524/MODEL"
+  xmlns:zeebe="http://camunda.org/schema/zeebe/1.0" id="d" targetNamespace="t">
+  <bpmn:message id="m" name="tick"><bpmn:extensionElements>
+    <zeebe:subscription correlationKey="=key"/></bpmn:extensionElements></bpmn:message>
+  <bpmn:process id="loop" isExecutable="true">
+    <bpmn:startEvent id="s"/>
+    <bpmn:intermediateCatchEvent id="wait"><bpmn:messageEventDefinition messageRef="m"/>
+    </bpmn:intermediateCatchEvent>
+    <bpmn:scriptTask id="count"><bpmn:extensionElements>
+      <zeebe:script expression="=hits + 1" resultVariable="hits"/></bpmn:extensionElements>
+    </bpmn:scriptTask>
+    <bpmn:sequenceFlow id="f1" sourceRef="s" targetRef="wait"/>
+    <bpmn:sequenceFlow id="f2" sourceRef="wait" targetRef="count"/>
+    <bpmn:sequenceFlow id="f3" sourceRef="count" targetRef="wait"/>
+  </bpmn:process>
+</bpmn:definitions>"""
+
+
+class LaggingRouter(Router):
+    """Answers the first lookup with what it saw before the loop moved on."""
+
+    def __init__(self, store: Store, stale: list[tuple[str, str]]) -> None:
+        super().__init__(store)
+        self.stale: list[tuple[str, str]] | None = stale
+
+    def _holders(self, kind: str, name: str, key: str | None) -> list[tuple[str, str]]:
+        if self.stale is not None:
+            answer, self.stale = self.stale, None
+            return answer
+        return super()._holders(kind, name, key)
+
+
+def test_a_message_whose_wait_was_replaced_is_correlated_again(store: Any, now: datetime) -> None:
+    store.deploy(LOOP, now)
+    store.start("loop", "i-1", {"key": "k", "hits": 0}, now=now)
+    (old_wait,) = store.checkpoint("i-1").waits
+    Router(store).message("tick", "k", {}, message_id="m-1", ttl_seconds=None, now=now)
+    assert store.instance("i-1").variables["hits"] == 1  # the loop re-armed a new wait
+    outcome = LaggingRouter(store, [("i-1", old_wait)]).message(
+        "tick", "k", {}, message_id="m-2", ttl_seconds=None, now=now
+    )
+    assert outcome.delivered_to == ["i-1"]
+    assert store.instance("i-1").variables["hits"] == 2
+
