@@ -1,0 +1,139 @@
+"""Helpers shared by the benchmarks: machine line, timing, result lines, scratch resources.
+
+Every benchmark prints ratios of figures measured side by side in the same run; the
+absolute figures are printed too, but only the ratios are compared with the targets
+(the machine is shared and noisy). Nothing here asserts a timing.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+PG_ADMIN_URL = os.environ.get("BENCH_PG_ADMIN_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379")
+
+_results: list[tuple[str, bool | None]] = []
+
+
+def header(title: str) -> None:
+    print(f"== {title}")
+    print(f"   date {datetime.now(UTC).isoformat(timespec='seconds')}  host {platform.node()}  "
+          f"cpus {os.cpu_count()}  python {platform.python_version()}  {platform.machine()}")
+    sys.stdout.flush()
+
+
+def line(label: str, value: str) -> None:
+    print(f"{label}: {value}")
+    sys.stdout.flush()
+
+
+def ratio_line(label: str, value: float, op: str, target: float, fmt: str = "{:.2f}") -> bool:
+    """Print ``label: value (target op target)`` with MET / NOT MET; remember the verdict."""
+    ok = {">=": value >= target, "<=": value <= target}[op]
+    print(f"{label}: {fmt.format(value)} (target {op} {fmt.format(target)}) {'MET' if ok else 'NOT MET'}")
+    sys.stdout.flush()
+    _results.append((label, ok))
+    return ok
+
+
+def summary() -> int:
+    """Print the verdicts; the exit code is 0 whenever the benchmark ran to the end."""
+    met = sum(1 for _, ok in _results if ok)
+    print(f"-- {met}/{len(_results)} targets met in this run")
+    return 0
+
+
+def timed(fn: Callable[[], Any]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def median(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
+def rss_kib(pid: int) -> int:
+    """Resident set size of ``pid`` in KiB (Linux /proc)."""
+    with open(f"/proc/{pid}/status") as f:
+        for row in f:
+            if row.startswith("VmRSS:"):
+                return int(row.split()[1])
+    return 0
+
+
+def children_of(pid: int) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                if int(fields[1]) == pid:
+                    out.append(int(entry))
+            except OSError:
+                continue
+    return out
+
+
+@contextmanager
+def scratch_database(prefix: str = "dormant_bench") -> Iterator[str]:
+    """A fresh PostgreSQL database, migrated to head; dropped afterwards."""
+    from sqlalchemy import create_engine, text
+
+    from persistence import migrate
+
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as c:
+        c.execute(text(f'CREATE DATABASE "{name}"'))
+    url = PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + name
+    try:
+        migrate.upgrade(url)
+        yield url
+    finally:
+        with admin.connect() as c:
+            c.execute(text(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = :n AND pid <> pg_backend_pid()"), {"n": name})
+            c.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
+        admin.dispose()
+
+
+LOCK_KEY = "dormant-test-lock"  # the same key tests/integration/conftest.py takes
+
+
+@contextmanager
+def scratch_redis_db() -> Iterator[str]:
+    """A Redis database number nobody else holds (the tests' SET NX lock), flushed
+    before and after. Scans from 15 down, the tests scan from 1 up."""
+    import redis
+
+    token = "bench-" + uuid.uuid4().hex
+    for db in range(15, 0, -1):
+        r = redis.Redis.from_url(f"{REDIS_URL}/{db}")
+        if r.set(LOCK_KEY, token, nx=True, ex=3600):
+            r.flushdb()
+            r.set(LOCK_KEY, token, ex=3600)
+            try:
+                yield f"{REDIS_URL}/{db}"
+            finally:
+                r.flushdb()
+                r.close()
+            return
+        r.close()
+    raise SystemExit("bench: every Redis database 1..15 is locked by someone else")
