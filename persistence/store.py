@@ -39,6 +39,7 @@ from persistence.db import READ, make_engine
 from persistence.holds import sync_holds
 from persistence.queries import Queries
 from persistence.settings import Settings
+from persistence.start_timers import replace_start_timers
 from persistence.tables import definitions, facts, instances, outbox, processed_triggers
 
 __all__ = ["Applied", "Deployment", "OutboxRow", "StartKeyTaken", "Store"]
@@ -202,6 +203,9 @@ class Store(Queries):
                 )
                 with _PARSED_LOCK:
                     _PARSED[(checksum, definition.key)] = definition
+                # The new version's timer starts replace the old version's, in this
+                # same transaction: a deploy never leaves both (or neither) armed.
+                replace_start_timers(conn, definition, version, now)
                 out.append(Deployment(definition.key, version, True))
         for d in out:
             log.info("deployed %s v%d%s", d.key, d.version, "" if d.created else " (unchanged)")
@@ -312,29 +316,9 @@ class Store(Queries):
         )
         try:
             with self._tx() as conn:
-                existing = self._existing(conn, instance_id)
-                if existing is not None:
-                    return existing
-                definition, ver = self.definition(key, version, conn=conn)
-                first = core.new_checkpoint(definition, instance_id, ver, now)
-                step = core.apply(definition, first, trigger, now=now, services=self.services)
-                cp = step.checkpoint
-                conn.execute(
-                    insert(instances).values(
-                        id=instance_id,
-                        key=key,
-                        version=ver,
-                        status=cp.status.value,
-                        business_key=business_key,
-                        start_key=start_key,
-                        revision=cp.revision,
-                        checkpoint=encode(cp),
-                        created_at=now,
-                        updated_at=now,
-                        parent_id=(parent or {}).get("instance_id"),
-                    )
+                return self.start_in(
+                    conn, key, instance_id, trigger, now=now, version=version, trigger_id=trigger_id
                 )
-                return self._write_step(conn, instance_id, first, step, now, trigger_id)
         except IntegrityError as exc:
             with self._read() as conn:
                 existing = self._existing(conn, instance_id)
@@ -343,6 +327,44 @@ class Store(Queries):
             if start_key is not None:
                 raise StartKeyTaken(key, start_key) from exc
             raise
+
+    def start_in(
+        self,
+        conn: Connection,
+        key: str,
+        instance_id: str,
+        trigger: Start,
+        *,
+        now: datetime,
+        version: int | None = None,
+        trigger_id: str | None = None,
+    ) -> Applied:
+        """``start``'s body inside the CALLER's transaction, so a caller that must change
+        other rows with the start (a timer start arming its next repetition) commits
+        both at once. An existing ``instance_id`` is returned as a duplicate."""
+        existing = self._existing(conn, instance_id)
+        if existing is not None:
+            return existing
+        definition, ver = self.definition(key, version, conn=conn)
+        first = core.new_checkpoint(definition, instance_id, ver, now)
+        step = core.apply(definition, first, trigger, now=now, services=self.services)
+        cp = step.checkpoint
+        conn.execute(
+            insert(instances).values(
+                id=instance_id,
+                key=key,
+                version=ver,
+                status=cp.status.value,
+                business_key=trigger.business_key,
+                start_key=trigger.start_key,
+                revision=cp.revision,
+                checkpoint=encode(cp),
+                created_at=now,
+                updated_at=now,
+                parent_id=(trigger.parent or {}).get("instance_id"),
+            )
+        )
+        return self._write_step(conn, instance_id, first, step, now, trigger_id)
 
     def _existing(self, conn: Connection, instance_id: str) -> Applied | None:
         row = conn.execute(

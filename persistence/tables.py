@@ -21,6 +21,7 @@ from sqlalchemy import (
     Column,
     DateTime,
     Dialect,
+    Float,
     Index,
     Integer,
     MetaData,
@@ -45,6 +46,7 @@ __all__ = [
     "metadata",
     "outbox",
     "processed_triggers",
+    "start_timers",
     "subscriptions",
     "user_tasks",
 ]
@@ -142,6 +144,27 @@ deadlines = Table(
     Column("instance_id", String(255), primary_key=True),
     Column("wait_id", String(64), primary_key=True),
     Column("due_at", UtcDateTime, nullable=False, index=True),
+    Column("claimed_until", UtcDateTime),
+    Column("claim_token", String(64)),
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column("last_error", Text),
+)
+
+# Definition-level deadlines: the timer start events of the LATEST version of each
+# process. Scanned with ``deadlines`` by the same beat; firing one starts an instance
+# and arms the next repetition in one transaction. A deploy of a new version replaces
+# its key's rows in the deploy transaction (persistence/start_timers.py).
+start_timers = Table(
+    "start_timers",
+    metadata,
+    Column("key", String(255), primary_key=True),
+    Column("node_id", String(255), primary_key=True),
+    Column("version", Integer, nullable=False),
+    Column("due_at", UtcDateTime, nullable=False, index=True),
+    # Cycles: repetitions left after the coming firing (NULL = forever) and the period;
+    # a one-shot timer (date, duration) has no interval and is deleted when it fires.
+    Column("cycle_remaining", Integer),
+    Column("interval_seconds", Float),
     Column("claimed_until", UtcDateTime),
     Column("claim_token", String(64)),
     Column("attempts", Integer, nullable=False, server_default=text("0")),

@@ -20,6 +20,13 @@ Three steps, and the order is the point (FIX-027):
 
 Regression canaries: ``test_failed_fire_keeps_the_row`` and
 ``test_failed_fire_backs_off`` in tests/integration/test_deadlines.py.
+
+Timer start events are definition-level deadlines (``start_timers``, see
+persistence/start_timers.py), claimed by the same scan and fired through the same
+``fire``: their claims carry ``START_TIMER_PREFIX + key`` as the instance id and the
+start node as the wait id, so the Celery shell needs no second task. Firing one
+starts the instance AND arms the next repetition in one transaction; a failure keeps
+the row and backs it off exactly like an instance deadline.
 """
 
 from __future__ import annotations
@@ -28,12 +35,15 @@ import logging
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
-from sqlalchemy import Connection, and_, insert, select, tuple_, update
+from sqlalchemy import Connection, Table, and_, delete, insert, select, tuple_, update
 
-from engine_core.triggers import TimerFired
+from engine_core.timers import next_cycle_due
+from engine_core.triggers import Start, TimerFired
+from persistence.start_timers import START_TIMER_PREFIX, is_start_timer, start_instance_id
 from persistence.store import Applied, Store
-from persistence.tables import deadlines, facts, instances
+from persistence.tables import deadlines, facts, instances, start_timers
 
 __all__ = ["Claim", "FireOutcome", "claim_due", "fire"]
 
@@ -71,46 +81,75 @@ def claim_due(store: Store, now: datetime, limit: int = 100) -> list[Claim]:
     """
     token = uuid.uuid4().hex
     until = now + timedelta(seconds=store.settings.deadline_claim_seconds)
+    claims = [
+        Claim(START_TIMER_PREFIX + r.key, r.node_id, token, r.due_at)
+        for r in _claim_rows(
+            store,
+            start_timers,
+            (start_timers.c.key, start_timers.c.node_id),
+            now,
+            until,
+            token,
+            limit,
+        )
+    ]
+    claims += [
+        Claim(r.instance_id, r.wait_id, token, r.due_at)
+        for r in _claim_rows(
+            store,
+            deadlines,
+            (deadlines.c.instance_id, deadlines.c.wait_id),
+            now,
+            until,
+            token,
+            limit - len(claims),
+        )
+    ]
+    return sorted(claims, key=lambda c: (c.due_at, c.instance_id, c.wait_id))
+
+
+def _claim_rows(
+    store: Store,
+    table: Table,
+    pk: tuple[Any, Any],
+    now: datetime,
+    until: datetime,
+    token: str,
+    limit: int,
+) -> list[Any]:
+    """Claim due, unclaimed rows of ``table`` (``deadlines`` or ``start_timers``)."""
+    if limit <= 0:
+        return []
     due = and_(
-        deadlines.c.due_at <= now,
-        (deadlines.c.claimed_until.is_(None)) | (deadlines.c.claimed_until <= now),
+        table.c.due_at <= now,
+        (table.c.claimed_until.is_(None)) | (table.c.claimed_until <= now),
     )
     with store._tx() as conn:
         if store.is_postgres:
             picked = conn.execute(
-                select(deadlines.c.instance_id, deadlines.c.wait_id, deadlines.c.due_at)
+                select(*pk, table.c.due_at)
                 .where(due)
-                .order_by(deadlines.c.due_at)
+                .order_by(table.c.due_at)
                 .limit(limit)
                 .with_for_update(skip_locked=True)
             ).all()
             if not picked:
                 return []
             conn.execute(
-                update(deadlines)
-                .where(
-                    tuple_(deadlines.c.instance_id, deadlines.c.wait_id).in_(
-                        [(r.instance_id, r.wait_id) for r in picked]
-                    )
-                )
+                update(table)
+                .where(tuple_(*pk).in_([tuple(r)[:2] for r in picked]))
                 .values(claimed_until=until, claim_token=token)
             )
-            rows = picked
-        else:
-            inner = (
-                select(deadlines.c.instance_id, deadlines.c.wait_id)
-                .where(due)
-                .order_by(deadlines.c.due_at)
-                .limit(limit)
-            )
-            rows = conn.execute(
-                update(deadlines)
-                .where(tuple_(deadlines.c.instance_id, deadlines.c.wait_id).in_(inner))
+            return list(picked)
+        inner = select(*pk).where(due).order_by(table.c.due_at).limit(limit)
+        return list(
+            conn.execute(
+                update(table)
+                .where(tuple_(*pk).in_(inner))
                 .values(claimed_until=until, claim_token=token)
-                .returning(deadlines.c.instance_id, deadlines.c.wait_id, deadlines.c.due_at)
+                .returning(*pk, table.c.due_at)
             ).all()
-    claims = [Claim(r.instance_id, r.wait_id, token, r.due_at) for r in rows]
-    return sorted(claims, key=lambda c: (c.due_at, c.instance_id, c.wait_id))
+        )
 
 
 def _holds_claim(instance_id: str, wait_id: str, claim_token: str):  # type: ignore[no-untyped-def]
@@ -133,6 +172,8 @@ def fire(
     store: Store, instance_id: str, wait_id: str, claim_token: str, now: datetime
 ) -> FireOutcome:
     """Apply the claimed deadline; on failure keep it and back off (module docstring)."""
+    if is_start_timer(instance_id):
+        return _fire_start_timer(store, instance_id, wait_id, claim_token, now)
     try:
         applied = store.apply(
             instance_id,
@@ -159,26 +200,44 @@ def _settle_failure(
     retry_at = now + timedelta(seconds=store.settings.wake_backoff)
     cause = type(exc).__name__
     error = f"{cause}: {exc}"[:2000]
+    start_timer = is_start_timer(instance_id)
+    table = start_timers if start_timer else deadlines
+    where = (
+        and_(
+            start_timers.c.key == instance_id[len(START_TIMER_PREFIX) :],
+            start_timers.c.node_id == wait_id,
+        )
+        if start_timer
+        else and_(deadlines.c.instance_id == instance_id, deadlines.c.wait_id == wait_id)
+    )
     with store._tx() as conn:
         row = conn.execute(
-            update(deadlines)
-            .where(
-                deadlines.c.instance_id == instance_id,
-                deadlines.c.wait_id == wait_id,
-                deadlines.c.claim_token == claim_token,
-            )
+            update(table)
+            .where(where, table.c.claim_token == claim_token)
             .values(
                 claimed_until=None,
                 claim_token=None,
                 due_at=retry_at,
-                attempts=deadlines.c.attempts + 1,
+                attempts=table.c.attempts + 1,
                 last_error=error,
             )
-            .returning(deadlines.c.attempts)
+            .returning(table.c.attempts)
         ).first()
         if row is None:
             return FireOutcome(instance_id, wait_id, "skipped", error=error)
         attempt = int(row.attempts)
+        if start_timer:
+            # No instance exists to carry a fact: the row's attempts/last_error and
+            # the log line below are the record.
+            log.warning(
+                "start timer %s (node %s) failed, attempt %d: %s; kept, retried at %s",
+                instance_id,
+                wait_id,
+                attempt,
+                cause,
+                retry_at.isoformat(),
+            )
+            return FireOutcome(instance_id, wait_id, "failed", error=error, retry_at=retry_at)
         revision = conn.execute(
             select(instances.c.revision).where(instances.c.id == instance_id)
         ).scalar()
@@ -201,3 +260,62 @@ def _settle_failure(
         retry_at.isoformat(),
     )
     return FireOutcome(instance_id, wait_id, "failed", error=error, retry_at=retry_at)
+
+
+def _fire_start_timer(
+    store: Store, claim_id: str, node_id: str, claim_token: str, now: datetime
+) -> FireOutcome:
+    """Start one instance for a claimed start timer and arm its next repetition.
+
+    One transaction: the row is locked and its claim checked, the instance is created
+    and started, and the row moves to the next repetition (or is deleted after the
+    last) — so a crash leaves either both or neither. The instance id comes from the
+    due time being fired, so even a fire repeated behind a lost claim starts nothing
+    twice. An overdue cycle (beat was down) fires ONCE, then continues from now
+    (``next_cycle_due``), never a burst of catch-up starts.
+    """
+    key = claim_id[len(START_TIMER_PREFIX) :]
+    where = and_(
+        start_timers.c.key == key,
+        start_timers.c.node_id == node_id,
+        start_timers.c.claim_token == claim_token,
+    )
+    try:
+        with store._tx() as conn:
+            row = conn.execute(select(start_timers).where(where).with_for_update()).first()
+            if row is None:
+                return FireOutcome(claim_id, node_id, "skipped")
+            instance_id = start_instance_id(key, row.version, node_id, row.due_at)
+            applied = store.start_in(
+                conn,
+                key,
+                instance_id,
+                Start(start_node_id=node_id),
+                now=now,
+                version=row.version,
+            )
+            _arm_next(conn, row, where, now)
+    except Exception as exc:
+        return _settle_failure(store, claim_id, node_id, claim_token, now, exc)
+    log.info("start timer %s/%s v%d started instance %s", key, node_id, row.version, instance_id)
+    return FireOutcome(claim_id, node_id, "fired", applied)
+
+
+def _arm_next(conn: Connection, row: Any, where: Any, now: datetime) -> None:
+    """The next repetition of a cycle, unclaimed and fresh; a one-shot timer is done."""
+    last = row.cycle_remaining is not None and row.cycle_remaining <= 0
+    if row.interval_seconds is None or last:
+        conn.execute(delete(start_timers).where(where))
+        return
+    conn.execute(
+        update(start_timers)
+        .where(where)
+        .values(
+            due_at=next_cycle_due(row.due_at, row.interval_seconds, now),
+            cycle_remaining=None if row.cycle_remaining is None else row.cycle_remaining - 1,
+            claimed_until=None,
+            claim_token=None,
+            attempts=0,
+            last_error=None,
+        )
+    )
