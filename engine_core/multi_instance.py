@@ -11,6 +11,7 @@ the whole body.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
@@ -66,6 +67,11 @@ def _start_inner(rt: Runtime, outer: Token, node: Node, body: Scope, index: int)
     loop = node.loop
     assert loop is not None and body.mi_items is not None
     variables: dict[str, Any] = {"loopCounter": index + 1}
+    output_name = _variable_name(loop.output_element)
+    if output_name is not None:
+        # Camunda 8 creates the output element as a local variable of each inner
+        # instance (null until set), so parallel instances never share or clobber it.
+        variables[output_name] = None
     if loop.input_element:
         variables[loop.input_element] = body.mi_items[index]
     inner = rt.spawn(node.id, body.id, [*outer.lineage, outer.id], loop_index=index)
@@ -91,10 +97,13 @@ def inner_done(
         instance_scope_id = instance_scope.id
         token.inner_scope = instance_scope_id
     if instance_scope_id is not None and instance_scope_id in rt.cp.scopes:
-        scope = rt.cp.scopes[instance_scope_id]
-        scope.variables.update(result)
+        # Camunda 8: the result (or the output mappings' values) is written FROM the
+        # instance scope: a name the instance has locally (the output element, the input
+        # element, loopCounter) stays there; any other name propagates outward as usual.
         if node.outputs:
-            rt.apply_outputs(node, token, {}, target_scope=body.parent_id)
+            rt.apply_outputs(node, token, result, target_scope=instance_scope_id)
+        else:
+            rt.propagate(instance_scope_id, result)
     context = rt.token_vars(token)
     if loop.output_element:
         body.mi_results[token.loop_index or 0] = json_value(
@@ -149,6 +158,17 @@ def _finish(rt: Runtime, outer: Token, node: Node, body: Scope) -> None:
         rt.propagate(outer.scope_id, {loop.output_collection: results})
     outer.state = TokenState.ACTIVE
     leave_without_running(rt, outer)
+
+
+def _variable_name(source: str | None) -> str | None:
+    """The variable an output element names when it is a plain name (``=result``)."""
+    if source is None:
+        return None
+    name = source.strip().removeprefix("=").strip()
+    return name if _NAME.fullmatch(name) else None
+
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def _expr(source: str) -> str:
