@@ -82,6 +82,9 @@ def _start_event(rt: Runtime, token: Token, node: Node) -> None:
 
 
 def _end_event(rt: Runtime, token: Token, node: Node) -> None:
+    # Once the token is gone nothing else says WHERE a path ended (an instance with
+    # three end events completes the same way at each): the history keeps it.
+    rt.fact("EndEventReached", node=node.id)
     event = node.event
     if event.kind is EventKind.TERMINATE:
         _terminate(rt, token)

@@ -75,7 +75,7 @@ def test_none_start_to_none_end_completes_at_once() -> None:
     assert run.cp.status is InstanceStatus.COMPLETED
     assert run.cp.tokens == {} and run.cp.waits == {}
     assert run.variables == {"a": 1}
-    assert [f.kind for f in run.last.facts][:2] == ["Started", "Completed"]
+    assert [f.kind for f in run.last.facts][:3] == ["Started", "EndEventReached", "Completed"]
 
 
 def test_user_task_waits_then_completes_with_variables() -> None:
