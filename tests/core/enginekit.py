@@ -166,7 +166,9 @@ class Run:
         return self.send(TimerFired(wait_id=wait.id))
 
     def complete_task(self, node: str, **variables: Any) -> Step:
-        return self.send(TaskCompleted(wait_id=self.wait(node, "user_task").id, variables=variables))
+        return self.send(
+            TaskCompleted(wait_id=self.wait(node, "user_task").id, variables=variables)
+        )
 
     def complete_job(self, node: str, **variables: Any) -> Step:
         wait = self.wait(node, "job")
@@ -184,9 +186,7 @@ class Run:
             JobErrorThrown(wait_id=wait.id, attempt=wait.attempt, code=code, variables=variables)
         )
 
-    def message(
-        self, node: str, name: str, key: str | None = None, **variables: Any
-    ) -> Step:
+    def message(self, node: str, name: str, key: str | None = None, **variables: Any) -> Step:
         wait = self.wait(node, "message")
         return self.send(
             MessageReceived(wait_id=wait.id, name=name, correlation_key=key, variables=variables)

@@ -8,7 +8,6 @@ import pytest
 from engine_core.builder import ProcessBuilder, error
 from engine_core.effects import CancelChild, NotifyParent, StartChild
 from engine_core.model import IoMapping
-
 from tests.core.enginekit import Run
 
 
@@ -28,7 +27,11 @@ def test_start_child_effect_is_deterministic() -> None:
     (start,) = run.effects_of(StartChild, step)
     wait = run.wait("call", "call")
     assert start.child_instance_id == f"p-1.{wait.id}" == wait.child_instance_id
-    assert (start.process_key, start.parent_instance_id, start.parent_wait_id) == ("child", "p-1", wait.id)
+    assert (start.process_key, start.parent_instance_id, start.parent_wait_id) == (
+        "child",
+        "p-1",
+        wait.id,
+    )
     assert start.root_instance_id == "p-1"
     assert start.variables == {"order": 7, "note": "x"}, "all parent variables by default"
     # The same start, replayed from the same checkpoint, names the same child.
@@ -111,12 +114,26 @@ def child_def(build):
 
 
 def test_child_completion_notifies_the_parent_with_its_variables() -> None:
-    run = Run(child_def(lambda b: b.script_task("x", "=n + 1", result_variable="n").end_event("e").sequence("s", "x", "e")),
-              instance_id="p-1.w3", parent=PARENT)
+    run = Run(
+        child_def(
+            lambda b: (
+                b.script_task("x", "=n + 1", result_variable="n")
+                .end_event("e")
+                .sequence("s", "x", "e")
+            )
+        ),
+        instance_id="p-1.w3",
+        parent=PARENT,
+    )
     step = run.start({"n": 1})
     assert run.status == "completed"
     (note,) = run.effects_of(NotifyParent, step)
-    assert (note.parent_instance_id, note.wait_id, note.completed, note.variables) == ("p-1", "w3", True, {"n": 2})
+    assert (note.parent_instance_id, note.wait_id, note.completed, note.variables) == (
+        "p-1",
+        "w3",
+        True,
+        {"n": 2},
+    )
 
 
 @pytest.mark.parametrize("failure", ["technical", "job-error", "error-end"])
@@ -140,3 +157,20 @@ def test_a_child_fails_instead_of_raising_an_incident(failure: str) -> None:
     (note,) = run.effects_of(NotifyParent)
     assert note.completed is False and note.wait_id == "w3"
     assert note.error_code == (None if failure == "technical" else "CHILD_ERR")
+
+
+def test_interrupting_boundary_on_the_call_activity_cancels_the_child() -> None:
+    from engine_core.builder import timer
+
+    b = ProcessBuilder("parent")
+    b.start_event("s").call_activity("call", "child").end_event("e")
+    b.boundary_event("late", "call", timer("PT1H")).user_task("chase").end_event("le")
+    b.sequence("s", "call", "e")
+    b.sequence("late", "chase", "le")
+    run = Run(b.build(), instance_id="p-1")
+    run.start()
+    child = run.wait("call", "call").child_instance_id
+    step = run.fire("late")
+    assert run.effects_of(CancelChild, step) == [CancelChild(child)]
+    assert run.token_nodes() == ["chase:waiting"]
+    assert not run.waits("call")

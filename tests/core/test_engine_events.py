@@ -17,7 +17,6 @@ from engine_core.builder import (
     timer,
 )
 from engine_core.effects import ThrowMessage
-
 from tests.core.enginekit import Run
 
 # -- errors caught by boundaries -------------------------------------------------------
@@ -157,7 +156,12 @@ def test_compensation_throw_all_runs_handlers_in_reverse_then_continues() -> Non
     run.start()
     run.complete_job("hotel")
     step = run.complete_job("flight")
-    assert [d.job_type for d in run.effects_of(__import__("engine_core.effects", fromlist=["DispatchJob"]).DispatchJob, step)] == ["undo-flight", "undo-hotel"]
+    assert [
+        d.job_type
+        for d in run.effects_of(
+            __import__("engine_core.effects", fromlist=["DispatchJob"]).DispatchJob, step
+        )
+    ] == ["undo-flight", "undo-hotel"]
     assert run.tokens("throw")[0].state.value == "waiting"
     run.complete_job("undo_flight")
     assert run.tokens("throw"), "waits for every handler"
@@ -370,7 +374,9 @@ def test_receive_task_with_boundary() -> None:
 
 def test_manual_task_and_none_throw_pass_through() -> None:
     b = ProcessBuilder("p")
-    b.start_event("s").manual_task("m").intermediate_throw_event("milestone").user_task("u").end_event("e")
+    b.start_event("s").manual_task("m").intermediate_throw_event("milestone").user_task(
+        "u"
+    ).end_event("e")
     b.sequence("s", "m", "milestone", "u", "e")
     run = Run(b.build())
     step = run.start()

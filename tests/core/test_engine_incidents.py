@@ -17,7 +17,6 @@ from engine_core.engine import Services
 from engine_core.errors import InvalidOperation, UnknownIncident
 from engine_core.model import IoMapping, RetryPolicy
 from engine_core.triggers import IncidentDrop, IncidentResolve, IncidentRetry, TimerFired
-
 from tests.core.enginekit import T0, Run
 
 
@@ -133,8 +132,13 @@ def _output_mapping_branch(b: ProcessBuilder) -> None:
         (_mapping_branch, {"amount": 5}, "ExpressionError"),
         (_output_mapping_branch, {"amount": 5}, "ExpressionError"),
     ],
-    ids=["no-true-condition-no-default", "non-boolean-condition", "null-correlation-key",
-         "input-mapping", "output-mapping"],
+    ids=[
+        "no-true-condition-no-default",
+        "non-boolean-condition",
+        "null-correlation-key",
+        "input-mapping",
+        "output-mapping",
+    ],
 )
 def test_expression_failure_opens_incident_siblings_run(branch, vars_, cause_class) -> None:
     run = Run(with_sibling(branch))
@@ -185,7 +189,9 @@ def failing_script(**fields):
     """A script whose expression fails until ``fix`` is set."""
 
     def build(b: ProcessBuilder) -> None:
-        b.script_task("bad", "=if fix = null then null.x + 1 else fix", result_variable="r", **fields)
+        b.script_task(
+            "bad", "=if fix = null then null.x + 1 else fix", result_variable="r", **fields
+        )
         b.exclusive_gateway("check", default="ok")
         b.end_event("x")
         b.sequence("bad", "check")
@@ -347,7 +353,14 @@ def test_manual_retry_withdraws_the_scheduled_one() -> None:
 def boundary_over_job(interrupting: bool):
     b = ProcessBuilder("p")
     b.start_event("s").service_task("bad", job_type="charge", job_retries="1").end_event("e")
-    b.boundary_event("remind", "bad", timer("R2/PT1H", kind=__import__("engine_core.model", fromlist=["TimerKind"]).TimerKind.CYCLE), cancel_activity=interrupting)
+    b.boundary_event(
+        "remind",
+        "bad",
+        timer(
+            "R2/PT1H", kind=__import__("engine_core.model", fromlist=["TimerKind"]).TimerKind.CYCLE
+        ),
+        cancel_activity=interrupting,
+    )
     b.user_task("reminded").end_event("re")
     b.sequence("s", "bad", "e")
     b.sequence("remind", "reminded", "re")
@@ -410,6 +423,7 @@ def test_incident_facts_carry_cause_class_never_payload() -> None:
 def test_incident_at_an_end_event_resolves_when_its_retry_succeeds() -> None:
     """Bug fixed: an incident at a non-activity closed only via leave_activity, so a
     retried gateway or end event left it open for ever (status stuck at active_incidents)."""
+
     def build(b: ProcessBuilder) -> None:
         b.end_event("bad", message("notify", "=orderId"))
 
@@ -421,6 +435,8 @@ def test_incident_at_an_end_event_resolves_when_its_retry_succeeds() -> None:
     step = run.retry(incident.id)
     from engine_core.effects import ThrowMessage
 
-    assert [(m.name, m.correlation_key) for m in run.effects_of(ThrowMessage, step)] == [("notify", "o-9")]
+    assert [(m.name, m.correlation_key) for m in run.effects_of(ThrowMessage, step)] == [
+        ("notify", "o-9")
+    ]
     assert run.cp.incidents[incident.id].state.value == "resolved"
     assert run.status == "completed"

@@ -7,20 +7,25 @@ import pytest
 from engine_core.builder import ProcessBuilder, timer
 from engine_core.effects import DispatchJob
 from engine_core.model import LoopSpec
-
 from tests.core.enginekit import Run
 
 
 def mi_task(sequential: bool, **loop):
     b = ProcessBuilder("p")
     spec = LoopSpec(sequential=sequential, **loop)
-    b.start_event("s").service_task("each", job_type="ship", loop=spec).user_task("after").end_event("e")
+    b.start_event("s").service_task("each", job_type="ship", loop=spec).user_task(
+        "after"
+    ).end_event("e")
     b.sequence("s", "each", "after", "e")
     return b.build()
 
 
-ITEMS = {"input_collection": "=items", "input_element": "item",
-         "output_collection": "results", "output_element": "=done"}
+ITEMS = {
+    "input_collection": "=items",
+    "input_element": "item",
+    "output_collection": "results",
+    "output_element": "=done",
+}
 
 
 def jobs_by_item(run: Run) -> dict:
@@ -55,7 +60,11 @@ def test_parallel_outputs_are_in_input_order_whatever_the_completion_order() -> 
     run = Run(mi_task(False, **ITEMS))
     step = run.start({"items": ["a", "b", "c"]})
     dispatched = run.effects_of(DispatchJob, step)
-    assert [(d.variables["item"], d.variables["loopCounter"]) for d in dispatched] == [("a", 1), ("b", 2), ("c", 3)]
+    assert [(d.variables["item"], d.variables["loopCounter"]) for d in dispatched] == [
+        ("a", 1),
+        ("b", 2),
+        ("c", 3),
+    ]
     jobs = jobs_by_item(run)
     for item in ["c", "a", "b"]:
         complete(run, jobs[item], done=item.upper(), last=item)
@@ -156,8 +165,13 @@ def test_sequential_waits_behind_an_incident() -> None:
 
 def mi_sub(sequential: bool):
     b = ProcessBuilder("p")
-    spec = LoopSpec(sequential=sequential, input_collection="=items", input_element="item",
-                    output_collection="results", output_element="=local")
+    spec = LoopSpec(
+        sequential=sequential,
+        input_collection="=items",
+        input_element="item",
+        output_collection="results",
+        output_element="=local",
+    )
     b.start_event("s")
     with b.sub_process("sub", loop=spec):
         b.start_event("ss").script_task("calc", "=item * 2", result_variable="local")
@@ -176,8 +190,11 @@ def test_multi_instance_sub_process(sequential: bool) -> None:
     order = []
     while run.waits("inner"):
         wait = run.waits("inner")[-1]
-        order.append(run.cp.scopes[run.cp.tokens[wait.token_id].scope_id].variables.get("item")
-                     if not sequential else None)
+        order.append(
+            run.cp.scopes[run.cp.tokens[wait.token_id].scope_id].variables.get("item")
+            if not sequential
+            else None
+        )
         from engine_core.triggers import TaskCompleted
 
         run.send(TaskCompleted(wait_id=wait.id))

@@ -16,7 +16,6 @@ from engine_core.checkpoint import encode
 from engine_core.effects import ThrowSignal
 from engine_core.model import TimerKind
 from engine_core.triggers import MessageReceived, SignalReceived, TaskCompleted, TimerFired
-
 from tests.core.enginekit import T0, Run
 
 # -- boundary timers on a user task ------------------------------------------------------
@@ -45,7 +44,7 @@ def approval(boundary_event, *, interrupting: bool = True, sibling: bool = False
     ("spec", "due"),
     [
         (timer("PT24H"), T0 + timedelta(hours=24)),
-        (timer("=\"PT\" + string(hours) + \"H\""), T0 + timedelta(hours=5)),
+        (timer('="PT" + string(hours) + "H"'), T0 + timedelta(hours=5)),
         (timer("2026-01-07T10:00:00Z", TimerKind.DATE), T0.replace(day=7, hour=10)),
         (timer("R3/PT10M", TimerKind.CYCLE), T0 + timedelta(minutes=10)),
     ],
@@ -56,7 +55,11 @@ def test_boundary_timer_is_armed_with_its_absolute_deadline(spec, due) -> None:
     run.start({"hours": 5})
     arm = run.wait("late", "timer")
     assert arm.due_at == due
-    assert (arm.role.value, arm.def_index, arm.token_id) == ("boundary", 0, run.tokens("approve")[0].id)
+    assert (arm.role.value, arm.def_index, arm.token_id) == (
+        "boundary",
+        0,
+        run.tokens("approve")[0].id,
+    )
     assert run.wait("approve", "user_task").token_id == arm.token_id
 
 
@@ -142,7 +145,7 @@ def test_boundary_deadline_never_moves_over_unrelated_triggers() -> None:
 
 
 def test_overdue_boundary_fires_before_the_trigger_that_loads_the_instance() -> None:
-    """The task completion arrives after the deadline: the boundary wins, the completion is stale."""
+    """The completion arrives after the deadline: the boundary wins, the completion is stale."""
     run = Run(approval(timer("PT1H")))
     run.start()
     task = run.wait("approve", "user_task")
@@ -207,7 +210,12 @@ def test_interrupting_boundary_on_sub_process_withdraws_every_inner_wait() -> No
     run = Run(sub_with_boundary(timer("PT1H")))
     run.start({"k": "x"})
     inner = {w.id for w in run.cp.waits.values() if w.node_id != "b"}
-    assert {w.node_id for w in run.cp.waits.values()} == {"inner_task", "inner_wait", "inner_job", "b"}
+    assert {w.node_id for w in run.cp.waits.values()} == {
+        "inner_task",
+        "inner_wait",
+        "inner_job",
+        "b",
+    }
     run.fire("b")
     assert run.status == "completed"
     assert run.cp.waits == {}
@@ -241,7 +249,7 @@ def test_non_interrupting_boundary_on_sub_process_keeps_the_inside() -> None:
 def test_signal_throw_emits_effect_and_catch_waits() -> None:
     b = ProcessBuilder("p")
     b.start_event("s").intermediate_throw_event("shout", signal("go"))
-    b.intermediate_catch_event("hear", signal("=\"back-\" + who")).end_event("e", signal("bye"))
+    b.intermediate_catch_event("hear", signal('="back-" + who')).end_event("e", signal("bye"))
     b.sequence("s", "shout", "hear", "e")
     run = Run(b.build())
     step = run.start({"who": "ann", "secret": "s3cr3t"})
@@ -276,7 +284,11 @@ def test_event_based_gateway_first_wins_others_withdrawn(winner: str) -> None:
     run = Run(ebg(("t", timer("PT1H")), ("m", message("pay", "=id")), ("sig", signal("abort"))))
     run.start({"id": 7})
     arms = {w.node_id: w for w in run.cp.waits.values()}
-    assert {k: v.kind.value for k, v in arms.items()} == {"t": "timer", "m": "message", "sig": "signal"}
+    assert {k: v.kind.value for k, v in arms.items()} == {
+        "t": "timer",
+        "m": "message",
+        "sig": "signal",
+    }
     assert {w.role.value for w in arms.values()} == {"arm"}
     assert arms["m"].correlation_key == "7"
     if winner == "t":
@@ -460,3 +472,19 @@ def test_hydrated_and_dehydrated_facts_on_every_trigger_without_payload() -> Non
         assert len([f for f in step.facts if f.kind == "Dehydrated"]) == 1
     for fact in run.facts:
         assert secret not in repr(fact), fact
+
+
+def test_message_after_the_gateway_timer_deadline_loses() -> None:
+    """Time is an input: a message applied after the timer arm's deadline finds the
+    timer already fired and the message arm withdrawn (stale)."""
+    run = Run(ebg(("t", timer("PT1H")), ("m", message("pay", "=id"))))
+    run.start({"id": "a"})
+    m = run.wait("m")
+    step = run.send(
+        MessageReceived(wait_id=m.id, name="pay", correlation_key="a", variables={"paid": True}),
+        at=T0 + timedelta(hours=1, seconds=1),
+    )
+    assert step.changed is True, "the overdue timer fired on load"
+    assert run.facts_of("GatewayArmWon", arm="t")
+    assert "paid" not in run.variables
+    assert run.status == "completed"
