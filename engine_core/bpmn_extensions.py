@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 from xml.etree.ElementTree import Element
 
-import isodate  # type: ignore[import-untyped]
+import isodate
 
 from engine_core.errors import InvalidModel, UnsupportedElement
 from engine_core.model import IoMapping, LoopSpec, RetryPolicy
