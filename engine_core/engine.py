@@ -22,7 +22,15 @@ from engine_core.effects import Fact, Step
 from engine_core.errors import EngineInvariantError, InvalidOperation
 from engine_core.model import ProcessDefinition, RetryPolicy
 from engine_core.runtime import Runtime
-from engine_core.triggers import Cancel, IncidentDrop, IncidentResolve, IncidentRetry, Start, TimerFired, Trigger
+from engine_core.triggers import (
+    Cancel,
+    IncidentDrop,
+    IncidentResolve,
+    IncidentRetry,
+    Start,
+    TimerFired,
+    Trigger,
+)
 
 __all__ = ["Services", "apply", "new_checkpoint"]
 
@@ -115,7 +123,10 @@ def _private_copy(checkpoint: Checkpoint) -> Checkpoint:
 
 
 def _stale(checkpoint: Checkpoint, trigger: Trigger, reason: str) -> Step:
-    details: dict[str, str | int | float | bool | None] = {"trigger": trigger.kind, "reason": reason}
+    details: dict[str, str | int | float | bool | None] = {
+        "trigger": trigger.kind,
+        "reason": reason,
+    }
     wait_id = getattr(trigger, "wait_id", None)
     if wait_id is not None:
         details["wait"] = wait_id

@@ -143,7 +143,10 @@ def retry(rt: Runtime, incident_id: str) -> str:
         attempts=incident.attempts,
     )
     token.state = TokenState.ACTIVE
-    rt.keep_boundaries.add(token.id)
+    if any(w.role is WaitRole.BOUNDARY for w in rt.waits_of(token.id)):
+        # Armed before the failure (a job that failed): they stay as they are. An
+        # activation failure armed none (nodes._unarm_boundaries): the retry arms them.
+        rt.keep_boundaries.add(token.id)
     rt.queue.append(token.id)
     return token.id
 

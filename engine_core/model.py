@@ -122,7 +122,7 @@ class EventDefinition:
 
 @dataclass(frozen=True, slots=True)
 class IoMapping:
-    """``zeebe:input``/``zeebe:output``: ``source`` is FEEL (with or without "="), ``target`` a path."""
+    """``zeebe:input``/``zeebe:output``: ``source`` is "=FEEL" or a static value."""
 
     source: str
     target: str

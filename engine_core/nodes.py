@@ -38,19 +38,34 @@ def enter(rt: Runtime, token: Token) -> None:
     from engine_core.multi_instance import start_body
 
     node = rt.node(token.node_id)
+    # Boundaries belong to the activity (the multi-instance body), armed on first entry.
+    arms = rt.is_activity(node) and token.loop_index is None and token.id not in rt.keep_boundaries
     try:
         if node.loop is not None and token.loop_index is None and rt.is_activity(node):
-            if token.id not in rt.keep_boundaries:
+            if arms:
                 arm_boundaries(rt, token, node)
             start_body(rt, token, node)
             return
         if rt.is_activity(node):
-            if token.loop_index is None and token.id not in rt.keep_boundaries:
+            if arms:
                 arm_boundaries(rt, token, node)
             _open_local_scope(rt, token, node)
         HANDLERS[node.kind](rt, token, node)
     except TechnicalFailure as failure:
+        if arms:
+            _unarm_boundaries(rt, token)
         raise_incident(rt, token, node, str(failure), failure.cause_class)
+
+
+def _unarm_boundaries(rt: Runtime, token: Token) -> None:
+    """An activity whose ACTIVATION failed (a null correlation key, job type, input
+    collection...) has opened no boundary subscription, as in Camunda 8, where all of
+    an element's subscriptions are opened together after its expressions evaluated.
+    Left armed, a boundary timer would later cancel the incident and carry the token
+    past a failure the operator never saw. The retry arms them (incidents.retry)."""
+    for wait in rt.waits_of(token.id):
+        if wait.role is WaitRole.BOUNDARY:
+            rt.withdraw(wait)
 
 
 def _open_local_scope(rt: Runtime, token: Token, node: Node) -> None:
@@ -359,7 +374,13 @@ def _event_based(rt: Runtime, token: Token, node: Node) -> None:
         for index, definition in enumerate(target.events):
             if definition.kind in (EventKind.TIMER, EventKind.MESSAGE, EventKind.SIGNAL):
                 arm_event(
-                    rt, target, definition, WaitRole.ARM, context, def_index=index, token_id=token.id
+                    rt,
+                    target,
+                    definition,
+                    WaitRole.ARM,
+                    context,
+                    def_index=index,
+                    token_id=token.id,
                 )
     _wait(token)
 

@@ -122,7 +122,7 @@ class Runtime:
             return
         context = {**self.token_vars(token), **result}
         mapped = {
-            m.target: json_value(evaluate(_as_expression(m.source), context, node.id, self.now))
+            m.target: json_value(evaluate(m.source, context, node.id, self.now))
             for m in node.outputs
         }
         self.propagate(target_scope or token.scope_id, _nest(mapped))
@@ -132,7 +132,7 @@ class Runtime:
         for m in node.inputs:
             scope = {**context, **values}
             values[m.target] = json_value(
-                evaluate(_as_expression(m.source), scope, node.id, self.now)
+                evaluate(m.source, scope, node.id, self.now)
             )
         return _nest(values)
 
@@ -419,7 +419,10 @@ class Runtime:
 
 
 def _as_expression(source: str) -> str:
-    """Mapping sources and conditions are expressions with or without the leading '='."""
+    """A sequence-flow condition is an expression with or without the leading '='.
+
+    (Mapping sources are not: as in Camunda 8, a source without '=' is a static value,
+    e.g. a connector's URL.)"""
     return source if source.lstrip().startswith("=") else "=" + source
 
 

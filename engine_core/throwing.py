@@ -112,7 +112,9 @@ def throw_escalation(
     rt: Runtime, token: Token, node: Node, code: str | None, variables: Mapping[str, Any]
 ) -> bool:
     """Throw an escalation; True when the thrower continues (not interrupted)."""
-    return not _catch_outward(rt, token, code, EventKind.ESCALATION, variables, interrupt_always=False)
+    return not _catch_outward(
+        rt, token, code, EventKind.ESCALATION, variables, interrupt_always=False
+    )
 
 
 def _catch_outward(

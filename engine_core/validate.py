@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
 from engine_core.errors import InvalidModel, UnsupportedElement
+from engine_core.expression_check import check_expressions
 from engine_core.model import (
     ACTIVITY_KINDS,
     CONTAINER_KINDS,
@@ -124,6 +125,7 @@ def assemble(
     for node in final.values():
         _check_node(definition, node)
     _check_scopes(definition)
+    check_expressions(definition)
     return definition
 
 

@@ -29,7 +29,7 @@ class TokenView:
     id: str
     node_id: str
     state: str
-    # What the token waits for, e.g. "timer 2026-12-01T09:00:00+00:00", "message payment-received[o-1]".
+    # What the token waits for: "timer 2026-12-01T09:00:00+00:00", "message paid[o-1]", ...
     waiting_for: list[str] = field(default_factory=list)
 
 

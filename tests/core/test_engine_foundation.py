@@ -188,7 +188,7 @@ def test_parallel_gateway_forks_and_joins_one_token_per_flow() -> None:
     run = Run(single(build))
     tasks = {w.node_id: w.id for w in run.cp.waits.values()}
     assert set(tasks) == {"a", "b"}
-    forked = [t for t in run.cp.tokens.values() if t.node_id == "b"][0]
+    forked = next(t for t in run.cp.tokens.values() if t.node_id == "b")
     assert len(forked.lineage) == 1
     run.apply(TaskCompleted(wait_id=tasks["a"]))
     assert run.cp.status is InstanceStatus.ACTIVE

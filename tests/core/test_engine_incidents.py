@@ -14,7 +14,7 @@ from engine_core.builder import ProcessBuilder, error, message, timer
 from engine_core.checkpoint import encode
 from engine_core.effects import DispatchJob
 from engine_core.engine import Services
-from engine_core.errors import InvalidOperation, UnknownIncident
+from engine_core.errors import InvalidModel, InvalidOperation, UnknownIncident
 from engine_core.model import IoMapping, RetryPolicy
 from engine_core.triggers import IncidentDrop, IncidentResolve, IncidentRetry, TimerFired
 from tests.core.enginekit import T0, Run
@@ -124,20 +124,28 @@ def _output_mapping_branch(b: ProcessBuilder) -> None:
 
 
 @pytest.mark.parametrize(
+    ("branch", "where"),
+    [(_mapping_branch, "mapping to 'v'"), (_output_mapping_branch, "mapping to 'out'")],
+)
+def test_a_mapping_that_is_not_feel_is_refused_at_deploy(branch, where) -> None:
+    """Camunda 8 refuses a model whose expression does not parse; so do we, naming
+    the element, the expression and the position, before any instance trips on it."""
+    expected = rf"element 'bad': the {where} is not valid FEEL.*at position"
+    with pytest.raises(InvalidModel, match=expected):
+        with_sibling(branch)
+
+
+@pytest.mark.parametrize(
     ("branch", "vars_", "cause_class"),
     [
         (_gateway_branch, {"amount": 5}, "NoFlowTaken"),
         (_non_boolean_branch, {"amount": 5}, "ExpressionError"),
         (_null_key_branch, {"amount": 5}, "ExpressionError"),
-        (_mapping_branch, {"amount": 5}, "ExpressionError"),
-        (_output_mapping_branch, {"amount": 5}, "ExpressionError"),
     ],
     ids=[
         "no-true-condition-no-default",
         "non-boolean-condition",
         "null-correlation-key",
-        "input-mapping",
-        "output-mapping",
     ],
 )
 def test_expression_failure_opens_incident_siblings_run(branch, vars_, cause_class) -> None:
