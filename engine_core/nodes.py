@@ -23,6 +23,7 @@ from engine_core.expressions import (
     non_empty_string,
 )
 from engine_core.model import EventKind, Node, NodeKind
+from engine_core.runtime import ROOT_SCOPE
 from engine_core.throwing import throw_error, throw_escalation
 
 if TYPE_CHECKING:
@@ -93,6 +94,13 @@ def _wait(token: Token) -> None:
 
 
 def _start_event(rt: Runtime, token: Token, node: Node) -> None:
+    if node.parent is None and token.scope_id == ROOT_SCOPE:
+        # The instance's start: open the process's event sub-process subscriptions.
+        # Here, not in the Start trigger, so that one that cannot open (a null
+        # correlation key, N3) is an incident at this start event, as any node's
+        # failure is, and an incident retry opens them again; Camunda 8 raises it on
+        # the process instance, which dormant's incidents (on flow nodes) cannot name.
+        arm_event_sub_processes(rt, rt.cp.scopes[ROOT_SCOPE])
     rt.activity_done(token, {})
 
 

@@ -217,7 +217,8 @@ def _start(rt: Runtime, trigger: Start) -> str | None:
 
         rt.cp.parent = ParentLink(**trigger.parent)
     rt.fact("Started", start=start.id)
-    arm_event_sub_processes(rt, root)
+    # The process's event sub-processes are armed when the token enters its start
+    # event (nodes._start_event), so a failing subscription is an incident there.
     token = rt.spawn(start.id, ROOT_SCOPE, [])
     return token.id
 

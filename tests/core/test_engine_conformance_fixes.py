@@ -3,7 +3,7 @@ test_conformance_camunda8.py), each pinned here in the pure core."""
 
 from __future__ import annotations
 
-from engine_core.builder import ProcessBuilder, timer
+from engine_core.builder import ProcessBuilder, message, timer
 from engine_core.model import ProcessDefinition
 from tests.core.enginekit import Run
 
@@ -72,3 +72,34 @@ def test_a_job_incident_keeps_its_boundary_armed() -> None:
     run.fail_job("charge")
     assert run.incident("charge")
     assert [w.node_id for w in run.waits()] == ["late"]
+
+
+def _order_with_duplicate_guard() -> ProcessDefinition:
+    """c8-benchmark msg_process: a keyed non-interrupting message event sub-process."""
+    b = ProcessBuilder("order")
+    b.start_event("s").user_task("work").end_event("e").sequence("s", "work", "e")
+    with b.event_sub_process("dup"):
+        b.start_event("again", message("ORDER", "=orderId"), is_interrupting=False)
+        b.end_event("dup_end").sequence("again", "dup_end")
+    return b.build()
+
+
+def test_event_sub_process_subscription_failing_at_start_is_an_incident() -> None:
+    """orderId unset: the event sub-process cannot subscribe (N3). That is an incident
+    at the start event, not an exception out of ``apply``."""
+    run = Run(_order_with_duplicate_guard())
+    run.start()
+    assert run.status == "active_incidents"
+    assert run.incident("s").cause_class == "ExpressionError"
+    assert run.waits() == []
+
+
+def test_event_sub_process_subscribes_at_start_and_retry_resubscribes() -> None:
+    ok = Run(_order_with_duplicate_guard())
+    ok.start({"orderId": "o-1"})
+    assert sorted(w.node_id for w in ok.waits()) == ["again", "work"]
+    run = Run(_order_with_duplicate_guard(), instance_id="i2")
+    run.start()
+    run.cp.scopes["s0"].variables["orderId"] = "o-2"  # the operator fixed the data
+    run.retry(run.incident("s").id)
+    assert sorted(w.node_id for w in run.waits()) == ["again", "work"]
