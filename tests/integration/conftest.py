@@ -83,7 +83,8 @@ class Proc:
     def tail(self, lines: int = 60) -> str:
         return "\n".join(self.text().splitlines()[-lines:])
 
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> None:
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 5.0) -> None:
+        """SIGTERM (warm shutdown), SIGKILL after ``timeout``: acks late loses nothing."""
         if self.popen is None or self.popen.poll() is not None:
             return
         try:
