@@ -1,3 +1,4 @@
+# mypy: disable-error-code="untyped-decorator,no-untyped-call"
 """The Celery app ``app`` and everything about how dormant uses the broker.
 
 Why each setting is what it is (see ../shared/CELERY-NOTES.md for the measurements):
@@ -32,7 +33,7 @@ from typing import Any
 
 from celery import Celery
 from celery.signals import beat_init, worker_init, worker_process_init
-from kombu import Exchange, Queue, binding
+from kombu.entity import Exchange, Queue, binding
 
 from persistence.settings import Settings
 

@@ -40,7 +40,9 @@ def _client() -> Any:
     return Client()
 
 
-_var = click.option("--var", "vars_", multiple=True, metavar="K=V", help="a variable (JSON value or string)")
+_var = click.option(
+    "--var", "vars_", multiple=True, metavar="K=V", help="a variable (JSON value or string)"
+)
 
 
 @click.group()
@@ -105,7 +107,11 @@ def start(key: str, vars_: tuple[str, ...], business_key: str | None) -> None:
 @click.option("--ttl", type=float, default=None, help="buffer the message this many seconds")
 @click.option("--id", "message_id", default=None, help="message id (redelivery is idempotent)")
 def send_message(
-    name: str, correlation_key: str | None, vars_: tuple[str, ...], ttl: float | None, message_id: str | None
+    name: str,
+    correlation_key: str | None,
+    vars_: tuple[str, ...],
+    ttl: float | None,
+    message_id: str | None,
 ) -> None:
     """Publish message NAME; prints the message id."""
     click.echo(_client().send_message(name, correlation_key, parse_vars(vars_), message_id, ttl))
@@ -174,7 +180,9 @@ def instances_show(instance_id: str, as_json: bool) -> None:
         waiting = f"  waiting for {', '.join(t.waiting_for)}" if t.waiting_for else ""
         click.echo(f"  token {t.id} at {t.node_id}: {t.state}{waiting}")
     for inc in view.incidents:
-        click.echo(f"  incident {inc.id} at {inc.node_id}: {inc.state} ({inc.cause_class}: {inc.cause})")
+        click.echo(
+            f"  incident {inc.id} at {inc.node_id}: {inc.state} ({inc.cause_class}: {inc.cause})"
+        )
     click.echo(f"  variables: {json.dumps(view.variables, sort_keys=True)}")
 
 
@@ -198,7 +206,9 @@ def incidents() -> None:
 @click.option("--state", default=None)
 def incidents_list(instance_id: str | None, state: str | None) -> None:
     for i in _client().incidents(instance_id, state):
-        click.echo(f"{i.id}\t{i.instance_id}\t{i.node_id}\t{i.state}\t{i.attempts}\t{i.cause_class}")
+        click.echo(
+            f"{i.id}\t{i.instance_id}\t{i.node_id}\t{i.state}\t{i.attempts}\t{i.cause_class}"
+        )
 
 
 @incidents.command("show")
@@ -239,13 +249,24 @@ def _ensure_database() -> None:
 @click.option("--loglevel", default="INFO", hidden=True)
 @click.option("--pool", default=None, hidden=True)
 def worker(
-    includes: tuple[str, ...], concurrency: int | None, queues: str | None, loglevel: str, pool: str | None
+    includes: tuple[str, ...],
+    concurrency: int | None,
+    queues: str | None,
+    loglevel: str,
+    pool: str | None,
 ) -> None:
     """Run a worker: trigger tasks and the jobs of --include modules."""
     _ensure_database()
     from tasks.app import app
 
-    argv = ["worker", f"--loglevel={loglevel}", "-Q", queues or "dormant", "--without-mingle", "--without-gossip"]
+    argv = [
+        "worker",
+        f"--loglevel={loglevel}",
+        "-Q",
+        queues or "dormant",
+        "--without-mingle",
+        "--without-gossip",
+    ]
     if includes:
         argv.append("--include=" + ",".join(includes))
     if concurrency:

@@ -46,7 +46,8 @@ def check_variables(variables: Any, what: str = "variables") -> dict[str, Any]:
         return {}
     if not isinstance(variables, dict):
         raise InvalidVariables(
-            f"{what} must be a JSON object (a dict with string keys), got {type(variables).__name__}"
+            f"{what} must be a JSON object (a dict with string keys), "
+            f"got {type(variables).__name__}"
         )
     for name in variables:
         if not isinstance(name, str):
@@ -104,7 +105,12 @@ class Client:
         self._send(
             "dormant.start",
             "trigger.start",
-            {"key": key, "instance_id": instance_id, "variables": variables, "business_key": business_key},
+            {
+                "key": key,
+                "instance_id": instance_id,
+                "variables": variables,
+                "business_key": business_key,
+            },
         )
         return instance_id
 
@@ -116,7 +122,9 @@ class Client:
         except LookupError:
             found = None
         if found is None:
-            raise UnknownProcess(f"no deployed process has key {key!r}; deploy it with `dormant deploy FILE.bpmn`")
+            raise UnknownProcess(
+                f"no deployed process has key {key!r}; deploy it with `dormant deploy FILE.bpmn`"
+            )
         return found
 
     # -- messages and signals --------------------------------------------------------
@@ -133,14 +141,27 @@ class Client:
         _check_name(name, "message")
         variables = check_variables(variables)
         if ttl is not None:
-            if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not math.isfinite(ttl) or ttl < 0:
-                raise InvalidMessage(f"message {name!r}: ttl must be a non-negative number of seconds, got {ttl!r}")
+            if (
+                isinstance(ttl, bool)
+                or not isinstance(ttl, int | float)
+                or not math.isfinite(ttl)
+                or ttl < 0
+            ):
+                raise InvalidMessage(
+                    f"message {name!r}: ttl must be a non-negative number of seconds, got {ttl!r}"
+                )
         key = None if correlation_key is None else str(correlation_key)
         message_id = message_id or uuid.uuid4().hex
         self._send(
             "dormant.message",
             f"message.{name}",
-            {"name": name, "correlation_key": key, "variables": variables, "message_id": message_id, "ttl": ttl},
+            {
+                "name": name,
+                "correlation_key": key,
+                "variables": variables,
+                "message_id": message_id,
+                "ttl": ttl,
+            },
         )
         return message_id
 
@@ -149,7 +170,11 @@ class Client:
         _check_name(name, "signal")
         variables = check_variables(variables)
         signal_id = uuid.uuid4().hex
-        self._send("dormant.signal", f"signal.{name}", {"name": name, "variables": variables, "signal_id": signal_id})
+        self._send(
+            "dormant.signal",
+            f"signal.{name}",
+            {"name": name, "variables": variables, "signal_id": signal_id},
+        )
         return signal_id
 
     # -- user tasks ------------------------------------------------------------------
@@ -167,15 +192,21 @@ class Client:
             found = None
         if found is None:
             raise UnknownTask(f"no open user task {task_id!r}; list them with `dormant tasks list`")
-        self._send("dormant.complete_task", "trigger.task_completed", {"task_id": task_id, "variables": variables})
+        self._send(
+            "dormant.complete_task",
+            "trigger.task_completed",
+            {"task_id": task_id, "variables": variables},
+        )
 
     # -- instances -------------------------------------------------------------------
 
     def instance(self, instance_id: str) -> InstanceView:
         found = self._store.instance(instance_id)
         if found is None:
-            raise UnknownInstance(f"no instance {instance_id!r}; list them with `dormant instances list`")
-        return found  # type: ignore[no-any-return]
+            raise UnknownInstance(
+                f"no instance {instance_id!r}; list them with `dormant instances list`"
+            )
+        return found
 
     def instances(
         self, status: str | None = None, key: str | None = None, limit: int = 1000
@@ -185,7 +216,9 @@ class Client:
     def cancel(self, instance_id: str) -> None:
         view = self.instance(instance_id)
         if view.status in _ENDED:
-            raise InvalidOperation(f"instance {instance_id} ({view.key} v{view.version}) is already {view.status}")
+            raise InvalidOperation(
+                f"instance {instance_id} ({view.key} v{view.version}) is already {view.status}"
+            )
         self._send("dormant.cancel", "trigger.cancel", {"instance_id": instance_id})
 
     def history(self, instance_id: str) -> list[FactView]:
@@ -194,19 +227,27 @@ class Client:
 
     # -- incidents -------------------------------------------------------------------
 
-    def incidents(self, instance_id: str | None = None, state: str | None = None) -> list[IncidentView]:
+    def incidents(
+        self, instance_id: str | None = None, state: str | None = None
+    ) -> list[IncidentView]:
         return list(self._store.incidents(instance_id, state))
 
     def incident(self, incident_id: str) -> IncidentView:
         for incident in self._store.incidents(None, None):
             if incident.id == incident_id:
-                return incident  # type: ignore[no-any-return]
-        raise UnknownIncident(f"no incident {incident_id!r}; list them with `dormant incidents list`")
+                return incident
+        raise UnknownIncident(
+            f"no incident {incident_id!r}; list them with `dormant incidents list`"
+        )
 
     def _operate(self, incident_id: str, op: str) -> None:
         incident = self.incident(incident_id)
         if incident.state in _CLOSED_INCIDENT:
-            open_ids = [i.id for i in self._store.incidents(incident.instance_id, None) if i.state not in _CLOSED_INCIDENT]
+            open_ids = [
+                i.id
+                for i in self._store.incidents(incident.instance_id, None)
+                if i.state not in _CLOSED_INCIDENT
+            ]
             raise InvalidOperation(
                 f"cannot {op} incident {incident_id!r} of instance {incident.instance_id}: it is "
                 f"{incident.state}; open incidents there: {', '.join(open_ids) or 'none'}"

@@ -85,9 +85,20 @@ def run(count: int = 3, timeout: float = 60.0) -> int:
 
     with open(log_path, "wb") as log_file:
         worker = subprocess.Popen(
-            [sys.executable, "-m", "tasks.cli", "dev", "--include", "tasks.examples.order_jobs",
-             "--loglevel", "WARNING"],
-            env=env, cwd=tmp, stdout=log_file, stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-m",
+                "tasks.cli",
+                "dev",
+                "--include",
+                "tasks.examples.order_jobs",
+                "--loglevel",
+                "WARNING",
+            ],
+            env=env,
+            cwd=tmp,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
         )
     try:
         orders: dict[str, str] = {}
@@ -106,8 +117,12 @@ def run(count: int = 3, timeout: float = 60.0) -> int:
 
 
 def _follow(
-    client: Any, orders: dict[str, str], worker: subprocess.Popen[bytes], log_path: Path,
-    timeout: float, unknown: type[Exception],
+    client: Any,
+    orders: dict[str, str],
+    worker: subprocess.Popen[bytes],
+    log_path: Path,
+    timeout: float,
+    unknown: type[Exception],
 ) -> int:
     started = time.monotonic()
     last: dict[str, str] = {}
@@ -123,7 +138,7 @@ def _follow(
             except unknown:
                 continue  # the worker has not run the start yet
             facts = client.history(instance_id)
-            for fact in facts[seen_facts.get(instance_id, 0):]:
+            for fact in facts[seen_facts.get(instance_id, 0) :]:
                 if fact.kind not in _QUIET_FACTS:
                     _say(f"{order_id}:   · {_fact_line(fact)}")
             seen_facts[instance_id] = len(facts)
@@ -139,8 +154,10 @@ def _follow(
                 done += 1
                 continue
             if view.status in ("terminated", "failed") or view.incidents:
-                _say(f"{order_id}: cannot complete ({view.status}); incidents: "
-                     + "; ".join(f"{i.node_id}: {i.cause}" for i in view.incidents))
+                _say(
+                    f"{order_id}: cannot complete ({view.status}); incidents: "
+                    + "; ".join(f"{i.node_id}: {i.cause}" for i in view.incidents)
+                )
                 return 1
             _act(client, instance_id, order_id, view, answered)
         if done == len(orders):
@@ -158,7 +175,9 @@ def _follow(
         time.sleep(0.25)
 
 
-def _act(client: Any, instance_id: str, order_id: str, view: Any, answered: set[tuple[str, str]]) -> None:
+def _act(
+    client: Any, instance_id: str, order_id: str, view: Any, answered: set[tuple[str, str]]
+) -> None:
     """Play the people and systems outside the process: the reviewer, the payment provider."""
     for task in client.user_tasks(instance_id):
         if (instance_id, task.id) not in answered:

@@ -1,3 +1,4 @@
+# mypy: disable-error-code="untyped-decorator,no-untyped-call"
 """Jobs: service tasks run by the user's own Celery tasks, and their results coming back.
 
 A job type is the name of a Celery task. Dispatching a ``DispatchJob`` effect sends
@@ -38,7 +39,7 @@ from typing import Any
 
 from celery import Task
 from celery.signals import task_failure, task_success
-from kombu import Exchange, Queue
+from kombu.entity import Exchange, Queue
 
 from engine_core.errors import BpmnError
 from engine_core.triggers import JobCompleted, JobErrorThrown, JobFailed
@@ -74,7 +75,11 @@ def job_queue(job_type: str) -> Queue:
 def dispatch(payload: dict[str, Any]) -> None:
     """Send one job (a ``DispatchJob`` effect's payload)."""
     job_type = payload["job_type"]
-    instance_id, wait_id, attempt = payload["instance_id"], payload["wait_id"], int(payload["attempt"])
+    instance_id, wait_id, attempt = (
+        payload["instance_id"],
+        payload["wait_id"],
+        int(payload["attempt"]),
+    )
     key = f"{instance_id}:{wait_id}:{attempt}"
     headers = {
         **(payload.get("headers") or {}),
@@ -92,7 +97,13 @@ def dispatch(payload: dict[str, Any]) -> None:
         exchange=queue.exchange.name if queue.exchange else None,
         headers=headers,
     )
-    log.info("job dispatched instance=%s wait=%s type=%s attempt=%s", instance_id, wait_id, job_type, attempt)
+    log.info(
+        "job dispatched instance=%s wait=%s type=%s attempt=%s",
+        instance_id,
+        wait_id,
+        job_type,
+        attempt,
+    )
 
 
 def _header(request: Any, name: str) -> Any:
@@ -103,7 +114,7 @@ def _header(request: Any, name: str) -> Any:
     return value
 
 
-def idempotency_key(task: Task) -> str | None:  # type: ignore[type-arg]
+def idempotency_key(task: Task) -> str | None:
     """The running job's idempotency key (``instance:wait:attempt``), or None outside a job.
 
     Use it from a bound task (``@app.task(bind=True)``) to make a side effect
@@ -161,7 +172,11 @@ def report(instance_id: str, trigger: Any, trigger_id: str) -> None:
     publish(
         "dormant.apply_trigger",
         f"trigger.{trigger.kind}",
-        {"instance_id": instance_id, "trigger_json": trigger.model_dump(mode="json"), "trigger_id": trigger_id},
+        {
+            "instance_id": instance_id,
+            "trigger_json": trigger.model_dump(mode="json"),
+            "trigger_id": trigger_id,
+        },
     )
 
 
@@ -172,7 +187,11 @@ def _on_success(sender: Any = None, result: Any = None, **_: Any) -> None:
         return
     instance_id, wait_id, attempt, key = ctx
     variables = result if isinstance(result, dict) else {}
-    report(instance_id, JobCompleted(wait_id=wait_id, attempt=attempt, variables=variables), f"{key}:done")
+    report(
+        instance_id,
+        JobCompleted(wait_id=wait_id, attempt=attempt, variables=variables),
+        f"{key}:done",
+    )
 
 
 @task_failure.connect(weak=False)

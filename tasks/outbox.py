@@ -69,7 +69,11 @@ def _throw_signal(p: dict[str, Any], tid: str) -> None:
     publish(
         "dormant.signal",
         f"signal.{p['name']}",
-        {"name": p["name"], "variables": p.get("variables") or {}, "signal_id": p.get("signal_id") or tid},
+        {
+            "name": p["name"],
+            "variables": p.get("variables") or {},
+            "signal_id": p.get("signal_id") or tid,
+        },
     )
 
 
@@ -92,7 +96,11 @@ def _start_child(p: dict[str, Any], tid: str) -> None:
 
 
 def _cancel_child(p: dict[str, Any], tid: str) -> None:
-    publish("dormant.cancel", "trigger.cancel", {"instance_id": p["child_instance_id"], "trigger_id": tid})
+    publish(
+        "dormant.cancel",
+        "trigger.cancel",
+        {"instance_id": p["child_instance_id"], "trigger_id": tid},
+    )
 
 
 def _notify_parent(p: dict[str, Any], tid: str) -> None:
@@ -159,5 +167,7 @@ def publish_ids(ids: Iterable[Any]) -> int:
             publish_row(row)
             count += 1
         except Exception:  # the broker is down: the sweep publishes it later
-            log.exception("outbox row %s not published now; the sweep will retry", _field(row, "id"))
+            log.exception(
+                "outbox row %s not published now; the sweep will retry", _field(row, "id")
+            )
     return count

@@ -1,3 +1,4 @@
+# mypy: disable-error-code="untyped-decorator"
 """The trigger tasks: one Celery task per kind of trigger, names public (``dormant.*``).
 
 Each is the same thin shell: parse → one Store / Router / scheduler call (the one
@@ -96,8 +97,14 @@ def _describe(result: Any) -> str:
     if isinstance(result, list | tuple):
         return f"{len(result)} instance(s): " + ", ".join(_describe(r) for r in result)
     if hasattr(result, "status") and hasattr(result, "wait_id"):  # a deadline's FireOutcome
-        inner = _describe(result.applied) if result.applied is not None else f"instance={result.instance_id}"
-        return f"{inner} wait={result.wait_id} {result.status}" + (f" ({result.error})" if result.error else "")
+        inner = (
+            _describe(result.applied)
+            if result.applied is not None
+            else f"instance={result.instance_id}"
+        )
+        return f"{inner} wait={result.wait_id} {result.status}" + (
+            f" ({result.error})" if result.error else ""
+        )
     if hasattr(result, "delivered_to"):
         parts = [f"delivered_to={','.join(result.delivered_to) or '-'}"]
         parts.append(f"started={','.join(getattr(result, 'started', [])) or '-'}")
@@ -110,22 +117,26 @@ def _describe(result: Any) -> str:
 
 
 def _run(
-    task: Task,  # type: ignore[type-arg]
+    task: Task,
     kind: str,
     call: Callable[[str, datetime], Any],
     inbox_id: str | None = None,
     trigger_id: str | None = None,
-) -> Any:
+) -> None:
     """The shell every trigger task shares (see the module docstring)."""
     tid = inbox_id or trigger_id or task.request.id or "eager"
     try:
         result = call(tid, _now())
     except OperationalError as exc:
         if task.request.retries >= MAX_TRANSIENT_RETRIES:
-            log.error("trigger=%s gave up after %s database errors: %s", kind, task.request.retries, exc)
+            log.error(
+                "trigger=%s gave up after %s database errors: %s", kind, task.request.retries, exc
+            )
             raise
         log.info("trigger=%s database unavailable, retrying: %s", kind, type(exc).__name__)
-        raise task.retry(exc=exc, countdown=_backoff(task.request.retries), max_retries=None) from exc
+        raise task.retry(
+            exc=exc, countdown=_backoff(task.request.retries), max_retries=None
+        ) from exc
     except DormantError as exc:
         log.warning("trigger=%s dropped: %s: %s", kind, type(exc).__name__, exc)
         _processed(inbox_id)
@@ -150,7 +161,7 @@ def _processed(inbox_id: str | None) -> None:
 
 @app.task(name="dormant.start", bind=True)
 def start(
-    self: Task,  # type: ignore[type-arg]
+    self: Task,
     key: str,
     instance_id: str,
     variables: dict[str, Any] | None = None,
@@ -184,7 +195,7 @@ def start(
 
 @app.task(name="dormant.message", bind=True)
 def message(
-    self: Task,  # type: ignore[type-arg]
+    self: Task,
     name: str,
     correlation_key: str | None = None,
     variables: dict[str, Any] | None = None,
@@ -212,7 +223,7 @@ def message(
 
 @app.task(name="dormant.signal", bind=True)
 def signal(
-    self: Task,  # type: ignore[type-arg]
+    self: Task,
     name: str,
     variables: dict[str, Any] | None = None,
     signal_id: str | None = None,
@@ -239,7 +250,7 @@ def _task_wait(task_id: str) -> tuple[str, str]:
 
 @app.task(name="dormant.complete_task", bind=True)
 def complete_task(
-    self: Task,  # type: ignore[type-arg]
+    self: Task,
     task_id: str,
     variables: dict[str, Any] | None = None,
     *,
@@ -258,7 +269,7 @@ def complete_task(
 
 @app.task(name="dormant.cancel", bind=True)
 def cancel(
-    self: Task,  # type: ignore[type-arg]
+    self: Task,
     instance_id: str,
     *,
     inbox_id: str | None = None,
@@ -283,7 +294,7 @@ def incident_instance(incident_id: str) -> str:
 def _incident_task(name: str, trigger_cls: Any) -> Any:
     @app.task(name=name, bind=True)
     def incident_op(
-        self: Task,  # type: ignore[type-arg]
+        self: Task,
         incident_id: str,
         *,
         inbox_id: str | None = None,
@@ -291,7 +302,9 @@ def _incident_task(name: str, trigger_cls: Any) -> Any:
     ) -> None:
         def call(tid: str, now: datetime) -> Any:
             instance_id = incident_instance(incident_id)
-            return store().apply(instance_id, trigger_cls(incident_id=incident_id), now, trigger_id=tid)
+            return store().apply(
+                instance_id, trigger_cls(incident_id=incident_id), now, trigger_id=tid
+            )
 
         return _run(self, trigger_cls.model_fields["kind"].default, call, inbox_id, trigger_id)
 
@@ -306,7 +319,7 @@ incident_drop = _incident_task("dormant.incident.drop", IncidentDrop)
 
 @app.task(name="dormant.apply_trigger", bind=True)
 def apply_trigger(
-    self: Task,  # type: ignore[type-arg]
+    self: Task,
     instance_id: str,
     trigger_json: dict[str, Any] | str,
     trigger_id: str | None = None,
@@ -324,7 +337,7 @@ def apply_trigger(
 
 @app.task(name="dormant.fire_deadline", bind=True)
 def fire_deadline(
-    self: Task,  # type: ignore[type-arg]
+    self: Task,
     instance_id: str,
     wait_id: str,
     claim_token: str,
@@ -340,7 +353,7 @@ def fire_deadline(
 
 
 @app.task(name="dormant.scan_deadlines", bind=True, ignore_result=True)
-def scan_deadlines(self: Task) -> int:  # type: ignore[type-arg]
+def scan_deadlines(self: Task) -> int:
     """Claim due deadlines (row-locking, with their own expiry) and enqueue their fires.
 
     A claim whose ``fire_deadline`` is lost simply expires and is claimed again.
@@ -356,7 +369,11 @@ def scan_deadlines(self: Task) -> int:  # type: ignore[type-arg]
         publish(
             "dormant.fire_deadline",
             "trigger.timer",
-            {"instance_id": claim.instance_id, "wait_id": claim.wait_id, "claim_token": claim.claim_token},
+            {
+                "instance_id": claim.instance_id,
+                "wait_id": claim.wait_id,
+                "claim_token": claim.claim_token,
+            },
         )
     if claims:
         log.info("scan_deadlines: %s due", len(claims))
@@ -364,7 +381,7 @@ def scan_deadlines(self: Task) -> int:  # type: ignore[type-arg]
 
 
 @app.task(name="dormant.relay_outbox", bind=True, ignore_result=True)
-def relay_outbox(self: Task) -> int:  # type: ignore[type-arg]
+def relay_outbox(self: Task) -> int:
     """Sweep: publish outbox rows and re-publish inbox rows that their publisher left.
 
     Both are idempotent on the receiving side, so sweeping a row that is being
@@ -389,5 +406,9 @@ def relay_outbox(self: Task) -> int:  # type: ignore[type-arg]
         publish(item.task, item.routing_key, {**item.kwargs, "inbox_id": item.id})
         count += 1
     if count:
-        log.info("relay_outbox: published %s outbox row(s), re-sent %s inbox trigger(s)", len(rows), len(stuck))
+        log.info(
+            "relay_outbox: published %s outbox row(s), re-sent %s inbox trigger(s)",
+            len(rows),
+            len(stuck),
+        )
     return count

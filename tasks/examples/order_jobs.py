@@ -1,3 +1,4 @@
+# mypy: disable-error-code="untyped-decorator"
 """The job of the order example: an ordinary Celery task named like the job type.
 
 Load it into a worker with ``dormant worker --include tasks.examples.order_jobs``.
@@ -16,7 +17,12 @@ from tasks.jobs import idempotency_key
 
 
 @app.task(name="charge-card", bind=True)
-def charge_card(self: Task, orderId: str, amount: float, **_: Any) -> dict[str, Any]:  # type: ignore[type-arg]  # noqa: N803
+def charge_card(self: Task, orderId: str, amount: float, **_: Any) -> dict[str, Any]:
     """Pretend to charge the card; the returned dict is merged into the variables."""
     key = idempotency_key(self) or "direct-call"
-    return {"charged": True, "chargeId": f"ch-{orderId}", "chargeKey": key, "charged_amount": amount}
+    return {
+        "charged": True,
+        "chargeId": f"ch-{orderId}",
+        "chargeKey": key,
+        "charged_amount": amount,
+    }

@@ -33,7 +33,10 @@ JOBS_MODULE = "tests.integration.test_tasks_jobs"
 
 
 def wait_for(
-    condition: Callable[[], Any], timeout: float = 20.0, interval: float = 0.1, what: str = "condition"
+    condition: Callable[[], Any],
+    timeout: float = 20.0,
+    interval: float = 0.1,
+    what: str = "condition",
 ) -> Any:
     """Poll ``condition`` until it returns a truthy value; fail with ``what`` on timeout."""
     deadline = time.monotonic() + timeout
@@ -47,7 +50,10 @@ def wait_for(
         if value:
             return value
         time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}" + (f" (last error: {last_exc!r})" if last_exc else ""))
+    raise AssertionError(
+        f"timed out after {timeout}s waiting for {what}"
+        + (f" (last error: {last_exc!r})" if last_exc else "")
+    )
 
 
 class Proc:
@@ -64,11 +70,19 @@ class Proc:
     def start(self, ready: str | None = "ready.", timeout: float = 30.0) -> Proc:
         with open(self.log, "ab") as out:
             self.popen = subprocess.Popen(
-                self.argv, env=self.env, cwd=self.cwd, stdout=out, stderr=subprocess.STDOUT,
+                self.argv,
+                env=self.env,
+                cwd=self.cwd,
+                stdout=out,
+                stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
         if ready:
-            wait_for(lambda: self._check_alive() and ready in self.text(), timeout, what=f"{self.name} ready")
+            wait_for(
+                lambda: self._check_alive() and ready in self.text(),
+                timeout,
+                what=f"{self.name} ready",
+            )
         return self
 
     def _check_alive(self) -> bool:
@@ -129,7 +143,9 @@ class Stack:
     def worker(self, name: str = "worker") -> Proc:
         proc = Proc(
             f"{name}-{len(self.procs)}",
-            self.dormant("worker", "--include", JOBS_MODULE, "--concurrency", "2", "--loglevel", "INFO"),
+            self.dormant(
+                "worker", "--include", JOBS_MODULE, "--concurrency", "2", "--loglevel", "INFO"
+            ),
             self.env,
             self.tmp,
         )
@@ -137,13 +153,23 @@ class Stack:
         return proc.start()
 
     def beat(self) -> Proc:
-        proc = Proc(f"beat-{len(self.procs)}", self.dormant("beat", "--loglevel", "INFO"), self.env, self.tmp)
+        proc = Proc(
+            f"beat-{len(self.procs)}",
+            self.dormant("beat", "--loglevel", "INFO"),
+            self.env,
+            self.tmp,
+        )
         self.procs.append(proc)
         return proc.start(ready="beat: Starting")
 
     def run_cli(self, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            self.dormant(*args), env=self.env, cwd=self.tmp, capture_output=True, text=True, timeout=timeout
+            self.dormant(*args),
+            env=self.env,
+            cwd=self.tmp,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
 
     def wait_status(self, instance_id: str, status: str, timeout: float = 25.0) -> Any:
@@ -184,7 +210,10 @@ def _redis_db() -> Iterator[str]:
         try:
             got = r.set("dormant-test-lock", token, nx=True, ex=600)
         except redis.ConnectionError as exc:
-            pytest.fail(f"Redis is not reachable at {REDIS_HOST} ({exc}); integration tests never skip", pytrace=False)
+            pytest.fail(
+                f"Redis is not reachable at {REDIS_HOST} ({exc}); integration tests never skip",
+                pytrace=False,
+            )
         if got:
             r.flushdb()
             r.set("dormant-test-lock", token, ex=600)
@@ -201,7 +230,11 @@ def _redis_db() -> Iterator[str]:
 @pytest.fixture(params=["pg_redis", "embedded"])
 def stack_urls(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str, str]]:
     if request.param == "embedded":
-        yield ("embedded", f"sqlite:///{tmp_path / 'dormant.sqlite3'}", f"sqla+sqlite:///{tmp_path / 'broker.sqlite3'}")
+        yield (
+            "embedded",
+            f"sqlite:///{tmp_path / 'dormant.sqlite3'}",
+            f"sqla+sqlite:///{tmp_path / 'broker.sqlite3'}",
+        )
         return
     from persistence import migrate
 
@@ -216,7 +249,9 @@ def stack_urls(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple
 
 
 @pytest.fixture
-def stack(stack_urls: tuple[str, str, str], tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Stack]:
+def stack(
+    stack_urls: tuple[str, str, str], tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[Stack]:
     """A deployment shape with a worker and a beat running (see the module docstring)."""
     s = Stack(*stack_urls, tmp_path)
     try:

@@ -26,9 +26,13 @@ def test_cli_end_to_end(stack: Stack) -> None:
     assert ok(stack, "db", "upgrade").startswith("database at revision")
     assert ok(stack, "deploy", str(model)).split() == ["flow", "1"]
 
-    iid = ok(stack, "start", "flow", "--var", "n=4", "--var", "orderId=o-9", "--business-key", "B-1").strip()
+    iid = ok(
+        stack, "start", "flow", "--var", "n=4", "--var", "orderId=o-9", "--business-key", "B-1"
+    ).strip()
     assert len(iid) == 32
-    listed = wait_for(lambda: ok(stack, "tasks", "list", "--instance", iid).strip(), what="user task listed")
+    listed = wait_for(
+        lambda: ok(stack, "tasks", "list", "--instance", iid).strip(), what="user task listed"
+    )
     task_id = listed.split("\t")[0]
     assert listed.split("\t")[1] == iid and listed.split("\t")[2] == "n2"
     assert iid in ok(stack, "instances", "list", "--status", "active")
@@ -40,7 +44,8 @@ def test_cli_end_to_end(stack: Stack) -> None:
 
     ok(stack, "tasks", "complete", task_id, "--var", 'extra={"a": [1, 2]}')
     wait_for(
-        lambda: json.loads(ok(stack, "instances", "show", iid, "--json"))["waits"], what="message wait"
+        lambda: json.loads(ok(stack, "instances", "show", iid, "--json"))["waits"],
+        what="message wait",
     )
     ok(stack, "send-message", "paid", "--key", "o-other")
     ok(stack, "send-message", "paid", "--key", "o-9", "--var", "paid=true", "--id", "m-1")
@@ -52,10 +57,16 @@ def test_cli_end_to_end(stack: Stack) -> None:
 
     # Cancel, and the operator errors: exit code 2 and one line.
     other = ok(stack, "start", "flow", "--var", "n=1", "--var", "orderId=o-10").strip()
-    wait_for(lambda: ok(stack, "tasks", "list", "--instance", other).strip(), what="second user task")
+    wait_for(
+        lambda: ok(stack, "tasks", "list", "--instance", other).strip(), what="second user task"
+    )
     ok(stack, "instances", "cancel", other)
     stack.wait_status(other, "terminated")
-    for args in (("instances", "cancel", other), ("incidents", "retry", "nope"), ("tasks", "complete", "nope")):
+    for args in (
+        ("instances", "cancel", other),
+        ("incidents", "retry", "nope"),
+        ("tasks", "complete", "nope"),
+    ):
         result = stack.run_cli(*args)
         assert result.returncode == 2 and result.stderr.startswith("error: "), result
         assert "Traceback" not in result.stderr
@@ -66,21 +77,28 @@ def test_cli_incidents(stack: Stack) -> None:
     model.write_text(linear("failing", job("test-fail")))
     ok(stack, "deploy", str(model))
     iid = ok(stack, "start", "failing").strip()
-    line = wait_for(lambda: ok(stack, "incidents", "list", "--instance", iid).strip(), what="incident")
+    line = wait_for(
+        lambda: ok(stack, "incidents", "list", "--instance", iid).strip(), what="incident"
+    )
     incident_id, instance_id, node_id, state = line.split("\t")[:4]
     assert (instance_id, node_id, state) == (iid, "n1", "open")
     assert json.loads(ok(stack, "incidents", "show", incident_id))["cause_class"] == "ValueError"
     assert incident_id in ok(stack, "incidents", "list", "--state", "open")
     ok(stack, "incidents", "resolve", incident_id)
     wait_for(
-        lambda: "open" not in ok(stack, "incidents", "list", "--instance", iid), what="incident closed"
+        lambda: "open" not in ok(stack, "incidents", "list", "--instance", iid),
+        what="incident closed",
     )
 
 
 def test_dormant_demo_exits_zero(tmp_path: object) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "tasks.cli", "demo"], cwd=tmp_path, capture_output=True, text=True,
-        timeout=120, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)},
+        [sys.executable, "-m", "tasks.cli", "demo"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)},
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "all 3 orders completed" in result.stdout

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from typing import Any
 
@@ -33,7 +34,7 @@ def linear(key: str, *nodes: str, extra: str = "") -> str:
     ids = ["start"] + [f"n{i + 1}" for i in range(len(nodes))] + ["end"]
     flows = "".join(
         f'<bpmn:sequenceFlow id="f{i}" sourceRef="{a}" targetRef="{b}"/>'
-        for i, (a, b) in enumerate(zip(ids, ids[1:], strict=False))
+        for i, (a, b) in enumerate(itertools.pairwise(ids))
     )
     body = "".join(node.replace("{id}", f"n{i + 1}") for i, node in enumerate(nodes))
     return (
@@ -87,7 +88,10 @@ def test_timer_fires_through_the_deadline_table_and_beat(stack: Stack) -> None:
     stack.client.deploy(linear("timer", TIMER))
     started = time.monotonic()
     iid = stack.client.start("timer")
-    waiting = wait_for(lambda: [w for w in stack.client.instance(iid).waits if w.kind == "timer"], what="timer wait")
+    waiting = wait_for(
+        lambda: [w for w in stack.client.instance(iid).waits if w.kind == "timer"],
+        what="timer wait",
+    )
     assert waiting[0].due_at is not None
     stack.wait_status(iid, "completed")
     assert time.monotonic() - started >= 1.0
@@ -99,7 +103,10 @@ def test_message_wakes_the_instance_with_its_key_only(stack: Stack) -> None:
     a = c.start("msg", {"orderId": "o-1"})
     b = c.start("msg", {"orderId": "o-2"})
     for iid in (a, b):
-        wait_for(lambda iid=iid: any(w.kind == "message" for w in c.instance(iid).waits), what="message wait")
+        wait_for(
+            lambda iid=iid: any(w.kind == "message" for w in c.instance(iid).waits),
+            what="message wait",
+        )
     c.send_message("paid", "o-1", {"amount": 12})
     done = stack.wait_status(a, "completed")
     assert done.variables["amount"] == 12
@@ -185,7 +192,10 @@ def _nothing_written(s: Stack) -> None:
     from persistence.tables import definitions, inbox, instances
 
     with s.client._store.engine.connect() as conn:
-        counts = {t.name: conn.execute(select(func.count()).select_from(t)).scalar() for t in (definitions, instances, inbox)}
+        counts = {
+            t.name: conn.execute(select(func.count()).select_from(t)).scalar()
+            for t in (definitions, instances, inbox)
+        }
     assert counts == {"definitions": 1, "instances": 0, "inbox": 0}, counts
 
 
@@ -200,7 +210,15 @@ def _nothing_written(s: Stack) -> None:
         (lambda c: c.start("user", {"x": float("nan")}), InvalidVariables),
         (lambda c: c.start("user", ["not", "an", "object"]), InvalidVariables),
     ],
-    ids=["malformed-xml", "unsupported-element", "unknown-key", "empty-message-name", "object", "nan", "list"],
+    ids=[
+        "malformed-xml",
+        "unsupported-element",
+        "unknown-key",
+        "empty-message-name",
+        "object",
+        "nan",
+        "list",
+    ],
 )
 def test_bad_input_is_refused_by_the_client_and_writes_nothing(
     bare_stack: Stack, call: Any, error: type[Exception]
@@ -223,7 +241,9 @@ def test_bad_input_is_refused_by_the_client_and_writes_nothing(
     ],
     ids=["malformed-xml", "unsupported-element", "unknown-key", "empty-message-name", "bad-var"],
 )
-def test_bad_input_is_refused_by_the_cli_and_writes_nothing(bare_stack: Stack, args: tuple[str, ...], needle: str) -> None:
+def test_bad_input_is_refused_by_the_cli_and_writes_nothing(
+    bare_stack: Stack, args: tuple[str, ...], needle: str
+) -> None:
     bare_stack.client.deploy(linear("user", USER))
     (bare_stack.tmp / "bad.bpmn").write_text(MALFORMED)
     (bare_stack.tmp / "odd.bpmn").write_text(UNSUPPORTED)
@@ -233,3 +253,21 @@ def test_bad_input_is_refused_by_the_cli_and_writes_nothing(bare_stack: Stack, a
     assert result.stderr.startswith("error: ") and needle in result.stderr, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
     _nothing_written(bare_stack)
+
+
+def test_inbox_sweep_republishes_a_trigger_whose_publish_was_lost(stack: Stack) -> None:
+    """A trigger made durable in the inbox but never published (a broker that lost it)
+    is re-published by beat's sweep and applied once."""
+    from tasks import inbox
+
+    c = stack.client
+    c.deploy(linear("user", USER))
+    iid = "lost-start-0001"
+    inbox.record(
+        c._store.engine,
+        "dormant.start",
+        "trigger.start",
+        {"key": "user", "instance_id": iid, "variables": {"x": 1}, "business_key": None},
+    )
+    view = wait_for(lambda: c.instance(iid), timeout=30, what="the swept start")
+    assert view.status == "active" and view.variables == {"x": 1}

@@ -1,3 +1,4 @@
+# mypy: disable-error-code="untyped-decorator"
 """Job tasks the integration workers load (``--include tests.integration.test_tasks_jobs``).
 
 Ordinary Celery tasks named like the job types of the test models. No tests here.
@@ -15,7 +16,7 @@ from tasks.jobs import idempotency_key
 
 
 @app.task(name="test-double", bind=True)
-def double(self: Task, n: int = 0, **_: Any) -> dict[str, Any]:  # type: ignore[type-arg]
+def double(self: Task, n: int = 0, **_: Any) -> dict[str, Any]:
     return {"doubled": n * 2, "job_key": idempotency_key(self)}
 
 
