@@ -120,6 +120,8 @@ def scan_flatness(sizes: list[int], due: int, rounds: int) -> None:
 
             claim_ms: list[float] = []
             idle_ms: list[float] = []
+            reset()
+            claim_due(store, now, 500)  # warm-up: connection, statement and plan caches
             for _ in range(rounds):
                 reset()
                 t0 = time.perf_counter()

@@ -59,15 +59,93 @@ def count_status(store: Any, key: str, status: str) -> int:
         ).scalar_one())
 
 
+class SqlCounter:
+    """Counts SQL statements and commits on an engine (to name where the time goes)."""
+
+    def __init__(self, engine: Any) -> None:
+        from sqlalchemy import event
+
+        self.statements = 0
+        self.commits = 0
+        event.listen(engine, "before_cursor_execute", self._stmt)
+        event.listen(engine, "commit", self._commit)
+
+    def _stmt(self, *_: Any) -> None:
+        self.statements += 1
+
+    def _commit(self, *_: Any) -> None:
+        self.commits += 1
+
+    def measure(self, fn: Any, k: int) -> str:
+        s0, c0 = self.statements, self.commits
+        t0 = time.perf_counter()
+        for i in range(k):
+            fn(i)
+        ms = (time.perf_counter() - t0) / k * 1e3
+        return (f"{(self.statements - s0) / k:4.1f} statements, {(self.commits - c0) / k:3.1f} transactions, "
+                f"{ms:5.2f} ms in-process")
+
+
+def profile_paths(store: Any, base_url: str, now: datetime) -> None:
+    """Per trigger, in this process (no broker): statements, transactions, time."""
+    from sqlalchemy import create_engine, text
+
+    from bench.celery_baseline import document
+    from engine_core.triggers import JobCompleted
+    from persistence.routing import Router
+
+    eng = create_engine(base_url)
+    floor = SqlCounter(eng)
+
+    def jsonb(i: int) -> None:
+        import json
+
+        with eng.begin() as conn:
+            conn.execute(text("SELECT doc FROM bench_rows WHERE id = :id FOR UPDATE"), {"id": i}).first()
+            conn.execute(text("UPDATE bench_rows SET doc = CAST(:doc AS jsonb) WHERE id = :id"),
+                         {"id": i, "doc": json.dumps(document(i))})
+
+    k = 200
+    common.line("  (b) locked JSONB update", floor.measure(jsonb, k))
+    eng.dispose()
+    counter = SqlCounter(store.engine)
+    common.line("  start, message wait", counter.measure(
+        lambda i: store.start("bench_message", f"p-{i}", {"orderId": f"p-{i}"}, now=now), k))
+    router = Router(store)
+    common.line("  (c) message -> Router.message", counter.measure(
+        lambda i: router.message("bench-go", f"p-{i}", {}, message_id=f"pm-{i}", ttl_seconds=None, now=now), k))
+    common.line("  start, service task", counter.measure(
+        lambda i: store.start("bench_service", f"q-{i}", {"i": i}, now=now), k))
+
+    def job_done(i: int) -> None:
+        wait_id = _waits(store, f"q-{i}")[0]
+        store.apply(f"q-{i}", JobCompleted(wait_id=wait_id, variables={"done": True}), now, trigger_id=f"q-{i}:done")
+
+    common.line("  job result -> Store.apply (+1 read here)", counter.measure(job_done, k))
+
+
+def _waits(store: Any, instance_id: str) -> list[str]:
+    from sqlalchemy import select
+
+    from persistence.tables import instances
+
+    with store.engine.connect() as conn:
+        doc = conn.execute(select(instances.c.checkpoint).where(instances.c.id == instance_id)).scalar_one()
+    return list(doc.get("waits", {}))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="2,000 tasks per figure instead of 20,000")
-    ap.add_argument("-n", type=int, default=None, help="tasks per figure")
+    ap.add_argument("-n", type=int, default=None, help="tasks per baseline figure (default 20,000; quick 2,000)")
+    ap.add_argument("--dormant-n", type=int, default=None,
+                    help="instances per dormant figure (default 5,000; quick 1,000)")
     args = ap.parse_args()
-    n = args.n or (2000 if args.quick else 20000)
-    n_service = n // 2 if not args.n else n
+    n_base = args.n or (2000 if args.quick else 20000)
+    n = n_service = args.dormant_n or (1000 if args.quick else 5000)
 
-    common.header(f"bench_triggers: {n} tasks per figure, one worker (prefork x2, acks late, prefetch 1)")
+    common.header(f"bench_triggers: {n_base} tasks per baseline, {n} instances per dormant figure, "
+                  "one worker (prefork x2, acks late, prefetch 1)")
     logdir = Path(tempfile.mkdtemp(prefix="dormant-bench-"))
     common.line("worker logs", str(logdir))
 
@@ -93,13 +171,13 @@ def main() -> int:
             ("no-op Celery task", "bench.noop", base.NOOP_QUEUE, lambda i: {}),
             ("locked 2 KB JSONB update", "bench.jsonb", base.JSONB_QUEUE, lambda i: {"i": i}),
         ):
-            publish_many(base.app, task, queue, queue, [make(i) for i in range(n)])
+            publish_many(base.app, task, queue, queue, [make(i) for i in range(n_base)])
             secs, worker = harness.drain(
                 r, queue, lambda q=queue: harness.baseline_worker(q, broker_url, database_url, logdir)
             )
             worker.stop()
-            rates[label] = n / secs
-            common.line(f"(a/b) {label:<26}", f"{rates[label]:8.0f} tasks/s  ({n} in {secs:.2f} s)")
+            rates[label] = n_base / secs
+            common.line(f"(a/b) {label:<26}", f"{rates[label]:8.0f} tasks/s  ({n_base} in {secs:.2f} s)")
 
         # -- dormant ----------------------------------------------------------------------
         from persistence.settings import Settings
@@ -112,12 +190,19 @@ def main() -> int:
         store.deploy(MESSAGE, now)
         store.deploy(SERVICE, now)
 
-        # (c) N instances waiting on the message catch (made directly through the Store:
-        # not measured), then N messages queued and drained.
-        t0 = time.perf_counter()
-        for i in range(n):
-            store.start("bench_message", f"m-{i}", {"orderId": f"k-{i}"}, now=now)
-        common.line("    (setup) waiting instances created", f"{n} in {time.perf_counter() - t0:.1f} s")
+        # (c) N instances waiting on the message catch (started by a worker: setup,
+        # printed for the record), then N messages queued and drained by a fresh worker.
+        publish_many(
+            tasks_app.app, "dormant.start", tasks_app.QUEUE, "trigger.start",
+            [{"key": "bench_message", "instance_id": f"m-{i}", "variables": {"orderId": f"k-{i}"}} for i in range(n)],
+            exchange=tasks_app.EXCHANGE.name,
+        )
+        secs, worker = harness.drain(
+            r, tasks_app.QUEUE.name, lambda: harness.dormant_worker(broker_url, database_url, logdir, "dormant-setup"),
+            done=lambda: count_status(store, "bench_message", "active") >= n,
+        )
+        worker.stop()
+        common.line("    (setup) dormant.start -> instance waits on message", f"{n / secs:8.0f} triggers/s ({n} in {secs:.2f} s)")
         publish_many(
             tasks_app.app, "dormant.message", tasks_app.QUEUE, "message.bench-go",
             [{"name": "bench-go", "correlation_key": f"k-{i}", "message_id": f"msg-{i}"} for i in range(n)],
@@ -148,6 +233,8 @@ def main() -> int:
             f"{completed_rate:8.0f} completed/s ({n_service} in {secs:.2f} s; "
             f"{3 * n_service / secs:.0f} triggers/s, 2 Celery tasks + 1 job result each)",
         )
+        common.line("where a trigger's time goes (SQL per trigger, in-process, no broker)", "")
+        profile_paths(store, database_url, now)
         store.close()
 
         print()
