@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from engine_core.checkpoint import Incident, IncidentState, Token, TokenState, WaitKind, WaitRole
 from engine_core.errors import InvalidOperation, UnknownIncident
+from engine_core.expressions import TechnicalFailure
 from engine_core.model import Node
 
 if TYPE_CHECKING:
@@ -158,7 +159,15 @@ def resolve(rt: Runtime, incident_id: str) -> str:
     incident, token = _open_incident(rt, incident_id)
     _withdraw_retry(rt, incident)
     token.state = TokenState.ACTIVE
-    leave_without_running(rt, token)  # closes the incident as resolved
+    try:
+        leave_without_running(rt, token)  # closes the incident as resolved
+    except TechnicalFailure as failure:
+        # A gateway chooses its flows by its conditions; if they still fail there is
+        # no flow to continue on. The step is abandoned, so nothing changes.
+        raise InvalidOperation(
+            f"incident {incident_id} of instance {rt.cp.instance_id} cannot be resolved: "
+            f"{failure}; retry it once the variables it needs are set, or drop it"
+        ) from failure
     return token.id
 
 

@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import Connection, func, select
 
 from engine_core.checkpoint import Checkpoint, decode
-from engine_core.errors import UnknownInstance, UnknownTask
+from engine_core.errors import UnknownIncident, UnknownInstance, UnknownTask
 from engine_core.views import FactView, IncidentView, InstanceView, UserTaskView, instance_view
 from persistence.tables import (
     deadlines,
@@ -27,6 +27,7 @@ from persistence.tables import (
     subscriptions,
     user_tasks,
 )
+from persistence.tables import incidents as incident_table
 
 __all__ = ["Queries"]
 
@@ -41,6 +42,7 @@ _COUNTED = {
     "processed_triggers": processed_triggers,
     "messages": messages,
     "inbox": inbox,
+    "incidents": incident_table,
 }
 
 
@@ -132,14 +134,47 @@ class Queries:
         ]
 
     def incidents(
-        self, instance_id: str | None = None, state: str | None = None
+        self,
+        instance_id: str | None = None,
+        state: str | None = None,
+        *,
+        key: str | None = None,
+        node_id: str | None = None,
+        limit: int = 1000,
     ) -> list[IncidentView]:
+        """Incidents, open and closed, newest failure last; filtered on the projection."""
+        q = select(incident_table.c.id, incident_table.c.instance_id)
         if instance_id is not None:
-            views = [self.instance(instance_id)]
-        else:
-            views = self.instances(status="active_incidents", limit=100_000)
-        out = [i for v in views for i in v.incidents]
-        return [i for i in out if state is None or i.state == state]
+            q = q.where(incident_table.c.instance_id == instance_id)
+        if state is not None:
+            q = q.where(incident_table.c.state == state)
+        if key is not None:
+            q = q.where(incident_table.c.process_key == key)
+        if node_id is not None:
+            q = q.where(incident_table.c.node_id == node_id)
+        with self._read() as conn:
+            rows = list(conn.execute(q.order_by(incident_table.c.last_at).limit(limit)))
+        views: dict[str, InstanceView] = {}
+        out: list[IncidentView] = []
+        for row in rows:
+            if row.instance_id not in views:
+                views[row.instance_id] = self.instance(row.instance_id)
+            out.extend(i for i in views[row.instance_id].incidents if i.id == row.id)
+        return out
+
+    def incident(self, incident_id: str) -> IncidentView:
+        """One incident by id, whatever its state (UnknownIncident if none has it)."""
+        with self._read() as conn:
+            instance_id = conn.execute(
+                select(incident_table.c.instance_id).where(incident_table.c.id == incident_id)
+            ).scalar()
+        if instance_id is not None:
+            for view in self.instance(instance_id).incidents:
+                if view.id == incident_id:
+                    return view
+        raise UnknownIncident(
+            f"no incident {incident_id!r}; list them with `dormant incidents list`"
+        )
 
     def counts(self) -> dict[str, int]:
         """Rows per table: what the tests assert hold syncs against."""

@@ -37,6 +37,7 @@ from engine_core.triggers import Start, Trigger
 from persistence import migrate
 from persistence.db import READ, make_engine
 from persistence.holds import sync_holds
+from persistence.incident_rows import sync_incidents
 from persistence.queries import Queries
 from persistence.settings import Settings
 from persistence.start_timers import replace_start_timers
@@ -454,6 +455,7 @@ class Store(Queries):
         """Everything the new checkpoint implies, in the caller's transaction."""
         cp = step.checkpoint
         buffered = sync_holds(conn, instance_id, old.waits, cp.waits, now)
+        sync_incidents(conn, old, cp)
         self._insert_facts(conn, instance_id, cp.revision, step.facts, now)
         outbox_ids = [
             int(

@@ -195,6 +195,24 @@ user_tasks = Table(
     Column("created_at", UtcDateTime, nullable=False),
 )
 
+# A projection of every checkpoint's incidents (open and closed), written by the same
+# transaction as the checkpoint: operators list and find incidents without loading
+# every instance. The checkpoint stays the truth (cause chain, data snapshot).
+incidents = Table(
+    "incidents",
+    metadata,
+    Column("id", String(320), primary_key=True),
+    Column("instance_id", String(255), nullable=False, index=True),
+    Column("process_key", String(255), nullable=False, index=True),
+    Column("node_id", String(255), nullable=False),
+    Column("state", String(32), nullable=False, index=True),
+    Column("cause_class", String(255), nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("first_at", UtcDateTime, nullable=False),
+    Column("last_at", UtcDateTime, nullable=False),
+    Column("retry_at", UtcDateTime),
+)
+
 facts = Table(
     "facts",
     metadata,

@@ -233,12 +233,7 @@ class Client:
         return list(self._store.incidents(instance_id, state))
 
     def incident(self, incident_id: str) -> IncidentView:
-        for incident in self._store.incidents(None, None):
-            if incident.id == incident_id:
-                return incident
-        raise UnknownIncident(
-            f"no incident {incident_id!r}; list them with `dormant incidents list`"
-        )
+        return self._store.incident(incident_id)
 
     def _operate(self, incident_id: str, op: str) -> None:
         incident = self.incident(incident_id)

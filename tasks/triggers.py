@@ -285,10 +285,7 @@ def cancel(
 
 def incident_instance(incident_id: str) -> str:
     """The instance holding incident ``incident_id`` (UnknownIncident if none does)."""
-    for incident in store().incidents(None, None):
-        if incident.id == incident_id:
-            return str(incident.instance_id)
-    raise UnknownIncident(f"no incident {incident_id!r}; list them with `dormant incidents list`")
+    return str(store().incident(incident_id).instance_id)
 
 
 def _incident_task(name: str, trigger_cls: Any) -> Any:
