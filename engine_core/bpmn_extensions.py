@@ -1,7 +1,7 @@
 """The vendor extension elements of one BPMN element: Camunda 8 (Zeebe) and dormant's own.
 
 Each known extension maps onto ``Node`` fields; an extension that would change how the
-element behaves and that dormant does not run (DMN decisions, listeners, anything in the
+element behaves and that dormant does not run (listeners, anything in the
 Zeebe namespace we have not read) refuses the whole model. Silently dropping one would
 deploy a process that runs differently from what its author drew.
 Extensions of other tools (test-case annotations, modeler templates) carry no behaviour
@@ -38,8 +38,6 @@ _ZEEBE_IGNORED = frozenset(
     }
 )
 _ZEEBE_REFUSED = {
-    "calledDecision": "DMN decisions are not supported; give the task a zeebe:taskDefinition "
-    "to run it as a job",
     "executionListeners": "execution listeners are not run (they would change behaviour)",
     "taskListeners": "task listeners are not run (they would change behaviour)",
     "adHoc": "ad-hoc sub-processes are not supported",
@@ -121,6 +119,11 @@ def _read_zeebe(host: Element, el: Element, name: str, fields: dict[str, Any]) -
             mapping = IoMapping(source=m.get("source") or "=null", target=target)
             (inputs if kind == "input" else outputs).append(mapping)
         fields["inputs"], fields["outputs"] = tuple(inputs), tuple(outputs)
+    elif name == "calledDecision":
+        # The decision is looked up when the task runs (Camunda 8: latest version), so
+        # a model may be deployed before its .dmn; running it without one is an incident.
+        fields["decision_id"] = el.get("decisionId") or None
+        fields["result_variable"] = el.get("resultVariable") or None
     elif name == "calledElement":
         fields["called_process"] = el.get("processId") or None
         fields["propagate_all_child_variables"] = truthy(el.get("propagateAllChildVariables"), True)

@@ -200,7 +200,8 @@ class ProcessBuilder:
     def send_task(self, id: str, job_type: str, **fields: Any) -> Self:
         return self.node(NodeKind.SEND_TASK, id, job_type=job_type, **fields)
 
-    def business_rule_task(self, id: str, job_type: str, **fields: Any) -> Self:
+    def business_rule_task(self, id: str, job_type: str | None = None, **fields: Any) -> Self:
+        """A job (``job_type``) or a called decision (``decision_id``, ``result_variable``)."""
         return self.node(NodeKind.BUSINESS_RULE_TASK, id, job_type=job_type, **fields)
 
     def script_task(

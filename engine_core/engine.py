@@ -14,10 +14,12 @@ instance is next loaded, and beats a message that arrives after its deadline.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from engine_core.checkpoint import Checkpoint, InstanceStatus, TokenState, WaitKind
+from engine_core.dmn import Decision
 from engine_core.effects import Fact, Step
 from engine_core.errors import EngineInvariantError, InvalidOperation
 from engine_core.model import ProcessDefinition, RetryPolicy
@@ -37,11 +39,17 @@ __all__ = ["Services", "apply", "new_checkpoint"]
 
 @dataclass(frozen=True, slots=True)
 class Services:
-    """What the shell lends the pure core: settings only, never I/O."""
+    """What the shell lends the pure core: settings and data, never I/O.
+
+    ``decisions`` is the latest deployed version of every DMN decision, by id, loaded
+    by the shell before the step: a business rule task evaluates against it, and one
+    whose decision is missing opens an incident that a retry after deploying heals.
+    """
 
     default_job_retries: int = 3
     job_retry_backoff_seconds: float = 1.0
     incident_retry_policy: RetryPolicy | None = None
+    decisions: Mapping[str, Decision] = field(default_factory=dict)
 
 
 DEFAULT_SERVICES = Services()

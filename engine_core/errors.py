@@ -22,6 +22,9 @@ should do next:
     │   ├── CorruptCheckpoint      not a checkpoint document at all
     │   └── NotMigrated            the database schema is older than this code
     ├── ExpressionError      a FEEL expression that does not parse or cannot be evaluated
+    ├── DecisionError        a DMN decision that cannot give a result (an incident at its task)
+    │   ├── DecisionNotDeployed    no deployed decision has that id; deploy its .dmn
+    │   └── DecisionEvaluationError a hit-policy violation (UNIQUE with two matches, ...)
     └── EngineInvariantError an internal invariant broke: a bug in dormant, never the user's
 
 ``BpmnError`` is not a ``DormantError``: it is what a job raises on purpose to
@@ -37,6 +40,9 @@ __all__ = [
     "CallerError",
     "CheckpointTooNew",
     "CorruptCheckpoint",
+    "DecisionError",
+    "DecisionEvaluationError",
+    "DecisionNotDeployed",
     "DormantError",
     "EngineInvariantError",
     "ExpressionError",
@@ -170,6 +176,21 @@ class ExpressionError(DormantError):
     def at_element(self, element_id: str) -> ExpressionError:
         """The same error, now naming the element the expression belongs to."""
         return ExpressionError(self.reason, self.expression, element_id, self.position)
+
+
+class DecisionError(DormantError):
+    """A DMN decision that cannot give a result; the business rule task gets an incident
+    whose cause class is the subclass name, so an operator knows whether to deploy a
+    decision or fix its table."""
+
+
+class DecisionNotDeployed(DecisionError):
+    """No deployed decision has the id a business rule task (or a decision) asks for."""
+
+
+class DecisionEvaluationError(DecisionError):
+    """The decision broke its own rules: UNIQUE with two matching rules, ANY with
+    different outputs, an aggregate over values that are not numbers."""
 
 
 class EngineInvariantError(DormantError):

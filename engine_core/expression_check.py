@@ -34,6 +34,7 @@ def _expressions(definition: ProcessDefinition) -> Iterator[tuple[str, str, str]
         yield from attribute(nid, "assignee", node.assignee)
         yield from attribute(nid, "candidate groups", node.candidate_groups)
         yield from attribute(nid, "called process", node.called_process)
+        yield from attribute(nid, "called decision", node.decision_id)
         for mapping in (*node.inputs, *node.outputs):
             yield from attribute(nid, f"mapping to {mapping.target!r}", mapping.source)
         for event in node.events:

@@ -177,6 +177,9 @@ class Node:
     # Script task: a FEEL expression and where its result goes.
     script: str | None = None
     result_variable: str | None = None
+    # Business rule task: the DMN decision it evaluates (literal or "=expr"); its
+    # result goes to ``result_variable``.
+    decision_id: str | None = None
 
     # User task.
     assignee: str | None = None

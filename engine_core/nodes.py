@@ -271,6 +271,26 @@ def _service_task(rt: Runtime, token: Token, node: Node) -> None:
     _job(rt, token, node)
 
 
+def _business_rule_task(rt: Runtime, token: Token, node: Node) -> None:
+    """A called decision is evaluated inline, against the decisions the shell lent
+    (``Services.decisions``, the latest deployed versions), like a script task: no job,
+    no wait. A decision that is not deployed, or that breaks its hit policy, is an
+    incident here (Camunda 8, N5); its retry looks the decision up again."""
+    if node.decision_id is None:
+        _service_task(rt, token, node)
+        return
+    from engine_core.dmn import evaluate_decision
+    from engine_core.errors import DecisionError
+
+    context = rt.token_vars(token)
+    decision_id = non_empty_string(node.decision_id, context, node.id, rt.now, "decision id")
+    try:
+        result = evaluate_decision(rt.services.decisions, decision_id, context, now=rt.now)
+    except DecisionError as exc:
+        raise TechnicalFailure(f"{node.label}: {exc}", type(exc).__name__) from exc
+    rt.activity_done(token, {node.result_variable: result} if node.result_variable else {})
+
+
 def _script_task(rt: Runtime, token: Token, node: Node) -> None:
     if node.job_type is not None:
         _job(rt, token, node)
@@ -404,7 +424,7 @@ HANDLERS: dict[NodeKind, Handler] = {
     NodeKind.USER_TASK: _user_task,
     NodeKind.SERVICE_TASK: _service_task,
     NodeKind.SEND_TASK: _service_task,
-    NodeKind.BUSINESS_RULE_TASK: _service_task,
+    NodeKind.BUSINESS_RULE_TASK: _business_rule_task,
     NodeKind.SCRIPT_TASK: _script_task,
     NodeKind.RECEIVE_TASK: _receive_task,
     NodeKind.SUB_PROCESS: _sub_process,

@@ -48,8 +48,6 @@ _ALLOWED_EVENTS: Mapping[NodeKind, frozenset[EventKind]] = {
     ),
 }
 _ESP_START_EVENTS = frozenset({E.MESSAGE, E.TIMER, E.SIGNAL, E.ERROR, E.ESCALATION})
-# Kinds whose work is a job when they carry no other implementation.
-_JOB_KINDS = frozenset({K.SERVICE_TASK, K.BUSINESS_RULE_TASK})
 _EBG_TARGET_EVENTS = frozenset({E.MESSAGE, E.TIMER, E.SIGNAL})
 
 
@@ -177,8 +175,24 @@ def _check_node(d: ProcessDefinition, node: Node) -> None:
         raise _bad(
             f"node {node.id!r}: default flow {node.default_flow!r} is not one of its outgoing flows"
         )
-    if node.kind in _JOB_KINDS and not node.job_type:
+    if node.kind is K.SERVICE_TASK and not node.job_type:
         raise _bad(f"{node.kind} {node.id!r} has no job type (zeebe:taskDefinition type)")
+    if node.kind is K.BUSINESS_RULE_TASK:
+        if not (node.job_type or node.decision_id):
+            raise _bad(
+                f"businessRuleTask {node.id!r} has neither a called decision "
+                "(zeebe:calledDecision decisionId) nor a job type (zeebe:taskDefinition type)"
+            )
+        if node.job_type and node.decision_id:
+            raise _bad(
+                f"businessRuleTask {node.id!r} has both a called decision and a job type; "
+                "keep one (Camunda 8 accepts exactly one)"
+            )
+        if node.decision_id and not node.result_variable:
+            raise _bad(
+                f"businessRuleTask {node.id!r} calls decision {node.decision_id!r} without "
+                "a resultVariable (zeebe:calledDecision resultVariable)"
+            )
     if node.kind is K.SEND_TASK and not node.job_type:
         raise _bad(f"sendTask {node.id!r} has no job type (zeebe:taskDefinition type)")
     if node.kind is K.SCRIPT_TASK and not (node.script or node.job_type):

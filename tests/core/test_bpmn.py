@@ -299,13 +299,6 @@ TD = ext('<zeebe:taskDefinition type="t"/>')
             "intermediateCatchEvent",
         ),
         (
-            '<bpmn:businessRuleTask id="br" name="Pay">'
-            + ext('<zeebe:calledDecision decisionId="d" resultVariable="r"/>')
-            + "</bpmn:businessRuleTask>",
-            "br",
-            "businessRuleTask",
-        ),
-        (
             '<bpmn:serviceTask id="st" name="Pay">'
             + ext('<zeebe:taskDefinition type="t"/><zeebe:executionListeners/>')
             + "</bpmn:serviceTask>",
