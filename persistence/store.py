@@ -535,7 +535,12 @@ class Store(Queries):
             return [OutboxRow(int(r.id), r.kind, r.payload, r.created_at) for r in rows]
 
     def mark_published(self, outbox_id: int) -> None:
-        from sqlalchemy import delete
+        from sqlalchemy import delete, text
 
         with self._tx() as conn:
+            if self.is_postgres:
+                # This delete needs no flush to disk before we go on: if a crash loses
+                # it, the sweep publishes the row again, which is harmless (trigger ids,
+                # job idempotency keys). Saves one WAL fsync per effect (bench_triggers).
+                conn.execute(text("SET LOCAL synchronous_commit TO OFF"))
             conn.execute(delete(outbox).where(outbox.c.id == outbox_id))
