@@ -36,6 +36,7 @@ from engine_core.model import ProcessDefinition
 from engine_core.triggers import Start, Trigger
 from persistence import migrate
 from persistence.db import READ, make_engine
+from persistence.decisions import DecisionCache, deploy_decisions
 from persistence.holds import sync_holds
 from persistence.incident_rows import sync_incidents
 from persistence.queries import Queries
@@ -142,6 +143,7 @@ class Store(Queries):
         self.engine = make_engine(self.url)
         self.is_postgres = self.engine.dialect.name == "postgresql"
         self.services = core.Services(job_retry_backoff_seconds=settings.job_retry_backoff_seconds)
+        self._decisions = DecisionCache(self.services)
         self._definitions: dict[tuple[str, int], ProcessDefinition] = {}
         if check_schema:
             if self.is_postgres:
@@ -168,15 +170,20 @@ class Store(Queries):
     # -- definitions --------------------------------------------------------------
 
     def deploy(self, source: str | bytes, now: datetime) -> list[Deployment]:
-        """Deploy every executable process in ``source``.
+        """Deploy every executable process in ``source``, or every decision of a DMN
+        document (told apart by the root element's namespace, never the file name).
 
         Identical content for a key does not bump its version, so re-running a deploy
         script is harmless; changed content gets version + 1, and running instances
-        stay pinned to the version they started on.
+        stay pinned to the version they started on. Decisions are not pinned: a
+        business rule task evaluates the latest version (Camunda 8).
         """
         from engine_core.bpmn import read_bpmn  # the reader validates and refuses first
+        from engine_core.dmn import is_dmn
 
         text = source.decode("utf-8") if isinstance(source, bytes) else source
+        if is_dmn(text):
+            return self._deploy_decisions(text, now)
         parsed = read_bpmn(text)
         checksum = hashlib.sha256(text.encode("utf-8")).hexdigest()
         out: list[Deployment] = []
@@ -210,6 +217,15 @@ class Store(Queries):
                 out.append(Deployment(definition.key, version, True))
         for d in out:
             log.info("deployed %s v%d%s", d.key, d.version, "" if d.created else " (unchanged)")
+        return out
+
+    def _deploy_decisions(self, text: str, now: datetime) -> list[Deployment]:
+        with self._tx() as conn:
+            out = [Deployment(d, v, c) for d, v, c in deploy_decisions(conn, text, now)]
+        for d in out:
+            log.info(
+                "deployed decision %s v%d%s", d.key, d.version, "" if d.created else " (unchanged)"
+            )
         return out
 
     def definition(
@@ -348,7 +364,8 @@ class Store(Queries):
             return existing
         definition, ver = self.definition(key, version, conn=conn)
         first = core.new_checkpoint(definition, instance_id, ver, now)
-        step = core.apply(definition, first, trigger, now=now, services=self.services)
+        services = self._decisions.services(conn, definition)
+        step = core.apply(definition, first, trigger, now=now, services=services)
         cp = step.checkpoint
         conn.execute(
             insert(instances).values(
@@ -411,7 +428,8 @@ class Store(Queries):
                 return Applied(instance_id, int(row.revision), row.status, False, duplicate=True)
             old = decode(row.checkpoint)
             definition, _ = self.definition(row.key, row.version, conn=conn)
-            step = core.apply(definition, old, trigger, now=now, services=self.services)
+            services = self._decisions.services(conn, definition)
+            step = core.apply(definition, old, trigger, now=now, services=services)
             if not step.changed:
                 self._insert_facts(conn, instance_id, old.revision, step.facts, now)
                 return Applied(

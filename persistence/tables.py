@@ -38,6 +38,7 @@ __all__ = [
     "JsonDoc",
     "UtcDateTime",
     "deadlines",
+    "decisions",
     "definitions",
     "facts",
     "inbox",
@@ -108,6 +109,22 @@ definitions = Table(
     # Start-event metadata for routing without parsing every model per message:
     # {"message": {name: [node_id, ...]}, "signal": {name: [node_id, ...]}}
     Column("starts", JsonDoc(), nullable=False),
+)
+
+# DMN decisions, one row per (decision id, version). ``source`` is the whole .dmn file
+# (a decision is read together with the decisions it requires); ``checksum`` is the
+# decision's own content, so redeploying a file where only one decision changed bumps
+# that decision alone. ``dmn_checksum`` keys the parsed-file cache.
+decisions = Table(
+    "decisions",
+    metadata,
+    Column("decision_id", String(255), primary_key=True),
+    Column("version", Integer, primary_key=True),
+    Column("name", String(255)),
+    Column("checksum", String(64), nullable=False),
+    Column("source", Text, nullable=False),
+    Column("dmn_checksum", String(64), nullable=False),
+    Column("deployed_at", UtcDateTime, nullable=False),
 )
 
 instances = Table(

@@ -75,7 +75,7 @@ def db_upgrade() -> None:
 @cli.command()
 @click.argument("file", type=click.Path(dir_okay=False))
 def deploy(file: str) -> None:
-    """Deploy FILE.bpmn; prints the process key and version."""
+    """Deploy FILE.bpmn (or FILE.dmn); prints each process key (decision id) and version."""
     from persistence.store import Store
 
     client = _client()

@@ -83,9 +83,11 @@ class Client:
     # -- processes -------------------------------------------------------------------
 
     def deploy(self, path_or_xml: str | bytes | Path) -> Any:
-        """Deploy a BPMN file (path) or document (XML text); returns ``Deployment(key, version)``.
+        """Deploy a BPMN or DMN file (path) or document (XML text); returns
+        ``Deployment(key, version)``.
 
-        A file with several processes deploys them all and returns the first.
+        A file with several processes (or decisions: the key is the decision id) deploys
+        them all and returns the first.
         """
         source = _read_source(path_or_xml)
         deployments = self._store.deploy(source, _now())
@@ -279,4 +281,4 @@ def _read_source(path_or_xml: str | bytes | Path) -> str | bytes:
     try:
         return path.read_bytes()
     except OSError as exc:
-        raise InvalidModel(f"cannot read BPMN file {str(path)!r}: {exc.strerror or exc}") from exc
+        raise InvalidModel(f"cannot read BPMN/DMN file {str(path)!r}: {exc.strerror or exc}") from exc
