@@ -40,7 +40,9 @@ DMN = """<?xml version="1.0" encoding="UTF-8"?>
   </decision>
   <decision id="season" name="Season">
     <variable id="v" name="season"/>
-    <literalExpression id="l"><text>if month &gt; 8 then "Fall" else "Spring"</text></literalExpression>
+    <literalExpression id="l">
+      <text>if month &gt; 8 then "Fall" else "Spring"</text>
+    </literalExpression>
   </decision>
 </definitions>
 """
