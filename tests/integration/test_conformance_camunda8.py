@@ -376,7 +376,7 @@ EXPECTED: dict[str, tuple[str, Outcome]] = {
     # The PT2M boundary on 'Escape the Room' ends it before the decision is reached.
     "npd-escape-room__Escape-Room-Process.bpmn": (NONE, done("Event_1c7su8l")),
     # The customer-scoring child fails first (N3): its call activity holds the incident
-    # (docs/conformance.md, difference 3); the decision is never reached.
+    # (docs/conformance.md, difference 2); the decision is never reached.
     "onboarding-ext__customer-onboarding-extended.bpmn": (NONE, incident("Activity_06r19b0")),
     # captain unset: the event sub-process subscription fails at the start (N3).
     "zeebe-play__solos-transport-process.bpmn": (NONE, incident("StartEvent_1")),
