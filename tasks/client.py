@@ -281,4 +281,6 @@ def _read_source(path_or_xml: str | bytes | Path) -> str | bytes:
     try:
         return path.read_bytes()
     except OSError as exc:
-        raise InvalidModel(f"cannot read BPMN/DMN file {str(path)!r}: {exc.strerror or exc}") from exc
+        raise InvalidModel(
+            f"cannot read BPMN/DMN file {str(path)!r}: {exc.strerror or exc}"
+        ) from exc
