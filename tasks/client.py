@@ -25,7 +25,6 @@ from engine_core.errors import (
     InvalidModel,
     InvalidOperation,
     InvalidVariables,
-    UnknownIncident,
     UnknownInstance,
     UnknownProcess,
     UnknownTask,

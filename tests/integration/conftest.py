@@ -22,6 +22,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -227,13 +228,13 @@ def _redis_db() -> Iterator[str]:
     pytest.fail("every Redis database 1..15 is locked by another test run", pytrace=False)
 
 
-@pytest.fixture(params=["pg_redis", "embedded"])
-def stack_urls(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str, str]]:
-    if request.param == "embedded":
+@contextmanager
+def _urls(kind: str, tmp: Path, request: pytest.FixtureRequest) -> Iterator[tuple[str, str, str]]:
+    if kind == "embedded":
         yield (
             "embedded",
-            f"sqlite:///{tmp_path / 'dormant.sqlite3'}",
-            f"sqla+sqlite:///{tmp_path / 'broker.sqlite3'}",
+            f"sqlite:///{tmp / 'dormant.sqlite3'}",
+            f"sqla+sqlite:///{tmp / 'broker.sqlite3'}",
         )
         return
     from persistence import migrate
@@ -246,6 +247,30 @@ def stack_urls(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple
         yield ("pg_redis", database_url, broker_url)
     finally:
         gen.close()
+
+
+@pytest.fixture(params=["pg_redis", "embedded"])
+def stack_urls(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str, str]]:
+    with _urls(request.param, tmp_path, request) as urls:
+        yield urls
+
+
+@pytest.fixture(scope="module", params=["pg_redis", "embedded"])
+def shared_stack(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Stack]:
+    """One worker and one beat per test module and shape, for tests that neither
+    restart processes nor count rows: starting processes is most of an integration
+    test's time. Tests sharing it use their own process keys and instance ids."""
+    tmp = tmp_path_factory.mktemp(f"shared-{request.param}")
+    with _urls(request.param, tmp, request) as urls:
+        s = Stack(*urls, tmp)
+        try:
+            s.worker()
+            s.beat()
+            yield s
+        finally:
+            s.close()
 
 
 @pytest.fixture

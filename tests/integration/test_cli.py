@@ -20,7 +20,8 @@ def ok(stack: Stack, *args: str) -> str:
     return result.stdout
 
 
-def test_cli_end_to_end(stack: Stack) -> None:
+def test_cli_end_to_end(shared_stack: Stack) -> None:
+    stack = shared_stack
     model = stack.tmp / "flow.bpmn"
     model.write_text(linear("flow", job("test-double"), USER, MESSAGE, extra=MESSAGE_DEF))
     assert ok(stack, "db", "upgrade").startswith("database at revision")
@@ -72,7 +73,8 @@ def test_cli_end_to_end(stack: Stack) -> None:
         assert "Traceback" not in result.stderr
 
 
-def test_cli_incidents(stack: Stack) -> None:
+def test_cli_incidents(shared_stack: Stack) -> None:
+    stack = shared_stack
     model = stack.tmp / "failing.bpmn"
     model.write_text(linear("failing", job("test-fail")))
     ok(stack, "deploy", str(model))

@@ -84,7 +84,8 @@ PARALLEL = (
 )
 
 
-def test_timer_fires_through_the_deadline_table_and_beat(stack: Stack) -> None:
+def test_timer_fires_through_the_deadline_table_and_beat(shared_stack: Stack) -> None:
+    stack = shared_stack
     stack.client.deploy(linear("timer", TIMER))
     started = time.monotonic()
     iid = stack.client.start("timer")
@@ -97,7 +98,8 @@ def test_timer_fires_through_the_deadline_table_and_beat(stack: Stack) -> None:
     assert time.monotonic() - started >= 1.0
 
 
-def test_message_wakes_the_instance_with_its_key_only(stack: Stack) -> None:
+def test_message_wakes_the_instance_with_its_key_only(shared_stack: Stack) -> None:
+    stack = shared_stack
     c = stack.client
     c.deploy(linear("msg", MESSAGE, extra=MESSAGE_DEF))
     a = c.start("msg", {"orderId": "o-1"})
@@ -116,7 +118,8 @@ def test_message_wakes_the_instance_with_its_key_only(stack: Stack) -> None:
     assert [w.correlation_key for w in other.waits] == ["o-2"]
 
 
-def test_user_task_completes(stack: Stack) -> None:
+def test_user_task_completes(shared_stack: Stack) -> None:
+    stack = shared_stack
     c = stack.client
     c.deploy(linear("user", USER))
     iid = c.start("user", {"x": 1}, business_key="bk-1")
@@ -129,7 +132,8 @@ def test_user_task_completes(stack: Stack) -> None:
     assert c.user_tasks(iid) == []
 
 
-def test_job_result_lands_in_the_variables(stack: Stack) -> None:
+def test_job_result_lands_in_the_variables(shared_stack: Stack) -> None:
+    stack = shared_stack
     c = stack.client
     c.deploy(linear("job", job("test-double")))
     iid = c.start("job", {"n": 21})
@@ -139,7 +143,8 @@ def test_job_result_lands_in_the_variables(stack: Stack) -> None:
     assert view.variables["job_key"].startswith(f"{iid}:")
 
 
-def test_job_bpmn_error_and_failure_open_incidents(stack: Stack) -> None:
+def test_job_bpmn_error_and_failure_open_incidents(shared_stack: Stack) -> None:
+    stack = shared_stack
     c = stack.client
     c.deploy(linear("failing", job("test-fail")))
     iid = c.start("failing")
@@ -148,7 +153,8 @@ def test_job_bpmn_error_and_failure_open_incidents(stack: Stack) -> None:
     assert view.incidents[0].cause_class == "ValueError"
 
 
-def test_parallel_fork_joins(stack: Stack) -> None:
+def test_parallel_fork_joins(shared_stack: Stack) -> None:
+    stack = shared_stack
     c = stack.client
     c.deploy(PARALLEL)
     iid = c.start("fork", {"n": 2})
@@ -255,9 +261,10 @@ def test_bad_input_is_refused_by_the_cli_and_writes_nothing(
     _nothing_written(bare_stack)
 
 
-def test_inbox_sweep_republishes_a_trigger_whose_publish_was_lost(stack: Stack) -> None:
+def test_inbox_sweep_republishes_a_trigger_whose_publish_was_lost(shared_stack: Stack) -> None:
     """A trigger made durable in the inbox but never published (a broker that lost it)
     is re-published by beat's sweep and applied once."""
+    stack = shared_stack
     from tasks import inbox
 
     c = stack.client
