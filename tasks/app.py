@@ -32,6 +32,7 @@ import threading
 from typing import Any
 
 from celery import Celery
+from celery.app import trace as celery_trace
 from celery.signals import beat_init, worker_init, worker_process_init
 from kombu.entity import Exchange, Queue, binding
 
@@ -51,6 +52,10 @@ __all__ = [
 ]
 
 log = logging.getLogger("dormant.tasks")
+
+# Celery's success line prints the task's return value: for a job that is the user's
+# payload. Payload values never go into our logs, so the line names the task only.
+celery_trace.LOG_SUCCESS = "Task %(name)s[%(id)s] succeeded in %(runtime)ss"
 
 EXCHANGE = Exchange("dormant", type="topic", durable=True)
 BINDING_KEYS = ("trigger.#", "message.#", "signal.#", "job.#")

@@ -143,6 +143,19 @@ def test_job_result_lands_in_the_variables(shared_stack: Stack) -> None:
     assert view.variables["job_key"].startswith(f"{iid}:")
 
 
+def test_job_results_never_reach_the_worker_log(shared_stack: Stack) -> None:
+    """Payload values stay out of logs, Celery's own success line included."""
+    stack = shared_stack
+    c = stack.client
+    c.deploy(linear("job", job("test-double")))
+    iid = c.start("job", {"n": 123457})
+    view = stack.wait_status(iid, "completed")
+    assert view.variables["doubled"] == 246914
+    worker_log = "\n".join(p.text() for p in stack.procs if p.name.startswith("worker"))
+    assert "test-double" in worker_log  # the job ran in this worker and was logged...
+    assert "246914" not in worker_log and "123457" not in worker_log  # ...without payload
+
+
 def test_job_bpmn_error_and_failure_open_incidents(shared_stack: Stack) -> None:
     stack = shared_stack
     c = stack.client
