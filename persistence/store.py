@@ -34,7 +34,7 @@ from engine_core.effects import Fact, Step
 from engine_core.errors import InvalidOperation, InvalidVariables, UnknownInstance, UnknownProcess
 from engine_core.model import ProcessDefinition
 from engine_core.triggers import Start, Trigger
-from persistence import migrate
+from persistence import clock, migrate
 from persistence.db import READ, make_engine
 from persistence.decisions import DecisionCache, deploy_decisions
 from persistence.holds import sync_holds
@@ -540,9 +540,9 @@ class Store(Queries):
         self, older_than_seconds: float, limit: int = 100, *, now: datetime | None = None
     ) -> list[OutboxRow]:
         """Rows a publisher left behind (it died after commit): the sweeper's work."""
-        from datetime import UTC, timedelta
+        from datetime import timedelta
 
-        cutoff = (now or datetime.now(UTC)) - timedelta(seconds=older_than_seconds)
+        cutoff = (now or clock.now()) - timedelta(seconds=older_than_seconds)
         with self._read() as conn:
             rows = conn.execute(
                 select(outbox)

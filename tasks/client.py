@@ -261,9 +261,9 @@ class Client:
 
 
 def _now() -> Any:
-    from datetime import UTC, datetime
+    from persistence import clock
 
-    return datetime.now(UTC)
+    return clock.now()
 
 
 def _check_name(name: Any, what: str) -> None:

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import Engine, insert, select, update
 
+from persistence import clock
 from persistence.tables import inbox
 
 __all__ = ["InboxRow", "mark_processed", "record", "unprocessed"]
@@ -47,7 +48,7 @@ def record(
                 id=row_id,
                 kind=task,
                 payload={"routing_key": routing_key, "kwargs": kwargs},
-                created_at=datetime.now(UTC),
+                created_at=clock.now(),
             )
         )
     return row_id
@@ -59,13 +60,13 @@ def mark_processed(engine: Engine, inbox_id: str) -> None:
         conn.execute(
             update(inbox)
             .where(inbox.c.id == inbox_id, inbox.c.processed_at.is_(None))
-            .values(processed_at=datetime.now(UTC))
+            .values(processed_at=clock.now())
         )
 
 
 def unprocessed(engine: Engine, older_than_seconds: float, limit: int = 500) -> list[InboxRow]:
     """Rows still unprocessed ``older_than_seconds`` after they were written."""
-    cutoff = datetime.now(UTC) - timedelta(seconds=older_than_seconds)
+    cutoff = clock.now() - timedelta(seconds=older_than_seconds)
     with engine.connect() as conn:
         rows = conn.execute(
             select(inbox.c.id, inbox.c.kind, inbox.c.payload)

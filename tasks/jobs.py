@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import logging
 import time
-from datetime import UTC, datetime
 from typing import Any
 
 from celery import Task
@@ -43,6 +42,7 @@ from kombu.entity import Exchange, Queue
 
 from engine_core.errors import BpmnError
 from engine_core.triggers import JobCompleted, JobErrorThrown, JobFailed
+from persistence import clock
 from tasks.app import QUEUE, app, publish, store
 
 __all__ = [
@@ -150,7 +150,7 @@ def report(instance_id: str, trigger: Any, trigger_id: str) -> None:
         if delay:
             time.sleep(delay)
         try:
-            applied = store().apply(instance_id, trigger, datetime.now(UTC), trigger_id=trigger_id)
+            applied = store().apply(instance_id, trigger, clock.now(), trigger_id=trigger_id)
         except Exception as exc:  # mapped below: the result must not be lost
             from engine_core.errors import DormantError
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from celery import Task
@@ -40,6 +40,7 @@ from engine_core.triggers import (
     TaskCompleted,
     parse_trigger,
 )
+from persistence import clock
 from tasks import inbox
 from tasks.app import app, publish, settings, store
 from tasks.outbox import publish_ids, publish_row
@@ -66,7 +67,7 @@ SCAN_BATCH = 500
 
 
 def _now() -> datetime:
-    return datetime.now(UTC)
+    return clock.now()
 
 
 def _backoff(retries: int) -> float:

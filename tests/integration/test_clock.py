@@ -1,0 +1,55 @@
+"""The shell's one clock (persistence/clock.py) and its test/drill offset file."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from engine_core.errors import InvalidSetting
+from persistence import clock
+
+
+def test_no_setting_is_the_real_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(clock.OFFSET_FILE_VAR, raising=False)
+    before = datetime.now(UTC)
+    got = clock.now()
+    assert got.tzinfo is not None
+    assert before <= got <= datetime.now(UTC)
+
+
+def test_offset_file_moves_now_and_is_read_at_every_call(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    path = tmp_path / "offset"
+    monkeypatch.setenv(clock.OFFSET_FILE_VAR, str(path))
+    assert clock.offset_seconds() == 0.0  # missing file: no offset
+    path.write_text("")
+    assert clock.offset_seconds() == 0.0  # empty file: no offset
+    path.write_text("86400\n")
+    shifted = clock.now() - datetime.now(UTC)
+    assert 86399 < shifted.total_seconds() < 86401
+    path.write_text("-3600.5")
+    assert clock.offset_seconds() == -3600.5
+
+
+def test_a_file_that_is_not_a_number_is_refused_by_name(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    path = tmp_path / "offset"
+    path.write_text("tomorrow")
+    monkeypatch.setenv(clock.OFFSET_FILE_VAR, str(path))
+    with pytest.raises(InvalidSetting, match="DORMANT_CLOCK_OFFSET_FILE"):
+        clock.now()
+
+
+def test_the_shell_reads_time_only_through_the_clock() -> None:
+    root = Path(__file__).resolve().parents[2]
+    offenders = [
+        str(p.relative_to(root))
+        for layer in ("tasks", "scheduler", "persistence")
+        for p in (root / layer).rglob("*.py")
+        if p.name not in ("clock.py", "demo.py") and "datetime.now(" in p.read_text()
+    ]
+    assert offenders == []
