@@ -47,6 +47,12 @@ class IncidentView:
     first_at: datetime
     last_at: datetime
     data: dict[str, Any]
+    # Where it happened: the parked token, its scope and fork lineage; for a job that
+    # ran out of retries, the job type (the cause names attempts and the last error).
+    token_id: str | None = None
+    scope_id: str | None = None
+    lineage: list[str] = field(default_factory=list)
+    job_type: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +148,10 @@ def instance_view(checkpoint: Checkpoint) -> InstanceView:
             first_at=i.first_at,
             last_at=i.last_at,
             data=i.data,
+            token_id=i.token_id,
+            scope_id=i.scope_id,
+            lineage=list(i.lineage),
+            job_type=i.job_type,
         )
         for i in checkpoint.incidents.values()
     ]

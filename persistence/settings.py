@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
 from engine_core.errors import InvalidSetting
+from engine_core.model import RetryPolicy
 
 __all__ = ["ENV_VARS", "Settings", "normalise_database_url"]
 
@@ -26,6 +27,8 @@ ENV_VARS: dict[str, str] = {
     "wake_retry_backoff_seconds": "DORMANT_WAKE_RETRY_BACKOFF_SECONDS",
     "outbox_sweep_after_seconds": "DORMANT_OUTBOX_SWEEP_AFTER_SECONDS",
     "job_retry_backoff_seconds": "DORMANT_JOB_RETRY_BACKOFF_SECONDS",
+    "incident_retry_attempts": "DORMANT_INCIDENT_RETRY_ATTEMPTS",
+    "incident_retry_backoff_seconds": "DORMANT_INCIDENT_RETRY_BACKOFF_SECONDS",
 }
 
 
@@ -54,6 +57,11 @@ class Settings(BaseModel):
     # Outbox rows older than this are published by the sweeper (the publisher died).
     outbox_sweep_after_seconds: float = 5.0
     job_retry_backoff_seconds: float = 1.0
+    # The engine-wide incident retry policy, for activities without their own
+    # <dormant:retryPolicy>: 0 attempts (the default) means no automatic retry, so every
+    # incident waits for an operator (SRD-079 FR-6).
+    incident_retry_attempts: int = 0
+    incident_retry_backoff_seconds: float = 60.0
 
     @field_validator("database_url", "broker_url")
     @classmethod
@@ -72,11 +80,19 @@ class Settings(BaseModel):
         "wake_retry_backoff_seconds",
         "outbox_sweep_after_seconds",
         "job_retry_backoff_seconds",
+        "incident_retry_backoff_seconds",
     )
     @classmethod
     def _positive(cls, value: float | None) -> float | None:
         if value is not None and not value > 0:
             raise ValueError("must be a positive number of seconds")
+        return value
+
+    @field_validator("incident_retry_attempts")
+    @classmethod
+    def _attempts(cls, value: int) -> int:
+        if value < 0:
+            raise ValueError("must be a whole number of attempts, 0 (no automatic retry) or more")
         return value
 
     @model_validator(mode="after")
@@ -92,6 +108,13 @@ class Settings(BaseModel):
         """The resolved wake retry backoff (never None after validation)."""
         assert self.wake_retry_backoff_seconds is not None
         return self.wake_retry_backoff_seconds
+
+    @property
+    def incident_retry_policy(self) -> RetryPolicy | None:
+        """The engine default for ``Services``: None unless attempts were set."""
+        if self.incident_retry_attempts == 0:
+            return None
+        return RetryPolicy(self.incident_retry_attempts, self.incident_retry_backoff_seconds)
 
     @property
     def is_sqlite(self) -> bool:

@@ -44,7 +44,14 @@ from persistence.settings import Settings
 from persistence.start_timers import replace_start_timers
 from persistence.tables import definitions, facts, instances, outbox, processed_triggers
 
-__all__ = ["Applied", "Deployment", "OutboxRow", "StartKeyTaken", "Store"]
+__all__ = [
+    "Applied",
+    "Deployment",
+    "OutboxRow",
+    "StartKeyTaken",
+    "Store",
+    "log_raised_incidents",
+]
 
 log = logging.getLogger("dormant.store")
 
@@ -117,6 +124,25 @@ def _starts_of(definition: ProcessDefinition) -> dict[str, dict[str, list[str]]]
     return out
 
 
+def log_raised_incidents(applied: Applied) -> None:
+    """Log every incident a committed step raised, once, at ERROR (SRD-079 FR-2).
+
+    Called after the commit, so a transaction that rolled back (and is retried) logs
+    nothing; a duplicate or stale trigger carries no ``raised`` fact. Names only: the
+    instance, the incident, the node, the cause class and the attempt, never a value.
+    """
+    for fact in applied.facts:
+        if fact.kind == "Incident" and fact.details.get("action") == "raised":
+            log.error(
+                "incident raised instance=%s incident=%s node=%s cause_class=%s attempts=%s",
+                applied.instance_id,
+                fact.details.get("incident"),
+                fact.details.get("node"),
+                fact.details.get("cause_class"),
+                fact.details.get("attempts"),
+            )
+
+
 def _effect_payload(effect: object) -> dict[str, Any]:
     data: dict[str, Any] = dataclasses.asdict(effect)  # type: ignore[call-overload]
     return json.loads(json.dumps(data, default=str))  # type: ignore[no-any-return]
@@ -142,7 +168,10 @@ class Store(Queries):
         self.url = settings.database_url
         self.engine = make_engine(self.url)
         self.is_postgres = self.engine.dialect.name == "postgresql"
-        self.services = core.Services(job_retry_backoff_seconds=settings.job_retry_backoff_seconds)
+        self.services = core.Services(
+            job_retry_backoff_seconds=settings.job_retry_backoff_seconds,
+            incident_retry_policy=settings.incident_retry_policy,
+        )
         self._decisions = DecisionCache(self.services)
         self._definitions: dict[tuple[str, int], ProcessDefinition] = {}
         if check_schema:
@@ -333,9 +362,11 @@ class Store(Queries):
         )
         try:
             with self._tx() as conn:
-                return self.start_in(
+                applied = self.start_in(
                     conn, key, instance_id, trigger, now=now, version=version, trigger_id=trigger_id
                 )
+            log_raised_incidents(applied)
+            return applied
         except IntegrityError as exc:
             with self._read() as conn:
                 existing = self._existing(conn, instance_id)
@@ -393,6 +424,24 @@ class Store(Queries):
         return Applied(instance_id, int(row.revision), row.status, changed=False, duplicate=True)
 
     def apply(
+        self,
+        instance_id: str,
+        trigger: Trigger,
+        now: datetime,
+        *,
+        trigger_id: str | None = None,
+        precondition: Callable[[Connection], bool] | None = None,
+    ) -> Applied:
+        """Apply one trigger to one instance: THE transaction (see ``_apply``).
+
+        After the commit, every incident the step raised is logged once at ERROR."""
+        applied = self._apply(
+            instance_id, trigger, now, trigger_id=trigger_id, precondition=precondition
+        )
+        log_raised_incidents(applied)
+        return applied
+
+    def _apply(
         self,
         instance_id: str,
         trigger: Trigger,

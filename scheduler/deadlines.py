@@ -42,7 +42,7 @@ from sqlalchemy import Connection, Table, and_, delete, insert, select, tuple_, 
 from engine_core.timers import next_cycle_due
 from engine_core.triggers import Start, TimerFired
 from persistence.start_timers import START_TIMER_PREFIX, is_start_timer, start_instance_id
-from persistence.store import Applied, Store
+from persistence.store import Applied, Store, log_raised_incidents
 from persistence.tables import deadlines, facts, instances, start_timers
 
 __all__ = ["Claim", "FireOutcome", "claim_due", "fire"]
@@ -297,6 +297,7 @@ def _fire_start_timer(
             _arm_next(conn, row, where, now)
     except Exception as exc:
         return _settle_failure(store, claim_id, node_id, claim_token, now, exc)
+    log_raised_incidents(applied)
     log.info("start timer %s/%s v%d started instance %s", key, node_id, row.version, instance_id)
     return FireOutcome(claim_id, node_id, "fired", applied)
 

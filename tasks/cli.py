@@ -202,10 +202,19 @@ def incidents() -> None:
 
 
 @incidents.command("list")
-@click.option("--instance", "instance_id", default=None)
-@click.option("--state", default=None)
-def incidents_list(instance_id: str | None, state: str | None) -> None:
-    for i in _client().incidents(instance_id, state):
+@click.option("--instance", "instance_id", default=None, help="only this instance's")
+@click.option("--process", "key", default=None, metavar="KEY", help="only this process's")
+@click.option("--node", "node_id", default=None, metavar="NODE", help="only at this node id")
+@click.option(
+    "--state",
+    default=None,
+    help="open, retry_scheduled, resolved, dead_lettered or overtaken",
+)
+def incidents_list(
+    instance_id: str | None, key: str | None, node_id: str | None, state: str | None
+) -> None:
+    """One line per incident: id, instance, node, state, attempts, cause class."""
+    for i in _client().incidents(instance_id, state, key=key, node_id=node_id):
         click.echo(
             f"{i.id}\t{i.instance_id}\t{i.node_id}\t{i.state}\t{i.attempts}\t{i.cause_class}"
         )
@@ -214,6 +223,7 @@ def incidents_list(instance_id: str | None, state: str | None) -> None:
 @incidents.command("show")
 @click.argument("incident_id")
 def incidents_show(incident_id: str) -> None:
+    """Every field as JSON: the cause, the snapshot (``data``), attempts and times."""
     from engine_core.views import to_dict
 
     click.echo(json.dumps(to_dict(_client().incident(incident_id)), indent=2, sort_keys=True))

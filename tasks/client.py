@@ -36,6 +36,7 @@ from tasks import inbox
 __all__ = ["Client"]
 
 _CLOSED_INCIDENT = ("resolved", "dead_lettered", "overtaken")
+_INCIDENT_STATES = ("open", "retry_scheduled", *_CLOSED_INCIDENT)
 _ENDED = ("completed", "terminated", "failed")
 
 
@@ -229,9 +230,19 @@ class Client:
     # -- incidents -------------------------------------------------------------------
 
     def incidents(
-        self, instance_id: str | None = None, state: str | None = None
+        self,
+        instance_id: str | None = None,
+        state: str | None = None,
+        *,
+        key: str | None = None,
+        node_id: str | None = None,
     ) -> list[IncidentView]:
-        return list(self._store.incidents(instance_id, state))
+        """Incidents, open and closed, oldest last failure first; every filter is optional."""
+        if state is not None and state not in _INCIDENT_STATES:
+            raise InvalidOperation(
+                f"no incident state {state!r}; states: {', '.join(_INCIDENT_STATES)}"
+            )
+        return list(self._store.incidents(instance_id, state, key=key, node_id=node_id))
 
     def incident(self, incident_id: str) -> IncidentView:
         return self._store.incident(incident_id)
