@@ -30,7 +30,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 REDIS_HOST = os.environ.get("DORMANT_TEST_REDIS", "redis://127.0.0.1:6379")
-JOBS_MODULE = "tests.integration.test_tasks_jobs"
+# Comma-separated: the job modules every test worker loads.
+JOBS_MODULE = "tests.integration.test_tasks_jobs,tests.integration.incident_jobs"
 
 
 def wait_for(
