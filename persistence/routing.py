@@ -21,11 +21,12 @@ Order, and why:
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import insert, select
+from sqlalchemy import Connection, insert, select
 
 from engine_core.effects import Fact
 from engine_core.errors import InvalidMessage
@@ -51,6 +52,8 @@ class MessageOutcome:
     started: list[str] = field(default_factory=list)
     joined: list[str] = field(default_factory=list)
     buffered: bool = False
+    # The dedup row was written inside a delivery's own transaction.
+    recorded: bool = False
     applied: list[Applied] = field(default_factory=list)
 
     @property
@@ -115,6 +118,8 @@ class Router:
                 return out
         while True:
             self._deliver(out, name, correlation_key, variables, now)
+            if out.recorded:
+                return out
             if not out.delivered_to:
                 self._start(out, name, correlation_key, variables, now)
             if self._record(out, name, correlation_key, variables, ttl_seconds, now):
@@ -129,7 +134,12 @@ class Router:
         now: datetime,
     ) -> None:
         seen: set[str] = set(out.delivered_to)
-        for instance_id, wait_id in self._holders("message", name, key):
+        holders = self._holders("message", name, key)
+        # With one holder the dedup row rides its transaction. With several it must be
+        # written after all of them (``_record``): a crash in between leaves the message
+        # unrecorded, so the producer's retry reaches the holders not yet served.
+        single = len({instance for instance, _ in holders}) == 1 and not out.delivered_to
+        for instance_id, wait_id in holders:
             if instance_id in seen:
                 continue  # one message wakes one wait per instance
             seen.add(instance_id)
@@ -140,7 +150,10 @@ class Router:
                 variables=variables,
                 message_id=out.message_id,
             )
-            applied = self.store.apply(instance_id, trigger, now, trigger_id=out.message_id)
+            record = self._recorder(out, name, key, instance_id, now) if single else None
+            applied = self.store.apply(
+                instance_id, trigger, now, trigger_id=out.message_id, also=record
+            )
             for _ in range(_STALE_RETRIES):
                 if applied.changed or applied.duplicate:
                     break
@@ -150,11 +163,45 @@ class Router:
                 if not fresh:
                     break
                 trigger = trigger.model_copy(update={"wait_id": fresh[0]})
-                applied = self.store.apply(instance_id, trigger, now, trigger_id=out.message_id)
+                applied = self.store.apply(
+                    instance_id, trigger, now, trigger_id=out.message_id, also=record
+                )
             if not (applied.changed or applied.duplicate):
                 continue  # nothing there took it: it may start an instance or be buffered
             out.applied.append(applied)
             out.delivered_to.append(instance_id)
+
+    def _recorder(
+        self, out: MessageOutcome, name: str, key: str | None, taker: str, now: datetime
+    ) -> Callable[[Connection], None] | None:
+        """Record the message as consumed in the first delivery's own transaction.
+
+        The common case (one holder) then costs one write transaction, not two; a
+        redelivery finds the row and is a duplicate. Later deliveries of the same
+        message (other instances) need no row of their own."""
+        if out.recorded:
+            return None
+
+        def record(conn: Connection) -> None:
+            exists = conn.execute(
+                select(messages.c.message_id).where(messages.c.message_id == out.message_id)
+            ).first()
+            if exists is None:
+                conn.execute(
+                    insert(messages).values(
+                        message_id=out.message_id,
+                        name=name,
+                        correlation_key=key,
+                        variables={},
+                        expires_at=None,
+                        received_at=now,
+                        consumed_by_instance=taker,
+                        consumed_at=now,
+                    )
+                )
+            out.recorded = True
+
+        return record
 
     def _start(
         self,

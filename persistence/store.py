@@ -431,12 +431,18 @@ class Store(Queries):
         *,
         trigger_id: str | None = None,
         precondition: Callable[[Connection], bool] | None = None,
+        also: Callable[[Connection], None] | None = None,
     ) -> Applied:
         """Apply one trigger to one instance: THE transaction (see ``_apply``).
 
         After the commit, every incident the step raised is logged once at ERROR."""
         applied = self._apply(
-            instance_id, trigger, now, trigger_id=trigger_id, precondition=precondition
+            instance_id,
+            trigger,
+            now,
+            trigger_id=trigger_id,
+            precondition=precondition,
+            also=also,
         )
         log_raised_incidents(applied)
         return applied
@@ -449,6 +455,7 @@ class Store(Queries):
         *,
         trigger_id: str | None = None,
         precondition: Callable[[Connection], bool] | None = None,
+        also: Callable[[Connection], None] | None = None,
     ) -> Applied:
         """Apply one trigger to one instance: THE transaction (see the module docstring).
 
@@ -459,7 +466,9 @@ class Store(Queries):
         them, so a failure anywhere rolls back both and no wait is ever lost.
 
         ``precondition`` runs under the lock (the scheduler checks its claim there);
-        when it returns False nothing is applied and ``skipped`` is set.
+        when it returns False nothing is applied and ``skipped`` is set. ``also`` runs in
+        the same transaction after a step that changed the instance (the router records
+        a delivered message there, saving a commit per message).
         """
         with self._tx() as conn:
             row = self._lock(conn, instance_id)
@@ -495,7 +504,10 @@ class Store(Queries):
                     updated_at=now,
                 )
             )
-            return self._write_step(conn, instance_id, old, step, now, trigger_id)
+            applied = self._write_step(conn, instance_id, old, step, now, trigger_id)
+            if also is not None:
+                also(conn)
+            return applied
 
     def _lock(self, conn: Connection, instance_id: str) -> Row[Any]:
         q = select(
@@ -524,15 +536,24 @@ class Store(Queries):
         buffered = sync_holds(conn, instance_id, old.waits, cp.waits, now)
         sync_incidents(conn, old, cp)
         self._insert_facts(conn, instance_id, cp.revision, step.facts, now)
+        # Each effect's trigger id names its origin (instance, revision, index), never
+        # the row id: SQLite reuses the id of a deleted row, so a CancelChild published
+        # as "outbox:7" after the StartChild "outbox:7" was deleted would be dropped by
+        # the child as a duplicate of its own start.
         outbox_ids = [
             int(
                 conn.execute(
                     insert(outbox)
-                    .values(kind=type(e).__name__, payload=_effect_payload(e), created_at=now)
+                    .values(
+                        kind=type(e).__name__,
+                        payload=_effect_payload(e)
+                        | {"trigger_id": f"{instance_id}@{cp.revision}.{i}"},
+                        created_at=now,
+                    )
                     .returning(outbox.c.id)
                 ).scalar_one()
             )
-            for e in step.effects
+            for i, e in enumerate(step.effects)
         ]
         outbox_ids += [b.outbox_id for b in buffered]
         if trigger_id is not None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+import pytest
+
 from persistence.routing import Router
 from persistence.store import Store
 
@@ -58,3 +60,44 @@ def test_a_message_whose_wait_was_replaced_is_correlated_again(store: Any, now: 
     assert outcome.delivered_to == ["i-1"]
     assert store.instance("i-1").variables["hits"] == 2
 
+
+
+def test_a_crash_between_two_holders_is_healed_by_the_producers_retry(
+    store: Any, now: datetime, monkeypatch: Any
+) -> None:
+    """With several holders the message is recorded only after all of them: a crash
+    after the first leaves it unrecorded, and the retry serves the rest, once each."""
+    store.deploy(LOOP, now)
+    store.start("loop", "a", {"key": "k", "hits": 0}, now=now)
+    store.start("loop", "b", {"key": "k", "hits": 0}, now=now)
+    real_apply = store.apply
+    calls = {"n": 0}
+
+    def crash_on_second(*args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("worker died between two holders")
+        return real_apply(*args, **kwargs)
+
+    monkeypatch.setattr(store, "apply", crash_on_second)
+    with pytest.raises(RuntimeError):
+        Router(store).message("tick", "k", {}, message_id="m-1", ttl_seconds=None, now=now)
+    monkeypatch.setattr(store, "apply", real_apply)
+    retry = Router(store).message("tick", "k", {}, message_id="m-1", ttl_seconds=None, now=now)
+    assert not retry.duplicate
+    assert [store.instance(i).variables["hits"] for i in ("a", "b")] == [1, 1]
+    again = Router(store).message("tick", "k", {}, message_id="m-1", ttl_seconds=None, now=now)
+    assert again.duplicate
+    assert [store.instance(i).variables["hits"] for i in ("a", "b")] == [1, 1]
+
+
+def test_a_single_holder_records_the_message_in_its_own_transaction(
+    store: Any, now: datetime
+) -> None:
+    store.deploy(LOOP, now)
+    store.start("loop", "solo", {"key": "s", "hits": 0}, now=now)
+    first = Router(store).message("tick", "s", {}, message_id="m-9", ttl_seconds=None, now=now)
+    assert first.recorded and first.delivered_to == ["solo"]
+    assert Router(store).message("tick", "s", {}, message_id="m-9", ttl_seconds=None,
+                                 now=now).duplicate
+    assert store.instance("solo").variables["hits"] == 1
