@@ -3,9 +3,11 @@
 A row is published after the commit that wrote it, by the task that committed it, and
 marked published; a publisher that died in between leaves the row for the beat sweep
 (``dormant.relay_outbox``). So a row can be published twice, never zero times. That is
-harmless because every trigger published here carries a trigger id derived from the
-row id (``outbox:<id>``), and the Store drops a trigger id it has already applied;
-jobs carry their own idempotency key (``instance:wait:attempt``).
+harmless because every trigger published here carries the row's trigger id (the Store
+writes ``<instance>@<revision>.<index>`` into the payload; ``outbox:<id>`` for rows of
+older versions), and the Store drops a trigger id it has already applied; jobs carry
+their own idempotency key (``instance:wait:attempt``). Never the bare row id: SQLite
+reuses the id of a deleted row.
 
 Only routing lives here: which task, which routing key, which trigger. No BPMN.
 """
@@ -152,7 +154,7 @@ def publish_row(row: Any) -> None:
         # A newer dormant wrote a kind this one does not know: leave it for that one.
         log.error("outbox row %s has unknown kind %r; left unpublished", row_id, kind)
         return
-    publisher(dict(payload), trigger_id_for(row_id))
+    publisher(dict(payload), payload.get("trigger_id") or trigger_id_for(row_id))
     store().mark_published(row_id)
 
 

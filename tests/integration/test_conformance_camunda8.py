@@ -118,7 +118,7 @@ class Driver:
         return done_rows
 
     def _carry_out(self, kind: str, p: dict[str, Any], row_id: int) -> None:
-        s, now, tid = self.store, self.now, f"outbox:{row_id}"
+        s, now, tid = self.store, self.now, p.get("trigger_id") or f"outbox:{row_id}"
         if kind == "DispatchJob":
             self.jobs.append((p["instance_id"], p["job_type"]))
             s.apply(p["instance_id"], JobCompleted(wait_id=p["wait_id"], attempt=p["attempt"]), now)

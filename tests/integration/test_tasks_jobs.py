@@ -28,3 +28,15 @@ def fail(**_: Any) -> None:
 @app.task(name="test-bpmn-error")
 def bpmn_error(**_: Any) -> None:
     raise BpmnError("declined", "card declined", {"reason": "limit"})
+
+
+@app.task(name="test-bpmn-error-code")
+def bpmn_error_code(code: str = "declined", **_: Any) -> None:
+    """Throw the BPMN error named by the instance's ``code`` variable."""
+    raise BpmnError(code)
+
+
+@app.task(name="test-undo")
+def undo(doubled: Any = None, **_: Any) -> dict[str, Any]:
+    """A compensation handler's job: reports what it undid."""
+    return {"undone": doubled}
