@@ -205,6 +205,10 @@ class Incident(_Doc):
     # The variables visible from the node's scope at the last raise.
     data: dict[str, Any] = Field(default_factory=dict)
     job_type: str | None = None
+    # False when the node failed while activating: its boundaries were never armed, so
+    # a retry arms them. True once armed: a retry never arms them again, even after a
+    # one-shot boundary fired and left no wait behind (SRD-079 FR-6).
+    boundaries_armed: bool = True
 
 
 class CompensationEntry(_Doc):

@@ -35,7 +35,14 @@ def raise_incident(
     cause: str,
     cause_class: str,
     job_type: str | None = None,
+    *,
+    activated: bool = True,
 ) -> None:
+    """Park ``token`` at ``node`` in an incident (or update its open one).
+
+    ``activated`` is False when the node failed while activating (its boundaries were
+    withdrawn unarmed, nodes.enter): the retry must arm them then, and only then.
+    """
     if rt.cp.parent is not None:
         rt.fail_instance(f"{node.label}: {cause}")
         return
@@ -64,6 +71,7 @@ def raise_incident(
             last_at=rt.now,
             data=snapshot,
             job_type=job_type,
+            boundaries_armed=activated,
         )
         rt.cp.incidents[incident.id] = incident
     else:
@@ -73,6 +81,7 @@ def raise_incident(
         incident.cause_class = cause_class
         incident.data = snapshot
         incident.state = IncidentState.OPEN
+        incident.boundaries_armed = activated
     rt.fact(
         "Incident",
         action="raised",
@@ -144,8 +153,9 @@ def retry(rt: Runtime, incident_id: str) -> str:
         attempts=incident.attempts,
     )
     token.state = TokenState.ACTIVE
-    if any(w.role is WaitRole.BOUNDARY for w in rt.waits_of(token.id)):
-        # Armed before the failure (a job that failed): they stay as they are. An
+    if incident.boundaries_armed:
+        # Armed before the failure (a job that failed): they stay as they are, still
+        # armed or already fired (a one-shot timer leaves no wait to tell by). An
         # activation failure armed none (nodes._unarm_boundaries): the retry arms them.
         rt.keep_boundaries.add(token.id)
     rt.queue.append(token.id)

@@ -55,7 +55,7 @@ def enter(rt: Runtime, token: Token) -> None:
     except TechnicalFailure as failure:
         if arms:
             _unarm_boundaries(rt, token)
-        raise_incident(rt, token, node, str(failure), failure.cause_class)
+        raise_incident(rt, token, node, str(failure), failure.cause_class, activated=not arms)
 
 
 def _unarm_boundaries(rt: Runtime, token: Token) -> None:

@@ -393,6 +393,27 @@ def test_non_interrupting_boundary_fires_while_incident_open_and_retry_does_not_
     assert not run.waits("remind")
 
 
+def test_retry_does_not_rearm_a_one_shot_boundary_that_already_fired() -> None:
+    """Bug fixed: the retry decided "armed before?" by looking for boundary waits, so a
+    one-shot timer that had fired (no wait left) was armed again and fired twice."""
+    b = ProcessBuilder("p")
+    b.start_event("s").service_task("bad", job_type="charge", job_retries="1").end_event("e")
+    b.boundary_event("remind", "bad", timer("PT1H"), cancel_activity=False)
+    b.user_task("reminded").end_event("re")
+    b.sequence("s", "bad", "e")
+    b.sequence("remind", "reminded", "re")
+    run = Run(b.build())
+    run.start()
+    run.fail_job("bad")
+    incident = run.incident("bad")
+    run.fire("remind")
+    assert not run.waits("remind") and len(run.tokens("reminded")) == 1
+    run.retry(incident.id)
+    assert not run.waits("remind"), "the retry armed the fired boundary again"
+    run.fail_job("bad")
+    assert run.incident("bad").attempts == 2 and not run.waits("remind")
+
+
 def test_interrupting_boundary_overtakes_the_incident() -> None:
     run = Run(boundary_over_job(interrupting=True))
     run.start()
