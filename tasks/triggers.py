@@ -31,9 +31,10 @@ from typing import Any
 from celery import Task
 from sqlalchemy.exc import OperationalError
 
-from engine_core.errors import DormantError, UnknownIncident, UnknownTask
+from engine_core.errors import DormantError, UnknownProcess, UnknownTask
 from engine_core.triggers import (
     Cancel,
+    ChildFailed,
     IncidentDrop,
     IncidentResolve,
     IncidentRetry,
@@ -175,21 +176,35 @@ def start(
     inbox_id: str | None = None,
     trigger_id: str | None = None,
 ) -> None:
-    """Start instance ``instance_id`` of process ``key`` (idempotent on the id)."""
+    """Start instance ``instance_id`` of process ``key`` (idempotent on the id).
+
+    A call activity's child (``parent`` given) whose process is not deployed fails
+    back to its caller: the call activity gets an incident, as in Camunda 8, which a
+    retry after deploying the process heals. Dropping it would leave the caller waiting
+    for a child that never exists.
+    """
 
     def call(tid: str, now: datetime) -> Any:
-        return store().start(
-            key,
-            instance_id,
-            variables or {},
-            now=now,
-            business_key=business_key,
-            version=version,
-            start_node_id=start_node_id,
-            start_key=start_key,
-            parent=parent,
-            trigger_id=tid,
-        )
+        try:
+            return store().start(
+                key,
+                instance_id,
+                variables or {},
+                now=now,
+                business_key=business_key,
+                version=version,
+                start_node_id=start_node_id,
+                start_key=start_key,
+                parent=parent,
+                trigger_id=tid,
+            )
+        except UnknownProcess as exc:
+            if parent is None:
+                raise
+            failed = ChildFailed(
+                wait_id=parent["wait_id"], error=str(exc), error_class="UnknownProcess"
+            )
+            return store().apply(parent["instance_id"], failed, now, trigger_id=f"{tid}:unknown")
 
     return _run(self, "start", call, inbox_id, trigger_id)
 

@@ -153,6 +153,21 @@ def test_child_failure_is_an_incident_at_the_call_activity_and_retry_runs_a_new_
     assert c.incident(incident.id).state == "resolved"
 
 
+def test_calling_an_undeployed_process_is_an_incident_healed_by_deploy_and_retry(
+    shared_stack: Stack,
+) -> None:
+    stack, c = shared_stack, shared_stack.client
+    c.deploy(call_parent("cu-parent", "cu-child"))
+    pid = c.start("cu-parent", {"n": 1})
+    [incident] = stack.wait_status(pid, "active_incidents").incidents
+    assert (incident.node_id, incident.cause_class) == ("call", "UnknownProcess")
+    assert "cu-child" in incident.cause
+    assert children(stack, pid, "cu-child") == []
+    c.deploy(child_with("cu-child", job("work", "test-double")))
+    c.retry_incident(incident.id)
+    assert stack.wait_status(pid, "completed").variables["doubled"] == 2
+
+
 # -- multi-instance -----------------------------------------------------------------------
 
 
