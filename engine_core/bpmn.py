@@ -187,11 +187,13 @@ def _read_process(process: Element, refs: _Refs) -> ProcessDefinition:
     key = process.get("id")
     if not key:
         raise InvalidModel("a process has no id")
-    read_extensions(process)  # refuses process-level listeners; the rest is metadata
+    # Refuses process-level listeners; of the rest only the version tag matters.
+    tag = read_extensions(process).get("version_tag")
     draft = _Draft()
     _read_scope(process, None, refs, draft)
     nodes = _link_compensation(draft)
-    return assemble(key, process.get("name"), nodes, draft.flows, draft.flow_scopes)
+    definition = assemble(key, process.get("name"), nodes, draft.flows, draft.flow_scopes)
+    return replace(definition, version_tag=tag) if tag else definition
 
 
 def _read_scope(scope: Element, parent: str | None, refs: _Refs, draft: _Draft) -> None:

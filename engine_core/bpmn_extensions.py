@@ -29,7 +29,6 @@ DORMANT = "http://dormant.dev/schema/1.0"
 _ZEEBE_IGNORED = frozenset(
     {
         "properties",
-        "versionTag",
         "taskSchedule",
         "userTaskForm",
         "priorityDefinition",
@@ -122,9 +121,14 @@ def _read_zeebe(host: Element, el: Element, name: str, fields: dict[str, Any]) -
     elif name == "calledDecision":
         # The decision is looked up when the task runs (Camunda 8: latest version), so
         # a model may be deployed before its .dmn; running it without one is an incident.
+        _latest_binding_only(host, el, name)
         fields["decision_id"] = el.get("decisionId") or None
         fields["result_variable"] = el.get("resultVariable") or None
     elif name == "calledElement":
+        if (el.get("bindingType") or "").strip() == "versionTag":
+            fields["called_version_tag"] = _version_tag(host, el)
+        else:
+            _latest_binding_only(host, el, name)
         fields["called_process"] = el.get("processId") or None
         fields["propagate_all_child_variables"] = truthy(el.get("propagateAllChildVariables"), True)
         fields["propagate_all_parent_variables"] = truthy(
@@ -137,10 +141,37 @@ def _read_zeebe(host: Element, el: Element, name: str, fields: dict[str, Any]) -
         fields["form_key"] = (
             el.get("formKey") or el.get("formId") or el.get("externalReference") or None
         )
+    elif name == "versionTag":
+        if local(host)[1] == "process":  # metadata anywhere else
+            fields["version_tag"] = (el.get("value") or "").strip() or None
     elif name in ("loopCharacteristics", "subscription"):
         return  # read with their BPMN parent (multi-instance, message)
     else:
         raise _refuse(host, f"zeebe:{name} is not supported")
+
+
+def _version_tag(host: Element, el: Element) -> str:
+    tag = (el.get("versionTag") or "").strip()
+    if not tag:
+        raise InvalidModel(
+            f'element {host.get("id", "?")!r}: zeebe:calledElement bindingType="versionTag" '
+            "needs a versionTag attribute"
+        )
+    return tag
+
+
+def _latest_binding_only(host: Element, el: Element, name: str) -> None:
+    """Camunda 8.6 added ``bindingType`` (latest, deployment, versionTag). dormant binds
+    the latest deployed version, or (call activities) the newest one with a version tag;
+    running a "deployment" binding on the latest would silently run a version its author
+    did not choose, so it is refused."""
+    binding = (el.get("bindingType") or "latest").strip()
+    if binding != "latest":
+        raise _refuse(
+            host,
+            f'zeebe:{name} bindingType="{binding}" is not supported: dormant always runs '
+            'the latest deployed version (bindingType="latest")',
+        )
 
 
 def _read_dormant(host: Element, el: Element, name: str, fields: dict[str, Any]) -> None:

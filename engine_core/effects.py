@@ -71,6 +71,8 @@ class StartChild:
     parent_instance_id: str
     parent_wait_id: str
     root_instance_id: str
+    # None: the latest deployed version; else the newest version with this zeebe:versionTag.
+    version_tag: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -202,6 +202,8 @@ class Node:
 
     # Call activity.
     called_process: str | None = None
+    # bindingType="versionTag": the newest deployed version whose zeebe:versionTag is this.
+    called_version_tag: str | None = None
     propagate_all_child_variables: bool = True
     propagate_all_parent_variables: bool = True
 
@@ -235,6 +237,8 @@ class ProcessDefinition:
     flows: Mapping[str, Flow]
     # Container id (None = the process itself) -> the ids of the nodes directly inside it.
     children: Mapping[str | None, tuple[str, ...]] = field(default_factory=dict)
+    # zeebe:versionTag: what a call activity with bindingType="versionTag" asks for.
+    version_tag: str | None = None
 
     def node(self, node_id: str) -> Node:
         return self.nodes[node_id]

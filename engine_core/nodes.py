@@ -364,6 +364,7 @@ def _call_activity(rt: Runtime, token: Token, node: Node) -> None:
             parent_instance_id=rt.cp.instance_id,
             parent_wait_id=wait.id,
             root_instance_id=root,
+            version_tag=node.called_version_tag,
         )
     )
     _wait(token)

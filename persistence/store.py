@@ -345,8 +345,11 @@ class Store(Queries):
         start_key: str | None = None,
         parent: dict[str, str] | None = None,
         trigger_id: str | None = None,
+        version_tag: str | None = None,
     ) -> Applied:
-        """Create ``instance_id`` and apply its Start, in one transaction.
+        """Create ``instance_id`` and apply its Start, in one transaction; ``version_tag``
+        picks the newest version with that ``zeebe:versionTag`` (a call activity's
+        ``bindingType="versionTag"``), ``UnknownProcess`` if none has it.
 
         Idempotent on the instance id: a redelivered start finds the row and returns
         ``changed=False``. A keyed start racing another with the same key loses on the
@@ -362,6 +365,8 @@ class Store(Queries):
         )
         try:
             with self._tx() as conn:
+                if version_tag is not None and version is None:
+                    version = self._tagged_version(conn, key, version_tag)
                 applied = self.start_in(
                     conn, key, instance_id, trigger, now=now, version=version, trigger_id=trigger_id
                 )
@@ -375,6 +380,25 @@ class Store(Queries):
             if start_key is not None:
                 raise StartKeyTaken(key, start_key) from exc
             raise
+
+    def _tagged_version(self, conn: Connection, key: str, tag: str) -> int:
+        """The newest deployed version of ``key`` whose model carries ``tag``."""
+        rows = conn.execute(
+            select(definitions.c.version)
+            .where(definitions.c.key == key)
+            .order_by(definitions.c.version.desc())
+        )
+        versions = [int(r.version) for r in rows]
+        for version in versions:
+            if self.definition(key, version, conn=conn)[0].version_tag == tag:
+                return version
+        if not versions:
+            raise self._unknown_process(conn, key, None)
+        raise UnknownProcess(
+            f"no deployed version of process {key!r} has version tag {tag!r} "
+            f"(versions: {', '.join(map(str, sorted(versions)))}); deploy one with "
+            f'<zeebe:versionTag value="{tag}"/>'
+        )
 
     def start_in(
         self,

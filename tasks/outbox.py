@@ -80,10 +80,12 @@ def _throw_signal(p: dict[str, Any], tid: str) -> None:
 
 
 def _start_child(p: dict[str, Any], tid: str) -> None:
+    tagged = {"version_tag": p["version_tag"]} if p.get("version_tag") else {}
     publish(
         "dormant.start",
         "trigger.start",
         {
+            **tagged,
             "key": p["process_key"],
             "instance_id": p["child_instance_id"],
             "variables": p.get("variables") or {},

@@ -173,10 +173,12 @@ def start(
     start_node_id: str | None = None,
     start_key: str | None = None,
     parent: dict[str, str] | None = None,
+    version_tag: str | None = None,
     inbox_id: str | None = None,
     trigger_id: str | None = None,
 ) -> None:
-    """Start instance ``instance_id`` of process ``key`` (idempotent on the id).
+    """Start instance ``instance_id`` of process ``key`` (idempotent on the id); with
+    ``version_tag``, of its newest version carrying that ``zeebe:versionTag``.
 
     A call activity's child (``parent`` given) whose process is not deployed fails
     back to its caller: the call activity gets an incident, as in Camunda 8, which a
@@ -197,6 +199,7 @@ def start(
                 start_key=start_key,
                 parent=parent,
                 trigger_id=tid,
+                version_tag=version_tag,
             )
         except UnknownProcess as exc:
             if parent is None:

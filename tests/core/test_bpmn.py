@@ -320,6 +320,23 @@ TD = ext('<zeebe:taskDefinition type="t"/>')
             "userTask",
         ),
         (
+            '<bpmn:callActivity id="ca" name="Pay">'
+            + ext('<zeebe:calledElement processId="c" bindingType="deployment"/>')
+            + "</bpmn:callActivity>",
+            "ca",
+            "callActivity",
+        ),
+        (
+            '<bpmn:businessRuleTask id="br" name="Pay">'
+            + ext(
+                '<zeebe:calledDecision decisionId="d" resultVariable="r" '
+                'bindingType="versionTag" versionTag="v1"/>'
+            )
+            + "</bpmn:businessRuleTask>",
+            "br",
+            "businessRuleTask",
+        ),
+        (
             '<bpmn:startEvent id="es" name="Pay"><bpmn:errorEventDefinition/></bpmn:startEvent>',
             "es",
             "startEvent",
@@ -342,6 +359,32 @@ def test_refused_elements_name_id_type_and_name(
         "Pay",
     )
     assert repr(element_id) in str(info.value) and element_type in str(info.value)
+
+
+def test_latest_binding_is_the_one_dormant_runs() -> None:
+    definition = one(
+        '<bpmn:callActivity id="ca">'
+        + ext('<zeebe:calledElement processId="c" bindingType="latest"/>')
+        + "</bpmn:callActivity>"
+    )
+    assert definition.nodes["ca"].called_process == "c"
+    assert definition.nodes["ca"].called_version_tag is None
+
+
+def test_version_tag_binding_and_the_process_version_tag() -> None:
+    caller = one(
+        '<bpmn:callActivity id="ca">'
+        + ext('<zeebe:calledElement processId="c" bindingType="versionTag" versionTag="v1"/>')
+        + "</bpmn:callActivity>"
+    )
+    assert caller.nodes["ca"].called_version_tag == "v1" and caller.version_tag is None
+    assert one(ext('<zeebe:versionTag value="v1"/>')).version_tag == "v1"
+    with pytest.raises(InvalidModel, match=r"'ca'.*versionTag"):
+        one(
+            '<bpmn:callActivity id="ca">'
+            + ext('<zeebe:calledElement processId="c" bindingType="versionTag"/>')
+            + "</bpmn:callActivity>"
+        )
 
 
 def test_process_level_listener_refused() -> None:

@@ -39,6 +39,13 @@ def test_start_child_effect_is_deterministic() -> None:
     assert again.effects_of(StartChild, again.start({"order": 7, "note": "x"}))[0] == start
 
 
+def test_version_tag_binding_rides_on_the_start_child() -> None:
+    run = Run(caller(called_version_tag="v1"))
+    assert run.effects_of(StartChild, run.start())[0].version_tag == "v1"
+    plain = Run(caller())
+    assert plain.effects_of(StartChild, plain.start())[0].version_tag is None  # latest
+
+
 def test_input_mappings_only_when_not_propagating_all() -> None:
     run = Run(caller(propagate_all_parent_variables=False, inputs=(IoMapping("=order * 2", "n"),)))
     step = run.start({"order": 7, "note": "x"})

@@ -448,3 +448,22 @@ def test_outbox_trigger_ids_are_never_reused(store: Any, now: Any) -> None:
     assert (start_row.kind, cancel_row.kind) == ("StartChild", "CancelChild")
     assert start_row.payload["trigger_id"] == "p-1@1.0"
     assert cancel_row.payload["trigger_id"] == "p-1@2.0"
+
+
+def test_version_tag_binding_starts_the_newest_tagged_version(store: Any, now: Any) -> None:
+    from engine_core.errors import UnknownProcess
+
+    def tagged(tag: str, end: str) -> str:
+        xml = process(
+            "vt-child", f'<bpmn:startEvent id="s"/><bpmn:endEvent id="{end}"/>', [("s", end)]
+        )
+        ext = f'<bpmn:extensionElements><zeebe:versionTag value="{tag}"/></bpmn:extensionElements>'
+        return xml.replace('isExecutable="true">', f'isExecutable="true">{ext}', 1)
+
+    store.deploy(tagged("v1", "a"), now)
+    store.deploy(tagged("v1", "b"), now)
+    store.deploy(tagged("v2", "c"), now)
+    assert store.start("vt-child", "i-1", {}, now=now, version_tag="v1").instance_id == "i-1"
+    assert store.instance("i-1").version == 2  # the newest of the two tagged v1
+    with pytest.raises(UnknownProcess, match="'v3'"):
+        store.start("vt-child", "i-2", {}, now=now, version_tag="v3")

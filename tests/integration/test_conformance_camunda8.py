@@ -136,6 +136,7 @@ class Driver:
                     now=now,
                     parent=parent,
                     trigger_id=tid,
+                    version_tag=p.get("version_tag"),
                 )
             except Exception as exc:  # an unknown called process: the parent hears of it
                 s.apply(
