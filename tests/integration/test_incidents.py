@@ -199,6 +199,7 @@ def test_failure_parks_its_token_siblings_run_and_retries_update_one_incident(
     final = stack.wait_status(iid, "completed")
     assert final.variables["charged"] is True
     assert c.incident(inc.id).state == "resolved" and len(runs(flag)) == 3
+    assert len({line.split()[1] for line in runs(flag)}) == 3  # a new idempotency key each
 
     # T-14: one fact per action, with the cause class and never a payload value.
     assert actions(stack, iid) == ["raised", "retried", "raised", "retried", "resolved"]
