@@ -1,0 +1,78 @@
+"""FEEL text to a lark parse tree, and the small helpers that read tokens of it."""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+from typing import Any
+
+from lark import Lark, Token, Tree
+from lark.exceptions import UnexpectedInput
+
+from engine_core.errors import ExpressionError
+from engine_core.feel.temporal import parse_date, parse_datetime, parse_duration_text, parse_time
+
+__all__ = ["name_of", "parse", "temporal_literal", "unquote", "uses_input"]
+
+_PARSER = Lark(
+    resources.files("engine_core.feel").joinpath("feel.lark").read_text(encoding="utf-8"),
+    parser="lalr", lexer="contextual", start=["start", "unary_tests"], maybe_placeholders=True,
+)
+
+
+def parse(text: str, start: str) -> Tree[Token]:
+    """Parse ``text``; a syntax error names the character offset where it is."""
+    try:
+        return _PARSER.parse(text, start=start)
+    except UnexpectedInput as exc:
+        pos = getattr(exc, "pos_in_stream", None)
+        token = getattr(exc, "token", None)
+        if isinstance(token, Token) and token.start_pos is not None:
+            pos = token.start_pos
+        if pos is None or (token is not None and token.type == "$END"):
+            pos = len(text)
+        found = f"unexpected {text[pos:pos + 10]!r}" if pos < len(text) else "unexpected end"
+        raise ExpressionError(f"FEEL syntax error: {found}", expression=text,
+                              position=pos) from None
+
+
+_ESCAPE = re.compile(r"\\(u[0-9a-fA-F]{4}|U[0-9a-fA-F]{6}|.)", re.S)
+_SIMPLE = {"n": "\n", "r": "\r", "t": "\t", '"': '"', "'": "'", "\\": "\\", "b": "\b", "f": "\f"}
+
+
+def unquote(text: str) -> str:
+    def repl(m: re.Match[str]) -> str:
+        code = m.group(1)
+        if len(code) > 1:
+            return chr(int(code[1:], 16))
+        return _SIMPLE.get(code, "\\" + code)
+
+    body = _ESCAPE.sub(repl, text[1:-1])
+    return body.encode("utf-16", "surrogatepass").decode("utf-16") if any(
+        0xD800 <= ord(c) <= 0xDFFF for c in body) else body
+
+
+def name_of(tree: Any) -> str:
+    parts = [str(t) for t in tree.children]
+    if len(parts) == 1 and parts[0].startswith("`"):
+        return parts[0][1:-1]
+    return " ".join(" ".join(p.split()) for p in parts)
+
+
+def temporal_literal(text: str) -> Any:
+    if text.startswith(("P", "-P")):
+        return parse_duration_text(text)
+    if "T" in text:
+        return parse_datetime(text)
+    if ":" in text:
+        return parse_time(text)
+    return parse_date(text)
+
+
+def uses_input(tree: Any) -> bool:
+    """Whether a unary-test expression reads ``?`` (then its value is the verdict)."""
+    if isinstance(tree, Token):
+        return tree.type == "NAME" and str(tree) == "?"
+    if isinstance(tree, Tree):
+        return any(uses_input(c) for c in tree.children)
+    return False
