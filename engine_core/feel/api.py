@@ -13,8 +13,8 @@ from lark import Tree
 from engine_core.errors import ExpressionError
 from engine_core.feel import ops
 from engine_core.feel.compiler import Node, compile_tree
-from engine_core.feel.syntax import parse, uses_input
 from engine_core.feel.scope import Scope
+from engine_core.feel.syntax import parse, uses_input
 from engine_core.feel.temporal import (
     YearsMonthsDuration,
     format_date,
