@@ -636,3 +636,27 @@ def test_scheduled_retries_survive_a_worker_and_beat_restart(
         stack.wait_status(iid, "completed", timeout=40)
         assert actions(stack, iid) == ["raised", "retry-scheduled", "retried", "resolved"]
     assert len(runs(flag)) == 4
+
+
+def test_the_engine_default_retry_policy_setting_is_validated(tmp_path: Path) -> None:
+    from engine_core.errors import InvalidSetting
+    from engine_core.model import RetryPolicy
+    from persistence.settings import Settings
+    from persistence.store import Store
+
+    assert Settings.from_env({}).incident_retry_policy is None  # no automatic retry
+    env = {
+        "DORMANT_INCIDENT_RETRY_ATTEMPTS": "2",
+        "DORMANT_INCIDENT_RETRY_BACKOFF_SECONDS": "5",
+        "DORMANT_DATABASE_URL": f"sqlite:///{tmp_path / 'd.sqlite3'}",
+    }
+    store = Store(settings=Settings.from_env(env))
+    assert store.services.incident_retry_policy == RetryPolicy(2, 5.0)
+    store.close()
+    for var, value in (
+        ("DORMANT_INCIDENT_RETRY_ATTEMPTS", "-1"),
+        ("DORMANT_INCIDENT_RETRY_ATTEMPTS", "two"),
+        ("DORMANT_INCIDENT_RETRY_BACKOFF_SECONDS", "0"),
+    ):
+        with pytest.raises(InvalidSetting, match=f"{var}='{value}' is not usable"):
+            Settings.from_env({var: value})
