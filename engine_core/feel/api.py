@@ -13,6 +13,7 @@ from lark import Tree
 from engine_core.errors import ExpressionError
 from engine_core.feel import ops
 from engine_core.feel.compiler import Node, compile_tree
+from engine_core.feel.far import FarMoment
 from engine_core.feel.scope import Scope
 from engine_core.feel.syntax import parse, uses_input
 from engine_core.feel.temporal import (
@@ -113,6 +114,8 @@ def to_json(value: Any) -> Any:
         return float(value)
     if isinstance(value, (int, float)):
         return value
+    if isinstance(value, FarMoment):
+        return format_datetime(value) if value.is_datetime else format_date(value)
     if isinstance(value, datetime):
         return format_datetime(value)
     if isinstance(value, date):

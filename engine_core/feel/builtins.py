@@ -14,6 +14,7 @@ from datetime import date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Any, TypeVar
 
+from engine_core.feel.far import FarMoment
 from engine_core.feel.temporal import YearsMonthsDuration
 from engine_core.feel.values import FeelFunction, Range
 
@@ -73,6 +74,8 @@ def feel_property(value: Any, key: str) -> Any:
         return value.get(key)
     if isinstance(value, list):
         return [feel_property(v, key) for v in value]
+    if isinstance(value, FarMoment):
+        return Decimal(value.year) if key == "year" else feel_property(value.base, key)
     if isinstance(value, date):
         if key == "year":
             return Decimal(value.year)

@@ -23,6 +23,7 @@ from typing import Any
 
 from engine_core.feel import ops
 from engine_core.feel.builtins import builtin
+from engine_core.feel.far import FarMoment
 from engine_core.feel.temporal import (
     YearsMonthsDuration,
     format_date,
@@ -50,6 +51,8 @@ def to_string(value: Any) -> Any:
         return "true" if value else "false"
     if isinstance(value, Decimal):
         return format_number(value)
+    if isinstance(value, FarMoment):
+        return format_datetime(value) if value.is_datetime else format_date(value)
     if isinstance(value, datetime):
         return format_datetime(value)
     if isinstance(value, date):

@@ -7,6 +7,7 @@ from decimal import Decimal
 from typing import Any
 
 from engine_core.feel.builtins import builtin
+from engine_core.feel.far import FarMoment, make_date, rebase, split
 from engine_core.feel.temporal import (
     YearsMonthsDuration,
     parse_date,
@@ -28,6 +29,8 @@ def _int(value: Any) -> int | None:
 def date_from(value: Any) -> Any:
     if isinstance(value, str):
         return parse_date(value)
+    if isinstance(value, FarMoment):
+        return rebase(date_from(value.base), value.cycles)
     if isinstance(value, datetime):
         return value.date()
     if isinstance(value, date):
@@ -40,7 +43,7 @@ def date_parts(year: Any, month: Any, day: Any) -> Any:
     y, m, d = _int(year), _int(month), _int(day)
     if y is None or m is None or d is None:
         return None
-    return date(y, m, d)
+    return make_date(y, m, d)
 
 
 @builtin("time", "from")
@@ -73,6 +76,8 @@ def time_parts(hour: Any, minute: Any, second: Any, offset: Any = None) -> Any:
 def datetime_from(value: Any) -> Any:
     if isinstance(value, str):
         return parse_datetime(value)
+    if isinstance(value, FarMoment):
+        return rebase(datetime_from(value.base), value.cycles)
     if isinstance(value, datetime):
         return value
     if isinstance(value, date):
@@ -82,6 +87,8 @@ def datetime_from(value: Any) -> Any:
 
 @builtin("date and time", "date", "time")
 def datetime_parts(d: Any, t: Any) -> Any:
+    if isinstance(d, FarMoment):
+        return rebase(datetime_parts(d.base, t), d.cycles)
     if not isinstance(d, date) or not isinstance(t, time):
         return None
     return datetime.combine(d if not isinstance(d, datetime) else d.date(), t)
@@ -94,14 +101,14 @@ def duration(value: Any) -> Any:
 
 @builtin("years and months duration", "from", "to")
 def years_and_months(start: Any, end: Any) -> Any:
-    if not isinstance(start, date) or not isinstance(end, date):
+    """Whole months from ``start`` to ``end``, by their dates alone (as Java's ``Period``)."""
+    if not isinstance(start, (date, FarMoment)) or not isinstance(end, (date, FarMoment)):
         return None
-    months = (end.year - start.year) * 12 + end.month - start.month
-    a = (start.day, start.timetz() if isinstance(start, datetime) else time())
-    b = (end.day, end.timetz() if isinstance(end, datetime) else time())
-    if months > 0 and (b[0], b[1].replace(tzinfo=None)) < (a[0], a[1].replace(tzinfo=None)):
+    (a, i), (b, j) = split(start), split(end)
+    months = (b.year - a.year + 400 * (j - i)) * 12 + b.month - a.month
+    if months > 0 and b.day < a.day:
         months -= 1
-    elif months < 0 and (b[0], b[1].replace(tzinfo=None)) > (a[0], a[1].replace(tzinfo=None)):
+    elif months < 0 and b.day > a.day:
         months += 1
     return YearsMonthsDuration(months)
 

@@ -11,6 +11,7 @@ from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from engine_core.feel.far import FarMoment, difference, rebase
 from engine_core.feel.temporal import YearsMonthsDuration, add_months
 from engine_core.feel.values import DECIMAL, FeelFunction, Range, UnaryTest, kind_of
 
@@ -46,6 +47,9 @@ def equal(a: Any, b: Any) -> bool | None:
             if r is not True:
                 return r
         return True
+    if isinstance(a, FarMoment) or isinstance(b, FarMoment):
+        d = difference(a, b, sub)
+        return None if d is None else d == timedelta(0)
     if ka in ("date and time", "time"):
         if (a.tzinfo is None) != (b.tzinfo is None):
             return False
@@ -60,6 +64,9 @@ def less(a: Any, b: Any) -> bool | None:
     ka = kind_of(a)
     if ka != kind_of(b) or ka not in _ORDERED:
         return None
+    if isinstance(a, FarMoment) or isinstance(b, FarMoment):
+        d = difference(a, b, sub)
+        return None if d is None else d < timedelta(0)
     try:
         return bool(a < b)
     except TypeError:
@@ -100,12 +107,13 @@ def add(a: Any, b: Any) -> Any:
     if kb in ("date", "date and time", "time") and ka.endswith("duration"):
         a, b, ka, kb = b, a, kb, ka
     if ka in ("date", "date and time"):
+        if isinstance(a, FarMoment):
+            return rebase(add(a.base, b), a.cycles)
         if kb == "years and months duration":
             return add_months(a, b.months)
         if kb == "days and time duration":
             result = _midnight(a) + b
             return result if ka == "date and time" else result.date()
-        return None
         return None
     if ka == "time" and kb == "days and time duration":
         moved = datetime.combine(date(2000, 1, 1), a) + b
@@ -130,6 +138,8 @@ def sub(a: Any, b: Any) -> Any:
     if ka == kb == "years and months duration":
         return YearsMonthsDuration(a.months - b.months)
     if ka in ("date", "date and time") and kb in ("date", "date and time"):
+        if isinstance(a, FarMoment) or isinstance(b, FarMoment):
+            return difference(a, b, sub)
         x, y = _midnight(a), _midnight(b)
         if (x.tzinfo is None) != (y.tzinfo is None):
             return None

@@ -15,6 +15,8 @@ from datetime import UTC, date, datetime, time, timedelta, timezone, tzinfo
 from decimal import Decimal
 from typing import Any
 
+from engine_core.feel.far import FarMoment, format_year, make_date, rebase
+
 __all__ = [
     "YearsMonthsDuration",
     "add_months",
@@ -79,7 +81,7 @@ def _days_in_month(year: int, month: int) -> int:
     return (date(year, month + 1, 1) - date(year, month, 1)).days
 
 
-_DATE = re.compile(r"(-?\d{4,9})-(\d\d)-(\d\d)")
+_DATE = re.compile(r"(-?(?:\d{4}|[1-9]\d{4,8}))-(\d\d)-(\d\d)")
 _TIME = re.compile(
     r"(\d\d):(\d\d):(\d\d)(\.\d+)?"
     r"(Z|[+-]\d\d:\d\d(?::\d\d)?)?(?:@([A-Za-z_][A-Za-z0-9_+\-/]*))?"
@@ -102,15 +104,15 @@ def zone_named(name: str) -> tzinfo | None:
         return None
 
 
-def parse_date(text: str) -> date | None:
-    """A FEEL date from ``YYYY-MM-DD``; None for an invalid calendar date."""
+def parse_date(text: str) -> date | FarMoment | None:
+    """A FEEL date from ``YYYY-MM-DD``; None for an invalid calendar date.
+
+    A year outside 1..9999 (``-2021``, ``999999999``) gives a ``FarMoment``.
+    """
     m = _DATE.fullmatch(text)
     if not m:
         return None
-    try:
-        return date(int(m.group(1)), int(m.group(2)), int(m.group(3)))
-    except ValueError:
-        return None
+    return make_date(int(m.group(1)), int(m.group(2)), int(m.group(3)))
 
 
 def parse_time(text: str) -> time | None:
@@ -147,13 +149,12 @@ def _zone(offset: str | None, name: str | None) -> tzinfo | bool | None:
     return timezone(sign * delta)
 
 
-def parse_datetime(text: str) -> datetime | None:
+def parse_datetime(text: str) -> datetime | FarMoment | None:
     """A FEEL date and time (``date`` alone means midnight, local); None if malformed."""
     if "T" not in text:
-        d = parse_date(text)
-        return datetime(d.year, d.month, d.day) if d else None
+        text += "T00:00:00"
     date_part, time_part = text.split("T", 1)
-    d = parse_date(date_part)
+    d = _DATE.fullmatch(date_part)
     m = _TIME.fullmatch(time_part)
     if d is None or m is None:
         return None
@@ -167,10 +168,15 @@ def parse_datetime(text: str) -> datetime | None:
         if minute or second or micro:
             return None
         hour, extra = 0, timedelta(days=1)
+    moment = make_date(int(d.group(1)), int(d.group(2)), int(d.group(3)),
+                       (hour, minute, second, micro), tz=tz if isinstance(tz, tzinfo) else None)
+    if moment is None or not extra:
+        return moment  # type: ignore[return-value]
     try:
-        return datetime(d.year, d.month, d.day, hour, minute, second, micro,
-                        tzinfo=tz if isinstance(tz, tzinfo) else None) + extra
-    except (ValueError, OverflowError):
+        if isinstance(moment, FarMoment):
+            return rebase(moment.base + extra, moment.cycles)  # type: ignore[no-any-return]
+        return moment + extra  # type: ignore[return-value]
+    except OverflowError:
         return None
 
 
@@ -222,8 +228,9 @@ def format_duration(value: timedelta | YearsMonthsDuration) -> str:
     return f"{sign}P" + (f"{days}D" if days else "") + (f"T{time_part}" if time_part else "")
 
 
-def format_date(value: date) -> str:
-    return f"{value.year:04d}-{value.month:02d}-{value.day:02d}"
+def format_date(value: date | FarMoment) -> str:
+    return f"{format_year(value.year)}-{value.base.month:02d}-{value.base.day:02d}" if isinstance(
+        value, FarMoment) else f"{value.year:04d}-{value.month:02d}-{value.day:02d}"
 
 
 def _format_offset(value: Any) -> str:
@@ -253,6 +260,7 @@ def format_time(value: time) -> str:
     return text
 
 
-def format_datetime(value: datetime) -> str:
-    clock = format_time(value.time())
-    return f"{format_date(value)}T{clock}{_format_offset(value)}"
+def format_datetime(value: datetime | FarMoment) -> str:
+    base = value.base if isinstance(value, FarMoment) else value
+    assert isinstance(base, datetime)
+    return f"{format_date(value)}T{format_time(base.time())}{_format_offset(base)}"

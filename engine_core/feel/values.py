@@ -14,6 +14,7 @@ from datetime import date, datetime, time, timedelta
 from decimal import ROUND_HALF_EVEN, Context, Decimal
 from typing import Any
 
+from engine_core.feel.far import FarMoment
 from engine_core.feel.temporal import YearsMonthsDuration
 
 __all__ = [
@@ -105,6 +106,8 @@ def kind_of(value: Any) -> str:
         return "days and time duration"
     if isinstance(value, YearsMonthsDuration):
         return "years and months duration"
+    if isinstance(value, FarMoment):
+        return "date and time" if value.is_datetime else "date"
     if isinstance(value, list):
         return "list"
     if isinstance(value, dict):
