@@ -32,6 +32,7 @@ from engine_core.feel.temporal import (
     format_time,
 )
 from engine_core.feel.values import DECIMAL, Range
+from engine_core.feel.xpath_regex import compile_xpath
 
 __all__ = ["format_number", "to_string"]
 
@@ -172,28 +173,11 @@ def ends_with(s: Any, m: Any) -> Any:
     return s.endswith(m) if _strs(s, m) else None
 
 
-_CLASSES = {"L": r"[^\W\d_]", "Lu": "[A-Z]", "Ll": "[a-z]", "N": r"\d",
-            "IsBasicLatin": r"[\x00-\x7f]"}
-
-
 def _regex(pattern: str, flags: Any) -> re.Pattern[str]:
-    """An XPath regex as Python's: flags s, m, i, x; ``q`` quotes the whole pattern."""
-    if flags is not None and (not isinstance(flags, str) or set(flags) - set("smixq")):
+    """An XPath regex as Python's (see ``xpath_regex``); a bad pattern or flag raises."""
+    if flags is not None and not isinstance(flags, str):
         raise ValueError("bad flags")
-    flags = flags or ""
-    value = 0
-    if "s" in flags:
-        value |= re.S
-    if "m" in flags:
-        value |= re.M
-    if "i" in flags:
-        value |= re.I
-    if "x" in flags:
-        value |= re.X
-    if "q" in flags:
-        pattern = re.escape(pattern)
-    pattern = re.sub(r"\\p\{(\w+)\}", lambda m: _CLASSES.get(m.group(1), m.group(0)), pattern)
-    return re.compile(pattern, value)
+    return compile_xpath(pattern, flags or "")
 
 
 @builtin("matches", "input", "pattern", "flags?")

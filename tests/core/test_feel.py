@@ -122,6 +122,15 @@ CASES: list[tuple[str, Any]] = [
     ('date("2024-01-01") + date("2024-01-01")', None),
     ('years and months duration(@"2014-12-31T23:59:59", @"2016-12-31T00:00:01")',
      YearsMonthsDuration(24)),
+    # XPath regular expressions
+    ('matches("Mary\\u000DJones", "Mary.Jones")', False),
+    ('matches("Mary\\u000DJones", "Mary.Jones", "s")', True),
+    ('matches("x", "[A-Z-[OI]]", "i")', True), ('matches("O", "[A-Z-[OI]]")', False),
+    ('matches("hello world", "hello\\ sworld", "x")', True),
+    ('matches("hello world", "\\p{ I s B a s i c L a t i n }+", "x")', True),
+    ('matches("abcd", "(asd)[asd\\1]")', None), ('matches("abcd", "1[asd\\0]")', None),
+    ('matches("a\\nb", "a$")', False), ('matches("a\\nb", "a$", "m")', True),
+    ('matches("a+b", "a+b", "q")', True), ('replace("abc", "b", "$0$0")', "abbc"),
     # years outside 1..9999
     ('string(@"-2021-01-01T10:10:10+11:00" + @"P1M")', "-2021-02-01T10:10:10+11:00"),
     ('string(@"-2021-01-01T10:10:10+11:00" - @"P1D")', "-2022-12-31T10:10:10+11:00"),
