@@ -15,7 +15,7 @@ from engine_core.feel import ops
 from engine_core.feel.compiler import Node, compile_tree
 from engine_core.feel.far import FarMoment
 from engine_core.feel.scope import Scope
-from engine_core.feel.syntax import parse, uses_input
+from engine_core.feel.syntax import keyword_names, parse, quote_keyword_names, uses_input
 from engine_core.feel.temporal import (
     YearsMonthsDuration,
     format_date,
@@ -59,7 +59,14 @@ def compile_expression(expression: str) -> CompiledExpression:
 
 
 def evaluate(expression: str, context: Mapping[str, Any], *, now: datetime | None = None) -> Any:
-    """Evaluate ``expression`` (no leading ``=``) against ``context``; null on run-time errors."""
+    """Evaluate ``expression`` (no leading ``=``) against ``context``; null on run-time errors.
+
+    Names in ``context`` that contain a keyword (``days in weekend``) are read as names here
+    (``compile_expression`` alone cannot know them: write them in backticks there).
+    """
+    odd = keyword_names(context)
+    if odd:
+        expression = quote_keyword_names(expression, odd)
     return compile_expression(expression).evaluate(context, now=now)
 
 

@@ -118,16 +118,16 @@ def _cmp_test(tree: Tree[Token]) -> Node:
     def test(s: Scope) -> Any:
         e = end(s)
         if op == "<":
-            return Range(None, e, False, False)
+            return Range(None, e, False, False, True)
         if op == "<=":
-            return Range(None, e, False, True)
+            return Range(None, e, False, True, True)
         if op == ">":
-            return Range(e, None, False, False)
+            return Range(e, None, False, False, True)
         if op == ">=":
-            return Range(e, None, True, False)
+            return Range(e, None, True, False, True)
         if op == "=":
-            return UnaryTest(lambda v: ops.equal(v, e))
-        return UnaryTest(lambda v: ops.compare("!=", v, e))
+            return UnaryTest(lambda v: ops.equal(v, e), op, e)
+        return UnaryTest(lambda v: ops.compare("!=", v, e), op, e)
     return test
 
 

@@ -56,7 +56,10 @@ def equal(a: Any, b: Any) -> bool | None:
         return bool(a == b)
     if ka == "range" and isinstance(a, Range) and isinstance(b, Range):
         return (equal(a.start, b.start) is not False and equal(a.end, b.end) is not False
-                and a.start_included == b.start_included and a.end_included == b.end_included)
+                and a.start_included == b.start_included and a.end_included == b.end_included
+                and a.open_ended == b.open_ended)
+    if isinstance(a, UnaryTest) and isinstance(b, UnaryTest):
+        return a is b or (bool(a.op) and a.op == b.op and equal(a.operand, b.operand) is True)
     return bool(a == b)
 
 
@@ -231,7 +234,7 @@ def in_test(value: Any, test: Any) -> bool | None:
 
 
 def in_range(value: Any, r: Range) -> bool | None:
-    if value is None:
+    if value is None or (not r.open_ended and (r.start is None or r.end is None)):
         return None
     if r.start is not None:
         c = compare("<=" if r.start_included else "<", r.start, value)

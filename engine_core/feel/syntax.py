@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from importlib import resources
 from typing import Any
 
@@ -12,7 +13,8 @@ from lark.exceptions import UnexpectedInput
 from engine_core.errors import ExpressionError
 from engine_core.feel.temporal import parse_date, parse_datetime, parse_duration_text, parse_time
 
-__all__ = ["name_of", "parse", "temporal_literal", "unquote", "uses_input"]
+__all__ = ["keyword_names", "name_of", "parse", "quote_keyword_names", "temporal_literal",
+           "unquote", "uses_input"]
 
 _PARSER = Lark(
     resources.files("engine_core.feel").joinpath("feel.lark").read_text(encoding="utf-8"),
@@ -76,3 +78,30 @@ def uses_input(tree: Any) -> bool:
     if isinstance(tree, Tree):
         return any(uses_input(c) for c in tree.children)
     return False
+
+
+_KEYWORDS = frozenset(("in", "and", "or", "between", "instance", "of", "satisfies", "return",
+                       "then", "else", "for", "some", "every", "if", "function", "not", "true",
+                       "false", "null"))
+_QUOTED = r'"(?:[^"\\]|\\.)*"|`[^`]*`|//[^\n]*|/\*.*?\*/'
+
+
+def keyword_names(names: Iterable[Any]) -> list[str]:
+    """The multi-word ``names`` with a keyword among their words (``days in weekend``)."""
+    return [n for n in names if isinstance(n, str) and " " in n
+            and not _KEYWORDS.isdisjoint(n.split())]
+
+
+def quote_keyword_names(text: str, names: list[str]) -> str:
+    """``text`` with each of ``names`` (from ``keyword_names``) in backticks, outside strings.
+
+    The grammar ends a name at a keyword, so ``for i in days in weekend return i`` would
+    otherwise read ``days in weekend`` as a test; the caller knows which names exist.
+    """
+    hits = sorted((n for n in names if n.split()[0] in text), key=len, reverse=True)
+    if not hits:
+        return text
+    words = "|".join(r"\s+".join(re.escape(w) for w in n.split()) for n in hits)
+    pattern = re.compile(f"{_QUOTED}|(?<![\\w?])({words})(?![\\w?])", re.S)
+    return pattern.sub(lambda m: f"`{' '.join(m.group(1).split())}`" if m.group(1)
+                       else m.group(0), text)

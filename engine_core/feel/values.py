@@ -36,12 +36,14 @@ def is_number(value: Any) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Range:
-    """A FEEL range; ``None`` as an end means unbounded (from a unary test like ``< 5``)."""
+    """A FEEL range. A ``None`` end is unbounded when ``open_ended`` (a unary test like
+    ``< 5``); in a literal (``(null..10]``) it is an unknown end, and ``in`` is null."""
 
     start: Any
     end: Any
     start_included: bool
     end_included: bool
+    open_ended: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +51,8 @@ class UnaryTest:
     """A test value that is not a range (``!= 5``), applied by ``in`` and unary tests."""
 
     test: Callable[[Any], bool | None]
+    op: str = ""  # "=" or "!=" with its operand, so that ``(=10) = (=10)`` holds
+    operand: Any = None
 
 
 @dataclass(frozen=True, slots=True)

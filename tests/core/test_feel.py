@@ -25,7 +25,7 @@ VARS: dict[str, Any] = {
     "a": 1, "b": 3, "x": 2.5, "s": "abc", "flag": True, "none": None,
     "Full Name": "Ada Lovelace", "Monthly Salary": 1000,
     "order": {"id": "o-1", "items": [{"sku": "a", "qty": 2}, {"sku": "b", "qty": 5}]},
-    "xs": [1, 2, 3], "names": ["x", "y"],
+    "xs": [1, 2, 3], "names": ["x", "y"], "days in weekend": ["sat", "sun"],
 }
 
 CASES: list[tuple[str, Any]] = [
@@ -122,6 +122,14 @@ CASES: list[tuple[str, Any]] = [
     ('date("2024-01-01") + date("2024-01-01")', None),
     ('years and months duration(@"2014-12-31T23:59:59", @"2016-12-31T00:00:01")',
      YearsMonthsDuration(24)),
+    # names with a keyword inside, known from the context
+    ('for d in days in weekend return d = "sun"', [False, True]),
+    ('"days in weekend" + string(count(days  in  weekend))', "days in weekend2"),
+    ('some d in days in weekend satisfies d = "sat"', True), ("`days in weekend`[1]", "sat"),
+    # unary tests as values, ranges with a null end
+    ("(=10) = (=10)", True), ("(!=10) = (!=10)", True), ("(=10) = (!=10)", False),
+    ("(< 10) = (null..10)", False), ("(< 10) = (< 10)", True), ("5 in (null..10]", None),
+    ("5 in (< 10)", True),
     # XPath regular expressions
     ('matches("Mary\\u000DJones", "Mary.Jones")', False),
     ('matches("Mary\\u000DJones", "Mary.Jones", "s")', True),
