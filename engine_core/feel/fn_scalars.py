@@ -388,7 +388,6 @@ def context(entries: Any) -> Any:
     return result
 
 
-@builtin("context put", "context", "key", "value")
 @builtin("context put", "context", "keys", "value")
 def context_put(ctx: Any, key: Any, value: Any) -> Any:
     if not isinstance(ctx, dict):
@@ -406,6 +405,12 @@ def context_put(ctx: Any, key: Any, value: Any) -> Any:
     if not isinstance(key, str):
         return None
     return {**ctx, key: value}
+
+
+@builtin("context put", "context", "key", "value")
+def context_put_key(ctx: Any, key: Any, value: Any) -> Any:
+    """The named form with ``key``: one key (a path of keys is named ``keys``)."""
+    return context_put(ctx, key, value) if isinstance(key, str) else None
 
 
 @builtin("context merge", "contexts")

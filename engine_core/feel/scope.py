@@ -67,7 +67,28 @@ def invoke(fn: FeelFunction, args: Sequence[Any] | Mapping[str, Any]) -> Any:
 def invoke_overloads(
     overloads: Sequence[FeelFunction], args: Sequence[Any] | Mapping[str, Any]
 ) -> Any:
-    """Pick the built-in signature that fits the arguments (by count, or by names)."""
+    """Pick the built-in signature that fits the arguments (by count, or by names).
+
+    A null result from a singleton list argument is retried with the list's item, the
+    DMN conversion "from singleton list" (``upper case(xs[item = "b"])``).
+    """
+    result = _invoke_overloads(overloads, args)
+    if result is None:
+        values = args.values() if isinstance(args, Mapping) else args
+        if any(isinstance(v, list) and len(v) == 1 for v in values):
+            if isinstance(args, Mapping):
+                return _invoke_overloads(overloads, {k: _unwrap(v) for k, v in args.items()})
+            return _invoke_overloads(overloads, [_unwrap(v) for v in args])
+    return result
+
+
+def _unwrap(value: Any) -> Any:
+    return value[0] if isinstance(value, list) and len(value) == 1 else value
+
+
+def _invoke_overloads(
+    overloads: Sequence[FeelFunction], args: Sequence[Any] | Mapping[str, Any]
+) -> Any:
     for fn in overloads:
         if isinstance(args, Mapping):
             if all(k in fn.params for k in args) and all(

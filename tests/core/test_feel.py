@@ -130,6 +130,14 @@ CASES: list[tuple[str, Any]] = [
     ("(=10) = (=10)", True), ("(!=10) = (!=10)", True), ("(=10) = (!=10)", False),
     ("(< 10) = (null..10)", False), ("(< 10) = (< 10)", True), ("5 in (null..10]", None),
     ("5 in (< 10)", True),
+    # a singleton list passed where a built-in wants its item
+    ('upper case(names[item = "y"])', "Y"), ('upper case(names)', None),
+    ("abs([-2])", D(2)), ("count([1])", D(1)),
+    # context put: a path is named keys, not key
+    ('context put({y: {a: 0}}, ["y", "a"], 2)', {"y": {"a": D(2)}}),
+    ('context put(context: {y: {a: 0}}, keys: ["y", "a"], value: 2)', {"y": {"a": D(2)}}),
+    ('context put(context: {y: {a: 0}}, key: ["y", "a"], value: 2)', None),
+    ('context put(context: {}, key: "k", value: 2)', {"k": D(2)}),
     # XPath regular expressions
     ('matches("Mary\\u000DJones", "Mary.Jones")', False),
     ('matches("Mary\\u000DJones", "Mary.Jones", "s")', True),
