@@ -280,7 +280,10 @@ def _context(tree: Tree[Token]) -> Node:
         if entry is None:
             continue
         key_tree, value_tree = entry.children  # type: ignore[union-attr]
-        key = unquote(str(key_tree)) if isinstance(key_tree, Token) else name_of(key_tree)
+        if isinstance(key_tree, Token):
+            key = unquote(str(key_tree)) if key_tree.type == "STRING" else str(key_tree)
+        else:
+            key = name_of(key_tree)
         entries.append((key, compile_tree(value_tree)))
 
     def context(s: Scope) -> Any:

@@ -130,6 +130,13 @@ CASES: list[tuple[str, Any]] = [
     ("(=10) = (=10)", True), ("(!=10) = (!=10)", True), ("(=10) = (!=10)", False),
     ("(< 10) = (null..10)", False), ("(< 10) = (< 10)", True), ("5 in (null..10]", None),
     ("5 in (< 10)", True),
+    # context keys with additional name symbols
+    ('{foo+bar: "foo"}', {"foo+bar": "foo"}), ("{a-b: 1, c.d: 2}.c.d", None),
+    ("{a: 1, b: a-1}.b", D(0)),
+    # times are equal to the millisecond
+    ('time("10:30:00.0001") = time("10:30:00.0002")', True),
+    ('time("10:30:00.001") = time("10:30:00.002")', False),
+    ('@"2018-12-08T00:00:00.0001" = @"2018-12-08T00:00:00"', True),
     # a singleton list passed where a built-in wants its item
     ('upper case(names[item = "y"])', "Y"), ('upper case(names)', None),
     ("abs([-2])", D(2)), ("count([1])", D(1)),
