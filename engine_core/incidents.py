@@ -80,6 +80,7 @@ def raise_incident(
         incident.cause = cause
         incident.cause_class = cause_class
         incident.data = snapshot
+        incident.lineage = list(token.lineage)  # the retried token's: ends with the failed one
         incident.state = IncidentState.OPEN
         incident.boundaries_armed = activated
     rt.fact(
@@ -140,8 +141,14 @@ def _withdraw_retry(rt: Runtime, incident: Incident) -> None:
 
 
 def retry(rt: Runtime, incident_id: str) -> str:
-    """Re-run the failed node with the same token; attempts carry, boundaries are not re-armed."""
-    incident, token = _open_incident(rt, incident_id)
+    """Re-run the failed node with a fresh token whose lineage ends with the failed one.
+
+    Attempts carry on the incident. What the failed token still owned moves to the new
+    token: its armed boundaries (never armed a second time), its local or
+    multi-instance scope, and the incident itself, so a repeated failure updates the
+    same incident. Lineage grows by one per retry, never per wake.
+    """
+    incident, failed = _open_incident(rt, incident_id)
     _withdraw_retry(rt, incident)
     incident.state = IncidentState.OPEN
     rt.fact(
@@ -152,14 +159,27 @@ def retry(rt: Runtime, incident_id: str) -> str:
         cause_class=incident.cause_class,
         attempts=incident.attempts,
     )
-    token.state = TokenState.ACTIVE
+    fresh = rt.spawn(
+        failed.node_id,
+        failed.scope_id,
+        [*failed.lineage, failed.id],
+        flow_id=failed.flow_id,
+        loop_index=failed.loop_index,
+    )
+    fresh.inner_scope = failed.inner_scope
+    for wait in rt.waits_of(failed.id):
+        wait.token_id = fresh.id
+    for scope in rt.cp.scopes.values():
+        if scope.token_id == failed.id:
+            scope.token_id = fresh.id
+    incident.token_id = fresh.id
+    rt.cp.tokens.pop(failed.id, None)
     if incident.boundaries_armed:
         # Armed before the failure (a job that failed): they stay as they are, still
         # armed or already fired (a one-shot timer leaves no wait to tell by). An
         # activation failure armed none (nodes._unarm_boundaries): the retry arms them.
-        rt.keep_boundaries.add(token.id)
-    rt.queue.append(token.id)
-    return token.id
+        rt.keep_boundaries.add(fresh.id)
+    return fresh.id
 
 
 def resolve(rt: Runtime, incident_id: str) -> str:

@@ -215,13 +215,16 @@ def _failing_condition(b: ProcessBuilder) -> None:
     b.sequence("after", "x")
 
 
-def test_retry_reenters_the_same_token_and_a_repeat_updates_the_same_incident() -> None:
+def test_retry_runs_a_fresh_token_from_the_failed_one_and_a_repeat_updates_the_incident() -> None:
     run = Run(with_sibling(_failing_condition))
     run.start({})
     incident = run.incident("bad")
-    token = incident.token_id
+    failed = run.cp.tokens[incident.token_id]
     run.advance(minutes=1).retry(incident.id)
     again = run.incident("bad")
+    retried = run.cp.tokens[again.token_id]
+    assert failed.id not in run.cp.tokens, "the failed token is replaced, not kept"
+    assert retried.lineage == [*failed.lineage, failed.id], "lineage from the failed token"
     assert again.id == incident.id and again.attempts == 2
     assert again.last_at == T0 + timedelta(minutes=1) and again.first_at == T0
     assert run.facts_of("Incident", action="retried", incident=incident.id)
@@ -231,7 +234,7 @@ def test_retry_reenters_the_same_token_and_a_repeat_updates_the_same_incident() 
     run.send(TaskCompleted(wait_id=side.id, variables={"fix": True}))
     run.retry(incident.id)
     assert run.cp.incidents[incident.id].state.value == "resolved"
-    assert run.tokens("after")[0].id == token, "the retry continues the same token"
+    assert run.tokens("after")[0].lineage[-1] == retried.id, "the second retry's token"
     assert run.status == "active"
     run.complete_task("after")
     assert run.status == "completed"

@@ -187,7 +187,8 @@ def test_failure_parks_its_token_siblings_run_and_retries_update_one_incident(
     # T-7: a retry re-runs the node; the repeat failure updates the same incident.
     c.retry_incident(inc.id)
     again = the_incident(stack, iid, attempts=2, state="open")
-    assert again.id == inc.id and again.token_id == inc.token_id
+    assert again.id == inc.id and again.token_id != inc.token_id
+    assert again.lineage[-1] == inc.token_id  # a fresh token, lineage from the failed one
     assert again.first_at == inc.first_at and again.last_at > inc.last_at
     assert again.data["note"] == "written after the raise"  # T-5a: refreshed per raise
     assert len(runs(flag)) == 2
