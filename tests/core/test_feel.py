@@ -130,6 +130,13 @@ CASES: list[tuple[str, Any]] = [
     ("(=10) = (=10)", True), ("(!=10) = (!=10)", True), ("(=10) = (!=10)", False),
     ("(< 10) = (null..10)", False), ("(< 10) = (< 10)", True), ("5 in (null..10]", None),
     ("5 in (< 10)", True),
+    # range(from): a range from its text, literal end points only
+    ('2 in range("[1..3]")', True), ('range("]18..21[") = (18..21)', True),
+    ('range(" [ 1 .. 3 ] ") = [1..3]', True), ('range("[\\"a\\"..\\"c\\"]") = ["a".."c"]', True),
+    ('range("[date(\\"1970-01-01\\")..@\\"1970-01-02\\"]").end', date(1970, 1, 2)),
+    ('range("[1..3]") instance of range<number>', True), ('range("[3..1]")', None),
+    ('range("[1..x]")', None), ('range(">=10")', None), ('range("[1..\\"b\\"]")', None),
+    ('range("[null..null]")', None), ('range("")', None),
     # context keys with additional name symbols
     ('{foo+bar: "foo"}', {"foo+bar": "foo"}), ("{a-b: 1, c.d: 2}.c.d", None),
     ("{a: 1, b: a-1}.b", D(0)),
