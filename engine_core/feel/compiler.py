@@ -312,7 +312,11 @@ def _domain(s: Scope, src: Node, upto: Node | None) -> list[Any] | None:
     value = src(s)
     if upto is not None:
         return _span(value, upto(s))
-    if isinstance(value, Range) and all(isinstance(v, Decimal) for v in (value.start, value.end)):
+    if isinstance(value, Range):
+        if not all(isinstance(v, Decimal) for v in (value.start, value.end)):
+            return None  # only a range of numbers can be iterated
+        if value.end < value.start:
+            return None
         a = int(value.start) + (0 if value.start_included else 1)
         b = int(value.end) - (0 if value.end_included else 1)
         return [Decimal(i) for i in range(a, b + 1)]

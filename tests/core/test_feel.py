@@ -130,6 +130,9 @@ CASES: list[tuple[str, Any]] = [
     ("(=10) = (=10)", True), ("(!=10) = (!=10)", True), ("(=10) = (!=10)", False),
     ("(< 10) = (null..10)", False), ("(< 10) = (< 10)", True), ("5 in (null..10]", None),
     ("5 in (< 10)", True),
+    # for over a range: numbers only, ascending
+    ("for i in [1..3) return i", [D(1), D(2)]), ("for i in [2..1] return i", None),
+    ('for i in ["a".."z"] return i', None),
     # range(from): a range from its text, literal end points only
     ('2 in range("[1..3]")', True), ('range("]18..21[") = (18..21)', True),
     ('range(" [ 1 .. 3 ] ") = [1..3]', True), ('range("[\\"a\\"..\\"c\\"]") = ["a".."c"]', True),
