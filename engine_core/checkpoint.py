@@ -173,6 +173,9 @@ class Wait(_Doc):
     job_type: str | None = None
     attempt: int = 1
     retries_left: int = 0
+    # True while the job of ``attempt`` is out (``due_at`` is then its timeout); False
+    # while a failed job waits out its retry backoff (``due_at`` is then the backoff).
+    job_running: bool = False
     # Call activities: the child instance id.
     child_instance_id: str | None = None
     # Incident retries: the incident this deadline retries.

@@ -48,6 +48,9 @@ class Services:
 
     default_job_retries: int = 3
     job_retry_backoff_seconds: float = 1.0
+    # No result this long after a dispatch: the job is dispatched again (next attempt,
+    # retries untouched), so a job message lost with a broker is never a stuck instance.
+    job_timeout_seconds: float = 300.0
     incident_retry_policy: RetryPolicy | None = None
     decisions: Mapping[str, Decision] = field(default_factory=dict)
 

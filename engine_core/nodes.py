@@ -9,6 +9,7 @@ hits a failure Camunda 8 would turn into an incident raises ``TechnicalFailure``
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from engine_core.arming import arm_boundaries, arm_event, arm_event_sub_processes
@@ -250,6 +251,8 @@ def _job(rt: Runtime, token: Token, node: Node) -> None:
 def dispatch_job(rt: Runtime, token: Token, node: Node, wait_id: str) -> None:
     wait = rt.cp.waits[wait_id]
     assert wait.job_type is not None
+    wait.job_running = True
+    wait.due_at = rt.now + timedelta(seconds=rt.services.job_timeout_seconds)
     headers = {k: v for k, v in node.task_headers}
     rt.effects.append(
         DispatchJob(

@@ -230,8 +230,12 @@ def _timer(rt: Runtime, trigger: TimerFired) -> str | None:
     if wait.kind is WaitKind.JOB:
         from engine_core.nodes import dispatch_job
 
-        wait.due_at = None
         token = _token_of(rt, wait)
+        if wait.job_running:
+            # No result within the timeout: the job (or its message) is lost. Dispatch
+            # it again as the next attempt; a late result of the old one is stale.
+            rt.fact("JobTimedOut", node=wait.node_id, job_type=wait.job_type, attempt=wait.attempt)
+            wait.attempt += 1
         dispatch_job(rt, token, rt.node(wait.node_id), wait.id)
         return token.id
     return fire_wait(rt, wait, {})
@@ -265,7 +269,7 @@ def _task_completed(rt: Runtime, trigger: TaskCompleted) -> str | None:
 
 def _job_wait(rt: Runtime, wait_id: str, attempt: int) -> Wait | None:
     wait = _live_wait(rt, wait_id, WaitKind.JOB)
-    if wait is None or wait.attempt != attempt or wait.due_at is not None:
+    if wait is None or wait.attempt != attempt or not wait.job_running:
         return None  # a result for an earlier attempt, or for a job in retry backoff
     return wait
 
@@ -291,6 +295,7 @@ def _job_failed(rt: Runtime, trigger: JobFailed) -> str | None:
     if wait.retries_left > 0:
         wait.retries_left -= 1
         wait.attempt += 1
+        wait.job_running = False
         backoff = rt.services.job_retry_backoff_seconds * (2 ** (wait.attempt - 2))
         wait.due_at = rt.now + timedelta(seconds=backoff)
         rt.fact(

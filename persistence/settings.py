@@ -26,7 +26,9 @@ ENV_VARS: dict[str, str] = {
     "deadline_claim_seconds": "DORMANT_DEADLINE_CLAIM_SECONDS",
     "wake_retry_backoff_seconds": "DORMANT_WAKE_RETRY_BACKOFF_SECONDS",
     "outbox_sweep_after_seconds": "DORMANT_OUTBOX_SWEEP_AFTER_SECONDS",
+    "outbox_redeliver_after_seconds": "DORMANT_OUTBOX_REDELIVER_AFTER_SECONDS",
     "job_retry_backoff_seconds": "DORMANT_JOB_RETRY_BACKOFF_SECONDS",
+    "job_timeout_seconds": "DORMANT_JOB_TIMEOUT_SECONDS",
     "incident_retry_attempts": "DORMANT_INCIDENT_RETRY_ATTEMPTS",
     "incident_retry_backoff_seconds": "DORMANT_INCIDENT_RETRY_BACKOFF_SECONDS",
 }
@@ -56,7 +58,14 @@ class Settings(BaseModel):
     wake_retry_backoff_seconds: float | None = None
     # Outbox rows older than this are published by the sweeper (the publisher died).
     outbox_sweep_after_seconds: float = 5.0
+    # A follow-up trigger published but not yet consumed after this long is published
+    # again (the broker lost it: a Redis restart without persistence). Harmless when it
+    # was merely slow: the consumer drops a trigger id it has already applied.
+    outbox_redeliver_after_seconds: float = 60.0
     job_retry_backoff_seconds: float = 1.0
+    # A dispatched job with no result after this long is dispatched again (a lost job
+    # message, a worker that vanished): the engine's answer to "at least once".
+    job_timeout_seconds: float = 300.0
     # The engine-wide incident retry policy, for activities without their own
     # <dormant:retryPolicy>: 0 attempts (the default) means no automatic retry, so every
     # incident waits for an operator (SRD-079 FR-6).
@@ -79,7 +88,9 @@ class Settings(BaseModel):
         "deadline_claim_seconds",
         "wake_retry_backoff_seconds",
         "outbox_sweep_after_seconds",
+        "outbox_redeliver_after_seconds",
         "job_retry_backoff_seconds",
+        "job_timeout_seconds",
         "incident_retry_backoff_seconds",
     )
     @classmethod

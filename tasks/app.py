@@ -152,6 +152,9 @@ def configure(new: Settings) -> None:
     global settings, _store
     settings = new
     app.conf.update(_conf(new))
+    # The connection and producer pools still point at the old broker: drop them.
+    app._pool = None
+    app.amqp._producer_pool = None
     os.environ["DORMANT_DATABASE_URL"] = new.database_url
     os.environ["DORMANT_BROKER_URL"] = new.broker_url
     with _store_lock:

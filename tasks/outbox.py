@@ -21,7 +21,7 @@ from typing import Any
 from engine_core.triggers import ChildCompleted, ChildFailed, MessageReceived, parse_trigger
 from tasks.app import publish, store
 
-__all__ = ["publish_ids", "publish_row", "trigger_id_for"]
+__all__ = ["HEADER_OUTBOX", "consumed", "publish_ids", "publish_row", "trigger_id_for"]
 
 log = logging.getLogger("dormant.outbox")
 
@@ -35,7 +35,13 @@ def _field(row: Any, name: str) -> Any:
     return row[name] if isinstance(row, dict) else getattr(row, name)
 
 
-def _apply_trigger(instance_id: str, trigger: Any, trigger_id: str) -> None:
+# The header a consumed follow-up is acknowledged by (see ``publish_row``).
+HEADER_OUTBOX = "dormant_outbox"
+
+
+def _apply_trigger(
+    instance_id: str, trigger: Any, trigger_id: str, headers: dict[str, Any]
+) -> None:
     publish(
         "dormant.apply_trigger",
         f"trigger.{trigger.kind}",
@@ -44,16 +50,17 @@ def _apply_trigger(instance_id: str, trigger: Any, trigger_id: str) -> None:
             "trigger_json": trigger.model_dump(mode="json"),
             "trigger_id": trigger_id,
         },
+        headers=headers,
     )
 
 
-def _dispatch_job(p: dict[str, Any], tid: str) -> None:
+def _dispatch_job(p: dict[str, Any], tid: str, headers: dict[str, Any]) -> None:
     from tasks.jobs import dispatch
 
     dispatch(p)
 
 
-def _throw_message(p: dict[str, Any], tid: str) -> None:
+def _throw_message(p: dict[str, Any], tid: str, headers: dict[str, Any]) -> None:
     publish(
         "dormant.message",
         f"message.{p['name']}",
@@ -64,10 +71,11 @@ def _throw_message(p: dict[str, Any], tid: str) -> None:
             "message_id": p.get("message_id") or tid,
             "ttl": p.get("ttl_seconds"),
         },
+        headers=headers,
     )
 
 
-def _throw_signal(p: dict[str, Any], tid: str) -> None:
+def _throw_signal(p: dict[str, Any], tid: str, headers: dict[str, Any]) -> None:
     publish(
         "dormant.signal",
         f"signal.{p['name']}",
@@ -76,10 +84,11 @@ def _throw_signal(p: dict[str, Any], tid: str) -> None:
             "variables": p.get("variables") or {},
             "signal_id": p.get("signal_id") or tid,
         },
+        headers=headers,
     )
 
 
-def _start_child(p: dict[str, Any], tid: str) -> None:
+def _start_child(p: dict[str, Any], tid: str, headers: dict[str, Any]) -> None:
     tagged = {"version_tag": p["version_tag"]} if p.get("version_tag") else {}
     publish(
         "dormant.start",
@@ -96,18 +105,20 @@ def _start_child(p: dict[str, Any], tid: str) -> None:
             },
             "trigger_id": tid,
         },
+        headers=headers,
     )
 
 
-def _cancel_child(p: dict[str, Any], tid: str) -> None:
+def _cancel_child(p: dict[str, Any], tid: str, headers: dict[str, Any]) -> None:
     publish(
         "dormant.cancel",
         "trigger.cancel",
         {"instance_id": p["child_instance_id"], "trigger_id": tid},
+        headers=headers,
     )
 
 
-def _notify_parent(p: dict[str, Any], tid: str) -> None:
+def _notify_parent(p: dict[str, Any], tid: str, headers: dict[str, Any]) -> None:
     trigger: Any
     if p.get("completed"):
         trigger = ChildCompleted(wait_id=p["wait_id"], variables=p.get("variables") or {})
@@ -118,10 +129,10 @@ def _notify_parent(p: dict[str, Any], tid: str) -> None:
             error_class=p.get("error_class") or "ChildFailed",
             error_code=p.get("error_code"),
         )
-    _apply_trigger(p["parent_instance_id"], trigger, tid)
+    _apply_trigger(p["parent_instance_id"], trigger, tid, headers)
 
 
-def _deliver_buffered(p: dict[str, Any], tid: str) -> None:
+def _deliver_buffered(p: dict[str, Any], tid: str, headers: dict[str, Any]) -> None:
     """A buffered message consumed by a new subscription: the Store wrote the trigger."""
     if "trigger" in p:
         trigger: Any = parse_trigger(p["trigger"])
@@ -133,11 +144,11 @@ def _deliver_buffered(p: dict[str, Any], tid: str) -> None:
             variables=p.get("variables") or {},
             message_id=p.get("message_id"),
         )
-    _apply_trigger(p["instance_id"], trigger, p.get("trigger_id") or tid)
+    _apply_trigger(p["instance_id"], trigger, p.get("trigger_id") or tid, headers)
 
 
 # outbox kind (the effect's class name) -> publisher
-PUBLISHERS: dict[str, Callable[[dict[str, Any], str], None]] = {
+PUBLISHERS: dict[str, Callable[[dict[str, Any], str, dict[str, Any]], None]] = {
     "DispatchJob": _dispatch_job,
     "ThrowMessage": _throw_message,
     "ThrowSignal": _throw_signal,
@@ -149,15 +160,37 @@ PUBLISHERS: dict[str, Callable[[dict[str, Any], str], None]] = {
 
 
 def publish_row(row: Any) -> None:
-    """Publish one outbox row and mark it published (after, never before, the send)."""
+    """Publish one outbox row and mark it published (after, never before, the send).
+
+    A job's row is deleted once published: a job the broker loses is dispatched again
+    by its timeout in the engine. Every other row (a follow-up trigger) is kept, stamped
+    published, until its consumer acknowledges it (``consumed``); the sweep publishes
+    it again if the broker lost it, so no follow-up is lost with a broker's memory.
+    """
     row_id, kind, payload = _field(row, "id"), _field(row, "kind"), _field(row, "payload")
     publisher = PUBLISHERS.get(kind)
     if publisher is None:
         # A newer dormant wrote a kind this one does not know: leave it for that one.
         log.error("outbox row %s has unknown kind %r; left unpublished", row_id, kind)
         return
-    publisher(dict(payload), payload.get("trigger_id") or trigger_id_for(row_id))
-    store().mark_published(row_id)
+    tid = payload.get("trigger_id") or trigger_id_for(row_id)
+    follow_up = kind != "DispatchJob"
+    headers = {HEADER_OUTBOX: {"id": row_id, "trigger_id": tid}} if follow_up else {}
+    publisher(dict(payload), tid, headers)
+    store().mark_published(row_id, until_consumed=follow_up)
+
+
+def consumed(request: Any) -> None:
+    """The task behind ``request`` applied its follow-up: acknowledge the outbox row."""
+    marker = getattr(request, HEADER_OUTBOX, None)
+    if marker is None:
+        marker = (getattr(request, "headers", None) or {}).get(HEADER_OUTBOX)
+    if not isinstance(marker, dict) or "id" not in marker:
+        return
+    try:
+        store().consume_outbox(int(marker["id"]), str(marker.get("trigger_id")))
+    except Exception:  # left in place, the row is published again: harmless, idempotent
+        log.exception("outbox row %s not acknowledged", marker.get("id"))
 
 
 def publish_ids(ids: Iterable[Any]) -> int:

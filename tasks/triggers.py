@@ -42,9 +42,10 @@ from engine_core.triggers import (
     parse_trigger,
 )
 from persistence import clock
+from tasks import app as app_module
 from tasks import inbox
-from tasks.app import app, publish, settings, store
-from tasks.outbox import publish_ids, publish_row
+from tasks.app import app, publish, store
+from tasks.outbox import consumed, publish_ids, publish_row
 
 __all__ = [
     "apply_trigger",
@@ -142,6 +143,7 @@ def _run(
     except DormantError as exc:
         log.warning("trigger=%s dropped: %s: %s", kind, type(exc).__name__, exc)
         _processed(inbox_id)
+        consumed(task.request)
         return None
     except Exception:
         log.exception("trigger=%s failed", kind)
@@ -149,6 +151,7 @@ def _run(
         raise
     publish_ids(_outbox_ids(result))
     _processed(inbox_id)
+    consumed(task.request)
     log.info("trigger=%s %s", kind, _describe(result))
     return None
 
@@ -403,10 +406,13 @@ def relay_outbox(self: Task) -> int:
     Both are idempotent on the receiving side, so sweeping a row that is being
     published right now costs a duplicate trigger, never a wrong one.
     """
+    settings = app_module.settings  # read now: ``configure`` may have replaced it
     after = settings.outbox_sweep_after_seconds
     count = 0
     try:
-        rows = store().pending_outbox(after, SCAN_BATCH)
+        rows = store().pending_outbox(
+            after, SCAN_BATCH, redeliver_after_seconds=settings.outbox_redeliver_after_seconds
+        )
         stuck = inbox.unprocessed(store().engine, after, SCAN_BATCH)
     except OperationalError as exc:
         log.info("relay_outbox: database unavailable (%s); next tick retries", type(exc).__name__)

@@ -44,6 +44,27 @@ def job_branch(retries: str = "3", **fields):
 # -- job failure, retries, exhaustion (T-1, T-4) ---------------------------------------
 
 
+def test_a_job_with_no_result_within_its_timeout_is_dispatched_again() -> None:
+    """A job message lost with a broker, or a worker that vanished: the job's timeout
+    dispatches it again as the next attempt (retries untouched); a late result of the
+    old attempt is stale, the new attempt's result completes the task."""
+    from engine_core.triggers import JobCompleted
+
+    run = Run(with_sibling(job_branch("3")), services=Services(job_timeout_seconds=60))
+    run.start({})
+    wait = run.wait("bad", "job")
+    assert (wait.attempt, wait.job_running, wait.due_at) == (1, True, T0 + timedelta(seconds=60))
+    step = run.fire("bad", kind="job")
+    assert [e.attempt for e in run.effects_of(DispatchJob, step)] == [2]
+    assert run.facts_of("JobTimedOut", attempt=1)
+    again = run.wait("bad", "job")
+    assert (again.attempt, again.retries_left) == (2, wait.retries_left)
+    late = run.send(JobCompleted(wait_id=again.id, attempt=1))
+    assert late.changed is False
+    run.send(JobCompleted(wait_id=again.id, attempt=2))
+    assert run.token_nodes() == ["side:waiting"]
+
+
 def test_job_failure_retries_with_backoff_then_opens_an_incident() -> None:
     run = Run(with_sibling(job_branch("3")), services=Services(job_retry_backoff_seconds=10))
     run.start({"card": "4111"})
@@ -55,7 +76,9 @@ def test_job_failure_retries_with_backoff_then_opens_an_incident() -> None:
     assert run.facts_of("JobRetryScheduled", attempt=2, error_class="DeclinedError")
     step = run.fire("bad", kind="job")
     assert [(e.attempt, e.wait_id) for e in run.effects_of(DispatchJob, step)] == [(2, wait.id)]
-    assert run.wait("bad", "job").due_at is None
+    redispatched = run.wait("bad", "job")
+    assert redispatched.job_running  # out again: its deadline is now the job timeout
+    assert redispatched.due_at == run.now + timedelta(seconds=300)
     run.fail_job("bad")
     assert run.wait("bad", "job").due_at == run.now + timedelta(seconds=20)
     run.fire("bad", kind="job")

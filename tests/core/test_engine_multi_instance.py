@@ -49,7 +49,7 @@ def exhaust(run: Run, item: str) -> None:
 
     for attempt in (1, 2, 3):
         wait = jobs_by_item(run)[item]
-        if wait.due_at is not None:
+        if not wait.job_running:  # in retry backoff: its deadline re-dispatches it
             run.send(TimerFired(wait_id=wait.id), at=wait.due_at)
             wait = jobs_by_item(run)[item]
         assert wait.attempt == attempt
