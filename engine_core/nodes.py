@@ -118,20 +118,34 @@ def _end_event(rt: Runtime, token: Token, node: Node) -> None:
             rt, token, node, event.error_code, event.error_message or "", {}, from_end_event=True
         )
         return
+    _throw(rt, token, node, ends=True)
+
+
+def _throw(rt: Runtime, token: Token, node: Node, *, ends: bool) -> None:
+    """What end events and intermediate throw events share; ``ends``: the token ends
+    after the throw (an end event) instead of moving on."""
+    event = node.event
+
+    def then() -> None:
+        if ends:
+            rt.end_token(token)
+        else:
+            rt.activity_done(token, {})
+
     if event.kind is EventKind.ESCALATION:
         if throw_escalation(rt, token, node, event.escalation_code, {}):
-            rt.end_token(token)
+            then()
         return
     if event.kind is EventKind.COMPENSATE:
         from engine_core.compensation import throw_compensation
 
-        throw_compensation(rt, token, node, end_after=True)
+        throw_compensation(rt, token, node, end_after=ends)
         return
     if node.job_type is not None:
         _job(rt, token, node)
         return
     _throw_side_effect(rt, token, node)
-    rt.end_token(token)
+    then()
 
 
 def _terminate(rt: Runtime, token: Token) -> None:
@@ -163,20 +177,7 @@ def _throw_event(rt: Runtime, token: Token, node: Node) -> None:
         target = _link_target(rt, node)
         rt.arrive(token, target.id)
         return
-    if event.kind is EventKind.ESCALATION:
-        if throw_escalation(rt, token, node, event.escalation_code, {}):
-            rt.activity_done(token, {})
-        return
-    if event.kind is EventKind.COMPENSATE:
-        from engine_core.compensation import throw_compensation
-
-        throw_compensation(rt, token, node, end_after=False)
-        return
-    if node.job_type is not None:
-        _job(rt, token, node)
-        return
-    _throw_side_effect(rt, token, node)
-    rt.activity_done(token, {})
+    _throw(rt, token, node, ends=False)
 
 
 def _throw_side_effect(rt: Runtime, token: Token, node: Node) -> None:

@@ -15,34 +15,33 @@ makes that retry idempotent.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, func, insert, select, update
+from sqlalchemy import Connection, Row, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from engine_core import engine as core
 from engine_core.checkpoint import Checkpoint, decode, encode
 from engine_core.effects import Fact, Step
-from engine_core.errors import InvalidOperation, InvalidVariables, UnknownInstance, UnknownProcess
+from engine_core.errors import InvalidOperation, InvalidVariables, UnknownInstance
 from engine_core.model import ProcessDefinition
 from engine_core.triggers import Start, Trigger
-from persistence import clock, migrate
+from persistence import migrate
 from persistence.db import READ, make_engine
-from persistence.decisions import DecisionCache, deploy_decisions
+from persistence.decisions import DecisionCache
+from persistence.deployments import Deployment, Deployments
 from persistence.holds import sync_holds
 from persistence.incident_rows import sync_incidents
+from persistence.outbox_queue import OutboxQueue, OutboxRow
 from persistence.queries import Queries
 from persistence.settings import Settings
-from persistence.start_timers import replace_start_timers
-from persistence.tables import definitions, facts, instances, outbox, processed_triggers
+from persistence.tables import facts, instances, outbox, processed_triggers
 
 __all__ = [
     "Applied",
@@ -54,19 +53,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("dormant.store")
-
-# Parsed definitions shared by every Store in the process: (checksum, key) -> model.
-# Parsing is deterministic in the source, so the checksum is a safe key.
-_PARSED: dict[tuple[str, str], ProcessDefinition] = {}
-_PARSED_LOCK = threading.Lock()
-
-
-@dataclass(frozen=True, slots=True)
-class Deployment:
-    key: str
-    version: int
-    created: bool
-
 
 @dataclass(frozen=True, slots=True)
 class Applied:
@@ -81,14 +67,6 @@ class Applied:
     facts: list[Fact] = field(default_factory=list)
     # The caller's precondition failed under the lock: nothing was applied.
     skipped: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class OutboxRow:
-    id: int
-    kind: str
-    payload: dict[str, Any]
-    created_at: datetime
 
 
 class StartKeyTaken(InvalidOperation):
@@ -110,18 +88,6 @@ def _json_object(variables: Any, what: str = "variables") -> dict[str, Any]:
     except (TypeError, ValueError) as exc:
         raise InvalidVariables(f"{what} are not JSON: {exc}") from exc
     return variables
-
-
-def _starts_of(definition: ProcessDefinition) -> dict[str, dict[str, list[str]]]:
-    """Message/signal start names -> node ids, kept on the row for routing."""
-    out: dict[str, dict[str, list[str]]] = {"message": {}, "signal": {}}
-    for node in definition.message_starts():
-        if node.event.message_name:
-            out["message"].setdefault(node.event.message_name, []).append(node.id)
-    for node in definition.signal_starts():
-        if node.event.signal_name:
-            out["signal"].setdefault(node.event.signal_name, []).append(node.id)
-    return out
 
 
 def log_raised_incidents(applied: Applied) -> None:
@@ -148,7 +114,7 @@ def _effect_payload(effect: object) -> dict[str, Any]:
     return json.loads(json.dumps(data, default=str))  # type: ignore[no-any-return]
 
 
-class Store(Queries):
+class Store(Deployments, OutboxQueue, Queries):
     """One database, one SQLAlchemy Engine, the one transaction."""
 
     def __init__(
@@ -196,140 +162,6 @@ class Store(Queries):
     def _read(self) -> Iterator[Connection]:
         with self.engine.connect().execution_options(**READ) as conn, conn.begin():
             yield conn
-
-    # -- definitions --------------------------------------------------------------
-
-    def deploy(self, source: str | bytes, now: datetime) -> list[Deployment]:
-        """Deploy every executable process in ``source``, or every decision of a DMN
-        document (told apart by the root element's namespace, never the file name).
-
-        Identical content for a key does not bump its version, so re-running a deploy
-        script is harmless; changed content gets version + 1, and running instances
-        stay pinned to the version they started on. Decisions are not pinned: a
-        business rule task evaluates the latest version (Camunda 8).
-        """
-        from engine_core.bpmn import read_bpmn  # the reader validates and refuses first
-        from engine_core.dmn import is_dmn
-
-        text = source.decode("utf-8") if isinstance(source, bytes) else source
-        if is_dmn(text):
-            return self._deploy_decisions(text, now)
-        parsed = read_bpmn(text)
-        checksum = hashlib.sha256(text.encode("utf-8")).hexdigest()
-        out: list[Deployment] = []
-        with self._tx() as conn:
-            for definition in parsed:
-                latest = conn.execute(
-                    select(definitions.c.version, definitions.c.checksum)
-                    .where(definitions.c.key == definition.key)
-                    .order_by(definitions.c.version.desc())
-                    .limit(1)
-                ).first()
-                if latest is not None and latest.checksum == checksum:
-                    out.append(Deployment(definition.key, latest.version, False))
-                    continue
-                version = 1 if latest is None else latest.version + 1
-                conn.execute(
-                    insert(definitions).values(
-                        key=definition.key,
-                        version=version,
-                        checksum=checksum,
-                        source=text,
-                        deployed_at=now,
-                        starts=_starts_of(definition),
-                    )
-                )
-                with _PARSED_LOCK:
-                    _PARSED[(checksum, definition.key)] = definition
-                # The new version's timer starts replace the old version's, in this
-                # same transaction: a deploy never leaves both (or neither) armed.
-                replace_start_timers(conn, definition, version, now)
-                out.append(Deployment(definition.key, version, True))
-        for d in out:
-            log.info("deployed %s v%d%s", d.key, d.version, "" if d.created else " (unchanged)")
-        return out
-
-    def _deploy_decisions(self, text: str, now: datetime) -> list[Deployment]:
-        with self._tx() as conn:
-            out = [Deployment(d, v, c) for d, v, c in deploy_decisions(conn, text, now)]
-        for d in out:
-            log.info(
-                "deployed decision %s v%d%s", d.key, d.version, "" if d.created else " (unchanged)"
-            )
-        return out
-
-    def definition(
-        self, key: str, version: int | None = None, *, conn: Connection | None = None
-    ) -> tuple[ProcessDefinition, int]:
-        """The deployed model (latest when ``version`` is None) and its version."""
-        if version is not None and (key, version) in self._definitions:
-            return self._definitions[(key, version)], version
-        if conn is None:
-            with self._read() as c:
-                return self.definition(key, version, conn=c)
-        q = select(definitions.c.version, definitions.c.checksum).where(definitions.c.key == key)
-        q = q.where(definitions.c.version == version) if version is not None else q
-        row = conn.execute(q.order_by(definitions.c.version.desc()).limit(1)).first()
-        if row is None:
-            raise self._unknown_process(conn, key, version)
-        cached = _PARSED.get((row.checksum, key))
-        if cached is None:
-            from engine_core.bpmn import read_bpmn
-
-            source = conn.execute(
-                select(definitions.c.source).where(
-                    definitions.c.key == key, definitions.c.version == row.version
-                )
-            ).scalar_one()
-            with _PARSED_LOCK:
-                for d in read_bpmn(source):
-                    _PARSED[(row.checksum, d.key)] = d
-            cached = _PARSED[(row.checksum, key)]
-        self._definitions[(key, row.version)] = cached
-        return cached, int(row.version)
-
-    def _unknown_process(self, conn: Connection, key: str, version: int | None) -> UnknownProcess:
-        versions = [
-            v
-            for (v,) in conn.execute(
-                select(definitions.c.version)
-                .where(definitions.c.key == key)
-                .order_by(definitions.c.version)
-            )
-        ]
-        if versions:
-            listed = ", ".join(str(v) for v in versions)
-            return UnknownProcess(
-                f"process {key!r} has no version {version}; deployed versions: {listed}"
-            )
-        keys = [
-            k
-            for (k,) in conn.execute(
-                select(definitions.c.key).distinct().order_by(definitions.c.key)
-            )
-        ]
-        return UnknownProcess(
-            f"no process {key!r} is deployed; deployed: {', '.join(keys) if keys else '(none)'}"
-        )
-
-    def latest_starts(self, kind: str, name: str) -> list[tuple[str, int, list[str]]]:
-        """(key, latest version, start node ids) of processes started by ``kind`` ``name``."""
-        latest = (
-            select(definitions.c.key, func.max(definitions.c.version).label("version"))
-            .group_by(definitions.c.key)
-            .subquery()
-        )
-        q = select(definitions.c.key, definitions.c.version, definitions.c.starts).join(
-            latest,
-            (definitions.c.key == latest.c.key) & (definitions.c.version == latest.c.version),
-        )
-        out = []
-        with self._read() as conn:
-            for row in conn.execute(q.order_by(definitions.c.key)):
-                nodes = (row.starts or {}).get(kind, {}).get(name)
-                if nodes:
-                    out.append((row.key, int(row.version), list(nodes)))
-        return out
 
     # -- the one transaction ------------------------------------------------------
 
@@ -381,25 +213,6 @@ class Store(Queries):
             if start_key is not None:
                 raise StartKeyTaken(key, start_key) from exc
             raise
-
-    def _tagged_version(self, conn: Connection, key: str, tag: str) -> int:
-        """The newest deployed version of ``key`` whose model carries ``tag``."""
-        rows = conn.execute(
-            select(definitions.c.version)
-            .where(definitions.c.key == key)
-            .order_by(definitions.c.version.desc())
-        )
-        versions = [int(r.version) for r in rows]
-        for version in versions:
-            if self.definition(key, version, conn=conn)[0].version_tag == tag:
-                return version
-        if not versions:
-            raise self._unknown_process(conn, key, None)
-        raise UnknownProcess(
-            f"no deployed version of process {key!r} has version tag {tag!r} "
-            f"(versions: {', '.join(map(str, sorted(versions)))}); deploy one with "
-            f'<zeebe:versionTag value="{tag}"/>'
-        )
 
     def start_in(
         self,
@@ -623,71 +436,3 @@ class Store(Queries):
             self._insert_facts(conn, instance_id, int(rev or 0), (fact,), now)
 
     # -- outbox -------------------------------------------------------------------
-
-    def outbox_rows(self, ids: list[int]) -> list[OutboxRow]:
-        if not ids:
-            return []
-        with self._read() as conn:
-            rows = conn.execute(select(outbox).where(outbox.c.id.in_(ids)).order_by(outbox.c.id))
-            return [OutboxRow(int(r.id), r.kind, r.payload, r.created_at) for r in rows]
-
-    def pending_outbox(
-        self,
-        older_than_seconds: float,
-        limit: int = 100,
-        *,
-        now: datetime | None = None,
-        redeliver_after_seconds: float | None = None,
-    ) -> list[OutboxRow]:
-        """The sweeper's work: rows a publisher left behind (it died after commit), and
-        follow-ups published but not consumed within ``redeliver_after_seconds`` (the
-        broker lost them)."""
-        from datetime import timedelta
-
-        from sqlalchemy import and_, or_
-
-        moment = now or clock.now()
-        cutoff = moment - timedelta(seconds=older_than_seconds)
-        unpublished = and_(outbox.c.created_at <= cutoff, outbox.c.published_at.is_(None))
-        condition = unpublished
-        if redeliver_after_seconds is not None:
-            lost = outbox.c.published_at <= moment - timedelta(seconds=redeliver_after_seconds)
-            condition = or_(unpublished, lost)
-        with self._read() as conn:
-            rows = conn.execute(select(outbox).where(condition).order_by(outbox.c.id).limit(limit))
-            return [OutboxRow(int(r.id), r.kind, r.payload, r.created_at) for r in rows]
-
-    def mark_published(self, outbox_id: int, *, until_consumed: bool = False) -> None:
-        """After a publish: delete the row, or (``until_consumed``) keep it, stamped,
-        until its consumer applied it — a follow-up the broker loses is then published
-        again by the sweep instead of stranding the instance that waits for it."""
-        from sqlalchemy import delete, text
-
-        with self._tx() as conn:
-            if self.is_postgres:
-                # This write needs no flush to disk before we go on: if a crash loses
-                # it, the sweep publishes the row again, which is harmless (trigger ids,
-                # job idempotency keys). Saves one WAL fsync per effect (bench_triggers).
-                conn.execute(text("SET LOCAL synchronous_commit TO OFF"))
-            if until_consumed:
-                conn.execute(
-                    update(outbox)
-                    .where(outbox.c.id == outbox_id)
-                    .values(published_at=clock.now())
-                )
-            else:
-                conn.execute(delete(outbox).where(outbox.c.id == outbox_id))
-
-    def consume_outbox(self, outbox_id: int, trigger_id: str) -> None:
-        """The consumer applied the follow-up of row ``outbox_id``: the row is done.
-
-        Matched on the trigger id as well, because SQLite reuses the id of a deleted
-        row: a late consumer must never delete somebody else's follow-up."""
-        from sqlalchemy import delete
-
-        with self._tx() as conn:
-            row = conn.execute(
-                select(outbox.c.payload).where(outbox.c.id == outbox_id)
-            ).first()
-            if row is not None and (row.payload or {}).get("trigger_id") == trigger_id:
-                conn.execute(delete(outbox).where(outbox.c.id == outbox_id))
