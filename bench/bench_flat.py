@@ -28,11 +28,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import common  # noqa: E402
-from bench.bench_step import T0, Spiff, dormant_start, dormant_step, only_wait  # noqa: E402
-from bench.models import LOOP, TIMER  # noqa: E402
-from engine_core.bpmn import read_bpmn  # noqa: E402
-from engine_core.triggers import TaskCompleted  # noqa: E402
+from bench import common
+from bench.bench_step import T0, Spiff, dormant_start, dormant_step, only_wait
+from bench.models import LOOP, TIMER
+from engine_core.bpmn import read_bpmn
+from engine_core.triggers import TaskCompleted
 
 
 def first_last(xs: list[float], k: int) -> tuple[float, float]:
@@ -54,7 +54,9 @@ def loop_flatness(iterations: int, spiff_iterations: int) -> None:
     k = max(1, min(100, iterations // 10))
     t_first, t_last = first_last(times, k)
     s_first, s_last = first_last([float(s) for s in sizes], k)
-    common.line(f"   dormant step, first/last {k}", f"{t_first * 1e6:.0f} us / {t_last * 1e6:.0f} us")
+    common.line(
+        f"   dormant step, first/last {k}", f"{t_first * 1e6:.0f} us / {t_last * 1e6:.0f} us"
+    )
     common.line(f"   dormant checkpoint, first/last {k}", f"{s_first:.0f} B / {s_last:.0f} B")
 
     sp = Spiff()
@@ -76,7 +78,9 @@ def loop_flatness(iterations: int, spiff_iterations: int) -> None:
         f"size {ss_first:.0f} B / {ss_last:.0f} B ({ss_last / ss_first:.1f}x)",
     )
     common.ratio_line(f"step time last/first {k} iterations (dormant)", t_last / t_first, "<=", 1.2)
-    common.ratio_line(f"checkpoint size last/first {k} iterations (dormant)", s_last / s_first, "<=", 1.05)
+    common.ratio_line(
+        f"checkpoint size last/first {k} iterations (dormant)", s_last / s_first, "<=", 1.05
+    )
 
 
 def scan_flatness(sizes: list[int], due: int, rounds: int) -> None:
@@ -96,16 +100,20 @@ def scan_flatness(sizes: list[int], due: int, rounds: int) -> None:
             with store.engine.begin() as conn:
                 if have == 0:
                     conn.execute(
-                        text("INSERT INTO deadlines (instance_id, wait_id, due_at, attempts) "
-                             "SELECT 'due-' || g, 'w1', :due, 0 FROM generate_series(1, CAST(:k AS integer)) g"),
+                        text(
+                            "INSERT INTO deadlines (instance_id, wait_id, due_at, attempts) "
+                            "SELECT 'due-' || g, 'w1', :due, 0 FROM generate_series(1, CAST(:k AS integer)) g"
+                        ),
                         {"due": now - timedelta(seconds=5), "k": due},
                     )
                     have = due
                 # The rest wait: due between one hour and thirty days from now.
                 conn.execute(
-                    text("INSERT INTO deadlines (instance_id, wait_id, due_at, attempts) "
-                         "SELECT 'wait-' || g, 'w1', CAST(:base AS timestamptz) + (g % 2592000) * interval '1 second', 0 "
-                         "FROM generate_series(CAST(:a AS integer), CAST(:b AS integer)) g"),
+                    text(
+                        "INSERT INTO deadlines (instance_id, wait_id, due_at, attempts) "
+                        "SELECT 'wait-' || g, 'w1', CAST(:base AS timestamptz) + (g % 2592000) * interval '1 second', 0 "
+                        "FROM generate_series(CAST(:a AS integer), CAST(:b AS integer)) g"
+                    ),
                     {"base": now + timedelta(hours=1), "a": have - due + 1, "b": n - due},
                 )
                 have = n
@@ -115,8 +123,12 @@ def scan_flatness(sizes: list[int], due: int, rounds: int) -> None:
 
             def reset() -> None:
                 with store.engine.begin() as conn:
-                    conn.execute(text("UPDATE deadlines SET claimed_until = NULL, claim_token = NULL "
-                                      "WHERE instance_id LIKE 'due-%'"))
+                    conn.execute(
+                        text(
+                            "UPDATE deadlines SET claimed_until = NULL, claim_token = NULL "
+                            "WHERE instance_id LIKE 'due-%'"
+                        )
+                    )
 
             claim_ms: list[float] = []
             idle_ms: list[float] = []
@@ -141,10 +153,18 @@ def scan_flatness(sizes: list[int], due: int, rounds: int) -> None:
         store.close()
     small = sizes[0]
     for n in sizes[1:]:
-        common.ratio_line(f"scan cost {n:,} / {small:,} waiting timers (claim)", results[n][0] / results[small][0],
-                          "<=", 1.5)
-        common.ratio_line(f"scan cost {n:,} / {small:,} waiting timers (idle)", results[n][1] / results[small][1],
-                          "<=", 1.5)
+        common.ratio_line(
+            f"scan cost {n:,} / {small:,} waiting timers (claim)",
+            results[n][0] / results[small][0],
+            "<=",
+            1.5,
+        )
+        common.ratio_line(
+            f"scan cost {n:,} / {small:,} waiting timers (idle)",
+            results[n][1] / results[small][1],
+            "<=",
+            1.5,
+        )
 
 
 def memory_flatness(few: int, many: int) -> None:
@@ -152,7 +172,10 @@ def memory_flatness(few: int, many: int) -> None:
 
     from bench import harness
 
-    common.line(f"3. worker memory: RSS after triggers for {few} vs {few + many} instances (left waiting)", "")
+    common.line(
+        f"3. worker memory: RSS after triggers for {few} vs {few + many} instances (left waiting)",
+        "",
+    )
     logdir = Path(tempfile.mkdtemp(prefix="dormant-bench-"))
     with common.scratch_redis_db() as broker_url, common.scratch_database() as database_url:
         from bench.bench_triggers import count_status, publish_many
@@ -166,9 +189,14 @@ def memory_flatness(few: int, many: int) -> None:
         r = redis.Redis.from_url(broker_url)
 
         def starts(lo: int, hi: int) -> None:
-            publish_many(tasks_app.app, "dormant.start", tasks_app.QUEUE, "trigger.start",
-                         [{"key": "bench_timer", "instance_id": f"t-{i}"} for i in range(lo, hi)],
-                         exchange=tasks_app.EXCHANGE.name)
+            publish_many(
+                tasks_app.app,
+                "dormant.start",
+                tasks_app.QUEUE,
+                "trigger.start",
+                [{"key": "bench_timer", "instance_id": f"t-{i}"} for i in range(lo, hi)],
+                exchange=tasks_app.EXCHANGE.name,
+            )
 
         def waiting(k: int) -> Any:
             return lambda: count_status(store, "bench_timer", "active") >= k
@@ -176,9 +204,12 @@ def memory_flatness(few: int, many: int) -> None:
         starts(0, few)
         worker = None
         try:
-            _, worker = harness.drain(r, tasks_app.QUEUE.name,
-                                      lambda: harness.dormant_worker(broker_url, database_url, logdir),
-                                      done=waiting(few))
+            _, worker = harness.drain(
+                r,
+                tasks_app.QUEUE.name,
+                lambda: harness.dormant_worker(broker_url, database_url, logdir),
+                done=waiting(few),
+            )
             time.sleep(0.5)
             before = worker.rss_kib()
             starts(few, few + many)
@@ -200,14 +231,21 @@ def memory_flatness(few: int, many: int) -> None:
     b = sum(before[k] for k in pool) or before["main"]
     a = sum(after[k] for k in pool) or after["main"]
     common.ratio_line(f"pool RSS {few + many} / {few} waiting instances", a / b, "<=", 1.10)
-    common.ratio_line(f"main RSS {few + many} / {few} waiting instances", after["main"] / before["main"], "<=", 1.10)
+    common.ratio_line(
+        f"main RSS {few + many} / {few} waiting instances",
+        after["main"] / before["main"],
+        "<=",
+        1.10,
+    )
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller runs")
     ap.add_argument("--skip-memory", action="store_true", help="no worker / broker part")
-    ap.add_argument("--million", action="store_true", help="also scan with 1,000,000 waiting timers")
+    ap.add_argument(
+        "--million", action="store_true", help="also scan with 1,000,000 waiting timers"
+    )
     args = ap.parse_args()
     common.header("bench_flat: flat step, checkpoint size, deadline scan and worker memory")
     loop_flatness(1000, 200 if args.quick else 330)

@@ -27,13 +27,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import common  # noqa: E402
-from bench.models import LINEAR, LOOP  # noqa: E402
-from engine_core.bpmn import read_bpmn  # noqa: E402
-from engine_core.checkpoint import decode, encode  # noqa: E402
-from engine_core.engine import apply, new_checkpoint  # noqa: E402
-from engine_core.model import ProcessDefinition  # noqa: E402
-from engine_core.triggers import JobCompleted, Start, TaskCompleted, TimerFired, Trigger  # noqa: E402
+from bench import common
+from bench.models import LINEAR, LOOP
+from engine_core.bpmn import read_bpmn
+from engine_core.checkpoint import decode, encode
+from engine_core.engine import apply, new_checkpoint
+from engine_core.model import ProcessDefinition
+from engine_core.triggers import JobCompleted, Start, TaskCompleted, TimerFired, Trigger
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 
@@ -194,7 +194,9 @@ def per_call_us(fn: Any, reps: int) -> float:
     return (time.perf_counter() - t0) / reps * 1e6
 
 
-def compare(name: str, ours: Any, theirs: Any, rounds: int, reps_ours: int, reps_theirs: int) -> tuple[float, float]:
+def compare(
+    name: str, ours: Any, theirs: Any, rounds: int, reps_ours: int, reps_theirs: int
+) -> tuple[float, float]:
     ours(), theirs()  # warm up
     a: list[float] = []
     b: list[float] = []
@@ -239,10 +241,22 @@ def main() -> int:
     )
 
     print()
-    common.ratio_line("speed-up, linear model (spiff / dormant, mean step)", s_mean / d_mean, ">=", 10.0, "{:.1f}x")
-    common.ratio_line("speed-up, loop model (spiff / dormant, step)", sl / dl, ">=", 10.0, "{:.1f}x")
     common.ratio_line(
-        "checkpoint size dormant / spiff (waiting at user task)", len(ours) / len(spiff_waiting), "<=", 0.25, "{:.3f}"
+        "speed-up, linear model (spiff / dormant, mean step)",
+        s_mean / d_mean,
+        ">=",
+        10.0,
+        "{:.1f}x",
+    )
+    common.ratio_line(
+        "speed-up, loop model (spiff / dormant, step)", sl / dl, ">=", 10.0, "{:.1f}x"
+    )
+    common.ratio_line(
+        "checkpoint size dormant / spiff (waiting at user task)",
+        len(ours) / len(spiff_waiting),
+        "<=",
+        0.25,
+        "{:.3f}",
     )
     return common.summary()
 

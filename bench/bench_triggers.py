@@ -26,25 +26,36 @@ import argparse
 import sys
 import tempfile
 import time
-import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import common, harness  # noqa: E402
-from bench.models import MESSAGE, SERVICE  # noqa: E402
+from bench import common, harness
+from bench.models import MESSAGE, SERVICE
 
 
-def publish_many(app: Any, name: str, queue: Any, routing_key: str, kwargs_list: list[dict[str, Any]],
-                 exchange: str | None = None) -> float:
+def publish_many(
+    app: Any,
+    name: str,
+    queue: Any,
+    routing_key: str,
+    kwargs_list: list[dict[str, Any]],
+    exchange: str | None = None,
+) -> float:
     """Publish on one connection; returns tasks/s (for the record)."""
     t0 = time.perf_counter()
     with app.producer_or_acquire() as producer:
         for kwargs in kwargs_list:
-            app.send_task(name, kwargs=kwargs, queue=queue, routing_key=routing_key, exchange=exchange,
-                          producer=producer)
+            app.send_task(
+                name,
+                kwargs=kwargs,
+                queue=queue,
+                routing_key=routing_key,
+                exchange=exchange,
+                producer=producer,
+            )
     return len(kwargs_list) / (time.perf_counter() - t0)
 
 
@@ -54,9 +65,13 @@ def count_status(store: Any, key: str, status: str) -> int:
     from persistence.tables import instances
 
     with store.engine.connect() as conn:
-        return int(conn.execute(
-            select(func.count()).select_from(instances).where(instances.c.key == key, instances.c.status == status)
-        ).scalar_one())
+        return int(
+            conn.execute(
+                select(func.count())
+                .select_from(instances)
+                .where(instances.c.key == key, instances.c.status == status)
+            ).scalar_one()
+        )
 
 
 class SqlCounter:
@@ -82,8 +97,10 @@ class SqlCounter:
         for i in range(k):
             fn(i)
         ms = (time.perf_counter() - t0) / k * 1e3
-        return (f"{(self.statements - s0) / k:4.1f} statements, {(self.commits - c0) / k:3.1f} transactions, "
-                f"{ms:5.2f} ms in-process")
+        return (
+            f"{(self.statements - s0) / k:4.1f} statements, {(self.commits - c0) / k:3.1f} transactions, "
+            f"{ms:5.2f} ms in-process"
+        )
 
 
 def profile_paths(store: Any, base_url: str, now: datetime) -> None:
@@ -101,25 +118,47 @@ def profile_paths(store: Any, base_url: str, now: datetime) -> None:
         import json
 
         with eng.begin() as conn:
-            conn.execute(text("SELECT doc FROM bench_rows WHERE id = :id FOR UPDATE"), {"id": i}).first()
-            conn.execute(text("UPDATE bench_rows SET doc = CAST(:doc AS jsonb) WHERE id = :id"),
-                         {"id": i, "doc": json.dumps(document(i))})
+            conn.execute(
+                text("SELECT doc FROM bench_rows WHERE id = :id FOR UPDATE"), {"id": i}
+            ).first()
+            conn.execute(
+                text("UPDATE bench_rows SET doc = CAST(:doc AS jsonb) WHERE id = :id"),
+                {"id": i, "doc": json.dumps(document(i))},
+            )
 
     k = 200
     common.line("  (b) locked JSONB update", floor.measure(jsonb, k))
     eng.dispose()
     counter = SqlCounter(store.engine)
-    common.line("  start, message wait", counter.measure(
-        lambda i: store.start("bench_message", f"p-{i}", {"orderId": f"p-{i}"}, now=now), k))
+    common.line(
+        "  start, message wait",
+        counter.measure(
+            lambda i: store.start("bench_message", f"p-{i}", {"orderId": f"p-{i}"}, now=now), k
+        ),
+    )
     router = Router(store)
-    common.line("  (c) message -> Router.message", counter.measure(
-        lambda i: router.message("bench-go", f"p-{i}", {}, message_id=f"pm-{i}", ttl_seconds=None, now=now), k))
-    common.line("  start, service task", counter.measure(
-        lambda i: store.start("bench_service", f"q-{i}", {"i": i}, now=now), k))
+    common.line(
+        "  (c) message -> Router.message",
+        counter.measure(
+            lambda i: router.message(
+                "bench-go", f"p-{i}", {}, message_id=f"pm-{i}", ttl_seconds=None, now=now
+            ),
+            k,
+        ),
+    )
+    common.line(
+        "  start, service task",
+        counter.measure(lambda i: store.start("bench_service", f"q-{i}", {"i": i}, now=now), k),
+    )
 
     def job_done(i: int) -> None:
         wait_id = _waits(store, f"q-{i}")[0]
-        store.apply(f"q-{i}", JobCompleted(wait_id=wait_id, variables={"done": True}), now, trigger_id=f"q-{i}:done")
+        store.apply(
+            f"q-{i}",
+            JobCompleted(wait_id=wait_id, variables={"done": True}),
+            now,
+            trigger_id=f"q-{i}:done",
+        )
 
     common.line("  job result -> Store.apply (+1 read here)", counter.measure(job_done, k))
 
@@ -130,22 +169,32 @@ def _waits(store: Any, instance_id: str) -> list[str]:
     from persistence.tables import instances
 
     with store.engine.connect() as conn:
-        doc = conn.execute(select(instances.c.checkpoint).where(instances.c.id == instance_id)).scalar_one()
+        doc = conn.execute(
+            select(instances.c.checkpoint).where(instances.c.id == instance_id)
+        ).scalar_one()
     return list(doc.get("waits", {}))
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="2,000 tasks per figure instead of 20,000")
-    ap.add_argument("-n", type=int, default=None, help="tasks per baseline figure (default 20,000; quick 2,000)")
-    ap.add_argument("--dormant-n", type=int, default=None,
-                    help="instances per dormant figure (default 5,000; quick 1,000)")
+    ap.add_argument(
+        "-n", type=int, default=None, help="tasks per baseline figure (default 20,000; quick 2,000)"
+    )
+    ap.add_argument(
+        "--dormant-n",
+        type=int,
+        default=None,
+        help="instances per dormant figure (default 5,000; quick 1,000)",
+    )
     args = ap.parse_args()
     n_base = args.n or (2000 if args.quick else 20000)
     n = n_service = args.dormant_n or (1000 if args.quick else 5000)
 
-    common.header(f"bench_triggers: {n_base} tasks per baseline, {n} instances per dormant figure, "
-                  "one worker (prefork x2, acks late, prefetch 1)")
+    common.header(
+        f"bench_triggers: {n_base} tasks per baseline, {n} instances per dormant figure, "
+        "one worker (prefork x2, acks late, prefetch 1)"
+    )
     logdir = Path(tempfile.mkdtemp(prefix="dormant-bench-"))
     common.line("worker logs", str(logdir))
 
@@ -153,7 +202,9 @@ def main() -> int:
 
     with common.scratch_redis_db() as broker_url, common.scratch_database() as database_url:
         common.line("broker", broker_url)
-        common.line("database", database_url.rsplit("/", 1)[1] + " (fresh, migrated; dropped at exit)")
+        common.line(
+            "database", database_url.rsplit("/", 1)[1] + " (fresh, migrated; dropped at exit)"
+        )
         r = redis.Redis.from_url(broker_url)
 
         # -- (a) and (b): the plain-Celery floor ----------------------------------------
@@ -173,11 +224,15 @@ def main() -> int:
         ):
             publish_many(base.app, task, queue, queue, [make(i) for i in range(n_base)])
             secs, worker = harness.drain(
-                r, queue, lambda q=queue: harness.baseline_worker(q, broker_url, database_url, logdir)
+                r,
+                queue,
+                lambda q=queue: harness.baseline_worker(q, broker_url, database_url, logdir),
             )
             worker.stop()
             rates[label] = n_base / secs
-            common.line(f"(a/b) {label:<26}", f"{rates[label]:8.0f} tasks/s  ({n_base} in {secs:.2f} s)")
+            common.line(
+                f"(a/b) {label:<26}", f"{rates[label]:8.0f} tasks/s  ({n_base} in {secs:.2f} s)"
+            )
 
         # -- dormant ----------------------------------------------------------------------
         from persistence.settings import Settings
@@ -193,37 +248,71 @@ def main() -> int:
         # (c) N instances waiting on the message catch (started by a worker: setup,
         # printed for the record), then N messages queued and drained by a fresh worker.
         publish_many(
-            tasks_app.app, "dormant.start", tasks_app.QUEUE, "trigger.start",
-            [{"key": "bench_message", "instance_id": f"m-{i}", "variables": {"orderId": f"k-{i}"}} for i in range(n)],
+            tasks_app.app,
+            "dormant.start",
+            tasks_app.QUEUE,
+            "trigger.start",
+            [
+                {
+                    "key": "bench_message",
+                    "instance_id": f"m-{i}",
+                    "variables": {"orderId": f"k-{i}"},
+                }
+                for i in range(n)
+            ],
             exchange=tasks_app.EXCHANGE.name,
         )
         secs, worker = harness.drain(
-            r, tasks_app.QUEUE.name, lambda: harness.dormant_worker(broker_url, database_url, logdir, "dormant-setup"),
+            r,
+            tasks_app.QUEUE.name,
+            lambda: harness.dormant_worker(broker_url, database_url, logdir, "dormant-setup"),
             done=lambda: count_status(store, "bench_message", "active") >= n,
         )
         worker.stop()
-        common.line("    (setup) dormant.start -> instance waits on message", f"{n / secs:8.0f} triggers/s ({n} in {secs:.2f} s)")
+        common.line(
+            "    (setup) dormant.start -> instance waits on message",
+            f"{n / secs:8.0f} triggers/s ({n} in {secs:.2f} s)",
+        )
         publish_many(
-            tasks_app.app, "dormant.message", tasks_app.QUEUE, "message.bench-go",
-            [{"name": "bench-go", "correlation_key": f"k-{i}", "message_id": f"msg-{i}"} for i in range(n)],
+            tasks_app.app,
+            "dormant.message",
+            tasks_app.QUEUE,
+            "message.bench-go",
+            [
+                {"name": "bench-go", "correlation_key": f"k-{i}", "message_id": f"msg-{i}"}
+                for i in range(n)
+            ],
             exchange=tasks_app.EXCHANGE.name,
         )
         secs, worker = harness.drain(
-            r, tasks_app.QUEUE.name, lambda: harness.dormant_worker(broker_url, database_url, logdir),
+            r,
+            tasks_app.QUEUE.name,
+            lambda: harness.dormant_worker(broker_url, database_url, logdir),
             done=lambda: count_status(store, "bench_message", "completed") >= n,
         )
         worker.stop()
         rates["dormant message trigger"] = n / secs
-        common.line("(c)   dormant message trigger", f"{rates['dormant message trigger']:8.0f} triggers/s ({n} in {secs:.2f} s)")
+        common.line(
+            "(c)   dormant message trigger",
+            f"{rates['dormant message trigger']:8.0f} triggers/s ({n} in {secs:.2f} s)",
+        )
 
         # (d) one-service-task process: start -> job -> job result, N instances.
         publish_many(
-            tasks_app.app, "dormant.start", tasks_app.QUEUE, "trigger.start",
-            [{"key": "bench_service", "instance_id": f"s-{i}", "variables": {"i": i}} for i in range(n_service)],
+            tasks_app.app,
+            "dormant.start",
+            tasks_app.QUEUE,
+            "trigger.start",
+            [
+                {"key": "bench_service", "instance_id": f"s-{i}", "variables": {"i": i}}
+                for i in range(n_service)
+            ],
             exchange=tasks_app.EXCHANGE.name,
         )
         secs, worker = harness.drain(
-            r, tasks_app.QUEUE.name, lambda: harness.dormant_worker(broker_url, database_url, logdir, "dormant-worker-2"),
+            r,
+            tasks_app.QUEUE.name,
+            lambda: harness.dormant_worker(broker_url, database_url, logdir, "dormant-worker-2"),
             done=lambda: count_status(store, "bench_service", "completed") >= n_service,
         )
         worker.stop()
@@ -239,14 +328,18 @@ def main() -> int:
 
         print()
         common.ratio_line(
-            "ratio end-to-end / locked-JSONB baseline", rates["dormant message trigger"] / rates["locked 2 KB JSONB update"],
-            ">=", 0.70,
+            "ratio end-to-end / locked-JSONB baseline",
+            rates["dormant message trigger"] / rates["locked 2 KB JSONB update"],
+            ">=",
+            0.70,
         )
         common.line(
             "ratio locked-JSONB / no-op (for reference; CELERY-NOTES: 747/1561 = 0.48)",
             f"{rates['locked 2 KB JSONB update'] / rates['no-op Celery task']:.2f}",
         )
-        common.ratio_line("completed one-service-task instances/s", completed_rate, ">=", 100.0, "{:.0f}")
+        common.ratio_line(
+            "completed one-service-task instances/s", completed_rate, ">=", 100.0, "{:.0f}"
+        )
     return common.summary()
 
 

@@ -57,7 +57,10 @@ def _after_fork(**_: Any) -> None:
 
 def document(i: int) -> dict[str, Any]:
     """A ~2 KB JSON document, different for every write."""
-    return {"seq": i, "items": [{"sku": f"sku-{k:04d}", "qty": k % 7, "note": "x" * 20} for k in range(32)]}
+    return {
+        "seq": i,
+        "items": [{"sku": f"sku-{k:04d}", "qty": k % 7, "note": "x" * 20} for k in range(32)],
+    }
 
 
 @app.task(name="bench.noop")
@@ -71,7 +74,9 @@ def jsonb(i: int) -> None:
     from sqlalchemy import text
 
     with _db().begin() as conn:
-        conn.execute(text("SELECT doc FROM bench_rows WHERE id = :id FOR UPDATE"), {"id": i % ROWS}).first()
+        conn.execute(
+            text("SELECT doc FROM bench_rows WHERE id = :id FOR UPDATE"), {"id": i % ROWS}
+        ).first()
         conn.execute(
             text("UPDATE bench_rows SET doc = CAST(:doc AS jsonb) WHERE id = :id"),
             {"id": i % ROWS, "doc": json.dumps(document(i))},

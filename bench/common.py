@@ -23,7 +23,9 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-PG_ADMIN_URL = os.environ.get("BENCH_PG_ADMIN_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+PG_ADMIN_URL = os.environ.get(
+    "BENCH_PG_ADMIN_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+)
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379")
 
 _results: list[tuple[str, bool | None]] = []
@@ -31,8 +33,10 @@ _results: list[tuple[str, bool | None]] = []
 
 def header(title: str) -> None:
     print(f"== {title}")
-    print(f"   date {datetime.now(UTC).isoformat(timespec='seconds')}  host {platform.node()}  "
-          f"cpus {os.cpu_count()}  python {platform.python_version()}  {platform.machine()}")
+    print(
+        f"   date {datetime.now(UTC).isoformat(timespec='seconds')}  host {platform.node()}  "
+        f"cpus {os.cpu_count()}  python {platform.python_version()}  {platform.machine()}"
+    )
     sys.stdout.flush()
 
 
@@ -44,7 +48,9 @@ def line(label: str, value: str) -> None:
 def ratio_line(label: str, value: float, op: str, target: float, fmt: str = "{:.2f}") -> bool:
     """Print ``label: value (target op target)`` with MET / NOT MET; remember the verdict."""
     ok = {">=": value >= target, "<=": value <= target}[op]
-    print(f"{label}: {fmt.format(value)} (target {op} {fmt.format(target)}) {'MET' if ok else 'NOT MET'}")
+    print(
+        f"{label}: {fmt.format(value)} (target {op} {fmt.format(target)}) {'MET' if ok else 'NOT MET'}"
+    )
     sys.stdout.flush()
     _results.append((label, ok))
     return ok
@@ -107,9 +113,13 @@ def scratch_database(prefix: str = "dormant_bench") -> Iterator[str]:
         yield url
     finally:
         with admin.connect() as c:
-            c.execute(text(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE datname = :n AND pid <> pg_backend_pid()"), {"n": name})
+            c.execute(
+                text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = :n AND pid <> pg_backend_pid()"
+                ),
+                {"n": name},
+            )
             c.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
         admin.dispose()
 

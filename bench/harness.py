@@ -20,7 +20,11 @@ from typing import Any
 
 from bench.common import REPO, children_of, rss_kib
 
-PY = str(REPO / ".venv" / "bin" / "python") if (REPO / ".venv" / "bin" / "python").exists() else sys.executable
+PY = (
+    str(REPO / ".venv" / "bin" / "python")
+    if (REPO / ".venv" / "bin" / "python").exists()
+    else sys.executable
+)
 
 
 class Worker:
@@ -31,7 +35,12 @@ class Worker:
         self.log = logdir / f"{name}.log"
         out = open(self.log, "ab")
         self.popen = subprocess.Popen(
-            argv, env=env, cwd=str(REPO), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            argv,
+            env=env,
+            cwd=str(REPO),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         out.close()
 
@@ -78,19 +87,47 @@ def env_with(**extra: str) -> dict[str, str]:
 def baseline_worker(queue: str, broker_url: str, database_url: str, logdir: Path) -> Worker:
     return Worker(
         f"baseline-{queue}",
-        [PY, "-m", "celery", "-A", "bench.celery_baseline", "worker", "-P", "prefork", "-c", "2",
-         "-Q", queue, "--without-mingle", "--without-gossip", "--loglevel", "WARNING"],
+        [
+            PY,
+            "-m",
+            "celery",
+            "-A",
+            "bench.celery_baseline",
+            "worker",
+            "-P",
+            "prefork",
+            "-c",
+            "2",
+            "-Q",
+            queue,
+            "--without-mingle",
+            "--without-gossip",
+            "--loglevel",
+            "WARNING",
+        ],
         env_with(BENCH_BROKER_URL=broker_url, BENCH_DATABASE_URL=database_url),
         logdir,
     )
 
 
-def dormant_worker(broker_url: str, database_url: str, logdir: Path, name: str = "dormant-worker") -> Worker:
+def dormant_worker(
+    broker_url: str, database_url: str, logdir: Path, name: str = "dormant-worker"
+) -> Worker:
     """The real ``dormant worker`` CLI: prefork x2, the dormant app's own settings."""
     return Worker(
         name,
-        [PY, "-m", "tasks.cli", "worker", "--include", "bench.jobs", "--concurrency", "2",
-         "--loglevel", "WARNING"],
+        [
+            PY,
+            "-m",
+            "tasks.cli",
+            "worker",
+            "--include",
+            "bench.jobs",
+            "--concurrency",
+            "2",
+            "--loglevel",
+            "WARNING",
+        ],
         env_with(DORMANT_BROKER_URL=broker_url, DORMANT_DATABASE_URL=database_url),
         logdir,
     )

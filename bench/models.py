@@ -16,7 +16,9 @@ _HEAD = """<?xml version="1.0" encoding="UTF-8"?>
 """
 
 # start -> user task -> service task -> timer (1 h) -> end
-LINEAR = _HEAD + """  <bpmn:process id="bench_linear" name="Bench linear" isExecutable="true">
+LINEAR = (
+    _HEAD
+    + """  <bpmn:process id="bench_linear" name="Bench linear" isExecutable="true">
     <bpmn:startEvent id="start"><bpmn:outgoing>f1</bpmn:outgoing></bpmn:startEvent>
     <bpmn:sequenceFlow id="f1" sourceRef="start" targetRef="review" />
     <bpmn:userTask id="review" name="Review">
@@ -39,9 +41,12 @@ LINEAR = _HEAD + """  <bpmn:process id="bench_linear" name="Bench linear" isExec
   </bpmn:process>
 </bpmn:definitions>
 """
+)
 
 # start -> merge -> user task "work" -> xor: again -> merge | default -> end
-LOOP = _HEAD + """  <bpmn:process id="bench_loop" name="Bench loop" isExecutable="true">
+LOOP = (
+    _HEAD
+    + """  <bpmn:process id="bench_loop" name="Bench loop" isExecutable="true">
     <bpmn:startEvent id="start"><bpmn:outgoing>f1</bpmn:outgoing></bpmn:startEvent>
     <bpmn:sequenceFlow id="f1" sourceRef="start" targetRef="merge" />
     <bpmn:exclusiveGateway id="merge">
@@ -65,9 +70,12 @@ LOOP = _HEAD + """  <bpmn:process id="bench_loop" name="Bench loop" isExecutable
   </bpmn:process>
 </bpmn:definitions>
 """
+)
 
 # start -> message catch "bench-go" (key = orderId) -> end   (bench_triggers, bench_flat)
-MESSAGE = _HEAD + """  <bpmn:process id="bench_message" name="Bench message" isExecutable="true">
+MESSAGE = (
+    _HEAD
+    + """  <bpmn:process id="bench_message" name="Bench message" isExecutable="true">
     <bpmn:startEvent id="start"><bpmn:outgoing>f1</bpmn:outgoing></bpmn:startEvent>
     <bpmn:sequenceFlow id="f1" sourceRef="start" targetRef="wait" />
     <bpmn:intermediateCatchEvent id="wait" name="Go">
@@ -82,9 +90,12 @@ MESSAGE = _HEAD + """  <bpmn:process id="bench_message" name="Bench message" isE
   </bpmn:message>
 </bpmn:definitions>
 """
+)
 
 # start -> service task (job "bench-noop-job") -> end   (completed instances/s)
-SERVICE = _HEAD + """  <bpmn:process id="bench_service" name="Bench service" isExecutable="true">
+SERVICE = (
+    _HEAD
+    + """  <bpmn:process id="bench_service" name="Bench service" isExecutable="true">
     <bpmn:startEvent id="start"><bpmn:outgoing>f1</bpmn:outgoing></bpmn:startEvent>
     <bpmn:sequenceFlow id="f1" sourceRef="start" targetRef="job" />
     <bpmn:serviceTask id="job" name="Job">
@@ -96,9 +107,12 @@ SERVICE = _HEAD + """  <bpmn:process id="bench_service" name="Bench service" isE
   </bpmn:process>
 </bpmn:definitions>
 """
+)
 
 # start -> timer (due far in the future: waits, never fires) -> end   (bench_flat memory)
-TIMER = _HEAD + """  <bpmn:process id="bench_timer" name="Bench timer" isExecutable="true">
+TIMER = (
+    _HEAD
+    + """  <bpmn:process id="bench_timer" name="Bench timer" isExecutable="true">
     <bpmn:startEvent id="start"><bpmn:outgoing>f1</bpmn:outgoing></bpmn:startEvent>
     <bpmn:sequenceFlow id="f1" sourceRef="start" targetRef="wait" />
     <bpmn:intermediateCatchEvent id="wait">
@@ -112,3 +126,4 @@ TIMER = _HEAD + """  <bpmn:process id="bench_timer" name="Bench timer" isExecuta
   </bpmn:process>
 </bpmn:definitions>
 """
+)

@@ -61,7 +61,6 @@ def test_a_message_whose_wait_was_replaced_is_correlated_again(store: Any, now: 
     assert store.instance("i-1").variables["hits"] == 2
 
 
-
 def test_a_crash_between_two_holders_is_healed_by_the_producers_retry(
     store: Any, now: datetime, monkeypatch: Any
 ) -> None:
@@ -98,6 +97,9 @@ def test_a_single_holder_records_the_message_in_its_own_transaction(
     store.start("loop", "solo", {"key": "s", "hits": 0}, now=now)
     first = Router(store).message("tick", "s", {}, message_id="m-9", ttl_seconds=None, now=now)
     assert first.recorded and first.delivered_to == ["solo"]
-    assert Router(store).message("tick", "s", {}, message_id="m-9", ttl_seconds=None,
-                                 now=now).duplicate
+    assert (
+        Router(store)
+        .message("tick", "s", {}, message_id="m-9", ttl_seconds=None, now=now)
+        .duplicate
+    )
     assert store.instance("solo").variables["hits"] == 1

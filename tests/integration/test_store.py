@@ -68,7 +68,8 @@ def test_not_migrated_on_an_empty_postgres_database(pg_empty_database: Any) -> N
     url = pg_empty_database()
     head = migrate.head_revision()
     with pytest.raises(
-        NotMigrated, match=rf"not migrated \(at revision none, need {head}\); run `dormant db upgrade`"
+        NotMigrated,
+        match=rf"not migrated \(at revision none, need {head}\); run `dormant db upgrade`",
     ):
         Store(url)
     migrate.upgrade(url)
