@@ -87,13 +87,17 @@ class Client:
         ``Deployment(key, version)``.
 
         A file with several processes (or decisions: the key is the decision id) deploys
-        them all and returns the first.
+        them all and returns the first; ``deploy_all`` returns every one.
         """
+        return self.deploy_all(path_or_xml)[0]
+
+    def deploy_all(self, path_or_xml: str | bytes | Path) -> list[Any]:
+        """Deploy every process (or decision) of a file; one ``Deployment`` each."""
         source = _read_source(path_or_xml)
-        deployments = self._store.deploy(source, _now())
+        deployments = list(self._store.deploy(source, _now()))
         if not deployments:
             raise InvalidModel("the document defines no executable process")
-        return deployments[0]
+        return deployments
 
     def start(
         self, key: str, variables: dict[str, Any] | None = None, business_key: str | None = None
