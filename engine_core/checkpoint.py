@@ -261,10 +261,6 @@ class Checkpoint(_Doc):
         self.counter += 1
         return f"{prefix}{self.counter}"
 
-    @property
-    def root_scope(self) -> Scope:
-        return self.scopes["s0"]
-
     def has_open_incidents(self) -> bool:
         return any(not i.state.closed for i in self.incidents.values())
 

@@ -36,7 +36,7 @@ from engine_core.checkpoint import (
 from engine_core.effects import CancelChild, Effect, Fact, NotifyParent
 from engine_core.errors import EngineInvariantError
 from engine_core.expressions import TechnicalFailure, boolean, evaluate, json_value
-from engine_core.model import ACTIVITY_KINDS, Node, NodeKind, ProcessDefinition
+from engine_core.model import ACTIVITY_KINDS, Node, ProcessDefinition
 
 if TYPE_CHECKING:
     from engine_core.engine import Services
@@ -413,9 +413,6 @@ class Runtime:
 
     def is_activity(self, node: Node) -> bool:
         return node.kind in ACTIVITY_KINDS
-
-    def is_container(self, node: Node) -> bool:
-        return node.kind in (NodeKind.SUB_PROCESS, NodeKind.EVENT_SUB_PROCESS)
 
 
 def _as_expression(source: str) -> str:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from engine_core.checkpoint import Token, TokenState
+from engine_core.checkpoint import Token
 from engine_core.model import EventKind, Node, NodeKind
 from engine_core.runtime import ROOT_SCOPE
 
@@ -158,7 +158,3 @@ def _catch_outward(
                 return interrupting
         scope_id = owner.scope_id
     return False
-
-
-def token_is_live(token: Token) -> bool:
-    return token.state in (TokenState.ACTIVE, TokenState.WAITING)

@@ -28,7 +28,7 @@ from engine_core.checkpoint import (
 from engine_core.effects import NotifyParent
 from engine_core.errors import InvalidOperation
 from engine_core.expressions import TechnicalFailure
-from engine_core.model import EventKind, Node, NodeKind
+from engine_core.model import Node
 from engine_core.runtime import ROOT_SCOPE
 from engine_core.throwing import throw_error
 from engine_core.timers import next_cycle_due
@@ -411,7 +411,3 @@ _HANDLERS: dict[type, TriggerHandler] = {
     IncidentResolve: _incident_resolve,
     IncidentDrop: _incident_drop,
 }
-
-# Kinds a catch-event node can wait on; used to validate a woken node.
-CATCH_KINDS = frozenset({EventKind.TIMER, EventKind.MESSAGE, EventKind.SIGNAL})
-EVENT_NODES = frozenset({NodeKind.INTERMEDIATE_CATCH_EVENT, NodeKind.RECEIVE_TASK})
