@@ -125,8 +125,14 @@ def _run(
     call: Callable[[str, datetime], Any],
     inbox_id: str | None = None,
     trigger_id: str | None = None,
+    *,
+    operator: bool = False,
 ) -> None:
-    """The shell every trigger task shares (see the module docstring)."""
+    """The shell every trigger task shares (see the module docstring).
+
+    ``operator``: the task is an operator's action (an incident action, from Flower or
+    the CLI): a refused action is re-raised after it is recorded, so Flower shows the
+    task FAILED with the reason instead of a success that did nothing."""
     tid = inbox_id or trigger_id or task.request.id or "eager"
     try:
         result = call(tid, _now())
@@ -144,6 +150,8 @@ def _run(
         log.warning("trigger=%s dropped: %s: %s", kind, type(exc).__name__, exc)
         _processed(inbox_id)
         consumed(task.request)
+        if operator:
+            raise
         return None
     except Exception:
         log.exception("trigger=%s failed", kind)
@@ -311,7 +319,8 @@ def incident_instance(incident_id: str) -> str:
 
 
 def _incident_task(name: str, trigger_cls: Any) -> Any:
-    @app.task(name=name, bind=True)
+    # ``throws``: a refused action is an expected outcome, logged without a traceback.
+    @app.task(name=name, bind=True, throws=(DormantError,))
     def incident_op(
         self: Task,
         incident_id: str,
@@ -325,7 +334,8 @@ def _incident_task(name: str, trigger_cls: Any) -> Any:
                 instance_id, trigger_cls(incident_id=incident_id), now, trigger_id=tid
             )
 
-        return _run(self, trigger_cls.model_fields["kind"].default, call, inbox_id, trigger_id)
+        kind = trigger_cls.model_fields["kind"].default
+        return _run(self, kind, call, inbox_id, trigger_id, operator=True)
 
     incident_op.__doc__ = f"Apply {trigger_cls.__name__} to the instance holding the incident."
     return incident_op
