@@ -40,8 +40,6 @@ __all__ = ["NAMESPACE", "MessageOutcome", "Router", "SignalOutcome"]
 # Deterministic ids for instances started by a message or signal: a redelivered
 # message starts nothing new.
 NAMESPACE = uuid.UUID("6f1c2a1e-8d4b-4c1f-9a57-d0c5a3e7b001")
-# How often one delivery re-correlates after finding its wait replaced under the lock.
-_STALE_RETRIES = 3
 
 
 @dataclass(slots=True)
@@ -78,18 +76,22 @@ class Router:
         self.store = store
 
     def _holders(self, kind: str, name: str, key: str | None) -> list[tuple[str, str]]:
+        with self.store._read() as conn:
+            return self._holders_in(conn, kind, name, key)
+
+    @staticmethod
+    def _holders_in(
+        conn: Connection, kind: str, name: str, key: str | None
+    ) -> list[tuple[str, str]]:
         q = select(subscriptions.c.instance_id, subscriptions.c.wait_id).where(
             subscriptions.c.kind == kind, subscriptions.c.name == name
         )
         if kind == "message":
             q = q.where(subscriptions.c.correlation_key.is_not_distinct_from(key))
-        with self.store._read() as conn:
-            return [
-                (r.instance_id, r.wait_id)
-                for r in conn.execute(
-                    q.order_by(subscriptions.c.instance_id, subscriptions.c.wait_id)
-                )
-            ]
+        return [
+            (r.instance_id, r.wait_id)
+            for r in conn.execute(q.order_by(subscriptions.c.instance_id, subscriptions.c.wait_id))
+        ]
 
     def message(
         self,
@@ -110,14 +112,19 @@ class Router:
         )
         message_id = message_id or str(uuid.uuid4())
         out = MessageOutcome(message_id)
+        # The duplicate check and the first holders lookup share one read transaction.
         with self.store._read() as conn:
             if conn.execute(
                 select(messages.c.message_id).where(messages.c.message_id == message_id)
             ).first():
                 out.duplicate = True
                 return out
+            holders: list[tuple[str, str]] | None = self._holders_in(
+                conn, "message", name, correlation_key
+            )
         while True:
-            self._deliver(out, name, correlation_key, variables, now)
+            self._deliver(out, name, correlation_key, variables, now, holders)
+            holders = None  # a second round (a subscription appeared) looks again
             if out.recorded:
                 return out
             if not out.delivered_to:
@@ -132,9 +139,11 @@ class Router:
         key: str | None,
         variables: dict[str, Any],
         now: datetime,
+        holders: list[tuple[str, str]] | None = None,
     ) -> None:
         seen: set[str] = set(out.delivered_to)
-        holders = self._holders("message", name, key)
+        if holders is None:
+            holders = self._holders("message", name, key)
         # With one holder the dedup row rides its transaction. With several it must be
         # written after all of them (``_record``): a crash in between leaves the message
         # unrecorded, so the producer's retry reaches the holders not yet served.
@@ -154,20 +163,11 @@ class Router:
             applied = self.store.apply(
                 instance_id, trigger, now, trigger_id=out.message_id, also=record
             )
-            for _ in range(_STALE_RETRIES):
-                if applied.changed or applied.duplicate:
-                    break
-                # The wait was replaced between our lookup and the lock (e.g. a loop that
-                # re-armed its catch): correlate again with what the instance holds now.
-                fresh = [w for i, w in self._holders("message", name, key) if i == instance_id]
-                if not fresh:
-                    break
-                trigger = trigger.model_copy(update={"wait_id": fresh[0]})
-                applied = self.store.apply(
-                    instance_id, trigger, now, trigger_id=out.message_id, also=record
-                )
             if not (applied.changed or applied.duplicate):
-                continue  # nothing there took it: it may start an instance or be buffered
+                # The wait was replaced between our lookup and the lock (a loop that
+                # re-armed its catch): not delivered. ``_record`` then finds the new
+                # subscription under its lock and ``message`` correlates again.
+                continue
             out.applied.append(applied)
             out.delivered_to.append(instance_id)
 

@@ -41,11 +41,13 @@ class LaggingRouter(Router):
         super().__init__(store)
         self.stale: list[tuple[str, str]] | None = stale
 
-    def _holders(self, kind: str, name: str, key: str | None) -> list[tuple[str, str]]:
+    def _holders_in(  # type: ignore[override]
+        self, conn: Any, kind: str, name: str, key: str | None
+    ) -> list[tuple[str, str]]:
         if self.stale is not None:
             answer, self.stale = self.stale, None
             return answer
-        return super()._holders(kind, name, key)
+        return Router._holders_in(conn, kind, name, key)
 
 
 def test_a_message_whose_wait_was_replaced_is_correlated_again(store: Any, now: datetime) -> None:
