@@ -281,4 +281,7 @@ inbox = Table(
     Column("payload", JsonDoc(), nullable=False),
     Column("created_at", UtcDateTime, nullable=False, index=True),
     Column("processed_at", UtcDateTime),
+    # When the sweep last re-published it: a broker outage must not make every sweep
+    # re-send every waiting trigger (a storm of duplicates that slows the recovery).
+    Column("republished_at", UtcDateTime),
 )

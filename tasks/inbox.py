@@ -5,9 +5,10 @@ and a worker's pick-up would lose the trigger. So the Client first writes the tr
 (task name + keyword arguments) into the ``inbox`` table, then publishes the task
 with ``inbox_id``. The trigger task marks the row processed after its transaction;
 the beat sweep (``dormant.relay_outbox``) re-publishes rows left unprocessed for a
-while. The inbox id is also the trigger id, so a re-published row that was in fact
-applied is recognised by the Store as a duplicate: at-least-once publishing,
-exactly-once effect.
+while, each at most once per redelivery window (a broker outage must not turn every
+sweep into a storm of duplicates). The inbox id is also the trigger id, so a
+re-published row that was in fact applied is recognised by the Store as a duplicate:
+at-least-once publishing, exactly-once effect.
 """
 
 from __future__ import annotations
@@ -17,12 +18,12 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import Engine, insert, select, update
+from sqlalchemy import Engine, insert, or_, select, update
 
 from persistence import clock
 from persistence.tables import inbox
 
-__all__ = ["InboxRow", "mark_processed", "record", "unprocessed"]
+__all__ = ["InboxRow", "mark_processed", "mark_republished", "record", "unprocessed"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,13 +65,36 @@ def mark_processed(engine: Engine, inbox_id: str) -> None:
         )
 
 
-def unprocessed(engine: Engine, older_than_seconds: float, limit: int = 500) -> list[InboxRow]:
-    """Rows still unprocessed ``older_than_seconds`` after they were written."""
-    cutoff = clock.now() - timedelta(seconds=older_than_seconds)
+def mark_republished(engine: Engine, inbox_ids: list[str]) -> None:
+    """The sweep re-sent these: leave them alone for a redelivery window."""
+    if not inbox_ids:
+        return
+    with engine.begin() as conn:
+        conn.execute(
+            update(inbox).where(inbox.c.id.in_(inbox_ids)).values(republished_at=clock.now())
+        )
+
+
+def unprocessed(
+    engine: Engine,
+    older_than_seconds: float,
+    limit: int = 500,
+    *,
+    redeliver_after_seconds: float = 60.0,
+) -> list[InboxRow]:
+    """Rows still unprocessed ``older_than_seconds`` after they were written, and not
+    re-published by the sweep within the last ``redeliver_after_seconds``."""
+    now = clock.now()
+    cutoff = now - timedelta(seconds=older_than_seconds)
+    again = now - timedelta(seconds=redeliver_after_seconds)
     with engine.connect() as conn:
         rows = conn.execute(
             select(inbox.c.id, inbox.c.kind, inbox.c.payload)
-            .where(inbox.c.processed_at.is_(None), inbox.c.created_at <= cutoff)
+            .where(
+                inbox.c.processed_at.is_(None),
+                inbox.c.created_at <= cutoff,
+                or_(inbox.c.republished_at.is_(None), inbox.c.republished_at <= again),
+            )
             .order_by(inbox.c.created_at)
             .limit(limit)
         ).all()

@@ -423,7 +423,12 @@ def relay_outbox(self: Task) -> int:
         rows = store().pending_outbox(
             after, SCAN_BATCH, redeliver_after_seconds=settings.outbox_redeliver_after_seconds
         )
-        stuck = inbox.unprocessed(store().engine, after, SCAN_BATCH)
+        stuck = inbox.unprocessed(
+            store().engine,
+            after,
+            SCAN_BATCH,
+            redeliver_after_seconds=settings.outbox_redeliver_after_seconds,
+        )
     except OperationalError as exc:
         log.info("relay_outbox: database unavailable (%s); next tick retries", type(exc).__name__)
         return 0
@@ -434,9 +439,14 @@ def relay_outbox(self: Task) -> int:
         except Exception:
             log.exception("relay_outbox: row not published; next tick retries")
             return count
-    for item in stuck:
-        publish(item.task, item.routing_key, {**item.kwargs, "inbox_id": item.id})
-        count += 1
+    sent: list[str] = []
+    try:
+        for item in stuck:
+            publish(item.task, item.routing_key, {**item.kwargs, "inbox_id": item.id})
+            sent.append(item.id)
+            count += 1
+    finally:
+        inbox.mark_republished(store().engine, sent)
     if count:
         log.info(
             "relay_outbox: published %s outbox row(s), re-sent %s inbox trigger(s)",
