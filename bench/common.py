@@ -124,26 +124,14 @@ def scratch_database(prefix: str = "dormant_bench") -> Iterator[str]:
         admin.dispose()
 
 
-LOCK_KEY = "dormant-test-lock"  # the same key tests/integration/conftest.py takes
-
-
 @contextmanager
 def scratch_redis_db() -> Iterator[str]:
-    """A Redis database number nobody else holds (the tests' SET NX lock), flushed
-    before and after. Scans from 15 down, the tests scan from 1 up."""
-    import redis
+    """An empty Redis database number nobody else holds (tests/redis_lock.py: the same
+    lock the tests take; scans from 15 down, the tests from 1 up)."""
+    from tests.redis_lock import borrow_redis_db
 
-    token = "bench-" + uuid.uuid4().hex
-    for db in range(15, 0, -1):
-        r = redis.Redis.from_url(f"{REDIS_URL}/{db}")
-        if r.set(LOCK_KEY, token, nx=True, ex=3600):
-            r.flushdb()
-            r.set(LOCK_KEY, token, ex=3600)
-            try:
-                yield f"{REDIS_URL}/{db}"
-            finally:
-                r.flushdb()
-                r.close()
-            return
-        r.close()
-    raise SystemExit("bench: every Redis database 1..15 is locked by someone else")
+    try:
+        with borrow_redis_db(REDIS_URL, prefix="bench", descending=True) as borrowed:
+            yield borrowed.url
+    except LookupError as exc:
+        raise SystemExit(f"bench: {exc}") from None

@@ -4,8 +4,9 @@
 
 * ``pg_redis`` — a fresh, migrated PostgreSQL database per test (tests/conftest.py's
   ``pg_empty_database``) and Redis at 127.0.0.1:6379 on a database number this run
-  holds a lock on (``SET NX`` in that db), flushed before and after, so parallel runs
-  never share a queue. Redis unreachable → the test fails.
+  holds a lock on (tests/redis_lock.py: only an empty db is taken, only our own is
+  flushed), so parallel runs never share a queue and nobody else's data is touched.
+  Redis unreachable → the test fails.
 * ``embedded`` — a SQLite file and the ``sqla+sqlite`` broker in the test's tmp dir.
 
 Workers ``--include tests.integration.test_tasks_jobs`` (the test job tasks). Every
@@ -20,7 +21,6 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -203,30 +203,24 @@ class Stack:
 
 
 def _redis_db() -> Iterator[str]:
-    """Lock one Redis database number for this test (fail if Redis is unreachable)."""
+    """Lock one empty Redis database number for this test (fail if Redis is unreachable).
+
+    tests/redis_lock.py never takes a database holding data and never flushes one whose
+    lock is not ours: the server is shared."""
     import redis
 
-    token = uuid.uuid4().hex
-    for db in range(1, 16):
-        r = redis.Redis.from_url(f"{REDIS_HOST}/{db}")
-        try:
-            got = r.set("dormant-test-lock", token, nx=True, ex=600)
-        except redis.ConnectionError as exc:
-            pytest.fail(
-                f"Redis is not reachable at {REDIS_HOST} ({exc}); integration tests never skip",
-                pytrace=False,
-            )
-        if got:
-            r.flushdb()
-            r.set("dormant-test-lock", token, ex=600)
-            try:
-                yield f"{REDIS_HOST}/{db}"
-            finally:
-                r.flushdb()
-                r.close()
-            return
-        r.close()
-    pytest.fail("every Redis database 1..15 is locked by another test run", pytrace=False)
+    from tests.redis_lock import borrow_redis_db
+
+    try:
+        with borrow_redis_db(REDIS_HOST) as borrowed:
+            yield borrowed.url
+    except redis.ConnectionError as exc:
+        pytest.fail(
+            f"Redis is not reachable at {REDIS_HOST} ({exc}); integration tests never skip",
+            pytrace=False,
+        )
+    except LookupError as exc:
+        pytest.fail(str(exc), pytrace=False)
 
 
 @contextmanager
