@@ -17,6 +17,7 @@ __all__ = ["check_expressions"]
 
 def _expressions(definition: ProcessDefinition) -> Iterator[tuple[str, str, str]]:
     """(element id, what, FEEL source without '=') for every expression of the model."""
+
     def attribute(element: str, what: str, raw: str | None) -> Iterator[tuple[str, str, str]]:
         if raw is not None and raw.lstrip().startswith("="):
             yield element, what, raw.lstrip()[1:]

@@ -258,9 +258,7 @@ class ProcessDefinition:
         )
 
     def event_sub_processes(self, container: str | None) -> tuple[Node, ...]:
-        return tuple(
-            n for n in self.nodes_in(container) if n.kind is NodeKind.EVENT_SUB_PROCESS
-        )
+        return tuple(n for n in self.nodes_in(container) if n.kind is NodeKind.EVENT_SUB_PROCESS)
 
     def message_starts(self) -> tuple[Node, ...]:
         """Process-level message start events: they create instances."""

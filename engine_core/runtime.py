@@ -131,9 +131,7 @@ class Runtime:
         values: dict[str, Any] = {}
         for m in node.inputs:
             scope = {**context, **values}
-            values[m.target] = json_value(
-                evaluate(m.source, scope, node.id, self.now)
-            )
+            values[m.target] = json_value(evaluate(m.source, scope, node.id, self.now))
         return _nest(values)
 
     # -- scopes --------------------------------------------------------------------
@@ -246,8 +244,13 @@ class Runtime:
                 incident.retry_at = None
                 for wait in [w for w in self.cp.waits.values() if w.incident_id == incident.id]:
                     self.withdraw(wait)
-                self.fact("Incident", action=action, incident=incident.id,
-                          node=incident.node_id, cause_class=incident.cause_class)
+                self.fact(
+                    "Incident",
+                    action=action,
+                    incident=incident.id,
+                    node=incident.node_id,
+                    cause_class=incident.cause_class,
+                )
 
     # -- waits ---------------------------------------------------------------------
 

@@ -70,9 +70,7 @@ def fire_catching_boundary(
         rt.apply_outputs(boundary, token, variables)
 
 
-def _start_event_sub(
-    rt: Runtime, scope_id: str, start: Node, variables: Mapping[str, Any]
-) -> None:
+def _start_event_sub(rt: Runtime, scope_id: str, start: Node, variables: Mapping[str, Any]) -> None:
     from engine_core.wakes import start_event_sub_process
 
     start_event_sub_process(rt, scope_id, start, variables)

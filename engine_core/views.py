@@ -196,6 +196,7 @@ def _incident_closed(checkpoint: Checkpoint, token_id: str) -> bool:
 
 def to_dict(view: object) -> dict[str, Any]:
     """A view as a JSON-ready dict (datetimes as ISO strings), for ``--json`` and Flower."""
+
     def convert(value: Any) -> Any:
         if isinstance(value, datetime):
             return value.isoformat()

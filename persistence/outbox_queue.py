@@ -81,9 +81,7 @@ class OutboxQueue:
                 conn.execute(text("SET LOCAL synchronous_commit TO OFF"))
             if until_consumed:
                 conn.execute(
-                    update(outbox)
-                    .where(outbox.c.id == outbox_id)
-                    .values(published_at=clock.now())
+                    update(outbox).where(outbox.c.id == outbox_id).values(published_at=clock.now())
                 )
             else:
                 conn.execute(delete(outbox).where(outbox.c.id == outbox_id))
@@ -96,8 +94,6 @@ class OutboxQueue:
         from sqlalchemy import delete
 
         with self._tx() as conn:
-            row = conn.execute(
-                select(outbox.c.payload).where(outbox.c.id == outbox_id)
-            ).first()
+            row = conn.execute(select(outbox.c.payload).where(outbox.c.id == outbox_id)).first()
             if row is not None and (row.payload or {}).get("trigger_id") == trigger_id:
                 conn.execute(delete(outbox).where(outbox.c.id == outbox_id))

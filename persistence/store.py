@@ -54,6 +54,7 @@ __all__ = [
 
 log = logging.getLogger("dormant.store")
 
+
 @dataclass(frozen=True, slots=True)
 class Applied:
     """What one transaction did. ``outbox_ids``: rows to publish after commit."""

@@ -82,6 +82,7 @@ def _compile_tests(tests: str) -> UnaryTests:
         def negated(value: Any, scope: Scope) -> bool | None:
             r = inner(value, scope)
             return None if r is None else not r
+
         return negated
     tree = parse(tests, "unary_tests")
     if tree.data == "any_test":
@@ -102,6 +103,7 @@ def _compile_tests(tests: str) -> UnaryTests:
             if r is None:
                 verdict = None
         return verdict
+
     return run
 
 
@@ -142,6 +144,7 @@ def parse_duration(text: str) -> timedelta | YearsMonthsDuration:
     """An ISO 8601 duration (a timer's ``PT5M``, ``P1Y``); ``ExpressionError`` if malformed."""
     value = parse_duration_text(text.strip())
     if value is None:
-        raise ExpressionError(f"not an ISO 8601 duration: {text!r} (expected e.g. 'PT5M', 'P1D')",
-                              expression=text)
+        raise ExpressionError(
+            f"not an ISO 8601 duration: {text!r} (expected e.g. 'PT5M', 'P1D')", expression=text
+        )
     return value

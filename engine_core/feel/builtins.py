@@ -29,9 +29,9 @@ def builtin(name: str, *params: str, variadic: bool = False) -> Callable[[F], F]
     required = sum(1 for p in params if not p.endswith("?"))
 
     def register(fn: F) -> F:
-        BUILTINS.setdefault(name, []).append(
-            FeelFunction(name, names, fn, required, variadic))
+        BUILTINS.setdefault(name, []).append(FeelFunction(name, names, fn, required, variadic))
         return fn
+
     return register
 
 
@@ -94,8 +94,12 @@ def feel_property(value: Any, key: str) -> Any:
         secs = value.days * 86400 + value.seconds
         sign = -1 if value < timedelta(0) else 1
         secs = abs(secs) if value.microseconds == 0 or sign > 0 else abs(secs) - 1
-        parts = {"days": secs // 86400, "hours": secs % 86400 // 3600,
-                 "minutes": secs % 3600 // 60, "seconds": secs % 60}
+        parts = {
+            "days": secs // 86400,
+            "hours": secs % 86400 // 3600,
+            "minutes": secs % 3600 // 60,
+            "seconds": secs % 60,
+        }
         return Decimal(sign * parts[key]) if key in parts else None
     if isinstance(value, YearsMonthsDuration):
         months = abs(value.months)
@@ -106,8 +110,12 @@ def feel_property(value: Any, key: str) -> Any:
             return Decimal(sign * (months % 12))
         return None
     if isinstance(value, Range):
-        return {"start": value.start, "end": value.end, "start included": value.start_included,
-                "end included": value.end_included}.get(key)
+        return {
+            "start": value.start,
+            "end": value.end,
+            "start included": value.start_included,
+            "end included": value.end_included,
+        }.get(key)
     return None
 
 

@@ -25,6 +25,7 @@ __all__ = ["Node", "compile_tree"]
 
 Node = Callable[[Scope], Any]
 
+
 def _const(value: Any) -> Node:
     return lambda scope: value
 
@@ -41,6 +42,7 @@ def _binary(fn: Callable[[Any, Any], Any]) -> Callable[[Tree[Token]], Node]:
     def build(tree: Tree[Token]) -> Node:
         left, right = compile_tree(tree.children[0]), compile_tree(tree.children[-1])
         return lambda s: fn(left(s), right(s))
+
     return build
 
 
@@ -52,10 +54,12 @@ def _var(tree: Tree[Token]) -> Node:
         value = scope.lookup(name)
         if value is MISSING:
             if overloads is not None:
-                return FeelFunction(name, overloads[0].params,
-                                    lambda *a: invoke_overloads(overloads, a), 0, True)
+                return FeelFunction(
+                    name, overloads[0].params, lambda *a: invoke_overloads(overloads, a), 0, True
+                )
             return None
         return value
+
     return var
 
 
@@ -82,6 +86,7 @@ def _and(tree: Tree[Token]) -> Node:
         if b is False:
             return False
         return True if a is True and b is True else None
+
     return and_
 
 
@@ -96,6 +101,7 @@ def _or(tree: Tree[Token]) -> Node:
         if b is True:
             return True
         return False if a is False and b is False else None
+
     return or_
 
 
@@ -108,6 +114,7 @@ def _between(tree: Tree[Token]) -> Node:
         if a is False or b is False:
             return False
         return True if a and b else None
+
     return between
 
 
@@ -128,6 +135,7 @@ def _cmp_test(tree: Tree[Token]) -> Node:
         if op == "=":
             return UnaryTest(lambda v: ops.equal(v, e), op, e)
         return UnaryTest(lambda v: ops.compare("!=", v, e), op, e)
+
     return test
 
 
@@ -142,6 +150,7 @@ def _put_list(tree: Tree[Token]) -> Node:
     def any_of(s: Scope) -> Any:
         values = [t(s) for t in tests]
         return UnaryTest(lambda v: _any_test(v, values))
+
     return any_of
 
 
@@ -170,13 +179,16 @@ def _type_check(tree: Any) -> Callable[[Any], bool]:
         inner = _type_check(tree.children[1])
         if name == "list":
             return lambda v: isinstance(v, list) and all(inner(x) for x in v)
-        return lambda v: isinstance(v, Range) and all(
-            inner(x) for x in (v.start, v.end) if x is not None)
+        return lambda v: (
+            isinstance(v, Range) and all(inner(x) for x in (v.start, v.end) if x is not None)
+        )
     if name == "context":
-        fields = [(name_of(f.children[0]), _type_check(f.children[1]))
-                  for f in tree.children[1:] if isinstance(f, Tree) and f.data == "field_type"]
-        return lambda v: isinstance(v, dict) and all(
-            k in v and check(v[k]) for k, check in fields)
+        fields = [
+            (name_of(f.children[0]), _type_check(f.children[1]))
+            for f in tree.children[1:]
+            if isinstance(f, Tree) and f.data == "field_type"
+        ]
+        return lambda v: isinstance(v, dict) and all(k in v and check(v[k]) for k, check in fields)
     if name == "function":
         return lambda v: isinstance(v, FeelFunction)
     return lambda v: False
@@ -207,6 +219,7 @@ def _filter(tree: Tree[Token]) -> Node:
             if verdict is True:
                 kept.append(item)
         return kept
+
     return filter_
 
 
@@ -229,8 +242,10 @@ def _call(tree: Tree[Token]) -> Node:
         parts = [compile_tree(c) for c in args_tree.children]  # type: ignore[union-attr]
         args = lambda s: [p(s) for p in parts]  # noqa: E731
     else:
-        named = [(name_of(c.children[0]), compile_tree(c.children[1]))  # type: ignore[union-attr]
-                 for c in args_tree.children]  # type: ignore[union-attr]
+        named = [
+            (name_of(c.children[0]), compile_tree(c.children[1]))  # type: ignore[union-attr]
+            for c in args_tree.children
+        ]  # type: ignore[union-attr]
         args = lambda s: {k: p(s) for k, p in named}  # noqa: E731
     if isinstance(callee_tree, Tree) and callee_tree.data == "var":
         name = name_of(callee_tree.children[0])
@@ -247,12 +262,14 @@ def _call(tree: Tree[Token]) -> Node:
                 if overloads is not None:
                     return invoke_overloads(overloads, args(s))
             return None
+
         return call_named
     callee = compile_tree(callee_tree)
 
     def call(s: Scope) -> Any:
         fn = callee(s)
         return invoke(fn, args(s)) if isinstance(fn, FeelFunction) else None
+
     return call
 
 
@@ -270,7 +287,9 @@ def _range(start_in: bool, end_in: bool) -> Callable[[Tree[Token]], Node]:
             if a is not None and b is not None and kind_of(a) != kind_of(b):
                 return None
             return Range(a, b, start_in, end_in)
+
         return range_
+
     return build
 
 
@@ -294,6 +313,7 @@ def _context(tree: Tree[Token]) -> Node:
                 return None
             result[key] = value(inner)
         return result
+
     return context
 
 
@@ -303,9 +323,16 @@ def _if(tree: Tree[Token]) -> Node:
 
 
 def _iterations(trees: list[Any]) -> list[tuple[str, Node, Node | None]]:
-    return [(name_of(t.children[0]), compile_tree(t.children[1]),
-             compile_tree(t.children[2]) if len(t.children) > 2 and t.children[2] is not None
-             else None) for t in trees]
+    return [
+        (
+            name_of(t.children[0]),
+            compile_tree(t.children[1]),
+            compile_tree(t.children[2])
+            if len(t.children) > 2 and t.children[2] is not None
+            else None,
+        )
+        for t in trees
+    ]
 
 
 def _domain(s: Scope, src: Node, upto: Node | None) -> list[Any] | None:
@@ -355,6 +382,7 @@ def _for(tree: Tree[Token]) -> Node:
             return all(loop(level + 1, scope.child({name: item})) for item in domain)
 
         return results if loop(0, s) else None
+
     return for_
 
 
@@ -381,7 +409,9 @@ def _quantified(every: bool) -> Callable[[Tree[Token]], Node]:
             if every:
                 return False if any(v is not True for v in verdicts) else True
             return True if any(v is True for v in verdicts) else False
+
         return quantified
+
     return build
 
 
@@ -392,7 +422,9 @@ def _funcdef(tree: Tree[Token]) -> Node:
     def define(s: Scope) -> Any:
         def call(*args: Any) -> Any:
             return body(s.child(dict(zip(params, args, strict=False))))
+
         return FeelFunction("anonymous", params, call)
+
     return define
 
 

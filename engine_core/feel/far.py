@@ -54,8 +54,13 @@ def rebase(value: Any, cycles: int) -> Any:
     return FarMoment(value.replace(year=year - CYCLE_YEARS * shift), shift)
 
 
-def make_date(year: int, month: int, day: int, clock: tuple[int, int, int, int] | None = None,
-              tz: tzinfo | None = None) -> date | FarMoment | None:
+def make_date(
+    year: int,
+    month: int,
+    day: int,
+    clock: tuple[int, int, int, int] | None = None,
+    tz: tzinfo | None = None,
+) -> date | FarMoment | None:
     """A date, or with ``clock`` (hour, minute, second, microsecond) a date and time.
 
     Years reach +-999,999,999, as in the DMN TCK (and Java's ``LocalDate``).

@@ -180,7 +180,7 @@ def sublist(xs: Any, start: Any, length: Any = None) -> Any:
         return xs[i:]
     if not isinstance(length, Decimal) or length < 0 or i + int(length) > len(xs):
         return None
-    return xs[i:i + int(length)]
+    return xs[i : i + int(length)]
 
 
 @builtin("append", "list", "item", variadic=True)
@@ -208,7 +208,7 @@ def remove(xs: Any, pos: Any) -> Any:
     if not isinstance(xs, list):
         return None
     i = _position(xs, pos)
-    return None if i is None else [*xs[:i], *xs[i + 1:]]
+    return None if i is None else [*xs[:i], *xs[i + 1 :]]
 
 
 @builtin("list replace", "list", "position", "newItem")
@@ -220,7 +220,7 @@ def list_replace(xs: Any, pos: Any, item: Any) -> Any:
     if isinstance(pos, FeelFunction):
         return [item if invoke(pos, [v, item]) is True else v for v in xs]
     i = _position(xs, pos)
-    return None if i is None else [*xs[:i], item, *xs[i + 1:]]
+    return None if i is None else [*xs[:i], item, *xs[i + 1 :]]
 
 
 @builtin("reverse", "list")
@@ -259,8 +259,9 @@ def distinct_values(xs: Any) -> Any:
 def duplicate_values(xs: Any) -> Any:
     if not isinstance(xs, list):
         return None
-    return _distinct([v for i, v in enumerate(xs)
-                      if any(ops.equal(v, w) is True for w in xs[i + 1:])])
+    return _distinct(
+        [v for i, v in enumerate(xs) if any(ops.equal(v, w) is True for w in xs[i + 1 :])]
+    )
 
 
 def _flat(xs: list[Any]) -> list[Any]:
@@ -282,7 +283,7 @@ def partition(xs: Any, size: Any) -> Any:
     if not isinstance(xs, list) or not isinstance(size, Decimal) or size < 1:
         return None
     n = int(size)
-    return [xs[i:i + n] for i in range(0, len(xs), n)]
+    return [xs[i : i + n] for i in range(0, len(xs), n)]
 
 
 @builtin("sort", "list", "precedes?")
@@ -298,12 +299,14 @@ def sort(xs: Any, precedes: Any = None) -> Any:
         if lt is None:
             raise ValueError("not comparable")
         return -1 if lt else 1
+
     if precedes is not None and not isinstance(precedes, FeelFunction):
         return None
     return sorted(xs, key=functools.cmp_to_key(cmp))
 
 
 # --- ranges (DMN 1.4 §10.3.4.10): a point is a degenerate closed range ---------------
+
 
 def _as_range(v: Any) -> Range:
     return v if isinstance(v, Range) else Range(v, v, True, True)
@@ -378,9 +381,13 @@ def starts(a: Any, b: Any) -> Any:
     if not isinstance(b, Range) or a is None:
         return None
     x = _as_range(a)
-    return (x.start_included == b.start_included and ops.equal(x.start, b.start) is True
-            and ops.in_range(x.end, b) is True if isinstance(a, Range)
-            else b.start_included and ops.equal(a, b.start) is True)
+    return (
+        x.start_included == b.start_included
+        and ops.equal(x.start, b.start) is True
+        and ops.in_range(x.end, b) is True
+        if isinstance(a, Range)
+        else b.start_included and ops.equal(a, b.start) is True
+    )
 
 
 @builtin("started by", "range", "point")
@@ -396,8 +403,11 @@ def finishes(a: Any, b: Any) -> Any:
         return None
     if not isinstance(a, Range):
         return b.end_included and ops.equal(a, b.end) is True
-    return (a.end_included == b.end_included and ops.equal(a.end, b.end) is True
-            and ops.in_range(a.start, b) is True)
+    return (
+        a.end_included == b.end_included
+        and ops.equal(a.end, b.end) is True
+        and ops.in_range(a.start, b) is True
+    )
 
 
 @builtin("finished by", "range", "point")

@@ -31,9 +31,13 @@ def _literal(tree: Any) -> bool:
             return False
         from engine_core.feel.syntax import name_of
 
-        return (name_of(callee.children[0]) in _CONSTRUCTORS and args.data == "positional"
-                and len(args.children) == 1 and isinstance(args.children[0], Tree)
-                and args.children[0].data == "string")
+        return (
+            name_of(callee.children[0]) in _CONSTRUCTORS
+            and args.data == "positional"
+            and len(args.children) == 1
+            and isinstance(args.children[0], Tree)
+            and args.children[0].data == "string"
+        )
     return False
 
 
@@ -55,8 +59,11 @@ def range_from(text: Any) -> Any:
     except ExpressionError:
         return None
     node = tree.children[0]
-    if not (isinstance(node, Tree) and node.data in _RANGES
-            and all(_literal(c) for c in node.children if not isinstance(c, Token))):
+    if not (
+        isinstance(node, Tree)
+        and node.data in _RANGES
+        and all(_literal(c) for c in node.children if not isinstance(c, Token))
+    ):
         return None
     value = compile_tree(node)(Scope({}))
     if not isinstance(value, Range) or value.start is None or value.end is None:

@@ -124,7 +124,7 @@ def substring(s: Any, start: Any, length: Any = None) -> Any:
         return "".join(chars[begin:])
     if length < 0:
         return None
-    return "".join(chars[begin:begin + int(length)])
+    return "".join(chars[begin : begin + int(length)])
 
 
 @builtin("string length", "string")
@@ -155,7 +155,7 @@ def substring_after(s: Any, m: Any) -> Any:
     if not _strs(s, m):
         return None
     i = s.find(m)
-    return "" if i < 0 else s[i + len(m):]
+    return "" if i < 0 else s[i + len(m) :]
 
 
 @builtin("contains", "string", "match")
@@ -234,6 +234,7 @@ def string_join(items: Any, delimiter: Any = None, prefix: Any = None, suffix: A
 
 
 # --- numbers ---------------------------------------------------------------
+
 
 def _num(*values: Any) -> bool:
     return all(isinstance(v, Decimal) for v in values)
@@ -327,6 +328,7 @@ def even(n: Any) -> Any:
 
 
 # --- booleans and contexts -------------------------------------------------
+
 
 @builtin("not", "negand")
 def not_(b: Any) -> Any:

@@ -17,8 +17,15 @@ from engine_core.feel.values import DECIMAL, FeelFunction, Range, UnaryTest, kin
 
 __all__ = ["add", "compare", "div", "equal", "in_test", "less", "mul", "neg", "power", "sub"]
 
-_ORDERED = ("number", "string", "date", "date and time", "time",
-            "days and time duration", "years and months duration")
+_ORDERED = (
+    "number",
+    "string",
+    "date",
+    "date and time",
+    "time",
+    "days and time duration",
+    "years and months duration",
+)
 
 
 def equal(a: Any, b: Any) -> bool | None:
@@ -54,12 +61,18 @@ def equal(a: Any, b: Any) -> bool | None:
         if (a.tzinfo is None) != (b.tzinfo is None):
             return False
         # Equal to the millisecond, as the DMN TCK (0068 time_005, datetime_003_a) expects.
-        return bool(a.replace(microsecond=a.microsecond // 1000 * 1000)
-                    == b.replace(microsecond=b.microsecond // 1000 * 1000))
+        return bool(
+            a.replace(microsecond=a.microsecond // 1000 * 1000)
+            == b.replace(microsecond=b.microsecond // 1000 * 1000)
+        )
     if ka == "range" and isinstance(a, Range) and isinstance(b, Range):
-        return (equal(a.start, b.start) is not False and equal(a.end, b.end) is not False
-                and a.start_included == b.start_included and a.end_included == b.end_included
-                and a.open_ended == b.open_ended)
+        return (
+            equal(a.start, b.start) is not False
+            and equal(a.end, b.end) is not False
+            and a.start_included == b.start_included
+            and a.end_included == b.end_included
+            and a.open_ended == b.open_ended
+        )
     if isinstance(a, UnaryTest) and isinstance(b, UnaryTest):
         return a is b or (bool(a.op) and a.op == b.op and equal(a.operand, b.operand) is True)
     return bool(a == b)

@@ -22,8 +22,13 @@ class Scope:
 
     __slots__ = ("convert", "now", "parent", "vars")
 
-    def __init__(self, variables: Mapping[str, Any], parent: Scope | None = None,
-                 now: datetime | None = None, convert: bool = False) -> None:
+    def __init__(
+        self,
+        variables: Mapping[str, Any],
+        parent: Scope | None = None,
+        now: datetime | None = None,
+        convert: bool = False,
+    ) -> None:
         self.vars = variables
         self.parent = parent
         self.now: datetime | None = parent.now if parent is not None else now

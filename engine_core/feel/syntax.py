@@ -13,12 +13,22 @@ from lark.exceptions import UnexpectedInput
 from engine_core.errors import ExpressionError
 from engine_core.feel.temporal import parse_date, parse_datetime, parse_duration_text, parse_time
 
-__all__ = ["keyword_names", "name_of", "parse", "quote_keyword_names", "temporal_literal",
-           "unquote", "uses_input"]
+__all__ = [
+    "keyword_names",
+    "name_of",
+    "parse",
+    "quote_keyword_names",
+    "temporal_literal",
+    "unquote",
+    "uses_input",
+]
 
 _PARSER = Lark(
     resources.files("engine_core.feel").joinpath("feel.lark").read_text(encoding="utf-8"),
-    parser="lalr", lexer="contextual", start=["start", "unary_tests"], maybe_placeholders=True,
+    parser="lalr",
+    lexer="contextual",
+    start=["start", "unary_tests"],
+    maybe_placeholders=True,
 )
 
 
@@ -33,9 +43,10 @@ def parse(text: str, start: str) -> Tree[Token]:
             pos = token.start_pos
         if pos is None or (token is not None and token.type == "$END"):
             pos = len(text)
-        found = f"unexpected {text[pos:pos + 10]!r}" if pos < len(text) else "unexpected end"
-        raise ExpressionError(f"FEEL syntax error: {found}", expression=text,
-                              position=pos) from None
+        found = f"unexpected {text[pos : pos + 10]!r}" if pos < len(text) else "unexpected end"
+        raise ExpressionError(
+            f"FEEL syntax error: {found}", expression=text, position=pos
+        ) from None
 
 
 _ESCAPE = re.compile(r"\\(u[0-9a-fA-F]{4}|U[0-9a-fA-F]{6}|.)", re.S)
@@ -50,8 +61,11 @@ def unquote(text: str) -> str:
         return _SIMPLE.get(code, "\\" + code)
 
     body = _ESCAPE.sub(repl, text[1:-1])
-    return body.encode("utf-16", "surrogatepass").decode("utf-16") if any(
-        0xD800 <= ord(c) <= 0xDFFF for c in body) else body
+    return (
+        body.encode("utf-16", "surrogatepass").decode("utf-16")
+        if any(0xD800 <= ord(c) <= 0xDFFF for c in body)
+        else body
+    )
 
 
 def name_of(tree: Any) -> str:
@@ -80,16 +94,37 @@ def uses_input(tree: Any) -> bool:
     return False
 
 
-_KEYWORDS = frozenset(("in", "and", "or", "between", "instance", "of", "satisfies", "return",
-                       "then", "else", "for", "some", "every", "if", "function", "not", "true",
-                       "false", "null"))
+_KEYWORDS = frozenset(
+    (
+        "in",
+        "and",
+        "or",
+        "between",
+        "instance",
+        "of",
+        "satisfies",
+        "return",
+        "then",
+        "else",
+        "for",
+        "some",
+        "every",
+        "if",
+        "function",
+        "not",
+        "true",
+        "false",
+        "null",
+    )
+)
 _QUOTED = r'"(?:[^"\\]|\\.)*"|`[^`]*`|//[^\n]*|/\*.*?\*/'
 
 
 def keyword_names(names: Iterable[Any]) -> list[str]:
     """The multi-word ``names`` with a keyword among their words (``days in weekend``)."""
-    return [n for n in names if isinstance(n, str) and " " in n
-            and not _KEYWORDS.isdisjoint(n.split())]
+    return [
+        n for n in names if isinstance(n, str) and " " in n and not _KEYWORDS.isdisjoint(n.split())
+    ]
 
 
 def quote_keyword_names(text: str, names: list[str]) -> str:
@@ -103,5 +138,6 @@ def quote_keyword_names(text: str, names: list[str]) -> str:
         return text
     words = "|".join(r"\s+".join(re.escape(w) for w in n.split()) for n in hits)
     pattern = re.compile(f"{_QUOTED}|(?<![\\w?])({words})(?![\\w?])", re.S)
-    return pattern.sub(lambda m: f"`{' '.join(m.group(1).split())}`" if m.group(1)
-                       else m.group(0), text)
+    return pattern.sub(
+        lambda m: f"`{' '.join(m.group(1).split())}`" if m.group(1) else m.group(0), text
+    )

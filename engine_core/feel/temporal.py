@@ -168,8 +168,13 @@ def parse_datetime(text: str) -> datetime | FarMoment | None:
         if minute or second or micro:
             return None
         hour, extra = 0, timedelta(days=1)
-    moment = make_date(int(d.group(1)), int(d.group(2)), int(d.group(3)),
-                       (hour, minute, second, micro), tz=tz if isinstance(tz, tzinfo) else None)
+    moment = make_date(
+        int(d.group(1)),
+        int(d.group(2)),
+        int(d.group(3)),
+        (hour, minute, second, micro),
+        tz=tz if isinstance(tz, tzinfo) else None,
+    )
     if moment is None or not extra:
         return moment  # type: ignore[return-value]
     try:
@@ -194,8 +199,11 @@ def parse_duration_text(text: str) -> timedelta | YearsMonthsDuration | None:
     secs = Decimal(seconds or 0)
     try:
         value = timedelta(
-            weeks=int(weeks or 0), days=int(days or 0), hours=int(hours or 0),
-            minutes=int(minutes or 0), seconds=int(secs),
+            weeks=int(weeks or 0),
+            days=int(days or 0),
+            hours=int(hours or 0),
+            minutes=int(minutes or 0),
+            seconds=int(secs),
             microseconds=int((secs % 1) * 1_000_000),
         )
     except OverflowError:
@@ -229,8 +237,11 @@ def format_duration(value: timedelta | YearsMonthsDuration) -> str:
 
 
 def format_date(value: date | FarMoment) -> str:
-    return f"{format_year(value.year)}-{value.base.month:02d}-{value.base.day:02d}" if isinstance(
-        value, FarMoment) else f"{value.year:04d}-{value.month:02d}-{value.day:02d}"
+    return (
+        f"{format_year(value.year)}-{value.base.month:02d}-{value.base.day:02d}"
+        if isinstance(value, FarMoment)
+        else f"{value.year:04d}-{value.month:02d}-{value.day:02d}"
+    )
 
 
 def _format_offset(value: Any) -> str:

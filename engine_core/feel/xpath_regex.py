@@ -14,8 +14,16 @@ import re
 __all__ = ["compile_xpath"]
 
 # \p{name} as the body of a character class (inside []) where one exists.
-_BODIES = {"IsBasicLatin": r"\x00-\x7f", "Lu": "A-Z", "Ll": "a-z", "N": r"\d", "Nd": r"\d",
-           "IsLatin-1Supplement": r"\x80-\xff", "P": r"!-/:-@\[-`{-~", "Zs": r" \xa0"}
+_BODIES = {
+    "IsBasicLatin": r"\x00-\x7f",
+    "Lu": "A-Z",
+    "Ll": "a-z",
+    "N": r"\d",
+    "Nd": r"\d",
+    "IsLatin-1Supplement": r"\x80-\xff",
+    "P": r"!-/:-@\[-`{-~",
+    "Zs": r" \xa0",
+}
 # \p{name} outside a class, when no body above fits.
 _WHOLE = {"L": r"[^\W\d_]", "Lu": "[A-Z]", "Ll": "[a-z]"}
 _SPACE = " \t\n\r"

@@ -21,7 +21,6 @@ MODELS = sorted(CORPUS.glob("*.bpmn"))
 PARSED_FLOOR = 73  # of 73: every file reads (business rule tasks call DMN decisions)
 
 
-
 def test_the_corpus_is_there() -> None:
     """A missing corpus fails loudly: a conformance test that skips proves nothing."""
     assert len(MODELS) == 73, f"expected the 73 Camunda 8 models at {CORPUS}, found {len(MODELS)}"

@@ -80,8 +80,12 @@ def test_none_start_to_none_end_completes_at_once() -> None:
 
 def test_user_task_waits_then_completes_with_variables() -> None:
     d = single(
-        lambda b: b.start_event("s").user_task("review", name="Review", assignee="=owner")
-        .end_event("e").sequence("s", "review", "e")
+        lambda b: (
+            b.start_event("s")
+            .user_task("review", name="Review", assignee="=owner")
+            .end_event("e")
+            .sequence("s", "review", "e")
+        )
     )
     run = Run(d, {"owner": "ann"})
     wait = run.cp.waits[run.wait(WaitKind.USER_TASK)]
@@ -94,8 +98,12 @@ def test_user_task_waits_then_completes_with_variables() -> None:
 
 def test_service_task_dispatches_a_job_and_merges_its_result() -> None:
     d = single(
-        lambda b: b.start_event("s").service_task("charge", job_type="charge-card", job_retries="5")
-        .end_event("e").sequence("s", "charge", "e")
+        lambda b: (
+            b.start_event("s")
+            .service_task("charge", job_type="charge-card", job_retries="5")
+            .end_event("e")
+            .sequence("s", "charge", "e")
+        )
     )
     run = Run(d, {"amount": 10})
     (job,) = run.last.effects
@@ -110,8 +118,12 @@ def test_service_task_dispatches_a_job_and_merges_its_result() -> None:
 
 def test_job_type_as_expression() -> None:
     d = single(
-        lambda b: b.start_event("s").service_task("t", job_type='="job-" + kind')
-        .end_event("e").sequence("s", "t", "e")
+        lambda b: (
+            b.start_event("s")
+            .service_task("t", job_type='="job-" + kind')
+            .end_event("e")
+            .sequence("s", "t", "e")
+        )
     )
     run = Run(d, {"kind": "x"})
     assert isinstance(run.last.effects[0], DispatchJob)
@@ -120,8 +132,12 @@ def test_job_type_as_expression() -> None:
 
 def test_result_of_an_earlier_attempt_is_stale() -> None:
     d = single(
-        lambda b: b.start_event("s").service_task("t", job_type="j").end_event("e")
-        .sequence("s", "t", "e")
+        lambda b: (
+            b.start_event("s")
+            .service_task("t", job_type="j")
+            .end_event("e")
+            .sequence("s", "t", "e")
+        )
     )
     run = Run(d)
     wait_id = run.wait(WaitKind.JOB)
@@ -133,8 +149,12 @@ def test_result_of_an_earlier_attempt_is_stale() -> None:
 
 def test_script_task_evaluates_feel_into_its_result_variable() -> None:
     d = single(
-        lambda b: b.start_event("s").script_task("sum", script="=a + b", result_variable="total")
-        .end_event("e").sequence("s", "sum", "e")
+        lambda b: (
+            b.start_event("s")
+            .script_task("sum", script="=a + b", result_variable="total")
+            .end_event("e")
+            .sequence("s", "sum", "e")
+        )
     )
     run = Run(d, {"a": 2, "b": 3})
     assert run.variables["total"] == 5
@@ -199,8 +219,12 @@ def test_parallel_gateway_forks_and_joins_one_token_per_flow() -> None:
 
 def test_timer_catch_records_an_absolute_deadline_and_fires_once_due() -> None:
     d = single(
-        lambda b: b.start_event("s").intermediate_catch_event("t", timer("PT5M"))
-        .end_event("e").sequence("s", "t", "e")
+        lambda b: (
+            b.start_event("s")
+            .intermediate_catch_event("t", timer("PT5M"))
+            .end_event("e")
+            .sequence("s", "t", "e")
+        )
     )
     run = Run(d)
     wait = run.cp.waits[run.wait(WaitKind.TIMER)]
@@ -213,9 +237,12 @@ def test_timer_catch_records_an_absolute_deadline_and_fires_once_due() -> None:
 
 def test_timer_date_and_expression() -> None:
     d = single(
-        lambda b: b.start_event("s")
-        .intermediate_catch_event("t", timer("=deadline", TimerKind.DATE))
-        .end_event("e").sequence("s", "t", "e")
+        lambda b: (
+            b.start_event("s")
+            .intermediate_catch_event("t", timer("=deadline", TimerKind.DATE))
+            .end_event("e")
+            .sequence("s", "t", "e")
+        )
     )
     run = Run(d, {"deadline": "2026-12-01T10:00:00Z"})
     (wait,) = run.cp.waits.values()
@@ -224,9 +251,12 @@ def test_timer_date_and_expression() -> None:
 
 def test_message_catch_correlates_by_key_and_binds_payload() -> None:
     d = single(
-        lambda b: b.start_event("s")
-        .intermediate_catch_event("pay", message("payment-received", "=orderId"))
-        .end_event("e").sequence("s", "pay", "e")
+        lambda b: (
+            b.start_event("s")
+            .intermediate_catch_event("pay", message("payment-received", "=orderId"))
+            .end_event("e")
+            .sequence("s", "pay", "e")
+        )
     )
     run = Run(d, {"orderId": 42})
     wait = run.cp.waits[run.wait(WaitKind.MESSAGE)]
@@ -245,9 +275,12 @@ def test_message_catch_correlates_by_key_and_binds_payload() -> None:
 
 def test_null_correlation_key_is_an_incident_at_the_catch() -> None:
     d = single(
-        lambda b: b.start_event("s")
-        .intermediate_catch_event("pay", message("m", "=orderId"))
-        .end_event("e").sequence("s", "pay", "e")
+        lambda b: (
+            b.start_event("s")
+            .intermediate_catch_event("pay", message("m", "=orderId"))
+            .end_event("e")
+            .sequence("s", "pay", "e")
+        )
     )
     run = Run(d)
     (incident,) = run.cp.incidents.values()
@@ -316,8 +349,12 @@ def test_apply_does_not_mutate_its_input() -> None:
 
 def test_checkpoint_round_trips_through_json() -> None:
     d = single(
-        lambda b: b.start_event("s").intermediate_catch_event("t", timer("PT1H"))
-        .end_event("e").sequence("s", "t", "e")
+        lambda b: (
+            b.start_event("s")
+            .intermediate_catch_event("t", timer("PT1H"))
+            .end_event("e")
+            .sequence("s", "t", "e")
+        )
     )
     run = Run(d, {"nested": {"list": [1, 2.5, None, "x"]}})
     raw = json.dumps(encode(run.cp))
@@ -326,8 +363,9 @@ def test_checkpoint_round_trips_through_json() -> None:
 
 
 def test_checkpoint_schema_is_an_upper_bound() -> None:
-    cp = new_checkpoint(single(lambda b: b.start_event("s").end_event("e").sequence("s", "e")),
-                        "i", 1, T0)
+    cp = new_checkpoint(
+        single(lambda b: b.start_event("s").end_event("e").sequence("s", "e")), "i", 1, T0
+    )
     doc = encode(cp)
     assert isinstance(decode(doc), Checkpoint)  # every schema from 1 up to current decodes
     with pytest.raises(CheckpointTooNew, match=f"schema {CURRENT_SCHEMA + 1}.*upgrade dormant"):
@@ -338,9 +376,7 @@ def test_checkpoint_schema_is_an_upper_bound() -> None:
 
 
 def test_facts_never_carry_variable_values() -> None:
-    d = single(
-        lambda b: b.start_event("s").user_task("t").end_event("e").sequence("s", "t", "e")
-    )
+    d = single(lambda b: b.start_event("s").user_task("t").end_event("e").sequence("s", "t", "e"))
     secret = "4111-1111-1111-1111"
     run = Run(d, {"card": secret})
     run.apply(TaskCompleted(wait_id=run.wait(WaitKind.USER_TASK), variables={"pin": secret}))
@@ -349,8 +385,13 @@ def test_facts_never_carry_variable_values() -> None:
 
 def test_hydrated_and_dehydrated_facts_every_trigger() -> None:
     d = single(
-        lambda b: b.start_event("s").user_task("t").intermediate_catch_event("w", timer("PT1M"))
-        .end_event("e").sequence("s", "t", "w", "e")
+        lambda b: (
+            b.start_event("s")
+            .user_task("t")
+            .intermediate_catch_event("w", timer("PT1M"))
+            .end_event("e")
+            .sequence("s", "t", "w", "e")
+        )
     )
     run = Run(d)
     facts = {f.kind: f.details for f in run.last.facts}

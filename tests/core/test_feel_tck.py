@@ -54,23 +54,35 @@ def same(actual: Any, expected: Any, tolerant: bool = False) -> bool:
             return False
         return actual == expected or (tolerant and abs(actual - expected) < Decimal("1e-8"))
     if isinstance(expected, datetime) or isinstance(actual, datetime):
-        return (isinstance(actual, datetime) and isinstance(expected, datetime)
-                and actual.replace(tzinfo=None) == expected.replace(tzinfo=None)
-                and actual.utcoffset() == expected.utcoffset())
+        return (
+            isinstance(actual, datetime)
+            and isinstance(expected, datetime)
+            and actual.replace(tzinfo=None) == expected.replace(tzinfo=None)
+            and actual.utcoffset() == expected.utcoffset()
+        )
     if isinstance(expected, date):
         return isinstance(actual, date) and actual == expected
     if isinstance(expected, time):
-        return (isinstance(actual, time) and actual.replace(tzinfo=None) == expected.replace(
-            tzinfo=None) and (actual.tzinfo is None) == (expected.tzinfo is None)
-            and (actual.tzinfo is None or actual.utcoffset() == expected.utcoffset()))
+        return (
+            isinstance(actual, time)
+            and actual.replace(tzinfo=None) == expected.replace(tzinfo=None)
+            and (actual.tzinfo is None) == (expected.tzinfo is None)
+            and (actual.tzinfo is None or actual.utcoffset() == expected.utcoffset())
+        )
     if isinstance(expected, (timedelta, YearsMonthsDuration)):
         return type(actual) is type(expected) and actual == expected
     if isinstance(expected, list):
-        return (isinstance(actual, list) and len(actual) == len(expected)
-                and all(same(a, e, tolerant) for a, e in zip(actual, expected, strict=True)))
+        return (
+            isinstance(actual, list)
+            and len(actual) == len(expected)
+            and all(same(a, e, tolerant) for a, e in zip(actual, expected, strict=True))
+        )
     if isinstance(expected, dict):
-        return (isinstance(actual, dict) and actual.keys() == expected.keys()
-                and all(same(actual[k], expected[k], tolerant) for k in expected))
+        return (
+            isinstance(actual, dict)
+            and actual.keys() == expected.keys()
+            and all(same(actual[k], expected[k], tolerant) for k in expected)
+        )
     return type(actual) is type(expected) and bool(actual == expected)
 
 

@@ -11,8 +11,22 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 LAYERS = ["engine_core", "persistence", "scheduler", "tasks"]  # bottom to top
-IO_LIBRARIES = {"sqlalchemy", "celery", "kombu", "redis", "psycopg", "alembic", "requests",
-                "httpx", "socket", "subprocess", "flower", "uuid", "random", "time"}
+IO_LIBRARIES = {
+    "sqlalchemy",
+    "celery",
+    "kombu",
+    "redis",
+    "psycopg",
+    "alembic",
+    "requests",
+    "httpx",
+    "socket",
+    "subprocess",
+    "flower",
+    "uuid",
+    "random",
+    "time",
+}
 IMPURE_CALLS = re.compile(
     r"os\.environ|datetime\.now\(|datetime\.utcnow\(|date\.today\(|time\.time\("
 )

@@ -48,8 +48,21 @@ def _project_existing() -> None:
     rows = conn.execute(sa.text("SELECT checkpoint FROM instances")).scalars()
     table = sa.table(
         "incidents",
-        *(sa.column(c) for c in ("id", "instance_id", "process_key", "node_id", "state",
-                                 "cause_class", "attempts", "first_at", "last_at", "retry_at")),
+        *(
+            sa.column(c)
+            for c in (
+                "id",
+                "instance_id",
+                "process_key",
+                "node_id",
+                "state",
+                "cause_class",
+                "attempts",
+                "first_at",
+                "last_at",
+                "retry_at",
+            )
+        ),
     )
     for raw in rows:
         cp = decode(raw if isinstance(raw, dict) else json.loads(raw))
