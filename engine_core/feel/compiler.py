@@ -244,8 +244,8 @@ def _call(tree: Tree[Token]) -> Node:
     else:
         named = [
             (name_of(c.children[0]), compile_tree(c.children[1]))  # type: ignore[union-attr]
-            for c in args_tree.children
-        ]  # type: ignore[union-attr]
+            for c in args_tree.children  # type: ignore[union-attr]
+        ]
         args = lambda s: {k: p(s) for k, p in named}  # noqa: E731
     if isinstance(callee_tree, Tree) and callee_tree.data == "var":
         name = name_of(callee_tree.children[0])
