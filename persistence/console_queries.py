@@ -21,6 +21,7 @@ from sqlalchemy import (
     ColumnElement,
     Connection,
     Engine,
+    Select,
     TextClause,
     and_,
     func,
@@ -213,21 +214,20 @@ class ConsoleQueries:
 
     # -- instances ----------------------------------------------------------------
 
-    def instance_page(
+    def instance_query(
         self, f: InstanceFilter, cursor: str | None = None, limit: int = 50
-    ) -> Page[InstanceRow]:
+    ) -> Select[Any]:
+        """The list's one statement (``limit + 1`` rows: the extra one says "more")."""
         c = instances.c
-        q = select(*_INSTANCE_COLUMNS)
-        params: dict[str, Any] = {}
         where: list[ColumnElement[bool] | TextClause] = []
-        if f.key is not None:
-            where.append(c.key == f.key)
-        if f.version is not None:
-            where.append(c.version == f.version)
-        if f.status is not None:
-            where.append(c.status == f.status)
-        if f.business_key is not None:
-            where.append(c.business_key == f.business_key)
+        for column, value in (
+            (c.key, f.key),
+            (c.version, f.version),
+            (c.status, f.status),
+            (c.business_key, f.business_key),
+        ):
+            if value is not None:
+                where.append(column == value)
         if f.started_from is not None:
             where.append(c.created_at >= f.started_from)
         if f.started_to is not None:
@@ -242,17 +242,29 @@ class ConsoleQueries:
             )
         if f.waiting_at is not None:
             if self.is_postgres:
-                where.append(text(_PG_TOKEN_NODES))
-                params["waiting_node"] = json.dumps([f.waiting_at])
+                where.append(
+                    text(_PG_TOKEN_NODES).bindparams(waiting_node=json.dumps([f.waiting_at]))
+                )
             else:
-                where.append(text(_SQLITE_TOKEN_NODES))
-                params["waiting_node"] = f.waiting_at
+                where.append(text(_SQLITE_TOKEN_NODES).bindparams(waiting_node=f.waiting_at))
         if cursor is not None:
             at, last_id = decode_cursor(cursor)
             where.append(tuple_(c.created_at, c.id) < tuple_(at, last_id))
-        q = q.where(and_(*where)).order_by(c.created_at.desc(), c.id.desc()).limit(limit + 1)
+        return (
+            select(*_INSTANCE_COLUMNS)
+            .where(*where)
+            .order_by(c.created_at.desc(), c.id.desc())
+            .limit(limit + 1)
+        )
+
+    def instance_page(
+        self, f: InstanceFilter, cursor: str | None = None, limit: int = 50
+    ) -> Page[InstanceRow]:
         with self._read() as conn:
-            rows = [InstanceRow(**r._mapping) for r in conn.execute(q, params)]
+            rows = [
+                InstanceRow(**r._mapping)
+                for r in conn.execute(self.instance_query(f, cursor, limit))
+            ]
         return _page(rows, limit, lambda r: (r.created_at, r.id))
 
     def children(self, instance_id: str) -> list[InstanceRow]:
@@ -292,7 +304,7 @@ class ConsoleQueries:
             where.append(or_(t.last_at < at, and_(t.last_at == at, t.id < last_id)))
         q = (
             select(*_INCIDENT_COLUMNS)
-            .where(and_(*where))
+            .where(*where)
             .order_by(t.last_at.desc(), t.id.desc())
             .limit(limit + 1)
         )

@@ -13,4 +13,6 @@ PYTHON=${PYTHON:-python3}
 .venv/bin/ruff format --check .
 .venv/bin/mypy
 bash scripts/services.sh
+# The console's browser tests drive Debian's chromium through chromium-driver.
+command -v chromedriver >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium chromium-driver; }
 exec .venv/bin/python -m pytest "$@"

@@ -86,7 +86,9 @@ def overlays(checkpoint: Checkpoint, history: list[FactView]) -> dict[str, NodeO
             at(wait.node_id).waiting.append(describe_wait(wait))
     for incident in checkpoint.incidents.values():
         if incident.state.value in _OPEN:
-            at(incident.node_id).incidents.append(f"{incident.cause_class} ({incident.id})")
+            at(incident.node_id).incidents.append(
+                f"{incident.cause_class}, attempts {incident.attempts}"
+            )
     live = {t.node_id for t in checkpoint.tokens.values()}
     for fact in history:
         for key in _NODE_KEYS:

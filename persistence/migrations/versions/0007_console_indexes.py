@@ -26,9 +26,13 @@ WAITING_NODES = "jsonb_path_query_array(checkpoint, '$.tokens.*.node_id')"
 def upgrade() -> None:
     op.create_index("ix_instances_created_at_id", "instances", ["created_at", "id"])
     op.create_index(
-        "ix_instances_key_version_created_at_id", "instances", ["key", "version", "created_at", "id"]
+        "ix_instances_key_version_created_at_id",
+        "instances",
+        ["key", "version", "created_at", "id"],
     )
-    op.create_index("ix_instances_status_created_at_id", "instances", ["status", "created_at", "id"])
+    op.create_index(
+        "ix_instances_status_created_at_id", "instances", ["status", "created_at", "id"]
+    )
     op.create_index(
         "ix_instances_business_key_created_at_id", "instances", ["business_key", "created_at", "id"]
     )

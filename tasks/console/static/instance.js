@@ -44,9 +44,13 @@
       }
       if (o.completed && !o.incidents.length && !o.waiting.length) {
         canvas.addMarker(node, "dm-completed");
-        stack.appendChild(badge("completed", "\u2713"));
+        var done = document.createElement("div");
+        done.className = "dm-stack";
+        done.setAttribute("data-node", node);
+        done.appendChild(badge("completed", "\u2713"));
+        ov.add(node, "dormant", { position: { top: -10, right: 6 }, html: done });
       }
-      if (stack.childNodes.length) ov.add(node, "dormant", { position: { bottom: -4, left: 0 }, html: stack });
+      if (stack.childNodes.length) ov.add(node, "dormant", { position: { top: -26, left: 0 }, html: stack });
     });
     if (missing.length) { note.hidden = false; note.textContent = "Not in the diagram: " + missing.join(", "); }
   }
@@ -80,6 +84,8 @@
         var st = document.getElementById("instance-status");
         st.textContent = s.status.replace(/_/g, " ");
         st.className = "status st-" + s.status;
+        var cancel = document.getElementById("cancel-instance");
+        if (cancel && ["completed", "terminated", "failed"].indexOf(s.status) >= 0) cancel.hidden = true;
         draw(s.overlays);
         return fetch(location.pathname + "?partial=1", { credentials: "same-origin" })
           .then(function (r) { return r.ok ? r.text() : null; })
