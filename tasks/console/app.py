@@ -117,8 +117,8 @@ def _render(request: Request, name: str, **context: Any) -> Response:
 def _here(request: Request, drop: tuple[str, ...] = ("partial",)) -> str:
     """This page's path and query (a form's way back), without the given parameters."""
     query = urlencode([(k, v) for k, v in request.query_params.multi_items() if k not in drop])
-    root: str = request.scope.get("root_path", "")
-    return root + request.url.path + (f"?{query}" if query else "")
+    # request.url.path already holds the proxy's prefix (root_path).
+    return request.url.path + (f"?{query}" if query else "")
 
 
 def _flash(request: Request, kind: str, text: str) -> None:
