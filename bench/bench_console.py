@@ -81,6 +81,64 @@ FROM instances WHERE status = 'active_incidents' AND id LIKE 'b%'
 KEYS = "SELECT DISTINCT key FROM definitions ORDER BY key"
 
 
+# Migration 0007's instance indexes, to measure what they cost every trigger's UPDATE.
+CONSOLE_INDEXES = {
+    "ix_instances_waiting_nodes": "USING gin (jsonb_path_query_array(checkpoint, '$.tokens.*.node_id'))",
+    "ix_instances_created_at_id": "(created_at, id)",
+    "ix_instances_key_version_created_at_id": "(key, version, created_at, id)",
+    "ix_instances_status_created_at_id": "(status, created_at, id)",
+    "ix_instances_business_key_created_at_id": "(business_key, created_at, id)",
+}
+UPDATE = (
+    "UPDATE instances SET checkpoint = jsonb_set(checkpoint, '{revision}', to_jsonb(revision + 1)), "
+    "revision = revision + 1, updated_at = now() WHERE id = %s"
+)
+
+
+def write_cost(url: str, rows: int, n: int = 1500) -> None:
+    """What the console's indexes cost a trigger: the checkpoint UPDATE (one commit each,
+    like a trigger's), with and without them, alternated twice; and the share of HOT
+    updates (an index over the checkpoint makes every checkpoint write a non-HOT one,
+    so every index of the table takes a new entry)."""
+    import psycopg
+
+    dsn = url.replace("postgresql+psycopg://", "postgresql://")
+    rates: dict[bool, list[float]] = {True: [], False: []}
+    hot: dict[bool, float] = {}
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for with_indexes in (True, False, True, False):
+            for name, spec in CONSOLE_INDEXES.items():
+                conn.execute(
+                    f"CREATE INDEX IF NOT EXISTS {name} ON instances {spec}"
+                    if with_indexes
+                    else f"DROP INDEX IF EXISTS {name}"
+                )
+            before = conn.execute(
+                "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'instances'"
+            ).fetchone()
+            t0 = time.perf_counter()
+            for i in range(n):
+                conn.execute(UPDATE, ("b" + str(1 + (i * 7919) % rows).zfill(8),))
+            rates[with_indexes].append(n / (time.perf_counter() - t0))
+            time.sleep(1.0)  # the statistics collector reports asynchronously
+            after = conn.execute(
+                "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'instances'"
+            ).fetchone()
+            assert before is not None and after is not None
+            hot[with_indexes] = (after[1] - before[1]) / max(1, after[0] - before[0])
+        for name, spec in CONSOLE_INDEXES.items():
+            conn.execute(f"CREATE INDEX IF NOT EXISTS {name} ON instances {spec}")
+    on, off = common.median(rates[True]), common.median(rates[False])
+    common.line(
+        "checkpoint UPDATE commits/s",
+        f"with the console indexes {on:.0f} (HOT {hot[True]:.0%}), without {off:.0f} "
+        f"(HOT {hot[False]:.0%})",
+    )
+    common.ratio_line(
+        "checkpoint UPDATE rate with / without the console indexes", on / off, ">=", 0.9
+    )
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -190,6 +248,7 @@ def main() -> int:
             }
         finally:
             small.close()
+        write_cost(small_url, 1_000)
     common.line(
         "on 1,000 rows",
         f"instance list {baseline['list']:.1f} ms, instance page {baseline['page']:.1f} ms",
