@@ -10,13 +10,10 @@ each as its own token; the thrower waits until they have all finished, then move
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from engine_core.checkpoint import Token, TokenState
 from engine_core.model import EventKind, Node, NodeKind
-
-if TYPE_CHECKING:
-    from engine_core.runtime import Runtime
+from engine_core.moving import end_token, leave_activity
+from engine_core.runtime import Runtime
 
 __all__ = ["finish_waiting_throws", "throw_compensation"]
 
@@ -55,9 +52,9 @@ def _handler_of(rt: Runtime, activity_id: str) -> Node | None:
 def _continue(rt: Runtime, token: Token, node: Node, end_after: bool) -> None:
     token.state = TokenState.ACTIVE
     if end_after:
-        rt.end_token(token)
+        end_token(rt, token)
     else:
-        rt.activity_done(token, {})
+        leave_activity(rt, token, {})
 
 
 def finish_waiting_throws(rt: Runtime) -> bool:

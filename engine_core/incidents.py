@@ -10,22 +10,24 @@ is a wait with a deadline, so it survives any restart (SRD-079).
 * A repeated failure at the same node after a retry updates the same incident.
 * Inside a child instance (call activity) nothing is raised locally: the child fails
   and the caller's call-activity node raises the incident (SRD-079 FR-2).
+* An incident closes with its token: resolved when the token moves on, overtaken
+  when it is withdrawn (``Runtime.close_incidents``, called wherever a token goes).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import Any
 
 from engine_core.checkpoint import Incident, IncidentState, Token, TokenState, WaitKind, WaitRole
 from engine_core.errors import InvalidOperation, UnknownIncident
 from engine_core.expressions import TechnicalFailure
 from engine_core.model import Node
+from engine_core.moving import fail_instance, leave_activity, leave_without_running
+from engine_core.runtime import Runtime
 
-if TYPE_CHECKING:
-    from engine_core.runtime import Runtime
-
-__all__ = ["drop", "raise_incident", "resolve", "retry"]
+__all__ = ["drop", "leave_or_raise", "raise_incident", "resolve", "retry"]
 
 
 def raise_incident(
@@ -44,7 +46,7 @@ def raise_incident(
     withdrawn unarmed, nodes.enter): the retry must arm them then, and only then.
     """
     if rt.cp.parent is not None:
-        rt.fail_instance(f"{node.label}: {cause}")
+        fail_instance(rt, f"{node.label}: {cause}")
         return
     rt.withdraw_token_waits(token.id, keep_boundaries=True)
     token.state = TokenState.INCIDENT
@@ -112,6 +114,17 @@ def raise_incident(
         )
 
 
+def leave_or_raise(rt: Runtime, token: Token, variables: Mapping[str, Any]) -> None:
+    """A woken token leaves its node; a failure while leaving (an output mapping, an
+    outgoing condition) is an incident at that node, not a lost trigger."""
+    token.state = TokenState.ACTIVE
+    node = rt.node(token.node_id)
+    try:
+        leave_activity(rt, token, variables)
+    except TechnicalFailure as failure:
+        raise_incident(rt, token, node, str(failure), failure.cause_class)
+
+
 def _open_incident(rt: Runtime, incident_id: str) -> tuple[Incident, Token]:
     incident = rt.cp.incidents.get(incident_id)
     if incident is None:
@@ -177,15 +190,13 @@ def retry(rt: Runtime, incident_id: str) -> str:
     if incident.boundaries_armed:
         # Armed before the failure (a job that failed): they stay as they are, still
         # armed or already fired (a one-shot timer leaves no wait to tell by). An
-        # activation failure armed none (nodes._unarm_boundaries): the retry arms them.
+        # activation failure armed none (boundaries.unarm): the retry arms them.
         rt.keep_boundaries.add(fresh.id)
     return fresh.id
 
 
 def resolve(rt: Runtime, incident_id: str) -> str:
     """Continue on the node's outgoing flows without running the node again."""
-    from engine_core.leaving import leave_without_running
-
     incident, token = _open_incident(rt, incident_id)
     _withdraw_retry(rt, incident)
     token.state = TokenState.ACTIVE

@@ -9,13 +9,10 @@ token that could arrive may end anywhere, not only at the join.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from engine_core.checkpoint import Token, TokenState
 from engine_core.model import Node, NodeKind, ProcessDefinition
-
-if TYPE_CHECKING:
-    from engine_core.runtime import Runtime
+from engine_core.moving import chosen_flows, take_flows
+from engine_core.runtime import Runtime
 
 __all__ = ["fire_ready_inclusive_joins", "parallel_join"]
 
@@ -78,7 +75,7 @@ def fire_ready_inclusive_joins(rt: Runtime) -> bool:
         if _can_still_arrive(rt, node, token.scope_id):
             continue
         merged = _merge(rt, _waiting_at(rt, node, token.scope_id))
-        rt.take_flows(merged, rt.chosen_flows(node, merged, all_true=True))
+        take_flows(rt, merged, chosen_flows(rt, node, merged, all_true=True))
         fired = True
     return fired
 
