@@ -17,7 +17,9 @@ from engine_core.incidents import leave_or_raise, raise_incident
 from engine_core.model import Node
 from engine_core.runtime import Runtime
 from engine_core.throwing import throw_error
+from engine_core.transitions import move_token
 from engine_core.triggers import ChildCompleted, ChildFailed
+from engine_core.wake import STALE, Wake
 
 __all__ = ["child_completed", "child_failed", "start_child"]
 
@@ -42,25 +44,25 @@ def start_child(rt: Runtime, token: Token, node: Node) -> None:
             version_tag=node.called_version_tag,
         )
     )
-    token.state = TokenState.WAITING
+    move_token(token, TokenState.WAITING)
 
 
-def child_completed(rt: Runtime, trigger: ChildCompleted) -> str | None:
+def child_completed(rt: Runtime, trigger: ChildCompleted) -> Wake:
     wait = rt.live_wait(trigger.wait_id, WaitKind.CALL)
     if wait is None:
-        return None
+        return STALE
     token = rt.token_of(wait)
     node = rt.node(wait.node_id)
     rt.cp.waits.pop(wait.id, None)  # the child has ended: nothing to cancel
     result = trigger.variables if node.propagate_all_child_variables or node.outputs else {}
     leave_or_raise(rt, token, result)
-    return token.id
+    return Wake.token(token.id)
 
 
-def child_failed(rt: Runtime, trigger: ChildFailed) -> str | None:
+def child_failed(rt: Runtime, trigger: ChildFailed) -> Wake:
     wait = rt.live_wait(trigger.wait_id, WaitKind.CALL)
     if wait is None:
-        return None
+        return STALE
     token = rt.token_of(wait)
     node = rt.node(wait.node_id)
     rt.cp.waits.pop(wait.id, None)
@@ -74,4 +76,4 @@ def child_failed(rt: Runtime, trigger: ChildFailed) -> str | None:
             f"child instance {wait.child_instance_id} failed: {trigger.error}",
             trigger.error_class,
         )
-    return token.id
+    return Wake.token(token.id)

@@ -14,6 +14,7 @@ from engine_core.checkpoint import Token, TokenState
 from engine_core.model import EventKind, Node, NodeKind
 from engine_core.moving import end_token, leave_activity
 from engine_core.runtime import Runtime
+from engine_core.transitions import move_token
 
 __all__ = ["finish_waiting_throws", "throw_compensation"]
 
@@ -32,7 +33,7 @@ def throw_compensation(rt: Runtime, token: Token, node: Node, *, end_after: bool
             rt.spawn(handler.id, entry.scope_id, [*token.lineage, token.id])
     rt.fact("Compensating", node=node.id, handlers=len(entries))
     if node.event.wait_for_completion and entries:
-        token.state = TokenState.WAITING
+        move_token(token, TokenState.WAITING)
         return
     _continue(rt, token, node, end_after)
 
@@ -50,7 +51,7 @@ def _handler_of(rt: Runtime, activity_id: str) -> Node | None:
 
 
 def _continue(rt: Runtime, token: Token, node: Node, end_after: bool) -> None:
-    token.state = TokenState.ACTIVE
+    move_token(token, TokenState.ACTIVE)
     if end_after:
         end_token(rt, token)
     else:

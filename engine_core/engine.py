@@ -35,6 +35,7 @@ from engine_core.triggers import (
     TimerFired,
     Trigger,
 )
+from engine_core.wake import STALE, Wake
 from engine_core.wakes import dispatch
 
 __all__ = ["Services", "apply", "new_checkpoint"]
@@ -80,10 +81,10 @@ def apply(
     try:
         fired_early = _fire_overdue(rt, trigger)
         if isinstance(trigger, TimerFired) and trigger.wait_id in fired_early:
-            woken: str | None = fired_early[trigger.wait_id]
+            woken = fired_early[trigger.wait_id]
         else:
             woken = dispatch(rt, trigger)
-        if woken is None and not fired_early:
+        if woken.stale and not fired_early:
             return _stale(checkpoint, trigger, "wait gone")
         _run(rt)
     except EngineInvariantError as exc:
@@ -91,14 +92,14 @@ def apply(
         cp = _private_copy(checkpoint)
         rt = Runtime(definition, cp, now, services or DEFAULT_SERVICES)
         fail_instance(rt, f"internal invariant broken: {exc}")
-        woken = None
+        woken = STALE
     rt.settle_status()
     cp.revision += 1
     cp.updated_at = now
     rt.fact(
         "Hydrated",
         trigger=trigger.kind,
-        token=woken or None,
+        token=woken.token_id,
         outcome="completed" if cp.status.ended else "continued",
     )
     held = Counter(w.kind.value for w in cp.waits.values())
@@ -125,9 +126,9 @@ def _stale(checkpoint: Checkpoint, trigger: Trigger, reason: str) -> Step:
     return Step(checkpoint, (), (Fact("Stale", details),), changed=False)
 
 
-def _fire_overdue(rt: Runtime, trigger: Trigger) -> dict[str, str]:
-    """Fire timers already due, earliest first; returns wait id -> woken token id."""
-    fired: dict[str, str] = {}
+def _fire_overdue(rt: Runtime, trigger: Trigger) -> dict[str, Wake]:
+    """Fire timers already due, earliest first; returns wait id -> what each woke."""
+    fired: dict[str, Wake] = {}
     if isinstance(trigger, Start):
         return fired
     while True:
@@ -145,11 +146,7 @@ def _fire_overdue(rt: Runtime, trigger: Trigger) -> dict[str, str]:
         if not due:
             return fired
         wait = due[0]
-        woken = dispatch(rt, TimerFired(wait_id=wait.id))
-        if woken is not None:
-            fired[wait.id] = woken
-        else:
-            fired[wait.id] = ""
+        fired[wait.id] = dispatch(rt, TimerFired(wait_id=wait.id))
         _run(rt)
         if rt.cp.status.ended:
             return fired

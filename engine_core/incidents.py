@@ -26,6 +26,7 @@ from engine_core.expressions import TechnicalFailure
 from engine_core.model import Node
 from engine_core.moving import fail_instance, leave_activity, leave_without_running
 from engine_core.runtime import Runtime
+from engine_core.transitions import move_incident, move_token
 
 __all__ = ["drop", "leave_or_raise", "raise_incident", "resolve", "retry"]
 
@@ -49,7 +50,7 @@ def raise_incident(
         fail_instance(rt, f"{node.label}: {cause}")
         return
     rt.withdraw_token_waits(token.id, keep_boundaries=True)
-    token.state = TokenState.INCIDENT
+    move_token(token, TokenState.INCIDENT)
     snapshot = rt.token_vars(token)
     incident = next(
         (
@@ -83,7 +84,7 @@ def raise_incident(
         incident.cause_class = cause_class
         incident.data = snapshot
         incident.lineage = list(token.lineage)  # the retried token's: ends with the failed one
-        incident.state = IncidentState.OPEN
+        move_incident(incident, IncidentState.OPEN)
         incident.boundaries_armed = activated
     rt.fact(
         "Incident",
@@ -95,7 +96,7 @@ def raise_incident(
     )
     policy = node.retry_policy or rt.services.incident_retry_policy
     if policy is not None and incident.attempts <= policy.attempts:
-        incident.state = IncidentState.RETRY_SCHEDULED
+        move_incident(incident, IncidentState.RETRY_SCHEDULED)
         incident.retry_at = rt.now + timedelta(seconds=policy.backoff_seconds)
         rt.add_wait(
             WaitKind.RETRY,
@@ -117,7 +118,7 @@ def raise_incident(
 def leave_or_raise(rt: Runtime, token: Token, variables: Mapping[str, Any]) -> None:
     """A woken token leaves its node; a failure while leaving (an output mapping, an
     outgoing condition) is an incident at that node, not a lost trigger."""
-    token.state = TokenState.ACTIVE
+    move_token(token, TokenState.ACTIVE)
     node = rt.node(token.node_id)
     try:
         leave_activity(rt, token, variables)
@@ -163,7 +164,7 @@ def retry(rt: Runtime, incident_id: str) -> str:
     """
     incident, failed = _open_incident(rt, incident_id)
     _withdraw_retry(rt, incident)
-    incident.state = IncidentState.OPEN
+    move_incident(incident, IncidentState.OPEN)
     rt.fact(
         "Incident",
         action="retried",
@@ -186,6 +187,7 @@ def retry(rt: Runtime, incident_id: str) -> str:
         if scope.token_id == failed.id:
             scope.token_id = fresh.id
     incident.token_id = fresh.id
+    move_token(failed, TokenState.WITHDRAWN)  # replaced by the fresh token
     rt.cp.tokens.pop(failed.id, None)
     if incident.boundaries_armed:
         # Armed before the failure (a job that failed): they stay as they are, still
@@ -199,7 +201,7 @@ def resolve(rt: Runtime, incident_id: str) -> str:
     """Continue on the node's outgoing flows without running the node again."""
     incident, token = _open_incident(rt, incident_id)
     _withdraw_retry(rt, incident)
-    token.state = TokenState.ACTIVE
+    move_token(token, TokenState.ACTIVE)
     try:
         leave_without_running(rt, token)  # closes the incident as resolved
     except TechnicalFailure as failure:
@@ -217,7 +219,7 @@ def drop(rt: Runtime, incident_id: str) -> str:
     incident, token = _open_incident(rt, incident_id)
     _withdraw_retry(rt, incident)
     rt.withdraw_token_waits(token.id)
-    incident.state = IncidentState.DEAD_LETTERED
+    move_incident(incident, IncidentState.DEAD_LETTERED)
     rt.fact(
         "Incident",
         action="dead-lettered",

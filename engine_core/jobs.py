@@ -21,7 +21,9 @@ from engine_core.incidents import leave_or_raise, raise_incident
 from engine_core.model import Node
 from engine_core.runtime import Runtime
 from engine_core.throwing import throw_error
+from engine_core.transitions import move_token
 from engine_core.triggers import JobCompleted, JobErrorThrown, JobFailed
+from engine_core.wake import STALE, Wake
 
 __all__ = ["completed", "error_thrown", "failed", "start", "timed_out"]
 
@@ -53,7 +55,7 @@ def start(rt: Runtime, token: Token, node: Node) -> None:
         retries_left=retries - 1,
     )
     _dispatch(rt, token, node, wait)
-    token.state = TokenState.WAITING
+    move_token(token, TokenState.WAITING)
 
 
 def _dispatch(rt: Runtime, token: Token, node: Node, wait: Wait) -> None:
@@ -75,7 +77,7 @@ def _dispatch(rt: Runtime, token: Token, node: Node, wait: Wait) -> None:
     rt.fact("JobDispatched", node=node.id, job_type=wait.job_type, attempt=wait.attempt)
 
 
-def timed_out(rt: Runtime, wait: Wait) -> str:
+def timed_out(rt: Runtime, wait: Wait) -> Wake:
     """The job wait's deadline: a backoff ended (dispatch the next attempt), or a
     dispatched job gave no result within the timeout (it or its message is lost:
     dispatch it again as the next attempt; a late result of the old one is stale)."""
@@ -84,7 +86,7 @@ def timed_out(rt: Runtime, wait: Wait) -> str:
         rt.fact("JobTimedOut", node=wait.node_id, job_type=wait.job_type, attempt=wait.attempt)
         wait.attempt += 1
     _dispatch(rt, token, rt.node(wait.node_id), wait)
-    return token.id
+    return Wake.token(token.id)
 
 
 def _job_wait(rt: Runtime, wait_id: str, attempt: int) -> Wait | None:
@@ -94,20 +96,20 @@ def _job_wait(rt: Runtime, wait_id: str, attempt: int) -> Wait | None:
     return wait
 
 
-def completed(rt: Runtime, trigger: JobCompleted) -> str | None:
+def completed(rt: Runtime, trigger: JobCompleted) -> Wake:
     wait = _job_wait(rt, trigger.wait_id, trigger.attempt)
     if wait is None:
-        return None
+        return STALE
     token = rt.token_of(wait)
     rt.withdraw(wait)
     leave_or_raise(rt, token, trigger.variables)
-    return token.id
+    return Wake.token(token.id)
 
 
-def failed(rt: Runtime, trigger: JobFailed) -> str | None:
+def failed(rt: Runtime, trigger: JobFailed) -> Wake:
     wait = _job_wait(rt, trigger.wait_id, trigger.attempt)
     if wait is None:
-        return None
+        return STALE
     token = rt.token_of(wait)
     node = rt.node(wait.node_id)
     if wait.retries_left > 0:
@@ -123,7 +125,7 @@ def failed(rt: Runtime, trigger: JobFailed) -> str | None:
             attempt=wait.attempt,
             error_class=trigger.error_class,
         )
-        return token.id
+        return Wake.token(token.id)
     raise_incident(
         rt,
         token,
@@ -132,17 +134,17 @@ def failed(rt: Runtime, trigger: JobFailed) -> str | None:
         trigger.error_class,
         job_type=wait.job_type,
     )
-    return token.id
+    return Wake.token(token.id)
 
 
-def error_thrown(rt: Runtime, trigger: JobErrorThrown) -> str | None:
+def error_thrown(rt: Runtime, trigger: JobErrorThrown) -> Wake:
     wait = _job_wait(rt, trigger.wait_id, trigger.attempt)
     if wait is None:
-        return None
+        return STALE
     token = rt.token_of(wait)
     node = rt.node(wait.node_id)
     rt.withdraw(wait)
     throw_error(
         rt, token, node, trigger.code, trigger.message, trigger.variables, from_end_event=False
     )
-    return token.id
+    return Wake.token(token.id)

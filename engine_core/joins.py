@@ -13,12 +13,13 @@ from engine_core.checkpoint import Token, TokenState
 from engine_core.model import Node, NodeKind, ProcessDefinition
 from engine_core.moving import chosen_flows, take_flows
 from engine_core.runtime import Runtime
+from engine_core.transitions import move_token
 
 __all__ = ["fire_ready_inclusive_joins", "parallel_join"]
 
 
 def parallel_join(rt: Runtime, token: Token, node: Node) -> Token | None:
-    token.state = TokenState.WAITING
+    move_token(token, TokenState.WAITING)
     arrived = _waiting_at(rt, node, token.scope_id)
     by_flow: dict[str | None, Token] = {}
     for candidate in arrived:
@@ -50,9 +51,10 @@ def _merge(rt: Runtime, tokens: list[Token]) -> Token:
     if len(tokens) > 1 and common:
         common = common[:-1]
     for other in others:
+        move_token(other, TokenState.COMPLETED)  # merged into the keeper
         rt.cp.tokens.pop(other.id, None)
     keeper.lineage = common
-    keeper.state = TokenState.ACTIVE
+    move_token(keeper, TokenState.ACTIVE)
     return keeper
 
 

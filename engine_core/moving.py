@@ -39,6 +39,7 @@ from engine_core.expressions import (
 )
 from engine_core.model import EventKind, Node
 from engine_core.runtime import Runtime
+from engine_core.transitions import move_token
 
 __all__ = [
     "arrive",
@@ -71,7 +72,7 @@ def arrive(rt: Runtime, token: Token, node_id: str, flow_id: str | None = None) 
     if token.node_id != node_id:
         rt.close_incidents(token, IncidentState.RESOLVED)
     token.node_id = node_id
-    token.state = TokenState.ACTIVE
+    move_token(token, TokenState.ACTIVE)
     token.flow_id = flow_id
     token.inner_scope = None
     rt.queue.append(token.id)
@@ -394,7 +395,7 @@ def finish_body(rt: Runtime, outer: Token, node: Node, body: Scope) -> None:
     rt.drop_scope(body.id)
     if loop.output_collection:
         rt.propagate(outer.scope_id, {loop.output_collection: results})
-    outer.state = TokenState.ACTIVE
+    move_token(outer, TokenState.ACTIVE)
     leave_without_running(rt, outer)
 
 

@@ -22,6 +22,7 @@ from engine_core.expressions import TechnicalFailure, always_expression, evaluat
 from engine_core.model import Node
 from engine_core.moving import finish_body, start_inner
 from engine_core.runtime import Runtime
+from engine_core.transitions import move_token
 
 __all__ = ["start_body"]
 
@@ -53,7 +54,7 @@ def start_body(rt: Runtime, token: Token, node: Node) -> None:
     body.mi_items = items
     body.mi_results = [None] * len(items)
     token.inner_scope = body.id
-    token.state = TokenState.WAITING
+    move_token(token, TokenState.WAITING)
     if not items:
         finish_body(rt, token, node, body)
         return

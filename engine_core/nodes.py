@@ -33,6 +33,7 @@ from engine_core.moving import (
 from engine_core.multi_instance import start_body
 from engine_core.runtime import Runtime
 from engine_core.throwing import throw_error, throw_escalation, throw_message_or_signal
+from engine_core.transitions import move_token
 
 __all__ = ["HANDLERS", "enter"]
 
@@ -78,7 +79,7 @@ def _pass(rt: Runtime, token: Token, node: Node) -> None:
 
 
 def _wait(token: Token) -> None:
-    token.state = TokenState.WAITING
+    move_token(token, TokenState.WAITING)
 
 
 # -- events ---------------------------------------------------------------------------
@@ -268,7 +269,7 @@ def _parallel(rt: Runtime, token: Token, node: Node) -> None:
 
 def _inclusive(rt: Runtime, token: Token, node: Node) -> None:
     if len(node.incoming) > 1:
-        token.state = TokenState.WAITING  # the join fires at quiescence (joins.py)
+        move_token(token, TokenState.WAITING)  # the join fires at quiescence (joins.py)
         return
     take_flows(rt, token, chosen_flows(rt, node, token, all_true=True))
 

@@ -40,6 +40,7 @@ from engine_core.errors import EngineInvariantError
 from engine_core.expressions import evaluate, json_value
 from engine_core.model import ACTIVITY_KINDS, Node, ProcessDefinition
 from engine_core.services import Services
+from engine_core.transitions import move_incident, move_token
 
 __all__ = ["Runtime"]
 
@@ -196,6 +197,7 @@ class Runtime:
         instance's ``active_incidents`` status always names a real, actionable one.
         """
         self.withdraw_token_waits(token.id)
+        move_token(token, state)
         self.cp.tokens.pop(token.id, None)
         self.close_incidents(
             token,
@@ -207,7 +209,7 @@ class Runtime:
         action = "overtaken" if state is IncidentState.OVERTAKEN else "resolved"
         for incident in self.cp.incidents.values():
             if incident.token_id == token.id and not incident.state.closed:
-                incident.state = state
+                move_incident(incident, state)
                 incident.retry_at = None
                 for wait in [w for w in self.cp.waits.values() if w.incident_id == incident.id]:
                     self.withdraw(wait)

@@ -29,6 +29,7 @@ from engine_core.errors import InvalidOperation
 from engine_core.incidents import leave_or_raise
 from engine_core.moving import cancel_instance
 from engine_core.runtime import Runtime
+from engine_core.transitions import move_token
 from engine_core.triggers import (
     Cancel,
     ChildCompleted,
@@ -46,20 +47,21 @@ from engine_core.triggers import (
     TimerFired,
     Trigger,
 )
+from engine_core.wake import INSTANCE, STALE, Wake
 
 __all__ = ["dispatch", "fire_wait"]
 
-# A handler applies its trigger and returns the id of the token it woke ("" when the
-# trigger acted on the instance as a whole), or None when the trigger was stale.
-TriggerHandler = Callable[[Runtime, Any], str | None]
-FireHandler = Callable[[Runtime, Wait, Mapping[str, Any]], str]
+# A handler applies its trigger and says what it woke (wake.py): a token, the instance
+# as a whole, or nothing (stale).
+TriggerHandler = Callable[[Runtime, Any], Wake]
+FireHandler = Callable[[Runtime, Wait, Mapping[str, Any]], Wake]
 
 
-def dispatch(rt: Runtime, trigger: Trigger) -> str | None:
+def dispatch(rt: Runtime, trigger: Trigger) -> Wake:
     return _HANDLERS[type(trigger)](rt, trigger)
 
 
-def fire_wait(rt: Runtime, wait: Wait, variables: Mapping[str, Any]) -> str:
+def fire_wait(rt: Runtime, wait: Wait, variables: Mapping[str, Any]) -> Wake:
     """Run what a fired timer/message/signal wait continues, whatever its role."""
     return _FIRE[wait.role](rt, wait, variables)
 
@@ -67,7 +69,7 @@ def fire_wait(rt: Runtime, wait: Wait, variables: Mapping[str, Any]) -> str:
 # -- what a fired wait continues, by role ---------------------------------------------
 
 
-def _fire_node_wait(rt: Runtime, wait: Wait, variables: Mapping[str, Any]) -> str:
+def _fire_node_wait(rt: Runtime, wait: Wait, variables: Mapping[str, Any]) -> Wake:
     """The token's own wait (a catch event, a receive task) or an event-based
     gateway's arm: the token leaves with the payload; its boundaries stay only while
     it is still at its activity."""
@@ -77,21 +79,30 @@ def _fire_node_wait(rt: Runtime, wait: Wait, variables: Mapping[str, Any]) -> st
         # The event-based gateway's arm won: the token moves to the arm's event node.
         rt.fact("GatewayArmWon", gateway=token.node_id, arm=wait.node_id)
         token.node_id = wait.node_id
-        token.state = TokenState.ACTIVE
+        move_token(token, TokenState.ACTIVE)
     leave_or_raise(rt, token, variables)
-    return token.id
+    return Wake.token(token.id)
 
 
-def _fire_incident_retry(rt: Runtime, wait: Wait, variables: Mapping[str, Any]) -> str:
+def _fire_boundary(rt: Runtime, wait: Wait, variables: Mapping[str, Any]) -> Wake:
+    return Wake.token(boundaries.fire_wait(rt, wait, variables))
+
+
+def _fire_event_sub(rt: Runtime, wait: Wait, variables: Mapping[str, Any]) -> Wake:
+    event_subs.fire_wait(rt, wait, variables)
+    return INSTANCE
+
+
+def _fire_incident_retry(rt: Runtime, wait: Wait, variables: Mapping[str, Any]) -> Wake:
     assert wait.incident_id is not None
-    return incidents.retry(rt, wait.incident_id)
+    return Wake.token(incidents.retry(rt, wait.incident_id))
 
 
 _FIRE: dict[WaitRole, FireHandler] = {
     WaitRole.NODE: _fire_node_wait,
     WaitRole.ARM: _fire_node_wait,
-    WaitRole.BOUNDARY: boundaries.fire_wait,
-    WaitRole.EVENT_SUB: event_subs.fire_wait,
+    WaitRole.BOUNDARY: _fire_boundary,
+    WaitRole.EVENT_SUB: _fire_event_sub,
     WaitRole.INCIDENT: _fire_incident_retry,
 }
 
@@ -99,9 +110,9 @@ _FIRE: dict[WaitRole, FireHandler] = {
 # -- trigger handlers -----------------------------------------------------------------
 
 
-def _start(rt: Runtime, trigger: Start) -> str | None:
+def _start(rt: Runtime, trigger: Start) -> Wake:
     if rt.cp.tokens or rt.cp.revision:
-        return None  # already started: a redelivered start
+        return STALE  # already started: a redelivered start
     if trigger.start_node_id is not None:
         start = rt.node(trigger.start_node_id)
     else:
@@ -122,59 +133,59 @@ def _start(rt: Runtime, trigger: Start) -> str | None:
     # The process's event sub-processes are armed when the token enters its start
     # event (nodes._start_event), so a failing subscription is an incident there.
     token = rt.spawn(start.id, ROOT_SCOPE, [])
-    return token.id
+    return Wake.token(token.id)
 
 
-def _timer(rt: Runtime, trigger: TimerFired) -> str | None:
+def _timer(rt: Runtime, trigger: TimerFired) -> Wake:
     wait = rt.live_wait(trigger.wait_id, WaitKind.TIMER, WaitKind.JOB, WaitKind.RETRY)
     if wait is None or wait.due_at is None or wait.due_at > rt.now:
-        return None
+        return STALE
     if wait.kind is WaitKind.JOB:
         return jobs.timed_out(rt, wait)
     return fire_wait(rt, wait, {})
 
 
-def _message(rt: Runtime, trigger: MessageReceived) -> str | None:
+def _message(rt: Runtime, trigger: MessageReceived) -> Wake:
     wait = rt.live_wait(trigger.wait_id, WaitKind.MESSAGE)
     if wait is None or wait.message_name != trigger.name:
-        return None
+        return STALE
     if wait.correlation_key is not None and wait.correlation_key != trigger.correlation_key:
-        return None
+        return STALE
     return fire_wait(rt, wait, trigger.variables)
 
 
-def _signal(rt: Runtime, trigger: SignalReceived) -> str | None:
+def _signal(rt: Runtime, trigger: SignalReceived) -> Wake:
     wait = rt.live_wait(trigger.wait_id, WaitKind.SIGNAL)
     if wait is None or wait.signal_name != trigger.name:
-        return None
+        return STALE
     return fire_wait(rt, wait, trigger.variables)
 
 
-def _task_completed(rt: Runtime, trigger: TaskCompleted) -> str | None:
+def _task_completed(rt: Runtime, trigger: TaskCompleted) -> Wake:
     wait = rt.live_wait(trigger.wait_id, WaitKind.USER_TASK)
     if wait is None:
-        return None
+        return STALE
     token = rt.token_of(wait)
     rt.withdraw(wait)
     leave_or_raise(rt, token, trigger.variables)
-    return token.id
+    return Wake.token(token.id)
 
 
-def _cancel(rt: Runtime, trigger: Cancel) -> str | None:
+def _cancel(rt: Runtime, trigger: Cancel) -> Wake:
     cancel_instance(rt, notify_parent=trigger.notify_parent)
-    return ""
+    return INSTANCE
 
 
-def _incident_retry(rt: Runtime, trigger: IncidentRetry) -> str | None:
-    return incidents.retry(rt, trigger.incident_id)
+def _incident_retry(rt: Runtime, trigger: IncidentRetry) -> Wake:
+    return Wake.token(incidents.retry(rt, trigger.incident_id))
 
 
-def _incident_resolve(rt: Runtime, trigger: IncidentResolve) -> str | None:
-    return incidents.resolve(rt, trigger.incident_id)
+def _incident_resolve(rt: Runtime, trigger: IncidentResolve) -> Wake:
+    return Wake.token(incidents.resolve(rt, trigger.incident_id))
 
 
-def _incident_drop(rt: Runtime, trigger: IncidentDrop) -> str | None:
-    return incidents.drop(rt, trigger.incident_id)
+def _incident_drop(rt: Runtime, trigger: IncidentDrop) -> Wake:
+    return Wake.token(incidents.drop(rt, trigger.incident_id))
 
 
 _HANDLERS: dict[type, TriggerHandler] = {
