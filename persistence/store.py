@@ -14,7 +14,6 @@ makes that retry idempotent.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 from collections.abc import Callable, Iterator
@@ -28,7 +27,7 @@ from sqlalchemy.exc import IntegrityError
 
 from engine_core import engine as core
 from engine_core.checkpoint import Checkpoint, decode, encode
-from engine_core.effects import Fact, Step
+from engine_core.effects import Fact, Step, encode_effect
 from engine_core.errors import InvalidOperation, InvalidVariables, UnknownInstance
 from engine_core.model import ProcessDefinition
 from engine_core.triggers import Start, Trigger
@@ -69,6 +68,11 @@ class Applied:
     # The caller's precondition failed under the lock: nothing was applied.
     skipped: bool = False
 
+    def summary(self) -> str:
+        extra = " duplicate" if self.duplicate else ""
+        extra += " stale" if not self.changed and not extra else ""
+        return f"instance={self.instance_id} revision={self.revision}{extra}"
+
 
 class StartKeyTaken(InvalidOperation):
     """A keyed message start lost the race: a running instance already has that key."""
@@ -108,11 +112,6 @@ def log_raised_incidents(applied: Applied) -> None:
                 fact.details.get("cause_class"),
                 fact.details.get("attempts"),
             )
-
-
-def _effect_payload(effect: object) -> dict[str, Any]:
-    data: dict[str, Any] = dataclasses.asdict(effect)  # type: ignore[call-overload]
-    return json.loads(json.dumps(data, default=str))  # type: ignore[no-any-return]
 
 
 class Store(Deployments, OutboxQueue, Queries):
@@ -379,20 +378,20 @@ class Store(Deployments, OutboxQueue, Queries):
         # the row id: SQLite reuses the id of a deleted row, so a CancelChild published
         # as "outbox:7" after the StartChild "outbox:7" was deleted would be dropped by
         # the child as a duplicate of its own start.
+        rows = [encode_effect(e) for e in step.effects]
         outbox_ids = [
             int(
                 conn.execute(
                     insert(outbox)
                     .values(
-                        kind=type(e).__name__,
-                        payload=_effect_payload(e)
-                        | {"trigger_id": f"{instance_id}@{cp.revision}.{i}"},
+                        kind=kind,
+                        payload=payload | {"trigger_id": f"{instance_id}@{cp.revision}.{i}"},
                         created_at=now,
                     )
                     .returning(outbox.c.id)
                 ).scalar_one()
             )
-            for i, e in enumerate(step.effects)
+            for i, (kind, payload) in enumerate(rows)
         ]
         outbox_ids += [b.outbox_id for b in buffered]
         if trigger_id is not None:

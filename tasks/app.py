@@ -37,6 +37,7 @@ from celery.signals import beat_init, worker_init, worker_process_init
 from kombu.entity import Exchange, Queue, binding
 
 from persistence.settings import Settings
+from persistence.store import Store
 
 __all__ = [
     "BINDING_KEYS",
@@ -139,7 +140,7 @@ settings: Settings = Settings.from_env()
 app = Celery("dormant", include=["tasks.triggers", "tasks.jobs"])
 app.conf.update(_conf(settings))
 
-_store: Any = None
+_store: Store | None = None
 _store_lock = threading.Lock()
 
 
@@ -161,14 +162,12 @@ def configure(new: Settings) -> None:
         _store = None
 
 
-def store() -> Any:
+def store() -> Store:
     """This process's Store, opened on first use (never before a fork: see below)."""
     global _store
     if _store is None:
         with _store_lock:
             if _store is None:
-                from persistence.store import Store
-
                 _store = Store(settings=settings)
     return _store
 
