@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
-from engine_core.checkpoint import Checkpoint, IncidentState, TokenState, WaitKind
+from engine_core.checkpoint import ROOT_SCOPE, Checkpoint, IncidentState, TokenState, WaitKind
 
 __all__ = [
     "FactView",
@@ -168,7 +168,7 @@ def instance_view(checkpoint: Checkpoint) -> InstanceView:
         )
         for w in checkpoint.waits.values()
     ]
-    root = checkpoint.scopes.get("s0")
+    root = checkpoint.scopes.get(ROOT_SCOPE)
     return InstanceView(
         id=checkpoint.instance_id,
         key=checkpoint.process_key,
