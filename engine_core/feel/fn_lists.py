@@ -7,10 +7,11 @@ as the spec allows (``max(1, 2)`` and ``max([1, 2])``); that is the ``variadic``
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
-from engine_core.feel import ops
+from engine_core.feel import limits, ops
 from engine_core.feel.builtins import builtin
 from engine_core.feel.scope import invoke
 from engine_core.feel.values import DECIMAL, FeelFunction, Range
@@ -185,13 +186,17 @@ def sublist(xs: Any, start: Any, length: Any = None) -> Any:
 
 @builtin("append", "list", "item", variadic=True)
 def append(xs: Any, *items: Any) -> Any:
-    return [*xs, *items] if isinstance(xs, list) else None
+    if not isinstance(xs, list):
+        return None
+    limits.check_collection(len(xs) + len(items))
+    return [*xs, *items]
 
 
 @builtin("concatenate", "lists", variadic=True)
 def concatenate(*lists: Any) -> Any:
     if not all(isinstance(x, list) for x in lists):
         return None
+    limits.check_collection(sum(len(x) for x in lists))
     return [v for x in lists for v in x]
 
 
@@ -264,13 +269,25 @@ def duplicate_values(xs: Any) -> Any:
     )
 
 
-def _flat(xs: list[Any]) -> list[Any]:
-    return [w for v in xs for w in (_flat(v) if isinstance(v, list) else [v])]
-
-
 @builtin("flatten", "list")
 def flatten(xs: Any) -> Any:
-    return _flat(xs) if isinstance(xs, list) else None
+    """Depth first, by an explicit stack: deep nesting costs no recursion, and the result
+    is held to the collection bound while it grows (a list may hold one list many times)."""
+    if not isinstance(xs, list):
+        return None
+    out: list[Any] = []
+    stack: list[Iterator[Any]] = [iter(xs)]
+    while stack:
+        for v in stack[-1]:
+            limits.charge()
+            if isinstance(v, list):
+                stack.append(iter(v))
+                break
+            out.append(v)
+            limits.check_collection(len(out))
+        else:
+            stack.pop()
+    return out
 
 
 @builtin("is empty", "list")

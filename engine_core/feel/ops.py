@@ -11,6 +11,7 @@ from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from engine_core.feel import limits
 from engine_core.feel.far import FarMoment, difference, rebase
 from engine_core.feel.temporal import YearsMonthsDuration, add_months
 from engine_core.feel.values import DECIMAL, FeelFunction, Range, UnaryTest, kind_of
@@ -32,12 +33,15 @@ def equal(a: Any, b: Any) -> bool | None:
     """FEEL ``=``: null equals only null; different kinds are not comparable (null)."""
     if a is None or b is None:
         return a is None and b is None
+    if a is b:
+        return True  # also keeps a value shared many times inside a list linear to compare
     ka, kb = kind_of(a), kind_of(b)
     if ka != kb:
         return None
     if ka == "list":
         if len(a) != len(b):
             return False
+        limits.charge(len(a))
         result: bool | None = True
         for x, y in zip(a, b, strict=True):
             r = equal(x, y)
@@ -49,6 +53,7 @@ def equal(a: Any, b: Any) -> bool | None:
     if ka == "context":
         if a.keys() != b.keys():
             return False
+        limits.charge(len(a))
         for key in a:
             r = equal(a[key], b[key])
             if r is not True:
@@ -117,6 +122,7 @@ def add(a: Any, b: Any) -> Any:
     if ka == "number" and kb == "number":
         return DECIMAL.add(a, b)
     if ka == "string" and kb == "string":
+        limits.check_string(len(a) + len(b))
         return a + b
     if ka == kb == "days and time duration":
         return a + b
