@@ -241,10 +241,22 @@ def index_of(xs: Any, x: Any) -> Any:
 
 
 def _distinct(items: list[Any]) -> list[Any]:
+    """The first of each FEEL-equal group, in order: by hash where a value has an
+    equality key (all but ranges, functions, far dates), by comparison among the rest."""
+    seen: set[Any] = set()
+    others: list[Any] = []
     result: list[Any] = []
     for v in items:
-        if not any(ops.equal(v, r) is True for r in result):
-            result.append(v)
+        key = ops.equality_key(v)
+        if key is None:
+            if any(ops.equal(v, o) is True for o in others):
+                continue
+            others.append(v)
+        elif key in seen:
+            continue
+        else:
+            seen.add(key)
+        result.append(v)
     return result
 
 
@@ -262,11 +274,37 @@ def distinct_values(xs: Any) -> Any:
 
 @builtin("duplicate values", "list")
 def duplicate_values(xs: Any) -> Any:
+    """Each value that occurs more than once, once, in the order of its first occurrence."""
     if not isinstance(xs, list):
         return None
-    return _distinct(
-        [v for i, v in enumerate(xs) if any(ops.equal(v, w) is True for w in xs[i + 1 :])]
-    )
+    counts: dict[Any, int] = {}
+    others: list[list[Any]] = []  # [value, count] for values without an equality key
+    keys = []
+    for v in xs:
+        key = ops.equality_key(v)
+        keys.append(key)
+        if key is not None:
+            counts[key] = counts.get(key, 0) + 1
+            continue
+        for entry in others:
+            if ops.equal(v, entry[0]) is True:
+                entry[1] += 1
+                break
+        else:
+            others.append([v, 1])
+    result: list[Any] = []
+    for v, key in zip(xs, keys, strict=True):
+        if key is not None:
+            if counts.get(key, 0) > 1:
+                result.append(v)
+                counts[key] = 0  # emitted once
+        else:
+            for entry in others:
+                if entry[1] > 1 and ops.equal(v, entry[0]) is True:
+                    result.append(v)
+                    entry[1] = 0
+                    break
+    return result
 
 
 @builtin("flatten", "list")

@@ -7,7 +7,8 @@ incident where a value was required.
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime, timedelta
+from collections.abc import Callable, Hashable
+from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -16,7 +17,19 @@ from engine_core.feel.far import FarMoment, difference, rebase
 from engine_core.feel.temporal import YearsMonthsDuration, add_months
 from engine_core.feel.values import DECIMAL, FeelFunction, Range, UnaryTest, kind_of
 
-__all__ = ["add", "compare", "div", "equal", "in_test", "less", "mul", "neg", "power", "sub"]
+__all__ = [
+    "add",
+    "compare",
+    "div",
+    "equal",
+    "equality_key",
+    "in_test",
+    "less",
+    "mul",
+    "neg",
+    "power",
+    "sub",
+]
 
 _ORDERED = (
     "number",
@@ -81,6 +94,86 @@ def equal(a: Any, b: Any) -> bool | None:
     if isinstance(a, UnaryTest) and isinstance(b, UnaryTest):
         return a is b or (bool(a.op) and a.op == b.op and equal(a.operand, b.operand) is True)
     return bool(a == b)
+
+
+def equality_key(value: Any) -> Hashable | None:
+    """A hashable key with ``equality_key(a) == equality_key(b)`` iff ``equal(a, b)`` is True,
+    or None for a value with no such key (ranges, functions, far dates, or anything
+    holding one): the list built-ins then compare those few pairwise.
+
+    It is what makes ``distinct values``, ``union`` and ``duplicate values`` linear: FEEL
+    equality is not Python's (``1 = 1.0``; a bool is not a number; date-times equal to
+    the millisecond, by instant when zoned, never a zoned one to a local one), so the
+    key spells it out per kind.
+    """
+    fast = _KEY_BY_TYPE.get(type(value))
+    if fast is not None:
+        return fast(value)
+    if value is None:
+        return ("null",)
+    if isinstance(value, bool):
+        return ("boolean", value)
+    if isinstance(value, Decimal):
+        return ("number", value)  # Decimal hashes 1 and 1.0 alike, as FEEL equates them
+    if isinstance(value, str):
+        return ("string", value)
+    if isinstance(value, datetime):
+        moment = value.replace(microsecond=value.microsecond // 1000 * 1000)
+        if value.tzinfo is None or value.utcoffset() is None:
+            return ("date and time", False, moment)
+        return ("date and time", True, moment.astimezone(UTC).replace(tzinfo=None))
+    if isinstance(value, date):
+        return ("date", value)
+    if isinstance(value, time):
+        ms = (
+            (value.hour * 60 + value.minute) * 60 + value.second
+        ) * 1000 + value.microsecond // 1000
+        offset = value.utcoffset()
+        if value.tzinfo is None or offset is None:
+            return ("time", False, ms)
+        return ("time", True, ms - offset // timedelta(milliseconds=1))
+    if isinstance(value, timedelta):
+        return ("days and time duration", value)
+    if isinstance(value, YearsMonthsDuration):
+        return ("years and months duration", value.months)
+    if isinstance(value, list):
+        return _list_key(value)
+    if isinstance(value, dict):
+        return _context_key(value)
+    return None
+
+
+def _list_key(value: list[Any]) -> Hashable | None:
+    limits.charge(len(value))
+    items = []
+    for item in value:
+        key = equality_key(item)
+        if key is None:
+            return None
+        items.append(key)
+    return ("list", tuple(items))
+
+
+def _context_key(value: dict[str, Any]) -> Hashable | None:
+    limits.charge(len(value))
+    entries = []
+    for name, item in value.items():
+        key = equality_key(item)
+        if key is None:
+            return None
+        entries.append((name, key))
+    return ("context", frozenset(entries))
+
+
+# The common kinds by exact type, before the isinstance chain (a hot path: every item).
+_KEY_BY_TYPE: dict[type, Callable[[Any], Hashable | None]] = {
+    type(None): lambda v: ("null",),
+    bool: lambda v: ("boolean", v),
+    Decimal: lambda v: ("number", v),
+    str: lambda v: ("string", v),
+    list: _list_key,
+    dict: _context_key,
+}
 
 
 def less(a: Any, b: Any) -> bool | None:
