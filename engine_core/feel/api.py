@@ -52,10 +52,14 @@ class CompiledExpression:
         *,
         now: datetime | None = None,
         limits: Limits | None = None,
+        ids: Callable[[], str] | None = None,
     ) -> Any:
-        """The value against ``context``, within ``limits`` (default: ``DEFAULT_LIMITS``)."""
+        """The value against ``context``, within ``limits`` (default: ``DEFAULT_LIMITS``);
+        ``now()`` / ``today()`` answer from ``now`` and ``uuid()`` from ``ids`` (null
+        without them: the core reads no clock and makes no random ids)."""
+        scope = Scope(context, now=now, convert=True, ids=ids)
         with budget(limits):
-            return _bounded(self.text, lambda: self._node(Scope(context, now=now, convert=True)))
+            return _bounded(self.text, lambda: self._node(scope))
 
     def __repr__(self) -> str:
         return f"CompiledExpression({self.text!r})"
@@ -88,6 +92,7 @@ def evaluate(
     *,
     now: datetime | None = None,
     limits: Limits | None = None,
+    ids: Callable[[], str] | None = None,
 ) -> Any:
     """Evaluate ``expression`` (no leading ``=``) against ``context``; null on run-time errors.
 
@@ -99,7 +104,7 @@ def evaluate(
     if odd:
         expression = quote_keyword_names(expression, odd)
     compiled = compile_expression(expression, limits or DEFAULT_LIMITS)
-    return compiled.evaluate(context, now=now, limits=limits)
+    return compiled.evaluate(context, now=now, limits=limits, ids=ids)
 
 
 UnaryTests = Callable[[Any, Scope], "bool | None"]

@@ -306,6 +306,8 @@ def _call(tree: Tree[Token]) -> Node:
             if fn is MISSING:
                 if clock is not None:
                     return clock(s.now) if not args(s) and s.now is not None else None
+                if name == "uuid":
+                    return s.ids() if not args(s) and s.ids is not None else None
                 if overloads is not None:
                     return invoke_overloads(overloads, args(s))
             return None
@@ -321,7 +323,7 @@ def _call(tree: Tree[Token]) -> Node:
 
 
 def _list(tree: Tree[Token]) -> Node:
-    items = [compile_tree(c) for c in tree.children if c is not None]
+    items = [compile_tree(c) for c in tree.children if isinstance(c, Tree)]  # not `[]`
     return lambda s: [i(s) for i in items]
 
 

@@ -425,16 +425,15 @@ def is_defined(value: Any) -> Any:
     return value is not None
 
 
-@builtin("get or else", "value", "default")
-def get_or_else(value: Any, default: Any) -> Any:
-    return default if value is None else value
-
-
 @builtin("get value", "m", "key")
+@builtin("get value", "context", "key")
+@builtin("get value", "context", "keys")
 def get_value(m: Any, key: Any) -> Any:
     if not isinstance(m, dict):
         return None
     if isinstance(key, list):
+        if not key:
+            return None
         for k in key:
             if not isinstance(m, dict) or not isinstance(k, str):
                 return None
@@ -444,6 +443,7 @@ def get_value(m: Any, key: Any) -> Any:
 
 
 @builtin("get entries", "m")
+@builtin("get entries", "context")
 def get_entries(m: Any) -> Any:
     if not isinstance(m, dict):
         return None
@@ -477,7 +477,7 @@ def context_put(ctx: Any, key: Any, value: Any) -> Any:
             return context_put(ctx, key[0], value)
         inner = ctx.get(key[0])
         if inner is not None and not isinstance(inner, dict):
-            return None
+            return None  # the DMN TCK's answer (feel-scala would replace the value)
         nested = context_put(inner or {}, key[1:], value)
         return None if nested is None else {**ctx, key[0]: nested}
     if not isinstance(key, str):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -22,7 +22,7 @@ class Scope:
     names the expression reads, not to the size of the process's variables.
     """
 
-    __slots__ = ("_converted", "convert", "now", "parent", "vars")
+    __slots__ = ("_converted", "convert", "ids", "now", "parent", "vars")
 
     def __init__(
         self,
@@ -30,10 +30,12 @@ class Scope:
         parent: Scope | None = None,
         now: datetime | None = None,
         convert: bool = False,
+        ids: Callable[[], str] | None = None,
     ) -> None:
         self.vars = variables
         self.parent = parent
         self.now: datetime | None = parent.now if parent is not None else now
+        self.ids: Callable[[], str] | None = parent.ids if parent is not None else ids
         self.convert = convert
         self._converted: dict[str, Any] | None = {} if convert else None
 
@@ -116,6 +118,13 @@ def _unwrap(value: Any) -> Any:
 def _invoke_overloads(
     overloads: Sequence[FeelFunction], args: Sequence[Any] | Mapping[str, Any]
 ) -> Any:
+    if isinstance(args, Mapping):
+        # Named arguments in a signature's own order pick it first: ``before(point: 1,
+        # range: r)`` and ``before(range: r, point: 1)`` share their names.
+        order = list(args)
+        for fn in overloads:
+            if list(fn.params[: len(order)]) == order and len(order) >= fn.min_args():
+                return invoke(fn, args)
     for fn in overloads:
         if isinstance(args, Mapping):
             if all(k in fn.params for k in args) and all(

@@ -2,8 +2,9 @@
 
 They run on RE2 (google-re2), an automaton engine whose time is linear in the input
 whatever the pattern: a model's ``matches(s, "(a+)+$")`` cannot backtrack
-exponentially and hold a worker. RE2 has no back-references, so a pattern with one
-(``(a)\\1``) is refused with an ``ExpressionError`` naming why, rather than run on a
+exponentially and hold a worker. RE2 has no back-references: one to a group that can
+match only one text (``(ab)\\1``) is that text again, and is rewritten so; any other
+(``(a+)\\1``) is refused with an ``ExpressionError`` naming why, rather than run on a
 backtracking engine. Patterns past RE2's program size (``(a{1000}){1000}``) are
 invalid, hence null, like any other malformed pattern.
 
@@ -99,16 +100,35 @@ def _strip_space(pattern: str) -> str:
     return "".join(out)
 
 
+_FIXED_TEXT = re.compile(r"(?:[^\\.\[\](){}*+?|^$]|\\[nrt\\|.\-^?*+{}()\[\]$])*")
+
+
 class _Translator:
     def __init__(self, pattern: str, dotall: bool, multiline: bool) -> None:
         self.p, self.i, self.dotall, self.multiline = pattern, 0, dotall, multiline
+        self.open: list[tuple[int, int]] = []  # (group number, start) of open groups
+        self.groups: dict[int, str] = {}  # closed group number -> its translation
+        self.count = 0
+        self.out: list[str] = []
 
     def run(self) -> str:
-        out: list[str] = []
+        out = self.out
         p = self.p
         while self.i < len(p):
             c = p[self.i]
-            if c == "\\":
+            if c == "(" and not p.startswith("(?", self.i):
+                self.count += 1
+                self.open.append((self.count, len(out)))
+                out.append(c)
+                self.i += 1
+            elif c == ")" and self.open:
+                number, start = self.open.pop()
+                self.groups[number] = "".join(out[start + 1 :])
+                out.append(c)
+                self.i += 1
+            elif c == "\\" and self.i + 1 < len(p) and p[self.i + 1] in "123456789":
+                out.append(self._back_reference())
+            elif c == "\\":
                 out.append(self._escape(in_class=False))
             elif c == "[":
                 out.append(self._class())
@@ -122,6 +142,52 @@ class _Translator:
                 out.append(c)
                 self.i += 1
         return "".join(out)
+
+    def _back_reference(self) -> str:
+        """``\\N`` of a closed group that can match only one text is that text again;
+        any other back-reference is refused: RE2 has none, and a backtracking engine
+        would bring the exponential time back."""
+        self.i += 1
+        j = self.i
+        while j < len(self.p) and self.p[j].isdigit() and int(self.p[self.i : j + 1]) <= self.count:
+            j += 1
+        number = int(self.p[self.i : max(j, self.i + 1)])
+        self.i = max(j, self.i + 1)
+        source = self.groups.get(number)
+        if source is None and number > self.count:
+            raise ValueError(f"back-reference to group {number}, which does not exist")
+        raw = self._raw_group(number)
+        if source is not None and raw is not None and _FIXED_TEXT.fullmatch(raw):
+            return f"(?:{source})"
+        raise ExpressionError(
+            f"the regular expression {self.p!r} uses a back-reference (\\{number}) to a group "
+            "that can match more than one text; patterns run on a linear-time engine, which "
+            "supports back-references only to fixed text"
+        )
+
+    def _raw_group(self, number: int) -> str | None:
+        """The XPath source of capturing group ``number`` (found again by counting)."""
+        depth_starts: list[int] = []
+        seen = 0
+        i = 0
+        p = self.p
+        while i < len(p):
+            c = p[i]
+            if c == "\\":
+                i += 2
+                continue
+            if c == "[":
+                while i < len(p) and p[i] != "]":
+                    i += 2 if p[i] == "\\" else 1
+            elif c == "(" and not p.startswith("(?", i):
+                seen += 1
+                depth_starts.append(i if seen == number else -1)
+            elif c == ")" and depth_starts:
+                start = depth_starts.pop()
+                if start >= 0:
+                    return p[start + 1 : i]
+            i += 1
+        return None
 
     def _escape(self, in_class: bool) -> str:
         p, i = self.p, self.i
@@ -144,12 +210,7 @@ class _Translator:
                 raise ValueError(f"\\{c} is not supported inside a character class")
             return f"[^{_NEGATED_ONLY[c]}]"
         if c.isdigit():
-            if in_class or c == "0":
-                raise ValueError("back-reference not allowed here")
-            raise ExpressionError(
-                f"the regular expression {p!r} uses a back-reference (\\{c}); patterns run "
-                "on a linear-time engine, which has none (match the repeated text explicitly)"
-            )
+            raise ValueError("back-reference not allowed here")
         if c in _SINGLE_ESCAPES:
             return "\\" + c
         raise ValueError(f"unknown escape \\{c}")
