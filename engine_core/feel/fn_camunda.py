@@ -13,7 +13,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from datetime import date, datetime, time, timedelta
+from datetime import date, datetime, time, timedelta, timezone
 from decimal import (
     ROUND_CEILING,
     ROUND_DOWN,
@@ -53,6 +53,7 @@ def decimal_mode(n: Any, scale: Any, mode: Any) -> Any:
     no rounding is needed (else null, as feel-scala answers)."""
     if not isinstance(mode, str):
         return None
+    mode = mode.upper()
     if mode == "UNNECESSARY":
         result = _rounded(n, scale, ROUND_DOWN)
         return result if result is not None and result == n else None
@@ -125,6 +126,10 @@ def _json_value(value: Any) -> Any:
         return {k: _json_value(v) for k, v in value.items()}
     if isinstance(value, FeelFunction):
         return f"function({', '.join(value.params)})"
+    if isinstance(value, datetime) and getattr(value.tzinfo, "key", None):
+        # java.time's zoned form, as feel-scala writes it: offset, then [zone id]
+        text = to_string(value.astimezone(timezone(value.utcoffset() or timedelta(0))))
+        return f"{text}[{value.tzinfo.key}]"  # type: ignore[union-attr]
     if isinstance(value, (date, datetime, time, timedelta, YearsMonthsDuration, FarMoment, Range)):
         return to_string(value)
     return None

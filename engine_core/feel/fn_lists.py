@@ -435,14 +435,20 @@ def during(a: Any, b: Any) -> Any:
 def starts(a: Any, b: Any) -> Any:
     if not isinstance(b, Range) or a is None:
         return None
-    x = _as_range(a)
+    if not isinstance(a, Range):
+        return b.start_included and ops.equal(a, b.start) is True
     return (
-        x.start_included == b.start_included
-        and ops.equal(x.start, b.start) is True
-        and ops.in_range(x.end, b) is True
-        if isinstance(a, Range)
-        else b.start_included and ops.equal(a, b.start) is True
+        a.start_included == b.start_included
+        and ops.equal(a.start, b.start) is True
+        and _ends_within(a, b)
     )
+
+
+def _ends_within(a: Range, b: Range) -> bool:
+    """``a`` ends no later than ``b`` (DMN 1.4 ``starts``: an equal open end counts)."""
+    if ops.equal(a.end, b.end) is True:
+        return not a.end_included or b.end_included
+    return _lt(a.end, b.end, True)
 
 
 @builtin("started by", "range", "point")

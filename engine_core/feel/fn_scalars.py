@@ -66,7 +66,7 @@ def to_string(value: Any) -> Any:
     if isinstance(value, list):
         return "[" + _joined(_inner(v) for v in value) + "]"
     if isinstance(value, dict):
-        return "{" + _joined(f"{k}: {_inner(v)}" for k, v in value.items()) + "}"
+        return "{" + _joined(f"{k}:{_inner(v)}" for k, v in value.items()) + "}"
     if isinstance(value, Range):
         lo = "[" if value.start_included else "("
         hi = "]" if value.end_included else ")"

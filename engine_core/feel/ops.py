@@ -62,15 +62,14 @@ def equal(a: Any, b: Any) -> bool | None:
                 return False
             if r is None:
                 result = None
-        return result
+        return False if result is None else result  # feel-scala: [1] = [true] is false
     if ka == "context":
         if a.keys() != b.keys():
             return False
         limits.charge(len(a))
         for key in a:
-            r = equal(a[key], b[key])
-            if r is not True:
-                return r
+            if equal(a[key], b[key]) is not True:
+                return False  # feel-scala: {x: 1} = {x: true} is false
         return True
     if isinstance(a, FarMoment) or isinstance(b, FarMoment):
         d = difference(a, b, sub)
