@@ -252,20 +252,63 @@ def _ensure_database() -> None:
     ensure_database()
 
 
+def _serve_metrics(port: int | None, host: str) -> None:
+    """Serve /metrics from this (the worker's parent) process; see tasks/metrics.py.
+
+    ``PROMETHEUS_MULTIPROC_DIR`` must be set before prometheus-client is first imported,
+    so the pool children forked later write their values where this process reads them:
+    an existing directory is emptied of a previous run's files, else a fresh one is made.
+    """
+    if port is None:
+        return
+    import os
+
+    path = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if path:
+        os.makedirs(path, exist_ok=True)
+        for name in os.listdir(path):
+            if name.endswith(".db"):
+                os.unlink(os.path.join(path, name))
+    else:
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="dormant-metrics-")
+    from tasks.metrics import serve
+
+    serve(port, host)
+
+
+_metrics_port = click.option(
+    "--metrics-port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    envvar="DORMANT_METRICS_PORT",
+    help="serve Prometheus /metrics on this port (env DORMANT_METRICS_PORT)",
+)
+_metrics_host = click.option(
+    "--metrics-host", default="0.0.0.0", envvar="DORMANT_METRICS_HOST", show_default=True
+)
+
+
 @cli.command()
 @click.option("--include", "includes", multiple=True, help="a module with your job tasks")
 @click.option("--concurrency", type=int, default=None)
 @click.option("--queues", default=None, help="comma-separated queues (default: dormant)")
+@_metrics_port
+@_metrics_host
+@click.option("--events", "-E", is_flag=True, help="send task events (Flower's task list)")
 @click.option("--loglevel", default="INFO", hidden=True)
 @click.option("--pool", default=None, hidden=True)
 def worker(
     includes: tuple[str, ...],
     concurrency: int | None,
     queues: str | None,
+    metrics_port: int | None,
+    metrics_host: str,
+    events: bool,
     loglevel: str,
     pool: str | None,
 ) -> None:
     """Run a worker: trigger tasks and the jobs of --include modules."""
+    _serve_metrics(metrics_port, metrics_host)
     _ensure_database()
     from tasks.app import app
 
@@ -283,6 +326,8 @@ def worker(
         argv.append(f"--concurrency={concurrency}")
     if pool:
         argv.append(f"--pool={pool}")
+    if events:
+        argv.append("--task-events")
     app.worker_main(argv)
 
 
