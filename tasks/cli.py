@@ -45,6 +45,34 @@ _var = click.option(
 )
 
 
+def _output(command: Any) -> Any:
+    """``--format auto|table|tsv|json`` and ``--json`` (see tasks/display.py)."""
+    command = click.option("--json", "as_json", is_flag=True, help="a JSON array")(command)
+    return click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(["auto", "table", "tsv", "json"]),
+        default="auto",
+        show_default=True,
+        help="auto: a table on a terminal, tab-separated lines when piped",
+    )(command)
+
+
+def _emit(rows: Any, columns: Any, fmt: str, as_json: bool, as_dict: Any, empty: str) -> None:
+    from tasks.display import pick_format, render
+
+    picked = pick_format(fmt, as_json, sys.stdout)
+    text = render(list(rows), columns, picked, as_dict, empty=empty)
+    if text:
+        click.echo(text)
+
+
+def _now() -> Any:
+    from persistence import clock
+
+    return clock.now()
+
+
 @click.group()
 def cli() -> None:
     """dormant: a BPMN process engine on Celery."""
@@ -135,9 +163,14 @@ def tasks() -> None:
 
 @tasks.command("list")
 @click.option("--instance", "instance_id", default=None)
-def tasks_list(instance_id: str | None) -> None:
-    for t in _client().user_tasks(instance_id):
-        click.echo(f"{t.id}\t{t.instance_id}\t{t.node_id}\t{t.name or ''}")
+@_output
+def tasks_list(instance_id: str | None, fmt: str, as_json: bool) -> None:
+    """Open user tasks: id, instance, node, name, assignee, age."""
+    from engine_core.views import to_dict
+    from tasks.display import task_columns
+
+    columns = task_columns(_now())
+    _emit(_client().user_tasks(instance_id), columns, fmt, as_json, to_dict, "no open user tasks")
 
 
 @tasks.command("complete")
@@ -158,32 +191,52 @@ def instances() -> None:
 
 @instances.command("list")
 @click.option("--status", default=None)
-def instances_list(status: str | None) -> None:
-    for i in _client().instances(status=status):
-        click.echo(f"{i.id}\t{i.key} v{i.version}\t{i.status}\t{i.business_key or ''}")
+@click.option("--process", "key", default=None, metavar="KEY", help="only this process's")
+@_output
+def instances_list(status: str | None, key: str | None, fmt: str, as_json: bool) -> None:
+    """Instances, oldest first: id, process and version, status, business key, ages."""
+    from tasks.display import instance_columns, instance_summary
+
+    columns = instance_columns(_now())
+    views = _client().instances(status=status, key=key)
+    _emit(views, columns, fmt, as_json, instance_summary, "no instances")
 
 
 @instances.command("show")
 @click.argument("instance_id")
 @click.option("--json", "as_json", is_flag=True)
 def instances_show(instance_id: str, as_json: bool) -> None:
+    """One instance: status, where each token is and what it waits for, incidents, variables."""
+    from engine_core.errors import UnknownInstance
     from engine_core.views import to_dict
+    from tasks.display import duration, instance_lines
 
-    view = _client().instance(instance_id)
+    client = _client()
+    now = _now()
+    try:
+        view = client.instance(instance_id)
+    except UnknownInstance:
+        from tasks import inbox
+
+        queued_at = inbox.queued_start(client._store.engine, instance_id)
+        if queued_at is None:
+            raise
+        if as_json:
+            click.echo(
+                json.dumps(
+                    {"id": instance_id, "status": "queued", "queued_at": queued_at.isoformat()}
+                )
+            )
+        else:
+            click.echo(
+                f"{instance_id}  queued: no worker has applied its start yet "
+                f"(sent {duration((now - queued_at).total_seconds())} ago)"
+            )
+        return
     if as_json:
         click.echo(json.dumps(to_dict(view), indent=2, sort_keys=True))
         return
-    click.echo(f"{view.id}  {view.key} v{view.version}  {view.status}  revision {view.revision}")
-    if view.business_key:
-        click.echo(f"business key: {view.business_key}")
-    for t in view.tokens:
-        waiting = f"  waiting for {', '.join(t.waiting_for)}" if t.waiting_for else ""
-        click.echo(f"  token {t.id} at {t.node_id}: {t.state}{waiting}")
-    for inc in view.incidents:
-        click.echo(
-            f"  incident {inc.id} at {inc.node_id}: {inc.state} ({inc.cause_class}: {inc.cause})"
-        )
-    click.echo(f"  variables: {json.dumps(view.variables, sort_keys=True)}")
+    click.echo("\n".join(instance_lines(view, now)))
 
 
 @instances.command("cancel")
@@ -210,14 +263,22 @@ def incidents() -> None:
     default=None,
     help="open, retry_scheduled, resolved, dead_lettered or overtaken",
 )
+@_output
 def incidents_list(
-    instance_id: str | None, key: str | None, node_id: str | None, state: str | None
+    instance_id: str | None,
+    key: str | None,
+    node_id: str | None,
+    state: str | None,
+    fmt: str,
+    as_json: bool,
 ) -> None:
-    """One line per incident: id, instance, node, state, attempts, cause class."""
-    for i in _client().incidents(instance_id, state, key=key, node_id=node_id):
-        click.echo(
-            f"{i.id}\t{i.instance_id}\t{i.node_id}\t{i.state}\t{i.attempts}\t{i.cause_class}"
-        )
+    """One row per incident: id, instance, node, state, attempts, cause class, last failure."""
+    from engine_core.views import to_dict
+    from tasks.display import incident_columns
+
+    columns = incident_columns(_now())
+    found = _client().incidents(instance_id, state, key=key, node_id=node_id)
+    _emit(found, columns, fmt, as_json, to_dict, "no incidents")
 
 
 @incidents.command("show")
