@@ -149,7 +149,7 @@ def test_the_words_for_times_and_waits() -> None:
     assert (
         describe_wait(
             wait(kind="job", job_type="charge-card", attempt=2, job_running=True, due_at=soon), now
-        )  # fmt: skip
+        )
         == "waiting for job charge-card, attempt 2, times out in 4m"
     )
     assert (
