@@ -405,9 +405,18 @@ def beat(loglevel: str) -> None:
 @cli.command()
 @click.option("--include", "includes", multiple=True)
 @click.option("--concurrency", type=int, default=4)
+@_metrics_port
+@_metrics_host
 @click.option("--loglevel", default="INFO", hidden=True)
-def dev(includes: tuple[str, ...], concurrency: int, loglevel: str) -> None:
+def dev(
+    includes: tuple[str, ...],
+    concurrency: int,
+    metrics_port: int | None,
+    metrics_host: str,
+    loglevel: str,
+) -> None:
     """Worker and beat in one process (embedded SQLite + broker unless URLs are set)."""
+    _serve_metrics(metrics_port, metrics_host)
     _ensure_database()
     from tasks.app import app
 
