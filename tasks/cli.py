@@ -439,6 +439,18 @@ def dev(
 
 
 @cli.command()
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=int, default=8080, show_default=True)
+@click.option("--read-only", is_flag=True, help="pages only: every action is refused")
+@click.option("--root-path", default="", help="the path prefix a reverse proxy serves it under")
+def console(host: str, port: int, read_only: bool, root_path: str) -> None:
+    """The web console (DORMANT_CONSOLE_AUTH=user:password or DORMANT_CONSOLE_TOKEN)."""
+    from tasks.console.serve import serve
+
+    serve(host=host, port=port, read_only=read_only, root_path=root_path)
+
+
+@cli.command()
 @click.option("--instances", "count", type=int, default=3, help="how many orders to run")
 @click.option("--timeout", type=float, default=60.0)
 def demo(count: int, timeout: float) -> None:
