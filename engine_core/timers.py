@@ -32,6 +32,7 @@ import isodate
 from croniter import croniter
 
 from engine_core.expressions import TechnicalFailure, evaluate, json_value
+from engine_core.feel.temporal import parse_datetime
 from engine_core.model import TimerKind, TimerSpec
 
 __all__ = ["ArmedTimer", "arm_timer", "cron_next", "next_cycle_due"]
@@ -171,8 +172,6 @@ _ZONE = re.compile(r"(\[[^\]]*\]|@.*)$")
 
 
 def _datetime(value: Any) -> datetime:
-    from engine_core.feel.temporal import parse_datetime
-
     if isinstance(value, datetime):
         moment = value
     elif isinstance(value, date):
