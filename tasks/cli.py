@@ -190,16 +190,57 @@ def instances() -> None:
 
 
 @instances.command("list")
-@click.option("--status", default=None)
+@click.option(
+    "--status", default=None, help="active, active_incidents, completed, terminated, failed"
+)
 @click.option("--process", "key", default=None, metavar="KEY", help="only this process's")
+@click.option("--version", type=int, default=None, help="only this version (with --process)")
+@click.option("--business-key", default=None)
+@click.option("--has-incident", is_flag=True, help="only instances with an open incident")
+@click.option("--node", "waiting_at", default=None, metavar="NODE", help="a token is at NODE")
+@click.option(
+    "--started-after", default=None, metavar="WHEN", help="ISO time, or an age: 2h, 30m, 1d"
+)
+@click.option("--started-before", default=None, metavar="WHEN", help="ISO time, or an age")
+@click.option("--limit", type=click.IntRange(1, 10000), default=100, show_default=True)
+@click.option("--after", "cursor", default=None, metavar="CURSOR", help="the next page")
 @_output
-def instances_list(status: str | None, key: str | None, fmt: str, as_json: bool) -> None:
-    """Instances, oldest first: id, process and version, status, business key, ages."""
-    from tasks.display import instance_columns, instance_summary
+def instances_list(
+    status: str | None,
+    key: str | None,
+    version: int | None,
+    business_key: str | None,
+    has_incident: bool,
+    waiting_at: str | None,
+    started_after: str | None,
+    started_before: str | None,
+    limit: int,
+    cursor: str | None,
+    fmt: str,
+    as_json: bool,
+) -> None:
+    """Instances, newest first, filtered as the console filters them."""
+    from persistence.console_queries import ConsoleQueries, InstanceFilter
+    from tasks.display import instance_columns, instance_summary, when
 
-    columns = instance_columns(_now())
-    views = _client().instances(status=status, key=key)
-    _emit(views, columns, fmt, as_json, instance_summary, "no instances")
+    now = _now()
+    page = ConsoleQueries(_client()._store.engine).instance_page(
+        InstanceFilter(
+            key=key,
+            version=version,
+            status=status,
+            business_key=business_key,
+            has_open_incident=has_incident,
+            waiting_at=waiting_at,
+            started_from=when(started_after, now, "--started-after"),
+            started_to=when(started_before, now, "--started-before"),
+        ),
+        cursor,
+        limit,
+    )
+    _emit(page.rows, instance_columns(now), fmt, as_json, instance_summary, "no instances")
+    if page.next_cursor:
+        click.echo(f"more: add --after {page.next_cursor}", err=True)
 
 
 @instances.command("show")

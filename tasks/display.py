@@ -34,6 +34,7 @@ __all__ = [
     "pick_format",
     "render",
     "task_columns",
+    "when",
 ]
 
 T = TypeVar("T")
@@ -233,3 +234,26 @@ def instance_lines(view: Any, now: datetime) -> list[str]:
         )
     lines.append(f"  variables: {json.dumps(view.variables, sort_keys=True)}")
     return lines
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def when(text: str | None, now: datetime, option: str) -> datetime | None:
+    """``2h`` (that long ago), or an ISO 8601 time (UTC unless it names a zone)."""
+    from datetime import UTC, timedelta
+
+    from engine_core.errors import InvalidOperation
+
+    if text is None:
+        return None
+    raw = text.strip()
+    if raw[:-1].isdigit() and raw[-1:] in _UNITS:
+        return now - timedelta(seconds=int(raw[:-1]) * _UNITS[raw[-1]])
+    try:
+        at = datetime.fromisoformat(raw)
+    except ValueError:
+        raise InvalidOperation(
+            f"{option} {text!r} is neither an ISO time (2026-12-01T09:00) nor an age (2h)"
+        ) from None
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
