@@ -16,6 +16,8 @@ from typing import Any
 import click
 
 from engine_core.errors import DormantError, InvalidVariables
+from tasks.display import emit as _emit
+from tasks.display import output_options as _output
 
 __all__ = ["cli", "main", "parse_vars"]
 
@@ -43,28 +45,6 @@ def _client() -> Any:
 _var = click.option(
     "--var", "vars_", multiple=True, metavar="K=V", help="a variable (JSON value or string)"
 )
-
-
-def _output(command: Any) -> Any:
-    """``--format auto|table|tsv|json`` and ``--json`` (see tasks/display.py)."""
-    command = click.option("--json", "as_json", is_flag=True, help="a JSON array")(command)
-    return click.option(
-        "--format",
-        "fmt",
-        type=click.Choice(["auto", "table", "tsv", "json"]),
-        default="auto",
-        show_default=True,
-        help="auto: a table on a terminal, tab-separated lines when piped",
-    )(command)
-
-
-def _emit(rows: Any, columns: Any, fmt: str, as_json: bool, as_dict: Any, empty: str) -> None:
-    from tasks.display import pick_format, render
-
-    picked = pick_format(fmt, as_json, sys.stdout)
-    text = render(list(rows), columns, picked, as_dict, empty=empty)
-    if text:
-        click.echo(text)
 
 
 def _now() -> Any:
@@ -250,29 +230,17 @@ def instances_show(instance_id: str, as_json: bool) -> None:
     """One instance: status, where each token is and what it waits for, incidents, variables."""
     from engine_core.errors import UnknownInstance
     from engine_core.views import to_dict
-    from tasks.display import duration, instance_lines
+    from tasks import inbox
+    from tasks.display import instance_lines, queued
 
-    client = _client()
-    now = _now()
+    client, now = _client(), _now()
     try:
         view = client.instance(instance_id)
     except UnknownInstance:
-        from tasks import inbox
-
         queued_at = inbox.queued_start(client._store.engine, instance_id)
         if queued_at is None:
             raise
-        if as_json:
-            click.echo(
-                json.dumps(
-                    {"id": instance_id, "status": "queued", "queued_at": queued_at.isoformat()}
-                )
-            )
-        else:
-            click.echo(
-                f"{instance_id}  queued: no worker has applied its start yet "
-                f"(sent {duration((now - queued_at).total_seconds())} ago)"
-            )
+        click.echo(queued(instance_id, queued_at, now, as_json))
         return
     if as_json:
         click.echo(json.dumps(to_dict(view), indent=2, sort_keys=True))

@@ -27,11 +27,14 @@ __all__ = [
     "describe_wait",
     "due_in",
     "duration",
+    "emit",
     "incident_columns",
     "instance_columns",
     "instance_lines",
     "instance_summary",
+    "output_options",
     "pick_format",
+    "queued",
     "render",
     "task_columns",
     "when",
@@ -49,6 +52,37 @@ class Column:
     header: str
     human: Callable[[Any], str]
     plain: Callable[[Any], str] | None = None
+
+
+def output_options(command: Any) -> Any:
+    """A list command's ``--format auto|table|tsv|json`` and ``--json``."""
+    import click
+
+    command = click.option("--json", "as_json", is_flag=True, help="a JSON array")(command)
+    return click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(FORMATS),
+        default="auto",
+        show_default=True,
+        help="auto: a table on a terminal, tab-separated lines when piped",
+    )(command)
+
+
+def emit(
+    rows: Any,
+    columns: Sequence[Column],
+    fmt: str,
+    as_json: bool,
+    as_dict: Callable[[Any], dict[str, Any]],
+    empty: str,
+) -> None:
+    """Print ``rows`` to stdout in the format picked for it (nothing for an empty TSV)."""
+    import click
+
+    text = render(list(rows), columns, pick_format(fmt, as_json, sys.stdout), as_dict, empty=empty)
+    if text:
+        click.echo(text)
 
 
 def pick_format(fmt: str, as_json: bool, stream: Any = None) -> str:
@@ -257,3 +291,13 @@ def when(text: str | None, now: datetime, option: str) -> datetime | None:
             f"{option} {text!r} is neither an ISO time (2026-12-01T09:00) nor an age (2h)"
         ) from None
     return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+
+
+def queued(instance_id: str, queued_at: datetime, now: datetime, as_json: bool) -> str:
+    """What ``instances show`` says of an instance whose start is still in the inbox."""
+    if as_json:
+        return json.dumps({"id": instance_id, "status": "queued", "queued_at": iso(queued_at)})
+    return (
+        f"{instance_id}  queued: no worker has applied its start yet "
+        f"(sent {duration((now - queued_at).total_seconds())} ago)"
+    )

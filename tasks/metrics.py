@@ -147,20 +147,16 @@ def outcome_of(result: Any) -> str:
     return "stale" if applied else "none"
 
 
-_EXCEPTION_OUTCOMES = (
-    ("OperationalError", "retry"),  # transient: the task retries
-)
-
-
 def _outcome_of_exception(exc: BaseException) -> str:
+    """The shell's own mapping (tasks/triggers.py), seen from outside it."""
+    from sqlalchemy.exc import OperationalError
+
     from engine_core.errors import DormantError
 
     if isinstance(exc, DormantError):
         return "refused"
-    names = {cls.__name__ for cls in type(exc).__mro__}
-    for name, outcome in _EXCEPTION_OUTCOMES:
-        if name in names:
-            return outcome
+    if isinstance(exc, OperationalError):
+        return "retry"
     return "error"
 
 
