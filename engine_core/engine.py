@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from engine_core import operations
 from engine_core.checkpoint import Checkpoint, InstanceStatus, TokenState, WaitKind
 from engine_core.dmn import Decision
 from engine_core.effects import Fact, Step
@@ -53,11 +54,13 @@ class Services:
     job_timeout_seconds: float = 300.0
     incident_retry_policy: RetryPolicy | None = None
     decisions: Mapping[str, Decision] = field(default_factory=dict)
+    # A MigrateInstance trigger: the target version's definition, loaded by the shell.
+    migration_target: ProcessDefinition | None = None
 
 
 DEFAULT_SERVICES = Services()
 
-_OPERATOR_TRIGGERS = (Cancel, IncidentRetry, IncidentResolve, IncidentDrop)
+_OPERATOR_TRIGGERS = (Cancel, IncidentRetry, IncidentResolve, IncidentDrop, *operations.OPERATIONS)
 _TIMED_KINDS = (WaitKind.TIMER, WaitKind.JOB, WaitKind.RETRY)
 
 
@@ -95,13 +98,18 @@ def apply(
     cp = _private_copy(checkpoint)
     rt = Runtime(definition, cp, now, services or DEFAULT_SERVICES)
     try:
-        fired_early = _fire_overdue(rt, trigger)
-        if isinstance(trigger, TimerFired) and trigger.wait_id in fired_early:
-            woken: str | None = fired_early[trigger.wait_id]
+        fired_early: dict[str, str] = {}
+        if operations.hold(rt, trigger):
+            woken: str | None = ""
+        elif isinstance(trigger, operations.OPERATIONS):
+            woken = operations.apply_operation(
+                rt,
+                trigger,
+                run=lambda: _run(rt),
+                fire_due=lambda until: _fire_overdue(rt, trigger, until=until),
+            )
         else:
-            from engine_core.wakes import dispatch
-
-            woken = dispatch(rt, trigger)
+            woken, fired_early = _wake(rt, trigger)
         if woken is None and not fired_early:
             return _stale(checkpoint, trigger, "wait gone")
         _run(rt)
@@ -125,6 +133,16 @@ def apply(
     return Step(cp, tuple(rt.effects), tuple(rt.facts))
 
 
+def _wake(rt: Runtime, trigger: Trigger) -> tuple[str | None, dict[str, str]]:
+    """Fire what is overdue, then apply the trigger to the wait it names."""
+    from engine_core.wakes import dispatch
+
+    fired_early = _fire_overdue(rt, trigger)
+    if isinstance(trigger, TimerFired) and trigger.wait_id in fired_early:
+        return fired_early[trigger.wait_id], fired_early
+    return dispatch(rt, trigger), fired_early
+
+
 def _private_copy(checkpoint: Checkpoint) -> Checkpoint:
     """A deep copy ``apply`` may mutate. Dumping to plain data and validating it back
     copies every container (the document is JSON data plus datetimes) and is ~3.5x
@@ -144,13 +162,17 @@ def _stale(checkpoint: Checkpoint, trigger: Trigger, reason: str) -> Step:
     return Step(checkpoint, (), (Fact("Stale", details),), changed=False)
 
 
-def _fire_overdue(rt: Runtime, trigger: Trigger) -> dict[str, str]:
-    """Fire timers already due, earliest first; returns wait id -> woken token id."""
+def _fire_overdue(
+    rt: Runtime, trigger: Trigger, *, until: datetime | None = None
+) -> dict[str, str]:
+    """Fire timers already due (by ``until``, default now), earliest first; returns
+    wait id -> woken token id. A suspended instance's timers wait for its resume."""
     from engine_core.wakes import dispatch
 
     fired: dict[str, str] = {}
-    if isinstance(trigger, Start):
+    if isinstance(trigger, Start) or rt.cp.suspended:
         return fired
+    cutoff = rt.now if until is None else min(until, rt.now)
     while True:
         due = sorted(
             (
@@ -158,7 +180,7 @@ def _fire_overdue(rt: Runtime, trigger: Trigger) -> dict[str, str]:
                 for w in rt.cp.waits.values()
                 if w.kind in _TIMED_KINDS
                 and w.due_at is not None
-                and w.due_at <= rt.now
+                and w.due_at <= cutoff
                 and w.id not in fired
             ),
             key=lambda w: (w.due_at, w.id),
