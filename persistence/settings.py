@@ -31,6 +31,7 @@ ENV_VARS: dict[str, str] = {
     "job_timeout_seconds": "DORMANT_JOB_TIMEOUT_SECONDS",
     "incident_retry_attempts": "DORMANT_INCIDENT_RETRY_ATTEMPTS",
     "incident_retry_backoff_seconds": "DORMANT_INCIDENT_RETRY_BACKOFF_SECONDS",
+    "batch_claim_seconds": "DORMANT_BATCH_CLAIM_SECONDS",
 }
 
 
@@ -71,6 +72,9 @@ class Settings(BaseModel):
     # incident waits for an operator (SRD-079 FR-6).
     incident_retry_attempts: int = 0
     incident_retry_backoff_seconds: float = 60.0
+    # How long a bulk batch belongs to its runner without a renewal; after that the
+    # sweep hands it to another worker (its runner died).
+    batch_claim_seconds: float = 30.0
 
     @field_validator("database_url", "broker_url")
     @classmethod
@@ -92,6 +96,7 @@ class Settings(BaseModel):
         "job_retry_backoff_seconds",
         "job_timeout_seconds",
         "incident_retry_backoff_seconds",
+        "batch_claim_seconds",
     )
     @classmethod
     def _positive(cls, value: float | None) -> float | None:

@@ -31,7 +31,8 @@ from engine_core.checkpoint import Checkpoint, decode, encode
 from engine_core.effects import Fact, Step
 from engine_core.errors import InvalidOperation, InvalidVariables, UnknownInstance
 from engine_core.model import ProcessDefinition
-from engine_core.triggers import Start, Trigger
+from engine_core.operations import projected_waits
+from engine_core.triggers import MigrateInstance, Start, Trigger
 from persistence import migrate
 from persistence.db import READ, make_engine
 from persistence.decisions import DecisionCache
@@ -326,6 +327,9 @@ class Store(Deployments, OutboxQueue, Queries):
             old = decode(row.checkpoint)
             definition, _ = self.definition(row.key, row.version, conn=conn)
             services = self._decisions.services(conn, definition)
+            if isinstance(trigger, MigrateInstance):
+                target, _ = self.definition(row.key, trigger.version, conn=conn)
+                services = dataclasses.replace(services, migration_target=target)
             step = core.apply(definition, old, trigger, now=now, services=services)
             if not step.changed:
                 self._insert_facts(conn, instance_id, old.revision, step.facts, now)
@@ -340,6 +344,7 @@ class Store(Deployments, OutboxQueue, Queries):
                     checkpoint=encode(cp),
                     status=cp.status.value,
                     revision=cp.revision,
+                    version=cp.version,  # a migration moves the instance's pin
                     updated_at=now,
                 )
             )
@@ -372,7 +377,7 @@ class Store(Deployments, OutboxQueue, Queries):
     ) -> Applied:
         """Everything the new checkpoint implies, in the caller's transaction."""
         cp = step.checkpoint
-        buffered = sync_holds(conn, instance_id, old.waits, cp.waits, now)
+        buffered = sync_holds(conn, instance_id, projected_waits(old), projected_waits(cp), now)
         sync_incidents(conn, old, cp)
         self._insert_facts(conn, instance_id, cp.revision, step.facts, now)
         # Each effect's trigger id names its origin (instance, revision, index), never

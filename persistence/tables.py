@@ -37,6 +37,8 @@ __all__ = [
     "ACTIVE_STATUSES",
     "JsonDoc",
     "UtcDateTime",
+    "batch_items",
+    "batches",
     "deadlines",
     "decisions",
     "definitions",
@@ -284,4 +286,37 @@ inbox = Table(
     # When the sweep last re-published it: a broker outage must not make every sweep
     # re-send every waiting trigger (a storm of duplicates that slows the recovery).
     Column("republished_at", UtcDateTime),
+)
+
+# Bulk operations (persistence/batches.py): one durable row per batch with what selected
+# it, and one row per selected target, so a batch survives any restart, is watched by
+# reading two rows, and re-running it applies nothing twice (each item's trigger id).
+batches = Table(
+    "batches",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("operation", String(32), nullable=False),
+    Column("selector", JsonDoc(), nullable=False),
+    Column("params", JsonDoc(), nullable=False),
+    Column("state", String(16), nullable=False, index=True),
+    Column("selected", Integer, nullable=False),
+    Column("applied", Integer, nullable=False, server_default=text("0")),
+    Column("refused", Integer, nullable=False, server_default=text("0")),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
+    Column("finished_at", UtcDateTime),
+    Column("claimed_until", UtcDateTime),
+    Column("claim_token", String(64)),
+)
+
+batch_items = Table(
+    "batch_items",
+    metadata,
+    Column("batch_id", String(64), primary_key=True),
+    Column("seq", Integer, primary_key=True),
+    Column("target_id", String(320), nullable=False),
+    Column("instance_id", String(255)),
+    Column("outcome", String(16)),  # NULL while pending, then 'applied' or 'refused'
+    Column("reason", Text),
+    Column("done_at", UtcDateTime),
 )

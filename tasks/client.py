@@ -32,6 +32,7 @@ from engine_core.errors import (
 from engine_core.views import FactView, IncidentView, InstanceView, UserTaskView
 from persistence.settings import Settings
 from tasks import inbox
+from tasks.client_operations import Operations
 
 __all__ = ["Client"]
 
@@ -60,8 +61,9 @@ def check_variables(variables: Any, what: str = "variables") -> dict[str, Any]:
     return dict(json.loads(text))
 
 
-class Client:
-    """Deploy processes, start instances, send messages and signals, operate incidents."""
+class Client(Operations):
+    """Deploy processes, start instances, send messages and signals, operate incidents
+    and running instances (``tasks/client_operations.py``)."""
 
     def __init__(self, database_url: str | None = None, broker_url: str | None = None) -> None:
         from persistence.store import Store
