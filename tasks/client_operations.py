@@ -133,7 +133,7 @@ class Operations:
     ) -> BatchView:
         """Write a batch for ``operation`` (``incident_retry|resolve|drop``, ``cancel``,
         ``suspend``, ``resume``, ``migrate``, ``set_variables``) and start it."""
-        from tasks.app import app
+        from tasks.app import pooled_producer
         from tasks.operations import enqueue_batch
 
         params = dict(params or {})
@@ -148,8 +148,8 @@ class Operations:
             self._store.definition(selector.key, int(params.get("version", 0)))
         view = batches.create(self._store, operation, selector, params, _now())
         if view.state == "running":
-            with app.connection_for_write(self.settings.broker_url) as conn:
-                enqueue_batch(view.id, connection=conn)
+            with pooled_producer(self.settings.broker_url) as producer:
+                enqueue_batch(view.id, producer=producer)
         return view
 
     def batches(self, limit: int = 100) -> list[BatchView]:

@@ -321,13 +321,17 @@ def test_t8_timer_and_message_at_once_on_two_workers_make_one_continuation(
     c.deploy(model(k, nodes, flows, messages={name: "=id"}))
     n = 12
     ids = [c.start(k, {"id": f"{k}-{i}", "hits": 0}) for i in range(n)]
+    # Wait until every start was applied, not for each timer wait: on a loaded machine an
+    # early instance's timer may already have fired (the timer then simply wins its race).
     for iid in ids:
-        waiting(stack, iid, "timer")
-    due = max(r.due_at for iid in ids for r in deadline_rows(stack, iid))
-    due = datetime.fromisoformat(due) if isinstance(due, str) else due
-    due = due if due.tzinfo else due.replace(tzinfo=UTC)
-    # Send the messages as the deadlines come due: both triggers race per instance.
-    time.sleep(max(0.0, (due - datetime.now(UTC)).total_seconds()))
+        wait_for(lambda iid=iid: c.instance(iid).tokens, 40, what=f"{iid} started")
+    dues = [r.due_at for iid in ids for r in deadline_rows(stack, iid)]
+    if dues:
+        due = max(dues)
+        due = datetime.fromisoformat(due) if isinstance(due, str) else due
+        due = due if due.tzinfo else due.replace(tzinfo=UTC)
+        # Send the messages as the deadlines come due: both triggers race per instance.
+        time.sleep(max(0.0, (due - datetime.now(UTC)).total_seconds()))
     for i in range(n):
         c.send_message(name, f"{k}-{i}")
     winners = []
