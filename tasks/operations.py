@@ -128,8 +128,10 @@ def modify(
     return _operate(self, instance_id, trigger, inbox_id, trigger_id)
 
 
-def enqueue_batch(batch_id: str, connection: Any = None) -> None:
-    publish("dormant.batch.run", "trigger.batch", {"batch_id": batch_id}, connection=connection)
+def enqueue_batch(batch_id: str, producer: Any = None) -> None:
+    """Enqueue a slice of the batch's runner. Not through the inbox: the batch row is
+    the durable record, and the sweep enqueues a running batch that nobody holds."""
+    publish("dormant.batch.run", "trigger.batch", {"batch_id": batch_id}, producer=producer)
 
 
 @app.task(name="dormant.bulk", bind=True)
