@@ -23,6 +23,7 @@ from engine_core.checkpoint import Checkpoint, InstanceStatus, TokenState, WaitK
 from engine_core.dmn import Decision
 from engine_core.effects import Fact, Step
 from engine_core.errors import EngineInvariantError, InvalidOperation
+from engine_core.job_types import JobTypeSettings
 from engine_core.model import ProcessDefinition, RetryPolicy
 from engine_core.runtime import Runtime
 from engine_core.triggers import (
@@ -54,6 +55,8 @@ class Services:
     job_timeout_seconds: float = 300.0
     incident_retry_policy: RetryPolicy | None = None
     decisions: Mapping[str, Decision] = field(default_factory=dict)
+    # Per-job-type timeout and retry backoff (engine_core/job_types.py).
+    job_types: Mapping[str, JobTypeSettings] = field(default_factory=dict)
     # A MigrateInstance trigger: the target version's definition, loaded by the shell.
     migration_target: ProcessDefinition | None = None
 

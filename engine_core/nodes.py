@@ -12,6 +12,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
+from engine_core import job_types
 from engine_core.arming import arm_boundaries, arm_event, arm_event_sub_processes
 from engine_core.checkpoint import Token, TokenState, WaitKind, WaitRole
 from engine_core.effects import DispatchJob, StartChild, ThrowMessage, ThrowSignal
@@ -253,7 +254,7 @@ def dispatch_job(rt: Runtime, token: Token, node: Node, wait_id: str) -> None:
     wait = rt.cp.waits[wait_id]
     assert wait.job_type is not None
     wait.job_running = True
-    wait.due_at = rt.now + timedelta(seconds=rt.services.job_timeout_seconds)
+    wait.due_at = rt.now + timedelta(seconds=job_types.timeout(rt.services, wait.job_type))
     headers = {k: v for k, v in node.task_headers}
     rt.effects.append(
         DispatchJob(

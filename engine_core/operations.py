@@ -35,6 +35,7 @@ from engine_core.triggers import (
     IncidentDrop,
     IncidentResolve,
     IncidentRetry,
+    JobHeartbeat,
     MigrateInstance,
     ModifyInstance,
     Resume,
@@ -52,7 +53,7 @@ __all__ = ["OPERATIONS", "apply_operation", "hold", "projected_waits"]
 
 OPERATIONS = (Suspend, Resume, SetVariables, MigrateInstance, ModifyInstance)
 # Applied to a suspended instance as they come: they change data, or end it.
-_PASS_WHILE_SUSPENDED = (Resume, Cancel, SetVariables, MigrateInstance)
+_PASS_WHILE_SUSPENDED = (Resume, Cancel, SetVariables, MigrateInstance, JobHeartbeat)
 # Refused while suspended: each would run the instance on.
 _REFUSED_WHILE_SUSPENDED = (IncidentRetry, IncidentResolve, IncidentDrop, ModifyInstance, Suspend)
 

@@ -22,6 +22,7 @@ __all__ = [
     "JobCompleted",
     "JobErrorThrown",
     "JobFailed",
+    "JobHeartbeat",
     "MessageReceived",
     "MigrateInstance",
     "ModifyInstance",
@@ -101,6 +102,16 @@ class JobErrorThrown(_Trigger):
     code: str
     message: str = ""
     variables: dict[str, Any] = Field(default_factory=dict)
+
+
+class JobHeartbeat(_Trigger):
+    """A long job is alive: its timeout moves to now + ``extend_seconds`` (job_types.py)."""
+
+    kind: Literal["job_heartbeat"] = "job_heartbeat"
+    wait_id: str
+    attempt: int = 1
+    # None: the job type's timeout. At most a week per heartbeat.
+    extend_seconds: float | None = Field(default=None, gt=0, le=7 * 24 * 3600)
 
 
 class ChildCompleted(_Trigger):
@@ -188,6 +199,7 @@ Trigger = Annotated[
     | JobCompleted
     | JobFailed
     | JobErrorThrown
+    | JobHeartbeat
     | ChildCompleted
     | ChildFailed
     | Cancel

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from engine_core import incidents
+from engine_core import incidents, job_types
 from engine_core.arming import arm_event_sub_processes
 from engine_core.checkpoint import (
     InstanceStatus,
@@ -42,6 +42,7 @@ from engine_core.triggers import (
     JobCompleted,
     JobErrorThrown,
     JobFailed,
+    JobHeartbeat,
     MessageReceived,
     SignalReceived,
     Start,
@@ -296,7 +297,7 @@ def _job_failed(rt: Runtime, trigger: JobFailed) -> str | None:
         wait.retries_left -= 1
         wait.attempt += 1
         wait.job_running = False
-        backoff = rt.services.job_retry_backoff_seconds * (2 ** (wait.attempt - 2))
+        backoff = job_types.retry_backoff(rt.services, wait.job_type, wait.attempt)
         wait.due_at = rt.now + timedelta(seconds=backoff)
         rt.fact(
             "JobRetryScheduled",
@@ -404,6 +405,7 @@ _HANDLERS: dict[type, TriggerHandler] = {
     JobCompleted: _job_completed,
     JobFailed: _job_failed,
     JobErrorThrown: _job_error,
+    JobHeartbeat: job_types.heartbeat,
     ChildCompleted: _child_completed,
     ChildFailed: _child_failed,
     Cancel: _cancel,

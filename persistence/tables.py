@@ -43,8 +43,10 @@ __all__ = [
     "decisions",
     "definitions",
     "facts",
+    "held_jobs",
     "inbox",
     "instances",
+    "job_type_pauses",
     "messages",
     "metadata",
     "outbox",
@@ -319,4 +321,22 @@ batch_items = Table(
     Column("outcome", String(16)),  # NULL while pending, then 'applied' or 'refused'
     Column("reason", Text),
     Column("done_at", UtcDateTime),
+)
+
+# Paused job types (persistence/job_pause.py): a job of a paused type is not sent; its
+# outbox row moves to ``held_jobs`` and goes back to the outbox when the type resumes.
+job_type_pauses = Table(
+    "job_type_pauses",
+    metadata,
+    Column("job_type", String(255), primary_key=True),
+    Column("paused_at", UtcDateTime, nullable=False),
+)
+
+held_jobs = Table(
+    "held_jobs",
+    metadata,
+    Column("id", _Id(), primary_key=True, autoincrement=True),
+    Column("job_type", String(255), nullable=False, index=True),
+    Column("payload", JsonDoc(), nullable=False),
+    Column("held_at", UtcDateTime, nullable=False),
 )

@@ -177,6 +177,8 @@ def instances_show(instance_id: str, as_json: bool) -> None:
     click.echo(f"{view.id}  {view.key} v{view.version}  {view.status}  revision {view.revision}")
     if view.business_key:
         click.echo(f"business key: {view.business_key}")
+    if view.suspended:
+        click.echo(f"suspended: {view.held} trigger(s) held for the resume")
     for t in view.tokens:
         waiting = f"  waiting for {', '.join(t.waiting_for)}" if t.waiting_for else ""
         click.echo(f"  token {t.id} at {t.node_id}: {t.state}{waiting}")

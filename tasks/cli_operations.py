@@ -222,6 +222,30 @@ def register(cli: click.Group, instances: click.Group, incidents: click.Group) -
         click.echo(f"modifying {instance_id}")
 
     @cli.group()
+    def jobs() -> None:
+        """Job types: pause and resume their dispatch."""
+
+    @jobs.command("pause")
+    @click.argument("job_type")
+    def jobs_pause(job_type: str) -> None:
+        """Hold the jobs of JOB_TYPE instead of sending them."""
+        _client().pause_job_type(job_type)
+        click.echo(f"paused {job_type}")
+
+    @jobs.command("resume")
+    @click.argument("job_type")
+    def jobs_resume(job_type: str) -> None:
+        """Send the held jobs of JOB_TYPE and the ones that follow."""
+        count = _client().resume_job_type(job_type)
+        click.echo(f"resumed {job_type}: {count} held job(s) sent")
+
+    @jobs.command("paused")
+    def jobs_paused() -> None:
+        """The paused job types and how many jobs each holds."""
+        for job_type, held in _client().paused_job_types().items():
+            click.echo(f"{job_type}\t{held} held")
+
+    @cli.group()
     def batches() -> None:
         """Bulk operations: their progress and their report."""
 

@@ -15,7 +15,7 @@ from typing import Any
 from engine_core.errors import InvalidOperation, InvalidVariables
 from engine_core.migration import problems
 from engine_core.views import InstanceView
-from persistence import batches
+from persistence import batches, job_pause
 from persistence.batches import BatchItemView, BatchView
 from persistence.selection import INCIDENT_OPERATIONS, Selector, Target
 from persistence.settings import Settings
@@ -121,6 +121,20 @@ class Operations:
             "trigger.modify",
             {"instance_id": instance_id, "cancel_nodes": cancel, "start_before": start},
         )
+
+    # -- job types -----------------------------------------------------------------
+
+    def pause_job_type(self, job_type: str) -> None:
+        """Stop sending jobs of ``job_type``; they are held until ``resume_job_type``."""
+        job_pause.pause(self._store.engine, job_type, _now())
+
+    def resume_job_type(self, job_type: str) -> int:
+        """Send the held jobs of ``job_type`` again; returns how many were held."""
+        return job_pause.resume(self._store.engine, job_type, _now())
+
+    def paused_job_types(self) -> dict[str, int]:
+        """Paused job types and how many jobs each holds."""
+        return job_pause.paused(self._store.engine)
 
     # -- in bulk -------------------------------------------------------------------
 

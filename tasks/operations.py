@@ -26,7 +26,7 @@ from engine_core.triggers import (
     Suspend,
     Trigger,
 )
-from persistence import batches, clock
+from persistence import batches, clock, job_pause
 from persistence.selection import Selector
 from tasks import app as app_module
 from tasks.app import app, publish, store
@@ -39,7 +39,9 @@ __all__ = [
     "enqueue_batch",
     "migrate",
     "modify",
+    "pause_job_type",
     "resume",
+    "resume_job_type",
     "set_variables",
     "suspend",
 ]
@@ -132,6 +134,18 @@ def enqueue_batch(batch_id: str, producer: Any = None) -> None:
     """Enqueue a slice of the batch's runner. Not through the inbox: the batch row is
     the durable record, and the sweep enqueues a running batch that nobody holds."""
     publish("dormant.batch.run", "trigger.batch", {"batch_id": batch_id}, producer=producer)
+
+
+@app.task(name="dormant.jobs.pause", bind=True, throws=(DormantError,))
+def pause_job_type(self: Task, job_type: str) -> None:
+    """Stop sending jobs of ``job_type``: they are held until it is resumed."""
+    job_pause.pause(store().engine, job_type, clock.now())
+
+
+@app.task(name="dormant.jobs.resume", bind=True, throws=(DormantError,))
+def resume_job_type(self: Task, job_type: str) -> int:
+    """Send the held jobs of ``job_type`` again (through the outbox)."""
+    return job_pause.resume(store().engine, job_type, clock.now())
 
 
 @app.task(name="dormant.bulk", bind=True)

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from engine_core.triggers import ChildCompleted, ChildFailed, MessageReceived, parse_trigger
+from persistence import clock, job_pause
 from tasks.app import publish, store
 
 __all__ = ["HEADER_OUTBOX", "consumed", "publish_ids", "publish_row", "trigger_id_for"]
@@ -173,11 +174,24 @@ def publish_row(row: Any) -> None:
         # A newer dormant wrote a kind this one does not know: leave it for that one.
         log.error("outbox row %s has unknown kind %r; left unpublished", row_id, kind)
         return
+    if kind == "DispatchJob" and _held_by_a_pause(int(row_id), str(payload.get("job_type"))):
+        return
     tid = payload.get("trigger_id") or trigger_id_for(row_id)
     follow_up = kind != "DispatchJob"
     headers = {HEADER_OUTBOX: {"id": row_id, "trigger_id": tid}} if follow_up else {}
     publisher(dict(payload), tid, headers)
     store().mark_published(row_id, until_consumed=follow_up)
+
+
+def _held_by_a_pause(row_id: int, job_type: str) -> bool:
+    """A job of a paused type is held, not sent (persistence/job_pause.py)."""
+    engine = store().engine
+    if not job_pause.is_paused(engine, job_type):
+        return False
+    outcome = job_pause.hold(engine, row_id, job_type, clock.now())
+    if outcome != "not paused":
+        log.info("job of paused type %s held (outbox row %s: %s)", job_type, row_id, outcome)
+    return outcome != "not paused"
 
 
 def consumed(request: Any) -> None:

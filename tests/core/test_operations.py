@@ -7,6 +7,7 @@ Every checkpoint is round-tripped through JSON between triggers (``enginekit.Run
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 import pytest
 
@@ -14,12 +15,14 @@ from engine_core.builder import ProcessBuilder, message, timer
 from engine_core.checkpoint import encode
 from engine_core.engine import Services, apply
 from engine_core.errors import InvalidOperation
+from engine_core.job_types import JobTypeSettings
 from engine_core.migration import problems
 from engine_core.model import ProcessDefinition
 from engine_core.operations import projected_waits
 from engine_core.triggers import (
     Cancel,
     IncidentRetry,
+    JobHeartbeat,
     MessageReceived,
     MigrateInstance,
     ModifyInstance,
@@ -296,3 +299,33 @@ def test_operations_on_an_ended_instance_are_refused() -> None:
     ):
         with pytest.raises(InvalidOperation, match="completed"):
             run.send(trigger)
+
+
+# -- per job type settings and the heartbeat -----------------------------------------
+
+
+def _one_job() -> ProcessDefinition:
+    b = ProcessBuilder("jobs")
+    b.start_event("s").service_task("report", "long-report").end_event("e")
+    b.sequence("s", "report", "e")
+    return b.build()
+
+
+def test_a_job_types_own_timeout_and_backoff_and_a_heartbeat_extends_the_timeout() -> None:
+    settings = {"long-report": JobTypeSettings(timeout_seconds=3600, retry_backoff_seconds=10)}
+    run = Run(_one_job(), services=Services(job_types=settings))
+    run.start()
+    wait = run.wait("report", "job")
+    assert wait.due_at == run.now + timedelta(seconds=3600)  # not the engine-wide 300 s
+    run.advance(minutes=50)
+    run.send(JobHeartbeat(wait_id=wait.id, attempt=1, extend_seconds=7200))
+    assert run.wait("report", "job").due_at == run.now + timedelta(seconds=7200)
+    run.send(JobHeartbeat(wait_id=wait.id, attempt=1))
+    assert run.wait("report", "job").due_at == run.now + timedelta(seconds=3600)
+    assert not run.send(JobHeartbeat(wait_id=wait.id, attempt=2)).changed  # not running
+    run.fail_job("report")
+    retry = run.wait("report", "job")
+    assert (retry.attempt, retry.due_at) == (2, run.now + timedelta(seconds=10))
+    other = Run(_one_job())
+    other.start()
+    assert other.wait("report", "job").due_at == other.now + timedelta(seconds=300)

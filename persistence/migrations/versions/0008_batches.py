@@ -1,4 +1,5 @@
-"""Bulk operations: the ``batches`` table and one ``batch_items`` row per target.
+"""Bulk operations: the ``batches`` table and one ``batch_items`` row per target; paused
+job types and the jobs they hold.
 
 Revision ID: 0008
 Revises: 0005
@@ -47,9 +48,27 @@ def upgrade() -> None:
         sa.Column("done_at", UtcDateTime(), nullable=True),
         sa.PrimaryKeyConstraint("batch_id", "seq", name="pk_batch_items"),
     )
+    op.create_table(
+        "job_type_pauses",
+        sa.Column("job_type", sa.String(255), nullable=False),
+        sa.Column("paused_at", UtcDateTime(), nullable=False),
+        sa.PrimaryKeyConstraint("job_type", name="pk_job_type_pauses"),
+    )
+    op.create_table(
+        "held_jobs",
+        sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), autoincrement=True),
+        sa.Column("job_type", sa.String(255), nullable=False),
+        sa.Column("payload", JsonDoc(), nullable=False),
+        sa.Column("held_at", UtcDateTime(), nullable=False),
+        sa.PrimaryKeyConstraint("id", name="pk_held_jobs"),
+    )
+    op.create_index("ix_held_jobs_job_type", "held_jobs", ["job_type"])
 
 
 def downgrade() -> None:
+    op.drop_index("ix_held_jobs_job_type", table_name="held_jobs")
+    op.drop_table("held_jobs")
+    op.drop_table("job_type_pauses")
     op.drop_table("batch_items")
     op.drop_index("ix_batches_state", table_name="batches")
     op.drop_table("batches")
