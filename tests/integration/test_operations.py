@@ -18,7 +18,7 @@ import pytest
 
 from tests.integration.conftest import Stack, wait_for
 from tests.integration.opskit import gate, pg_redis_stack, three_waits, token_nodes
-from tests.integration.waitkit import deadline_rows, facts, holds
+from tests.integration.waitkit import deadline_rows, end, facts, holds, model
 
 pytestmark = pytest.mark.integration
 
@@ -241,3 +241,28 @@ def test_modify_moves_a_token(ops: Stack) -> None:
     _waiting(ops, iid, ["after_msg", "review", "wait_timer"])
     assert holds(ops, iid)["subscriptions"] == 0
     assert facts(ops, iid, "Modified")[0].details["started"] == "after_msg"
+
+
+def test_a_paused_job_type_holds_its_jobs_until_it_resumes(ops: Stack) -> None:
+    client = ops.client
+    task = (
+        '<bpmn:serviceTask id="double"><bpmn:extensionElements>'
+        '<zeebe:taskDefinition type="test-double"/></bpmn:extensionElements></bpmn:serviceTask>'
+    )
+    client.deploy(
+        model(
+            "paused",
+            f'<bpmn:startEvent id="s"/>{task}{end("e")}',
+            [("s", "double"), ("double", "e")],
+        )
+    )
+    assert "paused test-double" in _cli(ops, "jobs", "pause", "test-double")
+    _cli(ops, "jobs", "pause", "test-double", code=2)  # already paused: refused
+    iid = client.start("paused", {"n": 21})
+    wait_for(lambda: client.paused_job_types() == {"test-double": 1}, 30, what="the job held")
+    view = client.instance(iid)
+    assert view.status == "active" and token_nodes(view) == ["double"]
+    assert "test-double\t1 held" in _cli(ops, "jobs", "paused")
+    assert "1 held job(s) sent" in _cli(ops, "jobs", "resume", "test-double")
+    assert ops.wait_status(iid, "completed").variables["doubled"] == 42
+    assert client.paused_job_types() == {}
