@@ -14,18 +14,19 @@ instance is next loaded, and beats a message that arrives after its deadline.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from datetime import datetime
 
 from engine_core import operations
-from engine_core.checkpoint import Checkpoint, InstanceStatus, TokenState, WaitKind
-from engine_core.dmn import Decision
+from engine_core.checkpoint import ROOT_SCOPE, Checkpoint, InstanceStatus, TokenState, WaitKind
+from engine_core.compensation import finish_waiting_throws
 from engine_core.effects import Fact, Step
 from engine_core.errors import EngineInvariantError, InvalidOperation
-from engine_core.job_types import JobTypeSettings
-from engine_core.model import ProcessDefinition, RetryPolicy
+from engine_core.joins import fire_ready_inclusive_joins
+from engine_core.model import ProcessDefinition
+from engine_core.moving import check_scope, fail_instance
+from engine_core.nodes import enter
 from engine_core.runtime import Runtime
+from engine_core.services import DEFAULT_SERVICES, Services
 from engine_core.triggers import (
     Cancel,
     IncidentDrop,
@@ -35,33 +36,11 @@ from engine_core.triggers import (
     TimerFired,
     Trigger,
 )
+from engine_core.wake import INSTANCE, STALE, Wake
+from engine_core.wakes import dispatch
 
 __all__ = ["Services", "apply", "new_checkpoint"]
 
-
-@dataclass(frozen=True, slots=True)
-class Services:
-    """What the shell lends the pure core: settings and data, never I/O.
-
-    ``decisions`` is the latest deployed version of every DMN decision, by id, loaded
-    by the shell before the step: a business rule task evaluates against it, and one
-    whose decision is missing opens an incident that a retry after deploying heals.
-    """
-
-    default_job_retries: int = 3
-    job_retry_backoff_seconds: float = 1.0
-    # No result this long after a dispatch: the job is dispatched again (next attempt,
-    # retries untouched), so a job message lost with a broker is never a stuck instance.
-    job_timeout_seconds: float = 300.0
-    incident_retry_policy: RetryPolicy | None = None
-    decisions: Mapping[str, Decision] = field(default_factory=dict)
-    # Per-job-type timeout and retry backoff (engine_core/job_types.py).
-    job_types: Mapping[str, JobTypeSettings] = field(default_factory=dict)
-    # A MigrateInstance trigger: the target version's definition, loaded by the shell.
-    migration_target: ProcessDefinition | None = None
-
-
-DEFAULT_SERVICES = Services()
 
 _OPERATOR_TRIGGERS = (Cancel, IncidentRetry, IncidentResolve, IncidentDrop, *operations.OPERATIONS)
 _TIMED_KINDS = (WaitKind.TIMER, WaitKind.JOB, WaitKind.RETRY)
@@ -101,9 +80,9 @@ def apply(
     cp = _private_copy(checkpoint)
     rt = Runtime(definition, cp, now, services or DEFAULT_SERVICES)
     try:
-        fired_early: dict[str, str] = {}
+        fired_early: dict[str, Wake] = {}
         if operations.hold(rt, trigger):
-            woken: str | None = ""
+            woken = INSTANCE
         elif isinstance(trigger, operations.OPERATIONS):
             woken = operations.apply_operation(
                 rt,
@@ -112,38 +91,32 @@ def apply(
                 fire_due=lambda until: _fire_overdue(rt, trigger, until=until),
             )
         else:
-            woken, fired_early = _wake(rt, trigger)
-        if woken is None and not fired_early:
+            fired_early = _fire_overdue(rt, trigger)
+            if isinstance(trigger, TimerFired) and trigger.wait_id in fired_early:
+                woken = fired_early[trigger.wait_id]
+            else:
+                woken = dispatch(rt, trigger)
+        if woken.stale and not fired_early:
             return _stale(checkpoint, trigger, "wait gone")
         _run(rt)
     except EngineInvariantError as exc:
         # A bug in dormant, not the user's: the one failure that stays fatal (SRD-079).
         cp = _private_copy(checkpoint)
         rt = Runtime(definition, cp, now, services or DEFAULT_SERVICES)
-        rt.fail_instance(f"internal invariant broken: {exc}")
-        woken = None
+        fail_instance(rt, f"internal invariant broken: {exc}")
+        woken = STALE
     rt.settle_status()
     cp.revision += 1
     cp.updated_at = now
     rt.fact(
         "Hydrated",
         trigger=trigger.kind,
-        token=woken or None,
+        token=woken.token_id,
         outcome="completed" if cp.status.ended else "continued",
     )
     held = Counter(w.kind.value for w in cp.waits.values())
     rt.fact("Dehydrated", waits=len(cp.waits), **dict(sorted(held.items())))
     return Step(cp, tuple(rt.effects), tuple(rt.facts))
-
-
-def _wake(rt: Runtime, trigger: Trigger) -> tuple[str | None, dict[str, str]]:
-    """Fire what is overdue, then apply the trigger to the wait it names."""
-    from engine_core.wakes import dispatch
-
-    fired_early = _fire_overdue(rt, trigger)
-    if isinstance(trigger, TimerFired) and trigger.wait_id in fired_early:
-        return fired_early[trigger.wait_id], fired_early
-    return dispatch(rt, trigger), fired_early
 
 
 def _private_copy(checkpoint: Checkpoint) -> Checkpoint:
@@ -167,12 +140,10 @@ def _stale(checkpoint: Checkpoint, trigger: Trigger, reason: str) -> Step:
 
 def _fire_overdue(
     rt: Runtime, trigger: Trigger, *, until: datetime | None = None
-) -> dict[str, str]:
-    """Fire timers already due (by ``until``, default now), earliest first; returns
-    wait id -> woken token id. A suspended instance's timers wait for its resume."""
-    from engine_core.wakes import dispatch
-
-    fired: dict[str, str] = {}
+) -> dict[str, Wake]:
+    """Fire timers already due (by ``until``, default now), earliest first; returns wait
+    id -> what each woke. A suspended instance's timers wait for its resume."""
+    fired: dict[str, Wake] = {}
     if isinstance(trigger, Start) or rt.cp.suspended:
         return fired
     cutoff = rt.now if until is None else min(until, rt.now)
@@ -191,11 +162,7 @@ def _fire_overdue(
         if not due:
             return fired
         wait = due[0]
-        woken = dispatch(rt, TimerFired(wait_id=wait.id))
-        if woken is not None:
-            fired[wait.id] = woken
-        else:
-            fired[wait.id] = ""
+        fired[wait.id] = dispatch(rt, TimerFired(wait_id=wait.id))
         _run(rt)
         if rt.cp.status.ended:
             return fired
@@ -203,10 +170,6 @@ def _fire_overdue(
 
 def _run(rt: Runtime) -> None:
     """Advance every active token until the instance is quiescent."""
-    from engine_core.compensation import finish_waiting_throws
-    from engine_core.joins import fire_ready_inclusive_joins
-    from engine_core.nodes import enter
-
     while True:
         while rt.queue:
             token = rt.cp.tokens.get(rt.queue.popleft())
@@ -220,5 +183,5 @@ def _run(rt: Runtime) -> None:
             return
         if not (fire_ready_inclusive_joins(rt) or finish_waiting_throws(rt)):
             break
-    if rt.cp.status is InstanceStatus.ACTIVE and not rt.cp.tokens and "s0" in rt.cp.scopes:
-        rt.check_scope("s0")
+    if rt.cp.status is InstanceStatus.ACTIVE and not rt.cp.tokens and ROOT_SCOPE in rt.cp.scopes:
+        check_scope(rt, ROOT_SCOPE)

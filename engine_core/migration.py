@@ -18,15 +18,13 @@ the ``Migrated`` fact counts them.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 from engine_core.checkpoint import Checkpoint, WaitRole
 from engine_core.errors import InvalidOperation
 from engine_core.model import Node, NodeKind, ProcessDefinition
+from engine_core.runtime import Runtime
 from engine_core.triggers import MigrateInstance
-
-if TYPE_CHECKING:
-    from engine_core.runtime import Runtime
+from engine_core.wake import INSTANCE, Wake
 
 __all__ = ["migrate", "problems"]
 
@@ -130,7 +128,7 @@ def problems(
     return list(dict.fromkeys(found))
 
 
-def migrate(rt: Runtime, trigger: MigrateInstance) -> str:
+def migrate(rt: Runtime, trigger: MigrateInstance) -> Wake:
     """Re-point the instance to ``trigger.version`` (lent as the services' target)."""
     cp = rt.cp
     target = rt.services.migration_target
@@ -174,4 +172,4 @@ def migrate(rt: Runtime, trigger: MigrateInstance) -> str:
         waits=len(cp.waits),
         boundaries_not_armed=unarmed,
     )
-    return ""
+    return INSTANCE

@@ -23,13 +23,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 from engine_core import incidents, migration
-from engine_core.checkpoint import Checkpoint, HeldTrigger, Scope, TokenState, Wait
+from engine_core.checkpoint import ROOT_SCOPE, Checkpoint, HeldTrigger, Scope, TokenState, Wait
 from engine_core.errors import DormantError, EngineInvariantError, InvalidOperation
 from engine_core.model import NodeKind
-from engine_core.runtime import ROOT_SCOPE
+from engine_core.runtime import Runtime
 from engine_core.triggers import (
     Cancel,
     IncidentDrop,
@@ -44,10 +43,8 @@ from engine_core.triggers import (
     Trigger,
     parse_trigger,
 )
+from engine_core.wake import INSTANCE, Wake
 from engine_core.wakes import dispatch
-
-if TYPE_CHECKING:
-    from engine_core.runtime import Runtime
 
 __all__ = ["OPERATIONS", "apply_operation", "hold", "projected_waits"]
 
@@ -93,7 +90,7 @@ def apply_operation(
     *,
     run: Callable[[], None],
     fire_due: Callable[[datetime], object],
-) -> str:
+) -> Wake:
     """Apply one operator trigger; ``run`` advances the instance to quiescence and
     ``fire_due(until)`` fires the timers due by ``until`` (both lent by ``engine``)."""
     if isinstance(trigger, Resume):
@@ -105,7 +102,7 @@ def apply_operation(
     if isinstance(trigger, Suspend):
         rt.cp.suspended = True
         rt.fact("Suspended")
-        return ""
+        return INSTANCE
     if isinstance(trigger, SetVariables):
         return _set_variables(rt, trigger)
     if isinstance(trigger, MigrateInstance):
@@ -118,7 +115,7 @@ def apply_operation(
 # -- suspend / resume -----------------------------------------------------------------
 
 
-def _resume(rt: Runtime, run: Callable[[], None], fire_due: Callable[[datetime], object]) -> str:
+def _resume(rt: Runtime, run: Callable[[], None], fire_due: Callable[[datetime], object]) -> Wake:
     if not rt.cp.suspended:
         raise InvalidOperation(f"{_label(rt.cp)} is not suspended; nothing to resume")
     held = list(rt.cp.held)
@@ -141,11 +138,11 @@ def _resume(rt: Runtime, run: Callable[[], None], fire_due: Callable[[datetime],
         rt.fact(
             "HeldTriggerApplied",
             trigger=trigger.kind,
-            outcome="applied" if woken is not None else "stale",
+            outcome="stale" if woken.stale else "applied",
         )
         run()
     fire_due(rt.now)
-    return ""
+    return INSTANCE
 
 
 # -- set variables --------------------------------------------------------------------
@@ -173,7 +170,7 @@ def find_scope(rt: Runtime, name: str) -> Scope:
     )
 
 
-def _set_variables(rt: Runtime, trigger: SetVariables) -> str:
+def _set_variables(rt: Runtime, trigger: SetVariables) -> Wake:
     if not trigger.variables and not trigger.unset and not trigger.retry_incidents:
         raise InvalidOperation("nothing to change: give variables to set or names to unset")
     scope = find_scope(rt, trigger.scope)
@@ -210,7 +207,7 @@ def _set_variables(rt: Runtime, trigger: SetVariables) -> str:
         for incident_id in retried:
             incidents.retry(rt, incident_id)
         rt.fact("IncidentsRetried", count=len(retried))
-    return ""
+    return INSTANCE
 
 
 # -- modify ---------------------------------------------------------------------------
@@ -249,7 +246,7 @@ def _start_scope(rt: Runtime, node_id: str, problems: list[str]) -> str | None:
     return running[0].id
 
 
-def _modify(rt: Runtime, trigger: ModifyInstance) -> str:
+def _modify(rt: Runtime, trigger: ModifyInstance) -> Wake:
     """Cancel the tokens at some nodes, then start tokens before others, or refuse."""
     if not trigger.cancel_nodes and not trigger.start_before:
         raise InvalidOperation("nothing to modify: name nodes to cancel or to start before")
@@ -284,4 +281,4 @@ def _modify(rt: Runtime, trigger: ModifyInstance) -> str:
         tokens_cancelled=cancelled,
         started=",".join(trigger.start_before) or None,
     )
-    return ""
+    return INSTANCE

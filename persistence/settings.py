@@ -24,8 +24,8 @@ from pydantic import (
 )
 
 from engine_core.errors import InvalidSetting
-from engine_core.job_types import JobTypeSettings
 from engine_core.model import RetryPolicy
+from engine_core.services import JobTypeSettings
 
 __all__ = ["ENV_VARS", "Settings", "normalise_database_url"]
 

@@ -55,7 +55,7 @@ def _operate(
     def call(tid: str, now: datetime) -> Any:
         return store().apply(instance_id, trigger, now, trigger_id=tid)
 
-    return _run(task, trigger.kind, call, inbox_id, trigger_id, operator=True)
+    _run(task, trigger.kind, call, inbox_id, trigger_id, operator=True)
 
 
 # ``throws``: a refused action is an expected outcome, logged without a traceback.
@@ -67,7 +67,7 @@ def suspend(
     self: Task, instance_id: str, *, inbox_id: str | None = None, trigger_id: str | None = None
 ) -> None:
     """Suspend an instance: its triggers are held until it is resumed."""
-    return _operate(self, instance_id, Suspend(), inbox_id, trigger_id)
+    _operate(self, instance_id, Suspend(), inbox_id, trigger_id)
 
 
 @app.task(name="dormant.resume", **_OPERATOR)
@@ -75,7 +75,7 @@ def resume(
     self: Task, instance_id: str, *, inbox_id: str | None = None, trigger_id: str | None = None
 ) -> None:
     """Resume an instance: its held triggers apply in arrival order."""
-    return _operate(self, instance_id, Resume(), inbox_id, trigger_id)
+    _operate(self, instance_id, Resume(), inbox_id, trigger_id)
 
 
 @app.task(name="dormant.set_variables", **_OPERATOR)
@@ -97,7 +97,7 @@ def set_variables(
         unset=list(unset or []),
         retry_incidents=retry_incidents,
     )
-    return _operate(self, instance_id, trigger, inbox_id, trigger_id)
+    _operate(self, instance_id, trigger, inbox_id, trigger_id)
 
 
 @app.task(name="dormant.migrate", **_OPERATOR)
@@ -112,7 +112,7 @@ def migrate(
 ) -> None:
     """Move an instance to another version of its process (refused with the reasons)."""
     trigger = MigrateInstance(version=version, mapping=mapping or {})
-    return _operate(self, instance_id, trigger, inbox_id, trigger_id)
+    _operate(self, instance_id, trigger, inbox_id, trigger_id)
 
 
 @app.task(name="dormant.modify", **_OPERATOR)
@@ -127,7 +127,7 @@ def modify(
 ) -> None:
     """Cancel the tokens at some nodes and/or start a token before others."""
     trigger = ModifyInstance(cancel_nodes=cancel_nodes or [], start_before=start_before or [])
-    return _operate(self, instance_id, trigger, inbox_id, trigger_id)
+    _operate(self, instance_id, trigger, inbox_id, trigger_id)
 
 
 def enqueue_batch(batch_id: str, producer: Any = None) -> None:

@@ -15,10 +15,10 @@ from engine_core.builder import ProcessBuilder, message, timer
 from engine_core.checkpoint import encode
 from engine_core.engine import Services, apply
 from engine_core.errors import InvalidOperation
-from engine_core.job_types import JobTypeSettings
 from engine_core.migration import problems
 from engine_core.model import ProcessDefinition
 from engine_core.operations import projected_waits
+from engine_core.services import JobTypeSettings
 from engine_core.triggers import (
     Cancel,
     IncidentRetry,

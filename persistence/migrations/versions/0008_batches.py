@@ -2,7 +2,7 @@
 job types and the jobs they hold.
 
 Revision ID: 0008
-Revises: 0005
+Revises: 0007
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from alembic import op
 from persistence.tables import JsonDoc, UtcDateTime
 
 revision = "0008"
-down_revision = "0005"
+down_revision = "0007"
 branch_labels = None
 depends_on = None
 
