@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from engine_core.errors import DormantError, InvalidVariables
+from tasks.cli_operations import register as register_operations
 from tasks.display import emit as _emit
 from tasks.display import output_options as _output
 
@@ -248,13 +249,6 @@ def instances_show(instance_id: str, as_json: bool) -> None:
     click.echo("\n".join(instance_lines(view, now)))
 
 
-@instances.command("cancel")
-@click.argument("instance_id")
-def instances_cancel(instance_id: str) -> None:
-    _client().cancel(instance_id)
-    click.echo(f"cancelling {instance_id}")
-
-
 # -- incidents -----------------------------------------------------------------------
 
 
@@ -299,18 +293,9 @@ def incidents_show(incident_id: str) -> None:
     click.echo(json.dumps(to_dict(_client().incident(incident_id)), indent=2, sort_keys=True))
 
 
-def _incident_op(op: str) -> None:
-    @incidents.command(op)
-    @click.argument("incident_id")
-    def command(incident_id: str) -> None:
-        getattr(_client(), f"{op}_incident")(incident_id)
-        click.echo(f"{op} {incident_id}")
-
-    command.__doc__ = f"{op.capitalize()} incident INCIDENT_ID."
-
-
-for _op in ("retry", "resolve", "drop"):
-    _incident_op(_op)
+# cancel, suspend, resume, migrate, set-variables, modify; incident retry/resolve/drop
+# (one or in bulk); the batches group.
+register_operations(cli, instances, incidents)
 
 
 # -- processes: worker, beat, dev, demo ----------------------------------------------

@@ -249,6 +249,8 @@ def instance_lines(view: Any, now: datetime) -> list[str]:
     lines.append(f"started {ago(view.created_at, now)}, updated {ago(view.updated_at, now)}{ended}")
     if view.parent_instance_id:
         lines.append(f"parent instance: {view.parent_instance_id}")
+    if getattr(view, "suspended", False):
+        lines.append(f"suspended: {view.held} trigger(s) held for the resume")
     by_token: dict[str | None, list[Any]] = {}
     for w in view.waits:
         by_token.setdefault(w.token_id, []).append(w)
