@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from typing import Any
 
 from celery import Task
@@ -41,8 +42,9 @@ from celery.signals import task_failure, task_success
 from kombu.entity import Exchange, Queue
 
 from engine_core.errors import BpmnError
-from engine_core.triggers import JobCompleted, JobErrorThrown, JobFailed
+from engine_core.triggers import JobCompleted, JobErrorThrown, JobFailed, JobHeartbeat
 from persistence import clock
+from tasks import metrics, tracing
 from tasks.app import QUEUE, app, publish, store
 
 __all__ = [
@@ -51,6 +53,7 @@ __all__ = [
     "HEADER_INSTANCE",
     "HEADER_WAIT",
     "dispatch",
+    "heartbeat",
     "idempotency_key",
     "job_queue",
 ]
@@ -97,6 +100,7 @@ def dispatch(payload: dict[str, Any]) -> None:
         exchange=queue.exchange.name if queue.exchange else None,
         headers=headers,
     )
+    metrics.job_dispatched(job_type)
     log.info(
         "job dispatched instance=%s wait=%s type=%s attempt=%s",
         instance_id,
@@ -124,6 +128,19 @@ def idempotency_key(task: Task) -> str | None:
     return str(value) if value is not None else None
 
 
+def heartbeat(task: Task, extend_seconds: float | None = None) -> bool:
+    """From a long job (a bound task): "still working". Moves the job's timeout to now +
+    ``extend_seconds`` (default: its job type's timeout), so the engine does not take it
+    for lost and dispatch it again. False outside a dormant job."""
+    ctx = _context(task)
+    if ctx is None:
+        return False
+    instance_id, wait_id, attempt, key = ctx
+    trigger = JobHeartbeat(wait_id=wait_id, attempt=attempt, extend_seconds=extend_seconds)
+    report(instance_id, trigger, f"{key}:heartbeat:{uuid.uuid4().hex}")
+    return True
+
+
 def _context(task: Any) -> tuple[str, str, int, str] | None:
     request = getattr(task, "request", None)
     if request is None:
@@ -137,6 +154,7 @@ def _context(task: Any) -> tuple[str, str, int, str] | None:
     return str(instance_id), str(wait_id), attempt, str(key)
 
 
+@tracing.report_span
 def report(instance_id: str, trigger: Any, trigger_id: str) -> None:
     """Apply a job's outcome now; if the database refuses, hand it to the broker.
 
@@ -149,6 +167,7 @@ def report(instance_id: str, trigger: Any, trigger_id: str) -> None:
     for delay in (0.0, 0.5, 2.0):
         if delay:
             time.sleep(delay)
+        began = time.perf_counter()
         try:
             applied = store().apply(instance_id, trigger, clock.now(), trigger_id=trigger_id)
         except Exception as exc:  # mapped below: the result must not be lost
@@ -159,6 +178,7 @@ def report(instance_id: str, trigger: Any, trigger_id: str) -> None:
                 return
             last = exc
             continue
+        metrics.record_trigger(trigger.kind, applied, time.perf_counter() - began)
         publish_ids(applied.outbox_ids)
         log.info(
             "instance=%s revision=%s trigger=%s%s",
@@ -210,6 +230,7 @@ def _on_failure(sender: Any = None, exception: BaseException | None = None, **_:
             variables=dict(exception.variables),
         )
     else:
+        metrics.job_failed(str(getattr(sender, "name", "")))
         trigger = JobFailed(
             wait_id=wait_id,
             attempt=attempt,
