@@ -52,6 +52,7 @@ ENV_VARS: dict[str, str] = {
     "incident_retry_attempts": "DORMANT_INCIDENT_RETRY_ATTEMPTS",
     "incident_retry_backoff_seconds": "DORMANT_INCIDENT_RETRY_BACKOFF_SECONDS",
     "batch_claim_seconds": "DORMANT_BATCH_CLAIM_SECONDS",
+    "redis_visibility_timeout": "DORMANT_REDIS_VISIBILITY_TIMEOUT",
     "job_types": "DORMANT_JOB_TYPES",
 }
 
@@ -96,6 +97,10 @@ class Settings(BaseModel):
     # How long a bulk batch belongs to its runner without a renewal; after that the
     # sweep hands it to another worker (its runner died).
     batch_claim_seconds: float = 30.0
+    # Redis only: seconds before the broker hands a task whose worker never acknowledged
+    # it (dead or paused) to another worker. A trigger running longer is delivered
+    # twice, harmlessly (trigger ids); the fault suite shortens it to pause past it.
+    redis_visibility_timeout: float = 60.0
     # Per job type: {"charge-card": {"timeout_seconds": 600, "retry_backoff_seconds": 5}}
     # (JSON in the environment); a type not named uses the two settings above.
     job_types: dict[str, JobTypeSetting] = Field(default_factory=dict)
@@ -121,6 +126,7 @@ class Settings(BaseModel):
         "job_timeout_seconds",
         "incident_retry_backoff_seconds",
         "batch_claim_seconds",
+        "redis_visibility_timeout",
     )
     @classmethod
     def _positive(cls, value: float | None) -> float | None:

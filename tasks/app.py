@@ -9,9 +9,10 @@ Why each setting is what it is (see ../shared/CELERY-NOTES.md for the measuremen
   is harmless, losing one is not.
 * ``worker_prefetch_multiplier=1``: a worker holds at most one unstarted trigger per
   process, so a dead worker strands as little as possible.
-* Redis ``visibility_timeout=60`` with ``unacked_restore_interval=1`` and
-  ``unacked_restore_throttle=1``: when a whole worker dies, Redis hands its unacked
-  triggers back after about a minute (the kombu defaults make it an hour and ~100 s).
+* Redis ``visibility_timeout=60`` (``DORMANT_REDIS_VISIBILITY_TIMEOUT``) with
+  ``unacked_restore_interval=1`` and ``unacked_restore_throttle=1``: when a whole
+  worker dies, Redis hands its unacked triggers back after about a minute (the kombu
+  defaults make it an hour and ~100 s).
   The price: a trigger running longer than 60 s is delivered again; ours take
   milliseconds, and a user's long job must be idempotent anyway (at-least-once).
 * JSON only: triggers and job arguments are JSON documents, never pickles.
@@ -70,8 +71,9 @@ QUEUE = Queue(
     bindings=[binding(EXCHANGE, routing_key=key) for key in BINDING_KEYS],
     durable=True,
 )
-# Seconds before Redis redelivers a task whose worker died without acknowledging it.
-REDIS_VISIBILITY_TIMEOUT = 60
+# Seconds before Redis redelivers a task whose worker died without acknowledging it
+# (the default of the ``DORMANT_REDIS_VISIBILITY_TIMEOUT`` setting).
+REDIS_VISIBILITY_TIMEOUT = Settings.model_fields["redis_visibility_timeout"].default
 # How often beat scans the deadline table, and sweeps the outbox and inbox.
 SCAN_DEADLINES_EVERY = 1.0
 RELAY_OUTBOX_EVERY = 3.0
@@ -79,7 +81,7 @@ RELAY_OUTBOX_EVERY = 3.0
 BATCH_SWEEP_EVERY = 5.0
 
 
-def _transport_options(broker_url: str) -> dict[str, Any]:
+def _transport_options(broker_url: str, visibility_timeout: float) -> dict[str, Any]:
     """Redis: recover a dead worker's triggers in about a minute, not an hour.
 
     Only for Redis: the ``sqla+`` transport hands its options to ``create_engine``,
@@ -87,7 +89,7 @@ def _transport_options(broker_url: str) -> dict[str, Any]:
     """
     if broker_url.startswith(("redis://", "rediss://", "redis+socket://")):
         return {
-            "visibility_timeout": REDIS_VISIBILITY_TIMEOUT,
+            "visibility_timeout": visibility_timeout,
             "unacked_restore_interval": 1,
             "unacked_restore_throttle": 1,
         }
@@ -112,7 +114,7 @@ def _conf(s: Settings) -> dict[str, Any]:
         "task_acks_late": True,
         "task_reject_on_worker_lost": True,
         "worker_prefetch_multiplier": 1,
-        "broker_transport_options": _transport_options(s.broker_url),
+        "broker_transport_options": _transport_options(s.broker_url, s.redis_visibility_timeout),
         "task_queues": (QUEUE,),
         "task_default_queue": QUEUE.name,
         "task_default_exchange": EXCHANGE.name,

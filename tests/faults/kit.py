@@ -1,0 +1,63 @@
+"""Shared pieces of the fault tests in their newer shapes (pause, partition, clock,
+connection kill, recovery windows, backlog): the one-line report every fault test
+prints, and a sender that records when each trigger was sent so a test can say how
+long recovery took.
+
+The counting itself is tests/faults/test_faults.py's: each applied trigger increments a
+counter variable and leaves one ``Hydrated`` fact, and the two must agree.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+
+from tests.faults.test_faults import counts, loop_instances, settle
+from tests.integration.conftest import Proc, Stack
+
+__all__ = ["counts", "freeze", "loop_instances", "report_line", "settle", "thaw"]
+
+
+def report_line(what: str, c: dict[str, int], worst_recovery: float, extra: str = "") -> None:
+    """Print the fault's one line, then hold it to exactly-once."""
+    print(
+        f"\nFAULT {what}: sent={c['sent']} applied={c['applied']} "
+        f"duplicates={c['duplicates']} lost={c['lost']} "
+        f"worst_recovery={worst_recovery:.1f}s{extra}"
+    )
+    assert c["duplicates"] == 0, c
+    assert c["lost"] == 0, c
+    assert c["sent"] == c["applied"], c
+    assert c["facts_disagree"] == 0, c
+
+
+def freeze(proc: Proc) -> None:
+    """SIGSTOP the process group (the Celery main process and its pool children)."""
+    import os
+
+    assert proc.popen is not None
+    os.killpg(proc.popen.pid, signal.SIGSTOP)
+
+
+def thaw(proc: Proc) -> None:
+    import os
+
+    assert proc.popen is not None
+    os.killpg(proc.popen.pid, signal.SIGCONT)
+
+
+def applied_total(stack: Stack, ids: dict[str, str], var: str) -> int:
+    return sum(int(stack.client.instance(iid).variables.get(var, 0)) for iid in ids.values())
+
+
+def wait_applied(
+    stack: Stack, ids: dict[str, str], var: str, at_least: int, timeout: float
+) -> float:
+    """Seconds until ``at_least`` triggers are applied across ``ids``."""
+    t0 = time.monotonic()
+    deadline = t0 + timeout
+    while applied_total(stack, ids, var) < at_least:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{var}: fewer than {at_least} applied after {timeout}s")
+        time.sleep(0.2)
+    return time.monotonic() - t0
