@@ -61,3 +61,35 @@ def wait_applied(
             raise AssertionError(f"{var}: fewer than {at_least} applied after {timeout}s")
         time.sleep(0.2)
     return time.monotonic() - t0
+
+
+def via(url: str, port: int) -> str:
+    """``url`` with its host:port replaced by the proxy's loopback port."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    netloc = parts.netloc.rsplit("@", 1)
+    host = f"127.0.0.1:{port}"
+    return urlunsplit(parts._replace(netloc=f"{netloc[0]}@{host}" if len(netloc) == 2 else host))
+
+
+def worker_with(stack: Stack, **env: str) -> Proc:
+    """A worker whose environment differs from the stack's by ``env`` (the stack's own
+    environment is left as it was, for the Client and the other processes)."""
+    saved = stack.env
+    stack.env = dict(saved, **env)
+    try:
+        return stack.worker()
+    finally:
+        stack.env = saved
+
+
+def revive(stack: Stack, proc: Proc) -> Proc:
+    """Start ``proc`` again, same argv and environment, if it died (a process manager's
+    ``restart: unless-stopped``); returns the live one."""
+    if proc.popen is not None and proc.popen.poll() is None:
+        return proc
+    stack.procs.remove(proc)
+    fresh = Proc(proc.name + "r", proc.argv, proc.env, proc.cwd)
+    stack.procs.append(fresh)
+    return fresh.start()
