@@ -1,0 +1,90 @@
+# mypy: disable-error-code="untyped-decorator,no-untyped-call"
+"""Loaded into the fault tests' workers (``--include``): a job that records every run
+by its idempotency key, and kill points at exact places of the trigger path, chosen by
+the worker's environment (test code only; nothing here is in the product):
+
+``DORMANT_TEST_JOB_LOG`` — a file each run of ``fault-record`` appends its idempotency
+key to (one ``write`` of one short line with ``O_APPEND``: lines never interleave), so a
+test counts job runs per key: a key seen twice is an at-least-once redelivery.
+
+``DORMANT_TEST_KILL_AT`` — SIGKILL this worker's whole process group, once (a marker
+file next to the log says it happened), at:
+
+* ``dispatch-committed``: a trigger's transaction that dispatches a job has committed,
+  and its outbox rows are not yet published;
+* ``job-done``: a job's body finished, its result not yet applied;
+* ``result-applied``: the result is committed, the job's message not yet acknowledged.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from celery import Task
+
+from tasks import jobs, triggers
+from tasks.app import app
+from tasks.jobs import idempotency_key
+
+KILL_AT = os.environ.get("DORMANT_TEST_KILL_AT", "")
+LOG = os.environ.get("DORMANT_TEST_JOB_LOG", "")
+
+
+def _die(point: str) -> None:
+    if KILL_AT != point or not LOG:
+        return
+    marker = Path(LOG + f".killed-{point}")
+    try:
+        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return
+    os.write(fd, str(os.getpid()).encode())
+    os.close(fd)
+    os.killpg(os.getpgid(0), signal.SIGKILL)
+
+
+@app.task(name="fault-record", bind=True)
+def record(self: Task, **_: Any) -> dict[str, Any]:
+    key = idempotency_key(self) or "?"
+    if LOG:
+        fd = os.open(LOG, os.O_CREAT | os.O_APPEND | os.O_WRONLY)
+        os.write(fd, (key + "\n").encode())
+        os.close(fd)
+    _die("job-done")
+    return {"recorded": True}
+
+
+_publish_ids = triggers.publish_ids
+
+
+def _publish_ids_then_maybe_not(ids: Iterable[Any]) -> int:
+    ids = list(ids)
+    if ids:
+        _die("dispatch-committed")
+    return _publish_ids(ids)
+
+
+_report = jobs.report
+
+
+def _report_then_maybe_die(instance_id: str, trigger: Any, trigger_id: str) -> None:
+    _report(instance_id, trigger, trigger_id)
+    _die("result-applied")
+
+
+if KILL_AT:
+    triggers.publish_ids = _publish_ids_then_maybe_not  # type: ignore[assignment]
+    jobs.report = _report_then_maybe_die  # type: ignore[assignment]
+
+
+def runs(log: Path) -> dict[str, int]:
+    """Job runs per idempotency key."""
+    out: dict[str, int] = {}
+    if log.exists():
+        for line in log.read_text().split():
+            out[line] = out.get(line, 0) + 1
+    return out

@@ -1,0 +1,120 @@
+"""Worst-case recovery is bounded by configuration, not by the job timeout.
+
+A worker is SIGKILLed (its whole process group) at an exact point of a job's path, by
+a kill point in tests/faults/fault_jobs.py that the worker's environment arms:
+
+* ``dispatch-committed`` — the trigger that dispatches the job committed, its outbox
+  row is not published (shown: the row's ``published_at`` is still empty after the
+  kill): the sweep publishes it (``DORMANT_OUTBOX_SWEEP_AFTER_SECONDS``, 3 s here);
+* ``job-done`` — the job ran, its result was not applied: the broker hands the
+  unacknowledged job to another worker (``DORMANT_REDIS_VISIBILITY_TIMEOUT``, 6 s here)
+  and it runs again — the one at-least-once re-run, visible by its idempotency key;
+* ``result-applied`` — the result committed, the job message not acknowledged: the
+  same redelivery, a second run, its result dropped as a duplicate.
+
+The job timeout stays at its default (300 s): every idempotency key seen ends in
+attempt 1, so no recovery came from a timeout's re-dispatch. Bounded: 4 instances per
+point, ~15 s per point.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from tests.faults.fault_jobs import runs
+from tests.faults.kit import report_line, worker_with
+from tests.integration.conftest import JOBS_MODULE, Stack, wait_for
+from tests.integration.waitkit import end, engine_of, model, start
+
+pytestmark = [pytest.mark.faults, pytest.mark.integration]
+
+N = 4
+VISIBILITY = "6"
+INCLUDE = JOBS_MODULE + ",tests.faults.fault_jobs"
+
+
+def job_model(key: str) -> str:
+    nodes = (
+        start()
+        + '<bpmn:serviceTask id="job"><bpmn:extensionElements>'
+        + '<zeebe:taskDefinition type="fault-record"/></bpmn:extensionElements>'
+        + "</bpmn:serviceTask>"
+        + end()
+    )
+    return model(key, nodes, [("start", "job"), ("job", "end")])
+
+
+def included_worker(stack: Stack, **env: str) -> object:
+    saved = JOBS_MODULE
+    import tests.integration.conftest as conftest
+
+    conftest.JOBS_MODULE = INCLUDE  # the Stack reads it when it builds the argv
+    try:
+        return worker_with(stack, **env)
+    finally:
+        conftest.JOBS_MODULE = saved
+
+
+def unpublished_dispatches(stack: Stack) -> int:
+    with engine_of(stack).connect() as conn:
+        return int(
+            conn.execute(
+                text("SELECT count(*) FROM outbox WHERE published_at IS NULL")
+            ).scalar_one()
+        )
+
+
+@pytest.mark.parametrize("point", ["dispatch-committed", "job-done", "result-applied"])
+def test_a_worker_killed_inside_a_jobs_path_recovers_within_the_window(
+    fstack: Stack, tmp_path: Path, point: str
+) -> None:
+    s = fstack
+    log = tmp_path / f"jobs-{uuid.uuid4().hex[:6]}.log"
+    s.env.update(DORMANT_REDIS_VISIBILITY_TIMEOUT=VISIBILITY, DORMANT_TEST_JOB_LOG=str(log))
+    s.beat()
+    victim = included_worker(s, DORMANT_TEST_KILL_AT=point)
+    k = f"fw_{uuid.uuid4().hex[:6]}"
+    s.client.deploy(job_model(k))
+    ids = [s.client.start(k, {}) for _ in range(N)]
+    marker = Path(str(log) + f".killed-{point}")
+    wait_for(marker.exists, 60, 0.05, f"the kill at {point}")
+    t_kill = time.monotonic()
+    wait_for(lambda: victim.popen.poll() is not None, 10, 0.05, "the worker dead")  # type: ignore[attr-defined]
+    landed = unpublished_dispatches(s) if point == "dispatch-committed" else -1
+    if point == "dispatch-committed":
+        assert landed >= 1, "the kill did not land between the commit and the publish"
+    included_worker(s)
+    wait_for(
+        lambda: all(s.client.instance(i).status == "completed" for i in ids),
+        90,
+        0.2,
+        "every instance completed",
+    )
+    recovery = time.monotonic() - t_kill
+    time.sleep(3.0)  # a late duplicate would land now
+    per_key = runs(log)
+    assert all(key.endswith(":1") for key in per_key), per_key  # no timeout re-dispatch
+    reruns = sum(n - 1 for n in per_key.values())
+    completed = sum(1 for i in ids if s.client.instance(i).status == "completed")
+    c = {
+        "sent": N,
+        "applied": completed,
+        "duplicates": 0,  # a second result of one attempt is dropped by its trigger id
+        "lost": N - completed,
+        "facts_disagree": 0,
+    }
+    report_line(
+        f"worker SIGKILL at {point}",
+        c,
+        recovery,
+        f" job_runs={sum(per_key.values())} at_least_once_reruns={reruns}"
+        + (f" unpublished_at_kill={landed}" if landed >= 0 else ""),
+    )
+    assert len(per_key) == N, per_key
+    if point != "dispatch-committed":
+        assert reruns >= 1, "the killed attempt was not run again"
