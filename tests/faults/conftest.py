@@ -61,6 +61,21 @@ def restart_postgresql() -> float:
     return time.monotonic() - t0
 
 
+def stop_postgresql_for(down_seconds: float) -> float:
+    """Stop the machine's PostgreSQL, keep it down ``down_seconds``, start it again
+    (always: a failover's stand-in); returns the seconds it was unreachable."""
+    t0 = time.monotonic()
+    try:
+        subprocess.run([*_pg_cluster(), "stop"], check=True, timeout=120, capture_output=True)
+        wait_for(lambda: not _pg_ready(), 30, 0.2, "PostgreSQL down")
+        time.sleep(down_seconds)
+    finally:
+        if not _pg_ready():
+            subprocess.run([*_pg_cluster(), "start"], timeout=120, capture_output=True)
+        wait_for(_pg_ready, 60, 0.2, "PostgreSQL back up")
+    return time.monotonic() - t0
+
+
 REDIS_START = [
     "redis-server",
     "--daemonize",

@@ -88,3 +88,17 @@ def runs(log: Path) -> dict[str, int]:
         for line in log.read_text().split():
             out[line] = out.get(line, 0) + 1
     return out
+
+
+@app.task(name="fault-flaky", bind=True)
+def flaky(self: Task, **_: Any) -> dict[str, Any]:
+    """Fails the first run per instance and wait (an incident, retried by the engine's
+    policy), succeeds afterwards: marker files next to ``DORMANT_TEST_JOB_LOG``."""
+    key = idempotency_key(self) or "?:?:?"
+    instance_wait = key.rsplit(":", 1)[0].replace(":", "_").replace("/", "_")
+    marker = Path(LOG + ".flaky-" + instance_wait)
+    try:
+        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return {"flaky": "ok"}
+    raise RuntimeError("the first run of a flaky job fails")

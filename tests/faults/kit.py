@@ -93,3 +93,16 @@ def revive(stack: Stack, proc: Proc) -> Proc:
     fresh = Proc(proc.name + "r", proc.argv, proc.env, proc.cwd)
     stack.procs.append(fresh)
     return fresh.start()
+
+
+def included_worker(stack: Stack, **env: str) -> Proc:
+    """A worker that also loads tests/faults/fault_jobs.py (the recording job and the
+    kill points), with ``env`` on top of the stack's environment."""
+    import tests.integration.conftest as conftest
+
+    saved = conftest.JOBS_MODULE
+    conftest.JOBS_MODULE = saved + ",tests.faults.fault_jobs"  # read when the argv is built
+    try:
+        return worker_with(stack, **env)
+    finally:
+        conftest.JOBS_MODULE = saved

@@ -27,15 +27,14 @@ import pytest
 from sqlalchemy import text
 
 from tests.faults.fault_jobs import runs
-from tests.faults.kit import report_line, worker_with
-from tests.integration.conftest import JOBS_MODULE, Stack, wait_for
+from tests.faults.kit import included_worker, report_line
+from tests.integration.conftest import Stack, wait_for
 from tests.integration.waitkit import end, engine_of, model, start
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration]
 
 N = 4
 VISIBILITY = "6"
-INCLUDE = JOBS_MODULE + ",tests.faults.fault_jobs"
 
 
 def job_model(key: str) -> str:
@@ -47,17 +46,6 @@ def job_model(key: str) -> str:
         + end()
     )
     return model(key, nodes, [("start", "job"), ("job", "end")])
-
-
-def included_worker(stack: Stack, **env: str) -> object:
-    saved = JOBS_MODULE
-    import tests.integration.conftest as conftest
-
-    conftest.JOBS_MODULE = INCLUDE  # the Stack reads it when it builds the argv
-    try:
-        return worker_with(stack, **env)
-    finally:
-        conftest.JOBS_MODULE = saved
 
 
 def unpublished_dispatches(stack: Stack) -> int:
@@ -84,7 +72,8 @@ def test_a_worker_killed_inside_a_jobs_path_recovers_within_the_window(
     marker = Path(str(log) + f".killed-{point}")
     wait_for(marker.exists, 60, 0.05, f"the kill at {point}")
     t_kill = time.monotonic()
-    wait_for(lambda: victim.popen.poll() is not None, 10, 0.05, "the worker dead")  # type: ignore[attr-defined]
+    assert victim.popen is not None
+    wait_for(lambda: victim.popen.poll() is not None, 10, 0.05, "the worker dead")
     landed = unpublished_dispatches(s) if point == "dispatch-committed" else -1
     if point == "dispatch-committed":
         assert landed >= 1, "the kill did not land between the commit and the publish"
