@@ -92,11 +92,11 @@ def runs(log: Path) -> dict[str, int]:
 
 @app.task(name="fault-flaky", bind=True)
 def flaky(self: Task, **_: Any) -> dict[str, Any]:
-    """Fails the first run per instance and wait (an incident, retried by the engine's
-    policy), succeeds afterwards: marker files next to ``DORMANT_TEST_JOB_LOG``."""
+    """Fails the first run per instance (an incident, retried by the engine's policy as
+    a new wait), succeeds afterwards: marker files next to ``DORMANT_TEST_JOB_LOG``."""
     key = idempotency_key(self) or "?:?:?"
-    instance_wait = key.rsplit(":", 1)[0].replace(":", "_").replace("/", "_")
-    marker = Path(LOG + ".flaky-" + instance_wait)
+    instance = key.split(":", 1)[0].replace("/", "_")
+    marker = Path(LOG + ".flaky-" + instance)
     try:
         os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
     except FileExistsError:
