@@ -115,6 +115,13 @@ def _conf(s: Settings) -> dict[str, Any]:
         "task_reject_on_worker_lost": True,
         "worker_prefetch_multiplier": 1,
         "broker_transport_options": _transport_options(s.broker_url, s.redis_visibility_timeout),
+        # Redis: dormant's exchanges known to each channel before kombu's restore of a
+        # dead worker's messages (tasks/redis_transport.py says why).
+        "broker_transport": (
+            "tasks.redis_transport:Transport"
+            if s.broker_url.startswith("redis://")
+            else None
+        ),
         "task_queues": (QUEUE,),
         "task_default_queue": QUEUE.name,
         "task_default_exchange": EXCHANGE.name,
