@@ -92,7 +92,7 @@ def revive(stack: Stack, proc: Proc) -> Proc:
     stack.procs.remove(proc)
     fresh = Proc(proc.name + "r", proc.argv, proc.env, proc.cwd)
     stack.procs.append(fresh)
-    return fresh.start()
+    return fresh.start(ready="beat: Starting" if proc.name.startswith("beat") else "ready.")
 
 
 def included_worker(stack: Stack, **env: str) -> Proc:
