@@ -23,6 +23,7 @@ from engine_core.expressions import (
     json_value,
     non_empty_string,
 )
+from engine_core.job_types import reserved_job_type
 from engine_core.model import EventKind, Node, NodeKind
 from engine_core.runtime import ROOT_SCOPE
 from engine_core.throwing import throw_error, throw_escalation
@@ -225,6 +226,9 @@ def _boundary_event(rt: Runtime, token: Token, node: Node) -> None:
 def _job(rt: Runtime, token: Token, node: Node) -> None:
     context = rt.token_vars(token)
     job_type = non_empty_string(node.job_type or "", context, node.id, rt.now, "job type")
+    reserved = reserved_job_type(job_type)
+    if reserved is not None:  # a FEEL job type: the deploy-time check cannot see it
+        raise TechnicalFailure(f"{node.label}: {reserved}")
     retries_raw = node.job_retries
     retries = rt.services.default_job_retries
     if retries_raw is not None:
