@@ -255,7 +255,7 @@ def _ensure_database() -> None:
 @cli.command()
 @click.option("--include", "includes", multiple=True, help="a module with your job tasks")
 @click.option("--concurrency", type=int, default=None)
-@click.option("--queues", default=None, help="comma-separated queues (default: dormant)")
+@click.option("--queues", default=None, help="comma-separated queues (default: dormant,celery)")
 @click.option("--loglevel", default="INFO", hidden=True)
 @click.option("--pool", default=None, hidden=True)
 def worker(
@@ -267,13 +267,13 @@ def worker(
 ) -> None:
     """Run a worker: trigger tasks and the jobs of --include modules."""
     _ensure_database()
-    from tasks.app import app
+    from tasks.app import WORKER_QUEUES, app
 
     argv = [
         "worker",
         f"--loglevel={loglevel}",
         "-Q",
-        queues or "dormant",
+        queues or WORKER_QUEUES,
         "--without-mingle",
         "--without-gossip",
     ]
@@ -303,14 +303,14 @@ def beat(loglevel: str) -> None:
 def dev(includes: tuple[str, ...], concurrency: int, loglevel: str) -> None:
     """Worker and beat in one process (embedded SQLite + broker unless URLs are set)."""
     _ensure_database()
-    from tasks.app import app
+    from tasks.app import WORKER_QUEUES, app
 
     schedule = tempfile.mkdtemp(prefix="dormant-beat-") + "/schedule"
     argv = [
         "worker",
         f"--loglevel={loglevel}",
         "-Q",
-        "dormant",
+        WORKER_QUEUES,
         "--pool=threads",
         f"--concurrency={concurrency}",
         "--beat",

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from tests.integration.conftest import JOBS_MODULE, Proc, Stack, _urls
+from tests.integration.waitkit import end, esc, model, start
 
-__all__ = ["SECURITY_JOBS", "sec_stack", "start_worker"]
+__all__ = ["SECURITY_JOBS", "job_model", "sec_stack", "start_worker"]
 
 SECURITY_JOBS = f"{JOBS_MODULE},tests.security.security_jobs"
 
@@ -46,3 +47,24 @@ def sec_stack(
             yield s
         finally:
             s.close()
+
+
+def job_model(
+    key: str, job_type: str, *, headers: dict[str, str] | None = None, retries: int = 2
+) -> str:
+    """start → service task ``job`` (``job_type``, ``retries``, task headers) → end."""
+    header_xml = ""
+    if headers:
+        header_xml = (
+            "<zeebe:taskHeaders>"
+            + "".join(
+                f'<zeebe:header key="{esc(k)}" value="{esc(v)}"/>' for k, v in headers.items()
+            )
+            + "</zeebe:taskHeaders>"
+        )
+    job = (
+        f'<bpmn:serviceTask id="job"><bpmn:extensionElements><zeebe:taskDefinition '
+        f'type="{esc(job_type)}" retries="{retries}"/>{header_xml}</bpmn:extensionElements>'
+        "</bpmn:serviceTask>"
+    )
+    return model(key, start() + job + end(), [("start", "job"), ("job", "end")])

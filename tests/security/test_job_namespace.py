@@ -24,8 +24,8 @@ from engine_core.job_types import reserved_job_type
 from engine_core.triggers import Start
 from tests.core.enginekit import Run
 from tests.integration.conftest import Stack, wait_for
-from tests.integration.waitkit import end, esc, model, start, user_task
-from tests.security.shellkit import sec_stack
+from tests.integration.waitkit import end, model, start, user_task
+from tests.security.shellkit import job_model, sec_stack
 
 __all__ = ["sec_stack"]
 
@@ -38,24 +38,6 @@ RESERVED = [
     " Dormant.Cancel ",
     "celery",
 ]
-
-
-def job_model(key: str, job_type: str, *, headers: dict[str, str] | None = None) -> str:
-    header_xml = ""
-    if headers:
-        header_xml = (
-            "<zeebe:taskHeaders>"
-            + "".join(
-                f'<zeebe:header key="{esc(k)}" value="{esc(v)}"/>' for k, v in headers.items()
-            )
-            + "</zeebe:taskHeaders>"
-        )
-    job = (
-        f'<bpmn:serviceTask id="job"><bpmn:extensionElements><zeebe:taskDefinition '
-        f'type="{esc(job_type)}" retries="2"/>{header_xml}</bpmn:extensionElements>'
-        "</bpmn:serviceTask>"
-    )
-    return model(key, start() + job + end(), [("start", "job"), ("job", "end")])
 
 
 VICTIM = model("victim", start() + user_task("wait") + end(), [("start", "wait"), ("wait", "end")])
