@@ -122,6 +122,9 @@ def _conf(s: Settings) -> dict[str, Any]:
         "task_acks_late": True,
         "task_reject_on_worker_lost": True,
         "worker_prefetch_multiplier": 1,
+        # SIGTERM is a cold shutdown with this grace (the CLI sets REMAP_SIGTERM): a
+        # warm one waits for running tasks without any bound.
+        "worker_soft_shutdown_timeout": s.worker_shutdown_timeout_seconds,
         "broker_transport_options": _transport_options(s.broker_url),
         "task_queues": (QUEUE, PLAIN_QUEUE),
         "task_default_queue": QUEUE.name,
@@ -222,6 +225,25 @@ def _check_or_exit(**_: Any) -> None:
 
 
 worker_init.connect(_check_or_exit, weak=False)
+
+
+def _bound_trigger_tasks(**_: Any) -> None:
+    """Give every engine task (``dormant.*``) the trigger time limits.
+
+    Per task, not ``task_time_limit``: a user's job may rightly run for an hour. Set at
+    ``worker_init``, after every module is imported and ``configure`` has run, and
+    before the consumer builds its per-task request classes (which copy the limits).
+    Celery enforces them in the prefork pool only (``dormant worker``); the soft one
+    raises ``SoftTimeLimitExceeded`` inside the task, which the trigger tasks keep as a
+    failed trigger, the hard one kills the pool process (the trigger is redelivered).
+    """
+    for name, task in app.tasks.items():
+        if name.startswith("dormant."):
+            task.soft_time_limit = settings.trigger_soft_time_limit_seconds
+            task.time_limit = settings.trigger_time_limit_seconds
+
+
+worker_init.connect(_bound_trigger_tasks, weak=False)
 beat_init.connect(_check_or_exit, weak=False)
 
 

@@ -9,6 +9,7 @@ and the plain string otherwise (``--var name=Ada``).
 from __future__ import annotations
 
 import json
+import os
 import sys
 import tempfile
 from typing import Any
@@ -252,6 +253,19 @@ def _ensure_database() -> None:
     ensure_database()
 
 
+def _stop_promptly_on_sigterm() -> None:
+    """Make SIGTERM a cold shutdown with a grace period (``REMAP_SIGTERM=SIGQUIT``).
+
+    Celery's SIGTERM is a warm shutdown that waits for running tasks with no bound: a
+    trigger stuck on a lock kept ``dormant worker`` and ``dormant dev`` alive until a
+    SIGKILL. Cold, the worker waits ``DORMANT_WORKER_SHUTDOWN_TIMEOUT_SECONDS``
+    (``worker_soft_shutdown_timeout``), then stops what still runs without acknowledging
+    it (acks late), so the broker delivers it again. billiard reads the variable when
+    it is first imported, so this runs before anything imports Celery's worker.
+    """
+    os.environ.setdefault("REMAP_SIGTERM", "SIGQUIT")
+
+
 @cli.command()
 @click.option("--include", "includes", multiple=True, help="a module with your job tasks")
 @click.option("--concurrency", type=int, default=None)
@@ -266,6 +280,7 @@ def worker(
     pool: str | None,
 ) -> None:
     """Run a worker: trigger tasks and the jobs of --include modules."""
+    _stop_promptly_on_sigterm()
     _ensure_database()
     from tasks.app import WORKER_QUEUES, app
 
@@ -302,6 +317,7 @@ def beat(loglevel: str) -> None:
 @click.option("--loglevel", default="INFO", hidden=True)
 def dev(includes: tuple[str, ...], concurrency: int, loglevel: str) -> None:
     """Worker and beat in one process (embedded SQLite + broker unless URLs are set)."""
+    _stop_promptly_on_sigterm()
     _ensure_database()
     from tasks.app import WORKER_QUEUES, app
 
@@ -311,7 +327,9 @@ def dev(includes: tuple[str, ...], concurrency: int, loglevel: str) -> None:
         f"--loglevel={loglevel}",
         "-Q",
         WORKER_QUEUES,
-        "--pool=threads",
+        # prefork, not threads: Celery enforces the trigger time limits and stops a
+        # running task at shutdown only in pool processes (a thread cannot be stopped).
+        "--pool=prefork",
         f"--concurrency={concurrency}",
         "--beat",
         f"--schedule={schedule}",
