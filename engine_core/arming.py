@@ -2,22 +2,22 @@
 
 Everything a wait needs to be woken is computed here, once: the ABSOLUTE due time of
 a timer, the evaluated message name and correlation key. Re-arming never happens:
-a wait stays as recorded until it fires or is withdrawn.
+a wait stays as recorded until it fires or is withdrawn (a cycle's next repetition
+is the one update, ``keep_or_withdraw``). Which waits an element arms is its concept's
+module: ``boundaries.py``, ``event_subs.py``, the node handlers.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from engine_core.checkpoint import Scope, Token, Wait, WaitKind, WaitRole
+from engine_core.checkpoint import Wait, WaitKind, WaitRole
 from engine_core.expressions import correlation_key, non_empty_string
-from engine_core.model import EventDefinition, EventKind, Node, NodeKind
-from engine_core.timers import arm_timer
+from engine_core.model import EventDefinition, EventKind, Node
+from engine_core.runtime import Runtime
+from engine_core.timers import arm_timer, next_cycle_due
 
-if TYPE_CHECKING:
-    from engine_core.runtime import Runtime
-
-__all__ = ["WAITABLE", "arm_boundaries", "arm_event", "arm_event_sub_processes"]
+__all__ = ["WAITABLE", "arm_event", "keep_or_withdraw"]
 
 WAITABLE = frozenset({EventKind.TIMER, EventKind.MESSAGE, EventKind.SIGNAL})
 
@@ -72,41 +72,25 @@ def arm_event(
     raise ValueError(f"event kind {definition.kind} is not a wait")
 
 
-def arm_boundaries(rt: Runtime, token: Token, activity: Node) -> None:
-    """Boundaries are waits of their host token (SRD-071 §4.8), keyed by node + index."""
-    variables = rt.token_vars(token)
-    for boundary_id in activity.boundaries:
-        boundary = rt.node(boundary_id)
-        for index, definition in enumerate(boundary.events):
-            if definition.kind in WAITABLE:
-                arm_event(
-                    rt,
-                    boundary,
-                    definition,
-                    WaitRole.BOUNDARY,
-                    variables,
-                    def_index=index,
-                    token_id=token.id,
-                    interrupting=boundary.cancel_activity,
-                )
-
-
-def arm_event_sub_processes(rt: Runtime, scope: Scope) -> None:
-    """A scope that starts arms the starts of the event sub-processes inside it."""
-    variables = rt.visible(scope.id)
-    for esp in rt.defn.event_sub_processes(scope.node_id):
-        for start in rt.defn.nodes_in(esp.id):
-            if start.kind is not NodeKind.START_EVENT:
-                continue
-            for index, definition in enumerate(start.events):
-                if definition.kind in WAITABLE:
-                    arm_event(
-                        rt,
-                        start,
-                        definition,
-                        WaitRole.EVENT_SUB,
-                        variables,
-                        def_index=index,
-                        scope_id=scope.id,
-                        interrupting=start.is_interrupting,
-                    )
+def keep_or_withdraw(rt: Runtime, wait: Wait) -> None:
+    """After a non-interrupting fire: a cycle arms its next repetition, a message or
+    signal stays subscribed, a one-shot timer is done."""
+    if wait.kind is WaitKind.TIMER:
+        if wait.cycle_interval_seconds is not None and (
+            wait.cycle_remaining is None or wait.cycle_remaining > 0
+        ):
+            assert wait.due_at is not None
+            node = rt.node(wait.node_id)
+            spec = node.events[wait.def_index].timer if wait.def_index < len(node.events) else None
+            wait.due_at = next_cycle_due(
+                wait.due_at,
+                wait.cycle_interval_seconds,
+                rt.now,
+                spec=spec,  # a cron cycle follows its own calendar
+                variables=rt.visible(wait.scope_id),
+                element_id=node.id,
+            )
+            if wait.cycle_remaining is not None:
+                wait.cycle_remaining -= 1
+            return
+        rt.withdraw(wait)

@@ -28,8 +28,10 @@ from engine_core.errors import CheckpointTooNew, CorruptCheckpoint
 
 __all__ = [
     "CURRENT_SCHEMA",
+    "ROOT_SCOPE",
     "Checkpoint",
     "CompensationEntry",
+    "HeldTrigger",
     "Incident",
     "IncidentState",
     "InstanceStatus",
@@ -45,6 +47,10 @@ __all__ = [
 ]
 
 CURRENT_SCHEMA = 1
+
+# The id of the process scope, the first scope of every instance: the core opens it at
+# the start and the views read the process variables from it.
+ROOT_SCOPE = "s0"
 
 
 class InstanceStatus(StrEnum):
@@ -230,6 +236,13 @@ class ParentLink(_Doc):
     root_instance_id: str
 
 
+class HeldTrigger(_Doc):
+    """A trigger that arrived while the instance was suspended, kept to apply on resume."""
+
+    at: datetime
+    trigger: dict[str, Any]
+
+
 class Checkpoint(_Doc):
     schema_version: int = Field(default=CURRENT_SCHEMA, alias="schema")
     instance_id: str
@@ -253,6 +266,9 @@ class Checkpoint(_Doc):
     parent: ParentLink | None = None
     # Why the instance failed (an invariant broke, an error end event reached the root).
     failure: str | None = None
+    # Suspended by an operator: later triggers are held here, in arrival order.
+    suspended: bool = False
+    held: list[HeldTrigger] = Field(default_factory=list)
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 

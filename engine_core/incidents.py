@@ -10,22 +10,25 @@ is a wait with a deadline, so it survives any restart (SRD-079).
 * A repeated failure at the same node after a retry updates the same incident.
 * Inside a child instance (call activity) nothing is raised locally: the child fails
   and the caller's call-activity node raises the incident (SRD-079 FR-2).
+* An incident closes with its token: resolved when the token moves on, overtaken
+  when it is withdrawn (``Runtime.close_incidents``, called wherever a token goes).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import Any
 
 from engine_core.checkpoint import Incident, IncidentState, Token, TokenState, WaitKind, WaitRole
 from engine_core.errors import InvalidOperation, UnknownIncident
 from engine_core.expressions import TechnicalFailure
 from engine_core.model import Node
+from engine_core.moving import fail_instance, leave_activity, leave_without_running
+from engine_core.runtime import Runtime
+from engine_core.transitions import move_incident, move_token
 
-if TYPE_CHECKING:
-    from engine_core.runtime import Runtime
-
-__all__ = ["drop", "raise_incident", "resolve", "retry"]
+__all__ = ["drop", "leave_or_raise", "raise_incident", "resolve", "retry"]
 
 
 def raise_incident(
@@ -44,10 +47,10 @@ def raise_incident(
     withdrawn unarmed, nodes.enter): the retry must arm them then, and only then.
     """
     if rt.cp.parent is not None:
-        rt.fail_instance(f"{node.label}: {cause}")
+        fail_instance(rt, f"{node.label}: {cause}")
         return
     rt.withdraw_token_waits(token.id, keep_boundaries=True)
-    token.state = TokenState.INCIDENT
+    move_token(token, TokenState.INCIDENT)
     snapshot = rt.token_vars(token)
     incident = next(
         (
@@ -81,7 +84,7 @@ def raise_incident(
         incident.cause_class = cause_class
         incident.data = snapshot
         incident.lineage = list(token.lineage)  # the retried token's: ends with the failed one
-        incident.state = IncidentState.OPEN
+        move_incident(incident, IncidentState.OPEN)
         incident.boundaries_armed = activated
     rt.fact(
         "Incident",
@@ -93,7 +96,7 @@ def raise_incident(
     )
     policy = node.retry_policy or rt.services.incident_retry_policy
     if policy is not None and incident.attempts <= policy.attempts:
-        incident.state = IncidentState.RETRY_SCHEDULED
+        move_incident(incident, IncidentState.RETRY_SCHEDULED)
         incident.retry_at = rt.now + timedelta(seconds=policy.backoff_seconds)
         rt.add_wait(
             WaitKind.RETRY,
@@ -110,6 +113,17 @@ def raise_incident(
             node=node.id,
             cause_class=cause_class,
         )
+
+
+def leave_or_raise(rt: Runtime, token: Token, variables: Mapping[str, Any]) -> None:
+    """A woken token leaves its node; a failure while leaving (an output mapping, an
+    outgoing condition) is an incident at that node, not a lost trigger."""
+    move_token(token, TokenState.ACTIVE)
+    node = rt.node(token.node_id)
+    try:
+        leave_activity(rt, token, variables)
+    except TechnicalFailure as failure:
+        raise_incident(rt, token, node, str(failure), failure.cause_class)
 
 
 def _open_incident(rt: Runtime, incident_id: str) -> tuple[Incident, Token]:
@@ -150,7 +164,7 @@ def retry(rt: Runtime, incident_id: str) -> str:
     """
     incident, failed = _open_incident(rt, incident_id)
     _withdraw_retry(rt, incident)
-    incident.state = IncidentState.OPEN
+    move_incident(incident, IncidentState.OPEN)
     rt.fact(
         "Incident",
         action="retried",
@@ -173,22 +187,21 @@ def retry(rt: Runtime, incident_id: str) -> str:
         if scope.token_id == failed.id:
             scope.token_id = fresh.id
     incident.token_id = fresh.id
+    move_token(failed, TokenState.WITHDRAWN)  # replaced by the fresh token
     rt.cp.tokens.pop(failed.id, None)
     if incident.boundaries_armed:
         # Armed before the failure (a job that failed): they stay as they are, still
         # armed or already fired (a one-shot timer leaves no wait to tell by). An
-        # activation failure armed none (nodes._unarm_boundaries): the retry arms them.
+        # activation failure armed none (boundaries.unarm): the retry arms them.
         rt.keep_boundaries.add(fresh.id)
     return fresh.id
 
 
 def resolve(rt: Runtime, incident_id: str) -> str:
     """Continue on the node's outgoing flows without running the node again."""
-    from engine_core.leaving import leave_without_running
-
     incident, token = _open_incident(rt, incident_id)
     _withdraw_retry(rt, incident)
-    token.state = TokenState.ACTIVE
+    move_token(token, TokenState.ACTIVE)
     try:
         leave_without_running(rt, token)  # closes the incident as resolved
     except TechnicalFailure as failure:
@@ -206,7 +219,7 @@ def drop(rt: Runtime, incident_id: str) -> str:
     incident, token = _open_incident(rt, incident_id)
     _withdraw_retry(rt, incident)
     rt.withdraw_token_waits(token.id)
-    incident.state = IncidentState.DEAD_LETTERED
+    move_incident(incident, IncidentState.DEAD_LETTERED)
     rt.fact(
         "Incident",
         action="dead-lettered",

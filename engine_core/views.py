@@ -10,12 +10,13 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
-from engine_core.checkpoint import Checkpoint, IncidentState, TokenState, WaitKind
+from engine_core.checkpoint import ROOT_SCOPE, Checkpoint, IncidentState, TokenState, WaitKind
 
 __all__ = [
     "FactView",
     "IncidentView",
     "InstanceView",
+    "ScopeView",
     "TokenView",
     "UserTaskView",
     "WaitView",
@@ -65,6 +66,25 @@ class WaitView:
     message_name: str | None = None
     correlation_key: str | None = None
     signal_name: str | None = None
+    # What a person reading `instances show` needs to know about the wait.
+    role: str = "node"
+    job_type: str | None = None
+    attempt: int = 1
+    job_running: bool = False
+    task_name: str | None = None
+    child_instance_id: str | None = None
+    incident_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ScopeView:
+    """A variable scope: what ``set-variables --scope`` names (its id or its node)."""
+
+    id: str
+    node_id: str | None
+    parent_id: str | None
+    loop_index: int | None
+    variable_names: list[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +103,10 @@ class InstanceView:
     updated_at: datetime
     ended_at: datetime | None
     parent_instance_id: str | None = None
+    # Suspended by an operator; ``held``: the triggers kept for its resume.
+    suspended: bool = False
+    held: int = 0
+    scopes: list[ScopeView] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,10 +189,17 @@ def instance_view(checkpoint: Checkpoint) -> InstanceView:
             message_name=w.message_name,
             correlation_key=w.correlation_key,
             signal_name=w.signal_name,
+            role=w.role.value,
+            job_type=w.job_type,
+            attempt=w.attempt,
+            job_running=w.job_running,
+            task_name=w.task_name,
+            child_instance_id=w.child_instance_id,
+            incident_id=w.incident_id,
         )
         for w in checkpoint.waits.values()
     ]
-    root = checkpoint.scopes.get("s0")
+    root = checkpoint.scopes.get(ROOT_SCOPE)
     return InstanceView(
         id=checkpoint.instance_id,
         key=checkpoint.process_key,
@@ -184,6 +215,12 @@ def instance_view(checkpoint: Checkpoint) -> InstanceView:
         updated_at=checkpoint.updated_at,
         ended_at=checkpoint.ended_at,
         parent_instance_id=checkpoint.parent.instance_id if checkpoint.parent else None,
+        suspended=checkpoint.suspended,
+        held=len(checkpoint.held),
+        scopes=[
+            ScopeView(s.id, s.node_id, s.parent_id, s.loop_index, sorted(s.variables))
+            for s in checkpoint.scopes.values()
+        ],
     )
 
 

@@ -8,16 +8,36 @@ value, never discovered later as a confusing failure deep in a transaction.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveFloat,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from engine_core.errors import InvalidSetting
 from engine_core.model import RetryPolicy
+from engine_core.services import JobTypeSettings
 
 __all__ = ["ENV_VARS", "Settings", "normalise_database_url"]
+
+
+class JobTypeSetting(BaseModel):
+    """One job type's own timeout and retry backoff (``DORMANT_JOB_TYPES``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    timeout_seconds: PositiveFloat | None = None
+    retry_backoff_seconds: PositiveFloat | None = None
+
 
 # field name -> environment variable
 ENV_VARS: dict[str, str] = {
@@ -36,6 +56,8 @@ ENV_VARS: dict[str, str] = {
     "db_statement_timeout_seconds": "DORMANT_DB_STATEMENT_TIMEOUT_SECONDS",
     "db_idle_in_transaction_timeout_seconds": "DORMANT_DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS",
     "worker_shutdown_timeout_seconds": "DORMANT_WORKER_SHUTDOWN_TIMEOUT_SECONDS",
+    "batch_claim_seconds": "DORMANT_BATCH_CLAIM_SECONDS",
+    "job_types": "DORMANT_JOB_TYPES",
 }
 
 
@@ -91,6 +113,12 @@ class Settings(BaseModel):
     # After SIGTERM a worker lets running triggers finish this long, then stops them
     # (unacknowledged, so they are delivered again) and exits.
     worker_shutdown_timeout_seconds: float = 10.0
+    # How long a bulk batch belongs to its runner without a renewal; after that the
+    # sweep hands it to another worker (its runner died).
+    batch_claim_seconds: float = 30.0
+    # Per job type: {"charge-card": {"timeout_seconds": 600, "retry_backoff_seconds": 5}}
+    # (JSON in the environment); a type not named uses the two settings above.
+    job_types: dict[str, JobTypeSetting] = Field(default_factory=dict)
 
     @field_validator("database_url", "broker_url")
     @classmethod
@@ -117,12 +145,31 @@ class Settings(BaseModel):
         "db_statement_timeout_seconds",
         "db_idle_in_transaction_timeout_seconds",
         "worker_shutdown_timeout_seconds",
+        "batch_claim_seconds",
     )
     @classmethod
     def _positive(cls, value: float | None) -> float | None:
         if value is not None and not value > 0:
             raise ValueError("must be a positive number of seconds")
         return value
+
+    @field_validator("job_types", mode="before")
+    @classmethod
+    def _job_types_json(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                return json.loads(value)
+            except ValueError as exc:
+                raise ValueError(f"must be a JSON object of job types: {exc}") from exc
+        return value
+
+    @property
+    def job_type_settings(self) -> dict[str, JobTypeSettings]:
+        """The per-job-type settings as the core takes them (``Services.job_types``)."""
+        return {
+            name: JobTypeSettings(s.timeout_seconds, s.retry_backoff_seconds)
+            for name, s in self.job_types.items()
+        }
 
     @field_validator("incident_retry_attempts")
     @classmethod

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -28,10 +29,11 @@ from sqlalchemy.exc import IntegrityError
 
 from engine_core import engine as core
 from engine_core.checkpoint import Checkpoint, decode, encode
-from engine_core.effects import Fact, Step
+from engine_core.effects import Fact, Step, encode_effect
 from engine_core.errors import InvalidOperation, InvalidVariables, UnknownInstance
 from engine_core.model import ProcessDefinition
-from engine_core.triggers import Start, Trigger
+from engine_core.operations import projected_waits
+from engine_core.triggers import MigrateInstance, Start, Trigger
 from persistence import migrate
 from persistence.db import READ, make_engine
 from persistence.decisions import DecisionCache
@@ -44,6 +46,7 @@ from persistence.settings import Settings
 from persistence.tables import facts, instances, outbox, processed_triggers
 
 __all__ = [
+    "LOCK_WAIT_OBSERVERS",
     "Applied",
     "Deployment",
     "OutboxRow",
@@ -53,6 +56,10 @@ __all__ = [
 ]
 
 log = logging.getLogger("dormant.store")
+
+# Called with the seconds each trigger waited for its instance's row lock. The shell
+# registers its metrics here (tasks/metrics.py): persistence must not import it.
+LOCK_WAIT_OBSERVERS: list[Callable[[float], None]] = []
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +75,13 @@ class Applied:
     facts: list[Fact] = field(default_factory=list)
     # The caller's precondition failed under the lock: nothing was applied.
     skipped: bool = False
+    # The process key, for metrics and trace attributes (bounded, unlike the id).
+    key: str | None = None
+
+    def summary(self) -> str:
+        extra = " duplicate" if self.duplicate else ""
+        extra += " stale" if not self.changed and not extra else ""
+        return f"instance={self.instance_id} revision={self.revision}{extra}"
 
 
 class StartKeyTaken(InvalidOperation):
@@ -110,11 +124,6 @@ def log_raised_incidents(applied: Applied) -> None:
             )
 
 
-def _effect_payload(effect: object) -> dict[str, Any]:
-    data: dict[str, Any] = dataclasses.asdict(effect)  # type: ignore[call-overload]
-    return json.loads(json.dumps(data, default=str))  # type: ignore[no-any-return]
-
-
 class Store(Deployments, OutboxQueue, Queries):
     """One database, one SQLAlchemy Engine, the one transaction."""
 
@@ -143,6 +152,7 @@ class Store(Deployments, OutboxQueue, Queries):
             job_retry_backoff_seconds=settings.job_retry_backoff_seconds,
             job_timeout_seconds=settings.job_timeout_seconds,
             incident_retry_policy=settings.incident_retry_policy,
+            job_types=settings.job_type_settings,
         )
         self._decisions = DecisionCache(self.services)
         self._definitions: dict[tuple[str, int], ProcessDefinition] = {}
@@ -316,7 +326,9 @@ class Store(Deployments, OutboxQueue, Queries):
         with self._tx() as conn:
             row = self._lock(conn, instance_id)
             if precondition is not None and not precondition(conn):
-                return Applied(instance_id, int(row.revision), row.status, False, skipped=True)
+                return Applied(
+                    instance_id, int(row.revision), row.status, False, skipped=True, key=row.key
+                )
             if (
                 trigger_id is not None
                 and conn.execute(
@@ -326,15 +338,25 @@ class Store(Deployments, OutboxQueue, Queries):
                     )
                 ).first()
             ):
-                return Applied(instance_id, int(row.revision), row.status, False, duplicate=True)
+                return Applied(
+                    instance_id, int(row.revision), row.status, False, duplicate=True, key=row.key
+                )
             old = decode(row.checkpoint)
             definition, _ = self.definition(row.key, row.version, conn=conn)
             services = self._decisions.services(conn, definition)
+            if isinstance(trigger, MigrateInstance):
+                target, _ = self.definition(row.key, trigger.version, conn=conn)
+                services = dataclasses.replace(services, migration_target=target)
             step = core.apply(definition, old, trigger, now=now, services=services)
             if not step.changed:
                 self._insert_facts(conn, instance_id, old.revision, step.facts, now)
                 return Applied(
-                    instance_id, old.revision, old.status.value, False, facts=list(step.facts)
+                    instance_id,
+                    old.revision,
+                    old.status.value,
+                    False,
+                    facts=list(step.facts),
+                    key=row.key,
                 )
             cp = step.checkpoint
             conn.execute(
@@ -344,6 +366,7 @@ class Store(Deployments, OutboxQueue, Queries):
                     checkpoint=encode(cp),
                     status=cp.status.value,
                     revision=cp.revision,
+                    version=cp.version,  # a migration moves the instance's pin
                     updated_at=now,
                 )
             )
@@ -360,7 +383,10 @@ class Store(Deployments, OutboxQueue, Queries):
             instances.c.revision,
             instances.c.checkpoint,
         ).where(instances.c.id == instance_id)
+        began = time.perf_counter()
         row = conn.execute(q.with_for_update()).first()
+        for observe in LOCK_WAIT_OBSERVERS:
+            observe(time.perf_counter() - began)
         if row is None:
             raise UnknownInstance(f"no instance has id {instance_id!r}")
         return row  # type: ignore[return-value]
@@ -376,27 +402,27 @@ class Store(Deployments, OutboxQueue, Queries):
     ) -> Applied:
         """Everything the new checkpoint implies, in the caller's transaction."""
         cp = step.checkpoint
-        buffered = sync_holds(conn, instance_id, old.waits, cp.waits, now)
+        buffered = sync_holds(conn, instance_id, projected_waits(old), projected_waits(cp), now)
         sync_incidents(conn, old, cp)
         self._insert_facts(conn, instance_id, cp.revision, step.facts, now)
         # Each effect's trigger id names its origin (instance, revision, index), never
         # the row id: SQLite reuses the id of a deleted row, so a CancelChild published
         # as "outbox:7" after the StartChild "outbox:7" was deleted would be dropped by
         # the child as a duplicate of its own start.
+        rows = [encode_effect(e) for e in step.effects]
         outbox_ids = [
             int(
                 conn.execute(
                     insert(outbox)
                     .values(
-                        kind=type(e).__name__,
-                        payload=_effect_payload(e)
-                        | {"trigger_id": f"{instance_id}@{cp.revision}.{i}"},
+                        kind=kind,
+                        payload=payload | {"trigger_id": f"{instance_id}@{cp.revision}.{i}"},
                         created_at=now,
                     )
                     .returning(outbox.c.id)
                 ).scalar_one()
             )
-            for i, e in enumerate(step.effects)
+            for i, (kind, payload) in enumerate(rows)
         ]
         outbox_ids += [b.outbox_id for b in buffered]
         if trigger_id is not None:
@@ -406,7 +432,14 @@ class Store(Deployments, OutboxQueue, Queries):
                 )
             )
         return Applied(
-            instance_id, cp.revision, cp.status.value, True, False, outbox_ids, list(step.facts)
+            instance_id,
+            cp.revision,
+            cp.status.value,
+            True,
+            False,
+            outbox_ids,
+            list(step.facts),
+            key=cp.process_key,
         )
 
     def _insert_facts(

@@ -47,6 +47,8 @@ from celery.signals import beat_init, worker_init, worker_process_init
 from kombu.entity import Exchange, Queue, binding
 
 from persistence.settings import Settings
+from persistence.store import Store
+from tasks.tracing import publish_headers
 
 __all__ = [
     "BINDING_KEYS",
@@ -87,6 +89,8 @@ REDIS_VISIBILITY_TIMEOUT = 60
 # How often beat scans the deadline table, and sweeps the outbox and inbox.
 SCAN_DEADLINES_EVERY = 1.0
 RELAY_OUTBOX_EVERY = 3.0
+# How often beat looks for a bulk batch that nobody runs (never started, worker died).
+BATCH_SWEEP_EVERY = 5.0
 
 
 def _transport_options(broker_url: str) -> dict[str, Any]:
@@ -151,15 +155,24 @@ def _conf(s: Settings) -> dict[str, Any]:
                     "routing_key": "trigger.relay_outbox",
                 },
             },
+            "dormant.batches.sweep": {
+                "task": "dormant.batches.sweep",
+                "schedule": BATCH_SWEEP_EVERY,
+                "options": {
+                    "queue": "dormant",
+                    "exchange": "dormant",
+                    "routing_key": "trigger.batches_sweep",
+                },
+            },
         },
     }
 
 
 settings: Settings = Settings.from_env()
-app = Celery("dormant", include=["tasks.triggers", "tasks.jobs"])
+app = Celery("dormant", include=["tasks.triggers", "tasks.jobs", "tasks.operations"])
 app.conf.update(_conf(settings))
 
-_store: Any = None
+_store: Store | None = None
 _store_lock = threading.Lock()
 
 
@@ -181,14 +194,12 @@ def configure(new: Settings) -> None:
         _store = None
 
 
-def store() -> Any:
+def store() -> Store:
     """This process's Store, opened on first use (never before a fork: see below)."""
     global _store
     if _store is None:
         with _store_lock:
             if _store is None:
-                from persistence.store import Store
-
                 _store = Store(settings=settings)
     return _store
 
@@ -298,15 +309,16 @@ def publish(
     """
     assert "." in routing_key, f"routing key {routing_key!r} must be dotted"
     target = QUEUE if queue is None else queue
-    app.send_task(
-        task_name,
-        kwargs=kwargs,
-        queue=target,
-        routing_key=routing_key,
-        # Always named: the dormant queue has several bindings, so kombu keeps no
-        # exchange on it, and Celery would otherwise publish to the anonymous exchange.
-        exchange=exchange or EXCHANGE.name,
-        headers=headers,
-        connection=connection,
-        producer=producer,
-    )
+    with publish_headers(task_name, headers) as traced:  # the trace context, if any
+        app.send_task(
+            task_name,
+            kwargs=kwargs,
+            queue=target,
+            routing_key=routing_key,
+            # Always named: the dormant queue has several bindings, so kombu keeps no
+            # exchange on it, and Celery would otherwise publish to the anonymous exchange.
+            exchange=exchange or EXCHANGE.name,
+            headers=traced,
+            connection=connection,
+            producer=producer,
+        )

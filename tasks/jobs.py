@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from typing import Any
 
 from celery import Task
@@ -56,8 +57,9 @@ from kombu.entity import Exchange, Queue
 
 from engine_core.errors import BpmnError
 from engine_core.job_types import reserved_job_type
-from engine_core.triggers import JobCompleted, JobErrorThrown, JobFailed
+from engine_core.triggers import JobCompleted, JobErrorThrown, JobFailed, JobHeartbeat
 from persistence import clock
+from tasks import metrics, tracing
 from tasks.app import QUEUE, app, publish, store
 
 __all__ = [
@@ -67,6 +69,7 @@ __all__ = [
     "HEADER_TASK_HEADERS",
     "HEADER_WAIT",
     "dispatch",
+    "heartbeat",
     "idempotency_key",
     "job_queue",
     "task_headers",
@@ -127,6 +130,7 @@ def dispatch(payload: dict[str, Any]) -> None:
         exchange=queue.exchange.name if queue.exchange else None,
         headers=headers,
     )
+    metrics.job_dispatched(job_type)
     log.info(
         "job dispatched instance=%s wait=%s type=%s attempt=%s",
         instance_id,
@@ -160,6 +164,19 @@ def task_headers(task: Task) -> dict[str, str]:
     return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
 
 
+def heartbeat(task: Task, extend_seconds: float | None = None) -> bool:
+    """From a long job (a bound task): "still working". Moves the job's timeout to now +
+    ``extend_seconds`` (default: its job type's timeout), so the engine does not take it
+    for lost and dispatch it again. False outside a dormant job."""
+    ctx = _context(task)
+    if ctx is None:
+        return False
+    instance_id, wait_id, attempt, key = ctx
+    trigger = JobHeartbeat(wait_id=wait_id, attempt=attempt, extend_seconds=extend_seconds)
+    report(instance_id, trigger, f"{key}:heartbeat:{uuid.uuid4().hex}")
+    return True
+
+
 def _context(task: Any) -> tuple[str, str, int, str] | None:
     request = getattr(task, "request", None)
     if request is None:
@@ -173,6 +190,7 @@ def _context(task: Any) -> tuple[str, str, int, str] | None:
     return str(instance_id), str(wait_id), attempt, str(key)
 
 
+@tracing.report_span
 def report(instance_id: str, trigger: Any, trigger_id: str) -> None:
     """Apply a job's outcome now; if the database refuses, hand it to the broker.
 
@@ -185,6 +203,7 @@ def report(instance_id: str, trigger: Any, trigger_id: str) -> None:
     for delay in (0.0, 0.5, 2.0):
         if delay:
             time.sleep(delay)
+        began = time.perf_counter()
         try:
             applied = store().apply(instance_id, trigger, clock.now(), trigger_id=trigger_id)
         except Exception as exc:  # mapped below: the result must not be lost
@@ -195,6 +214,7 @@ def report(instance_id: str, trigger: Any, trigger_id: str) -> None:
                 return
             last = exc
             continue
+        metrics.record_trigger(trigger.kind, applied, time.perf_counter() - began)
         publish_ids(applied.outbox_ids)
         log.info(
             "instance=%s revision=%s trigger=%s%s",
@@ -255,6 +275,7 @@ def _on_failure(sender: Any = None, exception: BaseException | None = None, **_:
             variables=dict(exception.variables),
         )
     else:
+        metrics.job_failed(str(getattr(sender, "name", "")))
         trigger = JobFailed(
             wait_id=wait_id,
             attempt=attempt,

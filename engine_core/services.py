@@ -1,0 +1,44 @@
+"""What the shell lends the pure core for one step: settings and data, never I/O."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from engine_core.dmn import Decision
+from engine_core.model import ProcessDefinition, RetryPolicy
+
+__all__ = ["DEFAULT_SERVICES", "JobTypeSettings", "Services"]
+
+
+@dataclass(frozen=True, slots=True)
+class JobTypeSettings:
+    """One job type's own timeout and retry backoff (None: the engine-wide setting)."""
+
+    timeout_seconds: float | None = None
+    retry_backoff_seconds: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    """Settings and data the step reads, passed in so the core reads no environment.
+
+    ``decisions`` is the latest deployed version of every DMN decision, by id, loaded
+    by the shell before the step: a business rule task evaluates against it, and one
+    whose decision is missing opens an incident that a retry after deploying heals.
+    """
+
+    default_job_retries: int = 3
+    job_retry_backoff_seconds: float = 1.0
+    # No result this long after a dispatch: the job is dispatched again (next attempt,
+    # retries untouched), so a job message lost with a broker is never a stuck instance.
+    job_timeout_seconds: float = 300.0
+    incident_retry_policy: RetryPolicy | None = None
+    decisions: Mapping[str, Decision] = field(default_factory=dict)
+    # Per-job-type timeout and retry backoff (engine_core/jobs.py).
+    job_types: Mapping[str, JobTypeSettings] = field(default_factory=dict)
+    # A MigrateInstance trigger: the target version's definition, loaded by the shell.
+    migration_target: ProcessDefinition | None = None
+
+
+DEFAULT_SERVICES = Services()
