@@ -142,7 +142,11 @@ class Store(Deployments, OutboxQueue, Queries):
             )
         self.settings = settings
         self.url = settings.database_url
-        self.engine = make_engine(self.url)
+        self.engine = make_engine(
+            self.url,
+            statement_timeout_seconds=settings.db_statement_timeout_seconds,
+            idle_in_transaction_timeout_seconds=settings.db_idle_in_transaction_timeout_seconds,
+        )
         self.is_postgres = self.engine.dialect.name == "postgresql"
         self.services = core.Services(
             job_retry_backoff_seconds=settings.job_retry_backoff_seconds,

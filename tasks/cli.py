@@ -9,6 +9,7 @@ and the plain string otherwise (``--var name=Ada``).
 from __future__ import annotations
 
 import json
+import os
 import sys
 import tempfile
 from typing import Any
@@ -307,6 +308,19 @@ def _ensure_database() -> None:
     ensure_database()
 
 
+def _stop_promptly_on_sigterm() -> None:
+    """Make SIGTERM a cold shutdown with a grace period (``REMAP_SIGTERM=SIGQUIT``).
+
+    Celery's SIGTERM is a warm shutdown that waits for running tasks with no bound: a
+    trigger stuck on a lock kept ``dormant worker`` and ``dormant dev`` alive until a
+    SIGKILL. Cold, the worker waits ``DORMANT_WORKER_SHUTDOWN_TIMEOUT_SECONDS``
+    (``worker_soft_shutdown_timeout``), then stops what still runs without acknowledging
+    it (acks late), so the broker delivers it again. billiard reads the variable when
+    it is first imported, so this runs before anything imports Celery's worker.
+    """
+    os.environ.setdefault("REMAP_SIGTERM", "SIGQUIT")
+
+
 def _serve_metrics(port: int | None, host: str) -> None:
     """Serve /metrics from this (the worker's parent) process; see tasks/metrics.py.
 
@@ -346,7 +360,7 @@ _metrics_host = click.option(
 @cli.command()
 @click.option("--include", "includes", multiple=True, help="a module with your job tasks")
 @click.option("--concurrency", type=int, default=None)
-@click.option("--queues", default=None, help="comma-separated queues (default: dormant)")
+@click.option("--queues", default=None, help="comma-separated queues (default: dormant,celery)")
 @_metrics_port
 @_metrics_host
 @click.option("--events", "-E", is_flag=True, help="send task events (Flower's task list)")
@@ -363,15 +377,16 @@ def worker(
     pool: str | None,
 ) -> None:
     """Run a worker: trigger tasks and the jobs of --include modules."""
+    _stop_promptly_on_sigterm()
     _serve_metrics(metrics_port, metrics_host)
     _ensure_database()
-    from tasks.app import app
+    from tasks.app import WORKER_QUEUES, app
 
     argv = [
         "worker",
         f"--loglevel={loglevel}",
         "-Q",
-        queues or "dormant",
+        queues or WORKER_QUEUES,
         "--without-mingle",
         "--without-gossip",
     ]
@@ -410,17 +425,20 @@ def dev(
     loglevel: str,
 ) -> None:
     """Worker and beat in one process (embedded SQLite + broker unless URLs are set)."""
+    _stop_promptly_on_sigterm()
     _serve_metrics(metrics_port, metrics_host)
     _ensure_database()
-    from tasks.app import app
+    from tasks.app import WORKER_QUEUES, app
 
     schedule = tempfile.mkdtemp(prefix="dormant-beat-") + "/schedule"
     argv = [
         "worker",
         f"--loglevel={loglevel}",
         "-Q",
-        "dormant",
-        "--pool=threads",
+        WORKER_QUEUES,
+        # prefork, not threads: Celery enforces the trigger time limits and stops a
+        # running task at shutdown only in pool processes (a thread cannot be stopped).
+        "--pool=prefork",
         f"--concurrency={concurrency}",
         "--beat",
         f"--schedule={schedule}",
