@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from engine_core.dmn import Decision
+from engine_core.inputs import DEFAULT_LIMITS, Limits
 from engine_core.model import RetryPolicy
 
 __all__ = ["DEFAULT_SERVICES", "Services"]
@@ -27,6 +28,9 @@ class Services:
     job_timeout_seconds: float = 300.0
     incident_retry_policy: RetryPolicy | None = None
     decisions: Mapping[str, Decision] = field(default_factory=dict)
+    # What a model may store in a variable (engine_core/inputs.py); past it the node
+    # that wrote it gets an incident, so the checkpoint can always be stored.
+    limits: Limits = DEFAULT_LIMITS
 
 
 DEFAULT_SERVICES = Services()

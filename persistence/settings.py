@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
 from engine_core.errors import InvalidSetting
+from engine_core.inputs import DEFAULT_LIMITS, Limits
 from engine_core.model import RetryPolicy
 
 __all__ = ["ENV_VARS", "Settings", "normalise_database_url"]
@@ -31,7 +32,12 @@ ENV_VARS: dict[str, str] = {
     "job_timeout_seconds": "DORMANT_JOB_TIMEOUT_SECONDS",
     "incident_retry_attempts": "DORMANT_INCIDENT_RETRY_ATTEMPTS",
     "incident_retry_backoff_seconds": "DORMANT_INCIDENT_RETRY_BACKOFF_SECONDS",
+    "max_variables_bytes": "DORMANT_MAX_VARIABLES_BYTES",
+    "max_variables_depth": "DORMANT_MAX_VARIABLES_DEPTH",
 }
+
+# Past this the JSON encoder and decoder themselves would recurse too deep.
+MAX_DEPTH_CEILING = 500
 
 
 def normalise_database_url(url: str) -> str:
@@ -71,6 +77,10 @@ class Settings(BaseModel):
     # incident waits for an operator (SRD-079 FR-6).
     incident_retry_attempts: int = 0
     incident_retry_backoff_seconds: float = 60.0
+    # What one trigger's variables, or one variable a model writes, may weigh and how
+    # deep it may nest (docs/limits.md, "Inputs checked at the edge").
+    max_variables_bytes: int = DEFAULT_LIMITS.max_bytes
+    max_variables_depth: int = DEFAULT_LIMITS.max_depth
 
     @field_validator("database_url", "broker_url")
     @classmethod
@@ -105,6 +115,25 @@ class Settings(BaseModel):
         if value < 0:
             raise ValueError("must be a whole number of attempts, 0 (no automatic retry) or more")
         return value
+
+    @field_validator("max_variables_bytes")
+    @classmethod
+    def _bytes(cls, value: int) -> int:
+        if value < 1024:
+            raise ValueError("must be a whole number of bytes, at least 1024")
+        return value
+
+    @field_validator("max_variables_depth")
+    @classmethod
+    def _depth(cls, value: int) -> int:
+        if not 2 <= value <= MAX_DEPTH_CEILING:
+            raise ValueError(f"must be a whole number of levels from 2 to {MAX_DEPTH_CEILING}")
+        return value
+
+    @property
+    def limits(self) -> Limits:
+        """The input bounds the core, the Store and the Client check against."""
+        return Limits(max_bytes=self.max_variables_bytes, max_depth=self.max_variables_depth)
 
     @model_validator(mode="after")
     def _derive_backoff(self) -> Settings:

@@ -140,7 +140,7 @@ def _conf(s: Settings) -> dict[str, Any]:
 
 
 settings: Settings = Settings.from_env()
-app = Celery("dormant", include=["tasks.triggers", "tasks.jobs"])
+app = Celery("dormant", include=["tasks.triggers", "tasks.jobs", "tasks.failed"])
 app.conf.update(_conf(settings))
 
 _store: Any = None
