@@ -74,18 +74,24 @@ def _join(path: str, step: str) -> str:
     return path + step
 
 
-def check_text(value: Any, field: str, limits: Limits = DEFAULT_LIMITS) -> str:
-    """A name, key or id: a string that fits its column and JSONB."""
+def check_text(
+    value: Any,
+    field: str,
+    limits: Limits = DEFAULT_LIMITS,
+    error: type[InvalidField] = InvalidField,
+) -> str:
+    """A name, key or id: a string that fits its column and JSONB (``error``: the
+    class to raise, ``InvalidMessage`` for a message's fields)."""
     if not isinstance(value, str):
-        raise InvalidField(f"{field} must be a string, got {type(value).__name__}")
+        raise error(f"{field} must be a string, got {type(value).__name__}")
     if len(value) > limits.max_name_length:
-        raise InvalidField(
+        raise error(
             f"{field} is {len(value)} characters long, more than the limit of "
             f"{limits.max_name_length}"
         )
     bad = _bad_string(value)
     if bad is not None:
-        raise InvalidField(f"{field} {bad}")
+        raise error(f"{field} {bad}")
     return value
 
 
@@ -93,10 +99,7 @@ def check_name(value: Any, field: str, limits: Limits = DEFAULT_LIMITS) -> str:
     """A message or signal name: non-empty, and a ``check_text``."""
     if not isinstance(value, str) or not value.strip():
         raise InvalidMessage(f"{field} must be a non-empty string, got {value!r}"[:300])
-    try:
-        return check_text(value, field, limits)
-    except InvalidField as exc:
-        raise InvalidMessage(str(exc)) from None
+    return check_text(value, field, limits, InvalidMessage)
 
 
 def check_ttl(value: Any, field: str, limits: Limits = DEFAULT_LIMITS) -> float | None:

@@ -38,6 +38,7 @@ from sqlalchemy import Connection, insert, select
 from sqlalchemy.exc import OperationalError
 
 from engine_core.effects import Fact
+from engine_core.errors import InvalidMessage
 from engine_core.inputs import check_name, check_text, check_ttl, check_variables
 from engine_core.triggers import MessageReceived, SignalReceived, Trigger
 from persistence.holds import lock_message_key
@@ -198,10 +199,12 @@ class Router:
         limits = self.store.settings.limits
         check_name(name, "message name", limits)
         if correlation_key is not None:
-            check_text(correlation_key, f"message {name!r} correlation key", limits)
+            check_text(correlation_key, f"message {name!r} correlation key", limits, InvalidMessage)
         ttl_seconds = check_ttl(ttl_seconds, f"message {name!r} ttl", limits)
         variables = check_variables(variables, f"message {name!r} variables", limits)
-        message_id = check_text(message_id or str(uuid.uuid4()), "message id", limits)
+        message_id = check_text(
+            message_id or str(uuid.uuid4()), "message id", limits, InvalidMessage
+        )
         out = MessageOutcome(message_id)
         # The duplicate check and the first holders lookup share one read transaction.
         with self.store._read() as conn:
@@ -412,7 +415,7 @@ class Router:
         limits = self.store.settings.limits
         check_name(name, "signal name", limits)
         variables = check_variables(variables, f"signal {name!r} variables", limits)
-        signal_id = check_text(signal_id or str(uuid.uuid4()), "signal id", limits)
+        signal_id = check_text(signal_id or str(uuid.uuid4()), "signal id", limits, InvalidMessage)
         out = SignalOutcome(signal_id)
         for instance_id, wait_id in self._holders("signal", name, None):
             trigger = SignalReceived(wait_id=wait_id, name=name, variables=variables)

@@ -320,13 +320,14 @@ def triggers() -> None:
 @triggers.command("list")
 @click.option("--failed", is_flag=True, default=True, help="the failed ones (the only kind kept)")
 @click.option("--instance", "instance_id", default=None, help="only this instance's")
-def triggers_list(failed: bool, instance_id: str | None) -> None:
-    """One line per failed trigger: id, instance, task, error class, attempts, error."""
-    for f in _client().failed_triggers(instance_id):
-        click.echo(
-            f"{f.id}\t{f.instance_id or '-'}\t{f.task}\t{f.error_class}\t{f.attempts}\t"
-            f"{f.last_at.isoformat()}\t{f.error[:200]}"
-        )
+@_output
+def triggers_list(failed: bool, instance_id: str | None, fmt: str, as_json: bool) -> None:
+    """Failed triggers, oldest failure first: id, instance, task, error, attempts."""
+    from engine_core.views import to_dict
+    from tasks.display import failed_trigger_columns
+
+    views = _client().failed_triggers(instance_id)
+    _emit(views, failed_trigger_columns(_now()), fmt, as_json, to_dict, "no failed triggers")
 
 
 @triggers.command("show")

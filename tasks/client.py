@@ -69,12 +69,14 @@ def _message_kwargs(
     check_name(name, "message name", limits)
     key = None if correlation_key is None else str(correlation_key)
     if key is not None:
-        check_text(key, f"message {name!r} correlation key", limits)
+        check_text(key, f"message {name!r} correlation key", limits, InvalidMessage)
     return {
         "name": name,
         "correlation_key": key,
         "variables": check_variables(variables, f"message {name!r} variables", limits),
-        "message_id": check_text(message_id or uuid.uuid4().hex, "message id", limits),
+        "message_id": check_text(
+            message_id or uuid.uuid4().hex, "message id", limits, InvalidMessage
+        ),
         "ttl": check_ttl(ttl, f"message {name!r} ttl", limits),
     }
 
