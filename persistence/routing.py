@@ -72,6 +72,15 @@ class MessageOutcome:
     def outbox_ids(self) -> list[int]:
         return [i for a in self.applied for i in a.outbox_ids]
 
+    def summary(self) -> str:
+        parts = [f"delivered_to={','.join(self.delivered_to) or '-'}"]
+        parts.append(f"started={','.join(self.started) or '-'}")
+        if self.buffered:
+            parts.append("buffered")
+        if self.duplicate:
+            parts.append("duplicate")
+        return " ".join(parts)
+
 
 @dataclass(slots=True)
 class SignalOutcome:
@@ -84,6 +93,12 @@ class SignalOutcome:
     @property
     def outbox_ids(self) -> list[int]:
         return [i for a in self.applied for i in a.outbox_ids]
+
+    def summary(self) -> str:
+        return (
+            f"delivered_to={','.join(self.delivered_to) or '-'} "
+            f"started={','.join(self.started) or '-'}"
+        )
 
 
 class Router:

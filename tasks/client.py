@@ -45,9 +45,12 @@ from engine_core.views import (
     InstanceView,
     UserTaskView,
 )
+from persistence.deployments import Deployment
 from persistence.failed_triggers import CHECKPOINT_INCIDENT
 from persistence.settings import Settings
+from persistence.store import Store
 from tasks import inbox
+from tasks.client_operations import Operations
 
 __all__ = ["Client"]
 
@@ -81,12 +84,11 @@ def _message_kwargs(
     }
 
 
-class Client:
-    """Deploy processes, start instances, send messages and signals, operate incidents."""
+class Client(Operations):
+    """Deploy processes, start instances, send messages and signals, operate incidents
+    and running instances (``tasks/client_operations.py``)."""
 
     def __init__(self, database_url: str | None = None, broker_url: str | None = None) -> None:
-        from persistence.store import Store
-
         self.settings = Settings.from_env(database_url=database_url, broker_url=broker_url)
         self._store = Store(settings=self.settings)
         self._known_keys: set[str] = set()
@@ -112,7 +114,7 @@ class Client:
 
     # -- processes -------------------------------------------------------------------
 
-    def deploy(self, path_or_xml: str | bytes | Path) -> Any:
+    def deploy(self, path_or_xml: str | bytes | Path) -> Deployment:
         """Deploy a BPMN or DMN file (path) or document (XML text); returns
         ``Deployment(key, version)``.
 
@@ -121,7 +123,7 @@ class Client:
         """
         return self.deploy_all(path_or_xml)[0]
 
-    def deploy_all(self, path_or_xml: str | bytes | Path) -> list[Any]:
+    def deploy_all(self, path_or_xml: str | bytes | Path) -> list[Deployment]:
         """Deploy every process (or decision) of a file; one ``Deployment`` each."""
         source = _read_source(path_or_xml)
         deployments = list(self._store.deploy(source, _now()))
