@@ -131,6 +131,9 @@ def test_a_ttl_too_large_for_a_date_is_kept_not_lost(shared_stack: Stack) -> Non
     assert "ttl" in failed.error
 
 
+document_classes = ("CorruptCheckpoint", "CheckpointTooNew")
+
+
 @pytest.mark.parametrize(
     "document",
     [{"schema": 99, "instance_id": "x"}, {"not": "a checkpoint"}],
@@ -152,14 +155,16 @@ def test_an_undecodable_checkpoint_is_an_incident_and_keeps_its_triggers(
     if isinstance(original, str):
         original = json.loads(original)
     overwrite_checkpoint(stack, iid, document)
+    # Listing reads every row and never fails; the unreadable one is flagged at once.
+    [flagged] = [v for v in c.instances() if v.id == iid]
+    assert flagged.status == "flagged" and flagged.incidents[0].cause_class in document_classes
 
+    c.send_message(f"{key}-go", key)
+    [failed] = failed_for(stack, instance_id=iid)
     listed = stack.run_cli("instances", "list")
     assert listed.returncode == 0, listed.stderr
     [line] = [ln for ln in listed.stdout.splitlines() if ln.startswith(iid)]
     assert "flagged" in line
-
-    c.send_message(f"{key}-go", key)
-    [failed] = failed_for(stack, instance_id=iid)
     expected = "CheckpointTooNew" if "schema" in document else "CorruptCheckpoint"
     assert failed.error_class == expected
     incidents = wait_for(lambda: c.incidents(iid), what="the checkpoint incident")
