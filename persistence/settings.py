@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from engine_core.errors import InvalidSetting
+from engine_core.inputs import DEFAULT_LIMITS, Limits
 from engine_core.model import RetryPolicy
 from engine_core.services import JobTypeSettings
 
@@ -56,9 +57,14 @@ ENV_VARS: dict[str, str] = {
     "db_statement_timeout_seconds": "DORMANT_DB_STATEMENT_TIMEOUT_SECONDS",
     "db_idle_in_transaction_timeout_seconds": "DORMANT_DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS",
     "worker_shutdown_timeout_seconds": "DORMANT_WORKER_SHUTDOWN_TIMEOUT_SECONDS",
+    "max_variables_bytes": "DORMANT_MAX_VARIABLES_BYTES",
+    "max_variables_depth": "DORMANT_MAX_VARIABLES_DEPTH",
     "batch_claim_seconds": "DORMANT_BATCH_CLAIM_SECONDS",
     "job_types": "DORMANT_JOB_TYPES",
 }
+
+# Past this the JSON encoder and decoder themselves would recurse too deep.
+MAX_DEPTH_CEILING = 500
 
 
 def normalise_database_url(url: str) -> str:
@@ -113,6 +119,10 @@ class Settings(BaseModel):
     # After SIGTERM a worker lets running triggers finish this long, then stops them
     # (unacknowledged, so they are delivered again) and exits.
     worker_shutdown_timeout_seconds: float = 10.0
+    # What one trigger's variables, or one variable a model writes, may weigh and how
+    # deep it may nest (docs/limits.md, "Inputs checked at the edge").
+    max_variables_bytes: int = DEFAULT_LIMITS.max_bytes
+    max_variables_depth: int = DEFAULT_LIMITS.max_depth
     # How long a bulk batch belongs to its runner without a renewal; after that the
     # sweep hands it to another worker (its runner died).
     batch_claim_seconds: float = 30.0
@@ -177,6 +187,25 @@ class Settings(BaseModel):
         if value < 0:
             raise ValueError("must be a whole number of attempts, 0 (no automatic retry) or more")
         return value
+
+    @field_validator("max_variables_bytes")
+    @classmethod
+    def _bytes(cls, value: int) -> int:
+        if value < 1024:
+            raise ValueError("must be a whole number of bytes, at least 1024")
+        return value
+
+    @field_validator("max_variables_depth")
+    @classmethod
+    def _depth(cls, value: int) -> int:
+        if not 2 <= value <= MAX_DEPTH_CEILING:
+            raise ValueError(f"must be a whole number of levels from 2 to {MAX_DEPTH_CEILING}")
+        return value
+
+    @property
+    def limits(self) -> Limits:
+        """The input bounds the core, the Store and the Client check against."""
+        return Limits(max_bytes=self.max_variables_bytes, max_depth=self.max_variables_depth)
 
     @model_validator(mode="after")
     def _hard_after_soft(self) -> Settings:

@@ -169,7 +169,9 @@ def _conf(s: Settings) -> dict[str, Any]:
 
 
 settings: Settings = Settings.from_env()
-app = Celery("dormant", include=["tasks.triggers", "tasks.jobs", "tasks.operations"])
+app = Celery(
+    "dormant", include=["tasks.triggers", "tasks.jobs", "tasks.operations", "tasks.failed"]
+)
 app.conf.update(_conf(settings))
 
 _store: Store | None = None

@@ -35,6 +35,11 @@ def parse_vars(pairs: tuple[str, ...]) -> dict[str, Any]:
             out[name] = json.loads(raw)
         except ValueError:
             out[name] = raw
+        except RecursionError:
+            raise InvalidVariables(
+                f"--var {name[:60]}: the value is nested too deep to read "
+                "(DORMANT_MAX_VARIABLES_DEPTH)"
+            ) from None
     return out
 
 
@@ -297,6 +302,53 @@ def incidents_show(incident_id: str) -> None:
 # cancel, suspend, resume, migrate, set-variables, modify; incident retry/resolve/drop
 # (one or in bulk); the batches group.
 register_operations(cli, instances, incidents)
+
+
+# -- failed triggers -----------------------------------------------------------------
+
+
+@cli.group()
+def triggers() -> None:
+    """Failed triggers: kept when they could not be applied; list, retry, drop."""
+
+
+@triggers.command("list")
+@click.option("--failed", is_flag=True, default=True, help="the failed ones (the only kind kept)")
+@click.option("--instance", "instance_id", default=None, help="only this instance's")
+@_output
+def triggers_list(failed: bool, instance_id: str | None, fmt: str, as_json: bool) -> None:
+    """Failed triggers, oldest failure first: id, instance, task, error, attempts."""
+    from engine_core.views import to_dict
+    from tasks.display import failed_trigger_columns
+
+    views = _client().failed_triggers(instance_id)
+    _emit(views, failed_trigger_columns(_now()), fmt, as_json, to_dict, "no failed triggers")
+
+
+@triggers.command("show")
+@click.argument("failed_id")
+def triggers_show(failed_id: str) -> None:
+    """Every field as JSON, the whole body included."""
+    from engine_core.views import to_dict
+
+    view = _client()._store.failed_trigger(failed_id)
+    click.echo(json.dumps(to_dict(view), indent=2, sort_keys=True))
+
+
+@triggers.command("retry")
+@click.argument("failed_id")
+def triggers_retry(failed_id: str) -> None:
+    """Send failed trigger FAILED_ID again (same trigger id: idempotent)."""
+    _client().retry_trigger(failed_id)
+    click.echo(f"retry {failed_id}")
+
+
+@triggers.command("drop")
+@click.argument("failed_id")
+def triggers_drop(failed_id: str) -> None:
+    """Delete failed trigger FAILED_ID for good (the instance's history records it)."""
+    _client().drop_trigger(failed_id)
+    click.echo(f"drop {failed_id}")
 
 
 # -- processes: worker, beat, dev, demo ----------------------------------------------

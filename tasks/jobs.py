@@ -209,8 +209,26 @@ def report(instance_id: str, trigger: Any, trigger_id: str) -> None:
         except Exception as exc:  # mapped below: the result must not be lost
             from engine_core.errors import DormantError
 
-            if isinstance(exc, DormantError):
-                log.warning("job result for instance %s not applied: %s", instance_id, exc)
+            if isinstance(exc, DormantError):  # retrying cannot help: keep it for an operator
+                failed_id = store().keep_failed(
+                    "dormant.apply_trigger",
+                    f"trigger.{trigger.kind}",
+                    {
+                        "instance_id": instance_id,
+                        "trigger_json": trigger.model_dump(mode="json"),
+                        "trigger_id": trigger_id,
+                    },
+                    exc,
+                    clock.now(),
+                    trigger_id=trigger_id,
+                    instance_id=instance_id,
+                )
+                log.error(
+                    "job result for instance %s not applied, kept as failed trigger %s: %s",
+                    instance_id,
+                    failed_id,
+                    type(exc).__name__,
+                )
                 return
             last = exc
             continue
