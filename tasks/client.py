@@ -20,6 +20,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from engine_core.checkpoint import InstanceStatus
 from engine_core.errors import (
     InvalidMessage,
     InvalidModel,
@@ -39,7 +40,6 @@ __all__ = ["Client"]
 
 _CLOSED_INCIDENT = ("resolved", "dead_lettered", "overtaken")
 _INCIDENT_STATES = ("open", "retry_scheduled", *_CLOSED_INCIDENT)
-_ENDED = ("completed", "terminated", "failed")
 
 
 def check_variables(variables: Any, what: str = "variables") -> dict[str, Any]:
@@ -287,7 +287,7 @@ class Client:
 
     def cancel(self, instance_id: str) -> None:
         view = self.instance(instance_id)
-        if view.status in _ENDED:
+        if InstanceStatus(view.status).ended:
             raise InvalidOperation(
                 f"instance {instance_id} ({view.key} v{view.version}) is already {view.status}"
             )
