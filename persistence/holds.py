@@ -99,6 +99,7 @@ def sync_holds(
     gone_dl, gone_sub, gone_task = [], [], []
     add_dl, add_sub, add_task = [], [], []
     moved_dl: list[Wait] = []
+    renamed_task: list[Wait] = []
     for wid, w in old.items():
         n = new.get(wid)
         if w.holds_deadline and (n is None or not n.holds_deadline):
@@ -120,6 +121,8 @@ def sync_holds(
             add_sub.append(_subscription_row(instance_id, n))
         if n.kind is WaitKind.USER_TASK and (prev is None or prev.kind is not WaitKind.USER_TASK):
             add_task.append(_task_row(instance_id, n, now))
+        elif n.kind is WaitKind.USER_TASK and prev is not None and prev.node_id != n.node_id:
+            renamed_task.append(n)  # a migration re-pointed the task: same task id
 
     _delete(conn, deadlines, instance_id, gone_dl)
     _delete(conn, subscriptions, instance_id, gone_sub)
@@ -139,6 +142,12 @@ def sync_holds(
         conn.execute(insert(subscriptions), add_sub)
     if add_task:
         conn.execute(insert(user_tasks), add_task)
+    for n in renamed_task:
+        conn.execute(
+            update(user_tasks)
+            .where(user_tasks.c.instance_id == instance_id, user_tasks.c.wait_id == n.id)
+            .values(node_id=n.node_id)
+        )
     delivered: list[BufferedDelivery] = []
     message_subs = sorted(
         (r for r in add_sub if r["kind"] == "message"),

@@ -14,6 +14,7 @@ makes that retry idempotent.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -31,7 +32,8 @@ from engine_core.checkpoint import Checkpoint, decode, encode
 from engine_core.effects import Fact, Step, encode_effect
 from engine_core.errors import InvalidOperation, InvalidVariables, UnknownInstance
 from engine_core.model import ProcessDefinition
-from engine_core.triggers import Start, Trigger
+from engine_core.operations import projected_waits
+from engine_core.triggers import MigrateInstance, Start, Trigger
 from persistence import migrate
 from persistence.db import READ, make_engine
 from persistence.decisions import DecisionCache
@@ -146,6 +148,7 @@ class Store(Deployments, OutboxQueue, Queries):
             job_retry_backoff_seconds=settings.job_retry_backoff_seconds,
             job_timeout_seconds=settings.job_timeout_seconds,
             incident_retry_policy=settings.incident_retry_policy,
+            job_types=settings.job_type_settings,
         )
         self._decisions = DecisionCache(self.services)
         self._definitions: dict[tuple[str, int], ProcessDefinition] = {}
@@ -337,6 +340,9 @@ class Store(Deployments, OutboxQueue, Queries):
             old = decode(row.checkpoint)
             definition, _ = self.definition(row.key, row.version, conn=conn)
             services = self._decisions.services(conn, definition)
+            if isinstance(trigger, MigrateInstance):
+                target, _ = self.definition(row.key, trigger.version, conn=conn)
+                services = dataclasses.replace(services, migration_target=target)
             step = core.apply(definition, old, trigger, now=now, services=services)
             if not step.changed:
                 self._insert_facts(conn, instance_id, old.revision, step.facts, now)
@@ -356,6 +362,7 @@ class Store(Deployments, OutboxQueue, Queries):
                     checkpoint=encode(cp),
                     status=cp.status.value,
                     revision=cp.revision,
+                    version=cp.version,  # a migration moves the instance's pin
                     updated_at=now,
                 )
             )
@@ -391,7 +398,7 @@ class Store(Deployments, OutboxQueue, Queries):
     ) -> Applied:
         """Everything the new checkpoint implies, in the caller's transaction."""
         cp = step.checkpoint
-        buffered = sync_holds(conn, instance_id, old.waits, cp.waits, now)
+        buffered = sync_holds(conn, instance_id, projected_waits(old), projected_waits(cp), now)
         sync_incidents(conn, old, cp)
         self._insert_facts(conn, instance_id, cp.revision, step.facts, now)
         # Each effect's trigger id names its origin (instance, revision, index), never

@@ -75,6 +75,8 @@ REDIS_VISIBILITY_TIMEOUT = 60
 # How often beat scans the deadline table, and sweeps the outbox and inbox.
 SCAN_DEADLINES_EVERY = 1.0
 RELAY_OUTBOX_EVERY = 3.0
+# How often beat looks for a bulk batch that nobody runs (never started, worker died).
+BATCH_SWEEP_EVERY = 5.0
 
 
 def _transport_options(broker_url: str) -> dict[str, Any]:
@@ -136,12 +138,21 @@ def _conf(s: Settings) -> dict[str, Any]:
                     "routing_key": "trigger.relay_outbox",
                 },
             },
+            "dormant.batches.sweep": {
+                "task": "dormant.batches.sweep",
+                "schedule": BATCH_SWEEP_EVERY,
+                "options": {
+                    "queue": "dormant",
+                    "exchange": "dormant",
+                    "routing_key": "trigger.batches_sweep",
+                },
+            },
         },
     }
 
 
 settings: Settings = Settings.from_env()
-app = Celery("dormant", include=["tasks.triggers", "tasks.jobs"])
+app = Celery("dormant", include=["tasks.triggers", "tasks.jobs", "tasks.operations"])
 app.conf.update(_conf(settings))
 
 _store: Store | None = None

@@ -35,6 +35,7 @@ from persistence.deployments import Deployment
 from persistence.settings import Settings
 from persistence.store import Store
 from tasks import inbox
+from tasks.client_operations import Operations
 
 __all__ = ["Client"]
 
@@ -91,8 +92,9 @@ def _message_kwargs(
     }
 
 
-class Client:
-    """Deploy processes, start instances, send messages and signals, operate incidents."""
+class Client(Operations):
+    """Deploy processes, start instances, send messages and signals, operate incidents
+    and running instances (``tasks/client_operations.py``)."""
 
     def __init__(self, database_url: str | None = None, broker_url: str | None = None) -> None:
         self.settings = Settings.from_env(database_url=database_url, broker_url=broker_url)

@@ -34,6 +34,7 @@ from engine_core.effects import (
 )
 from engine_core.errors import StoredDataError
 from engine_core.triggers import Trigger
+from persistence import clock, job_pause
 from tasks.app import publish, store
 from tasks.jobs import dispatch
 
@@ -164,11 +165,24 @@ def publish_row(row: Any) -> None:
         # A newer dormant wrote a kind this one does not know: leave it for that one.
         log.error("outbox row %s left unpublished: %s", row_id, exc)
         return
+    if kind == "DispatchJob" and _held_by_a_pause(int(row_id), str(payload.get("job_type"))):
+        return
     tid = payload.get("trigger_id") or trigger_id_for(row_id)
     follow_up = not isinstance(effect, DispatchJob)
     headers = {HEADER_OUTBOX: {"id": row_id, "trigger_id": tid}} if follow_up else {}
     PUBLISHERS[type(effect)](effect, tid, headers)
     store().mark_published(row_id, until_consumed=follow_up)
+
+
+def _held_by_a_pause(row_id: int, job_type: str) -> bool:
+    """A job of a paused type is held, not sent (persistence/job_pause.py)."""
+    engine = store().engine
+    if not job_pause.is_paused(engine, job_type):
+        return False
+    outcome = job_pause.hold(engine, row_id, job_type, clock.now())
+    if outcome != "not paused":
+        log.info("job of paused type %s held (outbox row %s: %s)", job_type, row_id, outcome)
+    return outcome != "not paused"
 
 
 def consumed(request: Any) -> None:
