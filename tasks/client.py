@@ -20,6 +20,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from engine_core.checkpoint import InstanceStatus
 from engine_core.errors import (
     InvalidField,
     InvalidMessage,
@@ -56,7 +57,6 @@ __all__ = ["Client"]
 
 _CLOSED_INCIDENT = ("resolved", "dead_lettered", "overtaken")
 _INCIDENT_STATES = ("open", "retry_scheduled", *_CLOSED_INCIDENT)
-_ENDED = ("completed", "terminated", "failed")
 
 
 def _message_kwargs(
@@ -286,7 +286,7 @@ class Client(Operations):
 
     def cancel(self, instance_id: str) -> None:
         view = self.instance(instance_id)
-        if view.status in _ENDED:
+        if InstanceStatus(view.status).ended:
             raise InvalidOperation(
                 f"instance {instance_id} ({view.key} v{view.version}) is already {view.status}"
             )
