@@ -80,7 +80,16 @@ def keep_or_withdraw(rt: Runtime, wait: Wait) -> None:
             wait.cycle_remaining is None or wait.cycle_remaining > 0
         ):
             assert wait.due_at is not None
-            wait.due_at = next_cycle_due(wait.due_at, wait.cycle_interval_seconds, rt.now)
+            node = rt.node(wait.node_id)
+            spec = node.events[wait.def_index].timer if wait.def_index < len(node.events) else None
+            wait.due_at = next_cycle_due(
+                wait.due_at,
+                wait.cycle_interval_seconds,
+                rt.now,
+                spec=spec,  # a cron cycle follows its own calendar
+                variables=rt.visible(wait.scope_id),
+                element_id=node.id,
+            )
             if wait.cycle_remaining is not None:
                 wait.cycle_remaining -= 1
             return

@@ -22,12 +22,11 @@ from typing import Any
 from sqlalchemy import Connection, and_, delete, insert, select, text, update
 
 from engine_core.checkpoint import Wait, WaitKind
+from engine_core.effects import DeliverBuffered, encode_effect
 from engine_core.triggers import MessageReceived
 from persistence.tables import deadlines, messages, outbox, subscriptions, user_tasks
 
-__all__ = ["DELIVER_BUFFERED", "BufferedDelivery", "lock_message_key", "sync_holds"]
-
-DELIVER_BUFFERED = "DeliverBuffered"
+__all__ = ["BufferedDelivery", "lock_message_key", "sync_holds"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,8 +194,8 @@ def _consume_buffered(
     )
     if marked.rowcount != 1:
         return None
-    # Flat, so the relay builds ``MessageReceived`` from it; ``trigger_id`` (the message
-    # id) makes a re-published row a duplicate at the instance.
+    # ``trigger_id`` (the message id) makes a re-published row a duplicate at the
+    # instance.
     trigger = MessageReceived(
         wait_id=sub["wait_id"],
         name=name,
@@ -204,12 +203,10 @@ def _consume_buffered(
         variables=dict(found.variables or {}),
         message_id=found.message_id,
     )
-    payload = {"instance_id": instance_id, "trigger_id": found.message_id} | trigger.model_dump(
-        mode="json", exclude={"kind"}
-    )
+    kind, payload = encode_effect(DeliverBuffered(instance_id, trigger))
     outbox_id = conn.execute(
         insert(outbox)
-        .values(kind=DELIVER_BUFFERED, payload=payload, created_at=now)
+        .values(kind=kind, payload=payload | {"trigger_id": found.message_id}, created_at=now)
         .returning(outbox.c.id)
     ).scalar_one()
     return BufferedDelivery(int(outbox_id), found.message_id, sub["wait_id"])

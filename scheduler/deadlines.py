@@ -39,6 +39,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Table, and_, delete, insert, select, tuple_, update
 
+from engine_core.model import TimerSpec
 from engine_core.timers import next_cycle_due
 from engine_core.triggers import Start, TimerFired
 from persistence.start_timers import START_TIMER_PREFIX, is_start_timer, start_instance_id
@@ -69,6 +70,18 @@ class FireOutcome:
     applied: Applied | None = None
     error: str | None = None
     retry_at: datetime | None = None
+
+    @property
+    def outbox_ids(self) -> list[int]:
+        return list(self.applied.outbox_ids) if self.applied is not None else []
+
+    def summary(self) -> str:
+        inner = (
+            self.applied.summary() if self.applied is not None else f"instance={self.instance_id}"
+        )
+        return f"{inner} wait={self.wait_id} {self.status}" + (
+            f" ({self.error})" if self.error else ""
+        )
 
 
 def claim_due(store: Store, now: datetime, limit: int = 100) -> list[Claim]:
@@ -294,7 +307,9 @@ def _fire_start_timer(
                 now=now,
                 version=row.version,
             )
-            _arm_next(conn, row, where, now)
+            definition, _ = store.definition(key, row.version, conn=conn)
+            node = definition.nodes.get(node_id)
+            _arm_next(conn, row, where, now, node.event.timer if node is not None else None)
     except Exception as exc:
         return _settle_failure(store, claim_id, node_id, claim_token, now, exc)
     log_raised_incidents(applied)
@@ -302,8 +317,12 @@ def _fire_start_timer(
     return FireOutcome(claim_id, node_id, "fired", applied)
 
 
-def _arm_next(conn: Connection, row: Any, where: Any, now: datetime) -> None:
-    """The next repetition of a cycle, unclaimed and fresh; a one-shot timer is done."""
+def _arm_next(
+    conn: Connection, row: Any, where: Any, now: datetime, spec: TimerSpec | None
+) -> None:
+    """The next repetition of a cycle, unclaimed and fresh; a one-shot timer is done.
+
+    ``spec`` (the start event's timer) lets a cron cycle follow its own calendar."""
     last = row.cycle_remaining is not None and row.cycle_remaining <= 0
     if row.interval_seconds is None or last:
         conn.execute(delete(start_timers).where(where))
@@ -312,7 +331,7 @@ def _arm_next(conn: Connection, row: Any, where: Any, now: datetime) -> None:
         update(start_timers)
         .where(where)
         .values(
-            due_at=next_cycle_due(row.due_at, row.interval_seconds, now),
+            due_at=next_cycle_due(row.due_at, row.interval_seconds, now, spec=spec),
             cycle_remaining=None if row.cycle_remaining is None else row.cycle_remaining - 1,
             claimed_until=None,
             claim_token=None,

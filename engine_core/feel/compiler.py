@@ -403,7 +403,7 @@ def _domain(s: Scope, src: Node, upto: Node | None) -> Sequence[Any] | None:
         return _Numbers(range(a, b + 1))
     if value is None:
         return None
-    return value if isinstance(value, list) else [value]
+    return value if isinstance(value, list) else None  # feel-scala: iterating a non-list fails
 
 
 class _Numbers(Sequence[Decimal]):

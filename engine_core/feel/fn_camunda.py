@@ -27,7 +27,7 @@ from decimal import (
 from typing import Any
 
 from engine_core.errors import ExpressionError
-from engine_core.feel import limits
+from engine_core.feel import limits, ops
 from engine_core.feel.builtins import builtin
 from engine_core.feel.far import FarMoment
 from engine_core.feel.fn_scalars import _rounded, context_merge, context_put, to_string
@@ -191,8 +191,6 @@ def overlaps_after(a: Any, b: Any) -> Any:
 
 
 def _lt(a: Any, b: Any) -> bool:
-    from engine_core.feel import ops
-
     r = ops.less(a, b)
     if r is None:
         raise ValueError("not comparable")
@@ -200,6 +198,4 @@ def _lt(a: Any, b: Any) -> bool:
 
 
 def _eq(a: Any, b: Any) -> bool:
-    from engine_core.feel import ops
-
     return ops.equal(a, b) is True
