@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from engine_core.builder import ProcessBuilder
-from engine_core.errors import ExpressionError, ExpressionLimitExceeded
+from engine_core.errors import ExpressionError, ExpressionLimitExceeded, InvalidModel
+from engine_core.expression_check import check_expressions
 from engine_core.feel import evaluate
 from engine_core.feel.limits import DEFAULT_LIMITS, Limits
 from tests.core.enginekit import Run
@@ -121,3 +122,21 @@ def test_a_bound_at_run_time_is_an_incident_at_the_node() -> None:
     assert "over the limit of 100,000" in incident.cause
     assert run.status == "active_incidents"
     assert run.token_nodes() == ["bad:incident"]
+
+
+def test_deploy_checks_long_sums_and_refuses_deep_nesting_with_one_line() -> None:
+    """Every expression is compiled at deploy: a 500-term sum (a RecursionError before)
+    compiles; nesting past the bound refuses the model, naming the element."""
+
+    def model(script: str) -> Any:
+        b = ProcessBuilder("p")
+        b.start_event("s").script_task("calc", script, result_variable="n").end_event("e")
+        b.sequence("s", "calc", "e")
+        return b.build()
+
+    check_expressions(model("=" + " + ".join(["x"] * 500)))
+    with pytest.raises(InvalidModel) as info:
+        check_expressions(model("=" + "[" * 1_000 + "1" + "]" * 1_000))
+    message = str(info.value)
+    assert "'calc'" in message and "nested deeper than 100 levels" in message
+    assert "\n" not in message
