@@ -20,6 +20,8 @@ should do next:
     ├── StoredDataError      what the database holds cannot be used as it is
     │   ├── CheckpointTooNew       written by a newer dormant; upgrade this one
     │   ├── CorruptCheckpoint      not a checkpoint document at all
+    │   ├── UnknownEffect          an outbox row of a kind a newer dormant wrote
+    │   ├── CorruptEffect          an outbox payload that does not match its kind
     │   └── NotMigrated            the database schema is older than this code
     ├── ExpressionError      a FEEL expression that does not parse or cannot be evaluated
     │   └── ExpressionLimitExceeded  past a FEEL bound (steps, string length, list size, depth)
@@ -41,6 +43,7 @@ __all__ = [
     "CallerError",
     "CheckpointTooNew",
     "CorruptCheckpoint",
+    "CorruptEffect",
     "DecisionError",
     "DecisionEvaluationError",
     "DecisionNotDeployed",
@@ -57,6 +60,7 @@ __all__ = [
     "NotMigrated",
     "OperatorError",
     "StoredDataError",
+    "UnknownEffect",
     "UnknownIncident",
     "UnknownInstance",
     "UnknownProcess",
@@ -142,6 +146,14 @@ class CheckpointTooNew(StoredDataError):
 
 class CorruptCheckpoint(StoredDataError):
     """The stored checkpoint is not a checkpoint document."""
+
+
+class UnknownEffect(StoredDataError):
+    """An outbox row of a kind this version does not know (a newer dormant wrote it)."""
+
+
+class CorruptEffect(StoredDataError):
+    """An outbox row whose payload does not match its kind's type."""
 
 
 class NotMigrated(StoredDataError):

@@ -16,6 +16,7 @@ __all__ = [
     "FactView",
     "IncidentView",
     "InstanceView",
+    "ScopeView",
     "TokenView",
     "UserTaskView",
     "WaitView",
@@ -76,6 +77,17 @@ class WaitView:
 
 
 @dataclass(frozen=True, slots=True)
+class ScopeView:
+    """A variable scope: what ``set-variables --scope`` names (its id or its node)."""
+
+    id: str
+    node_id: str | None
+    parent_id: str | None
+    loop_index: int | None
+    variable_names: list[str]
+
+
+@dataclass(frozen=True, slots=True)
 class InstanceView:
     id: str
     key: str
@@ -91,6 +103,10 @@ class InstanceView:
     updated_at: datetime
     ended_at: datetime | None
     parent_instance_id: str | None = None
+    # Suspended by an operator; ``held``: the triggers kept for its resume.
+    suspended: bool = False
+    held: int = 0
+    scopes: list[ScopeView] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +215,12 @@ def instance_view(checkpoint: Checkpoint) -> InstanceView:
         updated_at=checkpoint.updated_at,
         ended_at=checkpoint.ended_at,
         parent_instance_id=checkpoint.parent.instance_id if checkpoint.parent else None,
+        suspended=checkpoint.suspended,
+        held=len(checkpoint.held),
+        scopes=[
+            ScopeView(s.id, s.node_id, s.parent_id, s.loop_index, sorted(s.variables))
+            for s in checkpoint.scopes.values()
+        ],
     )
 
 

@@ -163,6 +163,13 @@ class ConsoleQueries:
 
     @contextmanager
     def _read(self) -> Iterator[Connection]:
+        """Each read is one statement (or two that need not agree to the row), so on
+        PostgreSQL it runs in autocommit: its own snapshot, no BEGIN/ROLLBACK round
+        trips around it. SQLite keeps its DEFERRED read transaction (no write lock)."""
+        if self.is_postgres:
+            with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+                yield conn
+            return
         with self.engine.connect().execution_options(**READ) as conn, conn.begin():
             yield conn
 
@@ -203,6 +210,16 @@ class ConsoleQueries:
                 out.setdefault(key, {})[node] = int(n)
         return out
 
+    def process_keys(self) -> list[str]:
+        """Every deployed process key, for the filters' choices (definitions only)."""
+        with self._read() as conn:
+            return [
+                str(k)
+                for k in conn.execute(
+                    select(definitions.c.key).distinct().order_by(definitions.c.key)
+                ).scalars()
+            ]
+
     def definition_source(self, key: str, version: int) -> str | None:
         with self._read() as conn:
             found = conn.execute(
@@ -233,13 +250,10 @@ class ConsoleQueries:
         if f.started_to is not None:
             where.append(c.created_at < f.started_to)
         if f.has_open_incident:
-            where.append(
-                c.id.in_(
-                    select(incident_table.c.instance_id).where(
-                        incident_table.c.state.in_(OPEN_INCIDENT_STATES)
-                    )
-                )
-            )
+            # The engine keeps a running instance at 'active_incidents' exactly while one
+            # of its incidents is open (or retry-scheduled), so the status index answers
+            # it; an ended instance has nothing left to act on.
+            where.append(c.status == "active_incidents")
         if f.waiting_at is not None:
             if self.is_postgres:
                 where.append(

@@ -58,6 +58,15 @@ class MessageOutcome:
     def outbox_ids(self) -> list[int]:
         return [i for a in self.applied for i in a.outbox_ids]
 
+    def summary(self) -> str:
+        parts = [f"delivered_to={','.join(self.delivered_to) or '-'}"]
+        parts.append(f"started={','.join(self.started) or '-'}")
+        if self.buffered:
+            parts.append("buffered")
+        if self.duplicate:
+            parts.append("duplicate")
+        return " ".join(parts)
+
 
 @dataclass(slots=True)
 class SignalOutcome:
@@ -69,6 +78,12 @@ class SignalOutcome:
     @property
     def outbox_ids(self) -> list[int]:
         return [i for a in self.applied for i in a.outbox_ids]
+
+    def summary(self) -> str:
+        return (
+            f"delivered_to={','.join(self.delivered_to) or '-'} "
+            f"started={','.join(self.started) or '-'}"
+        )
 
 
 class Router:

@@ -8,16 +8,36 @@ value, never discovered later as a confusing failure deep in a transaction.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveFloat,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from engine_core.errors import InvalidSetting
 from engine_core.model import RetryPolicy
+from engine_core.services import JobTypeSettings
 
 __all__ = ["ENV_VARS", "Settings", "normalise_database_url"]
+
+
+class JobTypeSetting(BaseModel):
+    """One job type's own timeout and retry backoff (``DORMANT_JOB_TYPES``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    timeout_seconds: PositiveFloat | None = None
+    retry_backoff_seconds: PositiveFloat | None = None
+
 
 # field name -> environment variable
 ENV_VARS: dict[str, str] = {
@@ -31,6 +51,8 @@ ENV_VARS: dict[str, str] = {
     "job_timeout_seconds": "DORMANT_JOB_TIMEOUT_SECONDS",
     "incident_retry_attempts": "DORMANT_INCIDENT_RETRY_ATTEMPTS",
     "incident_retry_backoff_seconds": "DORMANT_INCIDENT_RETRY_BACKOFF_SECONDS",
+    "batch_claim_seconds": "DORMANT_BATCH_CLAIM_SECONDS",
+    "job_types": "DORMANT_JOB_TYPES",
 }
 
 
@@ -71,6 +93,12 @@ class Settings(BaseModel):
     # incident waits for an operator (SRD-079 FR-6).
     incident_retry_attempts: int = 0
     incident_retry_backoff_seconds: float = 60.0
+    # How long a bulk batch belongs to its runner without a renewal; after that the
+    # sweep hands it to another worker (its runner died).
+    batch_claim_seconds: float = 30.0
+    # Per job type: {"charge-card": {"timeout_seconds": 600, "retry_backoff_seconds": 5}}
+    # (JSON in the environment); a type not named uses the two settings above.
+    job_types: dict[str, JobTypeSetting] = Field(default_factory=dict)
 
     @field_validator("database_url", "broker_url")
     @classmethod
@@ -92,12 +120,31 @@ class Settings(BaseModel):
         "job_retry_backoff_seconds",
         "job_timeout_seconds",
         "incident_retry_backoff_seconds",
+        "batch_claim_seconds",
     )
     @classmethod
     def _positive(cls, value: float | None) -> float | None:
         if value is not None and not value > 0:
             raise ValueError("must be a positive number of seconds")
         return value
+
+    @field_validator("job_types", mode="before")
+    @classmethod
+    def _job_types_json(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                return json.loads(value)
+            except ValueError as exc:
+                raise ValueError(f"must be a JSON object of job types: {exc}") from exc
+        return value
+
+    @property
+    def job_type_settings(self) -> dict[str, JobTypeSettings]:
+        """The per-job-type settings as the core takes them (``Services.job_types``)."""
+        return {
+            name: JobTypeSettings(s.timeout_seconds, s.retry_backoff_seconds)
+            for name, s in self.job_types.items()
+        }
 
     @field_validator("incident_retry_attempts")
     @classmethod

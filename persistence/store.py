@@ -29,10 +29,11 @@ from sqlalchemy.exc import IntegrityError
 
 from engine_core import engine as core
 from engine_core.checkpoint import Checkpoint, decode, encode
-from engine_core.effects import Fact, Step
+from engine_core.effects import Fact, Step, encode_effect
 from engine_core.errors import InvalidOperation, InvalidVariables, UnknownInstance
 from engine_core.model import ProcessDefinition
-from engine_core.triggers import Start, Trigger
+from engine_core.operations import projected_waits
+from engine_core.triggers import MigrateInstance, Start, Trigger
 from persistence import migrate
 from persistence.db import READ, make_engine
 from persistence.decisions import DecisionCache
@@ -77,6 +78,11 @@ class Applied:
     # The process key, for metrics and trace attributes (bounded, unlike the id).
     key: str | None = None
 
+    def summary(self) -> str:
+        extra = " duplicate" if self.duplicate else ""
+        extra += " stale" if not self.changed and not extra else ""
+        return f"instance={self.instance_id} revision={self.revision}{extra}"
+
 
 class StartKeyTaken(InvalidOperation):
     """A keyed message start lost the race: a running instance already has that key."""
@@ -118,11 +124,6 @@ def log_raised_incidents(applied: Applied) -> None:
             )
 
 
-def _effect_payload(effect: object) -> dict[str, Any]:
-    data: dict[str, Any] = dataclasses.asdict(effect)  # type: ignore[call-overload]
-    return json.loads(json.dumps(data, default=str))  # type: ignore[no-any-return]
-
-
 class Store(Deployments, OutboxQueue, Queries):
     """One database, one SQLAlchemy Engine, the one transaction."""
 
@@ -147,6 +148,7 @@ class Store(Deployments, OutboxQueue, Queries):
             job_retry_backoff_seconds=settings.job_retry_backoff_seconds,
             job_timeout_seconds=settings.job_timeout_seconds,
             incident_retry_policy=settings.incident_retry_policy,
+            job_types=settings.job_type_settings,
         )
         self._decisions = DecisionCache(self.services)
         self._definitions: dict[tuple[str, int], ProcessDefinition] = {}
@@ -338,6 +340,9 @@ class Store(Deployments, OutboxQueue, Queries):
             old = decode(row.checkpoint)
             definition, _ = self.definition(row.key, row.version, conn=conn)
             services = self._decisions.services(conn, definition)
+            if isinstance(trigger, MigrateInstance):
+                target, _ = self.definition(row.key, trigger.version, conn=conn)
+                services = dataclasses.replace(services, migration_target=target)
             step = core.apply(definition, old, trigger, now=now, services=services)
             if not step.changed:
                 self._insert_facts(conn, instance_id, old.revision, step.facts, now)
@@ -357,6 +362,7 @@ class Store(Deployments, OutboxQueue, Queries):
                     checkpoint=encode(cp),
                     status=cp.status.value,
                     revision=cp.revision,
+                    version=cp.version,  # a migration moves the instance's pin
                     updated_at=now,
                 )
             )
@@ -392,27 +398,27 @@ class Store(Deployments, OutboxQueue, Queries):
     ) -> Applied:
         """Everything the new checkpoint implies, in the caller's transaction."""
         cp = step.checkpoint
-        buffered = sync_holds(conn, instance_id, old.waits, cp.waits, now)
+        buffered = sync_holds(conn, instance_id, projected_waits(old), projected_waits(cp), now)
         sync_incidents(conn, old, cp)
         self._insert_facts(conn, instance_id, cp.revision, step.facts, now)
         # Each effect's trigger id names its origin (instance, revision, index), never
         # the row id: SQLite reuses the id of a deleted row, so a CancelChild published
         # as "outbox:7" after the StartChild "outbox:7" was deleted would be dropped by
         # the child as a duplicate of its own start.
+        rows = [encode_effect(e) for e in step.effects]
         outbox_ids = [
             int(
                 conn.execute(
                     insert(outbox)
                     .values(
-                        kind=type(e).__name__,
-                        payload=_effect_payload(e)
-                        | {"trigger_id": f"{instance_id}@{cp.revision}.{i}"},
+                        kind=kind,
+                        payload=payload | {"trigger_id": f"{instance_id}@{cp.revision}.{i}"},
                         created_at=now,
                     )
                     .returning(outbox.c.id)
                 ).scalar_one()
             )
-            for i, e in enumerate(step.effects)
+            for i, (kind, payload) in enumerate(rows)
         ]
         outbox_ids += [b.outbox_id for b in buffered]
         if trigger_id is not None:

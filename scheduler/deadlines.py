@@ -71,6 +71,18 @@ class FireOutcome:
     error: str | None = None
     retry_at: datetime | None = None
 
+    @property
+    def outbox_ids(self) -> list[int]:
+        return list(self.applied.outbox_ids) if self.applied is not None else []
+
+    def summary(self) -> str:
+        inner = (
+            self.applied.summary() if self.applied is not None else f"instance={self.instance_id}"
+        )
+        return f"{inner} wait={self.wait_id} {self.status}" + (
+            f" ({self.error})" if self.error else ""
+        )
+
 
 def claim_due(store: Store, now: datetime, limit: int = 100) -> list[Claim]:
     """Claim up to ``limit`` due rows whose claim is absent or expired.

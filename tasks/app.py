@@ -39,6 +39,7 @@ from celery.signals import beat_init, worker_init, worker_process_init
 from kombu.entity import Exchange, Queue, binding
 
 from persistence.settings import Settings
+from persistence.store import Store
 from tasks.tracing import publish_headers
 
 __all__ = [
@@ -74,6 +75,8 @@ REDIS_VISIBILITY_TIMEOUT = 60
 # How often beat scans the deadline table, and sweeps the outbox and inbox.
 SCAN_DEADLINES_EVERY = 1.0
 RELAY_OUTBOX_EVERY = 3.0
+# How often beat looks for a bulk batch that nobody runs (never started, worker died).
+BATCH_SWEEP_EVERY = 5.0
 
 
 def _transport_options(broker_url: str) -> dict[str, Any]:
@@ -135,15 +138,24 @@ def _conf(s: Settings) -> dict[str, Any]:
                     "routing_key": "trigger.relay_outbox",
                 },
             },
+            "dormant.batches.sweep": {
+                "task": "dormant.batches.sweep",
+                "schedule": BATCH_SWEEP_EVERY,
+                "options": {
+                    "queue": "dormant",
+                    "exchange": "dormant",
+                    "routing_key": "trigger.batches_sweep",
+                },
+            },
         },
     }
 
 
 settings: Settings = Settings.from_env()
-app = Celery("dormant", include=["tasks.triggers", "tasks.jobs"])
+app = Celery("dormant", include=["tasks.triggers", "tasks.jobs", "tasks.operations"])
 app.conf.update(_conf(settings))
 
-_store: Any = None
+_store: Store | None = None
 _store_lock = threading.Lock()
 
 
@@ -165,14 +177,12 @@ def configure(new: Settings) -> None:
         _store = None
 
 
-def store() -> Any:
+def store() -> Store:
     """This process's Store, opened on first use (never before a fork: see below)."""
     global _store
     if _store is None:
         with _store_lock:
             if _store is None:
-                from persistence.store import Store
-
                 _store = Store(settings=settings)
     return _store
 

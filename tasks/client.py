@@ -30,8 +30,11 @@ from engine_core.errors import (
     UnknownTask,
 )
 from engine_core.views import FactView, IncidentView, InstanceView, UserTaskView
+from persistence.deployments import Deployment
 from persistence.settings import Settings
+from persistence.store import Store
 from tasks import inbox
+from tasks.client_operations import Operations
 
 __all__ = ["Client"]
 
@@ -89,12 +92,11 @@ def _message_kwargs(
     }
 
 
-class Client:
-    """Deploy processes, start instances, send messages and signals, operate incidents."""
+class Client(Operations):
+    """Deploy processes, start instances, send messages and signals, operate incidents
+    and running instances (``tasks/client_operations.py``)."""
 
     def __init__(self, database_url: str | None = None, broker_url: str | None = None) -> None:
-        from persistence.store import Store
-
         self.settings = Settings.from_env(database_url=database_url, broker_url=broker_url)
         self._store = Store(settings=self.settings)
         self._known_keys: set[str] = set()
@@ -119,7 +121,7 @@ class Client:
 
     # -- processes -------------------------------------------------------------------
 
-    def deploy(self, path_or_xml: str | bytes | Path) -> Any:
+    def deploy(self, path_or_xml: str | bytes | Path) -> Deployment:
         """Deploy a BPMN or DMN file (path) or document (XML text); returns
         ``Deployment(key, version)``.
 
@@ -128,7 +130,7 @@ class Client:
         """
         return self.deploy_all(path_or_xml)[0]
 
-    def deploy_all(self, path_or_xml: str | bytes | Path) -> list[Any]:
+    def deploy_all(self, path_or_xml: str | bytes | Path) -> list[Deployment]:
         """Deploy every process (or decision) of a file; one ``Deployment`` each."""
         source = _read_source(path_or_xml)
         deployments = list(self._store.deploy(source, _now()))

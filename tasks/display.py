@@ -27,13 +27,17 @@ __all__ = [
     "describe_wait",
     "due_in",
     "duration",
+    "emit",
     "incident_columns",
     "instance_columns",
     "instance_lines",
     "instance_summary",
+    "output_options",
     "pick_format",
+    "queued",
     "render",
     "task_columns",
+    "when",
 ]
 
 T = TypeVar("T")
@@ -48,6 +52,37 @@ class Column:
     header: str
     human: Callable[[Any], str]
     plain: Callable[[Any], str] | None = None
+
+
+def output_options(command: Any) -> Any:
+    """A list command's ``--format auto|table|tsv|json`` and ``--json``."""
+    import click
+
+    command = click.option("--json", "as_json", is_flag=True, help="a JSON array")(command)
+    return click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(FORMATS),
+        default="auto",
+        show_default=True,
+        help="auto: a table on a terminal, tab-separated lines when piped",
+    )(command)
+
+
+def emit(
+    rows: Any,
+    columns: Sequence[Column],
+    fmt: str,
+    as_json: bool,
+    as_dict: Callable[[Any], dict[str, Any]],
+    empty: str,
+) -> None:
+    """Print ``rows`` to stdout in the format picked for it (nothing for an empty TSV)."""
+    import click
+
+    text = render(list(rows), columns, pick_format(fmt, as_json, sys.stdout), as_dict, empty=empty)
+    if text:
+        click.echo(text)
 
 
 def pick_format(fmt: str, as_json: bool, stream: Any = None) -> str:
@@ -214,6 +249,8 @@ def instance_lines(view: Any, now: datetime) -> list[str]:
     lines.append(f"started {ago(view.created_at, now)}, updated {ago(view.updated_at, now)}{ended}")
     if view.parent_instance_id:
         lines.append(f"parent instance: {view.parent_instance_id}")
+    if getattr(view, "suspended", False):
+        lines.append(f"suspended: {view.held} trigger(s) held for the resume")
     by_token: dict[str | None, list[Any]] = {}
     for w in view.waits:
         by_token.setdefault(w.token_id, []).append(w)
@@ -233,3 +270,36 @@ def instance_lines(view: Any, now: datetime) -> list[str]:
         )
     lines.append(f"  variables: {json.dumps(view.variables, sort_keys=True)}")
     return lines
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def when(text: str | None, now: datetime, option: str) -> datetime | None:
+    """``2h`` (that long ago), or an ISO 8601 time (UTC unless it names a zone)."""
+    from datetime import UTC, timedelta
+
+    from engine_core.errors import InvalidOperation
+
+    if text is None:
+        return None
+    raw = text.strip()
+    if raw[:-1].isdigit() and raw[-1:] in _UNITS:
+        return now - timedelta(seconds=int(raw[:-1]) * _UNITS[raw[-1]])
+    try:
+        at = datetime.fromisoformat(raw)
+    except ValueError:
+        raise InvalidOperation(
+            f"{option} {text!r} is neither an ISO time (2026-12-01T09:00) nor an age (2h)"
+        ) from None
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+
+
+def queued(instance_id: str, queued_at: datetime, now: datetime, as_json: bool) -> str:
+    """What ``instances show`` says of an instance whose start is still in the inbox."""
+    if as_json:
+        return json.dumps({"id": instance_id, "status": "queued", "queued_at": iso(queued_at)})
+    return (
+        f"{instance_id}  queued: no worker has applied its start yet "
+        f"(sent {duration((now - queued_at).total_seconds())} ago)"
+    )

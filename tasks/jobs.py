@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from typing import Any
 
 from celery import Task
@@ -41,7 +42,7 @@ from celery.signals import task_failure, task_success
 from kombu.entity import Exchange, Queue
 
 from engine_core.errors import BpmnError
-from engine_core.triggers import JobCompleted, JobErrorThrown, JobFailed
+from engine_core.triggers import JobCompleted, JobErrorThrown, JobFailed, JobHeartbeat
 from persistence import clock
 from tasks import metrics, tracing
 from tasks.app import QUEUE, app, publish, store
@@ -52,6 +53,7 @@ __all__ = [
     "HEADER_INSTANCE",
     "HEADER_WAIT",
     "dispatch",
+    "heartbeat",
     "idempotency_key",
     "job_queue",
 ]
@@ -124,6 +126,19 @@ def idempotency_key(task: Task) -> str | None:
     """
     value = _header(task.request, HEADER_IDEMPOTENCY_KEY)
     return str(value) if value is not None else None
+
+
+def heartbeat(task: Task, extend_seconds: float | None = None) -> bool:
+    """From a long job (a bound task): "still working". Moves the job's timeout to now +
+    ``extend_seconds`` (default: its job type's timeout), so the engine does not take it
+    for lost and dispatch it again. False outside a dormant job."""
+    ctx = _context(task)
+    if ctx is None:
+        return False
+    instance_id, wait_id, attempt, key = ctx
+    trigger = JobHeartbeat(wait_id=wait_id, attempt=attempt, extend_seconds=extend_seconds)
+    report(instance_id, trigger, f"{key}:heartbeat:{uuid.uuid4().hex}")
+    return True
 
 
 def _context(task: Any) -> tuple[str, str, int, str] | None:

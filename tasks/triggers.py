@@ -31,10 +31,10 @@ from typing import Any
 from celery import Task
 from sqlalchemy.exc import OperationalError
 
+from engine_core.calls import missing_child
 from engine_core.errors import DormantError, UnknownProcess, UnknownTask
 from engine_core.triggers import (
     Cancel,
-    ChildFailed,
     IncidentDrop,
     IncidentResolve,
     IncidentRetry,
@@ -42,6 +42,7 @@ from engine_core.triggers import (
     parse_trigger,
 )
 from persistence import clock
+from persistence.results import TriggerResult
 from tasks import app as app_module
 from tasks import inbox
 from tasks.app import app, publish, store
@@ -77,54 +78,19 @@ def _backoff(retries: int) -> float:
     return float(min(30, 2**retries) * 0.5)
 
 
-def _outbox_ids(result: Any) -> list[Any]:
-    """Outbox ids from an ``Applied`` or anything holding several (a Router's fan-out)."""
-    if result is None:
-        return []
-    if hasattr(result, "outbox_ids"):
-        return list(result.outbox_ids)
-    if isinstance(result, list | tuple):
-        return [i for r in result for i in _outbox_ids(r)]
-    for attr in ("applied", "results"):
-        if hasattr(result, attr):
-            return _outbox_ids(getattr(result, attr))
-    return []
+def _outbox_ids(result: TriggerResult | None) -> list[int]:
+    return [] if result is None else list(result.outbox_ids)
 
 
-def _describe(result: Any) -> str:
-    if result is None:
-        return "nothing"
-    if hasattr(result, "revision"):
-        extra = " duplicate" if getattr(result, "duplicate", False) else ""
-        extra += " stale" if not getattr(result, "changed", True) and not extra else ""
-        return f"instance={result.instance_id} revision={result.revision}{extra}"
-    if isinstance(result, list | tuple):
-        return f"{len(result)} instance(s): " + ", ".join(_describe(r) for r in result)
-    if hasattr(result, "status") and hasattr(result, "wait_id"):  # a deadline's FireOutcome
-        inner = (
-            _describe(result.applied)
-            if result.applied is not None
-            else f"instance={result.instance_id}"
-        )
-        return f"{inner} wait={result.wait_id} {result.status}" + (
-            f" ({result.error})" if result.error else ""
-        )
-    if hasattr(result, "delivered_to"):
-        parts = [f"delivered_to={','.join(result.delivered_to) or '-'}"]
-        parts.append(f"started={','.join(getattr(result, 'started', [])) or '-'}")
-        if getattr(result, "buffered", False):
-            parts.append("buffered")
-        if getattr(result, "duplicate", False):
-            parts.append("duplicate")
-        return " ".join(parts)
-    return type(result).__name__
+def _describe(result: TriggerResult | None) -> str:
+    return "nothing" if result is None else result.summary()
 
 
 @observe_trigger  # metrics, the trace span, and the summary Flower shows (tasks/metrics.py)
 def _run(
     task: Task,
     kind: str,
-    call: Callable[[str, datetime], Any],
+    call: Callable[[str, datetime], TriggerResult | None],
     inbox_id: str | None = None,
     trigger_id: str | None = None,
     *,
@@ -194,9 +160,7 @@ def start(
     ``version_tag``, of its newest version carrying that ``zeebe:versionTag``.
 
     A call activity's child (``parent`` given) whose process is not deployed fails
-    back to its caller: the call activity gets an incident, as in Camunda 8, which a
-    retry after deploying the process heals. Dropping it would leave the caller waiting
-    for a child that never exists.
+    back to its caller with the trigger the core decides (``calls.missing_child``).
     """
 
     def call(tid: str, now: datetime) -> Any:
@@ -217,9 +181,7 @@ def start(
         except UnknownProcess as exc:
             if parent is None:
                 raise
-            failed = ChildFailed(
-                wait_id=parent["wait_id"], error=str(exc), error_class="UnknownProcess"
-            )
+            failed = missing_child(parent["wait_id"], str(exc))
             return store().apply(parent["instance_id"], failed, now, trigger_id=f"{tid}:unknown")
 
     return _run(self, "start", call, inbox_id, trigger_id)

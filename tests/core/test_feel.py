@@ -389,7 +389,9 @@ def test_to_json(value: Any, expected: Any) -> None:
 
 def test_parse_duration_gives_types_the_engine_can_add() -> None:
     start = datetime(2024, 1, 31, 12)
-    assert start + parse_duration("PT5M") == datetime(2024, 1, 31, 12, 5)
+    minutes = parse_duration("PT5M")
+    assert isinstance(minutes, timedelta)
+    assert start + minutes == datetime(2024, 1, 31, 12, 5)
     ym = parse_duration("P1M")
     assert isinstance(ym, YearsMonthsDuration)
     assert ym.add_to(start) == datetime(2024, 2, 29, 12)

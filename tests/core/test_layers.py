@@ -105,6 +105,9 @@ CORE_TIERS: list[set[str]] = [
         "multi_instance",
         "nodes",
         "wakes",
+        # operator actions (suspend/resume, set variables, modify) and migration
+        "migration",
+        "operations",
     },
     # the entry point and the package's public names
     {"engine", ""},
