@@ -134,7 +134,13 @@ def _compile_tests(tests: str) -> UnaryTests:
         verdict: bool | None = False
         for direct, node in items:
             result = node(inner)
-            r = result if direct else ops.in_test(value, result)
+            if direct:
+                r = result if isinstance(result, bool) else None  # `abs(?)` is no verdict
+            elif isinstance(value, list) and isinstance(result, list):
+                # a list input against a list: equal lists pass, as in feel-scala
+                r = True if ops.equal(value, result) is True else ops.in_test(value, result)
+            else:
+                r = ops.in_test(value, result)
             if r is True:
                 return True
             if r is None:
