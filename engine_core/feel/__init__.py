@@ -24,7 +24,8 @@ is raised for a syntax error (with the character ``position``), where feel-scala
 rather than answering null (``assert``, a regex back-reference the linear-time engine
 cannot run), and past a bound of ``limits.Limits`` (``ExpressionLimitExceeded``: steps,
 string length, list size, call and nesting depth; ``evaluate(..., limits=...)``).
-``uuid()`` answers from the ``ids`` source the caller passes, as ``now()`` from ``now``.
+``uuid()`` answers from the ``ids`` source the caller passes (or ``id_source``'s), as
+``now()`` from ``now``.
 Inputs may be JSON values: ints and floats are read as ``Decimal``; ``to_json`` turns
 results back.
 """
@@ -40,6 +41,7 @@ from engine_core.feel.api import (
     to_json,
 )
 from engine_core.feel.limits import DEFAULT_LIMITS, Limits
+from engine_core.feel.scope import id_source
 from engine_core.feel.temporal import YearsMonthsDuration
 from engine_core.feel.values import FeelFunction, Range
 
@@ -53,6 +55,7 @@ __all__ = [
     "compile_expression",
     "evaluate",
     "evaluate_unary_tests",
+    "id_source",
     "parse_duration",
     "to_json",
 ]
