@@ -24,6 +24,12 @@ DOUBLING = (
 )
 
 
+SHARED = (
+    '{a: for i in 1..100 return "x", b: for i in 1..100 return a, '
+    "c: for i in 1..100 return b, d: for i in 1..100 return c}.d"
+)
+
+
 def refused(expression: str, limit: str, variables: dict[str, Any] | None = None) -> str:
     with pytest.raises(ExpressionLimitExceeded) as info:
         evaluate(expression, variables or {})
@@ -46,6 +52,7 @@ def refused(expression: str, limit: str, variables: dict[str, Any] | None = None
         ("concatenate(big, big)", "collection_size"),
         ("string(for i in 1..100 return for j in 1..100 return text)", "string_length"),
         ('replace(text, "a", text)', "string_length"),
+        (SHARED, "steps"),  # 400 steps to build, 10^8 values to write out
     ],
 )
 def test_each_bound_stops_its_hostile_expression(expression: str, limit: str) -> None:
