@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from engine_core.checkpoint import Scope, Token, Wait, WaitKind, WaitRole
-from engine_core.expressions import correlation_key, non_empty_string
+from engine_core.expressions import TechnicalFailure, correlation_key, non_empty_string
 from engine_core.model import EventDefinition, EventKind, Node, NodeKind
 from engine_core.timers import arm_timer
 
@@ -92,21 +92,38 @@ def arm_boundaries(rt: Runtime, token: Token, activity: Node) -> None:
 
 
 def arm_event_sub_processes(rt: Runtime, scope: Scope) -> None:
-    """A scope that starts arms the starts of the event sub-processes inside it."""
+    """A scope that starts arms the starts of the event sub-processes inside it.
+
+    All or nothing, and only once: a start that cannot be armed withdraws the ones armed
+    before it (the incident's retry arms them all), and a start already armed in the
+    scope (a retry after a later failure) is not armed a second time."""
     variables = rt.visible(scope.id)
-    for esp in rt.defn.event_sub_processes(scope.node_id):
-        for start in rt.defn.nodes_in(esp.id):
-            if start.kind is not NodeKind.START_EVENT:
-                continue
-            for index, definition in enumerate(start.events):
-                if definition.kind in WAITABLE:
-                    arm_event(
-                        rt,
-                        start,
-                        definition,
-                        WaitRole.EVENT_SUB,
-                        variables,
-                        def_index=index,
-                        scope_id=scope.id,
-                        interrupting=start.is_interrupting,
-                    )
+    armed = {
+        (w.node_id, w.def_index)
+        for w in rt.cp.waits.values()
+        if w.role is WaitRole.EVENT_SUB and w.scope_id == scope.id
+    }
+    new: list[Wait] = []
+    try:
+        for esp in rt.defn.event_sub_processes(scope.node_id):
+            for start in rt.defn.nodes_in(esp.id):
+                if start.kind is not NodeKind.START_EVENT:
+                    continue
+                for index, definition in enumerate(start.events):
+                    if definition.kind in WAITABLE and (start.id, index) not in armed:
+                        new.append(
+                            arm_event(
+                                rt,
+                                start,
+                                definition,
+                                WaitRole.EVENT_SUB,
+                                variables,
+                                def_index=index,
+                                scope_id=scope.id,
+                                interrupting=start.is_interrupting,
+                            )
+                        )
+    except TechnicalFailure:
+        for wait in new:
+            rt.withdraw(wait)
+        raise

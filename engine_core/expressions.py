@@ -49,6 +49,11 @@ def evaluate(raw: str, variables: Mapping[str, Any], element_id: str, now: datet
         return feel.evaluate(source, variables, now=now)
     except ExpressionError as exc:
         raise TechnicalFailure(str(exc.at_element(element_id))) from exc
+    except Exception as exc:
+        # Whatever else evaluating the model's expression raised (a recursion limit, an
+        # arithmetic corner the evaluator did not foresee) is still the model's failure
+        # at this element: an incident there, never an exception out of ``apply``.
+        raise _unexpected(exc, raw, element_id) from exc
 
 
 def json_value(value: Any) -> Any:
@@ -57,7 +62,18 @@ def json_value(value: Any) -> Any:
         return value
     from engine_core import feel
 
-    return feel.to_json(value)
+    try:
+        return feel.to_json(value)
+    except Exception as exc:
+        raise _unexpected(exc, "", None) from exc
+
+
+def _unexpected(exc: Exception, raw: str, element_id: str | None) -> TechnicalFailure:
+    where = f" of {element_id!r}" if element_id is not None else ""
+    what = f"expression {raw!r}{where}" if raw else "a result"
+    return TechnicalFailure(
+        f"{what} could not be evaluated: {type(exc).__name__}: {exc}", type(exc).__name__
+    )
 
 
 def boolean(raw: str, variables: Mapping[str, Any], element_id: str, now: datetime) -> bool:

@@ -14,18 +14,47 @@ is a wait with a deadline, so it survives any restart (SRD-079).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from engine_core.checkpoint import Incident, IncidentState, Token, TokenState, WaitKind, WaitRole
-from engine_core.errors import InvalidOperation, UnknownIncident
+from engine_core.errors import EngineInvariantError, InvalidOperation, UnknownIncident
 from engine_core.expressions import TechnicalFailure
 from engine_core.model import Node
 
 if TYPE_CHECKING:
     from engine_core.runtime import Runtime
 
-__all__ = ["drop", "raise_incident", "resolve", "retry"]
+__all__ = ["drop", "guarded", "raise_incident", "resolve", "retry"]
+
+
+def guarded(
+    rt: Runtime,
+    token: Token,
+    node: Node,
+    work: Callable[[], object],
+    *,
+    activated: Callable[[], bool] | None = None,
+) -> bool:
+    """Run one piece of ``token``'s work at ``node``; True when it succeeded.
+
+    The one way a failure of the model (an expression that fails or gives what the
+    element cannot use) leaves the step: an incident at the node whose work failed, on
+    the token doing it. Every unit of work ``apply`` runs for a token goes through a
+    guard (entering a node, leaving it, a join firing, a boundary or event
+    sub-process catching with its payload), so no evaluation failure escapes
+    ``apply`` and none lands on a token that is already gone. ``activated`` tells,
+    after the failure, whether the node's boundaries are still armed (see
+    ``raise_incident``).
+    """
+    try:
+        work()
+    except TechnicalFailure as failure:
+        armed = True if activated is None else activated()
+        raise_incident(rt, token, node, str(failure), failure.cause_class, activated=armed)
+        return False
+    return True
 
 
 def raise_incident(
@@ -43,6 +72,11 @@ def raise_incident(
     ``activated`` is False when the node failed while activating (its boundaries were
     withdrawn unarmed, nodes.enter): the retry must arm them then, and only then.
     """
+    if rt.cp.tokens.get(token.id) is not token:
+        raise EngineInvariantError(
+            f"incident at {node.label} of instance {rt.cp.instance_id} raised on token "
+            f"{token.id}, which has already ended: {cause}"
+        )
     if rt.cp.parent is not None:
         rt.fail_instance(f"{node.label}: {cause}")
         return

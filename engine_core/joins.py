@@ -9,9 +9,11 @@ token that could arrive may end anywhere, not only at the join.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING
 
 from engine_core.checkpoint import Token, TokenState
+from engine_core.incidents import guarded
 from engine_core.model import Node, NodeKind, ProcessDefinition
 
 if TYPE_CHECKING:
@@ -78,9 +80,14 @@ def fire_ready_inclusive_joins(rt: Runtime) -> bool:
         if _can_still_arrive(rt, node, token.scope_id):
             continue
         merged = _merge(rt, _waiting_at(rt, node, token.scope_id))
-        rt.take_flows(merged, rt.chosen_flows(node, merged, all_true=True))
+        # A condition that fails, or none true and no default: an incident at the join.
+        guarded(rt, merged, node, partial(_leave_join, rt, node, merged))
         fired = True
     return fired
+
+
+def _leave_join(rt: Runtime, node: Node, token: Token) -> None:
+    rt.take_flows(token, rt.chosen_flows(node, token, all_true=True))
 
 
 def _can_still_arrive(rt: Runtime, join: Node, scope_id: str) -> bool:

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from engine_core.checkpoint import CompensationEntry, IncidentState, Scope, Token
-from engine_core.model import EventKind
+from engine_core.checkpoint import CompensationEntry, IncidentState, Scope, Token, WaitRole
+from engine_core.model import EventKind, Node
 
 if TYPE_CHECKING:
     from engine_core.runtime import Runtime
@@ -23,7 +23,24 @@ __all__ = ["leave_activity", "leave_without_running"]
 def leave_activity(
     rt: Runtime, token: Token, result: Mapping[str, Any], from_scope: Scope | None = None
 ) -> None:
+    """Leave the token's node; a failing output mapping or outgoing condition is an
+    incident at the node on this token, whoever asked it to leave (its own entry, a
+    wake, or the last token of its sub-process ending)."""
+    from engine_core.incidents import guarded
+
     node = rt.node(token.node_id)
+    guarded(
+        rt,
+        token,
+        node,
+        lambda: _leave(rt, token, node, result, from_scope),
+        activated=lambda: any(w.role is WaitRole.BOUNDARY for w in rt.waits_of(token.id)),
+    )
+
+
+def _leave(
+    rt: Runtime, token: Token, node: Node, result: Mapping[str, Any], from_scope: Scope | None
+) -> None:
     if token.loop_index is not None:
         from engine_core.multi_instance import inner_done
 
@@ -34,9 +51,11 @@ def leave_activity(
         if node.outputs:
             context_scope = rt.new_scope(node.id, token.scope_id, token.id, from_scope.variables)
             token.inner_scope = context_scope.id
-            rt.apply_outputs(node, token, {}, target_scope=token.scope_id)
-            rt.cp.scopes.pop(context_scope.id, None)
-            token.inner_scope = None
+            try:
+                rt.apply_outputs(node, token, {}, target_scope=token.scope_id)
+            finally:
+                rt.cp.scopes.pop(context_scope.id, None)
+                token.inner_scope = None
     else:
         rt.apply_outputs(node, token, result)
     _record_compensable(rt, token)

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from engine_core.checkpoint import Scope, Token, TokenState
+from engine_core.checkpoint import Scope, Token, TokenState, WaitRole
 from engine_core.expressions import TechnicalFailure, boolean, evaluate, json_value
 from engine_core.model import Node
 
@@ -109,6 +109,11 @@ def inner_done(
         body.mi_results[token.loop_index or 0] = json_value(
             evaluate(_expr(loop.output_element), context, node.id, rt.now)
         )
+    # Read while this inner instance is still live (counted as completed): a failing
+    # condition is an incident on it, which a retry re-runs, never on an ended token.
+    complete = bool(loop.completion_condition) and _condition_met(
+        rt, loop.completion_condition or "", body, node
+    )
     if token.inner_scope is not None:
         rt.drop_scope(token.inner_scope)
     # Through remove_token, so an incident this inner instance had (now retried to
@@ -119,7 +124,7 @@ def inner_done(
     if outer is None:
         return
     total = len(body.mi_items or [])
-    if loop.completion_condition and _condition_met(rt, loop.completion_condition, body, node):
+    if complete:
         for sibling in rt.tokens_in(body.id):
             rt.terminate_token(sibling)
         _finish(rt, outer, node, body)
@@ -134,12 +139,13 @@ def inner_done(
 
 
 def _condition_met(rt: Runtime, condition: str, body: Scope, node: Node) -> bool:
+    """Evaluated as the inner instance that just finished is about to end."""
     total = len(body.mi_items or [])
-    active = len(rt.tokens_in(body.id))
+    active = len(rt.tokens_in(body.id)) - 1
     context = {
         **rt.visible(body.id),
         "numberOfInstances": total,
-        "numberOfCompletedInstances": body.mi_completed,
+        "numberOfCompletedInstances": body.mi_completed + 1,
         "numberOfActiveInstances": active,
         "numberOfTerminatedInstances": 0,
     }
@@ -147,6 +153,7 @@ def _condition_met(rt: Runtime, condition: str, body: Scope, node: Node) -> bool
 
 
 def _finish(rt: Runtime, outer: Token, node: Node, body: Scope) -> None:
+    from engine_core.incidents import guarded
     from engine_core.leaving import leave_without_running
 
     loop = node.loop
@@ -157,7 +164,14 @@ def _finish(rt: Runtime, outer: Token, node: Node, body: Scope) -> None:
     if loop.output_collection:
         rt.propagate(outer.scope_id, {loop.output_collection: results})
     outer.state = TokenState.ACTIVE
-    leave_without_running(rt, outer)
+    # The body's outgoing conditions fail: an incident at the activity, on its token.
+    guarded(
+        rt,
+        outer,
+        node,
+        lambda: leave_without_running(rt, outer),
+        activated=lambda: any(w.role is WaitRole.BOUNDARY for w in rt.waits_of(outer.id)),
+    )
 
 
 def _variable_name(source: str | None) -> str | None:

@@ -95,14 +95,21 @@ def _wait(token: Token) -> None:
 
 
 def _start_event(rt: Runtime, token: Token, node: Node) -> None:
-    if node.parent is None and token.scope_id == ROOT_SCOPE:
-        # The instance's start: open the process's event sub-process subscriptions.
-        # Here, not in the Start trigger, so that one that cannot open (a null
-        # correlation key, N3) is an incident at this start event, as any node's
-        # failure is, and an incident retry opens them again; Camunda 8 raises it on
-        # the process instance, which dormant's incidents (on flow nodes) cannot name.
-        arm_event_sub_processes(rt, rt.cp.scopes[ROOT_SCOPE])
+    if _opens_its_scope(rt, token, node):
+        # The instance's start, or an event sub-process's: open the subscriptions of the
+        # event sub-processes inside its scope. Here, not in the trigger that started
+        # it, so that one that cannot open (a null correlation key, N3) is an incident
+        # at this start event, as any node's failure is, and an incident retry opens
+        # them again; Camunda 8 raises it on the process instance, which dormant's
+        # incidents (on flow nodes) cannot name.
+        arm_event_sub_processes(rt, rt.cp.scopes[token.scope_id])
     rt.activity_done(token, {})
+
+
+def _opens_its_scope(rt: Runtime, token: Token, node: Node) -> bool:
+    if node.parent is None:
+        return token.scope_id == ROOT_SCOPE
+    return rt.node(node.parent).kind is NodeKind.EVENT_SUB_PROCESS
 
 
 def _end_event(rt: Runtime, token: Token, node: Node) -> None:

@@ -56,18 +56,35 @@ def _event_sub_start_for(
 
 
 def fire_catching_boundary(
-    rt: Runtime, host: Token, boundary: Node, variables: Mapping[str, Any]
-) -> None:
-    """A boundary caught something on ``host``: interrupt it or fork beside it."""
+    rt: Runtime,
+    host: Token,
+    boundary: Node,
+    variables: Mapping[str, Any],
+    *,
+    interrupting: bool | None = None,
+) -> Token:
+    """A boundary caught something on ``host``: interrupt it or fork beside it.
+
+    The token is on the boundary before its output mappings read the payload, so a
+    failing mapping is an incident at the boundary event (on that token), never an
+    exception out of the step. Returns the token that took the boundary."""
+    from engine_core.incidents import guarded
     from engine_core.wakes import interrupt_host
 
-    if boundary.cancel_activity:
+    if boundary.cancel_activity if interrupting is None else interrupting:
         interrupt_host(rt, host)
-        rt.apply_outputs(boundary, host, variables, target_scope=host.scope_id)
         rt.arrive(host, boundary.id)
+        token, target = host, host.scope_id
     else:
         token = rt.spawn(boundary.id, host.scope_id, [*host.lineage, host.id])
-        rt.apply_outputs(boundary, token, variables)
+        target = None
+    guarded(
+        rt,
+        token,
+        boundary,
+        lambda: rt.apply_outputs(boundary, token, variables, target_scope=target),
+    )
+    return token
 
 
 def _start_event_sub(rt: Runtime, scope_id: str, start: Node, variables: Mapping[str, Any]) -> None:
@@ -148,11 +165,7 @@ def _catch_outward(
             boundary = _boundary_for(rt, owner_node, code, kind)
             if boundary is not None:
                 interrupting = interrupt_always or boundary.cancel_activity
-                if interrupting:
-                    fire_catching_boundary(rt, owner, boundary, variables)
-                else:
-                    extra = rt.spawn(boundary.id, owner.scope_id, [*owner.lineage, owner.id])
-                    rt.apply_outputs(boundary, extra, variables)
+                fire_catching_boundary(rt, owner, boundary, variables, interrupting=interrupting)
                 return interrupting
         scope_id = owner.scope_id
     return False

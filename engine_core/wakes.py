@@ -15,7 +15,6 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from engine_core import incidents
-from engine_core.arming import arm_event_sub_processes
 from engine_core.checkpoint import (
     InstanceStatus,
     Scope,
@@ -27,10 +26,9 @@ from engine_core.checkpoint import (
 )
 from engine_core.effects import NotifyParent
 from engine_core.errors import InvalidOperation
-from engine_core.expressions import TechnicalFailure
 from engine_core.model import Node
 from engine_core.runtime import ROOT_SCOPE
-from engine_core.throwing import throw_error
+from engine_core.throwing import fire_catching_boundary, throw_error
 from engine_core.timers import next_cycle_due
 from engine_core.triggers import (
     Cancel,
@@ -89,12 +87,10 @@ def fire_wait(rt: Runtime, wait: Wait, variables: Mapping[str, Any]) -> str:
 
 
 def _guarded_leave(rt: Runtime, token: Token, variables: Mapping[str, Any]) -> None:
+    """Leaving is guarded (leaving.leave_activity): a failing output mapping or
+    condition is an incident at the node."""
     token.state = TokenState.ACTIVE
-    node = rt.node(token.node_id)
-    try:
-        rt.activity_done(token, variables)
-    except TechnicalFailure as failure:
-        incidents.raise_incident(rt, token, node, str(failure), failure.cause_class)
+    rt.activity_done(token, variables)
 
 
 def _token_of(rt: Runtime, wait: Wait) -> Token:
@@ -148,15 +144,9 @@ def _fire_boundary(rt: Runtime, wait: Wait, variables: Mapping[str, Any]) -> str
         host=host.node_id,
         interrupting=boundary.cancel_activity,
     )
-    if boundary.cancel_activity:
-        interrupt_host(rt, host)
-        rt.apply_outputs(boundary, host, variables, target_scope=host.scope_id)
-        rt.arrive(host, boundary.id)
-        return host.id
-    _keep_or_withdraw(rt, wait)
-    token = rt.spawn(boundary.id, host.scope_id, [*host.lineage, host.id])
-    rt.apply_outputs(boundary, token, variables)
-    return token.id
+    if not boundary.cancel_activity:
+        _keep_or_withdraw(rt, wait)
+    return fire_catching_boundary(rt, host, boundary, variables).id
 
 
 def _fire_event_sub(rt: Runtime, wait: Wait, variables: Mapping[str, Any]) -> None:
@@ -178,9 +168,10 @@ def start_event_sub_process(
         for wait in [w for w in rt.cp.waits.values() if w.scope_id == scope_id]:
             rt.withdraw(wait)
     scope = rt.new_scope(start.parent, scope_id, None)
-    arm_event_sub_processes(rt, scope)
+    # The event sub-processes nested in this one are armed when the token enters its
+    # start event (nodes._start_event), so a failing subscription is an incident there.
     token = rt.spawn(start.id, scope.id, [])
-    rt.apply_outputs(start, token, variables)
+    incidents.guarded(rt, token, start, lambda: rt.apply_outputs(start, token, variables))
 
 
 # -- trigger handlers -----------------------------------------------------------------
