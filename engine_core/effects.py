@@ -15,6 +15,7 @@ from engine_core.checkpoint import Checkpoint
 
 __all__ = [
     "CancelChild",
+    "ContinueInstance",
     "DispatchJob",
     "Effect",
     "Fact",
@@ -93,7 +94,23 @@ class NotifyParent:
     error_code: str | None = None
 
 
-Effect = DispatchJob | ThrowMessage | ThrowSignal | StartChild | CancelChild | NotifyParent
+@dataclass(frozen=True, slots=True)
+class ContinueInstance:
+    """The step stopped at its step budget with tokens still active: send the instance
+    a ``Continue`` trigger, after this commit, to run them on."""
+
+    instance_id: str
+
+
+Effect = (
+    DispatchJob
+    | ThrowMessage
+    | ThrowSignal
+    | StartChild
+    | CancelChild
+    | NotifyParent
+    | ContinueInstance
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ from datetime import datetime
 
 from engine_core.checkpoint import Checkpoint, InstanceStatus, TokenState, WaitKind
 from engine_core.dmn import Decision
-from engine_core.effects import Fact, Step
+from engine_core.effects import ContinueInstance, Fact, Step
 from engine_core.errors import EngineInvariantError, InvalidOperation
 from engine_core.model import ProcessDefinition, RetryPolicy
 from engine_core.runtime import Runtime
@@ -53,6 +53,10 @@ class Services:
     job_timeout_seconds: float = 300.0
     incident_retry_policy: RetryPolicy | None = None
     decisions: Mapping[str, Decision] = field(default_factory=dict)
+    # Node entries one step may make. Past it the step commits with the tokens still to
+    # run left active, and a ``ContinueInstance`` effect asks for a ``Continue``
+    # trigger: a loop with no wait state costs throughput, never a held worker.
+    step_budget: int = 1000
 
 
 DEFAULT_SERVICES = Services()
@@ -105,6 +109,11 @@ def apply(
         if woken is None and not fired_early:
             return _stale(checkpoint, trigger, "wait gone")
         _run(rt)
+        if rt.queue:
+            # Stopped at the step budget: the tokens still queued stay active in the
+            # checkpoint (at rest, "active" means exactly this) for the follow-up.
+            rt.fact("StepBudgetReached", entries=rt.entries, pending=len(set(rt.queue)))
+            rt.effects.append(ContinueInstance(cp.instance_id))
     except EngineInvariantError as exc:
         # A bug in dormant, not the user's: the one failure that stays fatal (SRD-079).
         cp = _private_copy(checkpoint)
@@ -176,6 +185,16 @@ def _fire_overdue(rt: Runtime, trigger: Trigger) -> dict[str, str]:
             return fired
 
 
+def _keep_only_active(rt: Runtime) -> None:
+    live = [
+        tid
+        for tid in dict.fromkeys(rt.queue)
+        if (t := rt.cp.tokens.get(tid)) is not None and t.state is TokenState.ACTIVE
+    ]
+    rt.queue.clear()
+    rt.queue.extend(live)
+
+
 def _run(rt: Runtime) -> None:
     """Advance every active token until the instance is quiescent."""
     from engine_core.compensation import finish_waiting_throws
@@ -184,12 +203,18 @@ def _run(rt: Runtime) -> None:
 
     while True:
         while rt.queue:
-            token = rt.cp.tokens.get(rt.queue.popleft())
+            token = rt.cp.tokens.get(rt.queue[0])
             if token is None or token.state is not TokenState.ACTIVE:
+                rt.queue.popleft()
                 continue
             if rt.cp.status.ended:
                 rt.queue.clear()
                 break
+            if rt.entries >= rt.services.step_budget:
+                _keep_only_active(rt)
+                return  # the rest runs in the follow-up Continue trigger (apply)
+            rt.queue.popleft()
+            rt.entries += 1
             enter(rt, token)
         if rt.cp.status.ended:
             return

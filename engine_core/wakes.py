@@ -34,6 +34,7 @@ from engine_core.triggers import (
     Cancel,
     ChildCompleted,
     ChildFailed,
+    Continue,
     IncidentDrop,
     IncidentResolve,
     IncidentRetry,
@@ -374,6 +375,13 @@ def _cancel(rt: Runtime, trigger: Cancel) -> str | None:
     return ""
 
 
+def _continue(rt: Runtime, trigger: Continue) -> str | None:
+    """Queue the tokens the last step left active at its budget (engine._run)."""
+    pending = [t.id for t in rt.cp.tokens.values() if t.state is TokenState.ACTIVE]
+    rt.queue.extend(pending)
+    return "" if pending else None
+
+
 def _incident_retry(rt: Runtime, trigger: IncidentRetry) -> str | None:
     return incidents.retry(rt, trigger.incident_id)
 
@@ -398,6 +406,7 @@ _HANDLERS: dict[type, TriggerHandler] = {
     ChildCompleted: _child_completed,
     ChildFailed: _child_failed,
     Cancel: _cancel,
+    Continue: _continue,
     IncidentRetry: _incident_retry,
     IncidentResolve: _incident_resolve,
     IncidentDrop: _incident_drop,

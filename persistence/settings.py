@@ -31,6 +31,7 @@ ENV_VARS: dict[str, str] = {
     "job_timeout_seconds": "DORMANT_JOB_TIMEOUT_SECONDS",
     "incident_retry_attempts": "DORMANT_INCIDENT_RETRY_ATTEMPTS",
     "incident_retry_backoff_seconds": "DORMANT_INCIDENT_RETRY_BACKOFF_SECONDS",
+    "step_budget": "DORMANT_STEP_BUDGET",
 }
 
 
@@ -71,6 +72,9 @@ class Settings(BaseModel):
     # incident waits for an operator (SRD-079 FR-6).
     incident_retry_attempts: int = 0
     incident_retry_backoff_seconds: float = 60.0
+    # Node entries one trigger may make before the instance commits and continues in a
+    # follow-up trigger (docs/limits.md, "Step budget").
+    step_budget: int = 1000
 
     @field_validator("database_url", "broker_url")
     @classmethod
@@ -97,6 +101,13 @@ class Settings(BaseModel):
     def _positive(cls, value: float | None) -> float | None:
         if value is not None and not value > 0:
             raise ValueError("must be a positive number of seconds")
+        return value
+
+    @field_validator("step_budget")
+    @classmethod
+    def _budget(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError("must be a whole number of node entries, 1 or more")
         return value
 
     @field_validator("incident_retry_attempts")

@@ -139,6 +139,7 @@ class Store(Deployments, OutboxQueue, Queries):
             job_retry_backoff_seconds=settings.job_retry_backoff_seconds,
             job_timeout_seconds=settings.job_timeout_seconds,
             incident_retry_policy=settings.incident_retry_policy,
+            step_budget=settings.step_budget,
         )
         self._decisions = DecisionCache(self.services)
         self._definitions: dict[tuple[str, int], ProcessDefinition] = {}

@@ -18,7 +18,13 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from engine_core.triggers import ChildCompleted, ChildFailed, MessageReceived, parse_trigger
+from engine_core.triggers import (
+    ChildCompleted,
+    ChildFailed,
+    Continue,
+    MessageReceived,
+    parse_trigger,
+)
 from tasks.app import publish, store
 
 __all__ = ["HEADER_OUTBOX", "consumed", "publish_ids", "publish_row", "trigger_id_for"]
@@ -132,6 +138,11 @@ def _notify_parent(p: dict[str, Any], tid: str, headers: dict[str, Any]) -> None
     _apply_trigger(p["parent_instance_id"], trigger, tid, headers)
 
 
+def _continue_instance(p: dict[str, Any], tid: str, headers: dict[str, Any]) -> None:
+    """A step stopped at its budget: the rest of its work is this follow-up trigger."""
+    _apply_trigger(p["instance_id"], Continue(), tid, headers)
+
+
 def _deliver_buffered(p: dict[str, Any], tid: str, headers: dict[str, Any]) -> None:
     """A buffered message consumed by a new subscription: the Store wrote the trigger."""
     if "trigger" in p:
@@ -155,6 +166,7 @@ PUBLISHERS: dict[str, Callable[[dict[str, Any], str, dict[str, Any]], None]] = {
     "StartChild": _start_child,
     "CancelChild": _cancel_child,
     "NotifyParent": _notify_parent,
+    "ContinueInstance": _continue_instance,
     "DeliverBuffered": _deliver_buffered,
 }
 
