@@ -32,6 +32,7 @@ ENV_VARS: dict[str, str] = {
     "incident_retry_attempts": "DORMANT_INCIDENT_RETRY_ATTEMPTS",
     "incident_retry_backoff_seconds": "DORMANT_INCIDENT_RETRY_BACKOFF_SECONDS",
     "step_budget": "DORMANT_STEP_BUDGET",
+    "max_model_bytes": "DORMANT_MAX_MODEL_BYTES",
 }
 
 
@@ -75,6 +76,9 @@ class Settings(BaseModel):
     # Node entries one trigger may make before the instance commits and continues in a
     # follow-up trigger (docs/limits.md, "Step budget").
     step_budget: int = 1000
+    # The largest BPMN/DMN file a deploy reads (Client.deploy, ``dormant deploy``); a
+    # bigger one is refused before it is read whole (docs/limits.md, "Models").
+    max_model_bytes: int = 4 * 1024 * 1024
 
     @field_validator("database_url", "broker_url")
     @classmethod
@@ -108,6 +112,13 @@ class Settings(BaseModel):
     def _budget(cls, value: int) -> int:
         if value < 1:
             raise ValueError("must be a whole number of node entries, 1 or more")
+        return value
+
+    @field_validator("max_model_bytes")
+    @classmethod
+    def _model_bytes(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError("must be a whole number of bytes, 1 or more")
         return value
 
     @field_validator("incident_retry_attempts")
