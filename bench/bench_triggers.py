@@ -10,12 +10,14 @@ a fresh, migrated PostgreSQL database (created here, dropped at the end):
     per instance, correlation key = the instance's key) → correlated → instance
     advanced to its end → checkpoint saved; drained by the real ``dormant worker``;
 (d) dormant: completed instances of a one-service-task process (``dormant.start`` →
-    the job ``bench-noop-job`` → its result), drained by the same kind of worker.
+    the job ``bench-noop-job`` → its result), drained by the same kind of worker;
+(e) the producer: ``Client.send_message`` and ``Client.start`` per call beside the floor
+    of one inbox INSERT commit + one publish on a pooled producer, and the batch calls.
 
 Each is queued first, then drained by ONE worker process (prefork x2, acks late,
 prefetch 1), timed from its first take to the last task done (bench/harness.py); for
 (c) and (d) the end is also confirmed in the database. Ratios: (c)/(b) against
->= 0.7, (d) against >= 100 completed instances/s.
+>= 0.7, (d) against >= 100 completed instances/s, (e) against <= 1.5x the floor.
 
     .venv/bin/python bench/bench_triggers.py [--quick] [-n N]
 """
@@ -175,6 +177,68 @@ def _waits(store: Any, instance_id: str) -> list[str]:
     return list(doc.get("waits", {}))
 
 
+def producer_cost(database_url: str, broker_url: str, k: int = 500) -> dict[str, float]:
+    """Milliseconds per call of the producer's side, side by side: the floor (one inbox
+    INSERT commit + one publish on a pooled producer), Client.send_message and
+    Client.start, and per trigger of the batch calls. Nothing drains the queue here."""
+    import uuid
+
+    from sqlalchemy import insert
+
+    from persistence.tables import inbox
+    from tasks import app as tasks_app
+    from tasks.client import Client
+
+    client = Client(database_url=database_url, broker_url=broker_url)
+    engine = client._store.engine
+
+    def floor(i: int) -> None:
+        row_id = uuid.uuid4().hex
+        kwargs = {"name": "bench-producer", "correlation_key": f"f-{i}", "inbox_id": row_id}
+        with engine.begin() as conn:
+            conn.execute(
+                insert(inbox).values(
+                    id=row_id,
+                    kind="dormant.message",
+                    payload={"routing_key": "message.bench-producer", "kwargs": kwargs},
+                    created_at=datetime.now(UTC),
+                )
+            )
+        with tasks_app.pooled_producer(broker_url) as producer:
+            tasks_app.publish(
+                "dormant.message", "message.bench-producer", kwargs, producer=producer
+            )
+
+    calls = {
+        "floor": floor,
+        "send_message": lambda i: client.send_message("bench-producer", correlation_key=f"c-{i}"),
+        "start": lambda i: client.start("bench_message", {"orderId": f"p-{i}"}),
+    }
+    for fn in calls.values():
+        for i in range(20):  # warm: connections open, statements cached
+            fn(i)
+    # Interleaved rounds, so a neighbour's load falls on all three alike.
+    spent = dict.fromkeys(calls, 0.0)
+    rounds = 10
+    for r in range(rounds):
+        for name, fn in calls.items():
+            t0 = time.perf_counter()
+            for i in range(r * k // rounds, (r + 1) * k // rounds):
+                fn(i)
+            spent[name] += time.perf_counter() - t0
+    ms = {name: secs / k * 1000 for name, secs in spent.items()}
+    t0 = time.perf_counter()
+    client.send_messages(
+        [{"name": "bench-producer", "correlation_key": f"b-{i}"} for i in range(k)]
+    )
+    ms["send_messages"] = (time.perf_counter() - t0) / k * 1000
+    t0 = time.perf_counter()
+    client.start_many("bench_message", [{"orderId": f"q-{i}"} for i in range(k)])
+    ms["start_many"] = (time.perf_counter() - t0) / k * 1000
+    client._store.close()
+    return ms
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="2,000 tasks per figure instead of 20,000")
@@ -322,6 +386,16 @@ def main() -> int:
             f"{completed_rate:8.0f} completed/s ({n_service} in {secs:.2f} s; "
             f"{3 * n_service / secs:.0f} triggers/s, 2 Celery tasks + 1 job result each)",
         )
+        # (e) the producer's side: what one Client call costs beside its floor.
+        producer = producer_cost(database_url, broker_url)
+        for label, key in (
+            ("one inbox INSERT commit + one pooled publish (floor)", "floor"),
+            ("Client.send_message", "send_message"),
+            ("Client.start", "start"),
+            ("Client.send_messages, per message (batch of 500)", "send_messages"),
+            ("Client.start_many, per start (batch of 500)", "start_many"),
+        ):
+            common.line(f"(e)   {label}", f"{producer[key]:8.2f} ms")
         common.line("where a trigger's time goes (SQL per trigger, in-process, no broker)", "")
         profile_paths(store, database_url, now)
         store.close()
@@ -340,6 +414,13 @@ def main() -> int:
         common.ratio_line(
             "completed one-service-task instances/s", completed_rate, ">=", 100.0, "{:.0f}"
         )
+        for key in ("send_message", "start"):
+            common.ratio_line(
+                f"ratio Client.{key} / (one inbox INSERT commit + one pooled publish)",
+                producer[key] / producer["floor"],
+                "<=",
+                1.5,
+            )
     return common.summary()
 
 

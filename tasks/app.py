@@ -29,6 +29,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from celery import Celery
@@ -46,6 +48,7 @@ __all__ = [
     "app",
     "configure",
     "ensure_database",
+    "pooled_producer",
     "publish",
     "settings",
     "store",
@@ -208,6 +211,39 @@ worker_init.connect(_check_or_exit, weak=False)
 beat_init.connect(_check_or_exit, weak=False)
 
 
+_producer_pools: dict[str, Any] = {}
+_producer_pools_lock = threading.Lock()
+
+
+def _forget_producer_pools() -> None:
+    _producer_pools.clear()
+
+
+os.register_at_fork(after_in_child=_forget_producer_pools)
+
+
+@contextmanager
+def pooled_producer(broker_url: str) -> Iterator[Any]:
+    """A kombu producer on a pooled connection to ``broker_url``, for producers.
+
+    A new connection per publish costs a connect and a queue declaration each time
+    (about 85 % of a Client call, measured): the pool keeps connections open, and
+    kombu's ``maybe_declare`` remembers per connection what it declared, so the queue
+    is declared once per pooled connection. A pool is per broker URL (a Client may
+    name another broker than this process's app) and per process (forgotten in a
+    forked child, whose inherited sockets belong to the parent).
+    """
+    from kombu.pools import producers
+
+    with _producer_pools_lock:
+        pool = _producer_pools.get(broker_url)
+        if pool is None:
+            pool = producers[app.connection_for_write(broker_url)]
+            _producer_pools[broker_url] = pool
+    with pool.acquire(block=True) as producer:
+        yield producer
+
+
 def publish(
     task_name: str,
     routing_key: str,
@@ -217,6 +253,7 @@ def publish(
     exchange: str | None = None,
     headers: dict[str, Any] | None = None,
     connection: Any = None,
+    producer: Any = None,
 ) -> None:
     """Send one task, always naming queue, exchange and a dotted routing key.
 
@@ -235,4 +272,5 @@ def publish(
         exchange=exchange or EXCHANGE.name,
         headers=headers,
         connection=connection,
+        producer=producer,
     )

@@ -60,6 +60,35 @@ def check_variables(variables: Any, what: str = "variables") -> dict[str, Any]:
     return dict(json.loads(text))
 
 
+def _message_kwargs(
+    name: str,
+    correlation_key: Any = None,
+    variables: dict[str, Any] | None = None,
+    message_id: str | None = None,
+    ttl: float | None = None,
+) -> dict[str, Any]:
+    """The checked keyword arguments of one ``dormant.message`` trigger."""
+    _check_name(name, "message")
+    variables = check_variables(variables)
+    if ttl is not None:
+        if (
+            isinstance(ttl, bool)
+            or not isinstance(ttl, int | float)
+            or not math.isfinite(ttl)
+            or ttl < 0
+        ):
+            raise InvalidMessage(
+                f"message {name!r}: ttl must be a non-negative number of seconds, got {ttl!r}"
+            )
+    return {
+        "name": name,
+        "correlation_key": None if correlation_key is None else str(correlation_key),
+        "variables": variables,
+        "message_id": message_id or uuid.uuid4().hex,
+        "ttl": ttl,
+    }
+
+
 class Client:
     """Deploy processes, start instances, send messages and signals, operate incidents."""
 
@@ -68,17 +97,25 @@ class Client:
 
         self.settings = Settings.from_env(database_url=database_url, broker_url=broker_url)
         self._store = Store(settings=self.settings)
+        self._known_keys: set[str] = set()
 
     # -- sending ---------------------------------------------------------------------
 
     def _send(self, task: str, routing_key: str, kwargs: dict[str, Any]) -> str:
         """Durable first (the inbox row), then published; returns the inbox id."""
-        from tasks.app import app, publish
+        return self._send_many([(task, routing_key, kwargs)])[0]
 
-        inbox_id = inbox.record(self._store.engine, task, routing_key, kwargs)
-        with app.connection_for_write(self.settings.broker_url) as conn:
-            publish(task, routing_key, {**kwargs, "inbox_id": inbox_id}, connection=conn)
-        return inbox_id
+    def _send_many(self, triggers: list[tuple[str, str, dict[str, Any]]]) -> list[str]:
+        """Durable first (every inbox row in one transaction), then all published on one
+        pooled producer; returns the inbox ids. A crash between the two leaves rows the
+        sweep publishes, so nothing returned here can be lost."""
+        from tasks.app import pooled_producer, publish
+
+        inbox_ids = inbox.record_many(self._store.engine, triggers)
+        with pooled_producer(self.settings.broker_url) as producer:
+            for inbox_id, (task, routing_key, kwargs) in zip(inbox_ids, triggers, strict=True):
+                publish(task, routing_key, {**kwargs, "inbox_id": inbox_id}, producer=producer)
+        return inbox_ids
 
     # -- processes -------------------------------------------------------------------
 
@@ -103,22 +140,51 @@ class Client:
         self, key: str, variables: dict[str, Any] | None = None, business_key: str | None = None
     ) -> str:
         """Enqueue the start of an instance of ``key``; returns its id at once."""
+        kwargs = self._start_kwargs(key, variables, business_key)
+        self._send("dormant.start", "trigger.start", kwargs)
+        return str(kwargs["instance_id"])
+
+    def start_many(
+        self,
+        key: str,
+        many_variables: list[dict[str, Any] | None],
+        business_keys: list[str | None] | None = None,
+    ) -> list[str]:
+        """Enqueue many starts of ``key`` in one inbox transaction; returns their ids.
+
+        Every start is checked before anything is written: one bad entry refuses the
+        whole batch with the error of the first bad one (its index named)."""
+        keys = business_keys if business_keys is not None else [None] * len(many_variables)
+        if len(keys) != len(many_variables):
+            raise InvalidOperation(
+                f"start_many: {len(many_variables)} variable sets but {len(keys)} business keys"
+            )
+        batch = []
+        for index, (variables, business_key) in enumerate(zip(many_variables, keys, strict=True)):
+            try:
+                batch.append(self._start_kwargs(key, variables, business_key))
+            except InvalidVariables as exc:
+                raise InvalidVariables(f"start_many[{index}]: {exc}") from exc
+        self._send_many([("dormant.start", "trigger.start", kwargs) for kwargs in batch])
+        return [str(kwargs["instance_id"]) for kwargs in batch]
+
+    def _start_kwargs(
+        self, key: str, variables: dict[str, Any] | None, business_key: str | None
+    ) -> dict[str, Any]:
         if not isinstance(key, str) or not key:
             raise UnknownProcess(f"process key must be a non-empty string, got {key!r}")
         variables = check_variables(variables)
-        self._definition(key)
-        instance_id = uuid.uuid4().hex
-        self._send(
-            "dormant.start",
-            "trigger.start",
-            {
-                "key": key,
-                "instance_id": instance_id,
-                "variables": variables,
-                "business_key": business_key,
-            },
-        )
-        return instance_id
+        if key not in self._known_keys:
+            self._definition(key)
+            # A deployed key stays deployed (versions are never deleted): one lookup
+            # per key and Client, not one per start.
+            self._known_keys.add(key)
+        return {
+            "key": key,
+            "instance_id": uuid.uuid4().hex,
+            "variables": variables,
+            "business_key": business_key,
+        }
 
     def _definition(self, key: str) -> Any:
         try:
@@ -144,32 +210,32 @@ class Client:
         ttl: float | None = None,
     ) -> str:
         """Publish a message; returns its id (generated when None, so a resend is idempotent)."""
-        _check_name(name, "message")
-        variables = check_variables(variables)
-        if ttl is not None:
-            if (
-                isinstance(ttl, bool)
-                or not isinstance(ttl, int | float)
-                or not math.isfinite(ttl)
-                or ttl < 0
-            ):
+        kwargs = _message_kwargs(name, correlation_key, variables, message_id, ttl)
+        self._send("dormant.message", f"message.{name}", kwargs)
+        return str(kwargs["message_id"])
+
+    def send_messages(self, messages: list[dict[str, Any]]) -> list[str]:
+        """Publish many messages in one inbox transaction; returns their ids.
+
+        Each entry takes ``send_message``'s keyword arguments (``name``, and optionally
+        ``correlation_key``, ``variables``, ``message_id``, ``ttl``). Every entry is
+        checked before anything is written: one bad entry refuses the whole batch."""
+        batch = []
+        for index, entry in enumerate(messages):
+            if not isinstance(entry, dict) or "name" not in entry:
+                raise InvalidMessage(f"send_messages[{index}]: an entry needs at least a name")
+            unknown = set(entry) - {"name", "correlation_key", "variables", "message_id", "ttl"}
+            if unknown:
                 raise InvalidMessage(
-                    f"message {name!r}: ttl must be a non-negative number of seconds, got {ttl!r}"
+                    f"send_messages[{index}]: unknown field(s) {', '.join(sorted(unknown))}"
                 )
-        key = None if correlation_key is None else str(correlation_key)
-        message_id = message_id or uuid.uuid4().hex
-        self._send(
-            "dormant.message",
-            f"message.{name}",
-            {
-                "name": name,
-                "correlation_key": key,
-                "variables": variables,
-                "message_id": message_id,
-                "ttl": ttl,
-            },
-        )
-        return message_id
+            try:
+                kwargs = _message_kwargs(**entry)
+            except (InvalidMessage, InvalidVariables) as exc:
+                raise type(exc)(f"send_messages[{index}]: {exc}") from exc
+            batch.append(("dormant.message", f"message.{kwargs['name']}", kwargs))
+        self._send_many(batch)
+        return [str(kwargs["message_id"]) for _, _, kwargs in batch]
 
     def signal(self, name: str, variables: dict[str, Any] | None = None) -> str:
         """Broadcast a signal to every instance waiting for it; returns the signal id."""

@@ -23,7 +23,14 @@ from sqlalchemy import Engine, insert, or_, select, update
 from persistence import clock
 from persistence.tables import inbox
 
-__all__ = ["InboxRow", "mark_processed", "mark_republished", "record", "unprocessed"]
+__all__ = [
+    "InboxRow",
+    "mark_processed",
+    "mark_republished",
+    "record",
+    "record_many",
+    "unprocessed",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,17 +49,32 @@ def record(
     inbox_id: str | None = None,
 ) -> str:
     """Write one trigger (the task to send, and how) and return its id (a uuid4 hex)."""
-    row_id = inbox_id or uuid.uuid4().hex
+    return record_many(engine, [(task, routing_key, kwargs)], [inbox_id or uuid.uuid4().hex])[0]
+
+
+def record_many(
+    engine: Engine,
+    triggers: list[tuple[str, str, dict[str, Any]]],
+    inbox_ids: list[str] | None = None,
+) -> list[str]:
+    """Write many triggers ``(task, routing_key, kwargs)`` in ONE transaction and one
+    multi-row INSERT: a producer's batch costs one commit, not one per trigger."""
+    ids = inbox_ids or [uuid.uuid4().hex for _ in triggers]
+    if not triggers:
+        return []
+    at = clock.now()
+    rows = [
+        {
+            "id": row_id,
+            "kind": task,
+            "payload": {"routing_key": routing_key, "kwargs": kwargs},
+            "created_at": at,
+        }
+        for row_id, (task, routing_key, kwargs) in zip(ids, triggers, strict=True)
+    ]
     with engine.begin() as conn:
-        conn.execute(
-            insert(inbox).values(
-                id=row_id,
-                kind=task,
-                payload={"routing_key": routing_key, "kwargs": kwargs},
-                created_at=clock.now(),
-            )
-        )
-    return row_id
+        conn.execute(insert(inbox), rows)
+    return ids
 
 
 def mark_processed(engine: Engine, inbox_id: str) -> None:
