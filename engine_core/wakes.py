@@ -129,7 +129,13 @@ def _keep_or_withdraw(rt: Runtime, wait: Wait) -> None:
             wait.cycle_remaining is None or wait.cycle_remaining > 0
         ):
             assert wait.due_at is not None
-            wait.due_at = next_cycle_due(wait.due_at, wait.cycle_interval_seconds, rt.now)
+            try:
+                wait.due_at = next_cycle_due(wait.due_at, wait.cycle_interval_seconds, rt.now)
+            except OverflowError:
+                # The model's interval puts the next repetition past the last date there
+                # is (year 9999): it never comes, so the cycle ends here.
+                rt.withdraw(wait)
+                return
             if wait.cycle_remaining is not None:
                 wait.cycle_remaining -= 1
             return

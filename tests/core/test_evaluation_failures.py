@@ -415,3 +415,20 @@ def test_a_failure_not_of_dormants_making_names_its_class() -> None:
     run = Run(case_script_not_dormants_error())
     run.start()
     assert run.incident("n").cause_class == "RecursionError"
+
+
+def test_a_cycle_whose_next_repetition_is_past_the_last_date_ends() -> None:
+    """``R/P3000Y`` fires in 5026 and 8026; the next would be after year 9999: the
+    cycle ends there instead of an ``OverflowError`` out of ``apply``."""
+    from engine_core.builder import timer
+    from engine_core.model import TimerKind
+
+    b = _p().start_event("start").user_task("u").end_event("end").end_event("e2")
+    b.boundary_event("bt", "u", timer("R/P3000Y", TimerKind.CYCLE), cancel_activity=False)
+    run = Run(b.sequence("start", "u", "end").sequence("bt", "e2").build())
+    run.start()
+    run.fire("bt")
+    run.fire("bt")
+    assert run.waits("bt") == []
+    assert len(run.facts_of("BoundaryFired")) == 2
+    assert run.status == "active" and run.waits("u", "user_task")

@@ -187,6 +187,22 @@ def test_nesting_within_the_limit_deploys_and_runs() -> None:
         read_bpmn(_valid_nesting(MAX_SCOPE_DEPTH + 1))
 
 
+@pytest.mark.parametrize("backoff", ["P9999999999D", "PT99999999999999999999S", "P900000000D"])
+def test_a_retry_backoff_past_the_calendar_is_refused_at_deploy(backoff: str) -> None:
+    doc = (
+        f'<bpmn:definitions xmlns:bpmn="{BPMN_NS}" xmlns:dormant="http://dormant.dev/schema/1.0"'
+        ' id="d"><bpmn:process id="p" isExecutable="true"><bpmn:startEvent id="s"/>'
+        '<bpmn:task id="t"><bpmn:extensionElements><dormant:retryPolicy attempts="2" '
+        f'backoff="{backoff}"/></bpmn:extensionElements></bpmn:task>'
+        '<bpmn:sequenceFlow id="f" sourceRef="s" targetRef="t"/></bpmn:process>'
+        "</bpmn:definitions>"
+    )
+    with pytest.raises(InvalidModel, match=r"'t'.*retryPolicy"):
+        read_bpmn(doc)
+    (ok,) = read_bpmn(doc.replace(backoff, "P366D"))
+    assert ok.node("t").retry_policy is not None
+
+
 def test_the_model_size_limit_is_a_setting_with_a_default() -> None:
     assert Settings.from_env({}).max_model_bytes == 4 * 1024 * 1024
     assert Settings.from_env({"DORMANT_MAX_MODEL_BYTES": "1000"}).max_model_bytes == 1000
