@@ -291,13 +291,17 @@ def _business_rule_task(rt: Runtime, token: Token, node: Node) -> None:
         _service_task(rt, token, node)
         return
     from engine_core.dmn import evaluate_decision
-    from engine_core.errors import DecisionError
 
     context = rt.token_vars(token)
     decision_id = non_empty_string(node.decision_id, context, node.id, rt.now, "decision id")
     try:
         result = evaluate_decision(rt.services.decisions, decision_id, context, now=rt.now)
-    except DecisionError as exc:
+    except EngineInvariantError:
+        raise
+    except Exception as exc:
+        # A decision that is missing or breaks its hit policy (DecisionError), one of
+        # its expressions that fails (ExpressionError), or anything else evaluating
+        # the model's table raised: the cause class names which.
         raise TechnicalFailure(f"{node.label}: {exc}", type(exc).__name__) from exc
     rt.activity_done(token, {node.result_variable: result} if node.result_variable else {})
 

@@ -411,6 +411,27 @@ def test_a_failing_expression_is_an_incident_at_its_node(
     assert run.status == "terminated"
 
 
+_DMN = (
+    '<definitions xmlns="https://www.omg.org/spec/DMN/20191111/MODEL/" id="d" name="d" '
+    'namespace="x"><decision id="greet" name="greet"><literalExpression><text>{}</text>'
+    "</literalExpression></decision></definitions>"
+)
+
+
+@pytest.mark.parametrize("literal", ["boom", "crash"])
+def test_a_decision_whose_expression_fails_is_an_incident_at_its_task(literal: str) -> None:
+    from engine_core.dmn import read_dmn
+    from engine_core.engine import Services
+
+    decisions = {d.id: d for d in read_dmn(_DMN.format(literal))}
+    definition = _one(lambda b: b.business_rule_task("n", decision_id="greet", result_variable="r"))
+    run = Run(definition, services=Services(decisions=decisions))
+    run.start()
+    incident = run.incident("n")
+    assert incident.cause_class == ("ExpressionError" if literal == "boom" else "RecursionError")
+    assert run.cp.tokens[incident.token_id].state is TokenState.INCIDENT
+
+
 def test_a_failure_not_of_dormants_making_names_its_class() -> None:
     run = Run(case_script_not_dormants_error())
     run.start()
