@@ -33,6 +33,7 @@ ENV_VARS: dict[str, str] = {
     "incident_retry_backoff_seconds": "DORMANT_INCIDENT_RETRY_BACKOFF_SECONDS",
     "step_budget": "DORMANT_STEP_BUDGET",
     "max_model_bytes": "DORMANT_MAX_MODEL_BYTES",
+    "max_loop_items": "DORMANT_MAX_LOOP_ITEMS",
 }
 
 
@@ -79,6 +80,8 @@ class Settings(BaseModel):
     # The largest BPMN/DMN file a deploy reads (Client.deploy, ``dormant deploy``); a
     # bigger one is refused before it is read whole (docs/limits.md, "Models").
     max_model_bytes: int = 4 * 1024 * 1024
+    # Inner instances of one multi-instance activity; more is an incident there.
+    max_loop_items: int = 10_000
 
     @field_validator("database_url", "broker_url")
     @classmethod
@@ -107,11 +110,11 @@ class Settings(BaseModel):
             raise ValueError("must be a positive number of seconds")
         return value
 
-    @field_validator("step_budget")
+    @field_validator("step_budget", "max_loop_items")
     @classmethod
     def _budget(cls, value: int) -> int:
         if value < 1:
-            raise ValueError("must be a whole number of node entries, 1 or more")
+            raise ValueError("must be a whole number, 1 or more")
         return value
 
     @field_validator("max_model_bytes")

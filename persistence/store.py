@@ -140,6 +140,7 @@ class Store(Deployments, OutboxQueue, Queries):
             job_timeout_seconds=settings.job_timeout_seconds,
             incident_retry_policy=settings.incident_retry_policy,
             step_budget=settings.step_budget,
+            max_loop_items=settings.max_loop_items,
         )
         self._decisions = DecisionCache(self.services)
         self._definitions: dict[tuple[str, int], ProcessDefinition] = {}

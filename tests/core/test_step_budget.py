@@ -121,3 +121,32 @@ def test_the_default_budget_is_a_thousand_entries() -> None:
     run.start({"i": 0})
     assert run.facts_of("StepBudgetReached")[0].details["entries"] == 1000
     assert Services().step_budget == 1000
+
+
+def test_a_multi_instance_asking_for_too_many_inner_instances_is_an_incident() -> None:
+    from engine_core.model import LoopSpec
+
+    for cardinality in ("=1e20", "=1000000000", "=11"):
+        b = (
+            ProcessBuilder("mi")
+            .start_event("start")
+            .task("n", loop=LoopSpec(False, cardinality=cardinality))
+        )
+        run = Run(
+            b.end_event("end").sequence("start", "n", "end").build(),
+            services=Services(max_loop_items=10),
+        )
+        run.start()
+        assert run.incident("n").cause_class == "LoopTooLarge"
+        assert "at most 10" in run.incident("n").cause
+    b = ProcessBuilder("mi").start_event("start")
+    b.task("n", loop=LoopSpec(False, input_collection="=items", input_element="x"))
+    run = Run(
+        b.end_event("end").sequence("start", "n", "end").build(),
+        services=Services(max_loop_items=10),
+    )
+    run.start({"items": list(range(11))})
+    assert run.incident("n").cause_class == "LoopTooLarge"
+    ok = Run(b.build(), services=Services(max_loop_items=10))
+    ok.start({"items": list(range(10))})
+    assert ok.status == "completed"
