@@ -1,4 +1,4 @@
-# One image for every dormant process: worker, beat, `db upgrade`, Flower.
+# One image for every dormant process: worker, beat, `db upgrade`, the console, Flower.
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \

@@ -2,22 +2,22 @@
 
 Everything a wait needs to be woken is computed here, once: the ABSOLUTE due time of
 a timer, the evaluated message name and correlation key. Re-arming never happens:
-a wait stays as recorded until it fires or is withdrawn.
+a wait stays as recorded until it fires or is withdrawn (a cycle's next repetition
+is the one update, ``keep_or_withdraw``). Which waits an element arms is its concept's
+module: ``boundaries.py``, ``event_subs.py``, the node handlers.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from engine_core.checkpoint import Scope, Token, Wait, WaitKind, WaitRole
-from engine_core.expressions import TechnicalFailure, correlation_key, non_empty_string
-from engine_core.model import EventDefinition, EventKind, Node, NodeKind
-from engine_core.timers import arm_timer
+from engine_core.checkpoint import Wait, WaitKind, WaitRole
+from engine_core.expressions import correlation_key, non_empty_string
+from engine_core.model import EventDefinition, EventKind, Node
+from engine_core.runtime import Runtime
+from engine_core.timers import arm_timer, next_cycle_due
 
-if TYPE_CHECKING:
-    from engine_core.runtime import Runtime
-
-__all__ = ["WAITABLE", "arm_boundaries", "arm_event", "arm_event_sub_processes"]
+__all__ = ["WAITABLE", "arm_event", "keep_or_withdraw"]
 
 WAITABLE = frozenset({EventKind.TIMER, EventKind.MESSAGE, EventKind.SIGNAL})
 
@@ -72,58 +72,22 @@ def arm_event(
     raise ValueError(f"event kind {definition.kind} is not a wait")
 
 
-def arm_boundaries(rt: Runtime, token: Token, activity: Node) -> None:
-    """Boundaries are waits of their host token (SRD-071 §4.8), keyed by node + index."""
-    variables = rt.token_vars(token)
-    for boundary_id in activity.boundaries:
-        boundary = rt.node(boundary_id)
-        for index, definition in enumerate(boundary.events):
-            if definition.kind in WAITABLE:
-                arm_event(
-                    rt,
-                    boundary,
-                    definition,
-                    WaitRole.BOUNDARY,
-                    variables,
-                    def_index=index,
-                    token_id=token.id,
-                    interrupting=boundary.cancel_activity,
-                )
-
-
-def arm_event_sub_processes(rt: Runtime, scope: Scope) -> None:
-    """A scope that starts arms the starts of the event sub-processes inside it.
-
-    All or nothing, and only once: a start that cannot be armed withdraws the ones armed
-    before it (the incident's retry arms them all), and a start already armed in the
-    scope (a retry after a later failure) is not armed a second time."""
-    variables = rt.visible(scope.id)
-    armed = {
-        (w.node_id, w.def_index)
-        for w in rt.cp.waits.values()
-        if w.role is WaitRole.EVENT_SUB and w.scope_id == scope.id
-    }
-    new: list[Wait] = []
-    try:
-        for esp in rt.defn.event_sub_processes(scope.node_id):
-            for start in rt.defn.nodes_in(esp.id):
-                if start.kind is not NodeKind.START_EVENT:
-                    continue
-                for index, definition in enumerate(start.events):
-                    if definition.kind in WAITABLE and (start.id, index) not in armed:
-                        new.append(
-                            arm_event(
-                                rt,
-                                start,
-                                definition,
-                                WaitRole.EVENT_SUB,
-                                variables,
-                                def_index=index,
-                                scope_id=scope.id,
-                                interrupting=start.is_interrupting,
-                            )
-                        )
-    except TechnicalFailure:
-        for wait in new:
-            rt.withdraw(wait)
-        raise
+def keep_or_withdraw(rt: Runtime, wait: Wait) -> None:
+    """After a non-interrupting fire: a cycle arms its next repetition, a message or
+    signal stays subscribed, a one-shot timer is done."""
+    if wait.kind is WaitKind.TIMER:
+        if wait.cycle_interval_seconds is not None and (
+            wait.cycle_remaining is None or wait.cycle_remaining > 0
+        ):
+            assert wait.due_at is not None
+            try:
+                wait.due_at = next_cycle_due(wait.due_at, wait.cycle_interval_seconds, rt.now)
+            except OverflowError:
+                # The model's interval puts the next repetition past the last date there
+                # is (year 9999): it never comes, so the cycle ends here.
+                rt.withdraw(wait)
+                return
+            if wait.cycle_remaining is not None:
+                wait.cycle_remaining -= 1
+            return
+        rt.withdraw(wait)

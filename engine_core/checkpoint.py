@@ -28,6 +28,7 @@ from engine_core.errors import CheckpointTooNew, CorruptCheckpoint
 
 __all__ = [
     "CURRENT_SCHEMA",
+    "ROOT_SCOPE",
     "Checkpoint",
     "CompensationEntry",
     "Incident",
@@ -45,6 +46,10 @@ __all__ = [
 ]
 
 CURRENT_SCHEMA = 1
+
+# The id of the process scope, the first scope of every instance: the core opens it at
+# the start and the views read the process variables from it.
+ROOT_SCOPE = "s0"
 
 
 class InstanceStatus(StrEnum):

@@ -10,13 +10,13 @@ each as its own token; the thrower waits until they have all finished, then move
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from engine_core.checkpoint import Token, TokenState
+from engine_core.expressions import TechnicalFailure
+from engine_core.incidents import raise_failure
 from engine_core.model import EventKind, Node, NodeKind
-
-if TYPE_CHECKING:
-    from engine_core.runtime import Runtime
+from engine_core.moving import end_token, leave_activity
+from engine_core.runtime import Runtime
+from engine_core.transitions import move_token
 
 __all__ = ["finish_waiting_throws", "throw_compensation"]
 
@@ -35,7 +35,7 @@ def throw_compensation(rt: Runtime, token: Token, node: Node, *, end_after: bool
             rt.spawn(handler.id, entry.scope_id, [*token.lineage, token.id])
     rt.fact("Compensating", node=node.id, handlers=len(entries))
     if node.event.wait_for_completion and entries:
-        token.state = TokenState.WAITING
+        move_token(token, TokenState.WAITING)
         return
     _continue(rt, token, node, end_after)
 
@@ -53,11 +53,11 @@ def _handler_of(rt: Runtime, activity_id: str) -> Node | None:
 
 
 def _continue(rt: Runtime, token: Token, node: Node, end_after: bool) -> None:
-    token.state = TokenState.ACTIVE
+    move_token(token, TokenState.ACTIVE)
     if end_after:
-        rt.end_token(token)
+        end_token(rt, token)
     else:
-        rt.activity_done(token, {})
+        leave_activity(rt, token, {})
 
 
 def finish_waiting_throws(rt: Runtime) -> bool:
@@ -74,6 +74,9 @@ def finish_waiting_throws(rt: Runtime) -> bool:
             continue
         if any(token.id in other.lineage for other in rt.cp.tokens.values()):
             continue
-        _continue(rt, token, node, node.kind is NodeKind.END_EVENT)
+        try:
+            _continue(rt, token, node, node.kind is NodeKind.END_EVENT)
+        except TechnicalFailure as failure:
+            raise_failure(rt, failure, token, node)
         moved = True
     return moved

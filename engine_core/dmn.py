@@ -46,6 +46,7 @@ from engine_core.errors import (
     InvalidModel,
     UnsupportedElement,
 )
+from engine_core.feel import compile_expression, evaluate, evaluate_unary_tests, to_json
 from engine_core.xml_input import check_depth
 
 __all__ = [
@@ -221,7 +222,6 @@ def _child(el: Element, name: str) -> Element | None:
 
 
 def _compile(text: str, where: str) -> None:
-    from engine_core.feel import compile_expression
 
     try:
         compile_expression(text)
@@ -230,7 +230,6 @@ def _compile(text: str, where: str) -> None:
 
 
 def _compile_tests(text: str, where: str) -> None:
-    from engine_core.feel import evaluate_unary_tests
 
     try:
         evaluate_unary_tests(text, None, {})  # compiles (cached); the verdict is unused
@@ -274,7 +273,6 @@ def _read_decision(el: Element) -> Decision:
 
 
 def _read_table(did: str, el: Element) -> DecisionTable:
-    from engine_core.feel import evaluate, to_json
 
     policy = (el.get("hitPolicy") or "UNIQUE").strip().upper()
     aggregation = (el.get("aggregation") or "").strip().upper() or None
@@ -379,7 +377,6 @@ def evaluate_decision(
     now: datetime | None = None,
 ) -> Any:
     """The result of ``decision_id`` as a JSON value (module docstring: its shape)."""
-    from engine_core.feel import to_json
 
     return to_json(_evaluate(decisions, decision_id, dict(variables), now, ()))
 
@@ -408,8 +405,6 @@ def _evaluate(
             for name in {rid, required.name, required.variable} - {None}:
                 context[str(name)] = value
     if decision.literal is not None:
-        from engine_core.feel import evaluate
-
         return evaluate(decision.literal, context, now=now)
     assert decision.table is not None
     return _evaluate_table(decision, decision.table, context, now)
@@ -418,7 +413,6 @@ def _evaluate(
 def _evaluate_table(
     decision: Decision, table: DecisionTable, context: dict[str, Any], now: datetime | None
 ) -> Any:
-    from engine_core.feel import evaluate, evaluate_unary_tests
 
     values = [evaluate(i.expression, context, now=now) for i in table.inputs]
     matched: list[tuple[Rule, Any]] = []
@@ -455,7 +449,6 @@ def _evaluate_table(
 
 def _priority(outputs: tuple[TableOutput, ...], row: list[Any]) -> tuple[int, ...]:
     """Index of each output value in its output's ``outputValues`` (unlisted last)."""
-    from engine_core.feel import to_json
 
     key = []
     for out, value in zip(outputs, row, strict=True):

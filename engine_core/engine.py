@@ -14,16 +14,18 @@ instance is next loaded, and beats a message that arrives after its deadline.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from datetime import datetime
 
-from engine_core.checkpoint import Checkpoint, InstanceStatus, TokenState, WaitKind
-from engine_core.dmn import Decision
+from engine_core.checkpoint import ROOT_SCOPE, Checkpoint, InstanceStatus, TokenState, WaitKind
+from engine_core.compensation import finish_waiting_throws
 from engine_core.effects import ContinueInstance, Fact, Step
 from engine_core.errors import EngineInvariantError, InvalidOperation
-from engine_core.model import ProcessDefinition, RetryPolicy
+from engine_core.joins import fire_ready_inclusive_joins
+from engine_core.model import ProcessDefinition
+from engine_core.moving import check_scope, fail_instance
+from engine_core.nodes import enter
 from engine_core.runtime import Runtime
+from engine_core.services import DEFAULT_SERVICES, Services
 from engine_core.triggers import (
     Cancel,
     IncidentDrop,
@@ -33,36 +35,11 @@ from engine_core.triggers import (
     TimerFired,
     Trigger,
 )
+from engine_core.wake import STALE, Wake
+from engine_core.wakes import dispatch
 
 __all__ = ["Services", "apply", "new_checkpoint"]
 
-
-@dataclass(frozen=True, slots=True)
-class Services:
-    """What the shell lends the pure core: settings and data, never I/O.
-
-    ``decisions`` is the latest deployed version of every DMN decision, by id, loaded
-    by the shell before the step: a business rule task evaluates against it, and one
-    whose decision is missing opens an incident that a retry after deploying heals.
-    """
-
-    default_job_retries: int = 3
-    job_retry_backoff_seconds: float = 1.0
-    # No result this long after a dispatch: the job is dispatched again (next attempt,
-    # retries untouched), so a job message lost with a broker is never a stuck instance.
-    job_timeout_seconds: float = 300.0
-    incident_retry_policy: RetryPolicy | None = None
-    decisions: Mapping[str, Decision] = field(default_factory=dict)
-    # Node entries one step may make. Past it the step commits with the tokens still to
-    # run left active, and a ``ContinueInstance`` effect asks for a ``Continue``
-    # trigger: a loop with no wait state costs throughput, never a held worker.
-    step_budget: int = 1000
-    # Inner instances one multi-instance activity may have (each is a token and a scope
-    # in the checkpoint); more is an incident at the activity.
-    max_loop_items: int = 10_000
-
-
-DEFAULT_SERVICES = Services()
 
 _OPERATOR_TRIGGERS = (Cancel, IncidentRetry, IncidentResolve, IncidentDrop)
 _TIMED_KINDS = (WaitKind.TIMER, WaitKind.JOB, WaitKind.RETRY)
@@ -104,32 +81,30 @@ def apply(
     try:
         fired_early = _fire_overdue(rt, trigger)
         if isinstance(trigger, TimerFired) and trigger.wait_id in fired_early:
-            woken: str | None = fired_early[trigger.wait_id]
+            woken = fired_early[trigger.wait_id]
         else:
-            from engine_core.wakes import dispatch
-
             woken = dispatch(rt, trigger)
-        if woken is None and not fired_early:
+        if woken.stale and not fired_early:
             return _stale(checkpoint, trigger, "wait gone")
         _run(rt)
         if rt.queue:
             # Stopped at the step budget: the tokens still queued stay active in the
             # checkpoint (at rest, "active" means exactly this) for the follow-up.
-            rt.fact("StepBudgetReached", entries=rt.entries, pending=len(set(rt.queue)))
+            rt.fact("StepBudgetReached", entries=rt.entries, pending=len(rt.queue))
             rt.effects.append(ContinueInstance(cp.instance_id))
     except EngineInvariantError as exc:
         # A bug in dormant, not the user's: the one failure that stays fatal (SRD-079).
         cp = _private_copy(checkpoint)
         rt = Runtime(definition, cp, now, services or DEFAULT_SERVICES)
-        rt.fail_instance(f"internal invariant broken: {exc}")
-        woken = None
+        fail_instance(rt, f"internal invariant broken: {exc}")
+        woken = STALE
     rt.settle_status()
     cp.revision += 1
     cp.updated_at = now
     rt.fact(
         "Hydrated",
         trigger=trigger.kind,
-        token=woken or None,
+        token=woken.token_id,
         outcome="completed" if cp.status.ended else "continued",
     )
     held = Counter(w.kind.value for w in cp.waits.values())
@@ -156,11 +131,9 @@ def _stale(checkpoint: Checkpoint, trigger: Trigger, reason: str) -> Step:
     return Step(checkpoint, (), (Fact("Stale", details),), changed=False)
 
 
-def _fire_overdue(rt: Runtime, trigger: Trigger) -> dict[str, str]:
-    """Fire timers already due, earliest first; returns wait id -> woken token id."""
-    from engine_core.wakes import dispatch
-
-    fired: dict[str, str] = {}
+def _fire_overdue(rt: Runtime, trigger: Trigger) -> dict[str, Wake]:
+    """Fire timers already due, earliest first; returns wait id -> what each woke."""
+    fired: dict[str, Wake] = {}
     if isinstance(trigger, Start):
         return fired
     while True:
@@ -178,17 +151,14 @@ def _fire_overdue(rt: Runtime, trigger: Trigger) -> dict[str, str]:
         if not due:
             return fired
         wait = due[0]
-        woken = dispatch(rt, TimerFired(wait_id=wait.id))
-        if woken is not None:
-            fired[wait.id] = woken
-        else:
-            fired[wait.id] = ""
+        fired[wait.id] = dispatch(rt, TimerFired(wait_id=wait.id))
         _run(rt)
         if rt.cp.status.ended:
             return fired
 
 
 def _keep_only_active(rt: Runtime) -> None:
+    """What the budget left: each still-active queued token once, in queue order."""
     live = [
         tid
         for tid in dict.fromkeys(rt.queue)
@@ -200,10 +170,6 @@ def _keep_only_active(rt: Runtime) -> None:
 
 def _run(rt: Runtime) -> None:
     """Advance every active token until the instance is quiescent."""
-    from engine_core.compensation import finish_waiting_throws
-    from engine_core.joins import fire_ready_inclusive_joins
-    from engine_core.nodes import enter
-
     while True:
         while rt.queue:
             token = rt.cp.tokens.get(rt.queue[0])
@@ -223,5 +189,5 @@ def _run(rt: Runtime) -> None:
             return
         if not (fire_ready_inclusive_joins(rt) or finish_waiting_throws(rt)):
             break
-    if rt.cp.status is InstanceStatus.ACTIVE and not rt.cp.tokens and "s0" in rt.cp.scopes:
-        rt.check_scope("s0")
+    if rt.cp.status is InstanceStatus.ACTIVE and not rt.cp.tokens and ROOT_SCOPE in rt.cp.scopes:
+        check_scope(rt, ROOT_SCOPE)

@@ -22,6 +22,7 @@ should do next:
     │   ├── CorruptCheckpoint      not a checkpoint document at all
     │   └── NotMigrated            the database schema is older than this code
     ├── ExpressionError      a FEEL expression that does not parse or cannot be evaluated
+    │   └── ExpressionLimitExceeded  past a FEEL bound (steps, string length, list size, depth)
     ├── DecisionError        a DMN decision that cannot give a result (an incident at its task)
     │   ├── DecisionNotDeployed    no deployed decision has that id; deploy its .dmn
     │   └── DecisionEvaluationError a hit-policy violation (UNIQUE with two matches, ...)
@@ -46,6 +47,7 @@ __all__ = [
     "DormantError",
     "EngineInvariantError",
     "ExpressionError",
+    "ExpressionLimitExceeded",
     "InvalidMessage",
     "InvalidModel",
     "InvalidOperation",
@@ -176,6 +178,39 @@ class ExpressionError(DormantError):
     def at_element(self, element_id: str) -> ExpressionError:
         """The same error, now naming the element the expression belongs to."""
         return ExpressionError(self.reason, self.expression, element_id, self.position)
+
+
+class ExpressionLimitExceeded(ExpressionError):
+    """A FEEL evaluation went past one of its bounds (``engine_core.feel.limits``).
+
+    ``limit`` names the bound (``steps``, ``string_length``, ``collection_size``,
+    ``call_depth``, ``nesting_depth``, ``expression_length``) so an operator knows which
+    setting to look at; the model, not the engine, is at fault.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        expression: str | None = None,
+        element_id: str | None = None,
+        position: int | None = None,
+        *,
+        limit: str = "",
+    ) -> None:
+        super().__init__(message, expression, element_id, position)
+        self.limit = limit
+
+    def at_element(self, element_id: str) -> ExpressionError:
+        return ExpressionLimitExceeded(
+            self.reason, self.expression, element_id, self.position, limit=self.limit
+        )
+
+    def in_expression(self, expression: str) -> ExpressionLimitExceeded:
+        """The same error, now quoting the expression (shortened: it may be huge)."""
+        shown = expression if len(expression) <= 200 else expression[:200] + "..."
+        return ExpressionLimitExceeded(
+            self.reason, shown, self.element_id, self.position, limit=self.limit
+        )
 
 
 class DecisionError(DormantError):

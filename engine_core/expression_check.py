@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from engine_core.errors import ExpressionError, InvalidModel
+from engine_core.expressions import feel_source, is_expression
+from engine_core.feel import compile_expression
 from engine_core.model import ProcessDefinition
 
 __all__ = ["check_expressions"]
@@ -19,13 +21,12 @@ def _expressions(definition: ProcessDefinition) -> Iterator[tuple[str, str, str]
     """(element id, what, FEEL source without '=') for every expression of the model."""
 
     def attribute(element: str, what: str, raw: str | None) -> Iterator[tuple[str, str, str]]:
-        if raw is not None and raw.lstrip().startswith("="):
-            yield element, what, raw.lstrip()[1:]
+        if raw is not None and is_expression(raw):
+            yield element, what, feel_source(raw)
 
     def always(element: str, what: str, raw: str | None) -> Iterator[tuple[str, str, str]]:
         if raw is not None and raw.strip():
-            text = raw.lstrip()
-            yield element, what, text[1:] if text.startswith("=") else text
+            yield element, what, feel_source(raw)
 
     for node in definition.nodes.values():
         nid = node.id
@@ -54,8 +55,6 @@ def _expressions(definition: ProcessDefinition) -> Iterator[tuple[str, str, str]
 
 
 def check_expressions(definition: ProcessDefinition) -> None:
-    from engine_core.feel import compile_expression
-
     for element, what, source in _expressions(definition):
         try:
             compile_expression(source)

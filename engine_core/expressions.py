@@ -13,13 +13,16 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+from engine_core import feel
 from engine_core.errors import ExpressionError
 
 __all__ = [
     "TechnicalFailure",
+    "always_expression",
     "boolean",
     "correlation_key",
     "evaluate",
+    "feel_source",
     "is_expression",
     "json_value",
     "non_empty_string",
@@ -27,24 +30,52 @@ __all__ = [
 
 
 class TechnicalFailure(Exception):
-    """A failure of one element that Camunda 8 would turn into an incident."""
+    """A failure of one element that Camunda 8 would turn into an incident.
+
+    ``token_id`` / ``node_id`` name the token and node whose work failed when that is
+    not the token the catching unit of work was running: the last token of a
+    sub-process ends, and the sub-process's own output mapping fails. The innermost
+    place that knows sets them (``at``); the catcher raises the incident there.
+    """
 
     def __init__(self, message: str, cause_class: str = "ExpressionError") -> None:
         super().__init__(message)
         self.cause_class = cause_class
+        self.token_id: str | None = None
+        self.node_id: str | None = None
+
+    def at(self, token_id: str, node_id: str) -> TechnicalFailure:
+        """Name where the failure happened, unless a more inner place already did."""
+        if self.token_id is None:
+            self.token_id, self.node_id = token_id, node_id
+        return self
 
 
 def is_expression(raw: str | None) -> bool:
+    """The one rule of Camunda 8's attributes: a value starting with ``=`` is FEEL."""
     return raw is not None and raw.lstrip().startswith("=")
+
+
+def feel_source(raw: str) -> str:
+    """The FEEL text of an expression attribute, without its ``=``."""
+    text = raw.lstrip()
+    return text[1:] if text.startswith("=") else text
+
+
+def always_expression(source: str) -> str:
+    """An attribute that is FEEL with or without the leading ``=`` (a sequence-flow
+    condition, a multi-instance collection or completion condition), as an expression.
+
+    (Mapping sources are not: as in Camunda 8, a source without '=' is a static value,
+    e.g. a connector's URL.)"""
+    return source if is_expression(source) else "=" + source
 
 
 def evaluate(raw: str, variables: Mapping[str, Any], element_id: str, now: datetime) -> Any:
     """The FEEL value of ``raw`` when it is an expression, else ``raw`` itself."""
     if not is_expression(raw):
         return raw
-    from engine_core import feel  # imported late: feel is the heaviest module of the core
-
-    source = raw.lstrip()[1:]
+    source = feel_source(raw)
     try:
         return feel.evaluate(source, variables, now=now)
     except ExpressionError as exc:
@@ -60,8 +91,6 @@ def json_value(value: Any) -> Any:
     """A FEEL result as a JSON value, for storing as a process variable."""
     if value is None or isinstance(value, bool | str | int | float):
         return value
-    from engine_core import feel
-
     try:
         return feel.to_json(value)
     except Exception as exc:

@@ -10,51 +10,55 @@ is a wait with a deadline, so it survives any restart (SRD-079).
 * A repeated failure at the same node after a retry updates the same incident.
 * Inside a child instance (call activity) nothing is raised locally: the child fails
   and the caller's call-activity node raises the incident (SRD-079 FR-2).
+* An incident closes with its token: resolved when the token moves on, overtaken
+  when it is withdrawn (``Runtime.close_incidents``, called wherever a token goes).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Mapping
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import Any
 
 from engine_core.checkpoint import Incident, IncidentState, Token, TokenState, WaitKind, WaitRole
 from engine_core.errors import EngineInvariantError, InvalidOperation, UnknownIncident
 from engine_core.expressions import TechnicalFailure
 from engine_core.model import Node
+from engine_core.moving import fail_instance, leave_activity, leave_without_running
+from engine_core.runtime import Runtime
+from engine_core.transitions import move_incident, move_token
 
-if TYPE_CHECKING:
-    from engine_core.runtime import Runtime
-
-__all__ = ["drop", "guarded", "raise_incident", "resolve", "retry"]
+__all__ = ["drop", "leave_or_raise", "raise_failure", "raise_incident", "resolve", "retry"]
 
 
-def guarded(
+def raise_failure(
     rt: Runtime,
+    failure: TechnicalFailure,
     token: Token,
     node: Node,
-    work: Callable[[], object],
     *,
-    activated: Callable[[], bool] | None = None,
-) -> bool:
-    """Run one piece of ``token``'s work at ``node``; True when it succeeded.
+    activated: bool = True,
+) -> None:
+    """The one way a failure of the model leaves the step: an incident.
 
-    The one way a failure of the model (an expression that fails or gives what the
-    element cannot use) leaves the step: an incident at the node whose work failed, on
-    the token doing it. Every unit of work ``apply`` runs for a token goes through a
-    guard (entering a node, leaving it, a join firing, a boundary or event
-    sub-process catching with its payload), so no evaluation failure escapes
-    ``apply`` and none lands on a token that is already gone. ``activated`` tells,
-    after the failure, whether the node's boundaries are still armed (see
-    ``raise_incident``).
+    Every unit of work ``apply`` runs for a token catches ``TechnicalFailure`` and
+    comes here: entering a node, a woken token leaving it, an inclusive join firing, a
+    compensation throw moving on, a boundary or event sub-process start taking its
+    payload. The incident is at ``token`` / ``node``, the unit's own, unless the failure
+    names another token whose work failed inside the unit (the sub-process whose last
+    token just ended, a multi-instance body whose last inner instance did): then at
+    that one, whose boundaries are armed exactly while it still holds them.
     """
-    try:
-        work()
-    except TechnicalFailure as failure:
-        armed = True if activated is None else activated()
-        raise_incident(rt, token, node, str(failure), failure.cause_class, activated=armed)
-        return False
-    return True
+    if failure.token_id is not None and failure.token_id != token.id:
+        owner = rt.cp.tokens.get(failure.token_id)
+        if owner is None or failure.node_id is None:
+            raise EngineInvariantError(
+                f"a failure at {failure.node_id!r} of instance {rt.cp.instance_id} names "
+                f"token {failure.token_id}, which is gone: {failure}"
+            ) from failure
+        token, node = owner, rt.node(failure.node_id)
+        activated = any(w.role is WaitRole.BOUNDARY for w in rt.waits_of(token.id))
+    raise_incident(rt, token, node, str(failure), failure.cause_class, activated=activated)
 
 
 def raise_incident(
@@ -78,10 +82,10 @@ def raise_incident(
             f"{token.id}, which has already ended: {cause}"
         )
     if rt.cp.parent is not None:
-        rt.fail_instance(f"{node.label}: {cause}")
+        fail_instance(rt, f"{node.label}: {cause}")
         return
     rt.withdraw_token_waits(token.id, keep_boundaries=True)
-    token.state = TokenState.INCIDENT
+    move_token(token, TokenState.INCIDENT)
     snapshot = rt.token_vars(token)
     incident = next(
         (
@@ -115,7 +119,7 @@ def raise_incident(
         incident.cause_class = cause_class
         incident.data = snapshot
         incident.lineage = list(token.lineage)  # the retried token's: ends with the failed one
-        incident.state = IncidentState.OPEN
+        move_incident(incident, IncidentState.OPEN)
         incident.boundaries_armed = activated
     rt.fact(
         "Incident",
@@ -127,7 +131,7 @@ def raise_incident(
     )
     policy = node.retry_policy or rt.services.incident_retry_policy
     if policy is not None and incident.attempts <= policy.attempts:
-        incident.state = IncidentState.RETRY_SCHEDULED
+        move_incident(incident, IncidentState.RETRY_SCHEDULED)
         incident.retry_at = rt.now + timedelta(seconds=policy.backoff_seconds)
         rt.add_wait(
             WaitKind.RETRY,
@@ -144,6 +148,17 @@ def raise_incident(
             node=node.id,
             cause_class=cause_class,
         )
+
+
+def leave_or_raise(rt: Runtime, token: Token, variables: Mapping[str, Any]) -> None:
+    """A woken token leaves its node; a failure while leaving (an output mapping, an
+    outgoing condition) is an incident at that node, not a lost trigger."""
+    move_token(token, TokenState.ACTIVE)
+    node = rt.node(token.node_id)
+    try:
+        leave_activity(rt, token, variables)
+    except TechnicalFailure as failure:
+        raise_failure(rt, failure, token, node)
 
 
 def _open_incident(rt: Runtime, incident_id: str) -> tuple[Incident, Token]:
@@ -184,7 +199,7 @@ def retry(rt: Runtime, incident_id: str) -> str:
     """
     incident, failed = _open_incident(rt, incident_id)
     _withdraw_retry(rt, incident)
-    incident.state = IncidentState.OPEN
+    move_incident(incident, IncidentState.OPEN)
     rt.fact(
         "Incident",
         action="retried",
@@ -207,22 +222,21 @@ def retry(rt: Runtime, incident_id: str) -> str:
         if scope.token_id == failed.id:
             scope.token_id = fresh.id
     incident.token_id = fresh.id
+    move_token(failed, TokenState.WITHDRAWN)  # replaced by the fresh token
     rt.cp.tokens.pop(failed.id, None)
     if incident.boundaries_armed:
         # Armed before the failure (a job that failed): they stay as they are, still
         # armed or already fired (a one-shot timer leaves no wait to tell by). An
-        # activation failure armed none (nodes._unarm_boundaries): the retry arms them.
+        # activation failure armed none (boundaries.unarm): the retry arms them.
         rt.keep_boundaries.add(fresh.id)
     return fresh.id
 
 
 def resolve(rt: Runtime, incident_id: str) -> str:
     """Continue on the node's outgoing flows without running the node again."""
-    from engine_core.leaving import leave_without_running
-
     incident, token = _open_incident(rt, incident_id)
     _withdraw_retry(rt, incident)
-    token.state = TokenState.ACTIVE
+    move_token(token, TokenState.ACTIVE)
     try:
         leave_without_running(rt, token)  # closes the incident as resolved
     except TechnicalFailure as failure:
@@ -240,7 +254,7 @@ def drop(rt: Runtime, incident_id: str) -> str:
     incident, token = _open_incident(rt, incident_id)
     _withdraw_retry(rt, incident)
     rt.withdraw_token_waits(token.id)
-    incident.state = IncidentState.DEAD_LETTERED
+    move_incident(incident, IncidentState.DEAD_LETTERED)
     rt.fact(
         "Incident",
         action="dead-lettered",

@@ -9,21 +9,19 @@ token that could arrive may end anywhere, not only at the join.
 
 from __future__ import annotations
 
-from functools import partial
-from typing import TYPE_CHECKING
-
 from engine_core.checkpoint import Token, TokenState
-from engine_core.incidents import guarded
+from engine_core.expressions import TechnicalFailure
+from engine_core.incidents import raise_failure
 from engine_core.model import Node, NodeKind, ProcessDefinition
-
-if TYPE_CHECKING:
-    from engine_core.runtime import Runtime
+from engine_core.moving import chosen_flows, take_flows
+from engine_core.runtime import Runtime
+from engine_core.transitions import move_token
 
 __all__ = ["fire_ready_inclusive_joins", "parallel_join"]
 
 
 def parallel_join(rt: Runtime, token: Token, node: Node) -> Token | None:
-    token.state = TokenState.WAITING
+    move_token(token, TokenState.WAITING)
     arrived = _waiting_at(rt, node, token.scope_id)
     by_flow: dict[str | None, Token] = {}
     for candidate in arrived:
@@ -55,9 +53,10 @@ def _merge(rt: Runtime, tokens: list[Token]) -> Token:
     if len(tokens) > 1 and common:
         common = common[:-1]
     for other in others:
+        move_token(other, TokenState.COMPLETED)  # merged into the keeper
         rt.cp.tokens.pop(other.id, None)
     keeper.lineage = common
-    keeper.state = TokenState.ACTIVE
+    move_token(keeper, TokenState.ACTIVE)
     return keeper
 
 
@@ -80,14 +79,14 @@ def fire_ready_inclusive_joins(rt: Runtime) -> bool:
         if _can_still_arrive(rt, node, token.scope_id):
             continue
         merged = _merge(rt, _waiting_at(rt, node, token.scope_id))
-        # A condition that fails, or none true and no default: an incident at the join.
-        guarded(rt, merged, node, partial(_leave_join, rt, node, merged))
+        try:
+            take_flows(rt, merged, chosen_flows(rt, node, merged, all_true=True))
+        except TechnicalFailure as failure:
+            # A condition that fails, or none true and no default: an incident at the
+            # join, on the merged token (a retry re-enters the join and fires it again).
+            raise_failure(rt, failure, merged, node)
         fired = True
     return fired
-
-
-def _leave_join(rt: Runtime, node: Node, token: Token) -> None:
-    rt.take_flows(token, rt.chosen_flows(node, token, all_true=True))
 
 
 def _can_still_arrive(rt: Runtime, join: Node, scope_id: str) -> bool:

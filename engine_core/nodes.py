@@ -1,73 +1,64 @@
 """What each kind of node does when a token enters it: the table ``HANDLERS``.
 
-A handler either moves the token on (``leave_activity`` / ``take_flows``), parks it on
-a wait (state WAITING plus a ``Wait`` in the checkpoint), or ends it. A handler that
-hits a failure Camunda 8 would turn into an incident raises ``TechnicalFailure``;
-``enter`` turns it into an incident at the node and the siblings keep running.
+A handler either moves the token on (``moving.py``), parks it on a wait (state
+WAITING plus a ``Wait`` in the checkpoint), or ends it; what a concept does beyond one
+line lives in its own module (jobs, calls, boundaries, event sub-processes, throwing,
+joins, compensation, multi-instance). A handler that hits a failure Camunda 8 would
+turn into an incident raises ``TechnicalFailure``; ``enter`` turns it into an incident
+at the node and the siblings keep running.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import timedelta
-from typing import TYPE_CHECKING
 
-from engine_core.arming import arm_boundaries, arm_event, arm_event_sub_processes
-from engine_core.checkpoint import Token, TokenState, WaitKind, WaitRole
-from engine_core.effects import DispatchJob, StartChild, ThrowMessage, ThrowSignal
+from engine_core import boundaries, calls, event_subs, jobs
+from engine_core.arming import WAITABLE, arm_event
+from engine_core.checkpoint import ROOT_SCOPE, Token, TokenState, WaitKind, WaitRole
+from engine_core.compensation import throw_compensation
+from engine_core.dmn import evaluate_decision
 from engine_core.errors import EngineInvariantError
-from engine_core.expressions import (
-    TechnicalFailure,
-    correlation_key,
-    evaluate,
-    json_value,
-    non_empty_string,
-)
+from engine_core.expressions import TechnicalFailure, evaluate, json_value, non_empty_string
+from engine_core.incidents import raise_failure
+from engine_core.joins import parallel_join
 from engine_core.model import EventKind, Node, NodeKind
-from engine_core.runtime import ROOT_SCOPE
-from engine_core.throwing import throw_error, throw_escalation
-
-if TYPE_CHECKING:
-    from engine_core.runtime import Runtime
+from engine_core.moving import (
+    arrive,
+    chosen_flows,
+    end_token,
+    leave_activity,
+    take_flows,
+    terminate_end,
+)
+from engine_core.multi_instance import start_body
+from engine_core.runtime import Runtime
+from engine_core.throwing import throw_error, throw_escalation, throw_message_or_signal
+from engine_core.transitions import move_token
 
 __all__ = ["HANDLERS", "enter"]
 
-Handler = Callable[["Runtime", Token, Node], None]
+Handler = Callable[[Runtime, Token, Node], None]
 
 
 def enter(rt: Runtime, token: Token) -> None:
-    from engine_core.incidents import raise_incident
-    from engine_core.multi_instance import start_body
-
     node = rt.node(token.node_id)
     # Boundaries belong to the activity (the multi-instance body), armed on first entry.
     arms = rt.is_activity(node) and token.loop_index is None and token.id not in rt.keep_boundaries
     try:
         if node.loop is not None and token.loop_index is None and rt.is_activity(node):
             if arms:
-                arm_boundaries(rt, token, node)
+                boundaries.arm(rt, token, node)
             start_body(rt, token, node)
             return
         if rt.is_activity(node):
             if arms:
-                arm_boundaries(rt, token, node)
+                boundaries.arm(rt, token, node)
             _open_local_scope(rt, token, node)
         HANDLERS[node.kind](rt, token, node)
     except TechnicalFailure as failure:
-        if arms:
-            _unarm_boundaries(rt, token)
-        raise_incident(rt, token, node, str(failure), failure.cause_class, activated=not arms)
-
-
-def _unarm_boundaries(rt: Runtime, token: Token) -> None:
-    """An activity whose ACTIVATION failed (a null correlation key, job type, input
-    collection...) has opened no boundary subscription, as in Camunda 8, where all of
-    an element's subscriptions are opened together after its expressions evaluated.
-    Left armed, a boundary timer would later cancel the incident and carry the token
-    past a failure the operator never saw. The retry arms them (incidents.retry)."""
-    for wait in rt.waits_of(token.id):
-        if wait.role is WaitRole.BOUNDARY:
-            rt.withdraw(wait)
+        if arms and failure.token_id in (None, token.id):
+            boundaries.unarm(rt, token)
+        raise_failure(rt, failure, token, node, activated=not arms)
 
 
 def _open_local_scope(rt: Runtime, token: Token, node: Node) -> None:
@@ -84,11 +75,11 @@ def _open_local_scope(rt: Runtime, token: Token, node: Node) -> None:
 
 
 def _pass(rt: Runtime, token: Token, node: Node) -> None:
-    rt.activity_done(token, {})
+    leave_activity(rt, token, {})
 
 
 def _wait(token: Token) -> None:
-    token.state = TokenState.WAITING
+    move_token(token, TokenState.WAITING)
 
 
 # -- events ---------------------------------------------------------------------------
@@ -102,8 +93,8 @@ def _start_event(rt: Runtime, token: Token, node: Node) -> None:
         # at this start event, as any node's failure is, and an incident retry opens
         # them again; Camunda 8 raises it on the process instance, which dormant's
         # incidents (on flow nodes) cannot name.
-        arm_event_sub_processes(rt, rt.cp.scopes[token.scope_id])
-    rt.activity_done(token, {})
+        event_subs.arm(rt, rt.cp.scopes[token.scope_id])
+    leave_activity(rt, token, {})
 
 
 def _opens_its_scope(rt: Runtime, token: Token, node: Node) -> bool:
@@ -118,7 +109,7 @@ def _end_event(rt: Runtime, token: Token, node: Node) -> None:
     rt.fact("EndEventReached", node=node.id)
     event = node.event
     if event.kind is EventKind.TERMINATE:
-        _terminate(rt, token)
+        terminate_end(rt, token)
         return
     if event.kind is EventKind.ERROR:
         throw_error(
@@ -135,44 +126,28 @@ def _throw(rt: Runtime, token: Token, node: Node, *, ends: bool) -> None:
 
     def then() -> None:
         if ends:
-            rt.end_token(token)
+            end_token(rt, token)
         else:
-            rt.activity_done(token, {})
+            leave_activity(rt, token, {})
 
     if event.kind is EventKind.ESCALATION:
         if throw_escalation(rt, token, node, event.escalation_code, {}):
             then()
         return
     if event.kind is EventKind.COMPENSATE:
-        from engine_core.compensation import throw_compensation
-
         throw_compensation(rt, token, node, end_after=ends)
         return
     if node.job_type is not None:
-        _job(rt, token, node)
+        jobs.start(rt, token, node)
         return
-    _throw_side_effect(rt, token, node)
+    throw_message_or_signal(rt, token, node)
     then()
-
-
-def _terminate(rt: Runtime, token: Token) -> None:
-    """Terminate end: ends every token of its scope; the scope then completes (N8)."""
-    scope_id = token.scope_id
-    rt.remove_token(token, TokenState.COMPLETED)
-    for other in rt.tokens_in(scope_id):
-        rt.terminate_token(other)
-    for child in rt.child_scopes(scope_id):
-        if child.token_id is None:
-            rt.terminate_scope(child.id)
-            rt.drop_scope(child.id)
-    rt.fact("Terminated", node=token.node_id)
-    rt.check_scope(scope_id)
 
 
 def _catch_event(rt: Runtime, token: Token, node: Node) -> None:
     event = node.event
     if event.kind is EventKind.LINK or event.kind is EventKind.NONE:
-        rt.activity_done(token, {})
+        leave_activity(rt, token, {})
         return
     arm_event(rt, node, event, WaitRole.NODE, rt.token_vars(token), token_id=token.id)
     _wait(token)
@@ -182,32 +157,9 @@ def _throw_event(rt: Runtime, token: Token, node: Node) -> None:
     event = node.event
     if event.kind is EventKind.LINK:
         target = _link_target(rt, node)
-        rt.arrive(token, target.id)
+        arrive(rt, token, target.id)
         return
     _throw(rt, token, node, ends=False)
-
-
-def _throw_side_effect(rt: Runtime, token: Token, node: Node) -> None:
-    """A message or signal thrown without a job: published after commit via the outbox."""
-    event = node.event
-    context = rt.token_vars(token)
-    if event.kind is EventKind.MESSAGE:
-        name = non_empty_string(event.message_name or "", context, node.id, rt.now, "message name")
-        key = (
-            correlation_key(event.correlation_key, context, node.id, rt.now)
-            if event.correlation_key
-            else None
-        )
-        payload = rt.mapped_inputs(node, context) if node.inputs else {}
-        rt.effects.append(
-            ThrowMessage(name, key, payload, message_id=f"{rt.cp.instance_id}.{rt.cp.next_id('m')}")
-        )
-    elif event.kind is EventKind.SIGNAL:
-        name = non_empty_string(event.signal_name or "", context, node.id, rt.now, "signal name")
-        payload = rt.mapped_inputs(node, context) if node.inputs else {}
-        rt.effects.append(
-            ThrowSignal(name, payload, signal_id=f"{rt.cp.instance_id}.{rt.cp.next_id('g')}")
-        )
 
 
 def _link_target(rt: Runtime, node: Node) -> Node:
@@ -223,63 +175,14 @@ def _link_target(rt: Runtime, node: Node) -> Node:
 
 
 def _boundary_event(rt: Runtime, token: Token, node: Node) -> None:
-    rt.activity_done(token, {})
+    leave_activity(rt, token, {})
 
 
 # -- tasks ----------------------------------------------------------------------------
 
 
-def _job(rt: Runtime, token: Token, node: Node) -> None:
-    context = rt.token_vars(token)
-    job_type = non_empty_string(node.job_type or "", context, node.id, rt.now, "job type")
-    retries_raw = node.job_retries
-    retries = rt.services.default_job_retries
-    if retries_raw is not None:
-        value = evaluate(retries_raw, context, node.id, rt.now)
-        try:
-            retries = int(str(value))
-        except ValueError as exc:
-            raise TechnicalFailure(
-                f"job retries {retries_raw!r} of {node.label} is not a number"
-            ) from exc
-    retries = max(retries, 1)
-    wait = rt.add_wait(
-        WaitKind.JOB,
-        WaitRole.NODE,
-        node.id,
-        token_id=token.id,
-        job_type=job_type,
-        attempt=1,
-        retries_left=retries - 1,
-    )
-    dispatch_job(rt, token, node, wait.id)
-    _wait(token)
-
-
-def dispatch_job(rt: Runtime, token: Token, node: Node, wait_id: str) -> None:
-    wait = rt.cp.waits[wait_id]
-    assert wait.job_type is not None
-    wait.job_running = True
-    wait.due_at = rt.now + timedelta(seconds=rt.services.job_timeout_seconds)
-    headers = {k: v for k, v in node.task_headers}
-    rt.effects.append(
-        DispatchJob(
-            instance_id=rt.cp.instance_id,
-            wait_id=wait.id,
-            node_id=node.id,
-            job_type=wait.job_type,
-            attempt=wait.attempt,
-            variables=rt.token_vars(token),
-            headers=headers,
-        )
-    )
-    rt.fact("JobDispatched", node=node.id, job_type=wait.job_type, attempt=wait.attempt)
-
-
 def _service_task(rt: Runtime, token: Token, node: Node) -> None:
-    if node.job_type is None:
-        raise EngineInvariantError(f"{node.label} has no job type")
-    _job(rt, token, node)
+    jobs.start(rt, token, node)
 
 
 def _business_rule_task(rt: Runtime, token: Token, node: Node) -> None:
@@ -288,10 +191,8 @@ def _business_rule_task(rt: Runtime, token: Token, node: Node) -> None:
     no wait. A decision that is not deployed, or that breaks its hit policy, is an
     incident here (Camunda 8, N5); its retry looks the decision up again."""
     if node.decision_id is None:
-        _service_task(rt, token, node)
+        jobs.start(rt, token, node)
         return
-    from engine_core.dmn import evaluate_decision
-
     context = rt.token_vars(token)
     decision_id = non_empty_string(node.decision_id, context, node.id, rt.now, "decision id")
     try:
@@ -303,19 +204,19 @@ def _business_rule_task(rt: Runtime, token: Token, node: Node) -> None:
         # its expressions that fails (ExpressionError), or anything else evaluating
         # the model's table raised: the cause class names which.
         raise TechnicalFailure(f"{node.label}: {exc}", type(exc).__name__) from exc
-    rt.activity_done(token, {node.result_variable: result} if node.result_variable else {})
+    leave_activity(rt, token, {node.result_variable: result} if node.result_variable else {})
 
 
 def _script_task(rt: Runtime, token: Token, node: Node) -> None:
     if node.job_type is not None:
-        _job(rt, token, node)
+        jobs.start(rt, token, node)
         return
     if node.script is None:
-        rt.activity_done(token, {})
+        leave_activity(rt, token, {})
         return
     value = json_value(evaluate(node.script, rt.token_vars(token), node.id, rt.now))
     result = {node.result_variable: value} if node.result_variable else {}
-    rt.activity_done(token, result)
+    leave_activity(rt, token, result)
 
 
 def _user_task(rt: Runtime, token: Token, node: Node) -> None:
@@ -355,59 +256,34 @@ def _sub_process(rt: Runtime, token: Token, node: Node) -> None:
         scope = rt.new_scope(node.id, token.scope_id, token.id, inputs)
         token.inner_scope = scope.id
     _wait(token)
-    arm_event_sub_processes(rt, scope)
+    event_subs.arm(rt, scope)
     starts = rt.defn.none_starts(node.id)
     if not starts:
         raise EngineInvariantError(f"sub-process {node.label} has no none start event")
     rt.spawn(starts[0].id, scope.id, list(token.lineage))
 
 
-def _call_activity(rt: Runtime, token: Token, node: Node) -> None:
-    context = rt.token_vars(token)
-    key = non_empty_string(node.called_process or "", context, node.id, rt.now, "called process")
-    variables = dict(context) if node.propagate_all_parent_variables else {}
-    variables.update(rt.mapped_inputs(node, context))
-    wait = rt.add_wait(WaitKind.CALL, WaitRole.NODE, node.id, token_id=token.id)
-    child_id = f"{rt.cp.instance_id}.{wait.id}"
-    wait.child_instance_id = child_id
-    root = rt.cp.parent.root_instance_id if rt.cp.parent else rt.cp.instance_id
-    rt.effects.append(
-        StartChild(
-            child_instance_id=child_id,
-            process_key=key,
-            variables=variables,
-            parent_instance_id=rt.cp.instance_id,
-            parent_wait_id=wait.id,
-            root_instance_id=root,
-            version_tag=node.called_version_tag,
-        )
-    )
-    _wait(token)
-
-
 # -- gateways -------------------------------------------------------------------------
 
 
 def _exclusive(rt: Runtime, token: Token, node: Node) -> None:
-    rt.take_flows(token, rt.chosen_flows(node, token, all_true=False))
+    take_flows(rt, token, chosen_flows(rt, node, token, all_true=False))
 
 
 def _parallel(rt: Runtime, token: Token, node: Node) -> None:
-    from engine_core.joins import parallel_join
-
     if len(node.incoming) > 1:
         joined = parallel_join(rt, token, node)
         if joined is None:
             return
         token = joined
-    rt.take_flows(token, list(node.outgoing))
+    take_flows(rt, token, list(node.outgoing))
 
 
 def _inclusive(rt: Runtime, token: Token, node: Node) -> None:
     if len(node.incoming) > 1:
-        token.state = TokenState.WAITING  # the join fires at quiescence (joins.py)
+        move_token(token, TokenState.WAITING)  # the join fires at quiescence (joins.py)
         return
-    rt.take_flows(token, rt.chosen_flows(node, token, all_true=True))
+    take_flows(rt, token, chosen_flows(rt, node, token, all_true=True))
 
 
 def _event_based(rt: Runtime, token: Token, node: Node) -> None:
@@ -416,7 +292,7 @@ def _event_based(rt: Runtime, token: Token, node: Node) -> None:
     for flow_id in node.outgoing:
         target = rt.node(rt.defn.flows[flow_id].target)
         for index, definition in enumerate(target.events):
-            if definition.kind in (EventKind.TIMER, EventKind.MESSAGE, EventKind.SIGNAL):
+            if definition.kind in WAITABLE:
                 arm_event(
                     rt,
                     target,
@@ -444,7 +320,7 @@ HANDLERS: dict[NodeKind, Handler] = {
     NodeKind.SCRIPT_TASK: _script_task,
     NodeKind.RECEIVE_TASK: _receive_task,
     NodeKind.SUB_PROCESS: _sub_process,
-    NodeKind.CALL_ACTIVITY: _call_activity,
+    NodeKind.CALL_ACTIVITY: calls.start_child,
     NodeKind.EXCLUSIVE_GATEWAY: _exclusive,
     NodeKind.PARALLEL_GATEWAY: _parallel,
     NodeKind.INCLUSIVE_GATEWAY: _inclusive,

@@ -1,7 +1,8 @@
-"""The machinery one ``apply`` runs on: tokens, scopes, variables, waits.
+"""The bookkeeping one ``apply`` runs on: tokens, scopes, variables, waits.
 
-A ``Runtime`` wraps a private copy of the checkpoint for the length of one trigger and
-runs the instance to quiescence. Invariants it keeps:
+A ``Runtime`` wraps a private copy of the checkpoint for the length of one trigger. It
+only keeps books: it never moves a token on (``moving.py`` does), so every step-machine
+module imports it and it imports none of them. Invariants it keeps:
 
 * A token is in ``cp.tokens`` while it is live (active, waiting, in incident); an ended
   token is removed, so the document never grows with history.
@@ -18,11 +19,12 @@ runs the instance to quiescence. Invariants it keeps:
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from engine_core.checkpoint import (
+    ROOT_SCOPE,
     Checkpoint,
     IncidentState,
     InstanceStatus,
@@ -33,17 +35,14 @@ from engine_core.checkpoint import (
     WaitKind,
     WaitRole,
 )
-from engine_core.effects import CancelChild, Effect, Fact, NotifyParent
+from engine_core.effects import CancelChild, Effect, Fact
 from engine_core.errors import EngineInvariantError
-from engine_core.expressions import TechnicalFailure, boolean, evaluate, json_value
+from engine_core.expressions import evaluate, json_value
 from engine_core.model import ACTIVITY_KINDS, Node, ProcessDefinition
-
-if TYPE_CHECKING:
-    from engine_core.engine import Services
+from engine_core.services import Services
+from engine_core.transitions import move_incident, move_token
 
 __all__ = ["Runtime"]
-
-ROOT_SCOPE = "s0"
 
 
 class Runtime:
@@ -191,37 +190,6 @@ class Runtime:
         self.queue.append(token.id)
         return token
 
-    def arrive(self, token: Token, node_id: str, flow_id: str | None = None) -> None:
-        """Put a token on a node, to be entered by the run loop.
-
-        Leaving its node is progress: an incident the token had there is resolved here,
-        whatever kind of node it was (a gateway or event retried after an incident moves
-        on by ``take_flows``, never through ``leave_activity``).
-        """
-        if token.node_id != node_id:
-            self.close_incidents(token, IncidentState.RESOLVED)
-        token.node_id = node_id
-        token.state = TokenState.ACTIVE
-        token.flow_id = flow_id
-        token.inner_scope = None
-        self.queue.append(token.id)
-
-    def take_flows(self, token: Token, flow_ids: Iterable[str]) -> None:
-        """Leave along ``flow_ids``: the token follows the first, forks take the rest."""
-        flows = [self.defn.flows[f] for f in flow_ids]
-        if not flows:
-            self.end_token(token)
-            return
-        first, *rest = flows
-        for flow in rest:
-            self.spawn(flow.target, token.scope_id, [*token.lineage, token.id], flow.id)
-        self.arrive(token, first.target, first.id)
-
-    def end_token(self, token: Token, state: TokenState = TokenState.COMPLETED) -> None:
-        """The token is done: drop it and its waits; its scope may now be complete."""
-        self.remove_token(token, state)
-        self.check_scope(token.scope_id)
-
     def remove_token(self, token: Token, state: TokenState) -> None:
         """Drop a token; an incident it still had closes with it.
 
@@ -231,6 +199,7 @@ class Runtime:
         instance's ``active_incidents`` status always names a real, actionable one.
         """
         self.withdraw_token_waits(token.id)
+        move_token(token, state)
         self.cp.tokens.pop(token.id, None)
         self.close_incidents(
             token,
@@ -242,7 +211,7 @@ class Runtime:
         action = "overtaken" if state is IncidentState.OVERTAKEN else "resolved"
         for incident in self.cp.incidents.values():
             if incident.token_id == token.id and not incident.state.closed:
-                incident.state = state
+                move_incident(incident, state)
                 incident.retry_at = None
                 for wait in [w for w in self.cp.waits.values() if w.incident_id == incident.id]:
                     self.withdraw(wait)
@@ -266,6 +235,23 @@ class Runtime:
         self.cp.waits.pop(wait.id, None)
         if wait.kind is WaitKind.CALL and wait.child_instance_id:
             self.effects.append(CancelChild(wait.child_instance_id))
+
+    def live_wait(self, wait_id: str, *kinds: WaitKind) -> Wait | None:
+        """The wait a trigger names, if it can still fire: None makes the trigger stale."""
+        wait = self.cp.waits.get(wait_id)
+        if wait is None or wait.kind not in kinds:
+            return None
+        if wait.token_id is not None and wait.token_id not in self.cp.tokens:
+            return None
+        return wait
+
+    def token_of(self, wait: Wait) -> Token:
+        """The token a (token-owned) wait belongs to."""
+        if wait.token_id is None or wait.token_id not in self.cp.tokens:
+            raise EngineInvariantError(
+                f"wait {wait.id} of instance {self.cp.instance_id} has no live token"
+            )
+        return self.cp.tokens[wait.token_id]
 
     def waits_of(self, token_id: str) -> list[Wait]:
         return [w for w in self.cp.waits.values() if w.token_id == token_id]
@@ -295,116 +281,6 @@ class Runtime:
         for wait in [w for w in self.cp.waits.values() if w.scope_id == scope_id]:
             self.withdraw(wait)
 
-    # -- completing scopes ---------------------------------------------------------
-
-    def check_scope(self, scope_id: str) -> None:
-        """Complete a scope whose last token ended; the caller's token moves on."""
-        scope = self.cp.scopes.get(scope_id)
-        if scope is None or scope.mi_items is not None:
-            return
-        if self.tokens_in(scope_id):
-            return
-        if any(c.token_id is None and c.node_id is not None for c in self.child_scopes(scope_id)):
-            return  # an event sub-process is still running in this scope
-        if scope_id == ROOT_SCOPE:
-            self.complete_instance()
-            return
-        self.drop_scope(scope_id)
-        if scope.token_id is None:
-            # An event sub-process finished: its parent scope may now be complete too.
-            if scope.parent_id is not None:
-                self.check_scope(scope.parent_id)
-            return
-        owner = self.cp.tokens.get(scope.token_id)
-        if owner is None:
-            raise EngineInvariantError(
-                f"scope {scope_id} of instance {self.cp.instance_id} completed, "
-                f"but its token {scope.token_id} is gone"
-            )
-        owner.inner_scope = None if owner.inner_scope == scope_id else owner.inner_scope
-        self.activity_done(owner, {}, from_scope=scope)
-
-    def activity_done(
-        self, token: Token, result: Mapping[str, Any], from_scope: Scope | None = None
-    ) -> None:
-        """An activity finished its work: merge its result and leave it (see ``leaving``)."""
-        from engine_core.leaving import leave_activity
-
-        leave_activity(self, token, result, from_scope)
-
-    def complete_instance(self) -> None:
-        for wait in list(self.cp.waits.values()):
-            self.withdraw(wait)
-        self.cp.status = InstanceStatus.COMPLETED
-        self.cp.ended_at = self.now
-        self.fact("Completed")
-        if self.cp.parent is not None:
-            self.effects.append(
-                NotifyParent(
-                    parent_instance_id=self.cp.parent.instance_id,
-                    wait_id=self.cp.parent.wait_id,
-                    completed=True,
-                    variables=dict(self.cp.scopes[ROOT_SCOPE].variables),
-                )
-            )
-
-    def fail_instance(self, reason: str, error_code: str | None = None) -> None:
-        """The fatal path: an error end event uncaught at the root, or a broken invariant."""
-        self.terminate_scope(ROOT_SCOPE)
-        for wait in list(self.cp.waits.values()):
-            self.withdraw(wait)
-        self.cp.status = InstanceStatus.FAILED
-        self.cp.failure = reason
-        self.cp.ended_at = self.now
-        self.fact("Failed", error_code=error_code)
-        if self.cp.parent is not None:
-            self.effects.append(
-                NotifyParent(
-                    parent_instance_id=self.cp.parent.instance_id,
-                    wait_id=self.cp.parent.wait_id,
-                    completed=False,
-                    variables={},
-                    error=reason,
-                    error_class="ChildFailed",
-                    error_code=error_code,
-                )
-            )
-
-    # -- conditions ----------------------------------------------------------------
-
-    def chosen_flows(self, node: Node, token: Token, *, all_true: bool) -> list[str]:
-        """Outgoing flows whose condition holds (the first one, or all), else the default.
-
-        No flow to take is a technical failure (an incident), as in Camunda 8.
-        """
-        context = self.token_vars(token)
-        taken: list[str] = []
-        for flow_id in node.outgoing:
-            if flow_id == node.default_flow:
-                continue
-            flow = self.defn.flows[flow_id]
-            if flow.condition is None or boolean(
-                _as_expression(flow.condition), context, node.id, self.now
-            ):
-                taken.append(flow_id)
-                if not all_true:
-                    break
-        if taken:
-            return taken
-        if node.default_flow is not None:
-            return [node.default_flow]
-        raise TechnicalFailure(
-            f"no outgoing flow of {node.label} can be taken: no condition is true and "
-            "there is no default flow",
-            cause_class="NoFlowTaken",
-        )
-
-    def plain_outgoing(self, node: Node, token: Token) -> list[str]:
-        """An activity's or event's outgoing flows; conditional ones only when true."""
-        if all(self.defn.flows[f].condition is None for f in node.outgoing):
-            return list(node.outgoing)
-        return self.chosen_flows(node, token, all_true=True)
-
     # -- bookkeeping ---------------------------------------------------------------
 
     def settle_status(self) -> None:
@@ -418,14 +294,6 @@ class Runtime:
 
     def is_activity(self, node: Node) -> bool:
         return node.kind in ACTIVITY_KINDS
-
-
-def _as_expression(source: str) -> str:
-    """A sequence-flow condition is an expression with or without the leading '='.
-
-    (Mapping sources are not: as in Camunda 8, a source without '=' is a static value,
-    e.g. a connector's URL.)"""
-    return source if source.lstrip().startswith("=") else "=" + source
 
 
 def _nest(values: Mapping[str, Any]) -> dict[str, Any]:

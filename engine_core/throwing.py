@@ -9,21 +9,26 @@ modelled outcome (the instance fails); an error thrown by an activity opens an
 incident at that activity; inside a child instance the child fails and the caller's
 call activity gets the error (its boundaries may catch it). An uncaught escalation
 is not a failure: the thrower simply continues.
+
+Messages and signals thrown by the model (without a job) are effects: published after
+the commit, through the outbox.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from engine_core.checkpoint import Token
+from engine_core import boundaries, event_subs
+from engine_core.checkpoint import ROOT_SCOPE, Token
+from engine_core.effects import ThrowMessage, ThrowSignal
+from engine_core.expressions import correlation_key, non_empty_string
+from engine_core.incidents import raise_incident
 from engine_core.model import EventKind, Node, NodeKind
-from engine_core.runtime import ROOT_SCOPE
+from engine_core.moving import fail_instance
+from engine_core.runtime import Runtime
 
-if TYPE_CHECKING:
-    from engine_core.runtime import Runtime
-
-__all__ = ["fire_catching_boundary", "throw_error", "throw_escalation"]
+__all__ = ["throw_error", "throw_escalation", "throw_message_or_signal"]
 
 
 def _pick(candidates: list[Node], code: str | None, kind: EventKind) -> Node | None:
@@ -55,44 +60,6 @@ def _event_sub_start_for(
     return _pick(starts, code, kind)
 
 
-def fire_catching_boundary(
-    rt: Runtime,
-    host: Token,
-    boundary: Node,
-    variables: Mapping[str, Any],
-    *,
-    interrupting: bool | None = None,
-) -> Token:
-    """A boundary caught something on ``host``: interrupt it or fork beside it.
-
-    The token is on the boundary before its output mappings read the payload, so a
-    failing mapping is an incident at the boundary event (on that token), never an
-    exception out of the step. Returns the token that took the boundary."""
-    from engine_core.incidents import guarded
-    from engine_core.wakes import interrupt_host
-
-    if boundary.cancel_activity if interrupting is None else interrupting:
-        interrupt_host(rt, host)
-        rt.arrive(host, boundary.id)
-        token, target = host, host.scope_id
-    else:
-        token = rt.spawn(boundary.id, host.scope_id, [*host.lineage, host.id])
-        target = None
-    guarded(
-        rt,
-        token,
-        boundary,
-        lambda: rt.apply_outputs(boundary, token, variables, target_scope=target),
-    )
-    return token
-
-
-def _start_event_sub(rt: Runtime, scope_id: str, start: Node, variables: Mapping[str, Any]) -> None:
-    from engine_core.wakes import start_event_sub_process
-
-    start_event_sub_process(rt, scope_id, start, variables)
-
-
 def throw_error(
     rt: Runtime,
     token: Token,
@@ -103,22 +70,18 @@ def throw_error(
     *,
     from_end_event: bool,
 ) -> None:
-    from engine_core.incidents import raise_incident
-
     if not from_end_event and token.loop_index is None and node.boundaries:
         boundary = _boundary_for(rt, node, code, EventKind.ERROR)
         if boundary is not None:
-            fire_catching_boundary(rt, token, boundary, variables)
+            boundaries.fire(rt, token, boundary, variables, interrupting=boundary.cancel_activity)
             return
     if _catch_outward(rt, token, code, EventKind.ERROR, variables, interrupt_always=True):
         return
     reason = f"BPMN error {code!r} thrown at {node.label} was not caught" + (
         f": {message}" if message else ""
     )
-    if rt.cp.parent is not None:
-        rt.fail_instance(reason, error_code=code)
-    elif from_end_event:
-        rt.fail_instance(reason, error_code=code)
+    if rt.cp.parent is not None or from_end_event:
+        fail_instance(rt, reason, error_code=code)
     else:
         raise_incident(rt, token, node, reason, "UnhandledError")
 
@@ -150,7 +113,7 @@ def _catch_outward(
             interrupting = interrupt_always or start.is_interrupting
             if interrupting:
                 rt.terminate_scope(scope_id)
-            _start_event_sub(rt, scope_id, start, variables)
+            event_subs.start(rt, scope_id, start, variables)
             return interrupting
         if scope_id == ROOT_SCOPE:
             return False
@@ -165,7 +128,30 @@ def _catch_outward(
             boundary = _boundary_for(rt, owner_node, code, kind)
             if boundary is not None:
                 interrupting = interrupt_always or boundary.cancel_activity
-                fire_catching_boundary(rt, owner, boundary, variables, interrupting=interrupting)
+                boundaries.fire(rt, owner, boundary, variables, interrupting=interrupting)
                 return interrupting
         scope_id = owner.scope_id
     return False
+
+
+def throw_message_or_signal(rt: Runtime, token: Token, node: Node) -> None:
+    """A message or signal thrown without a job: published after commit via the outbox."""
+    event = node.event
+    context = rt.token_vars(token)
+    if event.kind is EventKind.MESSAGE:
+        name = non_empty_string(event.message_name or "", context, node.id, rt.now, "message name")
+        key = (
+            correlation_key(event.correlation_key, context, node.id, rt.now)
+            if event.correlation_key
+            else None
+        )
+        payload = rt.mapped_inputs(node, context) if node.inputs else {}
+        rt.effects.append(
+            ThrowMessage(name, key, payload, message_id=f"{rt.cp.instance_id}.{rt.cp.next_id('m')}")
+        )
+    elif event.kind is EventKind.SIGNAL:
+        name = non_empty_string(event.signal_name or "", context, node.id, rt.now, "signal name")
+        payload = rt.mapped_inputs(node, context) if node.inputs else {}
+        rt.effects.append(
+            ThrowSignal(name, payload, signal_id=f"{rt.cp.instance_id}.{rt.cp.next_id('g')}")
+        )

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
-from engine_core.checkpoint import Checkpoint, IncidentState, TokenState, WaitKind
+from engine_core.checkpoint import ROOT_SCOPE, Checkpoint, IncidentState, TokenState, WaitKind
 
 __all__ = [
     "FactView",
@@ -65,6 +65,14 @@ class WaitView:
     message_name: str | None = None
     correlation_key: str | None = None
     signal_name: str | None = None
+    # What a person reading `instances show` needs to know about the wait.
+    role: str = "node"
+    job_type: str | None = None
+    attempt: int = 1
+    job_running: bool = False
+    task_name: str | None = None
+    child_instance_id: str | None = None
+    incident_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,10 +173,17 @@ def instance_view(checkpoint: Checkpoint) -> InstanceView:
             message_name=w.message_name,
             correlation_key=w.correlation_key,
             signal_name=w.signal_name,
+            role=w.role.value,
+            job_type=w.job_type,
+            attempt=w.attempt,
+            job_running=w.job_running,
+            task_name=w.task_name,
+            child_instance_id=w.child_instance_id,
+            incident_id=w.incident_id,
         )
         for w in checkpoint.waits.values()
     ]
-    root = checkpoint.scopes.get("s0")
+    root = checkpoint.scopes.get(ROOT_SCOPE)
     return InstanceView(
         id=checkpoint.instance_id,
         key=checkpoint.process_key,

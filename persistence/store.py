@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -44,6 +45,7 @@ from persistence.settings import Settings
 from persistence.tables import facts, instances, outbox, processed_triggers
 
 __all__ = [
+    "LOCK_WAIT_OBSERVERS",
     "Applied",
     "Deployment",
     "OutboxRow",
@@ -53,6 +55,10 @@ __all__ = [
 ]
 
 log = logging.getLogger("dormant.store")
+
+# Called with the seconds each trigger waited for its instance's row lock. The shell
+# registers its metrics here (tasks/metrics.py): persistence must not import it.
+LOCK_WAIT_OBSERVERS: list[Callable[[float], None]] = []
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +74,8 @@ class Applied:
     facts: list[Fact] = field(default_factory=list)
     # The caller's precondition failed under the lock: nothing was applied.
     skipped: bool = False
+    # The process key, for metrics and trace attributes (bounded, unlike the id).
+    key: str | None = None
 
 
 class StartKeyTaken(InvalidOperation):
@@ -314,7 +322,9 @@ class Store(Deployments, OutboxQueue, Queries):
         with self._tx() as conn:
             row = self._lock(conn, instance_id)
             if precondition is not None and not precondition(conn):
-                return Applied(instance_id, int(row.revision), row.status, False, skipped=True)
+                return Applied(
+                    instance_id, int(row.revision), row.status, False, skipped=True, key=row.key
+                )
             if (
                 trigger_id is not None
                 and conn.execute(
@@ -324,7 +334,9 @@ class Store(Deployments, OutboxQueue, Queries):
                     )
                 ).first()
             ):
-                return Applied(instance_id, int(row.revision), row.status, False, duplicate=True)
+                return Applied(
+                    instance_id, int(row.revision), row.status, False, duplicate=True, key=row.key
+                )
             old = decode(row.checkpoint)
             definition, _ = self.definition(row.key, row.version, conn=conn)
             services = self._decisions.services(conn, definition)
@@ -332,7 +344,12 @@ class Store(Deployments, OutboxQueue, Queries):
             if not step.changed:
                 self._insert_facts(conn, instance_id, old.revision, step.facts, now)
                 return Applied(
-                    instance_id, old.revision, old.status.value, False, facts=list(step.facts)
+                    instance_id,
+                    old.revision,
+                    old.status.value,
+                    False,
+                    facts=list(step.facts),
+                    key=row.key,
                 )
             cp = step.checkpoint
             conn.execute(
@@ -358,7 +375,10 @@ class Store(Deployments, OutboxQueue, Queries):
             instances.c.revision,
             instances.c.checkpoint,
         ).where(instances.c.id == instance_id)
+        began = time.perf_counter()
         row = conn.execute(q.with_for_update()).first()
+        for observe in LOCK_WAIT_OBSERVERS:
+            observe(time.perf_counter() - began)
         if row is None:
             raise UnknownInstance(f"no instance has id {instance_id!r}")
         return row  # type: ignore[return-value]
@@ -404,7 +424,14 @@ class Store(Deployments, OutboxQueue, Queries):
                 )
             )
         return Applied(
-            instance_id, cp.revision, cp.status.value, True, False, outbox_ids, list(step.facts)
+            instance_id,
+            cp.revision,
+            cp.status.value,
+            True,
+            False,
+            outbox_ids,
+            list(step.facts),
+            key=cp.process_key,
         )
 
     def _insert_facts(

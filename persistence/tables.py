@@ -153,7 +153,20 @@ instances = Table(
         postgresql_where=text("start_key IS NOT NULL AND status IN ('active', 'active_incidents')"),
         sqlite_where=text("start_key IS NOT NULL AND status IN ('active', 'active_incidents')"),
     ),
+    # The console's lists, newest first behind one equality filter (migration 0007).
+    Index("ix_instances_created_at_id", "created_at", "id"),
+    Index("ix_instances_key_version_created_at_id", "key", "version", "created_at", "id"),
+    Index("ix_instances_status_created_at_id", "status", "created_at", "id"),
+    Index("ix_instances_business_key_created_at_id", "business_key", "created_at", "id"),
 )
+# "A token waits at node X" (persistence/console_queries.py): GIN over the live tokens'
+# node ids, PostgreSQL only; the embedded SQLite scans instead.
+Index(
+    "ix_instances_waiting_nodes",
+    text("jsonb_path_query_array(checkpoint, '$.tokens.*.node_id')"),
+    postgresql_using="gin",
+    _table=instances,
+).ddl_if(dialect="postgresql")
 
 deadlines = Table(
     "deadlines",
@@ -228,6 +241,8 @@ incidents = Table(
     Column("first_at", UtcDateTime, nullable=False),
     Column("last_at", UtcDateTime, nullable=False),
     Column("retry_at", UtcDateTime),
+    Index("ix_incidents_state_process_key_node_id", "state", "process_key", "node_id"),
+    Index("ix_incidents_last_at_id", "last_at", "id"),
 )
 
 facts = Table(

@@ -39,6 +39,7 @@ from celery.signals import beat_init, worker_init, worker_process_init
 from kombu.entity import Exchange, Queue, binding
 
 from persistence.settings import Settings
+from tasks.tracing import publish_headers
 
 __all__ = [
     "BINDING_KEYS",
@@ -262,15 +263,16 @@ def publish(
     """
     assert "." in routing_key, f"routing key {routing_key!r} must be dotted"
     target = QUEUE if queue is None else queue
-    app.send_task(
-        task_name,
-        kwargs=kwargs,
-        queue=target,
-        routing_key=routing_key,
-        # Always named: the dormant queue has several bindings, so kombu keeps no
-        # exchange on it, and Celery would otherwise publish to the anonymous exchange.
-        exchange=exchange or EXCHANGE.name,
-        headers=headers,
-        connection=connection,
-        producer=producer,
-    )
+    with publish_headers(task_name, headers) as traced:  # the trace context, if any
+        app.send_task(
+            task_name,
+            kwargs=kwargs,
+            queue=target,
+            routing_key=routing_key,
+            # Always named: the dormant queue has several bindings, so kombu keeps no
+            # exchange on it, and Celery would otherwise publish to the anonymous exchange.
+            exchange=exchange or EXCHANGE.name,
+            headers=traced,
+            connection=connection,
+            producer=producer,
+        )

@@ -45,6 +45,34 @@ _var = click.option(
 )
 
 
+def _output(command: Any) -> Any:
+    """``--format auto|table|tsv|json`` and ``--json`` (see tasks/display.py)."""
+    command = click.option("--json", "as_json", is_flag=True, help="a JSON array")(command)
+    return click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(["auto", "table", "tsv", "json"]),
+        default="auto",
+        show_default=True,
+        help="auto: a table on a terminal, tab-separated lines when piped",
+    )(command)
+
+
+def _emit(rows: Any, columns: Any, fmt: str, as_json: bool, as_dict: Any, empty: str) -> None:
+    from tasks.display import pick_format, render
+
+    picked = pick_format(fmt, as_json, sys.stdout)
+    text = render(list(rows), columns, picked, as_dict, empty=empty)
+    if text:
+        click.echo(text)
+
+
+def _now() -> Any:
+    from persistence import clock
+
+    return clock.now()
+
+
 @click.group()
 def cli() -> None:
     """dormant: a BPMN process engine on Celery."""
@@ -136,9 +164,14 @@ def tasks() -> None:
 
 @tasks.command("list")
 @click.option("--instance", "instance_id", default=None)
-def tasks_list(instance_id: str | None) -> None:
-    for t in _client().user_tasks(instance_id):
-        click.echo(f"{t.id}\t{t.instance_id}\t{t.node_id}\t{t.name or ''}")
+@_output
+def tasks_list(instance_id: str | None, fmt: str, as_json: bool) -> None:
+    """Open user tasks: id, instance, node, name, assignee, age."""
+    from engine_core.views import to_dict
+    from tasks.display import task_columns
+
+    columns = task_columns(_now())
+    _emit(_client().user_tasks(instance_id), columns, fmt, as_json, to_dict, "no open user tasks")
 
 
 @tasks.command("complete")
@@ -159,32 +192,52 @@ def instances() -> None:
 
 @instances.command("list")
 @click.option("--status", default=None)
-def instances_list(status: str | None) -> None:
-    for i in _client().instances(status=status):
-        click.echo(f"{i.id}\t{i.key} v{i.version}\t{i.status}\t{i.business_key or ''}")
+@click.option("--process", "key", default=None, metavar="KEY", help="only this process's")
+@_output
+def instances_list(status: str | None, key: str | None, fmt: str, as_json: bool) -> None:
+    """Instances, oldest first: id, process and version, status, business key, ages."""
+    from tasks.display import instance_columns, instance_summary
+
+    columns = instance_columns(_now())
+    views = _client().instances(status=status, key=key)
+    _emit(views, columns, fmt, as_json, instance_summary, "no instances")
 
 
 @instances.command("show")
 @click.argument("instance_id")
 @click.option("--json", "as_json", is_flag=True)
 def instances_show(instance_id: str, as_json: bool) -> None:
+    """One instance: status, where each token is and what it waits for, incidents, variables."""
+    from engine_core.errors import UnknownInstance
     from engine_core.views import to_dict
+    from tasks.display import duration, instance_lines
 
-    view = _client().instance(instance_id)
+    client = _client()
+    now = _now()
+    try:
+        view = client.instance(instance_id)
+    except UnknownInstance:
+        from tasks import inbox
+
+        queued_at = inbox.queued_start(client._store.engine, instance_id)
+        if queued_at is None:
+            raise
+        if as_json:
+            click.echo(
+                json.dumps(
+                    {"id": instance_id, "status": "queued", "queued_at": queued_at.isoformat()}
+                )
+            )
+        else:
+            click.echo(
+                f"{instance_id}  queued: no worker has applied its start yet "
+                f"(sent {duration((now - queued_at).total_seconds())} ago)"
+            )
+        return
     if as_json:
         click.echo(json.dumps(to_dict(view), indent=2, sort_keys=True))
         return
-    click.echo(f"{view.id}  {view.key} v{view.version}  {view.status}  revision {view.revision}")
-    if view.business_key:
-        click.echo(f"business key: {view.business_key}")
-    for t in view.tokens:
-        waiting = f"  waiting for {', '.join(t.waiting_for)}" if t.waiting_for else ""
-        click.echo(f"  token {t.id} at {t.node_id}: {t.state}{waiting}")
-    for inc in view.incidents:
-        click.echo(
-            f"  incident {inc.id} at {inc.node_id}: {inc.state} ({inc.cause_class}: {inc.cause})"
-        )
-    click.echo(f"  variables: {json.dumps(view.variables, sort_keys=True)}")
+    click.echo("\n".join(instance_lines(view, now)))
 
 
 @instances.command("cancel")
@@ -211,14 +264,22 @@ def incidents() -> None:
     default=None,
     help="open, retry_scheduled, resolved, dead_lettered or overtaken",
 )
+@_output
 def incidents_list(
-    instance_id: str | None, key: str | None, node_id: str | None, state: str | None
+    instance_id: str | None,
+    key: str | None,
+    node_id: str | None,
+    state: str | None,
+    fmt: str,
+    as_json: bool,
 ) -> None:
-    """One line per incident: id, instance, node, state, attempts, cause class."""
-    for i in _client().incidents(instance_id, state, key=key, node_id=node_id):
-        click.echo(
-            f"{i.id}\t{i.instance_id}\t{i.node_id}\t{i.state}\t{i.attempts}\t{i.cause_class}"
-        )
+    """One row per incident: id, instance, node, state, attempts, cause class, last failure."""
+    from engine_core.views import to_dict
+    from tasks.display import incident_columns
+
+    columns = incident_columns(_now())
+    found = _client().incidents(instance_id, state, key=key, node_id=node_id)
+    _emit(found, columns, fmt, as_json, to_dict, "no incidents")
 
 
 @incidents.command("show")
@@ -253,20 +314,63 @@ def _ensure_database() -> None:
     ensure_database()
 
 
+def _serve_metrics(port: int | None, host: str) -> None:
+    """Serve /metrics from this (the worker's parent) process; see tasks/metrics.py.
+
+    ``PROMETHEUS_MULTIPROC_DIR`` must be set before prometheus-client is first imported,
+    so the pool children forked later write their values where this process reads them:
+    an existing directory is emptied of a previous run's files, else a fresh one is made.
+    """
+    if port is None:
+        return
+    import os
+
+    path = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if path:
+        os.makedirs(path, exist_ok=True)
+        for name in os.listdir(path):
+            if name.endswith(".db"):
+                os.unlink(os.path.join(path, name))
+    else:
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="dormant-metrics-")
+    from tasks.metrics import serve
+
+    serve(port, host)
+
+
+_metrics_port = click.option(
+    "--metrics-port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    envvar="DORMANT_METRICS_PORT",
+    help="serve Prometheus /metrics on this port (env DORMANT_METRICS_PORT)",
+)
+_metrics_host = click.option(
+    "--metrics-host", default="0.0.0.0", envvar="DORMANT_METRICS_HOST", show_default=True
+)
+
+
 @cli.command()
 @click.option("--include", "includes", multiple=True, help="a module with your job tasks")
 @click.option("--concurrency", type=int, default=None)
 @click.option("--queues", default=None, help="comma-separated queues (default: dormant)")
+@_metrics_port
+@_metrics_host
+@click.option("--events", "-E", is_flag=True, help="send task events (Flower's task list)")
 @click.option("--loglevel", default="INFO", hidden=True)
 @click.option("--pool", default=None, hidden=True)
 def worker(
     includes: tuple[str, ...],
     concurrency: int | None,
     queues: str | None,
+    metrics_port: int | None,
+    metrics_host: str,
+    events: bool,
     loglevel: str,
     pool: str | None,
 ) -> None:
     """Run a worker: trigger tasks and the jobs of --include modules."""
+    _serve_metrics(metrics_port, metrics_host)
     _ensure_database()
     from tasks.app import app
 
@@ -284,6 +388,8 @@ def worker(
         argv.append(f"--concurrency={concurrency}")
     if pool:
         argv.append(f"--pool={pool}")
+    if events:
+        argv.append("--task-events")
     app.worker_main(argv)
 
 
@@ -300,9 +406,18 @@ def beat(loglevel: str) -> None:
 @cli.command()
 @click.option("--include", "includes", multiple=True)
 @click.option("--concurrency", type=int, default=4)
+@_metrics_port
+@_metrics_host
 @click.option("--loglevel", default="INFO", hidden=True)
-def dev(includes: tuple[str, ...], concurrency: int, loglevel: str) -> None:
+def dev(
+    includes: tuple[str, ...],
+    concurrency: int,
+    metrics_port: int | None,
+    metrics_host: str,
+    loglevel: str,
+) -> None:
     """Worker and beat in one process (embedded SQLite + broker unless URLs are set)."""
+    _serve_metrics(metrics_port, metrics_host)
     _ensure_database()
     from tasks.app import app
 
@@ -322,6 +437,18 @@ def dev(includes: tuple[str, ...], concurrency: int, loglevel: str) -> None:
     if includes:
         argv.append("--include=" + ",".join(includes))
     app.worker_main(argv)
+
+
+@cli.command()
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=int, default=8080, show_default=True)
+@click.option("--read-only", is_flag=True, help="pages only: every action is refused")
+@click.option("--root-path", default="", help="the path prefix a reverse proxy serves it under")
+def console(host: str, port: int, read_only: bool, root_path: str) -> None:
+    """The web console (DORMANT_CONSOLE_AUTH=user:password or DORMANT_CONSOLE_TOKEN)."""
+    from tasks.console.serve import serve
+
+    serve(host=host, port=port, read_only=read_only, root_path=root_path)
 
 
 @cli.command()

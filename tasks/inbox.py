@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Engine, insert, or_, select, update
@@ -27,6 +27,7 @@ __all__ = [
     "InboxRow",
     "mark_processed",
     "mark_republished",
+    "queued_start",
     "record",
     "record_many",
     "unprocessed",
@@ -129,3 +130,18 @@ def unprocessed(
         )
         for r in rows
     ]
+
+
+def queued_start(engine: Engine, instance_id: str) -> datetime | None:
+    """When a Client wrote the still unprocessed start of ``instance_id``, if it did:
+    the instance does not exist yet because no worker has applied its start."""
+    with engine.connect() as conn:
+        return conn.execute(
+            select(inbox.c.created_at)
+            .where(
+                inbox.c.kind == "dormant.start",
+                inbox.c.processed_at.is_(None),
+                inbox.c.payload["kwargs"]["instance_id"].as_string() == instance_id,
+            )
+            .limit(1)
+        ).scalar()

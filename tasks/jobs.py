@@ -43,6 +43,7 @@ from kombu.entity import Exchange, Queue
 from engine_core.errors import BpmnError
 from engine_core.triggers import JobCompleted, JobErrorThrown, JobFailed
 from persistence import clock
+from tasks import metrics, tracing
 from tasks.app import QUEUE, app, publish, store
 
 __all__ = [
@@ -97,6 +98,7 @@ def dispatch(payload: dict[str, Any]) -> None:
         exchange=queue.exchange.name if queue.exchange else None,
         headers=headers,
     )
+    metrics.job_dispatched(job_type)
     log.info(
         "job dispatched instance=%s wait=%s type=%s attempt=%s",
         instance_id,
@@ -137,6 +139,7 @@ def _context(task: Any) -> tuple[str, str, int, str] | None:
     return str(instance_id), str(wait_id), attempt, str(key)
 
 
+@tracing.report_span
 def report(instance_id: str, trigger: Any, trigger_id: str) -> None:
     """Apply a job's outcome now; if the database refuses, hand it to the broker.
 
@@ -149,6 +152,7 @@ def report(instance_id: str, trigger: Any, trigger_id: str) -> None:
     for delay in (0.0, 0.5, 2.0):
         if delay:
             time.sleep(delay)
+        began = time.perf_counter()
         try:
             applied = store().apply(instance_id, trigger, clock.now(), trigger_id=trigger_id)
         except Exception as exc:  # mapped below: the result must not be lost
@@ -159,6 +163,7 @@ def report(instance_id: str, trigger: Any, trigger_id: str) -> None:
                 return
             last = exc
             continue
+        metrics.record_trigger(trigger.kind, applied, time.perf_counter() - began)
         publish_ids(applied.outbox_ids)
         log.info(
             "instance=%s revision=%s trigger=%s%s",
@@ -210,6 +215,7 @@ def _on_failure(sender: Any = None, exception: BaseException | None = None, **_:
             variables=dict(exception.variables),
         )
     else:
+        metrics.job_failed(str(getattr(sender, "name", "")))
         trigger = JobFailed(
             wait_id=wait_id,
             attempt=attempt,

@@ -45,6 +45,7 @@ from persistence import clock
 from tasks import app as app_module
 from tasks import inbox
 from tasks.app import app, publish, store
+from tasks.metrics import observe_trigger, timer_fired
 from tasks.outbox import consumed, publish_ids, publish_row
 
 __all__ = [
@@ -119,6 +120,7 @@ def _describe(result: Any) -> str:
     return type(result).__name__
 
 
+@observe_trigger  # metrics, the trace span, and the summary Flower shows (tasks/metrics.py)
 def _run(
     task: Task,
     kind: str,
@@ -187,7 +189,7 @@ def start(
     version_tag: str | None = None,
     inbox_id: str | None = None,
     trigger_id: str | None = None,
-) -> None:
+) -> str | None:
     """Start instance ``instance_id`` of process ``key`` (idempotent on the id); with
     ``version_tag``, of its newest version carrying that ``zeebe:versionTag``.
 
@@ -234,7 +236,7 @@ def message(
     *,
     inbox_id: str | None = None,
     trigger_id: str | None = None,
-) -> None:
+) -> str | None:
     """Correlate a message to its holders, start a message start, or buffer it (TTL)."""
     from persistence.routing import Router
 
@@ -260,7 +262,7 @@ def signal(
     *,
     inbox_id: str | None = None,
     trigger_id: str | None = None,
-) -> None:
+) -> str | None:
     """Broadcast a signal to every holder (and signal starts)."""
     from persistence.routing import Router
 
@@ -286,7 +288,7 @@ def complete_task(
     *,
     inbox_id: str | None = None,
     trigger_id: str | None = None,
-) -> None:
+) -> str | None:
     """Complete user task ``task_id`` with ``variables``."""
 
     def call(tid: str, now: datetime) -> Any:
@@ -304,7 +306,7 @@ def cancel(
     *,
     inbox_id: str | None = None,
     trigger_id: str | None = None,
-) -> None:
+) -> str | None:
     """Terminate an instance (its waits and hold rows go with it)."""
 
     def call(tid: str, now: datetime) -> Any:
@@ -327,7 +329,7 @@ def _incident_task(name: str, trigger_cls: Any) -> Any:
         *,
         inbox_id: str | None = None,
         trigger_id: str | None = None,
-    ) -> None:
+    ) -> str | None:
         def call(tid: str, now: datetime) -> Any:
             instance_id = incident_instance(incident_id)
             return store().apply(
@@ -354,7 +356,7 @@ def apply_trigger(
     trigger_id: str | None = None,
     *,
     inbox_id: str | None = None,
-) -> None:
+) -> str | None:
     """Apply any trigger to one instance: the follow-ups the outbox sends."""
     trigger = parse_trigger(trigger_json)
 
@@ -370,13 +372,17 @@ def fire_deadline(
     instance_id: str,
     wait_id: str,
     claim_token: str,
-) -> None:
+    due_at: str | None = None,
+) -> str | None:
     """Fire one claimed deadline. The row is deleted only by the transaction that
-    applied it; a failed fire leaves it (with its due time pushed back) for a later scan."""
+    applied it; a failed fire leaves it (with its due time pushed back) for a later scan.
+    ``due_at`` (the claimed due time, ISO) measures the timer's lateness."""
     from scheduler.deadlines import fire
 
     def call(tid: str, now: datetime) -> Any:
-        return fire(store(), instance_id, wait_id, claim_token, now)
+        outcome = fire(store(), instance_id, wait_id, claim_token, now)
+        timer_fired(due_at, now, outcome.status)
+        return outcome
 
     return _run(self, "timer", call, None, f"deadline:{instance_id}:{wait_id}:{claim_token}")
 
@@ -402,6 +408,7 @@ def scan_deadlines(self: Task) -> int:
                 "instance_id": claim.instance_id,
                 "wait_id": claim.wait_id,
                 "claim_token": claim.claim_token,
+                "due_at": claim.due_at.isoformat(),
             },
         )
     if claims:

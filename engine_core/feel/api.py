@@ -10,10 +10,11 @@ from typing import Any
 
 from lark import Tree
 
-from engine_core.errors import ExpressionError
+from engine_core.errors import ExpressionError, ExpressionLimitExceeded
 from engine_core.feel import ops
 from engine_core.feel.compiler import Node, compile_tree
 from engine_core.feel.far import FarMoment
+from engine_core.feel.limits import DEFAULT_LIMITS, Limits, budget
 from engine_core.feel.scope import Scope
 from engine_core.feel.syntax import keyword_names, parse, quote_keyword_names, uses_input
 from engine_core.feel.temporal import (
@@ -45,29 +46,65 @@ class CompiledExpression:
         self.text = text
         self._node = node
 
-    def evaluate(self, context: Mapping[str, Any], *, now: datetime | None = None) -> Any:
-        return self._node(Scope(context, now=now, convert=True))
+    def evaluate(
+        self,
+        context: Mapping[str, Any],
+        *,
+        now: datetime | None = None,
+        limits: Limits | None = None,
+        ids: Callable[[], str] | None = None,
+    ) -> Any:
+        """The value against ``context``, within ``limits`` (default: ``DEFAULT_LIMITS``);
+        ``now()`` / ``today()`` answer from ``now`` and ``uuid()`` from ``ids`` (null
+        without them: the core reads no clock and makes no random ids)."""
+        scope = Scope(context, now=now, convert=True, ids=ids)
+        with budget(limits):
+            return _bounded(self.text, lambda: self._node(scope))
 
     def __repr__(self) -> str:
         return f"CompiledExpression({self.text!r})"
 
 
+def _bounded(text: str, run: Callable[[], Any]) -> Any:
+    """``run()``, with a bound it passes quoting ``text``; Python's own recursion limit (a
+    path the budgets missed) is a classified error too, never a ``RecursionError``."""
+    try:
+        return run()
+    except ExpressionLimitExceeded as exc:
+        raise exc.in_expression(text) from None
+    except RecursionError:
+        raise ExpressionLimitExceeded(
+            "FEEL evaluation nested too deeply", text[:200], limit="nesting_depth"
+        ) from None
+
+
 @functools.lru_cache(maxsize=4096)
-def compile_expression(expression: str) -> CompiledExpression:
-    """Parse and compile ``expression``; raises ``ExpressionError`` on a syntax error."""
-    return CompiledExpression(expression, compile_tree(parse(expression, "start")))
+def compile_expression(expression: str, limits: Limits = DEFAULT_LIMITS) -> CompiledExpression:
+    """Parse and compile ``expression``; raises ``ExpressionError`` on a syntax error, and
+    ``ExpressionLimitExceeded`` past ``limits.expression_length`` or ``nesting_depth``."""
+    tree = parse(expression, "start", limits)
+    return CompiledExpression(expression, _bounded(expression, lambda: compile_tree(tree)))
 
 
-def evaluate(expression: str, context: Mapping[str, Any], *, now: datetime | None = None) -> Any:
+def evaluate(
+    expression: str,
+    context: Mapping[str, Any],
+    *,
+    now: datetime | None = None,
+    limits: Limits | None = None,
+    ids: Callable[[], str] | None = None,
+) -> Any:
     """Evaluate ``expression`` (no leading ``=``) against ``context``; null on run-time errors.
 
     Names in ``context`` that contain a keyword (``days in weekend``) are read as names here
-    (``compile_expression`` alone cannot know them: write them in backticks there).
+    (``compile_expression`` alone cannot know them: write them in backticks there). Past a
+    bound of ``limits`` (``engine_core.feel.limits``) it raises ``ExpressionLimitExceeded``.
     """
     odd = keyword_names(context)
     if odd:
         expression = quote_keyword_names(expression, odd)
-    return compile_expression(expression).evaluate(context, now=now)
+    compiled = compile_expression(expression, limits or DEFAULT_LIMITS)
+    return compiled.evaluate(context, now=now, limits=limits, ids=ids)
 
 
 UnaryTests = Callable[[Any, Scope], "bool | None"]
@@ -107,10 +144,14 @@ def _compile_tests(tests: str) -> UnaryTests:
     return run
 
 
-def evaluate_unary_tests(tests: str, input_value: Any, context: Mapping[str, Any]) -> bool | None:
+def evaluate_unary_tests(
+    tests: str, input_value: Any, context: Mapping[str, Any], *, limits: Limits | None = None
+) -> bool | None:
     """Whether ``input_value`` passes DMN unary tests: ``< 10``, ``[1..5]``, ``"a","b"``, ``-``."""
     scope = Scope(context, convert=True)
-    return _compile_tests(tests)(to_feel(input_value), scope)
+    with budget(limits):
+        compiled = _bounded(tests, lambda: _compile_tests(tests))
+        return _bounded(tests, lambda: compiled(to_feel(input_value), scope))  # type: ignore[no-any-return]
 
 
 def to_json(value: Any) -> Any:

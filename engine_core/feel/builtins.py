@@ -119,4 +119,10 @@ def feel_property(value: Any, key: str) -> Any:
     return None
 
 
-from engine_core.feel import fn_lists, fn_range, fn_scalars, fn_temporal  # noqa: E402, F401
+from engine_core.feel import (  # noqa: E402, F401
+    fn_camunda,
+    fn_lists,
+    fn_range,
+    fn_scalars,
+    fn_temporal,
+)

@@ -7,10 +7,11 @@ as the spec allows (``max(1, 2)`` and ``max([1, 2])``); that is the ``variadic``
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
-from engine_core.feel import ops
+from engine_core.feel import limits, ops
 from engine_core.feel.builtins import builtin
 from engine_core.feel.scope import invoke
 from engine_core.feel.values import DECIMAL, FeelFunction, Range
@@ -185,13 +186,17 @@ def sublist(xs: Any, start: Any, length: Any = None) -> Any:
 
 @builtin("append", "list", "item", variadic=True)
 def append(xs: Any, *items: Any) -> Any:
-    return [*xs, *items] if isinstance(xs, list) else None
+    if not isinstance(xs, list):
+        return None
+    limits.check_collection(len(xs) + len(items))
+    return [*xs, *items]
 
 
 @builtin("concatenate", "lists", variadic=True)
 def concatenate(*lists: Any) -> Any:
     if not all(isinstance(x, list) for x in lists):
         return None
+    limits.check_collection(sum(len(x) for x in lists))
     return [v for x in lists for v in x]
 
 
@@ -236,10 +241,22 @@ def index_of(xs: Any, x: Any) -> Any:
 
 
 def _distinct(items: list[Any]) -> list[Any]:
+    """The first of each FEEL-equal group, in order: by hash where a value has an
+    equality key (all but ranges, functions, far dates), by comparison among the rest."""
+    seen: set[Any] = set()
+    others: list[Any] = []
     result: list[Any] = []
     for v in items:
-        if not any(ops.equal(v, r) is True for r in result):
-            result.append(v)
+        key = ops.equality_key(v)
+        if key is None:
+            if any(ops.equal(v, o) is True for o in others):
+                continue
+            others.append(v)
+        elif key in seen:
+            continue
+        else:
+            seen.add(key)
+        result.append(v)
     return result
 
 
@@ -257,20 +274,58 @@ def distinct_values(xs: Any) -> Any:
 
 @builtin("duplicate values", "list")
 def duplicate_values(xs: Any) -> Any:
+    """Each value that occurs more than once, once, in the order of its first occurrence."""
     if not isinstance(xs, list):
         return None
-    return _distinct(
-        [v for i, v in enumerate(xs) if any(ops.equal(v, w) is True for w in xs[i + 1 :])]
-    )
-
-
-def _flat(xs: list[Any]) -> list[Any]:
-    return [w for v in xs for w in (_flat(v) if isinstance(v, list) else [v])]
+    counts: dict[Any, int] = {}
+    others: list[list[Any]] = []  # [value, count] for values without an equality key
+    keys = []
+    for v in xs:
+        key = ops.equality_key(v)
+        keys.append(key)
+        if key is not None:
+            counts[key] = counts.get(key, 0) + 1
+            continue
+        for entry in others:
+            if ops.equal(v, entry[0]) is True:
+                entry[1] += 1
+                break
+        else:
+            others.append([v, 1])
+    result: list[Any] = []
+    for v, key in zip(xs, keys, strict=True):
+        if key is not None:
+            if counts.get(key, 0) > 1:
+                result.append(v)
+                counts[key] = 0  # emitted once
+        else:
+            for entry in others:
+                if entry[1] > 1 and ops.equal(v, entry[0]) is True:
+                    result.append(v)
+                    entry[1] = 0
+                    break
+    return result
 
 
 @builtin("flatten", "list")
 def flatten(xs: Any) -> Any:
-    return _flat(xs) if isinstance(xs, list) else None
+    """Depth first, by an explicit stack: deep nesting costs no recursion, and the result
+    is held to the collection bound while it grows (a list may hold one list many times)."""
+    if not isinstance(xs, list):
+        return None
+    out: list[Any] = []
+    stack: list[Iterator[Any]] = [iter(xs)]
+    while stack:
+        for v in stack[-1]:
+            limits.charge()
+            if isinstance(v, list):
+                stack.append(iter(v))
+                break
+            out.append(v)
+            limits.check_collection(len(out))
+        else:
+            stack.pop()
+    return out
 
 
 @builtin("is empty", "list")
@@ -380,14 +435,20 @@ def during(a: Any, b: Any) -> Any:
 def starts(a: Any, b: Any) -> Any:
     if not isinstance(b, Range) or a is None:
         return None
-    x = _as_range(a)
+    if not isinstance(a, Range):
+        return b.start_included and ops.equal(a, b.start) is True
     return (
-        x.start_included == b.start_included
-        and ops.equal(x.start, b.start) is True
-        and ops.in_range(x.end, b) is True
-        if isinstance(a, Range)
-        else b.start_included and ops.equal(a, b.start) is True
+        a.start_included == b.start_included
+        and ops.equal(a.start, b.start) is True
+        and _ends_within(a, b)
     )
+
+
+def _ends_within(a: Range, b: Range) -> bool:
+    """``a`` ends no later than ``b`` (DMN 1.4 ``starts``: an equal open end counts)."""
+    if ops.equal(a.end, b.end) is True:
+        return not a.end_included or b.end_included
+    return _lt(a.end, b.end, True)
 
 
 @builtin("started by", "range", "point")

@@ -8,6 +8,7 @@ call is null, not an error.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Iterator
 from datetime import date, datetime, time, timedelta
 from decimal import (
     ROUND_CEILING,
@@ -21,7 +22,7 @@ from decimal import (
 )
 from typing import Any
 
-from engine_core.feel import ops
+from engine_core.feel import limits, ops
 from engine_core.feel.builtins import builtin
 from engine_core.feel.far import FarMoment
 from engine_core.feel.temporal import (
@@ -63,14 +64,27 @@ def to_string(value: Any) -> Any:
     if isinstance(value, (timedelta, YearsMonthsDuration)):
         return format_duration(value)
     if isinstance(value, list):
-        return "[" + ", ".join(_inner(v) for v in value) + "]"
+        return "[" + _joined(_inner(v) for v in value) + "]"
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{k}: {_inner(v)}" for k, v in value.items()) + "}"
+        return "{" + _joined(f"{k}:{_inner(v)}" for k, v in value.items()) + "}"
     if isinstance(value, Range):
         lo = "[" if value.start_included else "("
         hi = "]" if value.end_included else ")"
         return f"{lo}{_inner(value.start)}..{_inner(value.end)}{hi}"
     return None
+
+
+def _joined(parts: Iterable[str]) -> str:
+    """``", "``-joined, checked against the string bound as it grows, not after: a list
+    may hold the same large value many times over, and its text would multiply."""
+    out: list[str] = []
+    size = 0
+    for part in parts:
+        limits.charge()
+        size += len(part) + 2
+        limits.check_string(size)
+        out.append(part)
+    return ", ".join(out)
 
 
 def _inner(value: Any) -> str:
@@ -173,11 +187,18 @@ def ends_with(s: Any, m: Any) -> Any:
     return s.endswith(m) if _strs(s, m) else None
 
 
-def _regex(pattern: str, flags: Any) -> re.Pattern[str]:
-    """An XPath regex as Python's (see ``xpath_regex``); a bad pattern or flag raises."""
+def _regex(pattern: str, flags: Any) -> Any:
+    """An XPath regex on the linear-time engine (see ``xpath_regex``); a bad one raises."""
     if flags is not None and not isinstance(flags, str):
         raise ValueError("bad flags")
     return compile_xpath(pattern, flags or "")
+
+
+def _matches(rx: Any, s: str) -> Iterator[Any]:
+    """Every match of ``rx`` in ``s``, each one step of the budget (a match is work)."""
+    for m in rx.finditer(s):
+        limits.charge()
+        yield m
 
 
 @builtin("matches", "input", "pattern", "flags?")
@@ -187,32 +208,83 @@ def matches(s: Any, pattern: Any, flags: Any = None) -> Any:
     return _regex(pattern, flags).search(s) is not None
 
 
+def _replacement(repl: str, groups: int, literal: bool) -> list[str | int]:
+    """XPath's replacement text as literal pieces and group numbers (``$1``, ``\\$``)."""
+    if literal:
+        return [repl]
+    pieces: list[str | int] = []
+    text: list[str] = []
+    i = 0
+    while i < len(repl):
+        c = repl[i]
+        if c == "\\":
+            if i + 1 >= len(repl) or repl[i + 1] not in "\\$":
+                raise ValueError("bad escape in replacement")
+            text.append(repl[i + 1])
+            i += 2
+        elif c == "$":
+            j = i + 1
+            if j >= len(repl) or not repl[j].isdigit():
+                raise ValueError("bad group reference in replacement")
+            number = int(repl[j])
+            j += 1
+            while j < len(repl) and repl[j].isdigit() and number * 10 + int(repl[j]) <= groups:
+                number = number * 10 + int(repl[j])
+                j += 1
+            pieces.append("".join(text))
+            text = []
+            pieces.append(number if number <= groups else -1)
+            i = j
+        else:
+            text.append(c)
+            i += 1
+    pieces.append("".join(text))
+    return pieces
+
+
 @builtin("replace", "input", "pattern", "replacement", "flags?")
 def replace(s: Any, pattern: Any, repl: Any, flags: Any = None) -> Any:
     if not _strs(s, pattern, repl):
         return None
     rx = _regex(pattern, flags)
-    if rx.search("") is not None and rx.fullmatch("") is not None and pattern in ("", ".*"):
+    if rx.fullmatch("") is not None and pattern in ("", ".*"):
         return None
-    if "q" in (flags or ""):
-        py_repl = repl.replace("\\", "\\\\")
-    else:
-        py_repl = re.sub(r"\$(\d)", r"\\g<\1>", repl.replace("\\$", "$"))
-    return rx.sub(py_repl, s)
+    pieces = _replacement(repl, rx.groups, "q" in (flags or ""))
+    out: list[str] = []
+    size, end = 0, 0
+    for m in _matches(rx, s):
+        chunk = [s[end : m.start()]]
+        for piece in pieces:
+            if isinstance(piece, str):
+                chunk.append(piece)
+            elif piece >= 0:
+                chunk.append(m.group(piece) or "")
+        end = m.end()
+        size += sum(len(c) for c in chunk)
+        limits.check_string(size)
+        out.extend(chunk)
+    out.append(s[end:])
+    return "".join(out)
 
 
 @builtin("split", "string", "delimiter")
 def split(s: Any, delimiter: Any) -> Any:
     if not _strs(s, delimiter) or delimiter == "":
         return None
-    return re.split(delimiter, s)
+    rx = _regex(delimiter, None)
+    parts, end = [], 0
+    for m in _matches(rx, s):
+        parts.append(s[end : m.start()])
+        end = m.end()
+    parts.append(s[end:])
+    return parts
 
 
 @builtin("extract", "string", "pattern")
 def extract(s: Any, pattern: Any) -> Any:
     if not _strs(s, pattern):
         return None
-    return [m.group(0) for m in re.finditer(pattern, s)]
+    return [m.group(0) for m in _matches(_regex(pattern, None), s)]
 
 
 @builtin("trim", "string")
@@ -229,7 +301,11 @@ def string_join(items: Any, delimiter: Any = None, prefix: Any = None, suffix: A
         return None
     if any(v is not None and not isinstance(v, str) for v in (delimiter, prefix, suffix)):
         return None
-    body = (delimiter or "").join(v for v in items if v is not None)
+    kept = [v for v in items if v is not None]
+    limits.check_string(
+        sum(len(v) for v in kept) + len(delimiter or "") * len(kept) + len(prefix or "")
+    )
+    body = (delimiter or "").join(kept)
     return (prefix or "") + body + (suffix or "")
 
 
@@ -349,16 +425,15 @@ def is_defined(value: Any) -> Any:
     return value is not None
 
 
-@builtin("get or else", "value", "default")
-def get_or_else(value: Any, default: Any) -> Any:
-    return default if value is None else value
-
-
 @builtin("get value", "m", "key")
+@builtin("get value", "context", "key")
+@builtin("get value", "context", "keys")
 def get_value(m: Any, key: Any) -> Any:
     if not isinstance(m, dict):
         return None
     if isinstance(key, list):
+        if not key:
+            return None
         for k in key:
             if not isinstance(m, dict) or not isinstance(k, str):
                 return None
@@ -368,6 +443,7 @@ def get_value(m: Any, key: Any) -> Any:
 
 
 @builtin("get entries", "m")
+@builtin("get entries", "context")
 def get_entries(m: Any) -> Any:
     if not isinstance(m, dict):
         return None
@@ -401,7 +477,7 @@ def context_put(ctx: Any, key: Any, value: Any) -> Any:
             return context_put(ctx, key[0], value)
         inner = ctx.get(key[0])
         if inner is not None and not isinstance(inner, dict):
-            return None
+            return None  # the DMN TCK's answer (feel-scala would replace the value)
         nested = context_put(inner or {}, key[1:], value)
         return None if nested is None else {**ctx, key[0]: nested}
     if not isinstance(key, str):

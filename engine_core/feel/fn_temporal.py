@@ -14,6 +14,7 @@ from engine_core.feel.temporal import (
     parse_datetime,
     parse_duration_text,
     parse_time,
+    zone_named,
 )
 
 __all__: list[str] = []
@@ -85,13 +86,31 @@ def datetime_from(value: Any) -> Any:
     return None
 
 
+def datetime_in_zone(value: Any, zone: Any) -> Any:
+    """feel-scala's ``date and time(from, timezone)``: the same instant in zone ``timezone``
+    (a local date-time is read as already in that zone)."""
+    if not isinstance(value, datetime) or not isinstance(zone, str):
+        return None
+    tz = zone_named(zone)
+    if tz is None:
+        return None
+    if value.tzinfo is None:
+        return value.replace(tzinfo=tz)
+    return value.astimezone(tz)
+
+
 @builtin("date and time", "date", "time")
 def datetime_parts(d: Any, t: Any) -> Any:
+    if isinstance(t, str):
+        return datetime_in_zone(d, t)
     if isinstance(d, FarMoment):
         return rebase(datetime_parts(d.base, t), d.cycles)
     if not isinstance(d, date) or not isinstance(t, time):
         return None
     return datetime.combine(d if not isinstance(d, datetime) else d.date(), t)
+
+
+builtin("date and time", "from", "timezone")(datetime_in_zone)
 
 
 @builtin("duration", "from")
@@ -155,4 +174,4 @@ def last_day_of_month(d: Any) -> Any:
     if not isinstance(d, date):
         return None
     first_next = date(d.year + d.month // 12, d.month % 12 + 1, 1)
-    return Decimal((first_next - timedelta(days=1)).day)
+    return first_next - timedelta(days=1)  # a date, as feel-scala answers

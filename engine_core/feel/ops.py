@@ -7,15 +7,29 @@ incident where a value was required.
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime, timedelta
+from collections.abc import Callable, Hashable
+from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from engine_core.feel import limits
 from engine_core.feel.far import FarMoment, difference, rebase
 from engine_core.feel.temporal import YearsMonthsDuration, add_months
 from engine_core.feel.values import DECIMAL, FeelFunction, Range, UnaryTest, kind_of
 
-__all__ = ["add", "compare", "div", "equal", "in_test", "less", "mul", "neg", "power", "sub"]
+__all__ = [
+    "add",
+    "compare",
+    "div",
+    "equal",
+    "equality_key",
+    "in_test",
+    "less",
+    "mul",
+    "neg",
+    "power",
+    "sub",
+]
 
 _ORDERED = (
     "number",
@@ -32,12 +46,15 @@ def equal(a: Any, b: Any) -> bool | None:
     """FEEL ``=``: null equals only null; different kinds are not comparable (null)."""
     if a is None or b is None:
         return a is None and b is None
+    if a is b:
+        return True  # also keeps a value shared many times inside a list linear to compare
     ka, kb = kind_of(a), kind_of(b)
     if ka != kb:
         return None
     if ka == "list":
         if len(a) != len(b):
             return False
+        limits.charge(len(a))
         result: bool | None = True
         for x, y in zip(a, b, strict=True):
             r = equal(x, y)
@@ -45,14 +62,14 @@ def equal(a: Any, b: Any) -> bool | None:
                 return False
             if r is None:
                 result = None
-        return result
+        return False if result is None else result  # feel-scala: [1] = [true] is false
     if ka == "context":
         if a.keys() != b.keys():
             return False
+        limits.charge(len(a))
         for key in a:
-            r = equal(a[key], b[key])
-            if r is not True:
-                return r
+            if equal(a[key], b[key]) is not True:
+                return False  # feel-scala: {x: 1} = {x: true} is false
         return True
     if isinstance(a, FarMoment) or isinstance(b, FarMoment):
         d = difference(a, b, sub)
@@ -76,6 +93,86 @@ def equal(a: Any, b: Any) -> bool | None:
     if isinstance(a, UnaryTest) and isinstance(b, UnaryTest):
         return a is b or (bool(a.op) and a.op == b.op and equal(a.operand, b.operand) is True)
     return bool(a == b)
+
+
+def equality_key(value: Any) -> Hashable | None:
+    """A hashable key with ``equality_key(a) == equality_key(b)`` iff ``equal(a, b)`` is True,
+    or None for a value with no such key (ranges, functions, far dates, or anything
+    holding one): the list built-ins then compare those few pairwise.
+
+    It is what makes ``distinct values``, ``union`` and ``duplicate values`` linear: FEEL
+    equality is not Python's (``1 = 1.0``; a bool is not a number; date-times equal to
+    the millisecond, by instant when zoned, never a zoned one to a local one), so the
+    key spells it out per kind.
+    """
+    fast = _KEY_BY_TYPE.get(type(value))
+    if fast is not None:
+        return fast(value)
+    if value is None:
+        return ("null",)
+    if isinstance(value, bool):
+        return ("boolean", value)
+    if isinstance(value, Decimal):
+        return ("number", value)  # Decimal hashes 1 and 1.0 alike, as FEEL equates them
+    if isinstance(value, str):
+        return ("string", value)
+    if isinstance(value, datetime):
+        moment = value.replace(microsecond=value.microsecond // 1000 * 1000)
+        if value.tzinfo is None or value.utcoffset() is None:
+            return ("date and time", False, moment)
+        return ("date and time", True, moment.astimezone(UTC).replace(tzinfo=None))
+    if isinstance(value, date):
+        return ("date", value)
+    if isinstance(value, time):
+        ms = (
+            (value.hour * 60 + value.minute) * 60 + value.second
+        ) * 1000 + value.microsecond // 1000
+        offset = value.utcoffset()
+        if value.tzinfo is None or offset is None:
+            return ("time", False, ms)
+        return ("time", True, ms - offset // timedelta(milliseconds=1))
+    if isinstance(value, timedelta):
+        return ("days and time duration", value)
+    if isinstance(value, YearsMonthsDuration):
+        return ("years and months duration", value.months)
+    if isinstance(value, list):
+        return _list_key(value)
+    if isinstance(value, dict):
+        return _context_key(value)
+    return None
+
+
+def _list_key(value: list[Any]) -> Hashable | None:
+    limits.charge(len(value))
+    items = []
+    for item in value:
+        key = equality_key(item)
+        if key is None:
+            return None
+        items.append(key)
+    return ("list", tuple(items))
+
+
+def _context_key(value: dict[str, Any]) -> Hashable | None:
+    limits.charge(len(value))
+    entries = []
+    for name, item in value.items():
+        key = equality_key(item)
+        if key is None:
+            return None
+        entries.append((name, key))
+    return ("context", frozenset(entries))
+
+
+# The common kinds by exact type, before the isinstance chain (a hot path: every item).
+_KEY_BY_TYPE: dict[type, Callable[[Any], Hashable | None]] = {
+    type(None): lambda v: ("null",),
+    bool: lambda v: ("boolean", v),
+    Decimal: lambda v: ("number", v),
+    str: lambda v: ("string", v),
+    list: _list_key,
+    dict: _context_key,
+}
 
 
 def less(a: Any, b: Any) -> bool | None:
@@ -117,6 +214,7 @@ def add(a: Any, b: Any) -> Any:
     if ka == "number" and kb == "number":
         return DECIMAL.add(a, b)
     if ka == "string" and kb == "string":
+        limits.check_string(len(a) + len(b))
         return a + b
     if ka == kb == "days and time duration":
         return a + b

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from engine_core.errors import ExpressionError
+from engine_core.feel import limits
 from engine_core.feel.values import FeelFunction, to_feel
 
 __all__ = ["MISSING", "Scope", "invoke", "invoke_overloads"]
@@ -20,7 +22,7 @@ class Scope:
     names the expression reads, not to the size of the process's variables.
     """
 
-    __slots__ = ("convert", "now", "parent", "vars")
+    __slots__ = ("_converted", "convert", "ids", "now", "parent", "vars")
 
     def __init__(
         self,
@@ -28,18 +30,28 @@ class Scope:
         parent: Scope | None = None,
         now: datetime | None = None,
         convert: bool = False,
+        ids: Callable[[], str] | None = None,
     ) -> None:
         self.vars = variables
         self.parent = parent
         self.now: datetime | None = parent.now if parent is not None else now
+        self.ids: Callable[[], str] | None = parent.ids if parent is not None else ids
         self.convert = convert
+        self._converted: dict[str, Any] | None = {} if convert else None
 
     def lookup(self, name: str) -> Any:
         scope: Scope | None = self
         while scope is not None:
             value = scope.vars.get(name, MISSING)
             if value is not MISSING:
-                return to_feel(value) if scope.convert else value
+                if scope._converted is None:
+                    return value
+                # Converted once per evaluation: a loop reading a large variable must not
+                # pay its conversion on every iteration.
+                done = scope._converted.get(name, MISSING)
+                if done is MISSING:
+                    done = scope._converted[name] = to_feel(value)
+                return done
             scope = scope.parent
         return MISSING
 
@@ -48,7 +60,11 @@ class Scope:
 
 
 def invoke(fn: FeelFunction, args: Sequence[Any] | Mapping[str, Any]) -> Any:
-    """Call ``fn``; a wrong argument count or any failure inside is FEEL null, not an error."""
+    """Call ``fn``; a wrong argument count or any failure inside is FEEL null, not an error.
+
+    Every call is charged to the evaluation's budget with the size of its list and string
+    arguments (a built-in walks them), and its result is held to the size bounds.
+    """
     if isinstance(args, Mapping):
         positional: list[Any] = []
         names = list(fn.params)
@@ -63,10 +79,18 @@ def invoke(fn: FeelFunction, args: Sequence[Any] | Mapping[str, Any]) -> Any:
         args = positional
     if not fn.variadic and (len(args) > len(fn.params) or len(args) < fn.min_args()):
         return None
+    limits.charge(1 + sum(len(a) for a in args if isinstance(a, (list, str, dict))))
     try:
-        return fn.call(*args)
+        result = fn.call(*args)
+    except (ExpressionError, RecursionError, MemoryError):
+        raise  # a bound, or a refusal (a regex the engine cannot run): never a quiet null
     except Exception:  # FEEL has no run-time exceptions: an invalid call is null.
         return None
+    if isinstance(result, str):
+        limits.check_string(len(result))
+    elif isinstance(result, list):
+        limits.check_collection(len(result))
+    return result
 
 
 def invoke_overloads(
@@ -94,6 +118,13 @@ def _unwrap(value: Any) -> Any:
 def _invoke_overloads(
     overloads: Sequence[FeelFunction], args: Sequence[Any] | Mapping[str, Any]
 ) -> Any:
+    if isinstance(args, Mapping):
+        # Named arguments in a signature's own order pick it first: ``before(point: 1,
+        # range: r)`` and ``before(range: r, point: 1)`` share their names.
+        order = list(args)
+        for fn in overloads:
+            if list(fn.params[: len(order)]) == order and len(order) >= fn.min_args():
+                return invoke(fn, args)
     for fn in overloads:
         if isinstance(args, Mapping):
             if all(k in fn.params for k in args) and all(

@@ -10,7 +10,8 @@ from typing import Any
 from lark import Lark, Token, Tree
 from lark.exceptions import UnexpectedInput
 
-from engine_core.errors import ExpressionError
+from engine_core.errors import ExpressionError, ExpressionLimitExceeded
+from engine_core.feel.limits import DEFAULT_LIMITS, Limits
 from engine_core.feel.temporal import parse_date, parse_datetime, parse_duration_text, parse_time
 
 __all__ = [
@@ -32,21 +33,65 @@ _PARSER = Lark(
 )
 
 
-def parse(text: str, start: str) -> Tree[Token]:
-    """Parse ``text``; a syntax error names the character offset where it is."""
+def parse(text: str, start: str, limits: Limits = DEFAULT_LIMITS) -> Tree[Token]:
+    """Parse ``text``; a syntax error names the character offset where it is.
+
+    The text's length and the tree's nesting depth are bounded, because compiling and
+    evaluating recurse once per level: past the bound is a classified error, never a
+    ``RecursionError``. Chains of one operator (``1 + 2 + ... + 500``, ``a and b and
+    ...``) do not nest: they compile into a loop.
+    """
+    if len(text) > limits.expression_length:
+        raise ExpressionLimitExceeded(
+            f"FEEL expression of {len(text):,} characters, over the limit of "
+            f"{limits.expression_length:,}",
+            limit="expression_length",
+        )
     try:
-        return _PARSER.parse(text, start=start)
+        tree = _PARSER.parse(text, start=start)
     except UnexpectedInput as exc:
-        pos = getattr(exc, "pos_in_stream", None)
-        token = getattr(exc, "token", None)
-        if isinstance(token, Token) and token.start_pos is not None:
-            pos = token.start_pos
-        if pos is None or (token is not None and token.type == "$END"):
-            pos = len(text)
-        found = f"unexpected {text[pos : pos + 10]!r}" if pos < len(text) else "unexpected end"
-        raise ExpressionError(
-            f"FEEL syntax error: {found}", expression=text, position=pos
-        ) from None
+        raise _syntax_error(text, exc) from None
+    depth = nesting_depth(tree, limits.nesting_depth)
+    if depth > limits.nesting_depth:
+        raise ExpressionLimitExceeded(
+            f"FEEL expression nested deeper than {limits.nesting_depth} levels",
+            text if len(text) <= 200 else text[:200] + "...",
+            limit="nesting_depth",
+        )
+    return tree
+
+
+# Operators whose left-leaning chains compile into a loop (compiler._operands).
+_CHAINS = {"add": 1, "sub": 1, "mul": 2, "div": 2, "and_": 3, "or_": 4}
+
+
+def nesting_depth(tree: Tree[Token], stop: int) -> int:
+    """How deep ``tree`` nests (a chain of one operator counts once); stops past ``stop``."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > deepest:
+            deepest = depth
+            if deepest > stop:
+                return deepest
+        group = _CHAINS.get(str(node.data))
+        for i, child in enumerate(node.children):
+            if isinstance(child, Tree):
+                same = i == 0 and group is not None and _CHAINS.get(str(child.data)) == group
+                stack.append((child, depth if same else depth + 1))
+    return deepest
+
+
+def _syntax_error(text: str, exc: UnexpectedInput) -> ExpressionError:
+    pos = getattr(exc, "pos_in_stream", None)
+    token = getattr(exc, "token", None)
+    if isinstance(token, Token) and token.start_pos is not None:
+        pos = token.start_pos
+    if pos is None or (token is not None and token.type == "$END"):
+        pos = len(text)
+    found = f"unexpected {text[pos : pos + 10]!r}" if pos < len(text) else "unexpected end"
+    return ExpressionError(f"FEEL syntax error: {found}", expression=text, position=pos)
 
 
 _ESCAPE = re.compile(r"\\(u[0-9a-fA-F]{4}|U[0-9a-fA-F]{6}|.)", re.S)

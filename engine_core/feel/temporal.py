@@ -86,9 +86,12 @@ _TIME = re.compile(
     r"(\d\d):(\d\d):(\d\d)(\.\d+)?"
     r"(Z|[+-]\d\d:\d\d(?::\d\d)?)?(?:@([A-Za-z_][A-Za-z0-9_+\-/]*))?"
 )
+# java.time's zoned form, as Zeebe and feel-scala write it: an offset, then the zone id
+# in brackets (``2026-10-02T08:09:40+02:00[Europe/Berlin]``).
+_BRACKETED = re.compile(r"(.*?)(Z|[+-]\d\d:\d\d(?::\d\d)?)?\[([A-Za-z_][A-Za-z0-9_+\-/]*)\]")
 _DURATION = re.compile(
-    r"(-)?P(?!$)(?:(\d+)Y)?(?:(\d+)M)?(?:(\d+)W)?(?:(\d+)D)?"
-    r"(?:T(?=\d)(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d*)?)S)?)?"
+    r"(-)?P(?!$)(?:(-?\d+)Y)?(?:(-?\d+)M)?(?:(-?\d+)W)?(?:(-?\d+)D)?"
+    r"(?:T(?=-?\d)(?:(-?\d+)H)?(?:(-?\d+)M)?(?:(-?\d+(?:\.\d*)?)S)?)?"
 )
 
 
@@ -116,7 +119,12 @@ def parse_date(text: str) -> date | FarMoment | None:
 
 
 def parse_time(text: str) -> time | None:
-    """A FEEL time, with an optional offset or ``@zone``; None if malformed."""
+    """A FEEL time, with an optional offset or ``@zone``; None if malformed.
+
+    A leading ``T`` (``time("T23:59:00")``, ISO 8601's time designator) is read too, as
+    feel-scala does."""
+    if text.startswith("T"):
+        text = text[1:]
     m = _TIME.fullmatch(text)
     if not m:
         return None
@@ -150,7 +158,20 @@ def _zone(offset: str | None, name: str | None) -> tzinfo | bool | None:
 
 
 def parse_datetime(text: str) -> datetime | FarMoment | None:
-    """A FEEL date and time (``date`` alone means midnight, local); None if malformed."""
+    """A FEEL date and time (``date`` alone means midnight, local); None if malformed.
+
+    Also java.time's ``...+02:00[Europe/Berlin]``: the zone id decides, and the offset
+    must be the zone's at that moment (else None, as java.time refuses a mismatch).
+    """
+    bracketed = _BRACKETED.fullmatch(text)
+    if bracketed is not None:
+        local, offset, zone = bracketed.groups()
+        zoned = parse_datetime(f"{local}@{zone}")
+        if isinstance(zoned, datetime) and offset is not None:
+            stated = parse_datetime(local + offset)
+            if not isinstance(stated, datetime) or stated != zoned:
+                return None
+        return zoned
     if "T" not in text:
         text += "T00:00:00"
     date_part, time_part = text.split("T", 1)
@@ -198,13 +219,14 @@ def parse_duration_text(text: str) -> timedelta | YearsMonthsDuration | None:
         return YearsMonthsDuration(sign * (int(years or 0) * 12 + int(months or 0)))
     secs = Decimal(seconds or 0)
     try:
+        # A component may carry its own sign (``PT-5M``, java.time's form), as feel-scala reads.
         value = timedelta(
             weeks=int(weeks or 0),
             days=int(days or 0),
             hours=int(hours or 0),
             minutes=int(minutes or 0),
             seconds=int(secs),
-            microseconds=int((secs % 1) * 1_000_000),
+            microseconds=int((secs - int(secs)) * 1_000_000),
         )
     except OverflowError:
         return None
@@ -216,7 +238,9 @@ def format_duration(value: timedelta | YearsMonthsDuration) -> str:
     if isinstance(value, YearsMonthsDuration):
         sign = "-" if value.months < 0 else ""
         years, months = divmod(abs(value.months), 12)
-        body = (f"{years}Y" if years else "") + (f"{months}M" if months or not years else "")
+        if not years and not months:
+            return "P0Y"  # as feel-scala (java.time.Period) writes a zero years-months duration
+        body = (f"{years}Y" if years else "") + (f"{months}M" if months else "")
         return f"{sign}P{body}"
     sign = "-" if value < timedelta(0) else ""
     value = abs(value)
@@ -232,7 +256,7 @@ def format_duration(value: timedelta | YearsMonthsDuration) -> str:
         frac = f".{value.microseconds:06d}".rstrip("0") if value.microseconds else ""
         time_part += f"{secs}{frac}S"
     if not days and not time_part:
-        return "PT0S"
+        return "P0D"  # as feel-scala writes a zero days-time duration
     return f"{sign}P" + (f"{days}D" if days else "") + (f"T{time_part}" if time_part else "")
 
 

@@ -75,6 +75,11 @@ class FeelFunction:
 
 def to_feel(value: Any) -> Any:
     """A JSON / Python value as a FEEL value: ints and floats become ``Decimal``."""
+    kind = type(value)
+    if kind is dict:  # JSON's own types first, by exact type: the hot path
+        return {str(k): to_feel(v) for k, v in value.items()}
+    if kind is list:
+        return [to_feel(v) for v in value]
     if value is None or isinstance(value, (str, bool, Decimal)):
         return value
     if isinstance(value, int):

@@ -39,7 +39,10 @@ def _failing_evaluate(source: str, variables: Any, **kw: Any) -> Any:
 
 @pytest.fixture(autouse=True)
 def failing_feel(monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine_core import dmn
+
     monkeypatch.setattr(feel, "evaluate", _failing_evaluate)
+    monkeypatch.setattr(dmn, "evaluate", _failing_evaluate)
 
 
 BOOM = (IoMapping("=boom", "x"),)

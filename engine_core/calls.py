@@ -1,0 +1,79 @@
+"""Call activities: a child instance started after the commit, its end a trigger.
+
+The calling token waits on a ``CALL`` wait that names the child instance (its id is
+derived from the parent's, so a redelivered start is the same child). Withdrawing the
+wait by any path cancels the child (``Runtime.withdraw``); the child's completion or
+failure comes back as a trigger: completed, the token leaves with the child's
+variables; failed with a BPMN error, the error is thrown at the call activity; failed
+otherwise, an incident opens there (SRD-079 FR-2).
+"""
+
+from __future__ import annotations
+
+from engine_core.checkpoint import Token, TokenState, WaitKind, WaitRole
+from engine_core.effects import StartChild
+from engine_core.expressions import non_empty_string
+from engine_core.incidents import leave_or_raise, raise_incident
+from engine_core.model import Node
+from engine_core.runtime import Runtime
+from engine_core.throwing import throw_error
+from engine_core.transitions import move_token
+from engine_core.triggers import ChildCompleted, ChildFailed
+from engine_core.wake import STALE, Wake
+
+__all__ = ["child_completed", "child_failed", "start_child"]
+
+
+def start_child(rt: Runtime, token: Token, node: Node) -> None:
+    context = rt.token_vars(token)
+    key = non_empty_string(node.called_process or "", context, node.id, rt.now, "called process")
+    variables = dict(context) if node.propagate_all_parent_variables else {}
+    variables.update(rt.mapped_inputs(node, context))
+    wait = rt.add_wait(WaitKind.CALL, WaitRole.NODE, node.id, token_id=token.id)
+    child_id = f"{rt.cp.instance_id}.{wait.id}"
+    wait.child_instance_id = child_id
+    root = rt.cp.parent.root_instance_id if rt.cp.parent else rt.cp.instance_id
+    rt.effects.append(
+        StartChild(
+            child_instance_id=child_id,
+            process_key=key,
+            variables=variables,
+            parent_instance_id=rt.cp.instance_id,
+            parent_wait_id=wait.id,
+            root_instance_id=root,
+            version_tag=node.called_version_tag,
+        )
+    )
+    move_token(token, TokenState.WAITING)
+
+
+def child_completed(rt: Runtime, trigger: ChildCompleted) -> Wake:
+    wait = rt.live_wait(trigger.wait_id, WaitKind.CALL)
+    if wait is None:
+        return STALE
+    token = rt.token_of(wait)
+    node = rt.node(wait.node_id)
+    rt.cp.waits.pop(wait.id, None)  # the child has ended: nothing to cancel
+    result = trigger.variables if node.propagate_all_child_variables or node.outputs else {}
+    leave_or_raise(rt, token, result)
+    return Wake.token(token.id)
+
+
+def child_failed(rt: Runtime, trigger: ChildFailed) -> Wake:
+    wait = rt.live_wait(trigger.wait_id, WaitKind.CALL)
+    if wait is None:
+        return STALE
+    token = rt.token_of(wait)
+    node = rt.node(wait.node_id)
+    rt.cp.waits.pop(wait.id, None)
+    if trigger.error_code is not None:
+        throw_error(rt, token, node, trigger.error_code, trigger.error, {}, from_end_event=False)
+    else:
+        raise_incident(
+            rt,
+            token,
+            node,
+            f"child instance {wait.child_instance_id} failed: {trigger.error}",
+            trigger.error_class,
+        )
+    return Wake.token(token.id)

@@ -1,0 +1,143 @@
+"""The bounds every FEEL evaluation runs under, and the budget that enforces them.
+
+A model and its variables are untrusted: without bounds one expression can hold a
+worker (and the instance's row lock) for hours or take gigabytes (``for x in
+1..1000000000 return x``, a string doubled 31 times). So every evaluation draws on a
+``Budget``: evaluation steps (loop iterations, function calls, and the items a built-in
+walks), the length of any string it builds, the size of any list it builds, the depth
+of user function calls. Past a bound the evaluation stops at once with
+``ExpressionLimitExceeded`` (an ``ExpressionError``): at run time the engine turns it
+into an incident at the element, at deploy into a refusal. The bounds are counts, not
+time: the core reads no clock, and a count gives the same verdict on every machine.
+
+The budget travels in a context variable rather than through every built-in's
+signature: built-ins stay plain functions, and a built-in called outside an evaluation
+(a test) simply runs unbudgeted. Regular expressions need no budget of their own for
+time: they run on a linear-time engine (``xpath_regex``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+from engine_core.errors import ExpressionLimitExceeded
+
+__all__ = [
+    "DEFAULT_LIMITS",
+    "Budget",
+    "Limits",
+    "budget",
+    "charge",
+    "check_collection",
+    "check_string",
+    "current",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """The bounds of one evaluation; the defaults are the one place they are set."""
+
+    steps: int = 1_000_000
+    string_length: int = 1_000_000
+    collection_size: int = 100_000
+    call_depth: int = 64
+    nesting_depth: int = 100
+    expression_length: int = 100_000
+
+
+DEFAULT_LIMITS = Limits()
+
+
+class Budget:
+    """What one evaluation has used so far of its ``Limits``."""
+
+    __slots__ = ("depth", "limits", "steps")
+
+    def __init__(self, limits: Limits = DEFAULT_LIMITS) -> None:
+        self.limits = limits
+        self.steps = 0
+        self.depth = 0
+
+    def charge(self, n: int = 1) -> None:
+        self.steps += n
+        if self.steps > self.limits.steps:
+            raise ExpressionLimitExceeded(
+                f"FEEL evaluation exceeded its step budget of {self.limits.steps:,} steps "
+                "(a loop, a recursion or a built-in over too many items)",
+                limit="steps",
+            )
+
+    def check_string(self, length: int) -> None:
+        if length > self.limits.string_length:
+            raise ExpressionLimitExceeded(
+                f"FEEL evaluation built a string of {length:,} characters, over the limit of "
+                f"{self.limits.string_length:,}",
+                limit="string_length",
+            )
+
+    def check_collection(self, size: int) -> None:
+        if size > self.limits.collection_size:
+            raise ExpressionLimitExceeded(
+                f"FEEL evaluation built a list of {size:,} items, over the limit of "
+                f"{self.limits.collection_size:,}",
+                limit="collection_size",
+            )
+
+    @contextmanager
+    def call(self) -> Iterator[None]:
+        """One level of user function call; recursion past ``call_depth`` stops."""
+        self.depth += 1
+        try:
+            if self.depth > self.limits.call_depth:
+                raise ExpressionLimitExceeded(
+                    f"FEEL function calls nested deeper than {self.limits.call_depth} "
+                    "(unbounded recursion?)",
+                    limit="call_depth",
+                )
+            yield
+        finally:
+            self.depth -= 1
+
+
+_CURRENT: ContextVar[Budget | None] = ContextVar("feel_budget", default=None)
+
+
+def current() -> Budget | None:
+    return _CURRENT.get()
+
+
+@contextmanager
+def budget(limits: Limits | None) -> Iterator[Budget]:
+    """Run an evaluation under ``limits``; a nested evaluation shares the outer budget."""
+    outer = _CURRENT.get()
+    if outer is not None and limits is None:
+        yield outer
+        return
+    fresh = Budget(limits or DEFAULT_LIMITS)
+    token = _CURRENT.set(fresh)
+    try:
+        yield fresh
+    finally:
+        _CURRENT.reset(token)
+
+
+def charge(n: int = 1) -> None:
+    b = _CURRENT.get()
+    if b is not None:
+        b.charge(n)
+
+
+def check_string(length: int) -> None:
+    b = _CURRENT.get()
+    if b is not None:
+        b.check_string(length)
+
+
+def check_collection(size: int) -> None:
+    b = _CURRENT.get()
+    if b is not None:
+        b.check_collection(size)

@@ -1,0 +1,150 @@
+"""Jobs: a service task's work, done by a worker outside the step.
+
+A job is a wait of kind ``JOB`` on its token: dispatched as an effect (published after
+the commit, through the outbox), with a deadline at the job timeout so a job the
+broker lost is dispatched again as the next attempt. Its result comes back as a
+trigger naming the wait and the attempt; a result for any other attempt is stale.
+A failure is retried with exponential backoff while the model's retries last (the
+wait's deadline is the backoff), then opens an incident; a BPMN error is thrown at
+the task, where its boundaries may catch it.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from engine_core.checkpoint import Token, TokenState, Wait, WaitKind, WaitRole
+from engine_core.effects import DispatchJob
+from engine_core.errors import EngineInvariantError
+from engine_core.expressions import TechnicalFailure, evaluate, non_empty_string
+from engine_core.incidents import leave_or_raise, raise_incident
+from engine_core.model import Node
+from engine_core.runtime import Runtime
+from engine_core.throwing import throw_error
+from engine_core.transitions import move_token
+from engine_core.triggers import JobCompleted, JobErrorThrown, JobFailed
+from engine_core.wake import STALE, Wake
+
+__all__ = ["completed", "error_thrown", "failed", "start", "timed_out"]
+
+
+def start(rt: Runtime, token: Token, node: Node) -> None:
+    """The token reached a job's element: evaluate type and retries, dispatch, wait."""
+    if node.job_type is None:
+        raise EngineInvariantError(f"{node.label} has no job type")
+    context = rt.token_vars(token)
+    job_type = non_empty_string(node.job_type, context, node.id, rt.now, "job type")
+    retries_raw = node.job_retries
+    retries = rt.services.default_job_retries
+    if retries_raw is not None:
+        value = evaluate(retries_raw, context, node.id, rt.now)
+        try:
+            retries = int(str(value))
+        except ValueError as exc:
+            raise TechnicalFailure(
+                f"job retries {retries_raw!r} of {node.label} is not a number"
+            ) from exc
+    retries = max(retries, 1)
+    wait = rt.add_wait(
+        WaitKind.JOB,
+        WaitRole.NODE,
+        node.id,
+        token_id=token.id,
+        job_type=job_type,
+        attempt=1,
+        retries_left=retries - 1,
+    )
+    _dispatch(rt, token, node, wait)
+    move_token(token, TokenState.WAITING)
+
+
+def _dispatch(rt: Runtime, token: Token, node: Node, wait: Wait) -> None:
+    assert wait.job_type is not None
+    wait.job_running = True
+    wait.due_at = rt.now + timedelta(seconds=rt.services.job_timeout_seconds)
+    headers = {k: v for k, v in node.task_headers}
+    rt.effects.append(
+        DispatchJob(
+            instance_id=rt.cp.instance_id,
+            wait_id=wait.id,
+            node_id=node.id,
+            job_type=wait.job_type,
+            attempt=wait.attempt,
+            variables=rt.token_vars(token),
+            headers=headers,
+        )
+    )
+    rt.fact("JobDispatched", node=node.id, job_type=wait.job_type, attempt=wait.attempt)
+
+
+def timed_out(rt: Runtime, wait: Wait) -> Wake:
+    """The job wait's deadline: a backoff ended (dispatch the next attempt), or a
+    dispatched job gave no result within the timeout (it or its message is lost:
+    dispatch it again as the next attempt; a late result of the old one is stale)."""
+    token = rt.token_of(wait)
+    if wait.job_running:
+        rt.fact("JobTimedOut", node=wait.node_id, job_type=wait.job_type, attempt=wait.attempt)
+        wait.attempt += 1
+    _dispatch(rt, token, rt.node(wait.node_id), wait)
+    return Wake.token(token.id)
+
+
+def _job_wait(rt: Runtime, wait_id: str, attempt: int) -> Wait | None:
+    wait = rt.live_wait(wait_id, WaitKind.JOB)
+    if wait is None or wait.attempt != attempt or not wait.job_running:
+        return None  # a result for an earlier attempt, or for a job in retry backoff
+    return wait
+
+
+def completed(rt: Runtime, trigger: JobCompleted) -> Wake:
+    wait = _job_wait(rt, trigger.wait_id, trigger.attempt)
+    if wait is None:
+        return STALE
+    token = rt.token_of(wait)
+    rt.withdraw(wait)
+    leave_or_raise(rt, token, trigger.variables)
+    return Wake.token(token.id)
+
+
+def failed(rt: Runtime, trigger: JobFailed) -> Wake:
+    wait = _job_wait(rt, trigger.wait_id, trigger.attempt)
+    if wait is None:
+        return STALE
+    token = rt.token_of(wait)
+    node = rt.node(wait.node_id)
+    if wait.retries_left > 0:
+        wait.retries_left -= 1
+        wait.attempt += 1
+        wait.job_running = False
+        backoff = rt.services.job_retry_backoff_seconds * (2 ** (wait.attempt - 2))
+        wait.due_at = rt.now + timedelta(seconds=backoff)
+        rt.fact(
+            "JobRetryScheduled",
+            node=node.id,
+            job_type=wait.job_type,
+            attempt=wait.attempt,
+            error_class=trigger.error_class,
+        )
+        return Wake.token(token.id)
+    raise_incident(
+        rt,
+        token,
+        node,
+        f"job {wait.job_type!r} failed after {wait.attempt} attempt(s): {trigger.error}",
+        trigger.error_class,
+        job_type=wait.job_type,
+    )
+    return Wake.token(token.id)
+
+
+def error_thrown(rt: Runtime, trigger: JobErrorThrown) -> Wake:
+    wait = _job_wait(rt, trigger.wait_id, trigger.attempt)
+    if wait is None:
+        return STALE
+    token = rt.token_of(wait)
+    node = rt.node(wait.node_id)
+    rt.withdraw(wait)
+    throw_error(
+        rt, token, node, trigger.code, trigger.message, trigger.variables, from_end_event=False
+    )
+    return Wake.token(token.id)

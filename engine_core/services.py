@@ -1,0 +1,39 @@
+"""What the shell lends the pure core for one step: settings and data, never I/O."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from engine_core.dmn import Decision
+from engine_core.model import RetryPolicy
+
+__all__ = ["DEFAULT_SERVICES", "Services"]
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    """Settings and data the step reads, passed in so the core reads no environment.
+
+    ``decisions`` is the latest deployed version of every DMN decision, by id, loaded
+    by the shell before the step: a business rule task evaluates against it, and one
+    whose decision is missing opens an incident that a retry after deploying heals.
+    """
+
+    default_job_retries: int = 3
+    job_retry_backoff_seconds: float = 1.0
+    # No result this long after a dispatch: the job is dispatched again (next attempt,
+    # retries untouched), so a job message lost with a broker is never a stuck instance.
+    job_timeout_seconds: float = 300.0
+    incident_retry_policy: RetryPolicy | None = None
+    decisions: Mapping[str, Decision] = field(default_factory=dict)
+    # Node entries one step may make. Past it the step commits with the tokens still to
+    # run left active, and a ``ContinueInstance`` effect asks for a ``Continue``
+    # trigger: a loop with no wait state costs throughput, never a held worker.
+    step_budget: int = 1000
+    # Inner instances one multi-instance activity may have (each is a token and a scope
+    # in the checkpoint); more is an incident at the activity.
+    max_loop_items: int = 10_000
+
+
+DEFAULT_SERVICES = Services()

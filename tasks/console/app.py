@@ -1,0 +1,431 @@
+"""The console as an ASGI app: Starlette routes, Jinja2 pages, bpmn-js for the diagram.
+
+Pages are rendered on the server from the same reads the CLI uses (the Store's views
+and persistence/console_queries.py); the browser runs only bpmn-js and a small polling
+script. Each list page answers ``?partial=1`` with its live fragment, which the page
+fetches again every few seconds; the instance page polls ``/api/instances/{id}`` (the
+revision, the status and the overlays, no values) and fetches its fragment when the
+revision moved.
+
+Actions (retry / resolve / drop an incident, cancel an instance) call the very Client
+methods the CLI calls, so they take the same checks, the same management tasks and the
+same locked transaction; a refusal is flashed as the CLI prints it (``error: …``).
+Handlers are plain functions: Starlette runs them in its thread pool, which is where
+blocking database and broker calls belong.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.sessions import SessionMiddleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from engine_core.errors import DormantError, InvalidOperation, UnknownInstance
+from persistence.console_queries import ConsoleQueries, IncidentFilter, InstanceFilter
+from tasks.console import presenters
+from tasks.console.config import ConsoleConfig
+from tasks.console.security import AccessLog, authenticated, csrf_ok, csrf_token, sign_in
+
+__all__ = ["create_app"]
+
+HERE = Path(__file__).resolve().parent
+STATUSES = ("active", "active_incidents", "completed", "terminated", "failed")
+INCIDENT_STATES = (
+    *("unresolved", "open", "retry_scheduled", "resolved", "dead_lettered", "overtaken"),
+)
+_ENDED = ("completed", "terminated", "failed")
+_VALUE_CHARS = 4000  # longer variable values are cut on the page (the CLI shows them whole)
+
+templates = Jinja2Templates(directory=str(HERE / "templates"))
+
+
+def _pretty(value: Any) -> str:
+    text = json.dumps(value, indent=1, sort_keys=True, default=str)
+    return text if len(text) <= _VALUE_CHARS else text[:_VALUE_CHARS] + f" … ({len(text)} chars)"
+
+
+templates.env.filters["pretty"] = _pretty
+templates.env.filters["when"] = lambda d: d.strftime("%Y-%m-%d %H:%M:%S") if d else ""
+
+
+class _SecurityHeaders:
+    """No framing, no sniffing, scripts only from our own static files."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def send_wrapper(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                message.setdefault("headers", [])
+                message["headers"] += [
+                    (b"x-frame-options", b"DENY"),
+                    (b"x-content-type-options", b"nosniff"),
+                    (b"referrer-policy", b"same-origin"),
+                    (
+                        b"content-security-policy",
+                        b"default-src 'self'; img-src 'self' data:; "
+                        b"style-src 'self' 'unsafe-inline'; frame-ancestors 'none'",
+                    ),
+                ]
+            await send(message)
+
+        await self.app(scope, receive, send_wrapper)
+
+
+# -- helpers ---------------------------------------------------------------------------
+
+
+def _queries(request: Request) -> ConsoleQueries:
+    found: ConsoleQueries = request.app.state.queries
+    return found
+
+
+def _client(request: Request) -> Any:
+    return request.app.state.client
+
+
+def _render(request: Request, name: str, **context: Any) -> Response:
+    config: ConsoleConfig = request.app.state.config
+    context.update(
+        root=request.scope.get("root_path", ""),
+        config=config,
+        authed=authenticated(request),
+        csrf=csrf_token(request),
+        flashes=request.session.pop("flash", []),
+        path_qs=_here(request),
+    )
+    status = context.pop("status_code", 200)
+    if request.query_params.get("partial") == "1":
+        name = name.replace(".html", "_live.html")
+    return templates.TemplateResponse(request, name, context, status_code=status)
+
+
+def _here(request: Request, drop: tuple[str, ...] = ("partial",)) -> str:
+    """This page's path and query (a form's way back), without the given parameters."""
+    query = urlencode([(k, v) for k, v in request.query_params.multi_items() if k not in drop])
+    # request.url.path already holds the proxy's prefix (root_path).
+    return request.url.path + (f"?{query}" if query else "")
+
+
+def _flash(request: Request, kind: str, text: str) -> None:
+    request.session.setdefault("flash", []).append([kind, text])
+
+
+def _opt(request: Request, name: str) -> str | None:
+    value = request.query_params.get(name, "").strip()
+    return value or None
+
+
+def _moment(request: Request, name: str) -> datetime | None:
+    raw = _opt(request, name)
+    if raw is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(raw)
+    except ValueError as exc:
+        raise InvalidOperation(
+            f"{name}: {raw!r} is not a date and time (2026-12-01T09:30)"
+        ) from exc
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
+
+
+def _safe_next(raw: Any, fallback: str) -> str:
+    """Only a path of this console: never an absolute or scheme-relative URL."""
+    if (
+        isinstance(raw, str)
+        and raw.startswith("/")
+        and not raw.startswith("//")
+        and "\\" not in raw
+    ):
+        return raw
+    return fallback
+
+
+def _refuse_action(request: Request, form: Any) -> Response | None:
+    """Read-only → 403; not signed in → 401; the form's CSRF token wrong → 403."""
+    config: ConsoleConfig = request.app.state.config
+    if config.read_only:
+        return PlainTextResponse("refused: this console runs read-only", status_code=403)
+    if not authenticated(request):
+        return PlainTextResponse(
+            "refused: actions need authentication (sign in, or send basic or bearer credentials)",
+            status_code=401,
+            headers={"WWW-Authenticate": 'Basic realm="dormant console"'},
+        )
+    if not csrf_ok(request, form):
+        return PlainTextResponse(
+            "refused: the form's CSRF token is missing or wrong; reload the page and try again",
+            status_code=403,
+        )
+    return None
+
+
+# -- pages -----------------------------------------------------------------------------
+
+
+def home(request: Request) -> Response:
+    return RedirectResponse(request.scope.get("root_path", "") + "/processes", status_code=303)
+
+
+def processes(request: Request) -> Response:
+    q = _queries(request)
+    return _render(
+        request,
+        "processes.html",
+        processes=q.processes(),
+        incidents_by_node=q.open_incidents_by_node(),
+        statuses=STATUSES,
+    )
+
+
+def instance_list(request: Request) -> Response:
+    error = None
+    page = None
+    try:
+        version = _opt(request, "version")
+        if version is not None and not version.isdigit():
+            raise InvalidOperation(f"version: {version!r} is not a version number")
+        filters = InstanceFilter(
+            key=_opt(request, "process"),
+            version=int(version) if version else None,
+            status=_opt(request, "status"),
+            business_key=_opt(request, "business_key"),
+            has_open_incident=request.query_params.get("has_incident") == "1",
+            waiting_at=_opt(request, "node"),
+            started_from=_moment(request, "started_from"),
+            started_to=_moment(request, "started_to"),
+        )
+        page = _queries(request).instance_page(filters, _opt(request, "after"))
+    except DormantError as exc:
+        error = f"error: {exc}"
+    keys = sorted({p.key for p in _queries(request).processes()})
+    return _render(
+        request,
+        "instances.html",
+        page=page,
+        error=error,
+        keys=keys,
+        statuses=STATUSES,
+        params=request.query_params,
+        next_qs=_next_qs(request, page.next_cursor if page else None),
+        first_qs=_here(request, ("after", "partial")),
+        status_code=400 if error else 200,
+    )
+
+
+def _next_qs(request: Request, cursor: str | None) -> str | None:
+    if cursor is None:
+        return None
+    first = _here(request, ("after", "partial"))
+    return first + ("&" if "?" in first else "?") + urlencode([("after", cursor)])
+
+
+def instance_page(request: Request) -> Response:
+    instance_id = request.path_params["instance_id"]
+    store = _client(request)._store
+    try:
+        checkpoint = store.checkpoint(instance_id)
+    except UnknownInstance as exc:
+        return _render(request, "error.html", message=f"error: {exc}", status_code=404)
+    history = store.history(instance_id)
+    q = _queries(request)
+    view = store.instance(instance_id)
+    return _render(
+        request,
+        "instance.html",
+        view=view,
+        cp=checkpoint,
+        scopes=presenters.scopes(checkpoint),
+        overlays={k: v.as_json() for k, v in presenters.overlays(checkpoint, history).items()},
+        waits=[(w, presenters.describe_wait(w)) for w in checkpoint.waits.values()],
+        history=history,
+        children=q.children(instance_id),
+        diagram=q.definition_source(checkpoint.process_key, checkpoint.version) or "",
+        ended=checkpoint.status.value in _ENDED,
+    )
+
+
+def instance_state(request: Request) -> Response:
+    """The small JSON the instance page polls: no variable values in it."""
+    instance_id = request.path_params["instance_id"]
+    store = _client(request)._store
+    try:
+        checkpoint = store.checkpoint(instance_id)
+    except UnknownInstance as exc:
+        return JSONResponse({"error": str(exc)}, status_code=404)
+    history = store.history(instance_id)
+    return JSONResponse(
+        {
+            "id": checkpoint.instance_id,
+            "revision": checkpoint.revision,
+            "status": checkpoint.status.value,
+            "overlays": {
+                k: v.as_json() for k, v in presenters.overlays(checkpoint, history).items()
+            },
+        }
+    )
+
+
+def incident_list(request: Request) -> Response:
+    state = request.query_params.get("state", "unresolved") or None
+    filters = IncidentFilter(
+        key=_opt(request, "process"),
+        node_id=_opt(request, "node"),
+        cause_class=_opt(request, "cause_class"),
+        state=state,
+        instance_id=_opt(request, "instance"),
+    )
+    error = None
+    page = None
+    try:
+        page = _queries(request).incident_page(filters, _opt(request, "after"))
+    except DormantError as exc:
+        error = f"error: {exc}"
+    q = _queries(request)
+    return _render(
+        request,
+        "incidents.html",
+        page=page,
+        error=error,
+        state=state or "",
+        states=INCIDENT_STATES,
+        keys=sorted({p.key for p in q.processes()}),
+        cause_classes=q.cause_classes(),
+        params=request.query_params,
+        next_qs=_next_qs(request, page.next_cursor if page else None),
+    )
+
+
+# -- actions ---------------------------------------------------------------------------
+
+
+async def _act(request: Request, what: str, call: Any, *args: str) -> Response:
+    from starlette.concurrency import run_in_threadpool
+
+    form = await request.form()
+    refused = _refuse_action(request, form)
+    if refused is not None:
+        return refused
+    try:
+        await run_in_threadpool(call, *args)
+    except DormantError as exc:
+        _flash(request, "error", f"error: {exc}")
+    else:
+        _flash(request, "ok", what)
+    back = _safe_next(form.get("next"), request.scope.get("root_path", "") + "/incidents")
+    return RedirectResponse(back, status_code=303)
+
+
+async def incident_action(request: Request) -> Response:
+    incident_id = request.path_params["incident_id"]
+    op = request.path_params["op"]
+    if op not in ("retry", "resolve", "drop"):
+        return PlainTextResponse(f"no incident action {op!r}", status_code=404)
+    call = getattr(_client(request), f"{op}_incident")
+    return await _act(request, f"{op} {incident_id}", call, incident_id)
+
+
+async def cancel_instance(request: Request) -> Response:
+    instance_id = request.path_params["instance_id"]
+    return await _act(request, f"cancelling {instance_id}", _client(request).cancel, instance_id)
+
+
+# -- signing in ------------------------------------------------------------------------
+
+
+def login_form(request: Request) -> Response:
+    return _render(request, "login.html", next=_safe_next(request.query_params.get("next"), ""))
+
+
+async def login(request: Request) -> Response:
+    form = await request.form()
+    config: ConsoleConfig = request.app.state.config
+    root = request.scope.get("root_path", "")
+    if not csrf_ok(request, form):
+        return PlainTextResponse("refused: the form's CSRF token is missing or wrong", 403)
+    user, password = str(form.get("user", "")), str(form.get("password", ""))
+    if not config.has_credentials or not sign_in(config, user, password):
+        _flash(request, "error", "error: wrong user or password")
+        return RedirectResponse(root + "/login", status_code=303)
+    request.session.clear()  # a fresh session (and CSRF token) for the signed-in user
+    request.session["user"] = user or "token"
+    return RedirectResponse(_safe_next(form.get("next"), root + "/processes"), status_code=303)
+
+
+async def logout(request: Request) -> Response:
+    form = await request.form()
+    if not csrf_ok(request, form):
+        return PlainTextResponse("refused: the form's CSRF token is missing or wrong", 403)
+    request.session.clear()
+    return RedirectResponse(request.scope.get("root_path", "") + "/processes", status_code=303)
+
+
+def healthz(_: Request) -> Response:
+    return PlainTextResponse("ok")
+
+
+def routes() -> list[BaseRoute]:
+    return [
+        Route("/", home),
+        Route("/processes", processes),
+        Route("/instances", instance_list),
+        Route("/instances/{instance_id}", instance_page),
+        Route("/instances/{instance_id}/cancel", cancel_instance, methods=["POST"]),
+        Route("/api/instances/{instance_id}", instance_state),
+        Route("/incidents", incident_list),
+        Route("/incidents/{incident_id}/{op}", incident_action, methods=["POST"]),
+        Route("/login", login_form, methods=["GET"]),
+        Route("/login", login, methods=["POST"]),
+        Route("/logout", logout, methods=["POST"]),
+        Route("/healthz", healthz),
+        Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
+    ]
+
+
+def create_app(
+    config: ConsoleConfig,
+    *,
+    client: Any = None,
+    extra_routes: Sequence[BaseRoute] = (),
+) -> Starlette:
+    """The console app. ``extra_routes`` is where other endpoints of the same process
+    join it (Prometheus' ``/metrics``): they are served beside the pages, outside the
+    page templates, and are listed before them so they win a path clash."""
+    config.check()
+    if client is None:
+        from tasks.client import Client
+
+        client = Client()
+    app = Starlette(
+        routes=[*extra_routes, *routes()],
+        middleware=[
+            Middleware(AccessLog),
+            Middleware(_SecurityHeaders),
+            Middleware(
+                SessionMiddleware,
+                secret_key=config.secret,
+                session_cookie="dormant_console",
+                same_site="lax",
+                https_only=config.secure_cookies,
+                max_age=12 * 3600,
+            ),
+        ],
+    )
+    app.state.config = config
+    app.state.client = client
+    app.state.queries = ConsoleQueries(client._store.engine)
+    return app

@@ -1,0 +1,107 @@
+"""What the instance page draws, derived from the checkpoint and the history facts.
+
+The overlays are keyed by BPMN node id, the ids bpmn-js draws the diagram with:
+``waiting`` (each wait of a token there, spelled out: timer due at, message name and
+key, user task, job type and attempt), ``incidents`` (open ones), ``completed`` (the
+node appears in the history and no live token is at it). Facts record the nodes where
+something happened (a start, a wait woken, a job dispatched, an end reached, an
+incident); nodes a token passes straight through (gateways, script tasks) leave no
+fact, so they are not marked — the history stays one row per event, not per node.
+
+Nothing here carries a variable value: the JSON endpoint that repeats the overlays is
+served to anyone who may see the page.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from engine_core.checkpoint import Checkpoint, Wait, WaitKind
+from engine_core.views import FactView
+
+__all__ = ["NodeOverlay", "ScopeVariables", "describe_wait", "overlays", "scopes"]
+
+_OPEN = ("open", "retry_scheduled")
+# Fact detail keys that name a node the instance reached.
+_NODE_KEYS = ("node", "start", "boundary", "arm", "host", "gateway")
+
+
+@dataclass(slots=True)
+class NodeOverlay:
+    waiting: list[str] = field(default_factory=list)
+    incidents: list[str] = field(default_factory=list)
+    completed: bool = False
+
+    def as_json(self) -> dict[str, Any]:
+        return {"waiting": self.waiting, "incidents": self.incidents, "completed": self.completed}
+
+
+@dataclass(frozen=True, slots=True)
+class ScopeVariables:
+    id: str
+    node_id: str | None
+    parent_id: str | None
+    variables: dict[str, Any]
+
+
+def _at(moment: datetime | None) -> str:
+    return moment.strftime("%Y-%m-%d %H:%M:%S UTC") if moment is not None else "?"
+
+
+def describe_wait(wait: Wait) -> str:
+    """One wait in an operator's words: what would wake it."""
+    kind = wait.kind
+    if kind is WaitKind.MESSAGE:
+        key = f" key {wait.correlation_key}" if wait.correlation_key is not None else ""
+        return f"message {wait.message_name}{key}"
+    if kind is WaitKind.SIGNAL:
+        return f"signal {wait.signal_name}"
+    if kind is WaitKind.JOB:
+        state = (
+            f"running, times out {_at(wait.due_at)}"
+            if wait.job_running
+            else f"retry backoff until {_at(wait.due_at)}"
+        )
+        return f"job {wait.job_type}, attempt {wait.attempt} ({state})"
+    if kind is WaitKind.USER_TASK:
+        who = f", assignee {wait.assignee}" if wait.assignee else ""
+        return f"user task {wait.task_name or wait.node_id}{who}"
+    if kind is WaitKind.CALL:
+        return f"child instance {wait.child_instance_id}"
+    if kind is WaitKind.RETRY:
+        return f"retry of incident {wait.incident_id} at {_at(wait.due_at)}"
+    return f"timer due {_at(wait.due_at)}"
+
+
+def overlays(checkpoint: Checkpoint, history: list[FactView]) -> dict[str, NodeOverlay]:
+    out: dict[str, NodeOverlay] = {}
+
+    def at(node_id: str) -> NodeOverlay:
+        return out.setdefault(node_id, NodeOverlay())
+
+    for wait in checkpoint.waits.values():
+        if wait.kind is not WaitKind.RETRY:
+            at(wait.node_id).waiting.append(describe_wait(wait))
+    for incident in checkpoint.incidents.values():
+        if incident.state.value in _OPEN:
+            at(incident.node_id).incidents.append(
+                f"{incident.cause_class}, attempts {incident.attempts}"
+            )
+    live = {t.node_id for t in checkpoint.tokens.values()}
+    for fact in history:
+        for key in _NODE_KEYS:
+            node = fact.details.get(key)
+            if isinstance(node, str) and node not in live:
+                at(node).completed = True
+    for node_id in live:
+        if node_id in out:
+            out[node_id].completed = False
+    return out
+
+
+def scopes(checkpoint: Checkpoint) -> list[ScopeVariables]:
+    """Every scope with its own variables, the root first."""
+    ordered = sorted(checkpoint.scopes.values(), key=lambda s: (s.id != "s0", s.id))
+    return [ScopeVariables(s.id, s.node_id, s.parent_id, dict(s.variables)) for s in ordered]

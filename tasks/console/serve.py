@@ -1,0 +1,44 @@
+"""``dormant console``: the app under uvicorn, its access log ours, not uvicorn's.
+
+uvicorn's own access log prints the query string (filters hold business keys), so it
+is off; security.AccessLog writes one line per request without it. Proxy headers
+(``X-Forwarded-For`` / ``-Proto``) are trusted from ``FORWARDED_ALLOW_IPS`` (uvicorn's
+setting; default 127.0.0.1), so a proxy on the same machine gives the client's address
+and scheme.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from tasks.console.config import ConsoleConfig
+
+__all__ = ["serve"]
+
+
+def serve(*, host: str, port: int, read_only: bool, root_path: str = "") -> None:
+    import uvicorn
+
+    from tasks.console.app import create_app
+
+    config = ConsoleConfig.from_env(host=host, port=port, read_only=read_only)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    app = create_app(config)
+    mode = "read-only" if read_only else "actions enabled"
+    auth = "credentials required for actions" if config.has_credentials else "no sign-in (loopback)"
+    logging.getLogger("dormant.console").info(
+        "console on http://%s:%d%s (%s, %s) ready.", host, port, root_path, mode, auth
+    )
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        root_path=root_path,
+        access_log=False,
+        proxy_headers=True,
+        forwarded_allow_ips=os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1"),
+        log_level="info",
+    )

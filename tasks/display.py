@@ -1,0 +1,235 @@
+"""How the CLI prints: tables for a person, tab-separated lines or JSON for a program.
+
+A list command prints, by ``--format`` (default ``auto``):
+
+* ``table`` — a header and aligned columns, times as ages ("4m ago") and due-ins
+  ("in 30s"); what ``auto`` picks on a terminal;
+* ``tsv`` — one tab-separated line per row, no header, times in ISO 8601; what
+  ``auto`` picks when the output is piped, so ``cut -f1`` and ``split("\\t")`` work;
+* ``json`` (or ``--json``) — a JSON array of objects with every field.
+
+The wording of waits ("waiting for job charge-card, attempt 2, times out in 4m") lives
+here too: it is presentation, and the console shows the same views its own way.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, TypeVar
+
+__all__ = [
+    "Column",
+    "ago",
+    "describe_wait",
+    "due_in",
+    "duration",
+    "incident_columns",
+    "instance_columns",
+    "instance_lines",
+    "instance_summary",
+    "pick_format",
+    "render",
+    "task_columns",
+]
+
+T = TypeVar("T")
+FORMATS = ("auto", "table", "tsv", "json")
+_MAX_CELL = 60
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """One column: its header, its cell for a person, and (if different) for a program."""
+
+    header: str
+    human: Callable[[Any], str]
+    plain: Callable[[Any], str] | None = None
+
+
+def pick_format(fmt: str, as_json: bool, stream: Any = None) -> str:
+    """``auto`` → ``table`` on a terminal, else ``tsv``; ``--json`` wins."""
+    if as_json:
+        return "json"
+    if fmt != "auto":
+        return fmt
+    stream = stream if stream is not None else sys.stdout
+    isatty = getattr(stream, "isatty", None)
+    return "table" if callable(isatty) and isatty() else "tsv"
+
+
+def _cell(value: str) -> str:
+    value = value.replace("\t", " ").replace("\n", " ")
+    return value if len(value) <= _MAX_CELL else value[: _MAX_CELL - 1] + "…"
+
+
+def render(
+    rows: Sequence[T],
+    columns: Sequence[Column],
+    fmt: str,
+    as_dict: Callable[[T], dict[str, Any]],
+    *,
+    empty: str = "",
+) -> str:
+    """The rows in format ``fmt`` (already picked: table, tsv or json), without a final
+    newline; ``empty`` is what a table says when there is nothing to show."""
+    if fmt == "json":
+        return json.dumps([as_dict(r) for r in rows], indent=2, sort_keys=True, default=str)
+    if fmt == "tsv":
+        return "\n".join(
+            "\t".join((c.plain or c.human)(r).replace("\t", " ") for c in columns) for r in rows
+        )
+    if not rows:
+        return empty
+    cells = [[_cell(c.human(r)) for c in columns] for r in rows]
+    widths = [max(len(c.header), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
+    lines = [[c.header for c in columns], *cells]
+    return "\n".join(
+        "  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip() for line in lines
+    )
+
+
+# -- times -------------------------------------------------------------------------------
+
+
+def duration(seconds: float) -> str:
+    """A human duration: 12s, 4m, 4m 30s is too precise for a glance — 2h 5m, 3d 4h."""
+    s = int(abs(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m"
+    if s < 86400:
+        h, m = divmod(s // 60, 60)
+        return f"{h}h {m}m" if m else f"{h}h"
+    d, h = divmod(s // 3600, 24)
+    return f"{d}d {h}h" if h else f"{d}d"
+
+
+def ago(at: datetime | None, now: datetime) -> str:
+    if at is None:
+        return "-"
+    seconds = (now - at).total_seconds()
+    return "just now" if 0 <= seconds < 1 else f"{duration(seconds)} ago"
+
+
+def due_in(at: datetime, now: datetime) -> str:
+    """``in 4m``, or ``4m overdue`` once past."""
+    seconds = (at - now).total_seconds()
+    return f"in {duration(seconds)}" if seconds >= 0 else f"{duration(seconds)} overdue"
+
+
+def iso(at: datetime | None) -> str:
+    return at.isoformat() if at is not None else ""
+
+
+# -- waits -------------------------------------------------------------------------------
+
+
+def describe_wait(w: Any, now: datetime, instance_id: str = "…") -> str:
+    """One wait (an ``engine_core.views.WaitView``) as a person says it."""
+    due = f" {due_in(w.due_at, now)}" if w.due_at is not None else ""
+    where = "" if w.role == "node" else f" ({w.role.replace('_', ' ')} {w.node_id})"
+    if w.kind == "job":
+        if w.job_running:
+            times_out = f", times out{due}" if due else ""
+            return f"waiting for job {w.job_type}, attempt {w.attempt}{times_out}"
+        return f"job {w.job_type} failed, attempt {w.attempt} retries{due}"
+    if w.kind == "timer":
+        return f"waiting for timer{where}, due{due}"
+    if w.kind == "message":
+        key = f" with key {w.correlation_key}" if w.correlation_key is not None else ""
+        return f"waiting for message {w.message_name}{key}{where}"
+    if w.kind == "signal":
+        return f"waiting for signal {w.signal_name}{where}"
+    if w.kind == "user_task":
+        # A user task's id is "<instance>.<wait>" (persistence/holds.py).
+        return f"waiting for user task {w.task_name or w.node_id} (task {instance_id}.{w.id})"
+    if w.kind == "call":
+        return f"waiting for child instance {w.child_instance_id}"
+    if w.kind == "retry":
+        return f"incident {w.incident_id} retries{due}"
+    return f"waiting for {w.kind}{where}{due}"
+
+
+# -- what each list shows ------------------------------------------------------------
+
+
+def task_columns(now: datetime) -> list[Column]:
+    return [
+        Column("TASK", lambda t: t.id),
+        Column("INSTANCE", lambda t: t.instance_id),
+        Column("NODE", lambda t: t.node_id),
+        Column("NAME", lambda t: t.name or ""),
+        Column("ASSIGNEE", lambda t: t.assignee or ""),
+        Column("CREATED", lambda t: ago(t.created_at, now), lambda t: iso(t.created_at)),
+    ]
+
+
+def instance_columns(now: datetime) -> list[Column]:
+    return [
+        Column("ID", lambda i: i.id),
+        Column("PROCESS", lambda i: f"{i.key} v{i.version}"),
+        Column("STATUS", lambda i: i.status),
+        Column("BUSINESS KEY", lambda i: i.business_key or ""),
+        Column("STARTED", lambda i: ago(i.created_at, now), lambda i: iso(i.created_at)),
+        Column("UPDATED", lambda i: ago(i.updated_at, now), lambda i: iso(i.updated_at)),
+    ]
+
+
+_SUMMARY_FIELDS = ("id", "key", "version", "status", "business_key", "created_at", "updated_at")
+
+
+def instance_summary(row: Any) -> dict[str, Any]:
+    """An instance list row as JSON: the list's fields, never the variables."""
+    out: dict[str, Any] = {}
+    for name in _SUMMARY_FIELDS:
+        value = getattr(row, name, None)
+        out[name] = value.isoformat() if isinstance(value, datetime) else value
+    return out
+
+
+def incident_columns(now: datetime) -> list[Column]:
+    return [
+        Column("INCIDENT", lambda i: i.id),
+        Column("INSTANCE", lambda i: i.instance_id),
+        Column("NODE", lambda i: i.node_id),
+        Column("STATE", lambda i: i.state),
+        Column("ATTEMPTS", lambda i: str(i.attempts)),
+        Column("CAUSE", lambda i: i.cause_class),
+        Column("LAST FAILED", lambda i: ago(i.last_at, now), lambda i: iso(i.last_at)),
+    ]
+
+
+def instance_lines(view: Any, now: datetime) -> list[str]:
+    """``dormant instances show``: the instance, each live token and what it waits for
+    in words, its incidents, its variables."""
+    lines = [f"{view.id}  {view.key} v{view.version}  {view.status}  revision {view.revision}"]
+    if view.business_key:
+        lines.append(f"business key: {view.business_key}")
+    ended = f", ended {ago(view.ended_at, now)}" if view.ended_at else ""
+    lines.append(f"started {ago(view.created_at, now)}, updated {ago(view.updated_at, now)}{ended}")
+    if view.parent_instance_id:
+        lines.append(f"parent instance: {view.parent_instance_id}")
+    by_token: dict[str | None, list[Any]] = {}
+    for w in view.waits:
+        by_token.setdefault(w.token_id, []).append(w)
+    for t in view.tokens:
+        if t.state in ("completed", "withdrawn"):
+            continue
+        said = [describe_wait(w, now, view.id) for w in by_token.get(t.id, [])]
+        detail = f": {'; '.join(said)}" if said else ""
+        lines.append(f"  token {t.id} at {t.node_id}: {t.state}{detail}")
+    for w in by_token.get(None, []):
+        lines.append(f"  armed at {w.node_id}: {describe_wait(w, now, view.id)}")
+    for inc in view.incidents:
+        retry = f", retry {due_in(inc.retry_at, now)}" if inc.retry_at else ""
+        lines.append(
+            f"  incident {inc.id} at {inc.node_id}: {inc.state}, attempt {inc.attempts}, "
+            f"last failed {ago(inc.last_at, now)}{retry} ({inc.cause_class}: {inc.cause})"
+        )
+    lines.append(f"  variables: {json.dumps(view.variables, sort_keys=True)}")
+    return lines

@@ -1,0 +1,170 @@
+"""The console in a real headless browser, against PostgreSQL + Redis and a real worker.
+
+An operator's morning: sign in, open the instance list, open the instance with an open
+incident, see the incident drawn at the failing node of the modeler's diagram, fix the
+cause, press Retry, and watch the page turn the instance completed without reloading.
+Screenshots of the main pages are saved as test artefacts (tests/integration/console/
+kit.py); docs/console/ holds a committed copy of each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.conftest import Stack, _urls
+from tests.integration.console.kit import (
+    MODEL,
+    PASSWORD,
+    USER,
+    Console,
+    chrome,
+    console_proc,
+    open_incident,
+    screenshot,
+)
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def cstack(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Stack]:
+    tmp = tmp_path_factory.mktemp("console-browser")
+    with _urls("pg_redis", tmp, request) as urls:
+        s = Stack(*urls, tmp)
+        try:
+            s.worker()
+            s.beat()
+            yield s
+        finally:
+            s.close()
+
+
+@pytest.fixture(scope="module")
+def console(cstack: Stack) -> Console:
+    return console_proc(cstack)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    driver = chrome()
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def _wait(driver: Any, condition: Any, timeout: float = 30) -> Any:
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, timeout, poll_frequency=0.2).until(condition)
+
+
+def _css(driver: Any, selector: str) -> list[Any]:
+    from selenium.webdriver.common.by import By
+
+    return list(driver.find_elements(By.CSS_SELECTOR, selector))
+
+
+def _overlay(driver: Any, node: str, kind: str) -> list[Any]:
+    return _css(driver, f'.djs-overlay-container .dm-stack[data-node="{node}"] .dm-badge.{kind}')
+
+
+def test_open_the_failing_instance_see_the_incident_on_the_diagram_retry_it_complete(
+    cstack: Stack, console: Console, browser: Any, tmp_path: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    c = cstack.client
+    c.deploy(MODEL)
+    flag = tmp_path / "flag"
+    failing = c.start("payment", {"flag": str(flag), "card": "4111-secret"}, business_key="o-1")
+    # Neighbours for the pages: one waits for its message, one keeps its incident.
+    ok_flag = tmp_path / "ok"
+    ok_flag.touch()
+    waiting = c.start("payment", {"flag": str(ok_flag), "order": "o-2"}, business_key="o-2")
+    stuck = c.start("payment", {"flag": str(tmp_path / "never")}, business_key="o-3")
+    incident = open_incident(cstack, failing)
+    open_incident(cstack, stuck)
+    cstack.wait_status(waiting, "active")
+
+    # Sign in through the form (the session cookie then carries the operator).
+    browser.get(console.url + "/login")
+    browser.find_element(By.ID, "user").send_keys(USER)
+    browser.find_element(By.ID, "password").send_keys(PASSWORD)
+    browser.find_element(By.ID, "sign-in").click()
+    _wait(browser, lambda d: d.current_url.endswith("/processes"))
+    _wait(browser, lambda d: _css(d, '#processes tr[data-key="payment"]'))
+    screenshot(browser, "processes")
+
+    # The instance list, filtered to instances with an open incident: both failing ones.
+    browser.get(console.url + "/instances?process=payment")
+    _wait(browser, lambda d: _css(d, f'#instances tr[data-instance="{failing}"]'))
+    screenshot(browser, "instances")
+    browser.get(console.url + "/instances?has_incident=1")
+    shown = {r.get_attribute("data-instance") for r in _css(browser, "#instances tbody tr")}
+    assert shown == {failing, stuck}
+
+    browser.find_element(By.CSS_SELECTOR, f'#instances tr[data-instance="{failing}"] a').click()
+    _wait(browser, lambda d: d.find_element(By.ID, "diagram").get_attribute("data-ready") == "1")
+    # The overlay sits on the failing node of the drawn diagram, and only there.
+    badges = _wait(browser, lambda d: _overlay(d, "charge", "incident"))
+    assert "RuntimeError" in badges[0].get_attribute("title")
+    assert _css(browser, '.djs-element.dm-incident[data-element-id="charge"]')
+    assert not _overlay(browser, "done", "incident")
+    assert _overlay(browser, "placed", "completed")  # the start event was passed
+    assert "4111-secret" in browser.page_source  # signed in: the snapshot's values show
+    screenshot(browser, "instance-incident")
+
+    # The operator fixes the cause, then presses Retry: the Client's retry, the worker's
+    # locked transaction, and the page follows by itself.
+    flag.touch()
+    browser.find_element(
+        By.CSS_SELECTOR, f'button[data-action="retry"][data-incident="{incident.id}"]'
+    ).click()
+    _wait(browser, lambda d: f"retry {incident.id}" in d.find_element(By.TAG_NAME, "main").text)
+    _wait(
+        browser,
+        lambda d: d.find_element(By.ID, "instance-status").text == "completed",
+        timeout=40,
+    )
+    assert cstack.client.instance(failing).status == "completed"
+    _wait(browser, lambda d: _overlay(d, "done", "completed"))
+    assert not _overlay(browser, "charge", "incident")
+    assert not _css(browser, f'button[data-incident="{incident.id}"]')  # nothing left to act on
+    screenshot(browser, "instance-completed")
+
+    # The waiting one shows what it waits for, on the node it waits at.
+    browser.get(console.url + f"/instances/{waiting}")
+    _wait(browser, lambda d: d.find_element(By.ID, "diagram").get_attribute("data-ready") == "1")
+    wait_badge = _wait(browser, lambda d: _overlay(d, "paid", "waiting"))
+    assert wait_badge[0].get_attribute("title") == "message paid key o-2"
+    screenshot(browser, "instance-waiting")
+
+    browser.get(console.url + "/incidents")
+    rows = _wait(browser, lambda d: _css(d, "#incidents tbody tr[data-incident]"))
+    assert [r.find_element(By.CSS_SELECTOR, "td").text for r in rows] == [
+        i.id for i in cstack.client.incidents(stuck)
+    ]
+    screenshot(browser, "incidents")
+
+
+def test_the_instance_list_refreshes_without_a_reload(
+    cstack: Stack, console: Console, browser: Any, tmp_path: Path
+) -> None:
+    """A new instance appears in an open list page; the page object is the same one."""
+    c = cstack.client
+    c.deploy(MODEL)
+    browser.get(console.url + "/instances?business_key=live-1")
+    assert not _css(browser, "#instances tr[data-instance]")
+    browser.execute_script("window.__sameDocument = 42;")
+    flag = tmp_path / "f"
+    flag.touch()
+    iid = c.start("payment", {"flag": str(flag)}, business_key="live-1")
+    _wait(browser, lambda d: _css(d, f'#instances tr[data-instance="{iid}"]'), timeout=40)
+    assert browser.execute_script("return window.__sameDocument;") == 42
