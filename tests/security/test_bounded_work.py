@@ -10,6 +10,7 @@ continuations and ends the loop.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -96,3 +97,36 @@ def test_the_budget_setting_is_refused_naming_the_variable(raw: str) -> None:
         Settings.from_env({"DORMANT_STEP_BUDGET": raw})
     assert Settings.from_env({}).step_budget == 1000
     assert Settings.from_env({"DORMANT_STEP_BUDGET": "25"}).step_budget == 25
+
+
+def test_the_continuation_is_an_outbox_row_kept_until_consumed_and_idempotent(
+    db_url: str, now: datetime
+) -> None:
+    """Store level, on SQLite and PostgreSQL: the stopped step commits a
+    ``ContinueInstance`` outbox row with its trigger id; the row stays (the sweep would
+    publish it again after a crash) until consumed; the same trigger id applied twice
+    runs the loop on once."""
+    from engine_core.triggers import Continue
+    from persistence.settings import Settings
+    from persistence.store import Store
+
+    store = Store(settings=Settings(database_url=db_url, step_budget=20))
+    try:
+        store.deploy(LOOP, now)
+        first = store.start("spin", "spin-1", {"i": 0}, now=now)
+        (row,) = store.outbox_rows(first.outbox_ids)
+        assert row.kind == "ContinueInstance"
+        assert row.payload["instance_id"] == "spin-1"
+        tid = row.payload["trigger_id"]
+        assert [r.id for r in store.pending_outbox(0, now=now)] == [row.id]
+
+        second = store.apply("spin-1", Continue(), now, trigger_id=tid)
+        assert second.changed and second.revision == first.revision + 1
+        again = store.apply("spin-1", Continue(), now, trigger_id=tid)
+        assert again.duplicate and again.revision == second.revision
+        store.consume_outbox(row.id, tid)
+        assert store.outbox_rows([row.id]) == []
+        (next_row,) = store.outbox_rows(second.outbox_ids)
+        assert next_row.kind == "ContinueInstance" and next_row.payload["trigger_id"] != tid
+    finally:
+        store.close()
