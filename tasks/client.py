@@ -357,7 +357,7 @@ def _read_source(path_or_xml: str | bytes | Path, max_bytes: int) -> str | bytes
     ``max_bytes`` (``DORMANT_MAX_MODEL_BYTES``): at most one byte more is ever read, so
     ``/dev/zero`` or a huge file costs nothing."""
     if isinstance(path_or_xml, bytes) or (
-        isinstance(path_or_xml, str) and path_or_xml.lstrip().startswith("<")
+        isinstance(path_or_xml, str) and path_or_xml.lstrip("\ufeff \t\r\n").startswith("<")
     ):
         size = len(path_or_xml) if isinstance(path_or_xml, bytes) else len(path_or_xml.encode())
         if size > max_bytes:

@@ -230,6 +230,8 @@ def test_client_deploy_refuses_a_model_over_the_limit_before_reading_it_all(
         small = tmp_path / "small.bpmn"
         small.write_bytes(bpmn("ISO-8859-1").encode("latin-1"))
         assert client.deploy(small).key == "enc"
+        # A document pasted as text with its byte-order mark is a document, not a path.
+        assert client.deploy("\ufeff" + bpmn("UTF-8")).key == "enc"
     finally:
         client._store.close()
 
