@@ -80,8 +80,17 @@ def keep_or_withdraw(rt: Runtime, wait: Wait) -> None:
             wait.cycle_remaining is None or wait.cycle_remaining > 0
         ):
             assert wait.due_at is not None
+            node = rt.node(wait.node_id)
+            spec = node.events[wait.def_index].timer if wait.def_index < len(node.events) else None
             try:
-                wait.due_at = next_cycle_due(wait.due_at, wait.cycle_interval_seconds, rt.now)
+                wait.due_at = next_cycle_due(
+                    wait.due_at,
+                    wait.cycle_interval_seconds,
+                    rt.now,
+                    spec=spec,  # a cron cycle follows its own calendar
+                    variables=rt.visible(wait.scope_id),
+                    element_id=node.id,
+                )
             except OverflowError:
                 # The model's interval puts the next repetition past the last date there
                 # is (year 9999): it never comes, so the cycle ends here.

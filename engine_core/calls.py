@@ -11,17 +11,23 @@ otherwise, an incident opens there (SRD-079 FR-2).
 from __future__ import annotations
 
 from engine_core.checkpoint import Token, TokenState, WaitKind, WaitRole
-from engine_core.effects import StartChild
+from engine_core.effects import NotifyParent, StartChild
 from engine_core.expressions import non_empty_string
 from engine_core.incidents import leave_or_raise, raise_incident
 from engine_core.model import Node
 from engine_core.runtime import Runtime
 from engine_core.throwing import throw_error
 from engine_core.transitions import move_token
-from engine_core.triggers import ChildCompleted, ChildFailed
+from engine_core.triggers import ChildCompleted, ChildFailed, Trigger
 from engine_core.wake import STALE, Wake
 
-__all__ = ["child_completed", "child_failed", "start_child"]
+__all__ = [
+    "child_completed",
+    "child_failed",
+    "missing_child",
+    "parent_trigger",
+    "start_child",
+]
 
 
 def start_child(rt: Runtime, token: Token, node: Node) -> None:
@@ -45,6 +51,26 @@ def start_child(rt: Runtime, token: Token, node: Node) -> None:
         )
     )
     move_token(token, TokenState.WAITING)
+
+
+def parent_trigger(notice: NotifyParent) -> Trigger:
+    """The trigger a child's end sends the call activity that waits for it."""
+    if notice.completed:
+        return ChildCompleted(wait_id=notice.wait_id, variables=notice.variables)
+    return ChildFailed(
+        wait_id=notice.wait_id,
+        error=notice.error or "child instance failed",
+        error_class=notice.error_class or "ChildFailed",
+        error_code=notice.error_code,
+    )
+
+
+def missing_child(parent_wait_id: str, error: str) -> Trigger:
+    """A child whose process is not deployed fails back to its caller: the call
+    activity gets an incident, as in Camunda 8, which a retry after deploying the
+    process heals. Dropping it would leave the caller waiting for a child that never
+    exists."""
+    return ChildFailed(wait_id=parent_wait_id, error=error, error_class="UnknownProcess")
 
 
 def child_completed(rt: Runtime, trigger: ChildCompleted) -> Wake:

@@ -31,6 +31,7 @@ __all__ = [
     "ROOT_SCOPE",
     "Checkpoint",
     "CompensationEntry",
+    "HeldTrigger",
     "Incident",
     "IncidentState",
     "InstanceStatus",
@@ -235,6 +236,13 @@ class ParentLink(_Doc):
     root_instance_id: str
 
 
+class HeldTrigger(_Doc):
+    """A trigger that arrived while the instance was suspended, kept to apply on resume."""
+
+    at: datetime
+    trigger: dict[str, Any]
+
+
 class Checkpoint(_Doc):
     schema_version: int = Field(default=CURRENT_SCHEMA, alias="schema")
     instance_id: str
@@ -258,6 +266,9 @@ class Checkpoint(_Doc):
     parent: ParentLink | None = None
     # Why the instance failed (an invariant broke, an error end event reached the root).
     failure: str | None = None
+    # Suspended by an operator: later triggers are held here, in arrival order.
+    suspended: bool = False
+    held: list[HeldTrigger] = Field(default_factory=list)
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 

@@ -4,18 +4,33 @@ commit (through the outbox), and the facts it records.
 Effects are data, not callbacks: the shell writes them into the outbox table in the
 same transaction as the checkpoint, so a crash between commit and publish loses
 nothing (the outbox relay publishes what is left).
+
+``Effect`` is a union discriminated by the class name, which is the outbox row's
+``kind``: ``encode_effect`` gives the row (kind, JSON payload), ``parse_effect`` reads
+one back into its type, so the shell dispatches on types and never reads payload keys
+by hand. A kind this version does not know is ``UnknownEffect`` (a newer dormant
+wrote it): the row is left for that version.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import TypeAdapter, ValidationError
+
 from engine_core.checkpoint import Checkpoint
+from engine_core.errors import CorruptEffect, UnknownEffect
+from engine_core.triggers import MessageReceived
 
 __all__ = [
+    "EFFECT_KINDS",
     "CancelChild",
     "ContinueInstance",
+    "DeliverBuffered",
     "DispatchJob",
     "Effect",
     "Fact",
@@ -24,7 +39,16 @@ __all__ = [
     "Step",
     "ThrowMessage",
     "ThrowSignal",
+    "encode_effect",
+    "job_idempotency_key",
+    "parse_effect",
 ]
+
+
+def job_idempotency_key(instance_id: str, wait_id: str, attempt: int) -> str:
+    """The one key of a job attempt: the same for a redelivered dispatch, new for the
+    next attempt (a retry after a failure or a timeout)."""
+    return f"{instance_id}:{wait_id}:{attempt}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +65,7 @@ class DispatchJob:
 
     @property
     def idempotency_key(self) -> str:
-        return f"{self.instance_id}:{self.wait_id}:{self.attempt}"
+        return job_idempotency_key(self.instance_id, self.wait_id, self.attempt)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +126,15 @@ class ContinueInstance:
     instance_id: str
 
 
+@dataclass(frozen=True, slots=True)
+class DeliverBuffered:
+    """A buffered message a new subscription consumed: written by the Store (never by
+    ``apply``) in the transaction that armed the subscription, delivered after it."""
+
+    instance_id: str
+    trigger: MessageReceived
+
+
 Effect = (
     DispatchJob
     | ThrowMessage
@@ -109,8 +142,58 @@ Effect = (
     | StartChild
     | CancelChild
     | NotifyParent
+    | DeliverBuffered
     | ContinueInstance
 )
+
+EFFECT_KINDS: dict[str, type[Effect]] = {
+    cls.__name__: cls
+    for cls in (
+        DispatchJob,
+        ThrowMessage,
+        ThrowSignal,
+        StartChild,
+        CancelChild,
+        NotifyParent,
+        DeliverBuffered,
+        ContinueInstance,
+    )
+}
+_ADAPTERS: dict[str, TypeAdapter[Any]] = {k: TypeAdapter(c) for k, c in EFFECT_KINDS.items()}
+# The keys an outbox payload carries beside the effect's own fields.
+_ENVELOPE = frozenset({"trigger_id"})
+
+
+def encode_effect(effect: Effect) -> tuple[str, dict[str, Any]]:
+    """The outbox row of ``effect``: its kind and its payload as JSON data."""
+    if isinstance(effect, DeliverBuffered):
+        # Flat, as the rows written before this codec: the trigger's fields beside the
+        # instance id.
+        fields = {"instance_id": effect.instance_id} | effect.trigger.model_dump(
+            mode="json", exclude={"kind"}
+        )
+        return DeliverBuffered.__name__, fields
+    data = dataclasses.asdict(effect)
+    return type(effect).__name__, json.loads(json.dumps(data, default=str))
+
+
+def parse_effect(kind: str, payload: Mapping[str, Any]) -> Effect:
+    """An outbox row back into its effect (envelope keys such as ``trigger_id`` aside)."""
+    adapter = _ADAPTERS.get(kind)
+    if adapter is None:
+        raise UnknownEffect(f"outbox kind {kind!r} is not one this version of dormant knows")
+    fields = {k: v for k, v in payload.items() if k not in _ENVELOPE}
+    if kind == DeliverBuffered.__name__ and "trigger" not in fields:
+        instance_id = fields.pop("instance_id", None)
+        fields = {"instance_id": instance_id, "trigger": fields}
+    try:
+        effect: Effect = adapter.validate_python(fields)
+    except ValidationError as exc:
+        raise CorruptEffect(
+            f"outbox {kind} payload does not match its type: "
+            f"{exc.errors(include_url=False)[0]['msg']}"
+        ) from exc
+    return effect
 
 
 @dataclass(frozen=True, slots=True)

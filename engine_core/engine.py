@@ -16,10 +16,13 @@ from __future__ import annotations
 from collections import Counter
 from datetime import datetime
 
+from engine_core import operations
 from engine_core.checkpoint import ROOT_SCOPE, Checkpoint, InstanceStatus, TokenState, WaitKind
 from engine_core.compensation import finish_waiting_throws
 from engine_core.effects import ContinueInstance, Fact, Step
 from engine_core.errors import EngineInvariantError, InvalidOperation
+from engine_core.feel.ids import name_based_uuid
+from engine_core.feel.scope import reset_id_source, set_id_source
 from engine_core.joins import fire_ready_inclusive_joins
 from engine_core.model import ProcessDefinition
 from engine_core.moving import check_scope, fail_instance
@@ -35,13 +38,13 @@ from engine_core.triggers import (
     TimerFired,
     Trigger,
 )
-from engine_core.wake import STALE, Wake
+from engine_core.wake import INSTANCE, STALE, Wake
 from engine_core.wakes import dispatch
 
 __all__ = ["Services", "apply", "new_checkpoint"]
 
 
-_OPERATOR_TRIGGERS = (Cancel, IncidentRetry, IncidentResolve, IncidentDrop)
+_OPERATOR_TRIGGERS = (Cancel, IncidentRetry, IncidentResolve, IncidentDrop, *operations.OPERATIONS)
 _TIMED_KINDS = (WaitKind.TIMER, WaitKind.JOB, WaitKind.RETRY)
 
 
@@ -78,12 +81,25 @@ def apply(
 
     cp = _private_copy(checkpoint)
     rt = Runtime(definition, cp, now, services or DEFAULT_SERVICES)
+    # FEEL's uuid() during this trigger: name-based ids from the instance and its counter.
+    ids = set_id_source(lambda: name_based_uuid(f"{cp.instance_id}/{cp.next_id('u')}"))
     try:
-        fired_early = _fire_overdue(rt, trigger)
-        if isinstance(trigger, TimerFired) and trigger.wait_id in fired_early:
-            woken = fired_early[trigger.wait_id]
+        fired_early: dict[str, Wake] = {}
+        if operations.hold(rt, trigger):
+            woken = INSTANCE
+        elif isinstance(trigger, operations.OPERATIONS):
+            woken = operations.apply_operation(
+                rt,
+                trigger,
+                run=lambda: _run(rt),
+                fire_due=lambda until: _fire_overdue(rt, trigger, until=until),
+            )
         else:
-            woken = dispatch(rt, trigger)
+            fired_early = _fire_overdue(rt, trigger)
+            if isinstance(trigger, TimerFired) and trigger.wait_id in fired_early:
+                woken = fired_early[trigger.wait_id]
+            else:
+                woken = dispatch(rt, trigger)
         if woken.stale and not fired_early:
             return _stale(checkpoint, trigger, "wait gone")
         _run(rt)
@@ -98,6 +114,8 @@ def apply(
         rt = Runtime(definition, cp, now, services or DEFAULT_SERVICES)
         fail_instance(rt, f"internal invariant broken: {exc}")
         woken = STALE
+    finally:
+        reset_id_source(ids)
     rt.settle_status()
     cp.revision += 1
     cp.updated_at = now
@@ -131,11 +149,15 @@ def _stale(checkpoint: Checkpoint, trigger: Trigger, reason: str) -> Step:
     return Step(checkpoint, (), (Fact("Stale", details),), changed=False)
 
 
-def _fire_overdue(rt: Runtime, trigger: Trigger) -> dict[str, Wake]:
-    """Fire timers already due, earliest first; returns wait id -> what each woke."""
+def _fire_overdue(
+    rt: Runtime, trigger: Trigger, *, until: datetime | None = None
+) -> dict[str, Wake]:
+    """Fire timers already due (by ``until``, default now), earliest first; returns wait
+    id -> what each woke. A suspended instance's timers wait for its resume."""
     fired: dict[str, Wake] = {}
-    if isinstance(trigger, Start):
+    if isinstance(trigger, Start) or rt.cp.suspended:
         return fired
+    cutoff = rt.now if until is None else min(until, rt.now)
     while True:
         due = sorted(
             (
@@ -143,7 +165,7 @@ def _fire_overdue(rt: Runtime, trigger: Trigger) -> dict[str, Wake]:
                 for w in rt.cp.waits.values()
                 if w.kind in _TIMED_KINDS
                 and w.due_at is not None
-                and w.due_at <= rt.now
+                and w.due_at <= cutoff
                 and w.id not in fired
             ),
             key=lambda w: (w.due_at, w.id),

@@ -6,7 +6,8 @@ should do next:
     DormantError
     ├── CallerError          the caller's input is wrong; fix the call
     │   ├── InvalidVariables       variables / payload that are not a JSON object
-    │   ├── InvalidMessage         a message with an empty name, a bad TTL, ...
+    │   ├── InvalidField           a name, key or id too long for its column, with NUL, ...
+    │   │   └── InvalidMessage     a message with an empty name, a bad TTL, ...
     │   ├── UnknownProcess         no deployed process has that key (or version)
     │   ├── UnknownInstance        no instance has that id
     │   ├── UnknownTask            no open user task has that id
@@ -16,10 +17,13 @@ should do next:
     │   └── UnsupportedElement     an element the engine does not run (refused at deploy)
     ├── OperatorError        an operator action that cannot be applied now
     │   ├── UnknownIncident        no incident has that id
+    │   ├── UnknownFailedTrigger   no failed trigger has that id
     │   └── InvalidOperation       the action does not fit the current state
     ├── StoredDataError      what the database holds cannot be used as it is
     │   ├── CheckpointTooNew       written by a newer dormant; upgrade this one
     │   ├── CorruptCheckpoint      not a checkpoint document at all
+    │   ├── UnknownEffect          an outbox row of a kind a newer dormant wrote
+    │   ├── CorruptEffect          an outbox payload that does not match its kind
     │   └── NotMigrated            the database schema is older than this code
     ├── ExpressionError      a FEEL expression that does not parse or cannot be evaluated
     │   └── ExpressionLimitExceeded  past a FEEL bound (steps, string length, list size, depth)
@@ -41,6 +45,7 @@ __all__ = [
     "CallerError",
     "CheckpointTooNew",
     "CorruptCheckpoint",
+    "CorruptEffect",
     "DecisionError",
     "DecisionEvaluationError",
     "DecisionNotDeployed",
@@ -48,6 +53,7 @@ __all__ = [
     "EngineInvariantError",
     "ExpressionError",
     "ExpressionLimitExceeded",
+    "InvalidField",
     "InvalidMessage",
     "InvalidModel",
     "InvalidOperation",
@@ -57,6 +63,8 @@ __all__ = [
     "NotMigrated",
     "OperatorError",
     "StoredDataError",
+    "UnknownEffect",
+    "UnknownFailedTrigger",
     "UnknownIncident",
     "UnknownInstance",
     "UnknownProcess",
@@ -77,7 +85,12 @@ class InvalidVariables(CallerError):
     """Variables or a payload that are not a JSON object of JSON values."""
 
 
-class InvalidMessage(CallerError):
+class InvalidField(CallerError):
+    """A trigger field (business key, message id, correlation key, name, TTL) outside
+    its limit: too long for its column, a NUL or lone surrogate, out of range."""
+
+
+class InvalidMessage(InvalidField):
     """A message that cannot be correlated: empty name, negative TTL, ..."""
 
 
@@ -128,6 +141,10 @@ class UnknownIncident(OperatorError):
     """No incident has that id."""
 
 
+class UnknownFailedTrigger(OperatorError):
+    """No failed trigger has that id (retried or dropped already?)."""
+
+
 class InvalidOperation(OperatorError):
     """The action does not fit the current state (closed incident, ended instance, ...)."""
 
@@ -142,6 +159,14 @@ class CheckpointTooNew(StoredDataError):
 
 class CorruptCheckpoint(StoredDataError):
     """The stored checkpoint is not a checkpoint document."""
+
+
+class UnknownEffect(StoredDataError):
+    """An outbox row of a kind this version does not know (a newer dormant wrote it)."""
+
+
+class CorruptEffect(StoredDataError):
+    """An outbox row whose payload does not match its kind's type."""
 
 
 class NotMigrated(StoredDataError):

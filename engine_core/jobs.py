@@ -7,6 +7,11 @@ trigger naming the wait and the attempt; a result for any other attempt is stale
 A failure is retried with exponential backoff while the model's retries last (the
 wait's deadline is the backoff), then opens an incident; a BPMN error is thrown at
 the task, where its boundaries may catch it.
+
+A job type may have its own timeout and backoff (``Services.job_types``, from
+``DORMANT_JOB_TYPES``). A long job calls the heartbeat (``tasks.jobs.heartbeat``): a
+``JobHeartbeat`` moves its running attempt's deadline to now + ``extend_seconds``
+(default: the type's timeout), so it is not taken for lost.
 """
 
 from __future__ import annotations
@@ -18,14 +23,25 @@ from engine_core.effects import DispatchJob
 from engine_core.errors import EngineInvariantError
 from engine_core.expressions import TechnicalFailure, evaluate, non_empty_string
 from engine_core.incidents import leave_or_raise, raise_incident
+from engine_core.job_types import reserved_job_type
 from engine_core.model import Node
 from engine_core.runtime import Runtime
+from engine_core.services import Services
 from engine_core.throwing import throw_error
 from engine_core.transitions import move_token
-from engine_core.triggers import JobCompleted, JobErrorThrown, JobFailed
+from engine_core.triggers import JobCompleted, JobErrorThrown, JobFailed, JobHeartbeat
 from engine_core.wake import STALE, Wake
 
-__all__ = ["completed", "error_thrown", "failed", "start", "timed_out"]
+__all__ = [
+    "completed",
+    "error_thrown",
+    "failed",
+    "heartbeat",
+    "retry_backoff",
+    "start",
+    "timed_out",
+    "timeout",
+]
 
 
 def start(rt: Runtime, token: Token, node: Node) -> None:
@@ -34,6 +50,9 @@ def start(rt: Runtime, token: Token, node: Node) -> None:
         raise EngineInvariantError(f"{node.label} has no job type")
     context = rt.token_vars(token)
     job_type = non_empty_string(node.job_type, context, node.id, rt.now, "job type")
+    reserved = reserved_job_type(job_type)
+    if reserved is not None:  # a FEEL job type: the deploy-time check cannot see it
+        raise TechnicalFailure(f"{node.label}: {reserved}")
     retries_raw = node.job_retries
     retries = rt.services.default_job_retries
     if retries_raw is not None:
@@ -61,7 +80,7 @@ def start(rt: Runtime, token: Token, node: Node) -> None:
 def _dispatch(rt: Runtime, token: Token, node: Node, wait: Wait) -> None:
     assert wait.job_type is not None
     wait.job_running = True
-    wait.due_at = rt.now + timedelta(seconds=rt.services.job_timeout_seconds)
+    wait.due_at = rt.now + timedelta(seconds=timeout(rt.services, wait.job_type))
     headers = {k: v for k, v in node.task_headers}
     rt.effects.append(
         DispatchJob(
@@ -116,7 +135,7 @@ def failed(rt: Runtime, trigger: JobFailed) -> Wake:
         wait.retries_left -= 1
         wait.attempt += 1
         wait.job_running = False
-        backoff = rt.services.job_retry_backoff_seconds * (2 ** (wait.attempt - 2))
+        backoff = retry_backoff(rt.services, wait.job_type, wait.attempt)
         wait.due_at = rt.now + timedelta(seconds=backoff)
         rt.fact(
             "JobRetryScheduled",
@@ -148,3 +167,30 @@ def error_thrown(rt: Runtime, trigger: JobErrorThrown) -> Wake:
         rt, token, node, trigger.code, trigger.message, trigger.variables, from_end_event=False
     )
     return Wake.token(token.id)
+
+
+def timeout(services: Services, job_type: str | None) -> float:
+    own = services.job_types.get(job_type or "")
+    if own is not None and own.timeout_seconds is not None:
+        return own.timeout_seconds
+    return services.job_timeout_seconds
+
+
+def retry_backoff(services: Services, job_type: str | None, attempt: int) -> float:
+    """The wait before ``attempt`` (2, 3, ...): the base doubled per earlier retry."""
+    own = services.job_types.get(job_type or "")
+    base = (
+        own.retry_backoff_seconds
+        if own is not None and own.retry_backoff_seconds is not None
+        else services.job_retry_backoff_seconds
+    )
+    return float(base * (2 ** (attempt - 2)))
+
+
+def heartbeat(rt: Runtime, trigger: JobHeartbeat) -> Wake:
+    wait = _job_wait(rt, trigger.wait_id, trigger.attempt)
+    if wait is None:
+        return STALE
+    extend = trigger.extend_seconds or timeout(rt.services, wait.job_type)
+    wait.due_at = rt.now + timedelta(seconds=extend)
+    return Wake.token(rt.token_of(wait).id)

@@ -6,9 +6,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from engine_core.dmn import Decision
-from engine_core.model import RetryPolicy
+from engine_core.inputs import DEFAULT_LIMITS, Limits
+from engine_core.model import ProcessDefinition, RetryPolicy
 
-__all__ = ["DEFAULT_SERVICES", "Services"]
+__all__ = ["DEFAULT_SERVICES", "JobTypeSettings", "Services"]
+
+
+@dataclass(frozen=True, slots=True)
+class JobTypeSettings:
+    """One job type's own timeout and retry backoff (None: the engine-wide setting)."""
+
+    timeout_seconds: float | None = None
+    retry_backoff_seconds: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +36,13 @@ class Services:
     job_timeout_seconds: float = 300.0
     incident_retry_policy: RetryPolicy | None = None
     decisions: Mapping[str, Decision] = field(default_factory=dict)
+    # What a model may store in a variable (engine_core/inputs.py); past it the node
+    # that wrote it gets an incident, so the checkpoint can always be stored.
+    limits: Limits = DEFAULT_LIMITS
+    # Per-job-type timeout and retry backoff (engine_core/jobs.py).
+    job_types: Mapping[str, JobTypeSettings] = field(default_factory=dict)
+    # A MigrateInstance trigger: the target version's definition, loaded by the shell.
+    migration_target: ProcessDefinition | None = None
     # Node entries one step may make. Past it the step commits with the tokens still to
     # run left active, and a ``ContinueInstance`` effect asks for a ``Continue``
     # trigger: a loop with no wait state costs throughput, never a held worker.

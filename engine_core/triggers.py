@@ -23,9 +23,15 @@ __all__ = [
     "JobCompleted",
     "JobErrorThrown",
     "JobFailed",
+    "JobHeartbeat",
     "MessageReceived",
+    "MigrateInstance",
+    "ModifyInstance",
+    "Resume",
+    "SetVariables",
     "SignalReceived",
     "Start",
+    "Suspend",
     "TaskCompleted",
     "TimerFired",
     "Trigger",
@@ -99,6 +105,16 @@ class JobErrorThrown(_Trigger):
     variables: dict[str, Any] = Field(default_factory=dict)
 
 
+class JobHeartbeat(_Trigger):
+    """A long job is alive: its timeout moves to now + ``extend_seconds`` (job_types.py)."""
+
+    kind: Literal["job_heartbeat"] = "job_heartbeat"
+    wait_id: str
+    attempt: int = 1
+    # None: the job type's timeout. At most a week per heartbeat.
+    extend_seconds: float | None = Field(default=None, gt=0, le=7 * 24 * 3600)
+
+
 class ChildCompleted(_Trigger):
     kind: Literal["child_completed"] = "child_completed"
     wait_id: str
@@ -147,6 +163,45 @@ class IncidentDrop(_Trigger):
     incident_id: str
 
 
+class Suspend(_Trigger):
+    """Hold every later trigger (in arrival order) until ``Resume``; timers wait too."""
+
+    kind: Literal["suspend"] = "suspend"
+
+
+class Resume(_Trigger):
+    kind: Literal["resume"] = "resume"
+
+
+class SetVariables(_Trigger):
+    """An operator sets or removes variables in one scope (the root by default)."""
+
+    kind: Literal["set_variables"] = "set_variables"
+    # A scope id (``s0`` is the root) or the id of the sub-process node it runs.
+    scope: str = "s0"
+    variables: dict[str, Any] = Field(default_factory=dict)
+    unset: list[str] = Field(default_factory=list)
+    # Retry every open incident of the instance in the same step, after the change.
+    retry_incidents: bool = False
+
+
+class MigrateInstance(_Trigger):
+    """Move the instance to another version of its process (engine_core/migration.py)."""
+
+    kind: Literal["migrate"] = "migrate"
+    version: int
+    # Source node id -> target node id; a node not named keeps its id.
+    mapping: dict[str, str] = Field(default_factory=dict)
+
+
+class ModifyInstance(_Trigger):
+    """Cancel the tokens at some nodes and/or start a token before others."""
+
+    kind: Literal["modify"] = "modify"
+    cancel_nodes: list[str] = Field(default_factory=list)
+    start_before: list[str] = Field(default_factory=list)
+
+
 Trigger = Annotated[
     Start
     | TimerFired
@@ -156,13 +211,19 @@ Trigger = Annotated[
     | JobCompleted
     | JobFailed
     | JobErrorThrown
+    | JobHeartbeat
     | ChildCompleted
     | ChildFailed
     | Cancel
     | Continue
     | IncidentRetry
     | IncidentResolve
-    | IncidentDrop,
+    | IncidentDrop
+    | Suspend
+    | Resume
+    | SetVariables
+    | MigrateInstance
+    | ModifyInstance,
     Field(discriminator="kind"),
 ]
 

@@ -14,8 +14,10 @@ from engine_core.checkpoint import ROOT_SCOPE, Checkpoint, IncidentState, TokenS
 
 __all__ = [
     "FactView",
+    "FailedTriggerView",
     "IncidentView",
     "InstanceView",
+    "ScopeView",
     "TokenView",
     "UserTaskView",
     "WaitView",
@@ -76,6 +78,17 @@ class WaitView:
 
 
 @dataclass(frozen=True, slots=True)
+class ScopeView:
+    """A variable scope: what ``set-variables --scope`` names (its id or its node)."""
+
+    id: str
+    node_id: str | None
+    parent_id: str | None
+    loop_index: int | None
+    variable_names: list[str]
+
+
+@dataclass(frozen=True, slots=True)
 class InstanceView:
     id: str
     key: str
@@ -91,6 +104,31 @@ class InstanceView:
     updated_at: datetime
     ended_at: datetime | None
     parent_instance_id: str | None = None
+    # Suspended by an operator; ``held``: the triggers kept for its resume.
+    suspended: bool = False
+    held: int = 0
+    scopes: list[ScopeView] = field(default_factory=list)
+    # Triggers kept for an operator because they could not be applied (the instance is
+    # flagged while any is kept): `dormant triggers list --failed --instance ID`.
+    failed_triggers: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class FailedTriggerView:
+    """A trigger that could not be applied, kept whole so an operator can retry or
+    drop it. ``body`` is what the task was called with (``args``, ``kwargs``)."""
+
+    id: str
+    task: str
+    routing_key: str
+    instance_id: str | None
+    trigger_id: str | None
+    error_class: str
+    error: str
+    attempts: int
+    first_at: datetime
+    last_at: datetime
+    body: dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +237,12 @@ def instance_view(checkpoint: Checkpoint) -> InstanceView:
         updated_at=checkpoint.updated_at,
         ended_at=checkpoint.ended_at,
         parent_instance_id=checkpoint.parent.instance_id if checkpoint.parent else None,
+        suspended=checkpoint.suspended,
+        held=len(checkpoint.held),
+        scopes=[
+            ScopeView(s.id, s.node_id, s.parent_id, s.loop_index, sorted(s.variables))
+            for s in checkpoint.scopes.values()
+        ],
     )
 
 

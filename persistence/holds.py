@@ -22,12 +22,11 @@ from typing import Any
 from sqlalchemy import Connection, and_, delete, insert, select, text, update
 
 from engine_core.checkpoint import Wait, WaitKind
+from engine_core.effects import DeliverBuffered, encode_effect
 from engine_core.triggers import MessageReceived
 from persistence.tables import deadlines, messages, outbox, subscriptions, user_tasks
 
-__all__ = ["DELIVER_BUFFERED", "BufferedDelivery", "lock_message_key", "sync_holds"]
-
-DELIVER_BUFFERED = "DeliverBuffered"
+__all__ = ["BufferedDelivery", "lock_message_key", "sync_holds"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +99,7 @@ def sync_holds(
     gone_dl, gone_sub, gone_task = [], [], []
     add_dl, add_sub, add_task = [], [], []
     moved_dl: list[Wait] = []
+    renamed_task: list[Wait] = []
     for wid, w in old.items():
         n = new.get(wid)
         if w.holds_deadline and (n is None or not n.holds_deadline):
@@ -121,6 +121,8 @@ def sync_holds(
             add_sub.append(_subscription_row(instance_id, n))
         if n.kind is WaitKind.USER_TASK and (prev is None or prev.kind is not WaitKind.USER_TASK):
             add_task.append(_task_row(instance_id, n, now))
+        elif n.kind is WaitKind.USER_TASK and prev is not None and prev.node_id != n.node_id:
+            renamed_task.append(n)  # a migration re-pointed the task: same task id
 
     _delete(conn, deadlines, instance_id, gone_dl)
     _delete(conn, subscriptions, instance_id, gone_sub)
@@ -140,6 +142,12 @@ def sync_holds(
         conn.execute(insert(subscriptions), add_sub)
     if add_task:
         conn.execute(insert(user_tasks), add_task)
+    for n in renamed_task:
+        conn.execute(
+            update(user_tasks)
+            .where(user_tasks.c.instance_id == instance_id, user_tasks.c.wait_id == n.id)
+            .values(node_id=n.node_id)
+        )
     delivered: list[BufferedDelivery] = []
     message_subs = sorted(
         (r for r in add_sub if r["kind"] == "message"),
@@ -186,8 +194,8 @@ def _consume_buffered(
     )
     if marked.rowcount != 1:
         return None
-    # Flat, so the relay builds ``MessageReceived`` from it; ``trigger_id`` (the message
-    # id) makes a re-published row a duplicate at the instance.
+    # ``trigger_id`` (the message id) makes a re-published row a duplicate at the
+    # instance.
     trigger = MessageReceived(
         wait_id=sub["wait_id"],
         name=name,
@@ -195,12 +203,10 @@ def _consume_buffered(
         variables=dict(found.variables or {}),
         message_id=found.message_id,
     )
-    payload = {"instance_id": instance_id, "trigger_id": found.message_id} | trigger.model_dump(
-        mode="json", exclude={"kind"}
-    )
+    kind, payload = encode_effect(DeliverBuffered(instance_id, trigger))
     outbox_id = conn.execute(
         insert(outbox)
-        .values(kind=DELIVER_BUFFERED, payload=payload, created_at=now)
+        .values(kind=kind, payload=payload | {"trigger_id": found.message_id}, created_at=now)
         .returning(outbox.c.id)
     ).scalar_one()
     return BufferedDelivery(int(outbox_id), found.message_id, sub["wait_id"])

@@ -15,7 +15,6 @@ makes that retry idempotent.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -29,14 +28,22 @@ from sqlalchemy.exc import IntegrityError
 
 from engine_core import engine as core
 from engine_core.checkpoint import Checkpoint, decode, encode
-from engine_core.effects import Fact, Step
-from engine_core.errors import InvalidOperation, InvalidVariables, UnknownInstance
+from engine_core.effects import Fact, Step, encode_effect
+from engine_core.errors import (
+    CheckpointTooNew,
+    CorruptCheckpoint,
+    InvalidOperation,
+    UnknownInstance,
+)
+from engine_core.inputs import check_text, check_variables
 from engine_core.model import ProcessDefinition
-from engine_core.triggers import Start, Trigger
+from engine_core.operations import projected_waits
+from engine_core.triggers import MigrateInstance, Start, Trigger
 from persistence import migrate
 from persistence.db import READ, make_engine
 from persistence.decisions import DecisionCache
 from persistence.deployments import Deployment, Deployments
+from persistence.failed_triggers import FLAGGED, FailedTriggers
 from persistence.holds import sync_holds
 from persistence.incident_rows import sync_incidents
 from persistence.outbox_queue import OutboxQueue, OutboxRow
@@ -77,6 +84,11 @@ class Applied:
     # The process key, for metrics and trace attributes (bounded, unlike the id).
     key: str | None = None
 
+    def summary(self) -> str:
+        extra = " duplicate" if self.duplicate else ""
+        extra += " stale" if not self.changed and not extra else ""
+        return f"instance={self.instance_id} revision={self.revision}{extra}"
+
 
 class StartKeyTaken(InvalidOperation):
     """A keyed message start lost the race: a running instance already has that key."""
@@ -87,16 +99,6 @@ class StartKeyTaken(InvalidOperation):
         super().__init__(
             f"process {key!r} already has a running instance started with key {start_key!r}"
         )
-
-
-def _json_object(variables: Any, what: str = "variables") -> dict[str, Any]:
-    if not isinstance(variables, dict) or not all(isinstance(k, str) for k in variables):
-        raise InvalidVariables(f"{what} must be a JSON object, got {type(variables).__name__}")
-    try:
-        json.dumps(variables, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise InvalidVariables(f"{what} are not JSON: {exc}") from exc
-    return variables
 
 
 def log_raised_incidents(applied: Applied) -> None:
@@ -118,12 +120,7 @@ def log_raised_incidents(applied: Applied) -> None:
             )
 
 
-def _effect_payload(effect: object) -> dict[str, Any]:
-    data: dict[str, Any] = dataclasses.asdict(effect)  # type: ignore[call-overload]
-    return json.loads(json.dumps(data, default=str))  # type: ignore[no-any-return]
-
-
-class Store(Deployments, OutboxQueue, Queries):
+class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
     """One database, one SQLAlchemy Engine, the one transaction."""
 
     def __init__(
@@ -141,12 +138,18 @@ class Store(Deployments, OutboxQueue, Queries):
             )
         self.settings = settings
         self.url = settings.database_url
-        self.engine = make_engine(self.url)
+        self.engine = make_engine(
+            self.url,
+            statement_timeout_seconds=settings.db_statement_timeout_seconds,
+            idle_in_transaction_timeout_seconds=settings.db_idle_in_transaction_timeout_seconds,
+        )
         self.is_postgres = self.engine.dialect.name == "postgresql"
         self.services = core.Services(
             job_retry_backoff_seconds=settings.job_retry_backoff_seconds,
             job_timeout_seconds=settings.job_timeout_seconds,
             incident_retry_policy=settings.incident_retry_policy,
+            limits=settings.limits,
+            job_types=settings.job_type_settings,
             step_budget=settings.step_budget,
             max_loop_items=settings.max_loop_items,
         )
@@ -199,7 +202,11 @@ class Store(Deployments, OutboxQueue, Queries):
         ``changed=False``. A keyed start racing another with the same key loses on the
         partial unique index and raises ``StartKeyTaken`` (the router joins instead).
         """
-        variables = _json_object(variables)
+        limits = self.settings.limits
+        check_text(instance_id, "instance id", limits)
+        variables = check_variables(variables, "variables", limits)
+        if business_key is not None:
+            check_text(business_key, "business key", limits)
         trigger = Start(
             variables=variables,
             business_key=business_key,
@@ -284,15 +291,22 @@ class Store(Deployments, OutboxQueue, Queries):
     ) -> Applied:
         """Apply one trigger to one instance: THE transaction (see ``_apply``).
 
-        After the commit, every incident the step raised is logged once at ERROR."""
-        applied = self._apply(
-            instance_id,
-            trigger,
-            now,
-            trigger_id=trigger_id,
-            precondition=precondition,
-            also=also,
-        )
+        After the commit, every incident the step raised is logged once at ERROR. A
+        checkpoint this dormant cannot read flags the instance with an incident of its
+        own class (after the rollback, in a transaction of its own) and the error goes
+        on to the caller, who keeps the trigger (persistence/failed_triggers.py)."""
+        try:
+            applied = self._apply(
+                instance_id,
+                trigger,
+                now,
+                trigger_id=trigger_id,
+                precondition=precondition,
+                also=also,
+            )
+        except (CorruptCheckpoint, CheckpointTooNew) as exc:
+            self.flag_checkpoint(instance_id, exc, now)
+            raise
         log_raised_incidents(applied)
         return applied
 
@@ -338,8 +352,13 @@ class Store(Deployments, OutboxQueue, Queries):
                     instance_id, int(row.revision), row.status, False, duplicate=True, key=row.key
                 )
             old = decode(row.checkpoint)
+            if row.status == FLAGGED:
+                self.unflag_in(conn, instance_id, old.status.value)
             definition, _ = self.definition(row.key, row.version, conn=conn)
             services = self._decisions.services(conn, definition)
+            if isinstance(trigger, MigrateInstance):
+                target, _ = self.definition(row.key, trigger.version, conn=conn)
+                services = dataclasses.replace(services, migration_target=target)
             step = core.apply(definition, old, trigger, now=now, services=services)
             if not step.changed:
                 self._insert_facts(conn, instance_id, old.revision, step.facts, now)
@@ -359,6 +378,7 @@ class Store(Deployments, OutboxQueue, Queries):
                     checkpoint=encode(cp),
                     status=cp.status.value,
                     revision=cp.revision,
+                    version=cp.version,  # a migration moves the instance's pin
                     updated_at=now,
                 )
             )
@@ -394,27 +414,27 @@ class Store(Deployments, OutboxQueue, Queries):
     ) -> Applied:
         """Everything the new checkpoint implies, in the caller's transaction."""
         cp = step.checkpoint
-        buffered = sync_holds(conn, instance_id, old.waits, cp.waits, now)
+        buffered = sync_holds(conn, instance_id, projected_waits(old), projected_waits(cp), now)
         sync_incidents(conn, old, cp)
         self._insert_facts(conn, instance_id, cp.revision, step.facts, now)
         # Each effect's trigger id names its origin (instance, revision, index), never
         # the row id: SQLite reuses the id of a deleted row, so a CancelChild published
         # as "outbox:7" after the StartChild "outbox:7" was deleted would be dropped by
         # the child as a duplicate of its own start.
+        rows = [encode_effect(e) for e in step.effects]
         outbox_ids = [
             int(
                 conn.execute(
                     insert(outbox)
                     .values(
-                        kind=type(e).__name__,
-                        payload=_effect_payload(e)
-                        | {"trigger_id": f"{instance_id}@{cp.revision}.{i}"},
+                        kind=kind,
+                        payload=payload | {"trigger_id": f"{instance_id}@{cp.revision}.{i}"},
                         created_at=now,
                     )
                     .returning(outbox.c.id)
                 ).scalar_one()
             )
-            for i, e in enumerate(step.effects)
+            for i, (kind, payload) in enumerate(rows)
         ]
         outbox_ids += [b.outbox_id for b in buffered]
         if trigger_id is not None:

@@ -37,12 +37,17 @@ __all__ = [
     "ACTIVE_STATUSES",
     "JsonDoc",
     "UtcDateTime",
+    "batch_items",
+    "batches",
     "deadlines",
     "decisions",
     "definitions",
     "facts",
+    "failed_triggers",
+    "held_jobs",
     "inbox",
     "instances",
+    "job_type_pauses",
     "messages",
     "metadata",
     "outbox",
@@ -299,4 +304,74 @@ inbox = Table(
     # When the sweep last re-published it: a broker outage must not make every sweep
     # re-send every waiting trigger (a storm of duplicates that slows the recovery).
     Column("republished_at", UtcDateTime),
+)
+
+# Triggers that could not be applied, kept for an operator (persistence/failed_triggers.py).
+# ``body`` is TEXT holding JSON, never JSONB: a trigger refused for a NUL character or a
+# nesting depth JSONB cannot hold must still be kept whole.
+failed_triggers = Table(
+    "failed_triggers",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("task", String(255), nullable=False),
+    Column("routing_key", Text, nullable=False),
+    Column("instance_id", String(255), index=True),
+    Column("trigger_id", Text),
+    Column("body", Text, nullable=False),
+    Column("error_class", String(255), nullable=False),
+    Column("error", Text, nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("first_at", UtcDateTime, nullable=False),
+    Column("last_at", UtcDateTime, nullable=False, index=True),
+)
+
+# Bulk operations (persistence/batches.py): one durable row per batch with what selected
+# it, and one row per selected target, so a batch survives any restart, is watched by
+# reading two rows, and re-running it applies nothing twice (each item's trigger id).
+batches = Table(
+    "batches",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("operation", String(32), nullable=False),
+    Column("selector", JsonDoc(), nullable=False),
+    Column("params", JsonDoc(), nullable=False),
+    Column("state", String(16), nullable=False, index=True),
+    Column("selected", Integer, nullable=False),
+    Column("applied", Integer, nullable=False, server_default=text("0")),
+    Column("refused", Integer, nullable=False, server_default=text("0")),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
+    Column("finished_at", UtcDateTime),
+    Column("claimed_until", UtcDateTime),
+    Column("claim_token", String(64)),
+)
+
+batch_items = Table(
+    "batch_items",
+    metadata,
+    Column("batch_id", String(64), primary_key=True),
+    Column("seq", Integer, primary_key=True),
+    Column("target_id", String(320), nullable=False),
+    Column("instance_id", String(255)),
+    Column("outcome", String(16)),  # NULL while pending, then 'applied' or 'refused'
+    Column("reason", Text),
+    Column("done_at", UtcDateTime),
+)
+
+# Paused job types (persistence/job_pause.py): a job of a paused type is not sent; its
+# outbox row moves to ``held_jobs`` and goes back to the outbox when the type resumes.
+job_type_pauses = Table(
+    "job_type_pauses",
+    metadata,
+    Column("job_type", String(255), primary_key=True),
+    Column("paused_at", UtcDateTime, nullable=False),
+)
+
+held_jobs = Table(
+    "held_jobs",
+    metadata,
+    Column("id", _Id(), primary_key=True, autoincrement=True),
+    Column("job_type", String(255), nullable=False, index=True),
+    Column("payload", JsonDoc(), nullable=False),
+    Column("held_at", UtcDateTime, nullable=False),
 )

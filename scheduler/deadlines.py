@@ -35,17 +35,19 @@ import logging
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import Connection, Table, and_, delete, insert, select, tuple_, update
 
+from engine_core.model import TimerSpec
 from engine_core.timers import next_cycle_due
 from engine_core.triggers import Start, TimerFired
 from persistence.start_timers import START_TIMER_PREFIX, is_start_timer, start_instance_id
 from persistence.store import Applied, Store, log_raised_incidents
 from persistence.tables import deadlines, facts, instances, start_timers
 
-__all__ = ["Claim", "FireOutcome", "claim_due", "fire"]
+__all__ = ["Claim", "FireOutcome", "FireStatus", "claim_due", "fire"]
 
 log = logging.getLogger("dormant.scheduler")
 
@@ -58,6 +60,12 @@ class Claim:
     due_at: datetime
 
 
+class FireStatus(StrEnum):
+    FIRED = "fired"  # applied, or stale and acknowledged
+    SKIPPED = "skipped"  # the row is gone or claimed by someone else
+    FAILED = "failed"  # kept, backed off until retry_at
+
+
 @dataclass(frozen=True, slots=True)
 class FireOutcome:
     """``status``: 'fired' (applied, or stale and acknowledged), 'skipped' (the row is
@@ -65,10 +73,22 @@ class FireOutcome:
 
     instance_id: str
     wait_id: str
-    status: str
+    status: FireStatus
     applied: Applied | None = None
     error: str | None = None
     retry_at: datetime | None = None
+
+    @property
+    def outbox_ids(self) -> list[int]:
+        return list(self.applied.outbox_ids) if self.applied is not None else []
+
+    def summary(self) -> str:
+        inner = (
+            self.applied.summary() if self.applied is not None else f"instance={self.instance_id}"
+        )
+        return f"{inner} wait={self.wait_id} {self.status}" + (
+            f" ({self.error})" if self.error else ""
+        )
 
 
 def claim_due(store: Store, now: datetime, limit: int = 100) -> list[Claim]:
@@ -184,8 +204,8 @@ def fire(
     except Exception as exc:
         return _settle_failure(store, instance_id, wait_id, claim_token, now, exc)
     if applied.skipped:
-        return FireOutcome(instance_id, wait_id, "skipped", applied)
-    return FireOutcome(instance_id, wait_id, "fired", applied)
+        return FireOutcome(instance_id, wait_id, FireStatus.SKIPPED, applied)
+    return FireOutcome(instance_id, wait_id, FireStatus.FIRED, applied)
 
 
 def _settle_failure(
@@ -224,7 +244,7 @@ def _settle_failure(
             .returning(table.c.attempts)
         ).first()
         if row is None:
-            return FireOutcome(instance_id, wait_id, "skipped", error=error)
+            return FireOutcome(instance_id, wait_id, FireStatus.SKIPPED, error=error)
         attempt = int(row.attempts)
         if start_timer:
             # No instance exists to carry a fact: the row's attempts/last_error and
@@ -237,7 +257,9 @@ def _settle_failure(
                 cause,
                 retry_at.isoformat(),
             )
-            return FireOutcome(instance_id, wait_id, "failed", error=error, retry_at=retry_at)
+            return FireOutcome(
+                instance_id, wait_id, FireStatus.FAILED, error=error, retry_at=retry_at
+            )
         revision = conn.execute(
             select(instances.c.revision).where(instances.c.id == instance_id)
         ).scalar()
@@ -259,7 +281,7 @@ def _settle_failure(
         cause,
         retry_at.isoformat(),
     )
-    return FireOutcome(instance_id, wait_id, "failed", error=error, retry_at=retry_at)
+    return FireOutcome(instance_id, wait_id, FireStatus.FAILED, error=error, retry_at=retry_at)
 
 
 def _fire_start_timer(
@@ -284,7 +306,7 @@ def _fire_start_timer(
         with store._tx() as conn:
             row = conn.execute(select(start_timers).where(where).with_for_update()).first()
             if row is None:
-                return FireOutcome(claim_id, node_id, "skipped")
+                return FireOutcome(claim_id, node_id, FireStatus.SKIPPED)
             instance_id = start_instance_id(key, row.version, node_id, row.due_at)
             applied = store.start_in(
                 conn,
@@ -294,16 +316,22 @@ def _fire_start_timer(
                 now=now,
                 version=row.version,
             )
-            _arm_next(conn, row, where, now)
+            definition, _ = store.definition(key, row.version, conn=conn)
+            node = definition.nodes.get(node_id)
+            _arm_next(conn, row, where, now, node.event.timer if node is not None else None)
     except Exception as exc:
         return _settle_failure(store, claim_id, node_id, claim_token, now, exc)
     log_raised_incidents(applied)
     log.info("start timer %s/%s v%d started instance %s", key, node_id, row.version, instance_id)
-    return FireOutcome(claim_id, node_id, "fired", applied)
+    return FireOutcome(claim_id, node_id, FireStatus.FIRED, applied)
 
 
-def _arm_next(conn: Connection, row: Any, where: Any, now: datetime) -> None:
-    """The next repetition of a cycle, unclaimed and fresh; a one-shot timer is done."""
+def _arm_next(
+    conn: Connection, row: Any, where: Any, now: datetime, spec: TimerSpec | None
+) -> None:
+    """The next repetition of a cycle, unclaimed and fresh; a one-shot timer is done.
+
+    ``spec`` (the start event's timer) lets a cron cycle follow its own calendar."""
     last = row.cycle_remaining is not None and row.cycle_remaining <= 0
     if row.interval_seconds is None or last:
         conn.execute(delete(start_timers).where(where))
@@ -312,7 +340,7 @@ def _arm_next(conn: Connection, row: Any, where: Any, now: datetime) -> None:
         update(start_timers)
         .where(where)
         .values(
-            due_at=next_cycle_due(row.due_at, row.interval_seconds, now),
+            due_at=next_cycle_due(row.due_at, row.interval_seconds, now, spec=spec),
             cycle_remaining=None if row.cycle_remaining is None else row.cycle_remaining - 1,
             claimed_until=None,
             claim_token=None,

@@ -9,6 +9,7 @@ and the plain string otherwise (``--var name=Ada``).
 from __future__ import annotations
 
 import json
+import os
 import sys
 import tempfile
 from typing import Any
@@ -16,6 +17,9 @@ from typing import Any
 import click
 
 from engine_core.errors import DormantError, InvalidVariables
+from tasks.cli_operations import register as register_operations
+from tasks.display import emit as _emit
+from tasks.display import output_options as _output
 
 __all__ = ["cli", "main", "parse_vars"]
 
@@ -31,6 +35,11 @@ def parse_vars(pairs: tuple[str, ...]) -> dict[str, Any]:
             out[name] = json.loads(raw)
         except ValueError:
             out[name] = raw
+        except RecursionError:
+            raise InvalidVariables(
+                f"--var {name[:60]}: the value is nested too deep to read "
+                "(DORMANT_MAX_VARIABLES_DEPTH)"
+            ) from None
     return out
 
 
@@ -43,28 +52,6 @@ def _client() -> Any:
 _var = click.option(
     "--var", "vars_", multiple=True, metavar="K=V", help="a variable (JSON value or string)"
 )
-
-
-def _output(command: Any) -> Any:
-    """``--format auto|table|tsv|json`` and ``--json`` (see tasks/display.py)."""
-    command = click.option("--json", "as_json", is_flag=True, help="a JSON array")(command)
-    return click.option(
-        "--format",
-        "fmt",
-        type=click.Choice(["auto", "table", "tsv", "json"]),
-        default="auto",
-        show_default=True,
-        help="auto: a table on a terminal, tab-separated lines when piped",
-    )(command)
-
-
-def _emit(rows: Any, columns: Any, fmt: str, as_json: bool, as_dict: Any, empty: str) -> None:
-    from tasks.display import pick_format, render
-
-    picked = pick_format(fmt, as_json, sys.stdout)
-    text = render(list(rows), columns, picked, as_dict, empty=empty)
-    if text:
-        click.echo(text)
 
 
 def _now() -> Any:
@@ -191,16 +178,57 @@ def instances() -> None:
 
 
 @instances.command("list")
-@click.option("--status", default=None)
+@click.option(
+    "--status", default=None, help="active, active_incidents, completed, terminated, failed"
+)
 @click.option("--process", "key", default=None, metavar="KEY", help="only this process's")
+@click.option("--version", type=int, default=None, help="only this version (with --process)")
+@click.option("--business-key", default=None)
+@click.option("--has-incident", is_flag=True, help="only instances with an open incident")
+@click.option("--node", "waiting_at", default=None, metavar="NODE", help="a token is at NODE")
+@click.option(
+    "--started-after", default=None, metavar="WHEN", help="ISO time, or an age: 2h, 30m, 1d"
+)
+@click.option("--started-before", default=None, metavar="WHEN", help="ISO time, or an age")
+@click.option("--limit", type=click.IntRange(1, 10000), default=100, show_default=True)
+@click.option("--after", "cursor", default=None, metavar="CURSOR", help="the next page")
 @_output
-def instances_list(status: str | None, key: str | None, fmt: str, as_json: bool) -> None:
-    """Instances, oldest first: id, process and version, status, business key, ages."""
-    from tasks.display import instance_columns, instance_summary
+def instances_list(
+    status: str | None,
+    key: str | None,
+    version: int | None,
+    business_key: str | None,
+    has_incident: bool,
+    waiting_at: str | None,
+    started_after: str | None,
+    started_before: str | None,
+    limit: int,
+    cursor: str | None,
+    fmt: str,
+    as_json: bool,
+) -> None:
+    """Instances, newest first, filtered as the console filters them."""
+    from persistence.console_queries import ConsoleQueries, InstanceFilter
+    from tasks.display import instance_columns, instance_summary, when
 
-    columns = instance_columns(_now())
-    views = _client().instances(status=status, key=key)
-    _emit(views, columns, fmt, as_json, instance_summary, "no instances")
+    now = _now()
+    page = ConsoleQueries(_client()._store.engine).instance_page(
+        InstanceFilter(
+            key=key,
+            version=version,
+            status=status,
+            business_key=business_key,
+            has_open_incident=has_incident,
+            waiting_at=waiting_at,
+            started_from=when(started_after, now, "--started-after"),
+            started_to=when(started_before, now, "--started-before"),
+        ),
+        cursor,
+        limit,
+    )
+    _emit(page.rows, instance_columns(now), fmt, as_json, instance_summary, "no instances")
+    if page.next_cursor:
+        click.echo(f"more: add --after {page.next_cursor}", err=True)
 
 
 @instances.command("show")
@@ -210,41 +238,22 @@ def instances_show(instance_id: str, as_json: bool) -> None:
     """One instance: status, where each token is and what it waits for, incidents, variables."""
     from engine_core.errors import UnknownInstance
     from engine_core.views import to_dict
-    from tasks.display import duration, instance_lines
+    from tasks import inbox
+    from tasks.display import instance_lines, queued
 
-    client = _client()
-    now = _now()
+    client, now = _client(), _now()
     try:
         view = client.instance(instance_id)
     except UnknownInstance:
-        from tasks import inbox
-
         queued_at = inbox.queued_start(client._store.engine, instance_id)
         if queued_at is None:
             raise
-        if as_json:
-            click.echo(
-                json.dumps(
-                    {"id": instance_id, "status": "queued", "queued_at": queued_at.isoformat()}
-                )
-            )
-        else:
-            click.echo(
-                f"{instance_id}  queued: no worker has applied its start yet "
-                f"(sent {duration((now - queued_at).total_seconds())} ago)"
-            )
+        click.echo(queued(instance_id, queued_at, now, as_json))
         return
     if as_json:
         click.echo(json.dumps(to_dict(view), indent=2, sort_keys=True))
         return
     click.echo("\n".join(instance_lines(view, now)))
-
-
-@instances.command("cancel")
-@click.argument("instance_id")
-def instances_cancel(instance_id: str) -> None:
-    _client().cancel(instance_id)
-    click.echo(f"cancelling {instance_id}")
 
 
 # -- incidents -----------------------------------------------------------------------
@@ -291,18 +300,56 @@ def incidents_show(incident_id: str) -> None:
     click.echo(json.dumps(to_dict(_client().incident(incident_id)), indent=2, sort_keys=True))
 
 
-def _incident_op(op: str) -> None:
-    @incidents.command(op)
-    @click.argument("incident_id")
-    def command(incident_id: str) -> None:
-        getattr(_client(), f"{op}_incident")(incident_id)
-        click.echo(f"{op} {incident_id}")
-
-    command.__doc__ = f"{op.capitalize()} incident INCIDENT_ID."
+# cancel, suspend, resume, migrate, set-variables, modify; incident retry/resolve/drop
+# (one or in bulk); the batches group.
+register_operations(cli, instances, incidents)
 
 
-for _op in ("retry", "resolve", "drop"):
-    _incident_op(_op)
+# -- failed triggers -----------------------------------------------------------------
+
+
+@cli.group()
+def triggers() -> None:
+    """Failed triggers: kept when they could not be applied; list, retry, drop."""
+
+
+@triggers.command("list")
+@click.option("--failed", is_flag=True, default=True, help="the failed ones (the only kind kept)")
+@click.option("--instance", "instance_id", default=None, help="only this instance's")
+@_output
+def triggers_list(failed: bool, instance_id: str | None, fmt: str, as_json: bool) -> None:
+    """Failed triggers, oldest failure first: id, instance, task, error, attempts."""
+    from engine_core.views import to_dict
+    from tasks.display import failed_trigger_columns
+
+    views = _client().failed_triggers(instance_id)
+    _emit(views, failed_trigger_columns(_now()), fmt, as_json, to_dict, "no failed triggers")
+
+
+@triggers.command("show")
+@click.argument("failed_id")
+def triggers_show(failed_id: str) -> None:
+    """Every field as JSON, the whole body included."""
+    from engine_core.views import to_dict
+
+    view = _client()._store.failed_trigger(failed_id)
+    click.echo(json.dumps(to_dict(view), indent=2, sort_keys=True))
+
+
+@triggers.command("retry")
+@click.argument("failed_id")
+def triggers_retry(failed_id: str) -> None:
+    """Send failed trigger FAILED_ID again (same trigger id: idempotent)."""
+    _client().retry_trigger(failed_id)
+    click.echo(f"retry {failed_id}")
+
+
+@triggers.command("drop")
+@click.argument("failed_id")
+def triggers_drop(failed_id: str) -> None:
+    """Delete failed trigger FAILED_ID for good (the instance's history records it)."""
+    _client().drop_trigger(failed_id)
+    click.echo(f"drop {failed_id}")
 
 
 # -- processes: worker, beat, dev, demo ----------------------------------------------
@@ -312,6 +359,19 @@ def _ensure_database() -> None:
     from tasks.app import ensure_database
 
     ensure_database()
+
+
+def _stop_promptly_on_sigterm() -> None:
+    """Make SIGTERM a cold shutdown with a grace period (``REMAP_SIGTERM=SIGQUIT``).
+
+    Celery's SIGTERM is a warm shutdown that waits for running tasks with no bound: a
+    trigger stuck on a lock kept ``dormant worker`` and ``dormant dev`` alive until a
+    SIGKILL. Cold, the worker waits ``DORMANT_WORKER_SHUTDOWN_TIMEOUT_SECONDS``
+    (``worker_soft_shutdown_timeout``), then stops what still runs without acknowledging
+    it (acks late), so the broker delivers it again. billiard reads the variable when
+    it is first imported, so this runs before anything imports Celery's worker.
+    """
+    os.environ.setdefault("REMAP_SIGTERM", "SIGQUIT")
 
 
 def _serve_metrics(port: int | None, host: str) -> None:
@@ -353,7 +413,7 @@ _metrics_host = click.option(
 @cli.command()
 @click.option("--include", "includes", multiple=True, help="a module with your job tasks")
 @click.option("--concurrency", type=int, default=None)
-@click.option("--queues", default=None, help="comma-separated queues (default: dormant)")
+@click.option("--queues", default=None, help="comma-separated queues (default: dormant,celery)")
 @_metrics_port
 @_metrics_host
 @click.option("--events", "-E", is_flag=True, help="send task events (Flower's task list)")
@@ -370,15 +430,16 @@ def worker(
     pool: str | None,
 ) -> None:
     """Run a worker: trigger tasks and the jobs of --include modules."""
+    _stop_promptly_on_sigterm()
     _serve_metrics(metrics_port, metrics_host)
     _ensure_database()
-    from tasks.app import app
+    from tasks.app import WORKER_QUEUES, app
 
     argv = [
         "worker",
         f"--loglevel={loglevel}",
         "-Q",
-        queues or "dormant",
+        queues or WORKER_QUEUES,
         "--without-mingle",
         "--without-gossip",
     ]
@@ -417,17 +478,20 @@ def dev(
     loglevel: str,
 ) -> None:
     """Worker and beat in one process (embedded SQLite + broker unless URLs are set)."""
+    _stop_promptly_on_sigterm()
     _serve_metrics(metrics_port, metrics_host)
     _ensure_database()
-    from tasks.app import app
+    from tasks.app import WORKER_QUEUES, app
 
     schedule = tempfile.mkdtemp(prefix="dormant-beat-") + "/schedule"
     argv = [
         "worker",
         f"--loglevel={loglevel}",
         "-Q",
-        "dormant",
-        "--pool=threads",
+        WORKER_QUEUES,
+        # prefork, not threads: Celery enforces the trigger time limits and stops a
+        # running task at shutdown only in pool processes (a thread cannot be stopped).
+        "--pool=prefork",
         f"--concurrency={concurrency}",
         "--beat",
         f"--schedule={schedule}",

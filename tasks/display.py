@@ -27,13 +27,17 @@ __all__ = [
     "describe_wait",
     "due_in",
     "duration",
+    "emit",
     "incident_columns",
     "instance_columns",
     "instance_lines",
     "instance_summary",
+    "output_options",
     "pick_format",
+    "queued",
     "render",
     "task_columns",
+    "when",
 ]
 
 T = TypeVar("T")
@@ -48,6 +52,37 @@ class Column:
     header: str
     human: Callable[[Any], str]
     plain: Callable[[Any], str] | None = None
+
+
+def output_options(command: Any) -> Any:
+    """A list command's ``--format auto|table|tsv|json`` and ``--json``."""
+    import click
+
+    command = click.option("--json", "as_json", is_flag=True, help="a JSON array")(command)
+    return click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(FORMATS),
+        default="auto",
+        show_default=True,
+        help="auto: a table on a terminal, tab-separated lines when piped",
+    )(command)
+
+
+def emit(
+    rows: Any,
+    columns: Sequence[Column],
+    fmt: str,
+    as_json: bool,
+    as_dict: Callable[[Any], dict[str, Any]],
+    empty: str,
+) -> None:
+    """Print ``rows`` to stdout in the format picked for it (nothing for an empty TSV)."""
+    import click
+
+    text = render(list(rows), columns, pick_format(fmt, as_json, sys.stdout), as_dict, empty=empty)
+    if text:
+        click.echo(text)
 
 
 def pick_format(fmt: str, as_json: bool, stream: Any = None) -> str:
@@ -169,18 +204,33 @@ def task_columns(now: datetime) -> list[Column]:
     ]
 
 
+def _status(view: Any) -> str:
+    """The status, and ``flagged`` when triggers for it are kept as failed triggers."""
+    failed = getattr(view, "failed_triggers", 0)
+    return f"{view.status} (flagged: {failed} failed)" if failed else str(view.status)
+
+
 def instance_columns(now: datetime) -> list[Column]:
     return [
         Column("ID", lambda i: i.id),
         Column("PROCESS", lambda i: f"{i.key} v{i.version}"),
-        Column("STATUS", lambda i: i.status),
+        Column("STATUS", _status),
         Column("BUSINESS KEY", lambda i: i.business_key or ""),
         Column("STARTED", lambda i: ago(i.created_at, now), lambda i: iso(i.created_at)),
         Column("UPDATED", lambda i: ago(i.updated_at, now), lambda i: iso(i.updated_at)),
     ]
 
 
-_SUMMARY_FIELDS = ("id", "key", "version", "status", "business_key", "created_at", "updated_at")
+_SUMMARY_FIELDS = (
+    "id",
+    "key",
+    "version",
+    "status",
+    "business_key",
+    "created_at",
+    "updated_at",
+    "failed_triggers",
+)
 
 
 def instance_summary(row: Any) -> dict[str, Any]:
@@ -204,6 +254,18 @@ def incident_columns(now: datetime) -> list[Column]:
     ]
 
 
+def failed_trigger_columns(now: datetime) -> list[Column]:
+    return [
+        Column("FAILED TRIGGER", lambda f: f.id),
+        Column("INSTANCE", lambda f: f.instance_id or "-"),
+        Column("TASK", lambda f: f.task),
+        Column("ERROR", lambda f: f.error_class),
+        Column("ATTEMPTS", lambda f: str(f.attempts)),
+        Column("LAST FAILED", lambda f: ago(f.last_at, now), lambda f: iso(f.last_at)),
+        Column("WHY", lambda f: f.error[:120], lambda f: f.error),
+    ]
+
+
 def instance_lines(view: Any, now: datetime) -> list[str]:
     """``dormant instances show``: the instance, each live token and what it waits for
     in words, its incidents, its variables."""
@@ -214,6 +276,8 @@ def instance_lines(view: Any, now: datetime) -> list[str]:
     lines.append(f"started {ago(view.created_at, now)}, updated {ago(view.updated_at, now)}{ended}")
     if view.parent_instance_id:
         lines.append(f"parent instance: {view.parent_instance_id}")
+    if getattr(view, "suspended", False):
+        lines.append(f"suspended: {view.held} trigger(s) held for the resume")
     by_token: dict[str | None, list[Any]] = {}
     for w in view.waits:
         by_token.setdefault(w.token_id, []).append(w)
@@ -231,5 +295,43 @@ def instance_lines(view: Any, now: datetime) -> list[str]:
             f"  incident {inc.id} at {inc.node_id}: {inc.state}, attempt {inc.attempts}, "
             f"last failed {ago(inc.last_at, now)}{retry} ({inc.cause_class}: {inc.cause})"
         )
+    if getattr(view, "failed_triggers", 0):
+        lines.append(
+            f"  flagged: {view.failed_triggers} failed trigger(s); "
+            f"`dormant triggers list --failed --instance {view.id}`"
+        )
     lines.append(f"  variables: {json.dumps(view.variables, sort_keys=True)}")
     return lines
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def when(text: str | None, now: datetime, option: str) -> datetime | None:
+    """``2h`` (that long ago), or an ISO 8601 time (UTC unless it names a zone)."""
+    from datetime import UTC, timedelta
+
+    from engine_core.errors import InvalidOperation
+
+    if text is None:
+        return None
+    raw = text.strip()
+    if raw[:-1].isdigit() and raw[-1:] in _UNITS:
+        return now - timedelta(seconds=int(raw[:-1]) * _UNITS[raw[-1]])
+    try:
+        at = datetime.fromisoformat(raw)
+    except ValueError:
+        raise InvalidOperation(
+            f"{option} {text!r} is neither an ISO time (2026-12-01T09:00) nor an age (2h)"
+        ) from None
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+
+
+def queued(instance_id: str, queued_at: datetime, now: datetime, as_json: bool) -> str:
+    """What ``instances show`` says of an instance whose start is still in the inbox."""
+    if as_json:
+        return json.dumps({"id": instance_id, "status": "queued", "queued_at": iso(queued_at)})
+    return (
+        f"{instance_id}  queued: no worker has applied its start yet "
+        f"(sent {duration((now - queued_at).total_seconds())} ago)"
+    )

@@ -44,6 +44,7 @@ __all__ = [
     "DatabaseCollector",
     "applied_of",
     "asgi_app",
+    "console_route",
     "job_dispatched",
     "job_failed",
     "observe_trigger",
@@ -146,20 +147,16 @@ def outcome_of(result: Any) -> str:
     return "stale" if applied else "none"
 
 
-_EXCEPTION_OUTCOMES = (
-    ("OperationalError", "retry"),  # transient: the task retries
-)
-
-
 def _outcome_of_exception(exc: BaseException) -> str:
+    """The shell's own mapping (tasks/triggers.py), seen from outside it."""
+    from sqlalchemy.exc import OperationalError
+
     from engine_core.errors import DormantError
 
     if isinstance(exc, DormantError):
         return "refused"
-    names = {cls.__name__ for cls in type(exc).__mro__}
-    for name, outcome in _EXCEPTION_OUTCOMES:
-        if name in names:
-            return outcome
+    if isinstance(exc, OperationalError):
+        return "retry"
     return "error"
 
 
@@ -425,6 +422,24 @@ class _Forward(Collector):
 def serve(port: int, host: str = "0.0.0.0", database_url: str | None = None) -> None:
     """Serve ``/metrics`` on ``host:port`` from a daemon thread (the worker's parent)."""
     start_http_server(port, addr=host, registry=registry(database_url))
+
+
+def console_route(database_url: str | None = None) -> Any:
+    """The console's ``/metrics`` (a Starlette route): the scrape's database read runs
+    in a thread, off the console's event loop."""
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+    from starlette.concurrency import run_in_threadpool
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    served = registry(database_url)
+
+    async def metrics(request: Request) -> Response:
+        body = await run_in_threadpool(generate_latest, served)
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
+
+    return Route("/metrics", metrics)
 
 
 def asgi_app(database_url: str | None = None) -> Any:

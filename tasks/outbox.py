@@ -9,23 +9,35 @@ older versions), and the Store drops a trigger id it has already applied; jobs c
 their own idempotency key (``instance:wait:attempt``). Never the bare row id: SQLite
 reuses the id of a deleted row.
 
-Only routing lives here: which task, which routing key, which trigger. No BPMN.
+Only routing lives here: which task, which routing key, which trigger, by the type of
+the effect the row holds (``engine_core.effects.parse_effect``). No BPMN: even the
+trigger a child's end sends its parent is the core's (``calls.parent_trigger``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from engine_core.triggers import (
-    ChildCompleted,
-    ChildFailed,
-    Continue,
-    MessageReceived,
-    parse_trigger,
+from engine_core.calls import parent_trigger
+from engine_core.effects import (
+    CancelChild,
+    ContinueInstance,
+    DeliverBuffered,
+    DispatchJob,
+    NotifyParent,
+    StartChild,
+    ThrowMessage,
+    ThrowSignal,
+    parse_effect,
 )
+from engine_core.errors import StoredDataError
+from engine_core.triggers import Continue, Trigger
+from persistence import clock, job_pause
 from tasks.app import publish, store
+from tasks.jobs import dispatch
 
 __all__ = ["HEADER_OUTBOX", "consumed", "publish_ids", "publish_row", "trigger_id_for"]
 
@@ -46,7 +58,7 @@ HEADER_OUTBOX = "dormant_outbox"
 
 
 def _apply_trigger(
-    instance_id: str, trigger: Any, trigger_id: str, headers: dict[str, Any]
+    instance_id: str, trigger: Trigger, trigger_id: str, headers: dict[str, Any]
 ) -> None:
     publish(
         "dormant.apply_trigger",
@@ -60,54 +72,48 @@ def _apply_trigger(
     )
 
 
-def _dispatch_job(p: dict[str, Any], tid: str, headers: dict[str, Any]) -> None:
-    from tasks.jobs import dispatch
-
-    dispatch(p)
+def _dispatch_job(job: DispatchJob, tid: str, headers: dict[str, Any]) -> None:
+    dispatch(dataclasses.asdict(job))
 
 
-def _throw_message(p: dict[str, Any], tid: str, headers: dict[str, Any]) -> None:
+def _throw_message(m: ThrowMessage, tid: str, headers: dict[str, Any]) -> None:
     publish(
         "dormant.message",
-        f"message.{p['name']}",
+        f"message.{m.name}",
         {
-            "name": p["name"],
-            "correlation_key": p.get("correlation_key"),
-            "variables": p.get("variables") or {},
-            "message_id": p.get("message_id") or tid,
-            "ttl": p.get("ttl_seconds"),
+            "name": m.name,
+            "correlation_key": m.correlation_key,
+            "variables": m.variables,
+            "message_id": m.message_id or tid,
+            "ttl": m.ttl_seconds,
         },
         headers=headers,
     )
 
 
-def _throw_signal(p: dict[str, Any], tid: str, headers: dict[str, Any]) -> None:
+def _throw_signal(s: ThrowSignal, tid: str, headers: dict[str, Any]) -> None:
     publish(
         "dormant.signal",
-        f"signal.{p['name']}",
-        {
-            "name": p["name"],
-            "variables": p.get("variables") or {},
-            "signal_id": p.get("signal_id") or tid,
-        },
+        f"signal.{s.name}",
+        {"name": s.name, "variables": s.variables, "signal_id": s.signal_id or tid},
         headers=headers,
     )
 
 
-def _start_child(p: dict[str, Any], tid: str, headers: dict[str, Any]) -> None:
-    tagged = {"version_tag": p["version_tag"]} if p.get("version_tag") else {}
+def _start_child(c: StartChild, tid: str, headers: dict[str, Any]) -> None:
+    tagged = {"version_tag": c.version_tag} if c.version_tag else {}
     publish(
         "dormant.start",
         "trigger.start",
         {
             **tagged,
-            "key": p["process_key"],
-            "instance_id": p["child_instance_id"],
-            "variables": p.get("variables") or {},
+            "key": c.process_key,
+            "instance_id": c.child_instance_id,
+            "variables": c.variables,
             "parent": {
-                "instance_id": p["parent_instance_id"],
-                "wait_id": p["parent_wait_id"],
-                "root_instance_id": p["root_instance_id"],
+                "instance_id": c.parent_instance_id,
+                "wait_id": c.parent_wait_id,
+                "root_instance_id": c.root_instance_id,
             },
             "trigger_id": tid,
         },
@@ -115,59 +121,39 @@ def _start_child(p: dict[str, Any], tid: str, headers: dict[str, Any]) -> None:
     )
 
 
-def _cancel_child(p: dict[str, Any], tid: str, headers: dict[str, Any]) -> None:
+def _cancel_child(c: CancelChild, tid: str, headers: dict[str, Any]) -> None:
     publish(
         "dormant.cancel",
         "trigger.cancel",
-        {"instance_id": p["child_instance_id"], "trigger_id": tid},
+        {"instance_id": c.child_instance_id, "trigger_id": tid},
         headers=headers,
     )
 
 
-def _notify_parent(p: dict[str, Any], tid: str, headers: dict[str, Any]) -> None:
-    trigger: Any
-    if p.get("completed"):
-        trigger = ChildCompleted(wait_id=p["wait_id"], variables=p.get("variables") or {})
-    else:
-        trigger = ChildFailed(
-            wait_id=p["wait_id"],
-            error=p.get("error") or "child instance failed",
-            error_class=p.get("error_class") or "ChildFailed",
-            error_code=p.get("error_code"),
-        )
-    _apply_trigger(p["parent_instance_id"], trigger, tid, headers)
+def _notify_parent(n: NotifyParent, tid: str, headers: dict[str, Any]) -> None:
+    _apply_trigger(n.parent_instance_id, parent_trigger(n), tid, headers)
 
 
-def _continue_instance(p: dict[str, Any], tid: str, headers: dict[str, Any]) -> None:
+def _continue_instance(d: ContinueInstance, tid: str, headers: dict[str, Any]) -> None:
     """A step stopped at its budget: the rest of its work is this follow-up trigger."""
-    _apply_trigger(p["instance_id"], Continue(), tid, headers)
+    _apply_trigger(d.instance_id, Continue(), tid, headers)
 
 
-def _deliver_buffered(p: dict[str, Any], tid: str, headers: dict[str, Any]) -> None:
+def _deliver_buffered(d: DeliverBuffered, tid: str, headers: dict[str, Any]) -> None:
     """A buffered message consumed by a new subscription: the Store wrote the trigger."""
-    if "trigger" in p:
-        trigger: Any = parse_trigger(p["trigger"])
-    else:
-        trigger = MessageReceived(
-            wait_id=p["wait_id"],
-            name=p["name"],
-            correlation_key=p.get("correlation_key"),
-            variables=p.get("variables") or {},
-            message_id=p.get("message_id"),
-        )
-    _apply_trigger(p["instance_id"], trigger, p.get("trigger_id") or tid, headers)
+    _apply_trigger(d.instance_id, d.trigger, tid, headers)
 
 
-# outbox kind (the effect's class name) -> publisher
-PUBLISHERS: dict[str, Callable[[dict[str, Any], str, dict[str, Any]], None]] = {
-    "DispatchJob": _dispatch_job,
-    "ThrowMessage": _throw_message,
-    "ThrowSignal": _throw_signal,
-    "StartChild": _start_child,
-    "CancelChild": _cancel_child,
-    "NotifyParent": _notify_parent,
-    "ContinueInstance": _continue_instance,
-    "DeliverBuffered": _deliver_buffered,
+# the effect's type -> its publisher
+PUBLISHERS: dict[type, Callable[[Any, str, dict[str, Any]], None]] = {
+    DispatchJob: _dispatch_job,
+    ThrowMessage: _throw_message,
+    ThrowSignal: _throw_signal,
+    StartChild: _start_child,
+    CancelChild: _cancel_child,
+    NotifyParent: _notify_parent,
+    ContinueInstance: _continue_instance,
+    DeliverBuffered: _deliver_buffered,
 }
 
 
@@ -180,16 +166,30 @@ def publish_row(row: Any) -> None:
     it again if the broker lost it, so no follow-up is lost with a broker's memory.
     """
     row_id, kind, payload = _field(row, "id"), _field(row, "kind"), _field(row, "payload")
-    publisher = PUBLISHERS.get(kind)
-    if publisher is None:
+    try:
+        effect = parse_effect(kind, payload)
+    except StoredDataError as exc:
         # A newer dormant wrote a kind this one does not know: leave it for that one.
-        log.error("outbox row %s has unknown kind %r; left unpublished", row_id, kind)
+        log.error("outbox row %s left unpublished: %s", row_id, exc)
+        return
+    if kind == "DispatchJob" and _held_by_a_pause(int(row_id), str(payload.get("job_type"))):
         return
     tid = payload.get("trigger_id") or trigger_id_for(row_id)
-    follow_up = kind != "DispatchJob"
+    follow_up = not isinstance(effect, DispatchJob)
     headers = {HEADER_OUTBOX: {"id": row_id, "trigger_id": tid}} if follow_up else {}
-    publisher(dict(payload), tid, headers)
+    PUBLISHERS[type(effect)](effect, tid, headers)
     store().mark_published(row_id, until_consumed=follow_up)
+
+
+def _held_by_a_pause(row_id: int, job_type: str) -> bool:
+    """A job of a paused type is held, not sent (persistence/job_pause.py)."""
+    engine = store().engine
+    if not job_pause.is_paused(engine, job_type):
+        return False
+    outcome = job_pause.hold(engine, row_id, job_type, clock.now())
+    if outcome != "not paused":
+        log.info("job of paused type %s held (outbox row %s: %s)", job_type, row_id, outcome)
+    return outcome != "not paused"
 
 
 def consumed(request: Any) -> None:

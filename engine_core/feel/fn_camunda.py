@@ -27,7 +27,7 @@ from decimal import (
 from typing import Any
 
 from engine_core.errors import ExpressionError
-from engine_core.feel import limits
+from engine_core.feel import limits, ops
 from engine_core.feel.builtins import builtin
 from engine_core.feel.far import FarMoment
 from engine_core.feel.fn_scalars import _rounded, context_merge, context_put, to_string
@@ -166,8 +166,10 @@ def from_json_text(value: Any) -> Any:
 
 @builtin("uuid")
 def uuid_() -> Any:
-    """Needs the caller's id source (``evaluate(..., ids=...)``): the core makes no ids of
-    its own, as it reads no clock. Wired in the compiler, like ``now()``."""
+    """``uuid()`` as a call is answered in the compiler from the evaluation's id source
+    (``evaluate(..., ids=...)``, or ``id_source``: in a model, the engine's name-based
+    ids, ``feel.ids``), like ``now()`` from its clock; this entry only makes the name
+    known, and is null when passed around as a function value."""
     return None
 
 
@@ -191,8 +193,6 @@ def overlaps_after(a: Any, b: Any) -> Any:
 
 
 def _lt(a: Any, b: Any) -> bool:
-    from engine_core.feel import ops
-
     r = ops.less(a, b)
     if r is None:
         raise ValueError("not comparable")
@@ -200,6 +200,4 @@ def _lt(a: Any, b: Any) -> bool:
 
 
 def _eq(a: Any, b: Any) -> bool:
-    from engine_core.feel import ops
-
     return ops.equal(a, b) is True

@@ -34,12 +34,13 @@ from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from engine_core.errors import DormantError, InvalidOperation, UnknownInstance
+from engine_core.views import instance_view
 from persistence.console_queries import ConsoleQueries, IncidentFilter, InstanceFilter
 from tasks.console import presenters
 from tasks.console.config import ConsoleConfig
 from tasks.console.security import AccessLog, authenticated, csrf_ok, csrf_token, sign_in
 
-__all__ = ["create_app"]
+__all__ = ["create_app", "instance_reads"]
 
 HERE = Path(__file__).resolve().parent
 STATUSES = ("active", "active_incidents", "completed", "terminated", "failed")
@@ -212,7 +213,7 @@ def instance_list(request: Request) -> Response:
         page = _queries(request).instance_page(filters, _opt(request, "after"))
     except DormantError as exc:
         error = f"error: {exc}"
-    keys = sorted({p.key for p in _queries(request).processes()})
+    keys = _queries(request).process_keys()
     return _render(
         request,
         "instances.html",
@@ -234,40 +235,39 @@ def _next_qs(request: Request, cursor: str | None) -> str | None:
     return first + ("&" if "?" in first else "?") + urlencode([("after", cursor)])
 
 
+def instance_reads(q: ConsoleQueries, instance_id: str) -> dict[str, Any]:
+    """Everything the instance page shows, read once (UnknownInstance if there is none):
+    one checkpoint decoded, its facts, its children, its model's XML."""
+    checkpoint, history, children = q.instance_bundle(instance_id)
+    return {
+        "view": instance_view(checkpoint),
+        "cp": checkpoint,
+        "scopes": presenters.scopes(checkpoint),
+        "overlays": {k: v.as_json() for k, v in presenters.overlays(checkpoint, history).items()},
+        "waits": [(w, presenters.describe_wait(w)) for w in checkpoint.waits.values()],
+        "history": history,
+        "children": children,
+        "diagram": q.definition_source(checkpoint.process_key, checkpoint.version) or "",
+        "ended": checkpoint.status.value in _ENDED,
+    }
+
+
 def instance_page(request: Request) -> Response:
     instance_id = request.path_params["instance_id"]
-    store = _client(request)._store
     try:
-        checkpoint = store.checkpoint(instance_id)
+        reads = instance_reads(_queries(request), instance_id)
     except UnknownInstance as exc:
         return _render(request, "error.html", message=f"error: {exc}", status_code=404)
-    history = store.history(instance_id)
-    q = _queries(request)
-    view = store.instance(instance_id)
-    return _render(
-        request,
-        "instance.html",
-        view=view,
-        cp=checkpoint,
-        scopes=presenters.scopes(checkpoint),
-        overlays={k: v.as_json() for k, v in presenters.overlays(checkpoint, history).items()},
-        waits=[(w, presenters.describe_wait(w)) for w in checkpoint.waits.values()],
-        history=history,
-        children=q.children(instance_id),
-        diagram=q.definition_source(checkpoint.process_key, checkpoint.version) or "",
-        ended=checkpoint.status.value in _ENDED,
-    )
+    return _render(request, "instance.html", **reads)
 
 
 def instance_state(request: Request) -> Response:
     """The small JSON the instance page polls: no variable values in it."""
     instance_id = request.path_params["instance_id"]
-    store = _client(request)._store
     try:
-        checkpoint = store.checkpoint(instance_id)
+        checkpoint, history, _ = _queries(request).instance_bundle(instance_id)
     except UnknownInstance as exc:
         return JSONResponse({"error": str(exc)}, status_code=404)
-    history = store.history(instance_id)
     return JSONResponse(
         {
             "id": checkpoint.instance_id,
@@ -303,7 +303,7 @@ def incident_list(request: Request) -> Response:
         error=error,
         state=state or "",
         states=INCIDENT_STATES,
-        keys=sorted({p.key for p in q.processes()}),
+        keys=q.process_keys(),
         cause_classes=q.cause_classes(),
         params=request.query_params,
         next_qs=_next_qs(request, page.next_cursor if page else None),

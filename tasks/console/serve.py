@@ -26,7 +26,9 @@ def serve(*, host: str, port: int, read_only: bool, root_path: str = "") -> None
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    app = create_app(config)
+    from tasks.metrics import console_route
+
+    app = create_app(config, extra_routes=[console_route()])  # Prometheus: docs/metrics.md
     mode = "read-only" if read_only else "actions enabled"
     auth = "credentials required for actions" if config.has_credentials else "no sign-in (loopback)"
     logging.getLogger("dormant.console").info(

@@ -6,7 +6,9 @@ Every step is checked the way the shell relies on it:
 * a changed step bumps ``revision`` by exactly one; a stale one returns the very
   checkpoint it got, ``changed`` False;
 * the new checkpoint survives ``decode(encode(cp))`` unchanged, and the run goes on
-  from the DECODED copy, so anything the JSON form loses shows up as a failing test.
+  from the DECODED copy, so anything the JSON form loses shows up as a failing test;
+* the trigger travels as JSON too (``parse_trigger(trigger.model_dump_json())``), as
+  it does in a Celery message or the inbox, and the core applies the parsed copy.
 
     run = Run(definition)
     run.start(amount=10)
@@ -41,6 +43,7 @@ from engine_core.triggers import (
     TaskCompleted,
     TimerFired,
     Trigger,
+    parse_trigger,
 )
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
@@ -76,8 +79,10 @@ class Run:
     def send(self, trigger: Trigger, *, at: datetime | None = None) -> Step:
         if at is not None:
             self.now = at
+        wire = parse_trigger(trigger.model_dump_json())
+        assert wire == trigger, "the trigger lost data in JSON"
         before = encode(self.cp)
-        step = apply(self.defn, self.cp, trigger, now=self.now, services=self.services)
+        step = apply(self.defn, self.cp, wire, now=self.now, services=self.services)
         assert encode(self.cp) == before, "apply mutated the checkpoint it was given"
         if step.changed:
             assert step.checkpoint.revision == self.cp.revision + 1

@@ -3,15 +3,18 @@ and the child's side (it fails instead of raising an incident, and notifies its 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 
 from engine_core.builder import ProcessBuilder, error
 from engine_core.effects import CancelChild, NotifyParent, StartChild
-from engine_core.model import IoMapping
+from engine_core.model import IoMapping, ProcessDefinition
 from tests.core.enginekit import Run
 
 
-def caller(**fields):
+def caller(**fields: Any) -> ProcessDefinition:
     b = ProcessBuilder("parent")
     b.start_event("s").call_activity("call", "child", **fields).user_task("after").end_event("e")
     b.sequence("s", "call", "after", "e")
@@ -103,6 +106,7 @@ def test_cancelling_the_parent_withdraws_the_call_wait_and_cancels_the_child() -
     run = Run(caller(), instance_id="p-1")
     run.start()
     child = run.wait("call").child_instance_id
+    assert child is not None
     step = run.cancel()
     assert run.effects_of(CancelChild, step) == [CancelChild(child)]
     assert run.cp.waits == {} and run.status == "terminated"
@@ -113,7 +117,7 @@ def test_cancelling_the_parent_withdraws_the_call_wait_and_cancels_the_child() -
 PARENT = {"instance_id": "p-1", "wait_id": "w3", "root_instance_id": "p-1"}
 
 
-def child_def(build):
+def child_def(build: Callable[[ProcessBuilder], object]) -> ProcessDefinition:
     b = ProcessBuilder("child")
     b.start_event("s")
     build(b)
@@ -177,6 +181,7 @@ def test_interrupting_boundary_on_the_call_activity_cancels_the_child() -> None:
     run = Run(b.build(), instance_id="p-1")
     run.start()
     child = run.wait("call", "call").child_instance_id
+    assert child is not None
     step = run.fire("late")
     assert run.effects_of(CancelChild, step) == [CancelChild(child)]
     assert run.token_nodes() == ["chase:waiting"]

@@ -17,12 +17,13 @@ from engine_core.builder import (
     timer,
 )
 from engine_core.effects import ThrowMessage
+from engine_core.model import EventDefinition, ProcessDefinition
 from tests.core.enginekit import Run
 
 # -- errors caught by boundaries -------------------------------------------------------
 
 
-def job_with_error_boundaries(*boundaries):
+def job_with_error_boundaries(*boundaries: tuple[str, str | None]) -> ProcessDefinition:
     b = ProcessBuilder("p")
     b.start_event("s").service_task("job", job_type="j").end_event("e")
     b.sequence("s", "job", "e")
@@ -42,7 +43,9 @@ def job_with_error_boundaries(*boundaries):
     ],
     ids=["by-code", "catch-all", "specific-beats-catch-all", "falls-to-catch-all"],
 )
-def test_error_caught_by_boundary(boundaries, code, caught_by) -> None:
+def test_error_caught_by_boundary(
+    boundaries: list[tuple[str, str | None]], code: str, caught_by: str
+) -> None:
     run = Run(job_with_error_boundaries(*boundaries))
     run.start()
     run.throw_from_job("job", code, why="stock")
@@ -71,7 +74,7 @@ def test_error_end_event_in_sub_process_caught_by_its_boundary() -> None:
     assert run.status == "active" and run.cp.incidents == {}
 
 
-def error_event_sub(interrupting_scope_task: bool = True):
+def error_event_sub(interrupting_scope_task: bool = True) -> ProcessDefinition:
     b = ProcessBuilder("p")
     b.start_event("s").parallel_gateway("f")
     b.service_task("job", job_type="j").end_event("e")
@@ -97,7 +100,7 @@ def test_error_caught_by_event_sub_process_interrupts_the_scope() -> None:
 # -- escalation ------------------------------------------------------------------------
 
 
-def escalating_sub(interrupting: bool, code: str | None = "ESC"):
+def escalating_sub(interrupting: bool, code: str | None = "ESC") -> ProcessDefinition:
     b = ProcessBuilder("p")
     b.start_event("s")
     with b.sub_process("sub"):
@@ -134,7 +137,7 @@ def test_uncaught_escalation_continues() -> None:
 # -- compensation ----------------------------------------------------------------------
 
 
-def compensable(throw_event, *, end: bool = False):
+def compensable(throw_event: EventDefinition, *, end: bool = False) -> ProcessDefinition:
     """book_hotel, book_flight (each with a compensation handler), then a throw."""
     b = ProcessBuilder("p")
     b.start_event("s")
@@ -212,7 +215,7 @@ def test_failed_then_retried_activity_enters_the_ledger_once() -> None:
 # -- inclusive gateway -----------------------------------------------------------------
 
 
-def inclusive():
+def inclusive() -> ProcessDefinition:
     b = ProcessBuilder("p")
     b.start_event("s").inclusive_gateway("fork", default="to_c")
     b.user_task("a").user_task("b").user_task("c")
@@ -244,7 +247,9 @@ def test_inclusive_fork_and_join(x: int, branches: list[str]) -> None:
 # -- event sub-processes ---------------------------------------------------------------
 
 
-def with_event_sub(start_event, *, interrupting: bool, inside_sub: bool = False):
+def with_event_sub(
+    start_event: EventDefinition, *, interrupting: bool, inside_sub: bool = False
+) -> ProcessDefinition:
     b = ProcessBuilder("p")
     b.start_event("s")
 

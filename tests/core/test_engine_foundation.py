@@ -13,11 +13,10 @@ from engine_core.checkpoint import (
     CURRENT_SCHEMA,
     Checkpoint,
     InstanceStatus,
-    WaitKind,
     decode,
     encode,
 )
-from engine_core.effects import DispatchJob, Step
+from engine_core.effects import DispatchJob
 from engine_core.engine import apply, new_checkpoint
 from engine_core.errors import CheckpointTooNew, CorruptCheckpoint, InvalidOperation
 from engine_core.model import ProcessDefinition, TimerKind
@@ -28,40 +27,18 @@ from engine_core.triggers import (
     Start,
     TaskCompleted,
     TimerFired,
-    Trigger,
-    parse_trigger,
 )
+from tests.core.enginekit import Run
 
 T0 = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
 
 
-class Run:
-    """Drives one instance; every step goes through encode/decode like the Store does."""
-
-    def __init__(self, definition: ProcessDefinition, variables: dict[str, Any] | None = None):
-        self.definition = definition
-        self.now = T0
-        self.cp = new_checkpoint(definition, "inst-1", 1, self.now)
-        self.last = self.apply(Start(variables=variables or {}))
-
-    def apply(self, trigger: Trigger, at: datetime | None = None) -> Step:
-        self.now = at or self.now
-        wire = parse_trigger(trigger.model_dump_json())  # triggers travel as JSON too
-        step = apply(self.definition, self.cp, wire, now=self.now)
-        if step.changed:
-            assert step.checkpoint.revision == self.cp.revision + 1
-        self.cp = decode(json.loads(json.dumps(encode(step.checkpoint))))
-        self.last = step
-        return step
-
-    def wait(self, kind: WaitKind) -> str:
-        waits = [w for w in self.cp.waits.values() if w.kind is kind]
-        assert len(waits) == 1, f"expected one {kind} wait, have {list(self.cp.waits.values())}"
-        return waits[0].id
-
-    @property
-    def variables(self) -> dict[str, Any]:
-        return self.cp.scopes["s0"].variables if "s0" in self.cp.scopes else {}
+def started(definition: ProcessDefinition, variables: dict[str, Any] | None = None) -> Run:
+    """An instance of ``definition``, started with ``variables`` (enginekit.Run checks
+    every step: no mutation, revision + 1, checkpoint and trigger through JSON)."""
+    run = Run(definition, instance_id="inst-1", now=T0)
+    run.start(variables)
+    return run
 
 
 def single(build: Any) -> ProcessDefinition:
@@ -71,7 +48,7 @@ def single(build: Any) -> ProcessDefinition:
 
 
 def test_none_start_to_none_end_completes_at_once() -> None:
-    run = Run(single(lambda b: b.start_event("s").end_event("e").sequence("s", "e")), {"a": 1})
+    run = started(single(lambda b: b.start_event("s").end_event("e").sequence("s", "e")), {"a": 1})
     assert run.cp.status is InstanceStatus.COMPLETED
     assert run.cp.tokens == {} and run.cp.waits == {}
     assert run.variables == {"a": 1}
@@ -87,12 +64,12 @@ def test_user_task_waits_then_completes_with_variables() -> None:
             .sequence("s", "review", "e")
         )
     )
-    run = Run(d, {"owner": "ann"})
-    wait = run.cp.waits[run.wait(WaitKind.USER_TASK)]
+    run = started(d, {"owner": "ann"})
+    wait = run.cp.waits[run.wait(kind="user_task").id]
     assert (wait.node_id, wait.task_name, wait.assignee) == ("review", "Review", "ann")
     assert run.cp.status is InstanceStatus.ACTIVE
-    run.apply(TaskCompleted(wait_id=wait.id, variables={"approved": True}))
-    assert run.cp.status is InstanceStatus.COMPLETED
+    run.send(TaskCompleted(wait_id=wait.id, variables={"approved": True}))
+    assert run.status == "completed"
     assert run.variables["approved"] is True
 
 
@@ -105,13 +82,13 @@ def test_service_task_dispatches_a_job_and_merges_its_result() -> None:
             .sequence("s", "charge", "e")
         )
     )
-    run = Run(d, {"amount": 10})
+    run = started(d, {"amount": 10})
     (job,) = run.last.effects
     assert isinstance(job, DispatchJob)
     assert (job.job_type, job.attempt, job.variables) == ("charge-card", 1, {"amount": 10})
     assert job.idempotency_key == f"inst-1:{job.wait_id}:1"
     assert run.cp.waits[job.wait_id].retries_left == 4
-    run.apply(JobCompleted(wait_id=job.wait_id, variables={"receipt": "r-1"}))
+    run.send(JobCompleted(wait_id=job.wait_id, variables={"receipt": "r-1"}))
     assert run.cp.status is InstanceStatus.COMPLETED
     assert run.variables == {"amount": 10, "receipt": "r-1"}
 
@@ -125,7 +102,7 @@ def test_job_type_as_expression() -> None:
             .sequence("s", "t", "e")
         )
     )
-    run = Run(d, {"kind": "x"})
+    run = started(d, {"kind": "x"})
     assert isinstance(run.last.effects[0], DispatchJob)
     assert run.last.effects[0].job_type == "job-x"
 
@@ -139,10 +116,10 @@ def test_result_of_an_earlier_attempt_is_stale() -> None:
             .sequence("s", "t", "e")
         )
     )
-    run = Run(d)
-    wait_id = run.wait(WaitKind.JOB)
+    run = started(d)
+    wait_id = run.wait(kind="job").id
     before = run.cp
-    step = run.apply(JobCompleted(wait_id=wait_id, attempt=2))
+    step = run.send(JobCompleted(wait_id=wait_id, attempt=2))
     assert step.changed is False and step.facts[0].kind == "Stale"
     assert run.cp == before
 
@@ -156,7 +133,7 @@ def test_script_task_evaluates_feel_into_its_result_variable() -> None:
             .sequence("s", "sum", "e")
         )
     )
-    run = Run(d, {"a": 2, "b": 3})
+    run = started(d, {"a": 2, "b": 3})
     assert run.variables["total"] == 5
     assert run.cp.status is InstanceStatus.COMPLETED
 
@@ -177,7 +154,7 @@ def test_exclusive_gateway_takes_first_true_condition_else_default(
         b.sequence("big", "e1")
         b.sequence("small", "e2")
 
-    run = Run(single(build), {"amount": amount})
+    run = started(single(build), {"amount": amount})
     (wait,) = run.cp.waits.values()
     assert wait.node_id == expected_task
 
@@ -188,7 +165,7 @@ def test_exclusive_gateway_with_no_flow_to_take_raises_an_incident() -> None:
         b.sequence("s", "gw")
         b.flow("gw", "e", condition="=x = 1")
 
-    run = Run(single(build), {"x": 2})
+    run = started(single(build), {"x": 2})
     assert run.cp.status is InstanceStatus.ACTIVE_INCIDENTS
     (incident,) = run.cp.incidents.values()
     assert incident.node_id == "gw" and incident.cause_class == "NoFlowTaken"
@@ -205,16 +182,16 @@ def test_parallel_gateway_forks_and_joins_one_token_per_flow() -> None:
         b.flow("b", "join")
         b.sequence("join", "e")
 
-    run = Run(single(build))
+    run = started(single(build))
     tasks = {w.node_id: w.id for w in run.cp.waits.values()}
     assert set(tasks) == {"a", "b"}
     forked = next(t for t in run.cp.tokens.values() if t.node_id == "b")
     assert len(forked.lineage) == 1
-    run.apply(TaskCompleted(wait_id=tasks["a"]))
+    run.send(TaskCompleted(wait_id=tasks["a"]))
     assert run.cp.status is InstanceStatus.ACTIVE
     assert [t.node_id for t in run.cp.tokens.values()].count("join") == 1
-    run.apply(TaskCompleted(wait_id=tasks["b"]))
-    assert run.cp.status is InstanceStatus.COMPLETED
+    run.send(TaskCompleted(wait_id=tasks["b"]))
+    assert run.status == "completed"
 
 
 def test_timer_catch_records_an_absolute_deadline_and_fires_once_due() -> None:
@@ -226,12 +203,12 @@ def test_timer_catch_records_an_absolute_deadline_and_fires_once_due() -> None:
             .sequence("s", "t", "e")
         )
     )
-    run = Run(d)
-    wait = run.cp.waits[run.wait(WaitKind.TIMER)]
+    run = started(d)
+    wait = run.cp.waits[run.wait(kind="timer").id]
     assert wait.due_at == T0 + timedelta(minutes=5)
-    early = run.apply(TimerFired(wait_id=wait.id), at=T0 + timedelta(minutes=4))
+    early = run.send(TimerFired(wait_id=wait.id), at=T0 + timedelta(minutes=4))
     assert early.changed is False
-    run.apply(TimerFired(wait_id=wait.id), at=T0 + timedelta(minutes=5))
+    run.send(TimerFired(wait_id=wait.id), at=T0 + timedelta(minutes=5))
     assert run.cp.status is InstanceStatus.COMPLETED
 
 
@@ -244,7 +221,7 @@ def test_timer_date_and_expression() -> None:
             .sequence("s", "t", "e")
         )
     )
-    run = Run(d, {"deadline": "2026-12-01T10:00:00Z"})
+    run = started(d, {"deadline": "2026-12-01T10:00:00Z"})
     (wait,) = run.cp.waits.values()
     assert wait.due_at == datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
 
@@ -258,14 +235,14 @@ def test_message_catch_correlates_by_key_and_binds_payload() -> None:
             .sequence("s", "pay", "e")
         )
     )
-    run = Run(d, {"orderId": 42})
-    wait = run.cp.waits[run.wait(WaitKind.MESSAGE)]
+    run = started(d, {"orderId": 42})
+    wait = run.cp.waits[run.wait(kind="message").id]
     assert (wait.message_name, wait.correlation_key) == ("payment-received", "42")
-    other = run.apply(
+    other = run.send(
         MessageReceived(wait_id=wait.id, name="payment-received", correlation_key="43")
     )
     assert other.changed is False
-    run.apply(
+    run.send(
         MessageReceived(
             wait_id=wait.id, name="payment-received", correlation_key="42", variables={"paid": 1}
         )
@@ -282,7 +259,7 @@ def test_null_correlation_key_is_an_incident_at_the_catch() -> None:
             .sequence("s", "pay", "e")
         )
     )
-    run = Run(d)
+    run = started(d)
     (incident,) = run.cp.incidents.values()
     assert incident.node_id == "pay" and "correlation key" in incident.cause
     assert run.cp.waits == {}
@@ -313,15 +290,15 @@ def test_terminate_end_ends_every_other_token() -> None:
         b.flow("fork", "kill")
         b.sequence("slow", "e")
 
-    run = Run(single(build))
+    run = started(single(build))
     assert run.cp.status is InstanceStatus.COMPLETED
     assert run.cp.waits == {} and run.cp.tokens == {}
 
 
 def test_cancel_withdraws_everything_and_a_second_cancel_is_refused() -> None:
     d = single(lambda b: b.start_event("s").user_task("t").end_event("e").sequence("s", "t", "e"))
-    run = Run(d)
-    run.apply(Cancel())
+    run = started(d)
+    run.send(Cancel())
     assert run.cp.status is InstanceStatus.TERMINATED and run.cp.waits == {}
     with pytest.raises(InvalidOperation, match="terminated"):
         apply(d, run.cp, Cancel(), now=T0)
@@ -329,18 +306,18 @@ def test_cancel_withdraws_everything_and_a_second_cancel_is_refused() -> None:
 
 def test_a_trigger_after_the_end_is_stale() -> None:
     d = single(lambda b: b.start_event("s").user_task("t").end_event("e").sequence("s", "t", "e"))
-    run = Run(d)
-    wait_id = run.wait(WaitKind.USER_TASK)
-    run.apply(TaskCompleted(wait_id=wait_id))
-    again = run.apply(TaskCompleted(wait_id=wait_id))
+    run = started(d)
+    wait_id = run.wait(kind="user_task").id
+    run.send(TaskCompleted(wait_id=wait_id))
+    again = run.send(TaskCompleted(wait_id=wait_id))
     assert again.changed is False
 
 
 def test_apply_does_not_mutate_its_input() -> None:
     d = single(lambda b: b.start_event("s").user_task("t").end_event("e").sequence("s", "t", "e"))
-    run = Run(d)
+    run = started(d)
     before = run.cp.model_copy(deep=True)
-    apply(d, run.cp, TaskCompleted(wait_id=run.wait(WaitKind.USER_TASK)), now=T0)
+    apply(d, run.cp, TaskCompleted(wait_id=run.wait(kind="user_task").id), now=T0)
     assert run.cp == before
 
 
@@ -356,7 +333,7 @@ def test_checkpoint_round_trips_through_json() -> None:
             .sequence("s", "t", "e")
         )
     )
-    run = Run(d, {"nested": {"list": [1, 2.5, None, "x"]}})
+    run = started(d, {"nested": {"list": [1, 2.5, None, "x"]}})
     raw = json.dumps(encode(run.cp))
     assert decode(raw) == run.cp
     assert json.loads(raw)["schema"] == CURRENT_SCHEMA
@@ -378,8 +355,8 @@ def test_checkpoint_schema_is_an_upper_bound() -> None:
 def test_facts_never_carry_variable_values() -> None:
     d = single(lambda b: b.start_event("s").user_task("t").end_event("e").sequence("s", "t", "e"))
     secret = "4111-1111-1111-1111"
-    run = Run(d, {"card": secret})
-    run.apply(TaskCompleted(wait_id=run.wait(WaitKind.USER_TASK), variables={"pin": secret}))
+    run = started(d, {"card": secret})
+    run.send(TaskCompleted(wait_id=run.wait(kind="user_task").id, variables={"pin": secret}))
     assert secret not in json.dumps([f.details for f in run.last.facts])
 
 
@@ -393,10 +370,10 @@ def test_hydrated_and_dehydrated_facts_every_trigger() -> None:
             .sequence("s", "t", "w", "e")
         )
     )
-    run = Run(d)
+    run = started(d)
     facts = {f.kind: f.details for f in run.last.facts}
     assert facts["Dehydrated"] == {"waits": 1, "user_task": 1}
-    run.apply(TaskCompleted(wait_id=run.wait(WaitKind.USER_TASK)))
+    run.send(TaskCompleted(wait_id=run.wait(kind="user_task").id))
     facts = {f.kind: f.details for f in run.last.facts}
     assert facts["Hydrated"]["trigger"] == "task_completed"
     assert facts["Hydrated"]["outcome"] == "continued"

@@ -6,7 +6,9 @@ actions (retry, resolve, drop) and scheduled retries are triggers like any other
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -15,12 +17,14 @@ from engine_core.checkpoint import encode
 from engine_core.effects import DispatchJob
 from engine_core.engine import Services
 from engine_core.errors import InvalidModel, InvalidOperation, UnknownIncident
-from engine_core.model import IoMapping, RetryPolicy
+from engine_core.model import IoMapping, ProcessDefinition, RetryPolicy
 from engine_core.triggers import IncidentDrop, IncidentResolve, IncidentRetry, TimerFired
 from tests.core.enginekit import T0, Run
 
 
-def with_sibling(build_failing, **fields):
+def with_sibling(
+    build_failing: Callable[[ProcessBuilder], None], **fields: Any
+) -> ProcessDefinition:
     """fork -> [failing branch built by ``build_failing``] + [user task ``side``]."""
     b = ProcessBuilder("p")
     b.start_event("s").parallel_gateway("fork")
@@ -32,7 +36,7 @@ def with_sibling(build_failing, **fields):
     return b.build()
 
 
-def job_branch(retries: str = "3", **fields):
+def job_branch(retries: str = "3", **fields: Any) -> Callable[[ProcessBuilder], None]:
     def build(b: ProcessBuilder) -> None:
         b.service_task("bad", job_type="charge", job_retries=retries, **fields)
         b.end_event("bad_end")
@@ -150,7 +154,9 @@ def _output_mapping_branch(b: ProcessBuilder) -> None:
     ("branch", "where"),
     [(_mapping_branch, "mapping to 'v'"), (_output_mapping_branch, "mapping to 'out'")],
 )
-def test_a_mapping_that_is_not_feel_is_refused_at_deploy(branch, where) -> None:
+def test_a_mapping_that_is_not_feel_is_refused_at_deploy(
+    branch: Callable[[ProcessBuilder], None], where: str
+) -> None:
     """Camunda 8 refuses a model whose expression does not parse; so do we, naming
     the element, the expression and the position, before any instance trips on it."""
     expected = rf"element 'bad': the {where} is not valid FEEL.*at position"
@@ -171,7 +177,9 @@ def test_a_mapping_that_is_not_feel_is_refused_at_deploy(branch, where) -> None:
         "null-correlation-key",
     ],
 )
-def test_expression_failure_opens_incident_siblings_run(branch, vars_, cause_class) -> None:
+def test_expression_failure_opens_incident_siblings_run(
+    branch: Callable[[ProcessBuilder], None], vars_: dict[str, Any], cause_class: str
+) -> None:
     run = Run(with_sibling(branch))
     run.start(vars_)
     incident = run.incident("bad")
@@ -216,7 +224,7 @@ def test_uncaught_error_end_event_fails_the_instance() -> None:
 # -- retry, resolve, drop (T-7, T-9, T-10, T-14) ---------------------------------------
 
 
-def failing_script(**fields):
+def failing_script(**fields: Any) -> Callable[[ProcessBuilder], None]:
     """A script whose expression fails until ``fix`` is set."""
 
     def build(b: ProcessBuilder) -> None:
@@ -309,7 +317,9 @@ def test_drop_dead_letters_and_the_instance_never_completes_past_it() -> None:
 
 
 @pytest.mark.parametrize("op", [IncidentRetry, IncidentResolve, IncidentDrop])
-def test_unknown_or_closed_incident_is_refused_and_nothing_changes(op) -> None:
+def test_unknown_or_closed_incident_is_refused_and_nothing_changes(
+    op: type[IncidentRetry | IncidentResolve | IncidentDrop],
+) -> None:
     run = Run(with_sibling(job_branch("1")))
     run.start()
     run.fail_job("bad")
@@ -354,7 +364,7 @@ def test_retry_policy_schedules_a_deadline_that_fires_the_retry(where: str) -> N
     assert not run.waits("bad", "retry"), "the policy is spent: no more deadlines"
 
 
-def _failing_condition_fields(b: ProcessBuilder, **fields) -> None:
+def _failing_condition_fields(b: ProcessBuilder, **fields: Any) -> None:
     b.exclusive_gateway("bad", **fields)
     b.user_task("after").end_event("x")
     b.flow("bad", "after", condition="=fix")
@@ -384,7 +394,7 @@ def test_manual_retry_withdraws_the_scheduled_one() -> None:
 # -- boundaries across an open incident (T-11) -----------------------------------------
 
 
-def boundary_over_job(interrupting: bool):
+def boundary_over_job(interrupting: bool) -> ProcessDefinition:
     b = ProcessBuilder("p")
     b.start_event("s").service_task("bad", job_type="charge", job_retries="1").end_event("e")
     b.boundary_event(

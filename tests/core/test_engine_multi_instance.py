@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from engine_core.builder import ProcessBuilder, timer
-from engine_core.effects import DispatchJob
-from engine_core.model import LoopSpec
+from engine_core.checkpoint import Wait
+from engine_core.effects import DispatchJob, Step
+from engine_core.model import LoopSpec, ProcessDefinition
 from tests.core.enginekit import Run
 
 
-def mi_task(sequential: bool, **loop):
+def mi_task(sequential: bool, **loop: Any) -> ProcessDefinition:
     b = ProcessBuilder("p")
     spec = LoopSpec(sequential=sequential, **loop)
     b.start_event("s").service_task("each", job_type="ship", loop=spec).user_task(
@@ -28,16 +31,18 @@ ITEMS = {
 }
 
 
-def jobs_by_item(run: Run) -> dict:
+def jobs_by_item(run: Run) -> dict[Any, Wait]:
     """Open job waits, by the inner instance's input element."""
-    out = {}
+    out: dict[Any, Wait] = {}
     for wait in run.waits("each", "job"):
+        assert wait.token_id is not None
         token = run.cp.tokens[wait.token_id]
+        assert token.inner_scope is not None
         out[run.cp.scopes[token.inner_scope].variables["item"]] = wait
     return out
 
 
-def complete(run: Run, wait, **variables):
+def complete(run: Run, wait: Wait, **variables: Any) -> Step:
     from engine_core.triggers import JobCompleted
 
     return run.send(JobCompleted(wait_id=wait.id, attempt=wait.attempt, variables=variables))
@@ -163,7 +168,7 @@ def test_sequential_waits_behind_an_incident() -> None:
     assert run.status == "active"
 
 
-def mi_sub(sequential: bool):
+def mi_sub(sequential: bool) -> ProcessDefinition:
     b = ProcessBuilder("p")
     spec = LoopSpec(
         sequential=sequential,
@@ -191,7 +196,7 @@ def test_multi_instance_sub_process(sequential: bool) -> None:
     while run.waits("inner"):
         wait = run.waits("inner")[-1]
         order.append(
-            run.cp.scopes[run.cp.tokens[wait.token_id].scope_id].variables.get("item")
+            run.cp.scopes[run.cp.tokens[str(wait.token_id)].scope_id].variables.get("item")
             if not sequential
             else None
         )

@@ -7,21 +7,29 @@ Every checkpoint is round-tripped through JSON between triggers (``enginekit.Run
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 
 from engine_core.builder import ProcessBuilder, message, signal, timer
 from engine_core.checkpoint import encode
 from engine_core.effects import ThrowSignal
-from engine_core.model import TimerKind
-from engine_core.triggers import MessageReceived, SignalReceived, TaskCompleted, TimerFired
+from engine_core.model import EventDefinition, ProcessDefinition, TimerKind
+from engine_core.triggers import (
+    MessageReceived,
+    SignalReceived,
+    TaskCompleted,
+    TimerFired,
+    Trigger,
+)
 from tests.core.enginekit import T0, Run
 
 # -- boundary timers on a user task ------------------------------------------------------
 
 
-def approval(boundary_event, *, interrupting: bool = True, sibling: bool = False):
+def approval(
+    boundary_event: EventDefinition, *, interrupting: bool = True, sibling: bool = False
+) -> ProcessDefinition:
     """approve (user task) with a boundary ``late`` -> escalate (user task) -> end."""
     b = ProcessBuilder("approval")
     b.start_event("s")
@@ -50,7 +58,9 @@ def approval(boundary_event, *, interrupting: bool = True, sibling: bool = False
     ],
     ids=["duration", "duration-expression", "date", "cycle"],
 )
-def test_boundary_timer_is_armed_with_its_absolute_deadline(spec, due) -> None:
+def test_boundary_timer_is_armed_with_its_absolute_deadline(
+    spec: EventDefinition, due: datetime
+) -> None:
     run = Run(approval(spec))
     run.start({"hours": 5})
     arm = run.wait("late", "timer")
@@ -187,7 +197,7 @@ def test_message_boundary_with_wrong_key_is_stale() -> None:
 # -- boundaries on an embedded sub-process ---------------------------------------------
 
 
-def sub_with_boundary(spec, interrupting: bool = True):
+def sub_with_boundary(spec: EventDefinition, interrupting: bool = True) -> ProcessDefinition:
     b = ProcessBuilder("p")
     b.start_event("s")
     with b.sub_process("sub"):
@@ -269,7 +279,7 @@ def test_signal_throw_emits_effect_and_catch_waits() -> None:
 # -- event-based gateway ---------------------------------------------------------------
 
 
-def ebg(*arms):
+def ebg(*arms: tuple[str, EventDefinition]) -> ProcessDefinition:
     b = ProcessBuilder("p")
     b.start_event("s").event_based_gateway("g")
     b.sequence("s", "g")
@@ -304,11 +314,12 @@ def test_event_based_gateway_first_wins_others_withdrawn(winner: str) -> None:
     for node, wait in arms.items():
         if node == winner:
             continue
-        trig = {
+        triggers: dict[str, Trigger] = {
             "t": TimerFired(wait_id=wait.id),
             "m": MessageReceived(wait_id=wait.id, name="pay", correlation_key="7"),
             "sig": SignalReceived(wait_id=wait.id, name="abort"),
-        }[node]
+        }
+        trig = triggers[node]
         revision = run.cp.revision
         assert run.send(trig, at=run.now + timedelta(hours=3)).changed is False
         assert run.cp.revision == revision

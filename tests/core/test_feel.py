@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import timeit
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Any
@@ -389,7 +388,9 @@ def test_to_json(value: Any, expected: Any) -> None:
 
 def test_parse_duration_gives_types_the_engine_can_add() -> None:
     start = datetime(2024, 1, 31, 12)
-    assert start + parse_duration("PT5M") == datetime(2024, 1, 31, 12, 5)
+    minutes = parse_duration("PT5M")
+    assert isinstance(minutes, timedelta)
+    assert start + minutes == datetime(2024, 1, 31, 12, 5)
     ym = parse_duration("P1M")
     assert isinstance(ym, YearsMonthsDuration)
     assert ym.add_to(start) == datetime(2024, 2, 29, 12)
@@ -397,11 +398,11 @@ def test_parse_duration_gives_types_the_engine_can_add() -> None:
         parse_duration("5 minutes")
 
 
-def test_compile_is_cached_and_fast() -> None:
+def test_compile_is_cached() -> None:
+    # Its speed is measured in bench/, not asserted here: a test run under coverage
+    # (or on a busy machine) is several times slower, and no test asserts a timing.
     assert compile_expression("a + b > 3") is compile_expression("a + b > 3")
-    compiled = compile_expression("a + b > 3")
-    per_call = timeit.timeit(lambda: compiled.evaluate({"a": 1, "b": 3}), number=2000) / 2000
-    assert per_call < 50e-6, f"{per_call * 1e6:.1f} µs per evaluation"
+    assert compile_expression("a + b > 3").evaluate({"a": 1, "b": 3}) is True
 
 
 def test_exported_members() -> None:

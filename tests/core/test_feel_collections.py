@@ -6,6 +6,7 @@ not Python's, and compare the hashed result with a pairwise reference on mixed d
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, date, datetime, time, timedelta, timezone
 from decimal import Decimal
 from typing import Any
@@ -75,7 +76,7 @@ def reference_distinct(items: list[Any]) -> list[Any]:
 
 
 def mixed(n: int) -> list[Any]:
-    kinds = [
+    kinds: list[Callable[[int], Any]] = [
         lambda i: Decimal(i % 13),
         lambda i: Decimal(f"{i % 13}.0"),
         lambda i: f"s{i % 5}",

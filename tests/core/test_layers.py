@@ -85,6 +85,8 @@ CORE_TIERS: list[set[str]] = [
         "transitions",
         "wake",
         "views",
+        "job_types",
+        "inputs",
         "xml_input",
     },
     # readers: BPMN XML and code-first models into definitions
@@ -106,6 +108,9 @@ CORE_TIERS: list[set[str]] = [
         "multi_instance",
         "nodes",
         "wakes",
+        # operator actions (suspend/resume, set variables, modify) and migration
+        "migration",
+        "operations",
     },
     # the entry point and the package's public names
     {"engine", ""},

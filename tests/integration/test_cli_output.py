@@ -162,3 +162,40 @@ def test_the_words_for_times_and_waits() -> None:
     assert pick_format("auto", False, SimpleNamespace(isatty=lambda: True)) == "table"
     assert pick_format("auto", False, SimpleNamespace(isatty=lambda: False)) == "tsv"
     assert pick_format("table", True, None) == "json"
+
+
+def test_instances_list_filters_as_the_console_does(env: dict[str, str]) -> None:
+    from persistence.store import Store
+
+    a_retried_charge(env)
+    store = Store(env["DORMANT_DATABASE_URL"])
+    try:
+        store.deploy(linear("cli-fail", job("x")), clock.now())
+        store.start("cli-fail", "fail-1", {}, now=clock.now())
+        (wait,) = store.instance("fail-1").waits
+        store.apply("fail-1", JobFailed(wait_id=wait.id, attempt=1, error="no"), clock.now())
+    finally:
+        store.close()
+
+    def ids(*args: str) -> list[str]:
+        return [line.split("\t")[0] for line in run(env, "instances", "list", *args).splitlines()]
+
+    # newest first; pay-1 and approve-1 started at the same instant: then by id, descending
+    newest_first = ["fail-1", "pay-1", "approve-1"]
+    assert ids() == newest_first
+    assert ids("--process", "cli-pay", "--version", "1") == ["pay-1"]
+    assert ids("--process", "cli-pay", "--version", "2") == []
+    assert ids("--status", "active_incidents") == ["fail-1"]
+    assert ids("--has-incident") == ["fail-1"]
+    assert ids("--business-key", "order-7") == ["pay-1"]
+    assert ids("--node", "n1", "--process", "cli-approve") == ["approve-1"]
+    assert ids("--node", "nowhere") == []
+    assert ids("--started-after", "1h") == newest_first
+    assert ids("--started-before", "1h") == []
+    assert ids("--started-after", "2020-01-01T00:00") == newest_first
+    first = CliRunner().invoke(cli, ["instances", "list", "--limit", "2"], env=env)
+    assert [line.split("\t")[0] for line in first.stdout.splitlines()] == newest_first[:2]
+    cursor = first.stderr.strip().split("--after ")[1]
+    assert ids("--limit", "2", "--after", cursor) == newest_first[2:]
+    bad = CliRunner().invoke(cli, ["instances", "list", "--started-after", "soon"], env=env)
+    assert "--started-after 'soon' is neither an ISO time" in str(bad.exception)

@@ -205,3 +205,34 @@ def test_deadline_inbox_and_outbox_backlogs_rise_while_beat_is_away_then_drain(
     assert metered.value("dormant_timer_lateness_seconds_count") > lateness_before
     # the timer fired late by the time beat was away: at least a second
     assert metered.value("dormant_timer_lateness_seconds_bucket", le="0.5") <= lateness_before
+
+
+def test_the_console_serves_the_same_families(metered: Metered, tmp_path: Path) -> None:
+    from tests.integration.console.kit import console_proc
+
+    c = metered.stack.client
+    c.deploy(linear("m-console", job("test-fail")))
+    console = console_proc(metered.stack, auth=False)
+    with console.http() as http:
+
+        def scrape() -> dict[Sample, float]:
+            response = http.get("/metrics")
+            assert response.status_code == 200, response.text
+            return {
+                (s.name, frozenset(s.labels.items())): s.value
+                for f in text_string_to_metric_families(response.text)
+                for s in f.samples
+            }
+
+        key = ("dormant_incidents_open", frozenset({"process": "m-console", "node": "n1"}.items()))
+        assert scrape()[("dormant_database_up", frozenset())] == 1
+        assert scrape().get(key, 0) == 0
+        iid = c.start("m-console")
+        metered.stack.wait_status(iid, "active_incidents")
+        assert scrape()[key] == 1
+        families = {name for name, _ in scrape()}
+        assert {
+            "dormant_deadlines_due",
+            "dormant_inbox_backlog",
+            "dormant_outbox_backlog",
+        } <= families

@@ -1,0 +1,224 @@
+"""The Client's operations on running instances (mixed into ``tasks.client.Client``).
+
+Same door as the rest of the Client: what can be checked is checked before anything is
+written (an ended instance, a suspend of a suspended one, variables that are not JSON,
+a migration plan that does not fit), then the trigger goes through the inbox. Bulk
+operations write a batch (persistence/batches.py) and enqueue its runner.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from engine_core.errors import InvalidOperation, InvalidVariables
+from engine_core.migration import problems
+from engine_core.views import InstanceView
+from persistence import batches, job_pause
+from persistence.batches import BatchItemView, BatchView
+from persistence.selection import INCIDENT_OPERATIONS, Selector, Target
+from persistence.settings import Settings
+from persistence.store import Store
+
+__all__ = ["Operations"]
+
+_ENDED = ("completed", "terminated", "failed")
+
+
+class Operations:
+    """Suspend, resume, set variables, migrate, modify; in bulk; and the batches."""
+
+    _store: Store
+    settings: Settings
+
+    def _send(self, task: str, routing_key: str, kwargs: dict[str, Any]) -> str:
+        raise NotImplementedError  # pragma: no cover - the Client's
+
+    def instance(self, instance_id: str) -> InstanceView:
+        raise NotImplementedError  # pragma: no cover - the Client's
+
+    def _running(self, instance_id: str, what: str) -> InstanceView:
+        view = self.instance(instance_id)
+        if view.status in _ENDED:
+            raise InvalidOperation(
+                f"instance {instance_id} ({view.key} v{view.version}) is {view.status}; "
+                f"nothing to {what}"
+            )
+        return view
+
+    # -- one instance --------------------------------------------------------------
+
+    def suspend(self, instance_id: str) -> None:
+        """Hold the instance's triggers (and timers) until ``resume``."""
+        if self._running(instance_id, "suspend").suspended:
+            raise InvalidOperation(f"instance {instance_id} is already suspended")
+        self._send("dormant.suspend", "trigger.suspend", {"instance_id": instance_id})
+
+    def resume(self, instance_id: str) -> None:
+        """Apply the held triggers in arrival order; due timers fire once."""
+        if not self._running(instance_id, "resume").suspended:
+            raise InvalidOperation(f"instance {instance_id} is not suspended; nothing to resume")
+        self._send("dormant.resume", "trigger.resume", {"instance_id": instance_id})
+
+    def set_variables(
+        self,
+        instance_id: str,
+        variables: Mapping[str, Any] | None = None,
+        unset: Iterable[str] = (),
+        *,
+        scope: str = "s0",
+        retry_incidents: bool = False,
+    ) -> None:
+        """Set or remove variables in ``scope`` (a scope id or a sub-process node id),
+        validated as a start's are; ``retry_incidents`` retries the open incidents after."""
+        kwargs = _variables_params(variables, unset, scope, retry_incidents)
+        self._running(instance_id, "change")
+        self._send(
+            "dormant.set_variables", "trigger.set_variables", {"instance_id": instance_id} | kwargs
+        )
+
+    def migration_problems(
+        self, instance_id: str, version: int, mapping: Mapping[str, str] | None = None
+    ) -> list[str]:
+        """Why the instance cannot move to ``version`` (empty: the plan fits). Read-only."""
+        cp = self._store.checkpoint(instance_id)
+        source, _ = self._store.definition(cp.process_key, cp.version)
+        target, _ = self._store.definition(cp.process_key, version)
+        return problems(source, target, cp, dict(mapping or {}), version)
+
+    def migrate(
+        self, instance_id: str, version: int, mapping: Mapping[str, str] | None = None
+    ) -> None:
+        """Move the instance to ``version``; the plan is checked first (and again under
+        the instance lock), and refused with every reason."""
+        self._running(instance_id, "migrate")
+        found = self.migration_problems(instance_id, version, mapping)
+        if found:
+            raise InvalidOperation(
+                f"instance {instance_id} cannot move to v{version}: " + "; ".join(found)
+            )
+        self._send(
+            "dormant.migrate",
+            "trigger.migrate",
+            {"instance_id": instance_id, "version": version, "mapping": dict(mapping or {})},
+        )
+
+    def modify(
+        self, instance_id: str, cancel_nodes: Iterable[str] = (), start_before: Iterable[str] = ()
+    ) -> None:
+        """Cancel the tokens at ``cancel_nodes`` and start a token before each of
+        ``start_before``; refused (by the worker, with the reason) when it would leave the
+        instance inconsistent."""
+        cancel, start = list(cancel_nodes), list(start_before)
+        if not cancel and not start:
+            raise InvalidOperation("nothing to modify: name nodes to cancel or to start before")
+        view = self._running(instance_id, "modify")
+        if view.suspended:
+            raise InvalidOperation(f"instance {instance_id} is suspended; resume it first")
+        self._send(
+            "dormant.modify",
+            "trigger.modify",
+            {"instance_id": instance_id, "cancel_nodes": cancel, "start_before": start},
+        )
+
+    # -- job types -----------------------------------------------------------------
+
+    def pause_job_type(self, job_type: str) -> None:
+        """Stop sending jobs of ``job_type``; they are held until ``resume_job_type``."""
+        job_pause.pause(self._store.engine, job_type, _now())
+
+    def resume_job_type(self, job_type: str) -> int:
+        """Send the held jobs of ``job_type`` again; returns how many were held."""
+        return job_pause.resume(self._store.engine, job_type, _now())
+
+    def paused_job_types(self) -> dict[str, int]:
+        """Paused job types and how many jobs each holds."""
+        return job_pause.paused(self._store.engine)
+
+    # -- in bulk -------------------------------------------------------------------
+
+    def select(self, operation: str, selector: Selector) -> list[Target]:
+        """What a bulk operation would act on (a dry run)."""
+        return batches.preview(self._store, operation, selector)
+
+    def bulk(
+        self, operation: str, selector: Selector, params: Mapping[str, Any] | None = None
+    ) -> BatchView:
+        """Write a batch for ``operation`` (``incident_retry|resolve|drop``, ``cancel``,
+        ``suspend``, ``resume``, ``migrate``, ``set_variables``) and start it."""
+        from tasks.app import pooled_producer
+        from tasks.operations import enqueue_batch
+
+        params = dict(params or {})
+        if operation == "set_variables":
+            params = _variables_params(
+                params.get("variables"),
+                params.get("unset", ()),
+                params.get("scope", "s0"),
+                bool(params.get("retry_incidents", False)),
+            )
+        if operation == "migrate" and selector.key is not None:
+            self._store.definition(selector.key, int(params.get("version", 0)))
+        view = batches.create(self._store, operation, selector, params, _now())
+        if view.state == "running":
+            with pooled_producer(self.settings.broker_url) as producer:
+                enqueue_batch(view.id, producer=producer)
+        return view
+
+    def batches(self, limit: int = 100) -> list[BatchView]:
+        return batches.list_batches(self._store, limit)
+
+    def batch(self, batch_id: str) -> BatchView:
+        found = batches.batch(self._store, batch_id)
+        if found is None:
+            raise InvalidOperation(f"no batch {batch_id!r}; list them with `dormant batches list`")
+        return found
+
+    def batch_items(self, batch_id: str) -> list[BatchItemView]:
+        self.batch(batch_id)
+        return batches.items(self._store, batch_id)
+
+    def wait_batch(
+        self,
+        batch_id: str,
+        timeout: float | None = None,
+        progress: Callable[[BatchView], None] | None = None,
+        poll: float = 0.5,
+    ) -> BatchView:
+        """Poll until the batch completes (or ``timeout``), calling ``progress`` each time."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            view = self.batch(batch_id)
+            if progress is not None:
+                progress(view)
+            if view.state == "completed" or (deadline is not None and time.monotonic() > deadline):
+                return view
+            time.sleep(poll)
+
+
+def is_incident_operation(operation: str) -> bool:
+    return operation in INCIDENT_OPERATIONS
+
+
+def _variables_params(
+    variables: Mapping[str, Any] | None, unset: Iterable[str], scope: str, retry: bool
+) -> dict[str, Any]:
+    from engine_core.inputs import check_variables
+
+    checked = check_variables(dict(variables) if variables is not None else None)
+    names = list(unset)
+    for name in [*checked, *names]:
+        if not isinstance(name, str) or not name:
+            raise InvalidVariables(f"variable names must be non-empty strings, got {name!r}")
+    if not checked and not names and not retry:
+        raise InvalidOperation("nothing to change: give --var NAME=VALUE or --unset NAME")
+    if not isinstance(scope, str) or not scope:
+        raise InvalidOperation(f"scope must be a scope id or node id, got {scope!r}")
+    return {"variables": checked, "unset": names, "scope": scope, "retry_incidents": retry}
+
+
+def _now() -> Any:
+    from persistence import clock
+
+    return clock.now()

@@ -1,0 +1,191 @@
+# mypy: disable-error-code="untyped-decorator"
+"""Management tasks for operations on running instances (``dormant.*``, callable from
+Flower): one instance at a time, or in bulk through a batch.
+
+The single-instance tasks are the trigger tasks' shell (``tasks.triggers._run``) with
+an operator's trigger: a refused action fails the task with its reason. ``dormant.bulk``
+selects and writes a batch; ``dormant.batch.run`` works on it one slice at a time and
+enqueues the next slice; beat's ``dormant.batches.sweep`` enqueues any running batch
+that nobody holds (never started, or its worker died).
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any
+
+from celery import Task
+
+from engine_core.errors import DormantError
+from engine_core.triggers import (
+    MigrateInstance,
+    ModifyInstance,
+    Resume,
+    SetVariables,
+    Suspend,
+    Trigger,
+)
+from persistence import batches, clock, job_pause
+from persistence.selection import Selector
+from tasks import app as app_module
+from tasks.app import app, publish, store
+from tasks.triggers import _run
+
+__all__ = [
+    "batch_run",
+    "batches_sweep",
+    "bulk",
+    "enqueue_batch",
+    "migrate",
+    "modify",
+    "pause_job_type",
+    "resume",
+    "resume_job_type",
+    "set_variables",
+    "suspend",
+]
+
+log = logging.getLogger("dormant.operations")
+
+
+def _operate(
+    task: Task, instance_id: str, trigger: Trigger, inbox_id: str | None, trigger_id: str | None
+) -> None:
+    def call(tid: str, now: datetime) -> Any:
+        return store().apply(instance_id, trigger, now, trigger_id=tid)
+
+    _run(task, trigger.kind, call, inbox_id, trigger_id, operator=True)
+
+
+# ``throws``: a refused action is an expected outcome, logged without a traceback.
+_OPERATOR: dict[str, Any] = {"bind": True, "throws": (DormantError,)}
+
+
+@app.task(name="dormant.suspend", **_OPERATOR)
+def suspend(
+    self: Task, instance_id: str, *, inbox_id: str | None = None, trigger_id: str | None = None
+) -> None:
+    """Suspend an instance: its triggers are held until it is resumed."""
+    _operate(self, instance_id, Suspend(), inbox_id, trigger_id)
+
+
+@app.task(name="dormant.resume", **_OPERATOR)
+def resume(
+    self: Task, instance_id: str, *, inbox_id: str | None = None, trigger_id: str | None = None
+) -> None:
+    """Resume an instance: its held triggers apply in arrival order."""
+    _operate(self, instance_id, Resume(), inbox_id, trigger_id)
+
+
+@app.task(name="dormant.set_variables", **_OPERATOR)
+def set_variables(
+    self: Task,
+    instance_id: str,
+    variables: dict[str, Any] | None = None,
+    unset: list[str] | None = None,
+    scope: str = "s0",
+    retry_incidents: bool = False,
+    *,
+    inbox_id: str | None = None,
+    trigger_id: str | None = None,
+) -> None:
+    """Set or remove variables in one scope, and optionally retry the open incidents."""
+    trigger = SetVariables(
+        scope=scope,
+        variables=variables or {},
+        unset=list(unset or []),
+        retry_incidents=retry_incidents,
+    )
+    _operate(self, instance_id, trigger, inbox_id, trigger_id)
+
+
+@app.task(name="dormant.migrate", **_OPERATOR)
+def migrate(
+    self: Task,
+    instance_id: str,
+    version: int,
+    mapping: dict[str, str] | None = None,
+    *,
+    inbox_id: str | None = None,
+    trigger_id: str | None = None,
+) -> None:
+    """Move an instance to another version of its process (refused with the reasons)."""
+    trigger = MigrateInstance(version=version, mapping=mapping or {})
+    _operate(self, instance_id, trigger, inbox_id, trigger_id)
+
+
+@app.task(name="dormant.modify", **_OPERATOR)
+def modify(
+    self: Task,
+    instance_id: str,
+    cancel_nodes: list[str] | None = None,
+    start_before: list[str] | None = None,
+    *,
+    inbox_id: str | None = None,
+    trigger_id: str | None = None,
+) -> None:
+    """Cancel the tokens at some nodes and/or start a token before others."""
+    trigger = ModifyInstance(cancel_nodes=cancel_nodes or [], start_before=start_before or [])
+    _operate(self, instance_id, trigger, inbox_id, trigger_id)
+
+
+def enqueue_batch(batch_id: str, producer: Any = None) -> None:
+    """Enqueue a slice of the batch's runner. Not through the inbox: the batch row is
+    the durable record, and the sweep enqueues a running batch that nobody holds."""
+    publish("dormant.batch.run", "trigger.batch", {"batch_id": batch_id}, producer=producer)
+
+
+@app.task(name="dormant.jobs.pause", bind=True, throws=(DormantError,))
+def pause_job_type(self: Task, job_type: str) -> None:
+    """Stop sending jobs of ``job_type``: they are held until it is resumed."""
+    job_pause.pause(store().engine, job_type, clock.now())
+
+
+@app.task(name="dormant.jobs.resume", bind=True, throws=(DormantError,))
+def resume_job_type(self: Task, job_type: str) -> int:
+    """Send the held jobs of ``job_type`` again (through the outbox)."""
+    return job_pause.resume(store().engine, job_type, clock.now())
+
+
+@app.task(name="dormant.bulk", bind=True)
+def bulk(
+    self: Task,
+    operation: str,
+    selector: dict[str, Any],
+    params: dict[str, Any] | None = None,
+) -> str:
+    """Create a batch (``operation`` on what ``selector`` selects) and start it; returns
+    its id. From Flower: ``{"operation": "incident_retry", "selector": {"key": "order",
+    "node": "charge"}}``."""
+    view = batches.create(
+        store(), operation, Selector.model_validate(selector), params or {}, clock.now()
+    )
+    enqueue_batch(view.id)
+    log.info("batch %s %s created: %s", view.id, operation, view.report())
+    return view.id
+
+
+@app.task(name="dormant.batch.run", bind=True, ignore_result=True)
+def batch_run(self: Task, batch_id: str) -> None:
+    """Work on a batch for one slice; enqueue the next slice if there is more."""
+    more = batches.run(
+        store(),
+        batch_id,
+        clock.now,
+        claim_seconds=app_module.settings.batch_claim_seconds,
+    )
+    view = batches.batch(store(), batch_id)
+    if more:
+        enqueue_batch(batch_id)
+    if view is not None:
+        log.info("batch %s %s: %s", batch_id, view.operation, view.report())
+
+
+@app.task(name="dormant.batches.sweep", bind=True, ignore_result=True)
+def batches_sweep(self: Task) -> int:
+    """Enqueue every running batch that nobody holds."""
+    ids = batches.stalled(store(), clock.now())
+    for batch_id in ids:
+        enqueue_batch(batch_id)
+    return len(ids)
