@@ -82,14 +82,20 @@ def keep_or_withdraw(rt: Runtime, wait: Wait) -> None:
             assert wait.due_at is not None
             node = rt.node(wait.node_id)
             spec = node.events[wait.def_index].timer if wait.def_index < len(node.events) else None
-            wait.due_at = next_cycle_due(
-                wait.due_at,
-                wait.cycle_interval_seconds,
-                rt.now,
-                spec=spec,  # a cron cycle follows its own calendar
-                variables=rt.visible(wait.scope_id),
-                element_id=node.id,
-            )
+            try:
+                wait.due_at = next_cycle_due(
+                    wait.due_at,
+                    wait.cycle_interval_seconds,
+                    rt.now,
+                    spec=spec,  # a cron cycle follows its own calendar
+                    variables=rt.visible(wait.scope_id),
+                    element_id=node.id,
+                )
+            except OverflowError:
+                # The model's interval puts the next repetition past the last date there
+                # is (year 9999): it never comes, so the cycle ends here.
+                rt.withdraw(wait)
+                return
             if wait.cycle_remaining is not None:
                 wait.cycle_remaining -= 1
             return
