@@ -35,6 +35,7 @@ import logging
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import Connection, Table, and_, delete, insert, select, tuple_, update
@@ -46,7 +47,7 @@ from persistence.start_timers import START_TIMER_PREFIX, is_start_timer, start_i
 from persistence.store import Applied, Store, log_raised_incidents
 from persistence.tables import deadlines, facts, instances, start_timers
 
-__all__ = ["Claim", "FireOutcome", "claim_due", "fire"]
+__all__ = ["Claim", "FireOutcome", "FireStatus", "claim_due", "fire"]
 
 log = logging.getLogger("dormant.scheduler")
 
@@ -59,6 +60,12 @@ class Claim:
     due_at: datetime
 
 
+class FireStatus(StrEnum):
+    FIRED = "fired"  # applied, or stale and acknowledged
+    SKIPPED = "skipped"  # the row is gone or claimed by someone else
+    FAILED = "failed"  # kept, backed off until retry_at
+
+
 @dataclass(frozen=True, slots=True)
 class FireOutcome:
     """``status``: 'fired' (applied, or stale and acknowledged), 'skipped' (the row is
@@ -66,7 +73,7 @@ class FireOutcome:
 
     instance_id: str
     wait_id: str
-    status: str
+    status: FireStatus
     applied: Applied | None = None
     error: str | None = None
     retry_at: datetime | None = None
@@ -197,8 +204,8 @@ def fire(
     except Exception as exc:
         return _settle_failure(store, instance_id, wait_id, claim_token, now, exc)
     if applied.skipped:
-        return FireOutcome(instance_id, wait_id, "skipped", applied)
-    return FireOutcome(instance_id, wait_id, "fired", applied)
+        return FireOutcome(instance_id, wait_id, FireStatus.SKIPPED, applied)
+    return FireOutcome(instance_id, wait_id, FireStatus.FIRED, applied)
 
 
 def _settle_failure(
@@ -237,7 +244,7 @@ def _settle_failure(
             .returning(table.c.attempts)
         ).first()
         if row is None:
-            return FireOutcome(instance_id, wait_id, "skipped", error=error)
+            return FireOutcome(instance_id, wait_id, FireStatus.SKIPPED, error=error)
         attempt = int(row.attempts)
         if start_timer:
             # No instance exists to carry a fact: the row's attempts/last_error and
@@ -250,7 +257,9 @@ def _settle_failure(
                 cause,
                 retry_at.isoformat(),
             )
-            return FireOutcome(instance_id, wait_id, "failed", error=error, retry_at=retry_at)
+            return FireOutcome(
+                instance_id, wait_id, FireStatus.FAILED, error=error, retry_at=retry_at
+            )
         revision = conn.execute(
             select(instances.c.revision).where(instances.c.id == instance_id)
         ).scalar()
@@ -272,7 +281,7 @@ def _settle_failure(
         cause,
         retry_at.isoformat(),
     )
-    return FireOutcome(instance_id, wait_id, "failed", error=error, retry_at=retry_at)
+    return FireOutcome(instance_id, wait_id, FireStatus.FAILED, error=error, retry_at=retry_at)
 
 
 def _fire_start_timer(
@@ -297,7 +306,7 @@ def _fire_start_timer(
         with store._tx() as conn:
             row = conn.execute(select(start_timers).where(where).with_for_update()).first()
             if row is None:
-                return FireOutcome(claim_id, node_id, "skipped")
+                return FireOutcome(claim_id, node_id, FireStatus.SKIPPED)
             instance_id = start_instance_id(key, row.version, node_id, row.due_at)
             applied = store.start_in(
                 conn,
@@ -314,7 +323,7 @@ def _fire_start_timer(
         return _settle_failure(store, claim_id, node_id, claim_token, now, exc)
     log_raised_incidents(applied)
     log.info("start timer %s/%s v%d started instance %s", key, node_id, row.version, instance_id)
-    return FireOutcome(claim_id, node_id, "fired", applied)
+    return FireOutcome(claim_id, node_id, FireStatus.FIRED, applied)
 
 
 def _arm_next(

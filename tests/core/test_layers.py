@@ -85,6 +85,8 @@ CORE_TIERS: list[set[str]] = [
         "transitions",
         "wake",
         "views",
+        "job_types",
+        "inputs",
     },
     # readers: BPMN XML and code-first models into definitions
     {"bpmn", "bpmn_extensions", "builder", "validate", "expression_check"},
