@@ -1,6 +1,7 @@
 """Routing: which instances a message or signal wakes, or which it starts.
 
-Order, and why:
+The rules are the core's plan (``engine_core/correlation.py``: which waits, start or
+join, buffer or not); this module executes it against the database. Order, and why:
 
 1. A message id already recorded in ``messages`` is a duplicate: nothing happens.
    The row is written LAST (step 4), so a producer's retry after a crash mid-routing
@@ -28,6 +29,7 @@ from typing import Any
 
 from sqlalchemy import Connection, insert, select
 
+from engine_core.correlation import JoinRunning, buffer_it, start_or_join, waits_to_wake
 from engine_core.effects import Fact
 from engine_core.errors import InvalidMessage
 from engine_core.triggers import MessageReceived, SignalReceived
@@ -91,7 +93,7 @@ class Router:
         self.store = store
 
     def _holders(self, kind: str, name: str, key: str | None) -> list[tuple[str, str]]:
-        with self.store._read() as conn:
+        with self.store.read() as conn:
             return self._holders_in(conn, kind, name, key)
 
     @staticmethod
@@ -128,7 +130,7 @@ class Router:
         message_id = message_id or str(uuid.uuid4())
         out = MessageOutcome(message_id)
         # The duplicate check and the first holders lookup share one read transaction.
-        with self.store._read() as conn:
+        with self.store.read() as conn:
             if conn.execute(
                 select(messages.c.message_id).where(messages.c.message_id == message_id)
             ).first():
@@ -163,10 +165,7 @@ class Router:
         # written after all of them (``_record``): a crash in between leaves the message
         # unrecorded, so the producer's retry reaches the holders not yet served.
         single = len({instance for instance, _ in holders}) == 1 and not out.delivered_to
-        for instance_id, wait_id in holders:
-            if instance_id in seen:
-                continue  # one message wakes one wait per instance
-            seen.add(instance_id)
+        for instance_id, wait_id in waits_to_wake(holders, seen):
             trigger = MessageReceived(
                 wait_id=wait_id,
                 name=name,
@@ -228,19 +227,20 @@ class Router:
     ) -> None:
         for process_key, version, nodes in self.store.latest_starts("message", name):
             running = self._running_with_key(process_key, key) if key is not None else None
-            if running is not None:
-                self._join(out, running, process_key, name, now)
+            plan = start_or_join(process_key, version, nodes, key, running)
+            if isinstance(plan, JoinRunning):
+                self._join(out, plan.instance_id, process_key, name, now)
                 continue
             instance_id = str(uuid.uuid5(NAMESPACE, f"{process_key}:{out.message_id}"))
             try:
                 applied = self.store.start(
-                    process_key,
+                    plan.process_key,
                     instance_id,
                     variables,
                     now=now,
-                    version=version,
-                    start_node_id=nodes[0],
-                    start_key=key,
+                    version=plan.version,
+                    start_node_id=plan.start_node_id,
+                    start_key=plan.start_key,
                     trigger_id=out.message_id,
                 )
             except StartKeyTaken:
@@ -253,7 +253,7 @@ class Router:
                 out.started.append(instance_id)
 
     def _running_with_key(self, process_key: str, key: str | None) -> str | None:
-        with self.store._read() as conn:
+        with self.store.read() as conn:
             return conn.execute(
                 select(instances.c.id)
                 .where(
@@ -285,10 +285,10 @@ class Router:
     ) -> bool:
         """Write the dedup row; False if a subscription appeared and we must deliver."""
         taken = bool(out.delivered_to or out.started or out.joined)
-        buffer = not taken and ttl is not None and ttl > 0
+        buffer = buffer_it(taken, ttl)
         takers = out.delivered_to or out.started or out.joined
         taker = takers[0] if takers else None
-        with self.store._tx() as conn:
+        with self.store.transaction() as conn:
             lock_message_key(conn, name, key)
             if not taken:
                 q = (

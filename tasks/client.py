@@ -31,10 +31,10 @@ from engine_core.errors import (
     UnknownTask,
 )
 from engine_core.views import FactView, IncidentView, InstanceView, UserTaskView
+from persistence import inbox
 from persistence.deployments import Deployment
 from persistence.settings import Settings
 from persistence.store import Store
-from tasks import inbox
 from tasks.client_operations import Operations
 
 __all__ = ["Client"]

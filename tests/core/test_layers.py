@@ -84,6 +84,7 @@ CORE_TIERS: list[set[str]] = [
         "services",
         "transitions",
         "wake",
+        "correlation",
         "views",
     },
     # readers: BPMN XML and code-first models into definitions
