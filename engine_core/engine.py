@@ -21,6 +21,8 @@ from engine_core.checkpoint import ROOT_SCOPE, Checkpoint, InstanceStatus, Token
 from engine_core.compensation import finish_waiting_throws
 from engine_core.effects import Fact, Step
 from engine_core.errors import EngineInvariantError, InvalidOperation
+from engine_core.feel.ids import name_based_uuid
+from engine_core.feel.scope import reset_id_source, set_id_source
 from engine_core.joins import fire_ready_inclusive_joins
 from engine_core.model import ProcessDefinition
 from engine_core.moving import check_scope, fail_instance
@@ -79,6 +81,8 @@ def apply(
 
     cp = _private_copy(checkpoint)
     rt = Runtime(definition, cp, now, services or DEFAULT_SERVICES)
+    # FEEL's uuid() during this trigger: name-based ids from the instance and its counter.
+    ids = set_id_source(lambda: name_based_uuid(f"{cp.instance_id}/{cp.next_id('u')}"))
     try:
         fired_early: dict[str, Wake] = {}
         if operations.hold(rt, trigger):
@@ -105,6 +109,8 @@ def apply(
         rt = Runtime(definition, cp, now, services or DEFAULT_SERVICES)
         fail_instance(rt, f"internal invariant broken: {exc}")
         woken = STALE
+    finally:
+        reset_id_source(ids)
     rt.settle_status()
     cp.revision += 1
     cp.updated_at = now

@@ -14,7 +14,8 @@ from decimal import Decimal
 from typing import Any
 
 from engine_core import feel
-from engine_core.errors import ExpressionError
+from engine_core.errors import ExpressionError, InvalidField
+from engine_core.inputs import check_text
 
 __all__ = [
     "TechnicalFailure",
@@ -86,6 +87,16 @@ def boolean(raw: str, variables: Mapping[str, Any], element_id: str, now: dateti
 
 
 def correlation_key(raw: str, variables: Mapping[str, Any], element_id: str, now: datetime) -> str:
+    """The key as text; one too long for the subscriptions column (or holding a NUL)
+    fails the element here rather than the whole trigger at the insert."""
+    key = _key_text(raw, variables, element_id, now)
+    try:
+        return check_text(key, f"correlation key {raw[:80]!r} of {element_id!r}")
+    except InvalidField as exc:
+        raise TechnicalFailure(str(exc)) from None
+
+
+def _key_text(raw: str, variables: Mapping[str, Any], element_id: str, now: datetime) -> str:
     value = evaluate(raw, variables, element_id, now)
     if isinstance(value, str):
         return value

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from engine_core.dmn import Decision
+from engine_core.inputs import DEFAULT_LIMITS, Limits
 from engine_core.model import ProcessDefinition, RetryPolicy
 
 __all__ = ["DEFAULT_SERVICES", "JobTypeSettings", "Services"]
@@ -35,6 +36,9 @@ class Services:
     job_timeout_seconds: float = 300.0
     incident_retry_policy: RetryPolicy | None = None
     decisions: Mapping[str, Decision] = field(default_factory=dict)
+    # What a model may store in a variable (engine_core/inputs.py); past it the node
+    # that wrote it gets an incident, so the checkpoint can always be stored.
+    limits: Limits = DEFAULT_LIMITS
     # Per-job-type timeout and retry backoff (engine_core/jobs.py).
     job_types: Mapping[str, JobTypeSettings] = field(default_factory=dict)
     # A MigrateInstance trigger: the target version's definition, loaded by the shell.

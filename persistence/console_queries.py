@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -31,9 +32,11 @@ from sqlalchemy import (
     tuple_,
 )
 
-from engine_core.errors import InvalidOperation
+from engine_core.checkpoint import Checkpoint, decode
+from engine_core.errors import InvalidOperation, UnknownInstance
+from engine_core.views import FactView
 from persistence.db import READ
-from persistence.tables import definitions, instances
+from persistence.tables import definitions, facts, instances
 from persistence.tables import incidents as incident_table
 
 __all__ = [
@@ -157,9 +160,15 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
 class ConsoleQueries:
     """Reads on the Store's engine, each in its own read-only transaction."""
 
+    # Deployed versions never change, so their XML is cached for good; the key list (a
+    # filter's choices) may be this many seconds behind a deploy.
+    KEYS_FOR_SECONDS = 10.0
+
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.is_postgres = engine.dialect.name == "postgresql"
+        self._sources: dict[tuple[str, int], str] = {}
+        self._keys: tuple[float, list[str]] = (-1e9, [])
 
     @contextmanager
     def _read(self) -> Iterator[Connection]:
@@ -212,22 +221,64 @@ class ConsoleQueries:
 
     def process_keys(self) -> list[str]:
         """Every deployed process key, for the filters' choices (definitions only)."""
+        at, keys = self._keys
+        if time.monotonic() - at < self.KEYS_FOR_SECONDS:
+            return keys
         with self._read() as conn:
-            return [
+            keys = [
                 str(k)
                 for k in conn.execute(
                     select(definitions.c.key).distinct().order_by(definitions.c.key)
                 ).scalars()
             ]
+        self._keys = (time.monotonic(), keys)
+        return keys
 
     def definition_source(self, key: str, version: int) -> str | None:
+        found = self._sources.get((key, version))
+        if found is None:
+            with self._read() as conn:
+                raw = conn.execute(
+                    select(definitions.c.source).where(
+                        definitions.c.key == key, definitions.c.version == version
+                    )
+                ).scalar()
+            if raw is None:
+                return None
+            if len(self._sources) > 256:
+                self._sources.clear()
+            found = self._sources[(key, version)] = str(raw)
+        return found
+
+    def instance_bundle(
+        self, instance_id: str
+    ) -> tuple[Checkpoint, list[FactView], list[InstanceRow]]:
+        """The instance page's rows on one connection: checkpoint, facts, children.
+
+        The Store's ``checkpoint`` and ``history`` read the same rows, one read
+        transaction each; here they share one autocommit connection, a third of the
+        round trips for a page polled every few seconds."""
+        c = instances.c
         with self._read() as conn:
-            found = conn.execute(
-                select(definitions.c.source).where(
-                    definitions.c.key == key, definitions.c.version == version
+            raw = conn.execute(select(c.checkpoint).where(c.id == instance_id)).scalar()
+            if raw is None:
+                raise UnknownInstance(f"no instance has id {instance_id!r}")
+            history = [
+                FactView(at=r.at, kind=r.kind, details=dict(r.details), revision=r.revision)
+                for r in conn.execute(
+                    select(facts).where(facts.c.instance_id == instance_id).order_by(facts.c.id)
                 )
-            ).scalar()
-        return None if found is None else str(found)
+            ]
+            children = [
+                InstanceRow(**r._mapping)
+                for r in conn.execute(
+                    select(*_INSTANCE_COLUMNS)
+                    .where(c.parent_id == instance_id)
+                    .order_by(c.created_at, c.id)
+                    .limit(500)
+                )
+            ]
+        return decode(raw), history, children
 
     # -- instances ----------------------------------------------------------------
 
@@ -280,19 +331,6 @@ class ConsoleQueries:
                 for r in conn.execute(self.instance_query(f, cursor, limit))
             ]
         return _page(rows, limit, lambda r: (r.created_at, r.id))
-
-    def children(self, instance_id: str) -> list[InstanceRow]:
-        c = instances.c
-        with self._read() as conn:
-            return [
-                InstanceRow(**r._mapping)
-                for r in conn.execute(
-                    select(*_INSTANCE_COLUMNS)
-                    .where(c.parent_id == instance_id)
-                    .order_by(c.created_at, c.id)
-                    .limit(500)
-                )
-            ]
 
     # -- incidents ----------------------------------------------------------------
 

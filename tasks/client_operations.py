@@ -204,7 +204,7 @@ def is_incident_operation(operation: str) -> bool:
 def _variables_params(
     variables: Mapping[str, Any] | None, unset: Iterable[str], scope: str, retry: bool
 ) -> dict[str, Any]:
-    from tasks.client import check_variables
+    from engine_core.inputs import check_variables
 
     checked = check_variables(dict(variables) if variables is not None else None)
     names = list(unset)

@@ -235,11 +235,10 @@ def _next_qs(request: Request, cursor: str | None) -> str | None:
     return first + ("&" if "?" in first else "?") + urlencode([("after", cursor)])
 
 
-def instance_reads(store: Any, q: ConsoleQueries, instance_id: str) -> dict[str, Any]:
+def instance_reads(q: ConsoleQueries, instance_id: str) -> dict[str, Any]:
     """Everything the instance page shows, read once (UnknownInstance if there is none):
     one checkpoint decoded, its facts, its children, its model's XML."""
-    checkpoint = store.checkpoint(instance_id)
-    history = store.history(instance_id)
+    checkpoint, history, children = q.instance_bundle(instance_id)
     return {
         "view": instance_view(checkpoint),
         "cp": checkpoint,
@@ -247,7 +246,7 @@ def instance_reads(store: Any, q: ConsoleQueries, instance_id: str) -> dict[str,
         "overlays": {k: v.as_json() for k, v in presenters.overlays(checkpoint, history).items()},
         "waits": [(w, presenters.describe_wait(w)) for w in checkpoint.waits.values()],
         "history": history,
-        "children": q.children(instance_id),
+        "children": children,
         "diagram": q.definition_source(checkpoint.process_key, checkpoint.version) or "",
         "ended": checkpoint.status.value in _ENDED,
     }
@@ -256,7 +255,7 @@ def instance_reads(store: Any, q: ConsoleQueries, instance_id: str) -> dict[str,
 def instance_page(request: Request) -> Response:
     instance_id = request.path_params["instance_id"]
     try:
-        reads = instance_reads(_client(request)._store, _queries(request), instance_id)
+        reads = instance_reads(_queries(request), instance_id)
     except UnknownInstance as exc:
         return _render(request, "error.html", message=f"error: {exc}", status_code=404)
     return _render(request, "instance.html", **reads)
@@ -265,12 +264,10 @@ def instance_page(request: Request) -> Response:
 def instance_state(request: Request) -> Response:
     """The small JSON the instance page polls: no variable values in it."""
     instance_id = request.path_params["instance_id"]
-    store = _client(request)._store
     try:
-        checkpoint = store.checkpoint(instance_id)
+        checkpoint, history, _ = _queries(request).instance_bundle(instance_id)
     except UnknownInstance as exc:
         return JSONResponse({"error": str(exc)}, status_code=404)
-    history = store.history(instance_id)
     return JSONResponse(
         {
             "id": checkpoint.instance_id,

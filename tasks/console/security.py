@@ -111,7 +111,7 @@ class AccessLog:
             log.info(
                 "%s %s %d %.1fms",
                 scope["method"],
-                scope.get("root_path", "") + scope["path"],
+                scope["path"],  # the full path: the ASGI server puts root_path in it
                 status,
                 (time.perf_counter() - started) * 1000,
             )

@@ -86,6 +86,8 @@ CORE_TIERS: list[set[str]] = [
         "wake",
         "correlation",
         "views",
+        "job_types",
+        "inputs",
     },
     # readers: BPMN XML and code-first models into definitions
     {"bpmn", "bpmn_extensions", "builder", "validate", "expression_check"},

@@ -20,6 +20,7 @@ def ok(stack: Stack, *args: str) -> str:
     return result.stdout
 
 
+@pytest.mark.timeout(900)  # a CLI process per step: slow on a loaded machine
 def test_cli_end_to_end(shared_stack: Stack) -> None:
     stack = shared_stack
     model = stack.tmp / "flow.bpmn"
@@ -73,6 +74,7 @@ def test_cli_end_to_end(shared_stack: Stack) -> None:
         assert "Traceback" not in result.stderr
 
 
+@pytest.mark.timeout(900)  # a CLI process per step: slow on a loaded machine
 def test_cli_incidents(shared_stack: Stack) -> None:
     stack = shared_stack
     model = stack.tmp / "failing.bpmn"
@@ -93,6 +95,7 @@ def test_cli_incidents(shared_stack: Stack) -> None:
     )
 
 
+@pytest.mark.timeout(900)  # a CLI process per step: slow on a loaded machine
 def test_dormant_demo_exits_zero(tmp_path: object) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "tasks.cli", "demo"],

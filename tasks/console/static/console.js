@@ -13,5 +13,6 @@
       .then(function (html) { if (html !== null && html !== live.innerHTML) live.innerHTML = html; })
       .catch(function () {});
   }
-  setInterval(refresh, 3000);
+  // The processes page counts every instance by status: it refreshes less often.
+  setInterval(refresh, Number(live.getAttribute("data-interval")) || 3000);
 })();
