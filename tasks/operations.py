@@ -192,6 +192,8 @@ def batch_run(self: Task, batch_id: str) -> None:
         batch_id,
         clock.now,
         claim_seconds=app_module.settings.batch_claim_seconds,
+        # A slice ends well inside the trigger tasks' soft time limit.
+        budget_seconds=min(20.0, app_module.settings.trigger_soft_time_limit_seconds / 2),
     )
     view = batches.batch(store(), batch_id)
     if more:
