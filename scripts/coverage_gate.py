@@ -10,13 +10,15 @@ integration tests start are not, so the shell packages show less than they run.
 from __future__ import annotations
 
 import io
+import os
 import sys
 
 from coverage import Coverage
-from coverage.exceptions import NoDataError
+from coverage.exceptions import NoDataError, NoSource
 
 PACKAGES = ["engine_core", "persistence", "scheduler", "tasks"]
-GATED = {"engine_core": 95.0}  # package -> minimum line coverage, percent
+# package -> minimum line coverage, percent (DORMANT_COVERAGE_MIN_ENGINE_CORE moves it)
+GATED = {"engine_core": float(os.environ.get("DORMANT_COVERAGE_MIN_ENGINE_CORE", "95"))}
 
 
 def main() -> int:
@@ -28,8 +30,12 @@ def main() -> int:
     for package in PACKAGES:
         mine = [f for f in files if f"/{package}/" in f.replace("\\", "/")]
         statements = missed = 0
-        for path in mine:
-            _, stmts, _, missing, _ = cov.analysis2(path)
+        for path in list(mine):
+            try:
+                _, stmts, _, missing, _ = cov.analysis2(path)
+            except NoSource:  # measured, then moved or deleted: not part of the tree now
+                mine.remove(path)
+                continue
             statements += len(stmts)
             missed += len(missing)
         if not statements:

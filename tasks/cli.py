@@ -238,7 +238,7 @@ def instances_show(instance_id: str, as_json: bool) -> None:
     """One instance: status, where each token is and what it waits for, incidents, variables."""
     from engine_core.errors import UnknownInstance
     from engine_core.views import to_dict
-    from tasks import inbox
+    from persistence import inbox
     from tasks.display import instance_lines, queued
 
     client, now = _client(), _now()

@@ -46,11 +46,11 @@ from engine_core.views import (
     InstanceView,
     UserTaskView,
 )
+from persistence import inbox
 from persistence.deployments import Deployment
 from persistence.failed_triggers import CHECKPOINT_INCIDENT
 from persistence.settings import Settings
 from persistence.store import Store
-from tasks import inbox
 from tasks.client_operations import Operations
 
 __all__ = ["Client"]

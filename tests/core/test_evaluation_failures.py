@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from engine_core import feel
-from engine_core.builder import ProcessBuilder, message, signal, timer
+from engine_core.builder import ProcessBuilder, error, message, signal, timer
 from engine_core.checkpoint import IncidentState, TokenState
 from engine_core.errors import ExpressionError
 from engine_core.model import IoMapping, LoopSpec, ProcessDefinition
@@ -314,8 +314,6 @@ def case_call_activity_output_mapping() -> ProcessDefinition:
 
 
 def _error(code: str) -> Any:
-    from engine_core.builder import error
-
     return error(code)
 
 
@@ -324,7 +322,10 @@ def _complete_user_task(run: Run) -> None:
 
 
 def _signal_go(node: str) -> Drive:
-    return lambda run: run.signal(node, "go")
+    def drive(run: Run) -> None:
+        run.signal(node, "go")
+
+    return drive
 
 
 def _message_paid(run: Run) -> None:

@@ -84,6 +84,7 @@ CORE_TIERS: list[set[str]] = [
         "services",
         "transitions",
         "wake",
+        "correlation",
         "views",
         "job_types",
         "inputs",
