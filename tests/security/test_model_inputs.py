@@ -110,6 +110,16 @@ def test_the_store_deploys_an_encoded_file_and_keeps_its_names(
         assert again.version == 1  # the same document, decoded the same way
         definition, _ = store.definition("enc", 1)
         assert definition.node("u").name == "Café crème"
+        # Read back from the stored text by a process that never saw the file.
+        fresh = Store(f"sqlite:///{tmp_path / 'db.sqlite3'}")
+        try:
+            from persistence import deployments
+
+            deployments._PARSED.clear()
+            reread, _ = fresh.definition("enc", 1)
+            assert reread.node("u").name == "Café crème"
+        finally:
+            fresh.close()
         (decision,) = store.deploy(dmn(declared).encode(codec), now)
         assert decision.key == "greeting"
     finally:
