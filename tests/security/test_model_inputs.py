@@ -61,6 +61,8 @@ ENCODED = [
     pytest.param("UTF-16LE", "utf-16-le", id="utf-16le"),
     pytest.param("UTF-8", "utf-8-sig", id="utf-8-bom"),
     pytest.param("windows-1252", "cp1252", id="windows-1252"),
+    pytest.param("UTF-32", "utf-32", id="utf-32"),
+    pytest.param("UTF-7", "utf-7", id="utf-7"),  # one the XML parser itself cannot read
 ]
 
 
@@ -95,6 +97,9 @@ def test_bytes_that_are_not_in_the_declared_encoding_are_one_classified_line() -
     unknown = bpmn("x-no-such-encoding").encode("ascii", "replace")
     with pytest.raises(InvalidModel, match="x-no-such-encoding"):
         model_text(unknown)
+    for reader in (read_bpmn, read_dmn):  # the readers decode through the same door
+        with pytest.raises(InvalidModel, match="x-no-such-encoding"):
+            reader(unknown)
 
 
 @pytest.mark.parametrize(("declared", "codec"), ENCODED[:3])
