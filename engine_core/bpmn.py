@@ -32,7 +32,7 @@ from engine_core.model import (
     TimerSpec,
 )
 from engine_core.validate import assemble
-from engine_core.xml_input import check_depth
+from engine_core.xml_input import check_depth, model_text
 
 __all__ = ["MAX_SCOPE_DEPTH", "read_bpmn"]
 
@@ -151,9 +151,10 @@ def read_bpmn(source: str | bytes) -> list[ProcessDefinition]:
 
 
 def _parse(source: str | bytes) -> Element:
-    """Bytes are decoded by the parser as their declaration says; a ``str`` is taken as
-    already decoded (the parser then ignores its declared encoding)."""
-    text = source.encode("utf-8") if isinstance(source, str) else source
+    """Bytes are decoded as their declaration says (``model_text``); a ``str`` is taken
+    as already decoded (the parser then ignores its declared encoding)."""
+    source = model_text(source)
+    text = source.encode("utf-8")
     try:
         root: Element = SafeET.fromstring(
             source, forbid_dtd=True, forbid_entities=True, forbid_external=True

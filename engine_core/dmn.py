@@ -47,7 +47,7 @@ from engine_core.errors import (
     UnsupportedElement,
 )
 from engine_core.feel import compile_expression, evaluate, evaluate_unary_tests, to_json
-from engine_core.xml_input import check_depth
+from engine_core.xml_input import check_depth, model_text
 
 __all__ = [
     "DMN_NAMESPACES",
@@ -161,7 +161,7 @@ def _local(el: Element) -> tuple[str, str]:
 
 def _parse(source: str | bytes) -> Element:
     try:
-        root: Element = SafeET.fromstring(source, forbid_dtd=True)
+        root: Element = SafeET.fromstring(model_text(source), forbid_dtd=True)
     except ParseError as exc:
         raise InvalidModel(f"the document is not well-formed XML: {exc}") from exc
     except defusedxml.DefusedXmlException as exc:

@@ -14,6 +14,7 @@ it right after parsing, iteratively, with one line naming the limit.
 from __future__ import annotations
 
 import codecs
+import re
 from xml.etree.ElementTree import Element
 from xml.parsers import expat
 
@@ -57,7 +58,15 @@ def _declared_encoding(data: bytes) -> str | None:
         parser.Parse(data, True)
     except (_Declared, expat.ExpatError, ValueError, LookupError):
         pass  # malformed documents are reported by the reader's own parse
-    return found[0] if found else None
+    if found:
+        return found[0]
+    # An encoding the parser itself refuses to read (a multi-byte one such as UTF-7):
+    # the declaration is still ASCII, and Python may decode what expat cannot.
+    match = _DECLARATION.match(data)
+    return match.group(1).decode("ascii") if match else None
+
+
+_DECLARATION = re.compile(rb"\s*<\?xml[^>]*?\sencoding\s*=\s*[\"']([A-Za-z0-9._:-]+)[\"']")
 
 
 def model_text(source: str | bytes) -> str:

@@ -150,3 +150,18 @@ def test_a_multi_instance_asking_for_too_many_inner_instances_is_an_incident() -
     ok = Run(b.build(), services=Services(max_loop_items=10))
     ok.start({"items": list(range(10))})
     assert ok.status == "completed"
+
+
+def test_a_suspended_loop_holds_its_continuation_until_resumed() -> None:
+    from engine_core.triggers import Resume, Suspend
+
+    run = Run(_counting_loop("=true").build(), services=_budget(10))
+    run.start({"i": 0})
+    run.send(Suspend())
+    i_suspended = run.variables["i"]
+    held = run.send(Continue())  # the continuation in flight arrives while suspended
+    assert run.variables["i"] == i_suspended
+    assert run.effects_of(ContinueInstance, held) == []
+    resumed = run.send(Resume())
+    assert run.variables["i"] > i_suspended
+    assert run.effects_of(ContinueInstance, resumed) == [ContinueInstance("i1")]

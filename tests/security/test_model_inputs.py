@@ -61,6 +61,8 @@ ENCODED = [
     pytest.param("UTF-16LE", "utf-16-le", id="utf-16le"),
     pytest.param("UTF-8", "utf-8-sig", id="utf-8-bom"),
     pytest.param("windows-1252", "cp1252", id="windows-1252"),
+    pytest.param("UTF-32", "utf-32", id="utf-32"),
+    pytest.param("UTF-7", "utf-7", id="utf-7"),  # one the XML parser itself cannot read
 ]
 
 
@@ -95,6 +97,9 @@ def test_bytes_that_are_not_in_the_declared_encoding_are_one_classified_line() -
     unknown = bpmn("x-no-such-encoding").encode("ascii", "replace")
     with pytest.raises(InvalidModel, match="x-no-such-encoding"):
         model_text(unknown)
+    for reader in (read_bpmn, read_dmn):  # the readers decode through the same door
+        with pytest.raises(InvalidModel, match="x-no-such-encoding"):
+            reader(unknown)
 
 
 @pytest.mark.parametrize(("declared", "codec"), ENCODED[:3])
@@ -110,6 +115,16 @@ def test_the_store_deploys_an_encoded_file_and_keeps_its_names(
         assert again.version == 1  # the same document, decoded the same way
         definition, _ = store.definition("enc", 1)
         assert definition.node("u").name == "Café crème"
+        # Read back from the stored text by a process that never saw the file.
+        fresh = Store(f"sqlite:///{tmp_path / 'db.sqlite3'}")
+        try:
+            from persistence import deployments
+
+            deployments._PARSED.clear()
+            reread, _ = fresh.definition("enc", 1)
+            assert reread.node("u").name == "Café crème"
+        finally:
+            fresh.close()
         (decision,) = store.deploy(dmn(declared).encode(codec), now)
         assert decision.key == "greeting"
     finally:
