@@ -13,12 +13,13 @@ import pytest
 from engine_core.builder import ProcessBuilder
 from engine_core.errors import ExpressionError
 from engine_core.feel import evaluate, id_source
+from engine_core.model import ProcessDefinition
 from tests.core.enginekit import Run
 
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-5[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
 
 
-def ids_model():  # type: ignore[no-untyped-def]
+def ids_model() -> ProcessDefinition:
     b = ProcessBuilder("p")
     b.start_event("s").script_task("a", "=uuid()", result_variable="x")
     b.script_task("b", "=[uuid(), uuid()]", result_variable="y").user_task("wait").end_event("e")
