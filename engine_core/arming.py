@@ -99,9 +99,14 @@ def next_repetition(
     overdue cycle continues from now, a cron cycle follows its own calendar)."""
     if interval_seconds is None or (cycle_remaining is not None and cycle_remaining <= 0):
         return None
-    due = next_cycle_due(
-        due_at, interval_seconds, now, spec=spec, variables=variables, element_id=element_id
-    )
+    try:
+        due = next_cycle_due(
+            due_at, interval_seconds, now, spec=spec, variables=variables, element_id=element_id
+        )
+    except OverflowError:
+        # The model's interval puts the next repetition past the last date there is
+        # (year 9999): it never comes, so the cycle ends here.
+        return None
     return Repetition(due, None if cycle_remaining is None else cycle_remaining - 1)
 
 

@@ -19,7 +19,7 @@ from datetime import datetime
 from engine_core import operations
 from engine_core.checkpoint import ROOT_SCOPE, Checkpoint, InstanceStatus, TokenState, WaitKind
 from engine_core.compensation import finish_waiting_throws
-from engine_core.effects import Fact, Step
+from engine_core.effects import ContinueInstance, Fact, Step
 from engine_core.errors import EngineInvariantError, InvalidOperation
 from engine_core.feel.ids import name_based_uuid
 from engine_core.feel.scope import reset_id_source, set_id_source
@@ -103,6 +103,11 @@ def apply(
         if woken.stale and not fired_early:
             return _stale(checkpoint, trigger, "wait gone")
         _run(rt)
+        if rt.queue:
+            # Stopped at the step budget: the tokens still queued stay active in the
+            # checkpoint (at rest, "active" means exactly this) for the follow-up.
+            rt.fact("StepBudgetReached", entries=rt.entries, pending=len(rt.queue))
+            rt.effects.append(ContinueInstance(cp.instance_id))
     except EngineInvariantError as exc:
         # A bug in dormant, not the user's: the one failure that stays fatal (SRD-079).
         cp = _private_copy(checkpoint)
@@ -174,16 +179,33 @@ def _fire_overdue(
             return fired
 
 
+def _keep_only_active(rt: Runtime) -> None:
+    """What the budget left: each still-active queued token once, in queue order."""
+    live = [
+        tid
+        for tid in dict.fromkeys(rt.queue)
+        if (t := rt.cp.tokens.get(tid)) is not None and t.state is TokenState.ACTIVE
+    ]
+    rt.queue.clear()
+    rt.queue.extend(live)
+
+
 def _run(rt: Runtime) -> None:
     """Advance every active token until the instance is quiescent."""
     while True:
         while rt.queue:
-            token = rt.cp.tokens.get(rt.queue.popleft())
+            token = rt.cp.tokens.get(rt.queue[0])
             if token is None or token.state is not TokenState.ACTIVE:
+                rt.queue.popleft()
                 continue
             if rt.cp.status.ended:
                 rt.queue.clear()
                 break
+            if rt.entries >= rt.services.step_budget:
+                _keep_only_active(rt)
+                return  # the rest runs in the follow-up Continue trigger (apply)
+            rt.queue.popleft()
+            rt.entries += 1
             enter(rt, token)
         if rt.cp.status.ended:
             return

@@ -150,6 +150,8 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
             incident_retry_policy=settings.incident_retry_policy,
             limits=settings.limits,
             job_types=settings.job_type_settings,
+            step_budget=settings.step_budget,
+            max_loop_items=settings.max_loop_items,
         )
         self._decisions = DecisionCache(self.services)
         self._definitions: dict[tuple[str, int], ProcessDefinition] = {}

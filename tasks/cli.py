@@ -98,7 +98,8 @@ def deploy(file: str) -> None:
 
     store: Store = client._store
     try:
-        deployments = store.deploy(_read_source(file), _now())
+        source = _read_source(file, store.settings.max_model_bytes)
+        deployments = store.deploy(source, _now())
     except DormantError as exc:
         click.echo(f"error: {file}: {exc}", err=True)
         sys.exit(2)

@@ -88,6 +88,7 @@ CORE_TIERS: list[set[str]] = [
         "views",
         "job_types",
         "inputs",
+        "xml_input",
     },
     # readers: BPMN XML and code-first models into definitions
     {"bpmn", "bpmn_extensions", "builder", "validate", "expression_check"},
