@@ -305,6 +305,14 @@ inbox = Table(
     # re-send every waiting trigger (a storm of duplicates that slows the recovery).
     Column("republished_at", UtcDateTime),
 )
+# Only the rows still waiting (migration 0009): the sweep and the backlog gauge read
+# these, and processed rows are kept as the producer's record.
+Index(
+    "ix_inbox_unprocessed",
+    inbox.c.created_at,
+    postgresql_where=inbox.c.processed_at.is_(None),
+    sqlite_where=inbox.c.processed_at.is_(None),
+)
 
 # Triggers that could not be applied, kept for an operator (persistence/failed_triggers.py).
 # ``body`` is TEXT holding JSON, never JSONB: a trigger refused for a NUL character or a
