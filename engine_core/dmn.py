@@ -47,6 +47,7 @@ from engine_core.errors import (
     UnsupportedElement,
 )
 from engine_core.feel import compile_expression, evaluate, evaluate_unary_tests, to_json
+from engine_core.xml_input import check_depth
 
 __all__ = [
     "DMN_NAMESPACES",
@@ -165,6 +166,7 @@ def _parse(source: str | bytes) -> Element:
         raise InvalidModel(f"the document is not well-formed XML: {exc}") from exc
     except defusedxml.DefusedXmlException as exc:
         raise InvalidModel(f"the document uses a forbidden XML construct: {exc}") from exc
+    check_depth(root)
     return root
 
 

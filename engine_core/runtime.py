@@ -60,6 +60,8 @@ class Runtime:
         # Tokens re-entering their node for an incident retry: their boundaries stay as
         # they were (still armed, or already fired) and are not armed a second time.
         self.keep_boundaries: set[str] = set()
+        # Node entries so far in this step, against ``services.step_budget``.
+        self.entries = 0
 
     # -- facts and ids -------------------------------------------------------------
 

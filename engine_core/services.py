@@ -43,6 +43,13 @@ class Services:
     job_types: Mapping[str, JobTypeSettings] = field(default_factory=dict)
     # A MigrateInstance trigger: the target version's definition, loaded by the shell.
     migration_target: ProcessDefinition | None = None
+    # Node entries one step may make. Past it the step commits with the tokens still to
+    # run left active, and a ``ContinueInstance`` effect asks for a ``Continue``
+    # trigger: a loop with no wait state costs throughput, never a held worker.
+    step_budget: int = 1000
+    # Inner instances one multi-instance activity may have (each is a token and a scope
+    # in the checkpoint); more is an incident at the activity.
+    max_loop_items: int = 10_000
 
 
 DEFAULT_SERVICES = Services()

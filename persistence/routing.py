@@ -1,6 +1,7 @@
 """Routing: which instances a message or signal wakes, or which it starts.
 
-Order, and why:
+The rules are the core's plan (``engine_core/correlation.py``: which waits, start or
+join, buffer or not); this module executes it against the database. Order, and why:
 
 1. A message id already recorded in ``messages`` is a duplicate: nothing happens.
    The row is written LAST (step 4), so a producer's retry after a crash mid-routing
@@ -37,6 +38,7 @@ from typing import Any
 from sqlalchemy import Connection, insert, select
 from sqlalchemy.exc import OperationalError
 
+from engine_core.correlation import JoinRunning, buffer_it, start_or_join, waits_to_wake
 from engine_core.effects import Fact
 from engine_core.errors import InvalidMessage
 from engine_core.inputs import check_name, check_text, check_ttl, check_variables
@@ -184,7 +186,7 @@ class Router:
         )
 
     def _holders(self, kind: str, name: str, key: str | None) -> list[tuple[str, str]]:
-        with self.store._read() as conn:
+        with self.store.read() as conn:
             return self._holders_in(conn, kind, name, key)
 
     @staticmethod
@@ -222,7 +224,7 @@ class Router:
         )
         out = MessageOutcome(message_id)
         # The duplicate check and the first holders lookup share one read transaction.
-        with self.store._read() as conn:
+        with self.store.read() as conn:
             if conn.execute(
                 select(messages.c.message_id).where(messages.c.message_id == message_id)
             ).first():
@@ -259,10 +261,7 @@ class Router:
         single = len({instance for instance, _ in holders}) == 1 and not (
             out.delivered_to or out.failed
         )
-        for instance_id, wait_id in holders:
-            if instance_id in seen:
-                continue  # one message wakes one wait per instance
-            seen.add(instance_id)
+        for instance_id, wait_id in waits_to_wake(holders, seen):
             trigger = MessageReceived(
                 wait_id=wait_id,
                 name=name,
@@ -326,8 +325,9 @@ class Router:
     ) -> None:
         for process_key, version, nodes in self.store.latest_starts("message", name):
             running = self._running_with_key(process_key, key) if key is not None else None
-            if running is not None:
-                self._join(out, running, process_key, name, now)
+            plan = start_or_join(process_key, version, nodes, key, running)
+            if isinstance(plan, JoinRunning):
+                self._join(out, plan.instance_id, process_key, name, now)
                 continue
             instance_id = str(uuid.uuid5(NAMESPACE, f"{process_key}:{out.message_id}"))
             try:
@@ -337,9 +337,9 @@ class Router:
                     variables,
                     out.message_id,
                     now,
-                    version=version,
-                    start_node_id=nodes[0],
-                    start_key=key,
+                    version=plan.version,
+                    start_node_id=plan.start_node_id,
+                    start_key=plan.start_key,
                 )
             except StartKeyTaken:
                 running = self._running_with_key(process_key, key)
@@ -354,7 +354,7 @@ class Router:
                 out.started.append(instance_id)
 
     def _running_with_key(self, process_key: str, key: str | None) -> str | None:
-        with self.store._read() as conn:
+        with self.store.read() as conn:
             return conn.execute(
                 select(instances.c.id)
                 .where(
@@ -386,10 +386,10 @@ class Router:
     ) -> bool:
         """Write the dedup row; False if a subscription appeared and we must deliver."""
         taken = bool(out.delivered_to or out.started or out.joined or out.failed)
-        buffer = not taken and ttl is not None and ttl > 0
+        buffer = buffer_it(taken, ttl)
         takers = out.delivered_to or out.started or out.joined or out.failed
         taker = takers[0] if takers else None
-        with self.store._tx() as conn:
+        with self.store.transaction() as conn:
             lock_message_key(conn, name, key)
             if not taken:
                 q = (

@@ -61,6 +61,9 @@ ENV_VARS: dict[str, str] = {
     "max_variables_depth": "DORMANT_MAX_VARIABLES_DEPTH",
     "batch_claim_seconds": "DORMANT_BATCH_CLAIM_SECONDS",
     "job_types": "DORMANT_JOB_TYPES",
+    "step_budget": "DORMANT_STEP_BUDGET",
+    "max_model_bytes": "DORMANT_MAX_MODEL_BYTES",
+    "max_loop_items": "DORMANT_MAX_LOOP_ITEMS",
 }
 
 # Past this the JSON encoder and decoder themselves would recurse too deep.
@@ -129,6 +132,14 @@ class Settings(BaseModel):
     # Per job type: {"charge-card": {"timeout_seconds": 600, "retry_backoff_seconds": 5}}
     # (JSON in the environment); a type not named uses the two settings above.
     job_types: dict[str, JobTypeSetting] = Field(default_factory=dict)
+    # Node entries one trigger may make before the instance commits and continues in a
+    # follow-up trigger (docs/limits.md, "Step budget").
+    step_budget: int = 1000
+    # The largest BPMN/DMN file a deploy reads (Client.deploy, ``dormant deploy``); a
+    # bigger one is refused before it is read whole (docs/limits.md, "Models").
+    max_model_bytes: int = 4 * 1024 * 1024
+    # Inner instances of one multi-instance activity; more is an incident there.
+    max_loop_items: int = 10_000
 
     @field_validator("database_url", "broker_url")
     @classmethod
@@ -180,6 +191,20 @@ class Settings(BaseModel):
             name: JobTypeSettings(s.timeout_seconds, s.retry_backoff_seconds)
             for name, s in self.job_types.items()
         }
+
+    @field_validator("step_budget", "max_loop_items")
+    @classmethod
+    def _budget(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError("must be a whole number, 1 or more")
+        return value
+
+    @field_validator("max_model_bytes")
+    @classmethod
+    def _model_bytes(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError("must be a whole number of bytes, 1 or more")
+        return value
 
     @field_validator("incident_retry_attempts")
     @classmethod

@@ -18,7 +18,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -150,6 +150,8 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
             incident_retry_policy=settings.incident_retry_policy,
             limits=settings.limits,
             job_types=settings.job_type_settings,
+            step_budget=settings.step_budget,
+            max_loop_items=settings.max_loop_items,
         )
         self._decisions = DecisionCache(self.services)
         self._definitions: dict[tuple[str, int], ProcessDefinition] = {}
@@ -174,6 +176,16 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
     def _read(self) -> Iterator[Connection]:
         with self.engine.connect().execution_options(**READ) as conn, conn.begin():
             yield conn
+
+    def transaction(self) -> AbstractContextManager[Connection]:
+        """A write transaction on this Store's database, for the layers that build on
+        it (routing, the scheduler): committed when the block ends, rolled back if it
+        raises. (BEGIN IMMEDIATE on SQLite: the database write lock.)"""
+        return self._tx()
+
+    def read(self) -> AbstractContextManager[Connection]:
+        """A read-only transaction (READ COMMITTED on PostgreSQL): one consistent look."""
+        return self._read()
 
     # -- the one transaction ------------------------------------------------------
 

@@ -98,7 +98,8 @@ def deploy(file: str) -> None:
 
     store: Store = client._store
     try:
-        deployments = store.deploy(_read_source(file), _now())
+        source = _read_source(file, store.settings.max_model_bytes)
+        deployments = store.deploy(source, _now())
     except DormantError as exc:
         click.echo(f"error: {file}: {exc}", err=True)
         sys.exit(2)
@@ -237,7 +238,7 @@ def instances_show(instance_id: str, as_json: bool) -> None:
     """One instance: status, where each token is and what it waits for, incidents, variables."""
     from engine_core.errors import UnknownInstance
     from engine_core.views import to_dict
-    from tasks import inbox
+    from persistence import inbox
     from tasks.display import instance_lines, queued
 
     client, now = _client(), _now()

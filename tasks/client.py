@@ -20,6 +20,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from engine_core.checkpoint import InstanceStatus
 from engine_core.errors import (
     InvalidField,
     InvalidMessage,
@@ -45,18 +46,17 @@ from engine_core.views import (
     InstanceView,
     UserTaskView,
 )
+from persistence import inbox
 from persistence.deployments import Deployment
 from persistence.failed_triggers import CHECKPOINT_INCIDENT
 from persistence.settings import Settings
 from persistence.store import Store
-from tasks import inbox
 from tasks.client_operations import Operations
 
 __all__ = ["Client"]
 
 _CLOSED_INCIDENT = ("resolved", "dead_lettered", "overtaken")
 _INCIDENT_STATES = ("open", "retry_scheduled", *_CLOSED_INCIDENT)
-_ENDED = ("completed", "terminated", "failed")
 
 
 def _message_kwargs(
@@ -125,7 +125,7 @@ class Client(Operations):
 
     def deploy_all(self, path_or_xml: str | bytes | Path) -> list[Deployment]:
         """Deploy every process (or decision) of a file; one ``Deployment`` each."""
-        source = _read_source(path_or_xml)
+        source = _read_source(path_or_xml, self._store.settings.max_model_bytes)
         deployments = list(self._store.deploy(source, _now()))
         if not deployments:
             raise InvalidModel("the document defines no executable process")
@@ -286,7 +286,7 @@ class Client(Operations):
 
     def cancel(self, instance_id: str) -> None:
         view = self.instance(instance_id)
-        if view.status in _ENDED:
+        if InstanceStatus(view.status).ended:
             raise InvalidOperation(
                 f"instance {instance_id} ({view.key} v{view.version}) is already {view.status}"
             )
@@ -372,15 +372,32 @@ def _now() -> Any:
     return clock.now()
 
 
-def _read_source(path_or_xml: str | bytes | Path) -> str | bytes:
-    if isinstance(path_or_xml, bytes):
-        return path_or_xml
-    if isinstance(path_or_xml, str) and path_or_xml.lstrip().startswith("<"):
+def _read_source(path_or_xml: str | bytes | Path, max_bytes: int) -> str | bytes:
+    """The model document, refused before it is read whole when it is over
+    ``max_bytes`` (``DORMANT_MAX_MODEL_BYTES``): at most one byte more is ever read, so
+    ``/dev/zero`` or a huge file costs nothing."""
+    if isinstance(path_or_xml, bytes) or (
+        isinstance(path_or_xml, str) and path_or_xml.lstrip("\ufeff \t\r\n").startswith("<")
+    ):
+        size = len(path_or_xml) if isinstance(path_or_xml, bytes) else len(path_or_xml.encode())
+        if size > max_bytes:
+            raise _too_large("the model document", max_bytes)
         return path_or_xml
     path = Path(path_or_xml)
     try:
-        return path.read_bytes()
+        with path.open("rb") as f:
+            data = f.read(max_bytes + 1)
     except OSError as exc:
         raise InvalidModel(
             f"cannot read BPMN/DMN file {str(path)!r}: {exc.strerror or exc}"
         ) from exc
+    if len(data) > max_bytes:
+        raise _too_large(f"BPMN/DMN file {str(path)!r}", max_bytes)
+    return data
+
+
+def _too_large(what: str, max_bytes: int) -> InvalidModel:
+    return InvalidModel(
+        f"{what} is larger than DORMANT_MAX_MODEL_BYTES={max_bytes} bytes; "
+        "raise the setting if the model is really that big"
+    )

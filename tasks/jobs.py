@@ -55,6 +55,7 @@ from celery import Task
 from celery.signals import task_failure, task_success, task_unknown
 from kombu.entity import Exchange, Queue
 
+from engine_core.effects import job_idempotency_key
 from engine_core.errors import BpmnError
 from engine_core.job_types import reserved_job_type
 from engine_core.triggers import JobCompleted, JobErrorThrown, JobFailed, JobHeartbeat
@@ -102,7 +103,7 @@ def dispatch(payload: dict[str, Any]) -> None:
         payload["wait_id"],
         int(payload["attempt"]),
     )
-    key = f"{instance_id}:{wait_id}:{attempt}"
+    key = job_idempotency_key(str(instance_id), str(wait_id), attempt)
     reserved = reserved_job_type(job_type)
     if reserved is not None:  # e.g. an outbox row written before the deploy-time rule
         log.error("job not dispatched instance=%s wait=%s: %s", instance_id, wait_id, reserved)
@@ -186,7 +187,9 @@ def _context(task: Any) -> tuple[str, str, int, str] | None:
     if not instance_id or not wait_id:
         return None  # not a dormant job: an ordinary task of the user's
     attempt = int(_header(request, HEADER_ATTEMPT) or 1)
-    key = _header(request, HEADER_IDEMPOTENCY_KEY) or f"{instance_id}:{wait_id}:{attempt}"
+    key = _header(request, HEADER_IDEMPOTENCY_KEY) or job_idempotency_key(
+        instance_id, wait_id, attempt
+    )
     return str(instance_id), str(wait_id), attempt, str(key)
 
 

@@ -49,11 +49,10 @@ from engine_core.triggers import (
     TaskCompleted,
     parse_trigger,
 )
-from persistence import clock
+from persistence import clock, inbox
 from persistence.failed_triggers import call_kwargs, one_line
 from persistence.results import TriggerResult
 from tasks import app as app_module
-from tasks import inbox
 from tasks.app import app, publish, store
 from tasks.metrics import observe_trigger, timer_fired
 from tasks.outbox import consumed, publish_ids, publish_row
@@ -380,14 +379,16 @@ def fire_deadline(
     wait_id: str,
     claim_token: str,
     due_at: str | None = None,
+    kind: str = "deadline",
 ) -> str | None:
     """Fire one claimed deadline. The row is deleted only by the transaction that
     applied it; a failed fire leaves it (with its due time pushed back) for a later scan.
-    ``due_at`` (the claimed due time, ISO) measures the timer's lateness."""
-    from scheduler.deadlines import fire
+    ``due_at`` (the claimed due time, ISO) measures the timer's lateness; ``kind`` is the
+    claim's (``scheduler.ClaimKind``: an instance deadline or a timer start)."""
+    from scheduler.deadlines import ClaimKind, fire
 
     def call(tid: str, now: datetime) -> Any:
-        outcome = fire(store(), instance_id, wait_id, claim_token, now)
+        outcome = fire(store(), instance_id, wait_id, claim_token, now, ClaimKind(kind))
         timer_fired(due_at, now, outcome.status)
         return outcome
 
@@ -416,6 +417,7 @@ def scan_deadlines(self: Task) -> int:
                 "wait_id": claim.wait_id,
                 "claim_token": claim.claim_token,
                 "due_at": claim.due_at.isoformat(),
+                "kind": claim.kind.value,
             },
         )
     if claims:

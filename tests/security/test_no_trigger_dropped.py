@@ -10,6 +10,8 @@ instance is served meanwhile.
 from __future__ import annotations
 
 import json
+import os
+from typing import Any
 
 import pytest
 
@@ -129,6 +131,12 @@ def test_a_ttl_too_large_for_a_date_is_kept_not_lost(shared_stack: Stack) -> Non
     [failed] = failed_for(stack, task="dormant.message")
     assert failed.body["kwargs"]["message_id"] == "nd-ttl-1"
     assert "ttl" in failed.error
+    # An operator drops it from Celery (Flower, a script): the management task.
+    send_raw(stack, "dormant.triggers.drop", "trigger.triggers_drop", failed_id=failed.id)
+    wait_for(
+        lambda: failed.id not in {f.id for f in stack.client.failed_triggers()},
+        what="the Celery drop",
+    )
 
 
 document_classes = ("CorruptCheckpoint", "CheckpointTooNew")
@@ -179,3 +187,43 @@ def test_an_undecodable_checkpoint_is_an_incident_and_keeps_its_triggers(
     stack.wait_status(iid, "completed")
     assert c.incidents(iid) == []
     assert c.failed_triggers(iid) == []
+
+
+@pytest.mark.parametrize(
+    "error",
+    [MemoryError(), RecursionError("deep"), KeyError("bug"), OverflowError("date")],
+    ids=lambda e: type(e).__name__,
+)
+def test_any_exception_class_in_an_apply_is_kept_not_acknowledged_away(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, error: BaseException
+) -> None:
+    """Whatever the apply raises, the task keeps the trigger (the embedded default, the
+    trigger task run in this process with the Store failing on purpose)."""
+    from persistence.settings import Settings
+    from tasks import app as app_module
+    from tasks import triggers
+
+    for var in ("DORMANT_DATABASE_URL", "DORMANT_BROKER_URL"):
+        monkeypatch.setenv(var, os.environ.get(var, ""))
+    previous = app_module.settings
+    app_module.configure(
+        Settings.from_env(
+            {},
+            database_url=f"sqlite:///{tmp_path / 'db.sqlite3'}",
+            broker_url=f"sqla+sqlite:///{tmp_path / 'broker.sqlite3'}",
+        )
+    )
+    try:
+        the_store = app_module.store()
+
+        def failing(*args: Any, **kwargs: Any) -> Any:
+            raise error
+
+        monkeypatch.setattr(the_store, "apply", failing)
+        triggers.cancel.apply(kwargs={"instance_id": "victim", "trigger_id": "t-1"})
+        [failed] = the_store.failed_triggers("victim")
+        assert failed.error_class == type(error).__name__
+        assert failed.task == "dormant.cancel" and failed.trigger_id == "t-1"
+        assert failed.body["kwargs"] == {"instance_id": "victim", "trigger_id": "t-1"}
+    finally:
+        app_module.configure(previous)
