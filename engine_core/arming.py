@@ -9,15 +9,18 @@ module: ``boundaries.py``, ``event_subs.py``, the node handlers.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from engine_core.checkpoint import Wait, WaitKind, WaitRole
 from engine_core.expressions import correlation_key, non_empty_string
-from engine_core.model import EventDefinition, EventKind, Node
+from engine_core.model import EventDefinition, EventKind, Node, TimerSpec
 from engine_core.runtime import Runtime
 from engine_core.timers import arm_timer, next_cycle_due
 
-__all__ = ["WAITABLE", "arm_event", "keep_or_withdraw"]
+__all__ = ["WAITABLE", "Repetition", "arm_event", "keep_or_withdraw", "next_repetition"]
 
 WAITABLE = frozenset({EventKind.TIMER, EventKind.MESSAGE, EventKind.SIGNAL})
 
@@ -72,25 +75,60 @@ def arm_event(
     raise ValueError(f"event kind {definition.kind} is not a wait")
 
 
+@dataclass(frozen=True, slots=True)
+class Repetition:
+    """A cycle's next repetition: when it is due, and how many are left after it."""
+
+    due_at: datetime
+    cycle_remaining: int | None
+
+
+def next_repetition(
+    due_at: datetime,
+    interval_seconds: float | None,
+    cycle_remaining: int | None,
+    now: datetime,
+    *,
+    spec: TimerSpec | None = None,
+    variables: Mapping[str, Any] | None = None,
+    element_id: str = "",
+) -> Repetition | None:
+    """The one rule of a cycle's repetitions, for an instance's timer waits and for
+    timer start events (the scheduler) alike: None when the timer is done (not a cycle,
+    or no repetition left); else the next due time (``timers.next_cycle_due``: an
+    overdue cycle continues from now, a cron cycle follows its own calendar)."""
+    if interval_seconds is None or (cycle_remaining is not None and cycle_remaining <= 0):
+        return None
+    try:
+        due = next_cycle_due(
+            due_at, interval_seconds, now, spec=spec, variables=variables, element_id=element_id
+        )
+    except OverflowError:
+        # The model's interval puts the next repetition past the last date there is
+        # (year 9999): it never comes, so the cycle ends here.
+        return None
+    return Repetition(due, None if cycle_remaining is None else cycle_remaining - 1)
+
+
 def keep_or_withdraw(rt: Runtime, wait: Wait) -> None:
     """After a non-interrupting fire: a cycle arms its next repetition, a message or
     signal stays subscribed, a one-shot timer is done."""
-    if wait.kind is WaitKind.TIMER:
-        if wait.cycle_interval_seconds is not None and (
-            wait.cycle_remaining is None or wait.cycle_remaining > 0
-        ):
-            assert wait.due_at is not None
-            node = rt.node(wait.node_id)
-            spec = node.events[wait.def_index].timer if wait.def_index < len(node.events) else None
-            wait.due_at = next_cycle_due(
-                wait.due_at,
-                wait.cycle_interval_seconds,
-                rt.now,
-                spec=spec,  # a cron cycle follows its own calendar
-                variables=rt.visible(wait.scope_id),
-                element_id=node.id,
-            )
-            if wait.cycle_remaining is not None:
-                wait.cycle_remaining -= 1
-            return
+    if wait.kind is not WaitKind.TIMER:
+        return
+    assert wait.due_at is not None
+    node = rt.node(wait.node_id)
+    spec = node.events[wait.def_index].timer if wait.def_index < len(node.events) else None
+    repetition = next_repetition(
+        wait.due_at,
+        wait.cycle_interval_seconds,
+        wait.cycle_remaining,
+        rt.now,
+        spec=spec,
+        variables=rt.visible(wait.scope_id),
+        element_id=node.id,
+    )
+    if repetition is None:
         rt.withdraw(wait)
+        return
+    wait.due_at = repetition.due_at
+    wait.cycle_remaining = repetition.cycle_remaining

@@ -16,6 +16,8 @@ from typing import Any
 
 from engine_core.arming import WAITABLE, arm_event, keep_or_withdraw
 from engine_core.checkpoint import IncidentState, Token, Wait, WaitRole
+from engine_core.expressions import TechnicalFailure
+from engine_core.incidents import raise_failure
 from engine_core.model import Node
 from engine_core.moving import arrive
 from engine_core.runtime import Runtime
@@ -65,14 +67,21 @@ def interrupt(rt: Runtime, host: Token) -> None:
 def fire(
     rt: Runtime, host: Token, boundary: Node, variables: Mapping[str, Any], *, interrupting: bool
 ) -> str:
-    """The one fire path; returns the id of the token that continues at the boundary."""
+    """The one fire path; returns the id of the token that continues at the boundary.
+
+    The token is on the boundary before its output mappings read the payload, so a
+    failing mapping is an incident at the boundary event, on that token."""
     if interrupting:
         interrupt(rt, host)
-        rt.apply_outputs(boundary, host, variables, target_scope=host.scope_id)
         arrive(rt, host, boundary.id)
-        return host.id
-    token = rt.spawn(boundary.id, host.scope_id, [*host.lineage, host.id])
-    rt.apply_outputs(boundary, token, variables)
+        token, target = host, host.scope_id
+    else:
+        token = rt.spawn(boundary.id, host.scope_id, [*host.lineage, host.id])
+        target = None
+    try:
+        rt.apply_outputs(boundary, token, variables, target_scope=target)
+    except TechnicalFailure as failure:
+        raise_failure(rt, failure, token, boundary)
     return token.id
 
 

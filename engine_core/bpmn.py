@@ -32,8 +32,13 @@ from engine_core.model import (
     TimerSpec,
 )
 from engine_core.validate import assemble
+from engine_core.xml_input import check_depth, model_text
 
-__all__ = ["read_bpmn"]
+__all__ = ["MAX_SCOPE_DEPTH", "read_bpmn"]
+
+# Sub-processes (embedded and event) nested inside each other; deeper is refused at
+# deploy with the element named, never a RecursionError (docs/limits.md, "Models").
+MAX_SCOPE_DEPTH = 50
 
 _NODE_KINDS: dict[str, NodeKind] = {
     k.value: k for k in NodeKind if k not in (NodeKind.EVENT_SUB_PROCESS,)
@@ -146,10 +151,13 @@ def read_bpmn(source: str | bytes) -> list[ProcessDefinition]:
 
 
 def _parse(source: str | bytes) -> Element:
-    text = source.encode("utf-8") if isinstance(source, str) else source
+    """Bytes are decoded as their declaration says (``model_text``); a ``str`` is taken
+    as already decoded (the parser then ignores its declared encoding)."""
+    source = model_text(source)
+    text = source.encode("utf-8")
     try:
         root: Element = SafeET.fromstring(
-            text, forbid_dtd=True, forbid_entities=True, forbid_external=True
+            source, forbid_dtd=True, forbid_entities=True, forbid_external=True
         )
     except ParseError as exc:
         line, column = getattr(exc, "position", (0, 0))
@@ -161,6 +169,7 @@ def _parse(source: str | bytes) -> Element:
             f"refused XML at line {line}, column {column}: {type(exc).__name__} "
             "(DTDs, entities and external references are not allowed in BPMN files)"
         ) from exc
+    check_depth(root)
     return root
 
 
@@ -196,7 +205,14 @@ def _read_process(process: Element, refs: _Refs) -> ProcessDefinition:
     return replace(definition, version_tag=tag) if tag else definition
 
 
-def _read_scope(scope: Element, parent: str | None, refs: _Refs, draft: _Draft) -> None:
+def _read_scope(
+    scope: Element, parent: str | None, refs: _Refs, draft: _Draft, depth: int = 0
+) -> None:
+    if depth > MAX_SCOPE_DEPTH:
+        raise InvalidModel(
+            f"sub-process {parent!r} nests sub-processes more than {MAX_SCOPE_DEPTH} "
+            "levels deep; flatten the model or use a call activity"
+        )
     for el in scope:
         ns, name = local(el)
         if ns != BPMN or (name in _IGNORED_IN_SCOPE and name != "association"):
@@ -211,7 +227,7 @@ def _read_scope(scope: Element, parent: str | None, refs: _Refs, draft: _Draft) 
             node = _read_node(el, name, parent, refs)
             draft.nodes.append(node)
             if name == "subProcess":
-                _read_scope(el, node.id, refs, draft)
+                _read_scope(el, node.id, refs, draft, depth + 1)
         else:
             why = _REFUSED.get(name, f"bpmn:{name} is not a supported element")
             raise UnsupportedElement(el.get("id", "?"), name, el.get("name"), why)

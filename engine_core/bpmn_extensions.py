@@ -174,6 +174,12 @@ def _latest_binding_only(host: Element, el: Element, name: str) -> None:
         )
 
 
+# A retry is scheduled at now + backoff: a backoff of millions of days would be a
+# date past year 9999 when the incident is raised. A year is more than any operator
+# waits for an automatic retry.
+MAX_RETRY_BACKOFF_SECONDS = 366 * 24 * 3600.0
+
+
 def _read_dormant(host: Element, el: Element, name: str, fields: dict[str, Any]) -> None:
     hid = host.get("id", "?")
     if name != "retryPolicy":
@@ -189,15 +195,15 @@ def _read_dormant(host: Element, el: Element, name: str, fields: dict[str, Any])
     try:
         backoff = isodate.parse_duration(text)
         seconds = float(backoff.total_seconds())
-    except (isodate.ISO8601Error, ValueError, AttributeError, TypeError):
+    except (isodate.ISO8601Error, ValueError, AttributeError, TypeError, OverflowError):
         raise InvalidModel(
             f"element {hid!r}: dormant:retryPolicy backoff {text!r} is not an ISO 8601 duration "
             "(e.g. PT10S)"
         ) from None
-    if attempts < 0 or not seconds > 0:
+    if attempts < 0 or not 0 < seconds <= MAX_RETRY_BACKOFF_SECONDS:
         raise InvalidModel(
-            f"element {hid!r}: dormant:retryPolicy needs attempts >= 0 and backoff > 0 "
-            f"(got attempts={attempts}, backoff={text!r})"
+            f"element {hid!r}: dormant:retryPolicy needs attempts >= 0 and a backoff above "
+            f"zero and at most P366D (got attempts={attempts}, backoff={text!r})"
         )
     fields["retry_policy"] = RetryPolicy(attempts=attempts, backoff_seconds=seconds)
 

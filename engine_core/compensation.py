@@ -11,6 +11,8 @@ each as its own token; the thrower waits until they have all finished, then move
 from __future__ import annotations
 
 from engine_core.checkpoint import Token, TokenState
+from engine_core.expressions import TechnicalFailure
+from engine_core.incidents import raise_failure
 from engine_core.model import EventKind, Node, NodeKind
 from engine_core.moving import end_token, leave_activity
 from engine_core.runtime import Runtime
@@ -72,6 +74,9 @@ def finish_waiting_throws(rt: Runtime) -> bool:
             continue
         if any(token.id in other.lineage for other in rt.cp.tokens.values()):
             continue
-        _continue(rt, token, node, node.kind is NodeKind.END_EVENT)
+        try:
+            _continue(rt, token, node, node.kind is NodeKind.END_EVENT)
+        except TechnicalFailure as failure:
+            raise_failure(rt, failure, token, node)
         moved = True
     return moved

@@ -47,6 +47,7 @@ from engine_core.errors import (
     UnsupportedElement,
 )
 from engine_core.feel import compile_expression, evaluate, evaluate_unary_tests, to_json
+from engine_core.xml_input import check_depth, model_text
 
 __all__ = [
     "DMN_NAMESPACES",
@@ -160,11 +161,12 @@ def _local(el: Element) -> tuple[str, str]:
 
 def _parse(source: str | bytes) -> Element:
     try:
-        root: Element = SafeET.fromstring(source, forbid_dtd=True)
+        root: Element = SafeET.fromstring(model_text(source), forbid_dtd=True)
     except ParseError as exc:
         raise InvalidModel(f"the document is not well-formed XML: {exc}") from exc
     except defusedxml.DefusedXmlException as exc:
         raise InvalidModel(f"the document uses a forbidden XML construct: {exc}") from exc
+    check_depth(root)
     return root
 
 

@@ -29,6 +29,7 @@ from engine_core.triggers import MessageReceived
 __all__ = [
     "EFFECT_KINDS",
     "CancelChild",
+    "ContinueInstance",
     "DeliverBuffered",
     "DispatchJob",
     "Effect",
@@ -118,6 +119,14 @@ class NotifyParent:
 
 
 @dataclass(frozen=True, slots=True)
+class ContinueInstance:
+    """The step stopped at its step budget with tokens still active: send the instance
+    a ``Continue`` trigger, after this commit, to run them on."""
+
+    instance_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class DeliverBuffered:
     """A buffered message a new subscription consumed: written by the Store (never by
     ``apply``) in the transaction that armed the subscription, delivered after it."""
@@ -134,6 +143,7 @@ Effect = (
     | CancelChild
     | NotifyParent
     | DeliverBuffered
+    | ContinueInstance
 )
 
 EFFECT_KINDS: dict[str, type[Effect]] = {
@@ -146,6 +156,7 @@ EFFECT_KINDS: dict[str, type[Effect]] = {
         CancelChild,
         NotifyParent,
         DeliverBuffered,
+        ContinueInstance,
     )
 }
 _ADAPTERS: dict[str, TypeAdapter[Any]] = {k: TypeAdapter(c) for k, c in EFFECT_KINDS.items()}

@@ -19,8 +19,10 @@ from datetime import datetime
 from engine_core import operations
 from engine_core.checkpoint import ROOT_SCOPE, Checkpoint, InstanceStatus, TokenState, WaitKind
 from engine_core.compensation import finish_waiting_throws
-from engine_core.effects import Fact, Step
+from engine_core.effects import ContinueInstance, Fact, Step
 from engine_core.errors import EngineInvariantError, InvalidOperation
+from engine_core.feel.ids import name_based_uuid
+from engine_core.feel.scope import reset_id_source, set_id_source
 from engine_core.joins import fire_ready_inclusive_joins
 from engine_core.model import ProcessDefinition
 from engine_core.moving import check_scope, fail_instance
@@ -79,6 +81,8 @@ def apply(
 
     cp = _private_copy(checkpoint)
     rt = Runtime(definition, cp, now, services or DEFAULT_SERVICES)
+    # FEEL's uuid() during this trigger: name-based ids from the instance and its counter.
+    ids = set_id_source(lambda: name_based_uuid(f"{cp.instance_id}/{cp.next_id('u')}"))
     try:
         fired_early: dict[str, Wake] = {}
         if operations.hold(rt, trigger):
@@ -99,12 +103,19 @@ def apply(
         if woken.stale and not fired_early:
             return _stale(checkpoint, trigger, "wait gone")
         _run(rt)
+        if rt.queue:
+            # Stopped at the step budget: the tokens still queued stay active in the
+            # checkpoint (at rest, "active" means exactly this) for the follow-up.
+            rt.fact("StepBudgetReached", entries=rt.entries, pending=len(rt.queue))
+            rt.effects.append(ContinueInstance(cp.instance_id))
     except EngineInvariantError as exc:
         # A bug in dormant, not the user's: the one failure that stays fatal (SRD-079).
         cp = _private_copy(checkpoint)
         rt = Runtime(definition, cp, now, services or DEFAULT_SERVICES)
         fail_instance(rt, f"internal invariant broken: {exc}")
         woken = STALE
+    finally:
+        reset_id_source(ids)
     rt.settle_status()
     cp.revision += 1
     cp.updated_at = now
@@ -168,16 +179,33 @@ def _fire_overdue(
             return fired
 
 
+def _keep_only_active(rt: Runtime) -> None:
+    """What the budget left: each still-active queued token once, in queue order."""
+    live = [
+        tid
+        for tid in dict.fromkeys(rt.queue)
+        if (t := rt.cp.tokens.get(tid)) is not None and t.state is TokenState.ACTIVE
+    ]
+    rt.queue.clear()
+    rt.queue.extend(live)
+
+
 def _run(rt: Runtime) -> None:
     """Advance every active token until the instance is quiescent."""
     while True:
         while rt.queue:
-            token = rt.cp.tokens.get(rt.queue.popleft())
+            token = rt.cp.tokens.get(rt.queue[0])
             if token is None or token.state is not TokenState.ACTIVE:
+                rt.queue.popleft()
                 continue
             if rt.cp.status.ended:
                 rt.queue.clear()
                 break
+            if rt.entries >= rt.services.step_budget:
+                _keep_only_active(rt)
+                return  # the rest runs in the follow-up Continue trigger (apply)
+            rt.queue.popleft()
+            rt.entries += 1
             enter(rt, token)
         if rt.cp.status.ended:
             return

@@ -6,7 +6,8 @@ should do next:
     DormantError
     ├── CallerError          the caller's input is wrong; fix the call
     │   ├── InvalidVariables       variables / payload that are not a JSON object
-    │   ├── InvalidMessage         a message with an empty name, a bad TTL, ...
+    │   ├── InvalidField           a name, key or id too long for its column, with NUL, ...
+    │   │   └── InvalidMessage     a message with an empty name, a bad TTL, ...
     │   ├── UnknownProcess         no deployed process has that key (or version)
     │   ├── UnknownInstance        no instance has that id
     │   ├── UnknownTask            no open user task has that id
@@ -16,6 +17,7 @@ should do next:
     │   └── UnsupportedElement     an element the engine does not run (refused at deploy)
     ├── OperatorError        an operator action that cannot be applied now
     │   ├── UnknownIncident        no incident has that id
+    │   ├── UnknownFailedTrigger   no failed trigger has that id
     │   └── InvalidOperation       the action does not fit the current state
     ├── StoredDataError      what the database holds cannot be used as it is
     │   ├── CheckpointTooNew       written by a newer dormant; upgrade this one
@@ -51,6 +53,7 @@ __all__ = [
     "EngineInvariantError",
     "ExpressionError",
     "ExpressionLimitExceeded",
+    "InvalidField",
     "InvalidMessage",
     "InvalidModel",
     "InvalidOperation",
@@ -61,6 +64,7 @@ __all__ = [
     "OperatorError",
     "StoredDataError",
     "UnknownEffect",
+    "UnknownFailedTrigger",
     "UnknownIncident",
     "UnknownInstance",
     "UnknownProcess",
@@ -81,7 +85,12 @@ class InvalidVariables(CallerError):
     """Variables or a payload that are not a JSON object of JSON values."""
 
 
-class InvalidMessage(CallerError):
+class InvalidField(CallerError):
+    """A trigger field (business key, message id, correlation key, name, TTL) outside
+    its limit: too long for its column, a NUL or lone surrogate, out of range."""
+
+
+class InvalidMessage(InvalidField):
     """A message that cannot be correlated: empty name, negative TTL, ..."""
 
 
@@ -130,6 +139,10 @@ class OperatorError(DormantError):
 
 class UnknownIncident(OperatorError):
     """No incident has that id."""
+
+
+class UnknownFailedTrigger(OperatorError):
+    """No failed trigger has that id (retried or dropped already?)."""
 
 
 class InvalidOperation(OperatorError):

@@ -15,6 +15,8 @@ from typing import Any
 
 from engine_core.arming import WAITABLE, arm_event, keep_or_withdraw
 from engine_core.checkpoint import Scope, Wait, WaitRole
+from engine_core.expressions import TechnicalFailure
+from engine_core.incidents import raise_failure
 from engine_core.model import Node, NodeKind
 from engine_core.runtime import Runtime
 
@@ -22,24 +24,41 @@ __all__ = ["arm", "fire_wait", "start"]
 
 
 def arm(rt: Runtime, scope: Scope) -> None:
-    """A scope that starts arms the starts of the event sub-processes inside it."""
+    """A scope that starts arms the starts of the event sub-processes inside it.
+
+    All or nothing, and only once: a start that cannot be armed withdraws the ones armed
+    before it (the incident's retry arms them all), and a start already armed in the
+    scope (a retry after a later failure) is not armed a second time."""
     variables = rt.visible(scope.id)
-    for esp in rt.defn.event_sub_processes(scope.node_id):
-        for start_node in rt.defn.nodes_in(esp.id):
-            if start_node.kind is not NodeKind.START_EVENT:
-                continue
-            for index, definition in enumerate(start_node.events):
-                if definition.kind in WAITABLE:
-                    arm_event(
-                        rt,
-                        start_node,
-                        definition,
-                        WaitRole.EVENT_SUB,
-                        variables,
-                        def_index=index,
-                        scope_id=scope.id,
-                        interrupting=start_node.is_interrupting,
-                    )
+    armed = {
+        (w.node_id, w.def_index)
+        for w in rt.cp.waits.values()
+        if w.role is WaitRole.EVENT_SUB and w.scope_id == scope.id
+    }
+    new: list[Wait] = []
+    try:
+        for esp in rt.defn.event_sub_processes(scope.node_id):
+            for start_node in rt.defn.nodes_in(esp.id):
+                if start_node.kind is not NodeKind.START_EVENT:
+                    continue
+                for index, definition in enumerate(start_node.events):
+                    if definition.kind in WAITABLE and (start_node.id, index) not in armed:
+                        new.append(
+                            arm_event(
+                                rt,
+                                start_node,
+                                definition,
+                                WaitRole.EVENT_SUB,
+                                variables,
+                                def_index=index,
+                                scope_id=scope.id,
+                                interrupting=start_node.is_interrupting,
+                            )
+                        )
+    except TechnicalFailure:
+        for wait in new:
+            rt.withdraw(wait)
+        raise
 
 
 def fire_wait(rt: Runtime, wait: Wait, variables: Mapping[str, Any]) -> str:
@@ -63,6 +82,10 @@ def start(rt: Runtime, scope_id: str, start_node: Node, variables: Mapping[str, 
         for wait in [w for w in rt.cp.waits.values() if w.scope_id == scope_id]:
             rt.withdraw(wait)
     scope = rt.new_scope(start_node.parent, scope_id, None)
-    arm(rt, scope)
+    # The event sub-processes nested in this one are armed when the token enters its
+    # start event (nodes._start_event), so a failing subscription is an incident there.
     token = rt.spawn(start_node.id, scope.id, [])
-    rt.apply_outputs(start_node, token, variables)
+    try:
+        rt.apply_outputs(start_node, token, variables)
+    except TechnicalFailure as failure:
+        raise_failure(rt, failure, token, start_node)

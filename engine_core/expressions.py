@@ -14,7 +14,8 @@ from decimal import Decimal
 from typing import Any
 
 from engine_core import feel
-from engine_core.errors import ExpressionError
+from engine_core.errors import ExpressionError, InvalidField
+from engine_core.inputs import check_text
 
 __all__ = [
     "TechnicalFailure",
@@ -30,11 +31,25 @@ __all__ = [
 
 
 class TechnicalFailure(Exception):
-    """A failure of one element that Camunda 8 would turn into an incident."""
+    """A failure of one element that Camunda 8 would turn into an incident.
+
+    ``token_id`` / ``node_id`` name the token and node whose work failed when that is
+    not the token the catching unit of work was running: the last token of a
+    sub-process ends, and the sub-process's own output mapping fails. The innermost
+    place that knows sets them (``at``); the catcher raises the incident there.
+    """
 
     def __init__(self, message: str, cause_class: str = "ExpressionError") -> None:
         super().__init__(message)
         self.cause_class = cause_class
+        self.token_id: str | None = None
+        self.node_id: str | None = None
+
+    def at(self, token_id: str, node_id: str) -> TechnicalFailure:
+        """Name where the failure happened, unless a more inner place already did."""
+        if self.token_id is None:
+            self.token_id, self.node_id = token_id, node_id
+        return self
 
 
 def is_expression(raw: str | None) -> bool:
@@ -66,13 +81,29 @@ def evaluate(raw: str, variables: Mapping[str, Any], element_id: str, now: datet
         return feel.evaluate(source, variables, now=now)
     except ExpressionError as exc:
         raise TechnicalFailure(str(exc.at_element(element_id))) from exc
+    except Exception as exc:
+        # Whatever else evaluating the model's expression raised (a recursion limit, an
+        # arithmetic corner the evaluator did not foresee) is still the model's failure
+        # at this element: an incident there, never an exception out of ``apply``.
+        raise _unexpected(exc, raw, element_id) from exc
 
 
 def json_value(value: Any) -> Any:
     """A FEEL result as a JSON value, for storing as a process variable."""
     if value is None or isinstance(value, bool | str | int | float):
         return value
-    return feel.to_json(value)
+    try:
+        return feel.to_json(value)
+    except Exception as exc:
+        raise _unexpected(exc, "", None) from exc
+
+
+def _unexpected(exc: Exception, raw: str, element_id: str | None) -> TechnicalFailure:
+    where = f" of {element_id!r}" if element_id is not None else ""
+    what = f"expression {raw!r}{where}" if raw else "a result"
+    return TechnicalFailure(
+        f"{what} could not be evaluated: {type(exc).__name__}: {exc}", type(exc).__name__
+    )
 
 
 def boolean(raw: str, variables: Mapping[str, Any], element_id: str, now: datetime) -> bool:
@@ -86,6 +117,16 @@ def boolean(raw: str, variables: Mapping[str, Any], element_id: str, now: dateti
 
 
 def correlation_key(raw: str, variables: Mapping[str, Any], element_id: str, now: datetime) -> str:
+    """The key as text; one too long for the subscriptions column (or holding a NUL)
+    fails the element here rather than the whole trigger at the insert."""
+    key = _key_text(raw, variables, element_id, now)
+    try:
+        return check_text(key, f"correlation key {raw[:80]!r} of {element_id!r}")
+    except InvalidField as exc:
+        raise TechnicalFailure(str(exc)) from None
+
+
+def _key_text(raw: str, variables: Mapping[str, Any], element_id: str, now: datetime) -> str:
     value = evaluate(raw, variables, element_id, now)
     if isinstance(value, str):
         return value

@@ -21,14 +21,44 @@ from datetime import timedelta
 from typing import Any
 
 from engine_core.checkpoint import Incident, IncidentState, Token, TokenState, WaitKind, WaitRole
-from engine_core.errors import InvalidOperation, UnknownIncident
+from engine_core.errors import EngineInvariantError, InvalidOperation, UnknownIncident
 from engine_core.expressions import TechnicalFailure
 from engine_core.model import Node
 from engine_core.moving import fail_instance, leave_activity, leave_without_running
 from engine_core.runtime import Runtime
 from engine_core.transitions import move_incident, move_token
 
-__all__ = ["drop", "leave_or_raise", "raise_incident", "resolve", "retry"]
+__all__ = ["drop", "leave_or_raise", "raise_failure", "raise_incident", "resolve", "retry"]
+
+
+def raise_failure(
+    rt: Runtime,
+    failure: TechnicalFailure,
+    token: Token,
+    node: Node,
+    *,
+    activated: bool = True,
+) -> None:
+    """The one way a failure of the model leaves the step: an incident.
+
+    Every unit of work ``apply`` runs for a token catches ``TechnicalFailure`` and
+    comes here: entering a node, a woken token leaving it, an inclusive join firing, a
+    compensation throw moving on, a boundary or event sub-process start taking its
+    payload. The incident is at ``token`` / ``node``, the unit's own, unless the failure
+    names another token whose work failed inside the unit (the sub-process whose last
+    token just ended, a multi-instance body whose last inner instance did): then at
+    that one, whose boundaries are armed exactly while it still holds them.
+    """
+    if failure.token_id is not None and failure.token_id != token.id:
+        owner = rt.cp.tokens.get(failure.token_id)
+        if owner is None or failure.node_id is None:
+            raise EngineInvariantError(
+                f"a failure at {failure.node_id!r} of instance {rt.cp.instance_id} names "
+                f"token {failure.token_id}, which is gone: {failure}"
+            ) from failure
+        token, node = owner, rt.node(failure.node_id)
+        activated = any(w.role is WaitRole.BOUNDARY for w in rt.waits_of(token.id))
+    raise_incident(rt, token, node, str(failure), failure.cause_class, activated=activated)
 
 
 def raise_incident(
@@ -46,6 +76,11 @@ def raise_incident(
     ``activated`` is False when the node failed while activating (its boundaries were
     withdrawn unarmed, nodes.enter): the retry must arm them then, and only then.
     """
+    if rt.cp.tokens.get(token.id) is not token:
+        raise EngineInvariantError(
+            f"incident at {node.label} of instance {rt.cp.instance_id} raised on token "
+            f"{token.id}, which has already ended: {cause}"
+        )
     if rt.cp.parent is not None:
         fail_instance(rt, f"{node.label}: {cause}")
         return
@@ -123,7 +158,7 @@ def leave_or_raise(rt: Runtime, token: Token, variables: Mapping[str, Any]) -> N
     try:
         leave_activity(rt, token, variables)
     except TechnicalFailure as failure:
-        raise_incident(rt, token, node, str(failure), failure.cause_class)
+        raise_failure(rt, failure, token, node)
 
 
 def _open_incident(rt: Runtime, incident_id: str) -> tuple[Incident, Token]:

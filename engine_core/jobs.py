@@ -23,6 +23,7 @@ from engine_core.effects import DispatchJob
 from engine_core.errors import EngineInvariantError
 from engine_core.expressions import TechnicalFailure, evaluate, non_empty_string
 from engine_core.incidents import leave_or_raise, raise_incident
+from engine_core.job_types import reserved_job_type
 from engine_core.model import Node
 from engine_core.runtime import Runtime
 from engine_core.services import Services
@@ -49,6 +50,9 @@ def start(rt: Runtime, token: Token, node: Node) -> None:
         raise EngineInvariantError(f"{node.label} has no job type")
     context = rt.token_vars(token)
     job_type = non_empty_string(node.job_type, context, node.id, rt.now, "job type")
+    reserved = reserved_job_type(job_type)
+    if reserved is not None:  # a FEEL job type: the deploy-time check cannot see it
+        raise TechnicalFailure(f"{node.label}: {reserved}")
     retries_raw = node.job_retries
     retries = rt.services.default_job_retries
     if retries_raw is not None:

@@ -10,6 +10,8 @@ token that could arrive may end anywhere, not only at the join.
 from __future__ import annotations
 
 from engine_core.checkpoint import Token, TokenState
+from engine_core.expressions import TechnicalFailure
+from engine_core.incidents import raise_failure
 from engine_core.model import Node, NodeKind, ProcessDefinition
 from engine_core.moving import chosen_flows, take_flows
 from engine_core.runtime import Runtime
@@ -77,7 +79,12 @@ def fire_ready_inclusive_joins(rt: Runtime) -> bool:
         if _can_still_arrive(rt, node, token.scope_id):
             continue
         merged = _merge(rt, _waiting_at(rt, node, token.scope_id))
-        take_flows(rt, merged, chosen_flows(rt, node, merged, all_true=True))
+        try:
+            take_flows(rt, merged, chosen_flows(rt, node, merged, all_true=True))
+        except TechnicalFailure as failure:
+            # A condition that fails, or none true and no default: an incident at the
+            # join, on the merged token (a retry re-enters the join and fires it again).
+            raise_failure(rt, failure, merged, node)
         fired = True
     return fired
 

@@ -131,8 +131,22 @@ def plain_outgoing(rt: Runtime, node: Node, token: Token) -> list[str]:
 def leave_activity(
     rt: Runtime, token: Token, result: Mapping[str, Any], from_scope: Scope | None = None
 ) -> None:
-    """An activity finished its work: merge its result and move on."""
+    """An activity finished its work: merge its result and move on.
+
+    A failing output mapping or outgoing condition is this token's failure at this
+    node, whoever asked it to leave (its own entry, a wake, or the last token of its
+    sub-process ending): the failure names them (``TechnicalFailure.at``)."""
     node = rt.node(token.node_id)
+    try:
+        _leave(rt, token, node, result, from_scope)
+    except TechnicalFailure as failure:
+        failure.at(token.id, node.id)
+        raise
+
+
+def _leave(
+    rt: Runtime, token: Token, node: Node, result: Mapping[str, Any], from_scope: Scope | None
+) -> None:
     if token.loop_index is not None:
         _inner_done(rt, token, node, result, from_scope)
         return
@@ -141,9 +155,11 @@ def leave_activity(
         if node.outputs:
             context_scope = rt.new_scope(node.id, token.scope_id, token.id, from_scope.variables)
             token.inner_scope = context_scope.id
-            rt.apply_outputs(node, token, {}, target_scope=token.scope_id)
-            rt.cp.scopes.pop(context_scope.id, None)
-            token.inner_scope = None
+            try:
+                rt.apply_outputs(node, token, {}, target_scope=token.scope_id)
+            finally:
+                rt.cp.scopes.pop(context_scope.id, None)
+                token.inner_scope = None
     else:
         rt.apply_outputs(node, token, result)
     _record_compensable(rt, token)
@@ -348,6 +364,11 @@ def _inner_done(
         body.mi_results[token.loop_index or 0] = json_value(
             evaluate(always_expression(loop.output_element), context, node.id, rt.now)
         )
+    # Read while this inner instance is still live (counted as completed): a failing
+    # condition is an incident on it, which a retry re-runs, never on an ended token.
+    complete = bool(loop.completion_condition) and _condition_met(
+        rt, loop.completion_condition or "", body, node
+    )
     if token.inner_scope is not None:
         rt.drop_scope(token.inner_scope)
     # Through remove_token, so an incident this inner instance had (now retried to
@@ -358,7 +379,7 @@ def _inner_done(
     if outer is None:
         return
     total = len(body.mi_items or [])
-    if loop.completion_condition and _condition_met(rt, loop.completion_condition, body, node):
+    if complete:
         for sibling in rt.tokens_in(body.id):
             rt.terminate_token(sibling)
         finish_body(rt, outer, node, body)
@@ -373,12 +394,13 @@ def _inner_done(
 
 
 def _condition_met(rt: Runtime, condition: str, body: Scope, node: Node) -> bool:
+    """Evaluated as the inner instance that just finished is about to end."""
     total = len(body.mi_items or [])
-    active = len(rt.tokens_in(body.id))
+    active = len(rt.tokens_in(body.id)) - 1
     context = {
         **rt.visible(body.id),
         "numberOfInstances": total,
-        "numberOfCompletedInstances": body.mi_completed,
+        "numberOfCompletedInstances": body.mi_completed + 1,
         "numberOfActiveInstances": active,
         "numberOfTerminatedInstances": 0,
     }
@@ -396,7 +418,12 @@ def finish_body(rt: Runtime, outer: Token, node: Node, body: Scope) -> None:
     if loop.output_collection:
         rt.propagate(outer.scope_id, {loop.output_collection: results})
     move_token(outer, TokenState.ACTIVE)
-    leave_without_running(rt, outer)
+    try:
+        leave_without_running(rt, outer)
+    except TechnicalFailure as failure:
+        # The body's outgoing conditions: the activity's failure, on its own token.
+        failure.at(outer.id, node.id)
+        raise
 
 
 def _variable_name(source: str | None) -> str | None:

@@ -27,6 +27,18 @@ from engine_core.transitions import move_token
 __all__ = ["start_body"]
 
 
+def _check_size(rt: Runtime, node: Node, count: float | Decimal) -> None:
+    """Every inner instance is a token and a scope in the checkpoint: a model asking
+    for a billion of them is an incident here, not a step that allocates them all."""
+    limit = rt.services.max_loop_items
+    if count > limit:
+        raise TechnicalFailure(
+            f"multi-instance {node.label} asks for {count} inner instances; at most "
+            f"{limit} are allowed (DORMANT_MAX_LOOP_ITEMS)",
+            cause_class="LoopTooLarge",
+        )
+
+
 def start_body(rt: Runtime, token: Token, node: Node) -> None:
     loop = node.loop
     assert loop is not None
@@ -40,6 +52,7 @@ def start_body(rt: Runtime, token: Token, node: Node) -> None:
                 f"{'null' if value is None else type(value).__name__}, expected a list",
                 cause_class="ExpressionError",
             )
+        _check_size(rt, node, len(value))
         items = [json_value(v) for v in value]
     else:
         count = evaluate(always_expression(loop.cardinality or "0"), context, node.id, rt.now)
@@ -49,6 +62,7 @@ def start_body(rt: Runtime, token: Token, node: Node) -> None:
                 "non-negative number",
                 cause_class="ExpressionError",
             )
+        _check_size(rt, node, count)
         items = [None] * int(count)
     body = rt.new_scope(node.id, token.scope_id, token.id)
     body.mi_items = items

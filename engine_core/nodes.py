@@ -17,9 +17,9 @@ from engine_core.arming import WAITABLE, arm_event
 from engine_core.checkpoint import ROOT_SCOPE, Token, TokenState, WaitKind, WaitRole
 from engine_core.compensation import throw_compensation
 from engine_core.dmn import evaluate_decision
-from engine_core.errors import DecisionError, EngineInvariantError
+from engine_core.errors import EngineInvariantError
 from engine_core.expressions import TechnicalFailure, evaluate, json_value, non_empty_string
-from engine_core.incidents import raise_incident
+from engine_core.incidents import raise_failure
 from engine_core.joins import parallel_join
 from engine_core.model import EventKind, Node, NodeKind
 from engine_core.moving import (
@@ -56,9 +56,9 @@ def enter(rt: Runtime, token: Token) -> None:
             _open_local_scope(rt, token, node)
         HANDLERS[node.kind](rt, token, node)
     except TechnicalFailure as failure:
-        if arms:
+        if arms and failure.token_id in (None, token.id):
             boundaries.unarm(rt, token)
-        raise_incident(rt, token, node, str(failure), failure.cause_class, activated=not arms)
+        raise_failure(rt, failure, token, node, activated=not arms)
 
 
 def _open_local_scope(rt: Runtime, token: Token, node: Node) -> None:
@@ -86,14 +86,21 @@ def _wait(token: Token) -> None:
 
 
 def _start_event(rt: Runtime, token: Token, node: Node) -> None:
-    if node.parent is None and token.scope_id == ROOT_SCOPE:
-        # The instance's start: open the process's event sub-process subscriptions.
-        # Here, not in the Start trigger, so that one that cannot open (a null
-        # correlation key, N3) is an incident at this start event, as any node's
-        # failure is, and an incident retry opens them again; Camunda 8 raises it on
-        # the process instance, which dormant's incidents (on flow nodes) cannot name.
-        event_subs.arm(rt, rt.cp.scopes[ROOT_SCOPE])
+    if _opens_its_scope(rt, token, node):
+        # The instance's start, or an event sub-process's: open the subscriptions of the
+        # event sub-processes inside its scope. Here, not in the trigger that started
+        # it, so that one that cannot open (a null correlation key, N3) is an incident
+        # at this start event, as any node's failure is, and an incident retry opens
+        # them again; Camunda 8 raises it on the process instance, which dormant's
+        # incidents (on flow nodes) cannot name.
+        event_subs.arm(rt, rt.cp.scopes[token.scope_id])
     leave_activity(rt, token, {})
+
+
+def _opens_its_scope(rt: Runtime, token: Token, node: Node) -> bool:
+    if node.parent is None:
+        return token.scope_id == ROOT_SCOPE
+    return rt.node(node.parent).kind is NodeKind.EVENT_SUB_PROCESS
 
 
 def _end_event(rt: Runtime, token: Token, node: Node) -> None:
@@ -190,7 +197,12 @@ def _business_rule_task(rt: Runtime, token: Token, node: Node) -> None:
     decision_id = non_empty_string(node.decision_id, context, node.id, rt.now, "decision id")
     try:
         result = evaluate_decision(rt.services.decisions, decision_id, context, now=rt.now)
-    except DecisionError as exc:
+    except EngineInvariantError:
+        raise
+    except Exception as exc:
+        # A decision that is missing or breaks its hit policy (DecisionError), one of
+        # its expressions that fails (ExpressionError), or anything else evaluating
+        # the model's table raised: the cause class names which.
         raise TechnicalFailure(f"{node.label}: {exc}", type(exc).__name__) from exc
     leave_activity(rt, token, {node.result_variable: result} if node.result_variable else {})
 

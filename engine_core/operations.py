@@ -63,10 +63,11 @@ def hold(rt: Runtime, trigger: Trigger) -> bool:
     """Keep ``trigger`` for the resume when the instance is suspended; True if kept."""
     if not rt.cp.suspended or isinstance(trigger, _PASS_WHILE_SUSPENDED):
         return False
+    if isinstance(trigger, Suspend):
+        raise InvalidOperation(f"{_label(rt.cp)} is already suspended")
     if isinstance(trigger, _REFUSED_WHILE_SUSPENDED):
-        what = "suspend" if isinstance(trigger, Suspend) else trigger.kind
         raise InvalidOperation(
-            f"{_label(rt.cp)} is suspended; nothing to {what} until it is resumed "
+            f"{_label(rt.cp)} is suspended; no {trigger.kind} until it is resumed "
             "(`dormant instances resume`)"
         )
     rt.cp.held.append(HeldTrigger(at=rt.now, trigger=trigger.model_dump(mode="json")))

@@ -36,8 +36,9 @@ from engine_core.checkpoint import (
     WaitRole,
 )
 from engine_core.effects import CancelChild, Effect, Fact
-from engine_core.errors import EngineInvariantError
-from engine_core.expressions import evaluate, json_value
+from engine_core.errors import EngineInvariantError, InvalidVariables
+from engine_core.expressions import TechnicalFailure, evaluate, json_value
+from engine_core.inputs import check_value
 from engine_core.model import ACTIVITY_KINDS, Node, ProcessDefinition
 from engine_core.services import Services
 from engine_core.transitions import move_incident, move_token
@@ -59,6 +60,8 @@ class Runtime:
         # Tokens re-entering their node for an incident retry: their boundaries stay as
         # they were (still armed, or already fired) and are not armed a second time.
         self.keep_boundaries: set[str] = set()
+        # Node entries so far in this step, against ``services.step_budget``.
+        self.entries = 0
 
     # -- facts and ids -------------------------------------------------------------
 
@@ -101,6 +104,14 @@ class Runtime:
         return self.visible(self.token_scope(token))
 
     def propagate(self, scope_id: str | None, variables: Mapping[str, Any]) -> None:
+        """Write variables to the scope that has them (else the outermost). Every value
+        a model stores passes here, so one too large or too deep to store is refused
+        here, as a failure of the node that wrote it, never at the encode."""
+        for name, value in variables.items():
+            try:
+                check_value(value, f"variable {name[:60]!r}", self.services.limits, depth=1)
+            except InvalidVariables as exc:
+                raise TechnicalFailure(str(exc), "InvalidVariables") from None
         chain = self.scope_chain(scope_id)
         if not chain:
             chain = [self.cp.scopes[ROOT_SCOPE]]

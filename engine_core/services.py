@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from engine_core.dmn import Decision
+from engine_core.inputs import DEFAULT_LIMITS, Limits
 from engine_core.model import ProcessDefinition, RetryPolicy
 
 __all__ = ["DEFAULT_SERVICES", "JobTypeSettings", "Services"]
@@ -35,10 +36,20 @@ class Services:
     job_timeout_seconds: float = 300.0
     incident_retry_policy: RetryPolicy | None = None
     decisions: Mapping[str, Decision] = field(default_factory=dict)
+    # What a model may store in a variable (engine_core/inputs.py); past it the node
+    # that wrote it gets an incident, so the checkpoint can always be stored.
+    limits: Limits = DEFAULT_LIMITS
     # Per-job-type timeout and retry backoff (engine_core/jobs.py).
     job_types: Mapping[str, JobTypeSettings] = field(default_factory=dict)
     # A MigrateInstance trigger: the target version's definition, loaded by the shell.
     migration_target: ProcessDefinition | None = None
+    # Node entries one step may make. Past it the step commits with the tokens still to
+    # run left active, and a ``ContinueInstance`` effect asks for a ``Continue``
+    # trigger: a loop with no wait state costs throughput, never a held worker.
+    step_budget: int = 1000
+    # Inner instances one multi-instance activity may have (each is a token and a scope
+    # in the checkpoint); more is an incident at the activity.
+    max_loop_items: int = 10_000
 
 
 DEFAULT_SERVICES = Services()

@@ -16,6 +16,7 @@ __all__ = [
     "Cancel",
     "ChildCompleted",
     "ChildFailed",
+    "Continue",
     "IncidentDrop",
     "IncidentResolve",
     "IncidentRetry",
@@ -136,6 +137,17 @@ class Cancel(_Trigger):
     notify_parent: bool = True
 
 
+class Continue(_Trigger):
+    """Run on the tokens a step left active when it reached its step budget.
+
+    The follow-up the shell sends through the outbox (``ContinueInstance``), so a loop
+    that never waits runs as a chain of short transactions, each releasing the row
+    lock, instead of one that holds a worker forever. Stale when nothing is left to
+    run (the loop finished, or the instance was cancelled in between)."""
+
+    kind: Literal["continue"] = "continue"
+
+
 class IncidentRetry(_Trigger):
     kind: Literal["incident_retry"] = "incident_retry"
     incident_id: str
@@ -203,6 +215,7 @@ Trigger = Annotated[
     | ChildCompleted
     | ChildFailed
     | Cancel
+    | Continue
     | IncidentRetry
     | IncidentResolve
     | IncidentDrop

@@ -17,6 +17,7 @@ from dataclasses import replace
 
 from engine_core.errors import InvalidModel, UnsupportedElement
 from engine_core.expression_check import check_expressions
+from engine_core.job_types import reserved_job_type
 from engine_core.model import (
     ACTIVITY_KINDS,
     CONTAINER_KINDS,
@@ -193,6 +194,10 @@ def _check_node(d: ProcessDefinition, node: Node) -> None:
                 f"businessRuleTask {node.id!r} calls decision {node.decision_id!r} without "
                 "a resultVariable (zeebe:calledDecision resultVariable)"
             )
+    if node.job_type and not node.job_type.lstrip().startswith("="):
+        reserved = reserved_job_type(node.job_type)
+        if reserved is not None:
+            raise _bad(f"{node.kind} {node.id!r}: {reserved}")
     if node.kind is K.SEND_TASK and not node.job_type:
         raise _bad(f"sendTask {node.id!r} has no job type (zeebe:taskDefinition type)")
     if node.kind is K.SCRIPT_TASK and not (node.script or node.job_type):

@@ -14,6 +14,7 @@ from engine_core.checkpoint import ROOT_SCOPE, Checkpoint, IncidentState, TokenS
 
 __all__ = [
     "FactView",
+    "FailedTriggerView",
     "IncidentView",
     "InstanceView",
     "ScopeView",
@@ -107,6 +108,27 @@ class InstanceView:
     suspended: bool = False
     held: int = 0
     scopes: list[ScopeView] = field(default_factory=list)
+    # Triggers kept for an operator because they could not be applied (the instance is
+    # flagged while any is kept): `dormant triggers list --failed --instance ID`.
+    failed_triggers: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class FailedTriggerView:
+    """A trigger that could not be applied, kept whole so an operator can retry or
+    drop it. ``body`` is what the task was called with (``args``, ``kwargs``)."""
+
+    id: str
+    task: str
+    routing_key: str
+    instance_id: str | None
+    trigger_id: str | None
+    error_class: str
+    error: str
+    attempts: int
+    first_at: datetime
+    last_at: datetime
+    body: dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,6 +34,7 @@ from engine_core.triggers import (
     Cancel,
     ChildCompleted,
     ChildFailed,
+    Continue,
     IncidentDrop,
     IncidentResolve,
     IncidentRetry,
@@ -177,6 +178,13 @@ def _cancel(rt: Runtime, trigger: Cancel) -> Wake:
     return INSTANCE
 
 
+def _continue(rt: Runtime, trigger: Continue) -> Wake:
+    """Queue the tokens the last step left active at its step budget (engine._run)."""
+    pending = [t.id for t in rt.cp.tokens.values() if t.state is TokenState.ACTIVE]
+    rt.queue.extend(pending)
+    return INSTANCE if pending else STALE
+
+
 def _incident_retry(rt: Runtime, trigger: IncidentRetry) -> Wake:
     return Wake.token(incidents.retry(rt, trigger.incident_id))
 
@@ -202,6 +210,7 @@ _HANDLERS: dict[type, TriggerHandler] = {
     ChildCompleted: calls.child_completed,
     ChildFailed: calls.child_failed,
     Cancel: _cancel,
+    Continue: _continue,
     IncidentRetry: _incident_retry,
     IncidentResolve: _incident_resolve,
     IncidentDrop: _incident_drop,

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy import Connection, insert, select, update
 from sqlalchemy.exc import OperationalError
 
@@ -136,7 +137,12 @@ def create(
     """Select the targets and write the batch with one item per target, in one commit."""
     if operation not in _TRIGGERS:
         raise InvalidOperation(f"no bulk operation {operation!r}; one of {', '.join(_TRIGGERS)}")
-    _TRIGGERS[operation](params, "-")  # the parameters are checked before anything is written
+    try:  # the parameters are checked before anything is written
+        _TRIGGERS[operation](params, "-")
+    except ValidationError as exc:
+        raise InvalidOperation(
+            f"{operation}: parameters do not fit: {exc.errors()[0]['msg']}"
+        ) from exc
     batch_id = uuid.uuid4().hex
     with store._tx() as conn:
         targets = select_targets(conn, operation, selector)

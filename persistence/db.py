@@ -1,12 +1,29 @@
 """Engines: one per Store, tuned per backend.
 
+PostgreSQL: every connection starts with ``statement_timeout`` and
+``idle_in_transaction_session_timeout`` (libpq ``options``, so they hold from the first
+statement and survive a pool reconnect). A trigger's transaction holds an instance's
+row lock; without the first a lock wait or a runaway statement holds a worker slot
+for ever, without the second a process that stalls inside the transaction (a stuck
+pool child, a debugger) holds the lock for ever and every later trigger of that
+instance queues behind it. Past either, PostgreSQL cancels (or ends the session), the
+driver raises ``OperationalError`` (the idle-in-transaction end arrives as an
+``InternalError``, SQLSTATE 25P03; it is mapped to ``OperationalError`` here, a lost
+session like any other), and the trigger tasks retry with backoff.
+Migrations open their own engine without these bounds (DDL on a large table may
+rightly take longer).
+
 SQLite: pysqlite's own transaction handling is switched off and every write
 transaction starts with ``BEGIN IMMEDIATE``, which takes the database write lock up
 front. That is SQLite's stand-in for ``SELECT … FOR UPDATE``: two triggers for one
 instance serialise instead of both reading revision N and one failing at commit with
 "database is locked" (or worse, one deferred reader upgrading too late). Reads that
 need no lock ask for ``DEFERRED`` with the ``sqlite_deferred`` execution option. WAL
-lets those readers run beside the one writer; ``busy_timeout`` makes writers queue.
+lets those readers run beside the one writer; ``busy_timeout`` makes writers queue,
+for at most the statement timeout (the Store passes ``DORMANT_DB_STATEMENT_TIMEOUT_SECONDS``):
+a writer waiting on SQLite's lock waits inside C code, where no signal reaches it (not
+a time limit, not a shutdown), so this is the bound on how long a trigger can be stuck
+there; past it, "database is locked" is an ``OperationalError`` and the trigger retries.
 """
 
 from __future__ import annotations
@@ -14,6 +31,8 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy.engine import ExceptionContext
+from sqlalchemy.exc import OperationalError
 
 __all__ = ["READ", "make_engine"]
 
@@ -23,15 +42,51 @@ READ: dict[str, Any] = {"sqlite_deferred": True}
 _BUSY_TIMEOUT_MS = 60_000
 
 
-def make_engine(url: str, **kwargs: Any) -> Engine:
+def make_engine(
+    url: str,
+    *,
+    statement_timeout_seconds: float | None = None,
+    idle_in_transaction_timeout_seconds: float | None = None,
+    **kwargs: Any,
+) -> Engine:
     if url.startswith("sqlite"):
-        return _sqlite_engine(url, **kwargs)
+        busy_ms = int(statement_timeout_seconds * 1000) if statement_timeout_seconds else None
+        return _sqlite_engine(url, busy_timeout_ms=busy_ms or _BUSY_TIMEOUT_MS, **kwargs)
+    if url.startswith("postgresql"):
+        options = [
+            f"-c {name}={int(seconds * 1000)}"
+            for name, seconds in (
+                ("statement_timeout", statement_timeout_seconds),
+                ("idle_in_transaction_session_timeout", idle_in_transaction_timeout_seconds),
+            )
+            if seconds is not None
+        ]
+        if options:
+            connect_args = dict(kwargs.pop("connect_args", {}))
+            connect_args["options"] = " ".join([connect_args.get("options", ""), *options]).strip()
+            kwargs["connect_args"] = connect_args
+        engine = create_engine(url, pool_pre_ping=True, **kwargs)
+        event.listen(engine, "handle_error", _session_ended_is_operational)
+        return engine
     return create_engine(url, pool_pre_ping=True, **kwargs)
 
 
-def _sqlite_engine(url: str, **kwargs: Any) -> Engine:
+# SQLSTATE of "terminating connection due to idle-in-transaction timeout".
+_IDLE_IN_TRANSACTION_TIMEOUT = "25P03"
+
+
+def _session_ended_is_operational(ctx: ExceptionContext) -> OperationalError | None:
+    """The server ended the session: a disconnect (the pool drops it), and transient."""
+    orig = ctx.original_exception
+    if getattr(orig, "sqlstate", None) != _IDLE_IN_TRANSACTION_TIMEOUT:
+        return None
+    ctx.is_disconnect = True
+    return OperationalError(ctx.statement, ctx.parameters, orig)
+
+
+def _sqlite_engine(url: str, *, busy_timeout_ms: int = _BUSY_TIMEOUT_MS, **kwargs: Any) -> Engine:
     engine = create_engine(
-        url, pool_pre_ping=True, connect_args={"timeout": _BUSY_TIMEOUT_MS / 1000}, **kwargs
+        url, pool_pre_ping=True, connect_args={"timeout": busy_timeout_ms / 1000}, **kwargs
     )
 
     @event.listens_for(engine, "connect")
@@ -42,7 +97,7 @@ def _sqlite_engine(url: str, **kwargs: Any) -> Engine:
         try:
             if ":memory:" not in url and url.rstrip("/") not in ("sqlite:", "sqlite:/"):
                 cursor.execute("PRAGMA journal_mode=WAL")
-            cursor.execute(f"PRAGMA busy_timeout={_BUSY_TIMEOUT_MS}")
+            cursor.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
             cursor.execute("PRAGMA synchronous=NORMAL")
         finally:
             cursor.close()

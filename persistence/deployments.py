@@ -71,8 +71,9 @@ class Deployments:
         """
         from engine_core.bpmn import read_bpmn  # the reader validates and refuses first
         from engine_core.dmn import is_dmn
+        from engine_core.xml_input import model_text
 
-        text = source.decode("utf-8") if isinstance(source, bytes) else source
+        text = model_text(source)  # bytes decoded as their XML declaration says
         if is_dmn(text):
             return self._deploy_decisions(text, now)
         parsed = read_bpmn(text)

@@ -7,18 +7,27 @@ that never take SQLite's write lock.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
 from sqlalchemy import Connection, func, select
 
 from engine_core.checkpoint import Checkpoint, decode
-from engine_core.errors import UnknownIncident, UnknownInstance, UnknownTask
+from engine_core.errors import (
+    CheckpointTooNew,
+    CorruptCheckpoint,
+    UnknownIncident,
+    UnknownInstance,
+    UnknownTask,
+)
 from engine_core.views import FactView, IncidentView, InstanceView, UserTaskView, instance_view
 from persistence.tables import (
     deadlines,
     definitions,
     facts,
+    failed_triggers,
     inbox,
     instances,
     messages,
@@ -43,7 +52,21 @@ _COUNTED = {
     "messages": messages,
     "inbox": inbox,
     "incidents": incident_table,
+    "failed_triggers": failed_triggers,
 }
+
+# What a listing needs of an instance row when its checkpoint cannot be read.
+_ROW = (
+    instances.c.id,
+    instances.c.key,
+    instances.c.version,
+    instances.c.business_key,
+    instances.c.revision,
+    instances.c.created_at,
+    instances.c.updated_at,
+    instances.c.parent_id,
+    instances.c.checkpoint,
+)
 
 
 class Queries:
@@ -62,23 +85,45 @@ class Queries:
         return decode(raw)
 
     def instance(self, instance_id: str) -> InstanceView:
-        return instance_view(self.checkpoint(instance_id))
+        with self._read() as conn:
+            row = conn.execute(select(*_ROW).where(instances.c.id == instance_id)).first()
+            if row is None:
+                raise UnknownInstance(f"no instance has id {instance_id!r}")
+            return self._views(conn, [row])[0]
 
     def instances(
         self, status: str | None = None, key: str | None = None, limit: int = 1000
     ) -> list[InstanceView]:
-        q = select(instances.c.checkpoint)
+        """Every instance row is listed: one whose checkpoint cannot be read shows as
+        ``flagged`` with its incident instead of failing the listing for everyone."""
+        q = select(*_ROW)
         if status is not None:
             q = q.where(instances.c.status == status)
         if key is not None:
             q = q.where(instances.c.key == key)
         with self._read() as conn:
-            raws = list(
-                conn.execute(
-                    q.order_by(instances.c.created_at, instances.c.id).limit(limit)
-                ).scalars()
+            rows = list(
+                conn.execute(q.order_by(instances.c.created_at, instances.c.id).limit(limit))
             )
-        return [instance_view(decode(r)) for r in raws]
+            return self._views(conn, rows)
+
+    def _views(self, conn: Connection, rows: Sequence[Any]) -> list[InstanceView]:
+        failed: dict[str, int] = dict(
+            conn.execute(
+                select(failed_triggers.c.instance_id, func.count())
+                .where(failed_triggers.c.instance_id.in_([r.id for r in rows]))
+                .group_by(failed_triggers.c.instance_id)
+            ).all()
+        )
+        out = []
+        for row in rows:
+            try:
+                view = instance_view(decode(row.checkpoint))
+            except (CorruptCheckpoint, CheckpointTooNew) as exc:
+                view = _unreadable(conn, row, exc)
+            count = int(failed.get(row.id, 0))
+            out.append(dataclasses.replace(view, failed_triggers=count) if count else view)
+        return out
 
     def user_tasks(self, instance_id: str | None = None) -> list[UserTaskView]:
         q = select(user_tasks)
@@ -200,3 +245,42 @@ class Queries:
                     ("user_tasks", user_tasks),
                 )
             }
+
+
+def _unreadable(conn: Connection, row: Any, exc: Exception) -> InstanceView:
+    """An instance whose checkpoint this dormant cannot read, from its row alone:
+    status ``flagged`` and its checkpoint incident (persistence/failed_triggers.py)."""
+    from persistence.failed_triggers import CHECKPOINT_INCIDENT, FLAGGED
+
+    incident_id = f"{row.id}.{CHECKPOINT_INCIDENT}"
+    found = conn.execute(select(incident_table).where(incident_table.c.id == incident_id)).first()
+    incident = IncidentView(
+        id=incident_id,
+        instance_id=row.id,
+        node_id=CHECKPOINT_INCIDENT,
+        node_name=None,
+        state="open",
+        attempts=int(found.attempts) if found else 0,
+        cause=" ".join(str(exc).split())[:2000],
+        cause_class=type(exc).__name__,
+        retry_at=None,
+        first_at=found.first_at if found else row.updated_at,
+        last_at=found.last_at if found else row.updated_at,
+        data={},
+    )
+    return InstanceView(
+        id=row.id,
+        key=row.key,
+        version=int(row.version),
+        status=FLAGGED,
+        business_key=row.business_key,
+        variables={},
+        tokens=[],
+        incidents=[incident],
+        waits=[],
+        revision=int(row.revision),
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        ended_at=None,
+        parent_instance_id=row.parent_id,
+    )

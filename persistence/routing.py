@@ -1,6 +1,7 @@
 """Routing: which instances a message or signal wakes, or which it starts.
 
-Order, and why:
+The rules are the core's plan (``engine_core/correlation.py``: which waits, start or
+join, buffer or not); this module executes it against the database. Order, and why:
 
 1. A message id already recorded in ``messages`` is a duplicate: nothing happens.
    The row is written LAST (step 4), so a producer's retry after a crash mid-routing
@@ -16,10 +17,18 @@ Order, and why:
    armed meanwhile) and record the message: buffered until ``expires_at`` if nothing
    took it and ``ttl`` > 0, else consumed. The hold sync takes the same lock before it
    looks in the buffer, so a buffered message and a new subscription never miss.
+
+Every holder on its own: each delivery (and each start) is its own transaction, and
+one that raises is kept for that holder alone as a failed trigger
+(``dormant.apply_trigger`` to that instance, the same trigger id) while the others
+are served; the message counts as taken by it, so it is never buffered for a second
+taker. Only a database that is unavailable (``OperationalError``) stops the round:
+the task retries it, and the holders already served recognise the trigger id.
 """
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,12 +36,15 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, insert, select
+from sqlalchemy.exc import OperationalError
 
+from engine_core.correlation import JoinRunning, buffer_it, start_or_join, waits_to_wake
 from engine_core.effects import Fact
 from engine_core.errors import InvalidMessage
-from engine_core.triggers import MessageReceived, SignalReceived
+from engine_core.inputs import check_name, check_text, check_ttl, check_variables
+from engine_core.triggers import MessageReceived, SignalReceived, Trigger
 from persistence.holds import lock_message_key
-from persistence.store import Applied, StartKeyTaken, Store, _json_object
+from persistence.store import Applied, StartKeyTaken, Store
 from persistence.tables import ACTIVE_STATUSES, instances, messages, subscriptions
 
 __all__ = ["NAMESPACE", "MessageOutcome", "Router", "SignalOutcome"]
@@ -40,6 +52,8 @@ __all__ = ["NAMESPACE", "MessageOutcome", "Router", "SignalOutcome"]
 # Deterministic ids for instances started by a message or signal: a redelivered
 # message starts nothing new.
 NAMESPACE = uuid.UUID("6f1c2a1e-8d4b-4c1f-9a57-d0c5a3e7b001")
+
+log = logging.getLogger("dormant.routing")
 
 
 @dataclass(slots=True)
@@ -53,6 +67,8 @@ class MessageOutcome:
     # The dedup row was written inside a delivery's own transaction.
     recorded: bool = False
     applied: list[Applied] = field(default_factory=list)
+    # Holders whose delivery raised: each kept as a failed trigger of its own.
+    failed: list[str] = field(default_factory=list)
 
     @property
     def outbox_ids(self) -> list[int]:
@@ -74,6 +90,7 @@ class SignalOutcome:
     delivered_to: list[str] = field(default_factory=list)
     started: list[str] = field(default_factory=list)
     applied: list[Applied] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
 
     @property
     def outbox_ids(self) -> list[int]:
@@ -90,8 +107,86 @@ class Router:
     def __init__(self, store: Store) -> None:
         self.store = store
 
+    def _isolated(
+        self,
+        instance_id: str,
+        task: str,
+        routing_key: str,
+        kwargs: dict[str, Any],
+        trigger_id: str,
+        now: datetime,
+        call: Callable[[], Applied],
+    ) -> Applied | None:
+        """Run one holder's delivery; if it raises, keep it for that holder (None)."""
+        try:
+            return call()
+        except (OperationalError, StartKeyTaken):
+            raise  # the round is retried / the caller joins the running instance
+        except Exception as exc:
+            failed_id = self.store.keep_failed(
+                task, routing_key, kwargs, exc, now, trigger_id=trigger_id, instance_id=instance_id
+            )
+            log.error(
+                "delivery to instance %s failed, kept as failed trigger %s: %s",
+                instance_id,
+                failed_id,
+                type(exc).__name__,
+            )
+            return None
+
+    def _apply_isolated(
+        self,
+        instance_id: str,
+        trigger: Trigger,
+        trigger_id: str,
+        now: datetime,
+        also: Callable[[Connection], None] | None = None,
+    ) -> Applied | None:
+        kwargs = {
+            "instance_id": instance_id,
+            "trigger_json": trigger.model_dump(mode="json"),
+            "trigger_id": trigger_id,
+        }
+        return self._isolated(
+            instance_id,
+            "dormant.apply_trigger",
+            f"trigger.{trigger.kind}",
+            kwargs,
+            trigger_id,
+            now,
+            lambda: self.store.apply(instance_id, trigger, now, trigger_id=trigger_id, also=also),
+        )
+
+    def _start_isolated(
+        self,
+        instance_id: str,
+        process_key: str,
+        variables: dict[str, Any],
+        trigger_id: str,
+        now: datetime,
+        **start: Any,
+    ) -> Applied | None:
+        kwargs = {
+            "key": process_key,
+            "instance_id": instance_id,
+            "variables": variables,
+            "trigger_id": trigger_id,
+            **start,
+        }
+        return self._isolated(
+            instance_id,
+            "dormant.start",
+            "trigger.start",
+            kwargs,
+            trigger_id,
+            now,
+            lambda: self.store.start(
+                process_key, instance_id, variables, now=now, trigger_id=trigger_id, **start
+            ),
+        )
+
     def _holders(self, kind: str, name: str, key: str | None) -> list[tuple[str, str]]:
-        with self.store._read() as conn:
+        with self.store.read() as conn:
             return self._holders_in(conn, kind, name, key)
 
     @staticmethod
@@ -118,17 +213,18 @@ class Router:
         ttl_seconds: float | None,
         now: datetime,
     ) -> MessageOutcome:
-        if not isinstance(name, str) or not name.strip():
-            raise InvalidMessage(f"a message needs a non-empty name, got {name!r}")
-        if ttl_seconds is not None and ttl_seconds < 0:
-            raise InvalidMessage(f"message {name!r}: ttl must be >= 0 seconds, got {ttl_seconds}")
-        variables = _json_object(
-            {} if variables is None else variables, f"message {name!r} variables"
+        limits = self.store.settings.limits
+        check_name(name, "message name", limits)
+        if correlation_key is not None:
+            check_text(correlation_key, f"message {name!r} correlation key", limits, InvalidMessage)
+        ttl_seconds = check_ttl(ttl_seconds, f"message {name!r} ttl", limits)
+        variables = check_variables(variables, f"message {name!r} variables", limits)
+        message_id = check_text(
+            message_id or str(uuid.uuid4()), "message id", limits, InvalidMessage
         )
-        message_id = message_id or str(uuid.uuid4())
         out = MessageOutcome(message_id)
         # The duplicate check and the first holders lookup share one read transaction.
-        with self.store._read() as conn:
+        with self.store.read() as conn:
             if conn.execute(
                 select(messages.c.message_id).where(messages.c.message_id == message_id)
             ).first():
@@ -142,7 +238,7 @@ class Router:
             holders = None  # a second round (a subscription appeared) looks again
             if out.recorded:
                 return out
-            if not out.delivered_to:
+            if not out.delivered_to and not out.failed:
                 self._start(out, name, correlation_key, variables, now)
             if self._record(out, name, correlation_key, variables, ttl_seconds, now):
                 return out
@@ -156,17 +252,16 @@ class Router:
         now: datetime,
         holders: list[tuple[str, str]] | None = None,
     ) -> None:
-        seen: set[str] = set(out.delivered_to)
+        seen: set[str] = set(out.delivered_to) | set(out.failed)
         if holders is None:
             holders = self._holders("message", name, key)
         # With one holder the dedup row rides its transaction. With several it must be
         # written after all of them (``_record``): a crash in between leaves the message
         # unrecorded, so the producer's retry reaches the holders not yet served.
-        single = len({instance for instance, _ in holders}) == 1 and not out.delivered_to
-        for instance_id, wait_id in holders:
-            if instance_id in seen:
-                continue  # one message wakes one wait per instance
-            seen.add(instance_id)
+        single = len({instance for instance, _ in holders}) == 1 and not (
+            out.delivered_to or out.failed
+        )
+        for instance_id, wait_id in waits_to_wake(holders, seen):
             trigger = MessageReceived(
                 wait_id=wait_id,
                 name=name,
@@ -175,9 +270,11 @@ class Router:
                 message_id=out.message_id,
             )
             record = self._recorder(out, name, key, instance_id, now) if single else None
-            applied = self.store.apply(
-                instance_id, trigger, now, trigger_id=out.message_id, also=record
-            )
+            applied = self._apply_isolated(instance_id, trigger, out.message_id, now, also=record)
+            if applied is None:
+                out.failed.append(instance_id)  # kept for this holder; the others go on
+                out.recorded = False  # its dedup row rolled back with it
+                continue
             if not (applied.changed or applied.duplicate):
                 # The wait was replaced between our lookup and the lock (a loop that
                 # re-armed its catch): not delivered. ``_record`` then finds the new
@@ -228,32 +325,36 @@ class Router:
     ) -> None:
         for process_key, version, nodes in self.store.latest_starts("message", name):
             running = self._running_with_key(process_key, key) if key is not None else None
-            if running is not None:
-                self._join(out, running, process_key, name, now)
+            plan = start_or_join(process_key, version, nodes, key, running)
+            if isinstance(plan, JoinRunning):
+                self._join(out, plan.instance_id, process_key, name, now)
                 continue
             instance_id = str(uuid.uuid5(NAMESPACE, f"{process_key}:{out.message_id}"))
             try:
-                applied = self.store.start(
-                    process_key,
+                applied = self._start_isolated(
                     instance_id,
+                    process_key,
                     variables,
-                    now=now,
-                    version=version,
-                    start_node_id=nodes[0],
-                    start_key=key,
-                    trigger_id=out.message_id,
+                    out.message_id,
+                    now,
+                    version=plan.version,
+                    start_node_id=plan.start_node_id,
+                    start_key=plan.start_key,
                 )
             except StartKeyTaken:
                 running = self._running_with_key(process_key, key)
                 if running is not None:
                     self._join(out, running, process_key, name, now)
                 continue
+            if applied is None:
+                out.failed.append(instance_id)
+                continue
             out.applied.append(applied)
             if instance_id not in out.started:
                 out.started.append(instance_id)
 
     def _running_with_key(self, process_key: str, key: str | None) -> str | None:
-        with self.store._read() as conn:
+        with self.store.read() as conn:
             return conn.execute(
                 select(instances.c.id)
                 .where(
@@ -284,11 +385,11 @@ class Router:
         now: datetime,
     ) -> bool:
         """Write the dedup row; False if a subscription appeared and we must deliver."""
-        taken = bool(out.delivered_to or out.started or out.joined)
-        buffer = not taken and ttl is not None and ttl > 0
-        takers = out.delivered_to or out.started or out.joined
+        taken = bool(out.delivered_to or out.started or out.joined or out.failed)
+        buffer = buffer_it(taken, ttl)
+        takers = out.delivered_to or out.started or out.joined or out.failed
         taker = takers[0] if takers else None
-        with self.store._tx() as conn:
+        with self.store.transaction() as conn:
             lock_message_key(conn, name, key)
             if not taken:
                 q = (
@@ -326,32 +427,34 @@ class Router:
         self, name: str, variables: dict[str, Any] | None, *, signal_id: str | None, now: datetime
     ) -> SignalOutcome:
         """Broadcast: every holder of a signal subscription, every signal start."""
-        if not isinstance(name, str) or not name.strip():
-            raise InvalidMessage(f"a signal needs a non-empty name, got {name!r}")
-        variables = _json_object(
-            {} if variables is None else variables, f"signal {name!r} variables"
-        )
-        signal_id = signal_id or str(uuid.uuid4())
+        limits = self.store.settings.limits
+        check_name(name, "signal name", limits)
+        variables = check_variables(variables, f"signal {name!r} variables", limits)
+        signal_id = check_text(signal_id or str(uuid.uuid4()), "signal id", limits, InvalidMessage)
         out = SignalOutcome(signal_id)
         for instance_id, wait_id in self._holders("signal", name, None):
             trigger = SignalReceived(wait_id=wait_id, name=name, variables=variables)
-            out.applied.append(
-                self.store.apply(instance_id, trigger, now, trigger_id=f"{signal_id}:{wait_id}")
-            )
+            applied = self._apply_isolated(instance_id, trigger, f"{signal_id}:{wait_id}", now)
+            if applied is None:
+                out.failed.append(instance_id)  # kept for this holder; the others go on
+                continue
+            out.applied.append(applied)
             if instance_id not in out.delivered_to:
                 out.delivered_to.append(instance_id)
         for process_key, version, nodes in self.store.latest_starts("signal", name):
             instance_id = str(uuid.uuid5(NAMESPACE, f"{process_key}:{signal_id}"))
-            out.applied.append(
-                self.store.start(
-                    process_key,
-                    instance_id,
-                    variables,
-                    now=now,
-                    version=version,
-                    start_node_id=nodes[0],
-                    trigger_id=signal_id,
-                )
+            started = self._start_isolated(
+                instance_id,
+                process_key,
+                variables,
+                signal_id,
+                now,
+                version=version,
+                start_node_id=nodes[0],
             )
+            if started is None:
+                out.failed.append(instance_id)
+                continue
+            out.applied.append(started)
             out.started.append(instance_id)
         return out

@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from engine_core.errors import InvalidSetting
+from engine_core.inputs import DEFAULT_LIMITS, Limits
 from engine_core.model import RetryPolicy
 from engine_core.services import JobTypeSettings
 
@@ -51,10 +52,23 @@ ENV_VARS: dict[str, str] = {
     "job_timeout_seconds": "DORMANT_JOB_TIMEOUT_SECONDS",
     "incident_retry_attempts": "DORMANT_INCIDENT_RETRY_ATTEMPTS",
     "incident_retry_backoff_seconds": "DORMANT_INCIDENT_RETRY_BACKOFF_SECONDS",
+    "trigger_soft_time_limit_seconds": "DORMANT_TRIGGER_SOFT_TIME_LIMIT_SECONDS",
+    "trigger_time_limit_seconds": "DORMANT_TRIGGER_TIME_LIMIT_SECONDS",
+    "db_statement_timeout_seconds": "DORMANT_DB_STATEMENT_TIMEOUT_SECONDS",
+    "db_idle_in_transaction_timeout_seconds": "DORMANT_DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS",
+    "worker_shutdown_timeout_seconds": "DORMANT_WORKER_SHUTDOWN_TIMEOUT_SECONDS",
+    "max_variables_bytes": "DORMANT_MAX_VARIABLES_BYTES",
+    "max_variables_depth": "DORMANT_MAX_VARIABLES_DEPTH",
     "batch_claim_seconds": "DORMANT_BATCH_CLAIM_SECONDS",
     "redis_visibility_timeout": "DORMANT_REDIS_VISIBILITY_TIMEOUT",
     "job_types": "DORMANT_JOB_TYPES",
+    "step_budget": "DORMANT_STEP_BUDGET",
+    "max_model_bytes": "DORMANT_MAX_MODEL_BYTES",
+    "max_loop_items": "DORMANT_MAX_LOOP_ITEMS",
 }
+
+# Past this the JSON encoder and decoder themselves would recurse too deep.
+MAX_DEPTH_CEILING = 500
 
 
 def normalise_database_url(url: str) -> str:
@@ -94,6 +108,25 @@ class Settings(BaseModel):
     # incident waits for an operator (SRD-079 FR-6).
     incident_retry_attempts: int = 0
     incident_retry_backoff_seconds: float = 60.0
+    # Wall-clock bounds on every trigger task (Celery soft/hard limits, prefork pool).
+    # Past the soft one the task gets SoftTimeLimitExceeded, which the trigger tasks'
+    # seam keeps as a failed trigger; the hard one kills the pool process, and the
+    # trigger is redelivered (acks late). Both stay under the Redis visibility timeout
+    # (60 s), past which a running trigger would be delivered a second time anyway.
+    trigger_soft_time_limit_seconds: float = 30.0
+    trigger_time_limit_seconds: float = 45.0
+    # On every engine connection to PostgreSQL (applied at connect): no statement, lock
+    # wait included, runs longer than this, and no session sits idle inside an open
+    # transaction (holding an instance's row lock) longer than that.
+    db_statement_timeout_seconds: float = 15.0
+    db_idle_in_transaction_timeout_seconds: float = 30.0
+    # After SIGTERM a worker lets running triggers finish this long, then stops them
+    # (unacknowledged, so they are delivered again) and exits.
+    worker_shutdown_timeout_seconds: float = 10.0
+    # What one trigger's variables, or one variable a model writes, may weigh and how
+    # deep it may nest (docs/limits.md, "Inputs checked at the edge").
+    max_variables_bytes: int = DEFAULT_LIMITS.max_bytes
+    max_variables_depth: int = DEFAULT_LIMITS.max_depth
     # How long a bulk batch belongs to its runner without a renewal; after that the
     # sweep hands it to another worker (its runner died).
     batch_claim_seconds: float = 30.0
@@ -104,6 +137,14 @@ class Settings(BaseModel):
     # Per job type: {"charge-card": {"timeout_seconds": 600, "retry_backoff_seconds": 5}}
     # (JSON in the environment); a type not named uses the two settings above.
     job_types: dict[str, JobTypeSetting] = Field(default_factory=dict)
+    # Node entries one trigger may make before the instance commits and continues in a
+    # follow-up trigger (docs/limits.md, "Step budget").
+    step_budget: int = 1000
+    # The largest BPMN/DMN file a deploy reads (Client.deploy, ``dormant deploy``); a
+    # bigger one is refused before it is read whole (docs/limits.md, "Models").
+    max_model_bytes: int = 4 * 1024 * 1024
+    # Inner instances of one multi-instance activity; more is an incident there.
+    max_loop_items: int = 10_000
 
     @field_validator("database_url", "broker_url")
     @classmethod
@@ -125,6 +166,11 @@ class Settings(BaseModel):
         "job_retry_backoff_seconds",
         "job_timeout_seconds",
         "incident_retry_backoff_seconds",
+        "trigger_soft_time_limit_seconds",
+        "trigger_time_limit_seconds",
+        "db_statement_timeout_seconds",
+        "db_idle_in_transaction_timeout_seconds",
+        "worker_shutdown_timeout_seconds",
         "batch_claim_seconds",
         "redis_visibility_timeout",
     )
@@ -152,12 +198,56 @@ class Settings(BaseModel):
             for name, s in self.job_types.items()
         }
 
+    @field_validator("step_budget", "max_loop_items")
+    @classmethod
+    def _budget(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError("must be a whole number, 1 or more")
+        return value
+
+    @field_validator("max_model_bytes")
+    @classmethod
+    def _model_bytes(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError("must be a whole number of bytes, 1 or more")
+        return value
+
     @field_validator("incident_retry_attempts")
     @classmethod
     def _attempts(cls, value: int) -> int:
         if value < 0:
             raise ValueError("must be a whole number of attempts, 0 (no automatic retry) or more")
         return value
+
+    @field_validator("max_variables_bytes")
+    @classmethod
+    def _bytes(cls, value: int) -> int:
+        if value < 1024:
+            raise ValueError("must be a whole number of bytes, at least 1024")
+        return value
+
+    @field_validator("max_variables_depth")
+    @classmethod
+    def _depth(cls, value: int) -> int:
+        if not 2 <= value <= MAX_DEPTH_CEILING:
+            raise ValueError(f"must be a whole number of levels from 2 to {MAX_DEPTH_CEILING}")
+        return value
+
+    @property
+    def limits(self) -> Limits:
+        """The input bounds the core, the Store and the Client check against."""
+        return Limits(max_bytes=self.max_variables_bytes, max_depth=self.max_variables_depth)
+
+    @model_validator(mode="after")
+    def _hard_after_soft(self) -> Settings:
+        # The soft limit is the one that ends as a visible failed trigger; a hard limit
+        # at or below it would kill the process before the soft one could be handled.
+        if not self.trigger_time_limit_seconds > self.trigger_soft_time_limit_seconds:
+            raise ValueError(
+                "DORMANT_TRIGGER_TIME_LIMIT_SECONDS must be greater than "
+                "DORMANT_TRIGGER_SOFT_TIME_LIMIT_SECONDS"
+            )
+        return self
 
     @model_validator(mode="after")
     def _derive_backoff(self) -> Settings:
@@ -206,7 +296,9 @@ class Settings(BaseModel):
             return cls(**values)
         except ValidationError as exc:
             err = exc.errors()[0]
-            field = str(err["loc"][0]) if err["loc"] else "?"
+            if not err["loc"]:  # a rule across fields: its message names them
+                raise InvalidSetting(str(err["msg"]).removeprefix("Value error, ")) from exc
+            field = str(err["loc"][0])
             where = sources.get(field, ENV_VARS.get(field, field))
             raise InvalidSetting(
                 f"{where}={values.get(field)!r} is not usable: {err['msg']}"

@@ -15,11 +15,10 @@ makes that retry idempotent.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -30,7 +29,13 @@ from sqlalchemy.exc import IntegrityError
 from engine_core import engine as core
 from engine_core.checkpoint import Checkpoint, decode, encode
 from engine_core.effects import Fact, Step, encode_effect
-from engine_core.errors import InvalidOperation, InvalidVariables, UnknownInstance
+from engine_core.errors import (
+    CheckpointTooNew,
+    CorruptCheckpoint,
+    InvalidOperation,
+    UnknownInstance,
+)
+from engine_core.inputs import check_text, check_variables
 from engine_core.model import ProcessDefinition
 from engine_core.operations import projected_waits
 from engine_core.triggers import MigrateInstance, Start, Trigger
@@ -38,6 +43,7 @@ from persistence import migrate
 from persistence.db import READ, make_engine
 from persistence.decisions import DecisionCache
 from persistence.deployments import Deployment, Deployments
+from persistence.failed_triggers import FLAGGED, FailedTriggers
 from persistence.holds import sync_holds
 from persistence.incident_rows import sync_incidents
 from persistence.outbox_queue import OutboxQueue, OutboxRow
@@ -95,16 +101,6 @@ class StartKeyTaken(InvalidOperation):
         )
 
 
-def _json_object(variables: Any, what: str = "variables") -> dict[str, Any]:
-    if not isinstance(variables, dict) or not all(isinstance(k, str) for k in variables):
-        raise InvalidVariables(f"{what} must be a JSON object, got {type(variables).__name__}")
-    try:
-        json.dumps(variables, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise InvalidVariables(f"{what} are not JSON: {exc}") from exc
-    return variables
-
-
 def log_raised_incidents(applied: Applied) -> None:
     """Log every incident a committed step raised, once, at ERROR (SRD-079 FR-2).
 
@@ -124,7 +120,7 @@ def log_raised_incidents(applied: Applied) -> None:
             )
 
 
-class Store(Deployments, OutboxQueue, Queries):
+class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
     """One database, one SQLAlchemy Engine, the one transaction."""
 
     def __init__(
@@ -142,13 +138,20 @@ class Store(Deployments, OutboxQueue, Queries):
             )
         self.settings = settings
         self.url = settings.database_url
-        self.engine = make_engine(self.url)
+        self.engine = make_engine(
+            self.url,
+            statement_timeout_seconds=settings.db_statement_timeout_seconds,
+            idle_in_transaction_timeout_seconds=settings.db_idle_in_transaction_timeout_seconds,
+        )
         self.is_postgres = self.engine.dialect.name == "postgresql"
         self.services = core.Services(
             job_retry_backoff_seconds=settings.job_retry_backoff_seconds,
             job_timeout_seconds=settings.job_timeout_seconds,
             incident_retry_policy=settings.incident_retry_policy,
+            limits=settings.limits,
             job_types=settings.job_type_settings,
+            step_budget=settings.step_budget,
+            max_loop_items=settings.max_loop_items,
         )
         self._decisions = DecisionCache(self.services)
         self._definitions: dict[tuple[str, int], ProcessDefinition] = {}
@@ -173,6 +176,16 @@ class Store(Deployments, OutboxQueue, Queries):
     def _read(self) -> Iterator[Connection]:
         with self.engine.connect().execution_options(**READ) as conn, conn.begin():
             yield conn
+
+    def transaction(self) -> AbstractContextManager[Connection]:
+        """A write transaction on this Store's database, for the layers that build on
+        it (routing, the scheduler): committed when the block ends, rolled back if it
+        raises. (BEGIN IMMEDIATE on SQLite: the database write lock.)"""
+        return self._tx()
+
+    def read(self) -> AbstractContextManager[Connection]:
+        """A read-only transaction (READ COMMITTED on PostgreSQL): one consistent look."""
+        return self._read()
 
     # -- the one transaction ------------------------------------------------------
 
@@ -199,7 +212,11 @@ class Store(Deployments, OutboxQueue, Queries):
         ``changed=False``. A keyed start racing another with the same key loses on the
         partial unique index and raises ``StartKeyTaken`` (the router joins instead).
         """
-        variables = _json_object(variables)
+        limits = self.settings.limits
+        check_text(instance_id, "instance id", limits)
+        variables = check_variables(variables, "variables", limits)
+        if business_key is not None:
+            check_text(business_key, "business key", limits)
         trigger = Start(
             variables=variables,
             business_key=business_key,
@@ -284,15 +301,22 @@ class Store(Deployments, OutboxQueue, Queries):
     ) -> Applied:
         """Apply one trigger to one instance: THE transaction (see ``_apply``).
 
-        After the commit, every incident the step raised is logged once at ERROR."""
-        applied = self._apply(
-            instance_id,
-            trigger,
-            now,
-            trigger_id=trigger_id,
-            precondition=precondition,
-            also=also,
-        )
+        After the commit, every incident the step raised is logged once at ERROR. A
+        checkpoint this dormant cannot read flags the instance with an incident of its
+        own class (after the rollback, in a transaction of its own) and the error goes
+        on to the caller, who keeps the trigger (persistence/failed_triggers.py)."""
+        try:
+            applied = self._apply(
+                instance_id,
+                trigger,
+                now,
+                trigger_id=trigger_id,
+                precondition=precondition,
+                also=also,
+            )
+        except (CorruptCheckpoint, CheckpointTooNew) as exc:
+            self.flag_checkpoint(instance_id, exc, now)
+            raise
         log_raised_incidents(applied)
         return applied
 
@@ -338,6 +362,8 @@ class Store(Deployments, OutboxQueue, Queries):
                     instance_id, int(row.revision), row.status, False, duplicate=True, key=row.key
                 )
             old = decode(row.checkpoint)
+            if row.status == FLAGGED:
+                self.unflag_in(conn, instance_id, old.status.value)
             definition, _ = self.definition(row.key, row.version, conn=conn)
             services = self._decisions.services(conn, definition)
             if isinstance(trigger, MigrateInstance):

@@ -43,6 +43,7 @@ __all__ = [
     "decisions",
     "definitions",
     "facts",
+    "failed_triggers",
     "held_jobs",
     "inbox",
     "instances",
@@ -303,6 +304,33 @@ inbox = Table(
     # When the sweep last re-published it: a broker outage must not make every sweep
     # re-send every waiting trigger (a storm of duplicates that slows the recovery).
     Column("republished_at", UtcDateTime),
+)
+# Only the rows still waiting (migration 0009): the sweep and the backlog gauge read
+# these, and processed rows are kept as the producer's record.
+Index(
+    "ix_inbox_unprocessed",
+    inbox.c.created_at,
+    postgresql_where=inbox.c.processed_at.is_(None),
+    sqlite_where=inbox.c.processed_at.is_(None),
+)
+
+# Triggers that could not be applied, kept for an operator (persistence/failed_triggers.py).
+# ``body`` is TEXT holding JSON, never JSONB: a trigger refused for a NUL character or a
+# nesting depth JSONB cannot hold must still be kept whole.
+failed_triggers = Table(
+    "failed_triggers",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("task", String(255), nullable=False),
+    Column("routing_key", Text, nullable=False),
+    Column("instance_id", String(255), index=True),
+    Column("trigger_id", Text),
+    Column("body", Text, nullable=False),
+    Column("error_class", String(255), nullable=False),
+    Column("error", Text, nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("first_at", UtcDateTime, nullable=False),
+    Column("last_at", UtcDateTime, nullable=False, index=True),
 )
 
 # Bulk operations (persistence/batches.py): one durable row per batch with what selected

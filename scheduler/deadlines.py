@@ -23,8 +23,9 @@ Regression canaries: ``test_failed_fire_keeps_the_row`` and
 
 Timer start events are definition-level deadlines (``start_timers``, see
 persistence/start_timers.py), claimed by the same scan and fired through the same
-``fire``: their claims carry ``START_TIMER_PREFIX + key`` as the instance id and the
-start node as the wait id, so the Celery shell needs no second task. Firing one
+``fire``: their claims are of kind ``ClaimKind.START_TIMER`` and carry the process key
+and the start node where an instance deadline's carry the instance and the wait, so
+the Celery shell needs no second task. Firing one
 starts the instance AND arms the next repetition in one transaction; a failure keeps
 the row and backs it off exactly like an instance deadline.
 """
@@ -35,28 +36,44 @@ import logging
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import Connection, Table, and_, delete, insert, select, tuple_, update
 
+from engine_core.arming import next_repetition
 from engine_core.model import TimerSpec
-from engine_core.timers import next_cycle_due
 from engine_core.triggers import Start, TimerFired
 from persistence.start_timers import START_TIMER_PREFIX, is_start_timer, start_instance_id
 from persistence.store import Applied, Store, log_raised_incidents
 from persistence.tables import deadlines, facts, instances, start_timers
 
-__all__ = ["Claim", "FireOutcome", "claim_due", "fire"]
+__all__ = ["Claim", "ClaimKind", "FireOutcome", "FireStatus", "claim_due", "fire"]
 
 log = logging.getLogger("dormant.scheduler")
 
 
+class ClaimKind(StrEnum):
+    DEADLINE = "deadline"  # an instance's wait: (instance id, wait id)
+    START_TIMER = "start_timer"  # a definition's timer start: (process key, start node id)
+
+
 @dataclass(frozen=True, slots=True)
 class Claim:
+    """A claimed due row. For ``START_TIMER``, ``instance_id`` is the process key and
+    ``wait_id`` the start node (no instance exists yet)."""
+
     instance_id: str
     wait_id: str
     claim_token: str
     due_at: datetime
+    kind: ClaimKind = ClaimKind.DEADLINE
+
+
+class FireStatus(StrEnum):
+    FIRED = "fired"  # applied, or stale and acknowledged
+    SKIPPED = "skipped"  # the row is gone or claimed by someone else
+    FAILED = "failed"  # kept, backed off until retry_at
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +83,7 @@ class FireOutcome:
 
     instance_id: str
     wait_id: str
-    status: str
+    status: FireStatus
     applied: Applied | None = None
     error: str | None = None
     retry_at: datetime | None = None
@@ -95,7 +112,7 @@ def claim_due(store: Store, now: datetime, limit: int = 100) -> list[Claim]:
     token = uuid.uuid4().hex
     until = now + timedelta(seconds=store.settings.deadline_claim_seconds)
     claims = [
-        Claim(START_TIMER_PREFIX + r.key, r.node_id, token, r.due_at)
+        Claim(r.key, r.node_id, token, r.due_at, ClaimKind.START_TIMER)
         for r in _claim_rows(
             store,
             start_timers,
@@ -137,7 +154,7 @@ def _claim_rows(
         table.c.due_at <= now,
         (table.c.claimed_until.is_(None)) | (table.c.claimed_until <= now),
     )
-    with store._tx() as conn:
+    with store.transaction() as conn:
         if store.is_postgres:
             picked = conn.execute(
                 select(*pk, table.c.due_at)
@@ -182,10 +199,17 @@ def _holds_claim(instance_id: str, wait_id: str, claim_token: str):  # type: ign
 
 
 def fire(
-    store: Store, instance_id: str, wait_id: str, claim_token: str, now: datetime
+    store: Store,
+    instance_id: str,
+    wait_id: str,
+    claim_token: str,
+    now: datetime,
+    kind: ClaimKind = ClaimKind.DEADLINE,
 ) -> FireOutcome:
     """Apply the claimed deadline; on failure keep it and back off (module docstring)."""
-    if is_start_timer(instance_id):
+    if is_start_timer(instance_id):  # a fire queued by a version that marked it in the id
+        kind, instance_id = ClaimKind.START_TIMER, instance_id[len(START_TIMER_PREFIX) :]
+    if kind is ClaimKind.START_TIMER:
         return _fire_start_timer(store, instance_id, wait_id, claim_token, now)
     try:
         applied = store.apply(
@@ -195,14 +219,20 @@ def fire(
             precondition=_holds_claim(instance_id, wait_id, claim_token),
         )
     except Exception as exc:
-        return _settle_failure(store, instance_id, wait_id, claim_token, now, exc)
+        return _settle_failure(store, kind, instance_id, wait_id, claim_token, now, exc)
     if applied.skipped:
-        return FireOutcome(instance_id, wait_id, "skipped", applied)
-    return FireOutcome(instance_id, wait_id, "fired", applied)
+        return FireOutcome(instance_id, wait_id, FireStatus.SKIPPED, applied)
+    return FireOutcome(instance_id, wait_id, FireStatus.FIRED, applied)
 
 
 def _settle_failure(
-    store: Store, instance_id: str, wait_id: str, claim_token: str, now: datetime, exc: Exception
+    store: Store,
+    kind: ClaimKind,
+    instance_id: str,
+    wait_id: str,
+    claim_token: str,
+    now: datetime,
+    exc: Exception,
 ) -> FireOutcome:
     """Keep the row, release the claim, push it out by the backoff, record why.
 
@@ -213,17 +243,14 @@ def _settle_failure(
     retry_at = now + timedelta(seconds=store.settings.wake_backoff)
     cause = type(exc).__name__
     error = f"{cause}: {exc}"[:2000]
-    start_timer = is_start_timer(instance_id)
+    start_timer = kind is ClaimKind.START_TIMER
     table = start_timers if start_timer else deadlines
     where = (
-        and_(
-            start_timers.c.key == instance_id[len(START_TIMER_PREFIX) :],
-            start_timers.c.node_id == wait_id,
-        )
+        and_(start_timers.c.key == instance_id, start_timers.c.node_id == wait_id)
         if start_timer
         else and_(deadlines.c.instance_id == instance_id, deadlines.c.wait_id == wait_id)
     )
-    with store._tx() as conn:
+    with store.transaction() as conn:
         row = conn.execute(
             update(table)
             .where(where, table.c.claim_token == claim_token)
@@ -237,7 +264,7 @@ def _settle_failure(
             .returning(table.c.attempts)
         ).first()
         if row is None:
-            return FireOutcome(instance_id, wait_id, "skipped", error=error)
+            return FireOutcome(instance_id, wait_id, FireStatus.SKIPPED, error=error)
         attempt = int(row.attempts)
         if start_timer:
             # No instance exists to carry a fact: the row's attempts/last_error and
@@ -250,7 +277,9 @@ def _settle_failure(
                 cause,
                 retry_at.isoformat(),
             )
-            return FireOutcome(instance_id, wait_id, "failed", error=error, retry_at=retry_at)
+            return FireOutcome(
+                instance_id, wait_id, FireStatus.FAILED, error=error, retry_at=retry_at
+            )
         revision = conn.execute(
             select(instances.c.revision).where(instances.c.id == instance_id)
         ).scalar()
@@ -272,11 +301,11 @@ def _settle_failure(
         cause,
         retry_at.isoformat(),
     )
-    return FireOutcome(instance_id, wait_id, "failed", error=error, retry_at=retry_at)
+    return FireOutcome(instance_id, wait_id, FireStatus.FAILED, error=error, retry_at=retry_at)
 
 
 def _fire_start_timer(
-    store: Store, claim_id: str, node_id: str, claim_token: str, now: datetime
+    store: Store, key: str, node_id: str, claim_token: str, now: datetime
 ) -> FireOutcome:
     """Start one instance for a claimed start timer and arm its next repetition.
 
@@ -287,17 +316,16 @@ def _fire_start_timer(
     twice. An overdue cycle (beat was down) fires ONCE, then continues from now
     (``next_cycle_due``), never a burst of catch-up starts.
     """
-    key = claim_id[len(START_TIMER_PREFIX) :]
     where = and_(
         start_timers.c.key == key,
         start_timers.c.node_id == node_id,
         start_timers.c.claim_token == claim_token,
     )
     try:
-        with store._tx() as conn:
+        with store.transaction() as conn:
             row = conn.execute(select(start_timers).where(where).with_for_update()).first()
             if row is None:
-                return FireOutcome(claim_id, node_id, "skipped")
+                return FireOutcome(key, node_id, FireStatus.SKIPPED)
             instance_id = start_instance_id(key, row.version, node_id, row.due_at)
             applied = store.start_in(
                 conn,
@@ -311,10 +339,10 @@ def _fire_start_timer(
             node = definition.nodes.get(node_id)
             _arm_next(conn, row, where, now, node.event.timer if node is not None else None)
     except Exception as exc:
-        return _settle_failure(store, claim_id, node_id, claim_token, now, exc)
+        return _settle_failure(store, ClaimKind.START_TIMER, key, node_id, claim_token, now, exc)
     log_raised_incidents(applied)
     log.info("start timer %s/%s v%d started instance %s", key, node_id, row.version, instance_id)
-    return FireOutcome(claim_id, node_id, "fired", applied)
+    return FireOutcome(key, node_id, FireStatus.FIRED, applied)
 
 
 def _arm_next(
@@ -322,17 +350,20 @@ def _arm_next(
 ) -> None:
     """The next repetition of a cycle, unclaimed and fresh; a one-shot timer is done.
 
-    ``spec`` (the start event's timer) lets a cron cycle follow its own calendar."""
-    last = row.cycle_remaining is not None and row.cycle_remaining <= 0
-    if row.interval_seconds is None or last:
+    ``spec`` (the start event's timer) lets a cron cycle follow its own calendar; the
+    rule is the core's, the same as for an instance's timer waits (``next_repetition``)."""
+    repetition = next_repetition(
+        row.due_at, row.interval_seconds, row.cycle_remaining, now, spec=spec
+    )
+    if repetition is None:
         conn.execute(delete(start_timers).where(where))
         return
     conn.execute(
         update(start_timers)
         .where(where)
         .values(
-            due_at=next_cycle_due(row.due_at, row.interval_seconds, now, spec=spec),
-            cycle_remaining=None if row.cycle_remaining is None else row.cycle_remaining - 1,
+            due_at=repetition.due_at,
+            cycle_remaining=repetition.cycle_remaining,
             claimed_until=None,
             claim_token=None,
             attempts=0,

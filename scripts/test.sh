@@ -24,5 +24,6 @@ fi
 # (tests marked `faults`) runs alone, afterwards: some of it restarts the machine's
 # PostgreSQL and Redis, which nothing else may be using then, and its counts
 # (sent / applied / duplicates / lost) are printed (-s).
-.venv/bin/python -m pytest -n "${DORMANT_TEST_PROCESSES:-3}" --dist loadfile -m "not faults" "$@"
+.venv/bin/python -m pytest -n "${DORMANT_TEST_PROCESSES:-3}" --dist loadfile -m "not faults" --cov --cov-report= "$@"
+.venv/bin/python scripts/coverage_gate.py  # per-package totals; engine_core under 95 % of lines fails
 exec .venv/bin/python -m pytest -m faults -s "$@"

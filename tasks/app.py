@@ -21,6 +21,14 @@ Why each setting is what it is (see ../shared/CELERY-NOTES.md for the measuremen
   *dotted* routing key: on Redis a publish that names only an exchange is silently
   dropped, and ``trigger.#`` does not match a bare ``trigger``.
 
+* Workers also read Celery's default queue ``celery`` (``PLAIN_QUEUE``, declared as
+  Celery declares it: direct exchange ``celery``, routing key ``celery``). A producer
+  with only Celery installed and no dormant configuration, as the docs show it
+  (``Celery(broker=...).send_task("dormant.incident.retry", args=[id])``), publishes
+  there; without it the operator's call would sit in a queue nobody reads. A message
+  there naming a task this worker lacks is rejected with Celery's error line, so keep
+  other Celery applications off dormant's broker database / vhost.
+
 Worker start-up refuses an un-migrated PostgreSQL database with ``NotMigrated``; the
 embedded SQLite default migrates itself.
 """
@@ -46,8 +54,10 @@ from tasks.tracing import publish_headers
 __all__ = [
     "BINDING_KEYS",
     "EXCHANGE",
+    "PLAIN_QUEUE",
     "QUEUE",
     "REDIS_VISIBILITY_TIMEOUT",
+    "WORKER_QUEUES",
     "app",
     "configure",
     "ensure_database",
@@ -71,6 +81,10 @@ QUEUE = Queue(
     bindings=[binding(EXCHANGE, routing_key=key) for key in BINDING_KEYS],
     durable=True,
 )
+# Celery's default queue, where a bare ``send_task`` from a plain Celery app lands.
+PLAIN_QUEUE = Queue("celery", Exchange("celery", type="direct"), routing_key="celery")
+# What ``dormant worker`` and ``dormant dev`` consume unless ``--queues`` says otherwise.
+WORKER_QUEUES = f"{QUEUE.name},{PLAIN_QUEUE.name}"
 # Seconds before Redis redelivers a task whose worker died without acknowledging it
 # (the default of the ``DORMANT_REDIS_VISIBILITY_TIMEOUT`` setting).
 REDIS_VISIBILITY_TIMEOUT = Settings.model_fields["redis_visibility_timeout"].default
@@ -114,15 +128,16 @@ def _conf(s: Settings) -> dict[str, Any]:
         "task_acks_late": True,
         "task_reject_on_worker_lost": True,
         "worker_prefetch_multiplier": 1,
+        # SIGTERM is a cold shutdown with this grace (the CLI sets REMAP_SIGTERM): a
+        # warm one waits for running tasks without any bound.
+        "worker_soft_shutdown_timeout": s.worker_shutdown_timeout_seconds,
         "broker_transport_options": _transport_options(s.broker_url, s.redis_visibility_timeout),
         # Redis: dormant's exchanges known to each channel before kombu's restore of a
         # dead worker's messages (tasks/redis_transport.py says why).
         "broker_transport": (
-            "tasks.redis_transport:Transport"
-            if s.broker_url.startswith("redis://")
-            else None
+            "tasks.redis_transport:Transport" if s.broker_url.startswith("redis://") else None
         ),
-        "task_queues": (QUEUE,),
+        "task_queues": (QUEUE, PLAIN_QUEUE),
         "task_default_queue": QUEUE.name,
         "task_default_exchange": EXCHANGE.name,
         "task_default_exchange_type": EXCHANGE.type,
@@ -161,7 +176,9 @@ def _conf(s: Settings) -> dict[str, Any]:
 
 
 settings: Settings = Settings.from_env()
-app = Celery("dormant", include=["tasks.triggers", "tasks.jobs", "tasks.operations"])
+app = Celery(
+    "dormant", include=["tasks.triggers", "tasks.jobs", "tasks.operations", "tasks.failed"]
+)
 app.conf.update(_conf(settings))
 
 _store: Store | None = None
@@ -228,6 +245,25 @@ def _check_or_exit(**_: Any) -> None:
 
 
 worker_init.connect(_check_or_exit, weak=False)
+
+
+def _bound_trigger_tasks(**_: Any) -> None:
+    """Give every engine task (``dormant.*``) the trigger time limits.
+
+    Per task, not ``task_time_limit``: a user's job may rightly run for an hour. Set at
+    ``worker_init``, after every module is imported and ``configure`` has run, and
+    before the consumer builds its per-task request classes (which copy the limits).
+    Celery enforces them in the prefork pool only (``dormant worker``); the soft one
+    raises ``SoftTimeLimitExceeded`` inside the task, which the trigger tasks keep as a
+    failed trigger, the hard one kills the pool process (the trigger is redelivered).
+    """
+    for name, task in app.tasks.items():
+        if name.startswith("dormant."):
+            task.soft_time_limit = settings.trigger_soft_time_limit_seconds
+            task.time_limit = settings.trigger_time_limit_seconds
+
+
+worker_init.connect(_bound_trigger_tasks, weak=False)
 beat_init.connect(_check_or_exit, weak=False)
 
 

@@ -9,6 +9,7 @@ and the plain string otherwise (``--var name=Ada``).
 from __future__ import annotations
 
 import json
+import os
 import sys
 import tempfile
 from typing import Any
@@ -34,6 +35,11 @@ def parse_vars(pairs: tuple[str, ...]) -> dict[str, Any]:
             out[name] = json.loads(raw)
         except ValueError:
             out[name] = raw
+        except RecursionError:
+            raise InvalidVariables(
+                f"--var {name[:60]}: the value is nested too deep to read "
+                "(DORMANT_MAX_VARIABLES_DEPTH)"
+            ) from None
     return out
 
 
@@ -92,7 +98,8 @@ def deploy(file: str) -> None:
 
     store: Store = client._store
     try:
-        deployments = store.deploy(_read_source(file), _now())
+        source = _read_source(file, store.settings.max_model_bytes)
+        deployments = store.deploy(source, _now())
     except DormantError as exc:
         click.echo(f"error: {file}: {exc}", err=True)
         sys.exit(2)
@@ -231,7 +238,7 @@ def instances_show(instance_id: str, as_json: bool) -> None:
     """One instance: status, where each token is and what it waits for, incidents, variables."""
     from engine_core.errors import UnknownInstance
     from engine_core.views import to_dict
-    from tasks import inbox
+    from persistence import inbox
     from tasks.display import instance_lines, queued
 
     client, now = _client(), _now()
@@ -298,6 +305,53 @@ def incidents_show(incident_id: str) -> None:
 register_operations(cli, instances, incidents)
 
 
+# -- failed triggers -----------------------------------------------------------------
+
+
+@cli.group()
+def triggers() -> None:
+    """Failed triggers: kept when they could not be applied; list, retry, drop."""
+
+
+@triggers.command("list")
+@click.option("--failed", is_flag=True, default=True, help="the failed ones (the only kind kept)")
+@click.option("--instance", "instance_id", default=None, help="only this instance's")
+@_output
+def triggers_list(failed: bool, instance_id: str | None, fmt: str, as_json: bool) -> None:
+    """Failed triggers, oldest failure first: id, instance, task, error, attempts."""
+    from engine_core.views import to_dict
+    from tasks.display import failed_trigger_columns
+
+    views = _client().failed_triggers(instance_id)
+    _emit(views, failed_trigger_columns(_now()), fmt, as_json, to_dict, "no failed triggers")
+
+
+@triggers.command("show")
+@click.argument("failed_id")
+def triggers_show(failed_id: str) -> None:
+    """Every field as JSON, the whole body included."""
+    from engine_core.views import to_dict
+
+    view = _client()._store.failed_trigger(failed_id)
+    click.echo(json.dumps(to_dict(view), indent=2, sort_keys=True))
+
+
+@triggers.command("retry")
+@click.argument("failed_id")
+def triggers_retry(failed_id: str) -> None:
+    """Send failed trigger FAILED_ID again (same trigger id: idempotent)."""
+    _client().retry_trigger(failed_id)
+    click.echo(f"retry {failed_id}")
+
+
+@triggers.command("drop")
+@click.argument("failed_id")
+def triggers_drop(failed_id: str) -> None:
+    """Delete failed trigger FAILED_ID for good (the instance's history records it)."""
+    _client().drop_trigger(failed_id)
+    click.echo(f"drop {failed_id}")
+
+
 # -- processes: worker, beat, dev, demo ----------------------------------------------
 
 
@@ -305,6 +359,19 @@ def _ensure_database() -> None:
     from tasks.app import ensure_database
 
     ensure_database()
+
+
+def _stop_promptly_on_sigterm() -> None:
+    """Make SIGTERM a cold shutdown with a grace period (``REMAP_SIGTERM=SIGQUIT``).
+
+    Celery's SIGTERM is a warm shutdown that waits for running tasks with no bound: a
+    trigger stuck on a lock kept ``dormant worker`` and ``dormant dev`` alive until a
+    SIGKILL. Cold, the worker waits ``DORMANT_WORKER_SHUTDOWN_TIMEOUT_SECONDS``
+    (``worker_soft_shutdown_timeout``), then stops what still runs without acknowledging
+    it (acks late), so the broker delivers it again. billiard reads the variable when
+    it is first imported, so this runs before anything imports Celery's worker.
+    """
+    os.environ.setdefault("REMAP_SIGTERM", "SIGQUIT")
 
 
 def _serve_metrics(port: int | None, host: str) -> None:
@@ -346,7 +413,7 @@ _metrics_host = click.option(
 @cli.command()
 @click.option("--include", "includes", multiple=True, help="a module with your job tasks")
 @click.option("--concurrency", type=int, default=None)
-@click.option("--queues", default=None, help="comma-separated queues (default: dormant)")
+@click.option("--queues", default=None, help="comma-separated queues (default: dormant,celery)")
 @_metrics_port
 @_metrics_host
 @click.option("--events", "-E", is_flag=True, help="send task events (Flower's task list)")
@@ -363,15 +430,16 @@ def worker(
     pool: str | None,
 ) -> None:
     """Run a worker: trigger tasks and the jobs of --include modules."""
+    _stop_promptly_on_sigterm()
     _serve_metrics(metrics_port, metrics_host)
     _ensure_database()
-    from tasks.app import app
+    from tasks.app import WORKER_QUEUES, app
 
     argv = [
         "worker",
         f"--loglevel={loglevel}",
         "-Q",
-        queues or "dormant",
+        queues or WORKER_QUEUES,
         "--without-mingle",
         "--without-gossip",
     ]
@@ -410,17 +478,20 @@ def dev(
     loglevel: str,
 ) -> None:
     """Worker and beat in one process (embedded SQLite + broker unless URLs are set)."""
+    _stop_promptly_on_sigterm()
     _serve_metrics(metrics_port, metrics_host)
     _ensure_database()
-    from tasks.app import app
+    from tasks.app import WORKER_QUEUES, app
 
     schedule = tempfile.mkdtemp(prefix="dormant-beat-") + "/schedule"
     argv = [
         "worker",
         f"--loglevel={loglevel}",
         "-Q",
-        "dormant",
-        "--pool=threads",
+        WORKER_QUEUES,
+        # prefork, not threads: Celery enforces the trigger time limits and stops a
+        # running task at shutdown only in pool processes (a thread cannot be stopped).
+        "--pool=prefork",
         f"--concurrency={concurrency}",
         "--beat",
         f"--schedule={schedule}",

@@ -56,18 +56,20 @@ def _common(kind: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     def wrap(f: Callable[..., Any]) -> Callable[..., Any]:
         options = [
             click.argument("ids", nargs=-1),
-            click.option("--process", "key", default=None, metavar="KEY"),
-            click.option("--version", type=int, default=None),
-            click.option("--node", default=None, metavar="NODE"),
+            click.option("--process", "key", default=None, metavar="KEY", help="filter: process"),
+            click.option("--version", type=int, default=None, help="filter: its version"),
+            click.option("--node", default=None, metavar="NODE", help="filter: at this node"),
             click.option("--dry-run", is_flag=True, help="show what would be selected"),
             click.option("--no-wait", is_flag=True, help="start the batch and return"),
         ]
         if kind == "incident":
-            options.append(click.option("--cause-class", default=None))
+            options.append(click.option("--cause-class", default=None, help="filter: cause"))
         else:
             options += [
-                click.option("--status", default=None),
-                click.option("--business-key-like", default=None, metavar="PATTERN"),
+                click.option("--status", default=None, help="filter (default: running)"),
+                click.option(
+                    "--business-key-like", default=None, metavar="PATTERN", help="SQL LIKE"
+                ),
                 click.option("--started-before", default=None, metavar="ISO"),
                 click.option("--started-after", default=None, metavar="ISO"),
             ]
@@ -136,7 +138,10 @@ def register(cli: click.Group, instances: click.Group, incidents: click.Group) -
     """Add the operations commands to the ``dormant`` groups."""
 
     def incident_op(op: str) -> None:
-        @incidents.command(op)
+        @incidents.command(
+            op,
+            help=f"{op.capitalize()} incidents: INCIDENT_ID..., or --process KEY with filters.",
+        )
         @_common("incident")
         def command(
             ids: tuple[str, ...], key: str | None, dry_run: bool, no_wait: bool, **filters: Any
@@ -147,15 +152,13 @@ def register(cli: click.Group, instances: click.Group, incidents: click.Group) -
                 return
             _bulk(f"incident_{op}", _selector(ids, key, **filters), {}, dry_run, no_wait)
 
-        command.__doc__ = (
-            f"{op.capitalize()} incidents: INCIDENT_ID..., or --process KEY with filters."
-        )
-
     for op in ("retry", "resolve", "drop"):
         incident_op(op)
 
     def instance_op(op: str, verb: str) -> None:
-        @instances.command(op)
+        @instances.command(
+            op, help=f"{op.capitalize()} instances: ID..., or --process KEY with filters."
+        )
         @_common("instance")
         def command(
             ids: tuple[str, ...], key: str | None, dry_run: bool, no_wait: bool, **filters: Any
@@ -165,8 +168,6 @@ def register(cli: click.Group, instances: click.Group, incidents: click.Group) -
                 click.echo(f"{verb} {ids[0]}")
                 return
             _bulk(op, _selector(ids, key, **filters), {}, dry_run, no_wait)
-
-        command.__doc__ = f"{op.capitalize()} instances: ID..., or --process KEY with filters."
 
     for op, verb in (("cancel", "cancelling"), ("suspend", "suspending"), ("resume", "resuming")):
         instance_op(op, verb)
@@ -251,6 +252,7 @@ def register(cli: click.Group, instances: click.Group, incidents: click.Group) -
 
     @batches.command("list")
     def batches_list() -> None:
+        """Batches, newest first: id, operation, state and the report."""
         for b in _client().batches():
             click.echo(f"{b.id}\t{b.operation}\t{b.state}\t{b.report()}")
 
@@ -259,6 +261,7 @@ def register(cli: click.Group, instances: click.Group, incidents: click.Group) -
     @click.option("--items", "show_items", is_flag=True, help="every target and its outcome")
     @click.option("--json", "as_json", is_flag=True)
     def batches_show(batch_id: str, show_items: bool, as_json: bool) -> None:
+        """One batch: its selector and report; --items: every target and its outcome."""
         client = _client()
         view = client.batch(batch_id)
         if as_json:

@@ -1,8 +1,10 @@
 """The producer's door: ``from tasks.client import Client``.
 
 What the Client can check it checks *before* anything is written or sent, and raises
-the named error (unknown process key, variables that are not a JSON object, an empty
-message name, an unknown task or incident, a closed incident). Then the trigger is
+the named error (unknown process key, variables that are not a JSON object or exceed
+the size and depth limits, a name, key or id too long for its column or holding a NUL,
+a TTL out of range, an unknown task or incident, a closed incident: engine_core/inputs.py
+is the one home of those checks, shared with the trigger tasks and the Store). Then the trigger is
 made durable: written to the ``inbox`` table, and only then published as its Celery
 task with the inbox id (which is also its trigger id). When a method returns, the
 trigger survives a broker restart: the beat sweep re-publishes inbox rows that were
@@ -14,13 +16,13 @@ straight to the Store.
 
 from __future__ import annotations
 
-import json
-import math
 import uuid
 from pathlib import Path
 from typing import Any
 
+from engine_core.checkpoint import InstanceStatus
 from engine_core.errors import (
+    InvalidField,
     InvalidMessage,
     InvalidModel,
     InvalidOperation,
@@ -29,38 +31,32 @@ from engine_core.errors import (
     UnknownProcess,
     UnknownTask,
 )
-from engine_core.views import FactView, IncidentView, InstanceView, UserTaskView
+from engine_core.inputs import (
+    DEFAULT_LIMITS,
+    Limits,
+    check_name,
+    check_text,
+    check_ttl,
+    check_variables,
+)
+from engine_core.views import (
+    FactView,
+    FailedTriggerView,
+    IncidentView,
+    InstanceView,
+    UserTaskView,
+)
+from persistence import inbox
 from persistence.deployments import Deployment
+from persistence.failed_triggers import CHECKPOINT_INCIDENT
 from persistence.settings import Settings
 from persistence.store import Store
-from tasks import inbox
 from tasks.client_operations import Operations
 
 __all__ = ["Client"]
 
 _CLOSED_INCIDENT = ("resolved", "dead_lettered", "overtaken")
 _INCIDENT_STATES = ("open", "retry_scheduled", *_CLOSED_INCIDENT)
-_ENDED = ("completed", "terminated", "failed")
-
-
-def check_variables(variables: Any, what: str = "variables") -> dict[str, Any]:
-    """A JSON object of JSON values, or ``InvalidVariables`` saying what is wrong."""
-    if variables is None:
-        return {}
-    if not isinstance(variables, dict):
-        raise InvalidVariables(
-            f"{what} must be a JSON object (a dict with string keys), "
-            f"got {type(variables).__name__}"
-        )
-    for name in variables:
-        if not isinstance(name, str):
-            raise InvalidVariables(f"{what}: key {name!r} is not a string")
-    try:
-        # allow_nan=False: NaN and Infinity are not JSON and PostgreSQL's JSONB refuses them.
-        text = json.dumps(variables, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise InvalidVariables(f"{what} are not JSON-serialisable: {exc}") from exc
-    return dict(json.loads(text))
 
 
 def _message_kwargs(
@@ -69,26 +65,22 @@ def _message_kwargs(
     variables: dict[str, Any] | None = None,
     message_id: str | None = None,
     ttl: float | None = None,
+    *,
+    limits: Limits = DEFAULT_LIMITS,
 ) -> dict[str, Any]:
     """The checked keyword arguments of one ``dormant.message`` trigger."""
-    _check_name(name, "message")
-    variables = check_variables(variables)
-    if ttl is not None:
-        if (
-            isinstance(ttl, bool)
-            or not isinstance(ttl, int | float)
-            or not math.isfinite(ttl)
-            or ttl < 0
-        ):
-            raise InvalidMessage(
-                f"message {name!r}: ttl must be a non-negative number of seconds, got {ttl!r}"
-            )
+    check_name(name, "message name", limits)
+    key = None if correlation_key is None else str(correlation_key)
+    if key is not None:
+        check_text(key, f"message {name!r} correlation key", limits, InvalidMessage)
     return {
         "name": name,
-        "correlation_key": None if correlation_key is None else str(correlation_key),
-        "variables": variables,
-        "message_id": message_id or uuid.uuid4().hex,
-        "ttl": ttl,
+        "correlation_key": key,
+        "variables": check_variables(variables, f"message {name!r} variables", limits),
+        "message_id": check_text(
+            message_id or uuid.uuid4().hex, "message id", limits, InvalidMessage
+        ),
+        "ttl": check_ttl(ttl, f"message {name!r} ttl", limits),
     }
 
 
@@ -100,6 +92,7 @@ class Client(Operations):
         self.settings = Settings.from_env(database_url=database_url, broker_url=broker_url)
         self._store = Store(settings=self.settings)
         self._known_keys: set[str] = set()
+        self._limits = self.settings.limits
 
     # -- sending ---------------------------------------------------------------------
 
@@ -132,7 +125,7 @@ class Client(Operations):
 
     def deploy_all(self, path_or_xml: str | bytes | Path) -> list[Deployment]:
         """Deploy every process (or decision) of a file; one ``Deployment`` each."""
-        source = _read_source(path_or_xml)
+        source = _read_source(path_or_xml, self._store.settings.max_model_bytes)
         deployments = list(self._store.deploy(source, _now()))
         if not deployments:
             raise InvalidModel("the document defines no executable process")
@@ -175,7 +168,9 @@ class Client(Operations):
     ) -> dict[str, Any]:
         if not isinstance(key, str) or not key:
             raise UnknownProcess(f"process key must be a non-empty string, got {key!r}")
-        variables = check_variables(variables)
+        variables = check_variables(variables, "variables", self._limits)
+        if business_key is not None:
+            check_text(business_key, "business key", self._limits)
         if key not in self._known_keys:
             self._definition(key)
             # A deployed key stays deployed (versions are never deleted): one lookup
@@ -212,7 +207,9 @@ class Client(Operations):
         ttl: float | None = None,
     ) -> str:
         """Publish a message; returns its id (generated when None, so a resend is idempotent)."""
-        kwargs = _message_kwargs(name, correlation_key, variables, message_id, ttl)
+        kwargs = _message_kwargs(
+            name, correlation_key, variables, message_id, ttl, limits=self._limits
+        )
         self._send("dormant.message", f"message.{name}", kwargs)
         return str(kwargs["message_id"])
 
@@ -232,8 +229,8 @@ class Client(Operations):
                     f"send_messages[{index}]: unknown field(s) {', '.join(sorted(unknown))}"
                 )
             try:
-                kwargs = _message_kwargs(**entry)
-            except (InvalidMessage, InvalidVariables) as exc:
+                kwargs = _message_kwargs(**entry, limits=self._limits)
+            except (InvalidField, InvalidVariables) as exc:
                 raise type(exc)(f"send_messages[{index}]: {exc}") from exc
             batch.append(("dormant.message", f"message.{kwargs['name']}", kwargs))
         self._send_many(batch)
@@ -241,8 +238,8 @@ class Client(Operations):
 
     def signal(self, name: str, variables: dict[str, Any] | None = None) -> str:
         """Broadcast a signal to every instance waiting for it; returns the signal id."""
-        _check_name(name, "signal")
-        variables = check_variables(variables)
+        check_name(name, "signal name", self._limits)
+        variables = check_variables(variables, f"signal {name!r} variables", self._limits)
         signal_id = uuid.uuid4().hex
         self._send(
             "dormant.signal",
@@ -257,7 +254,7 @@ class Client(Operations):
         return list(self._store.user_tasks(instance_id))
 
     def complete_task(self, task_id: str, variables: dict[str, Any] | None = None) -> None:
-        variables = check_variables(variables)
+        variables = check_variables(variables, "task variables", self._limits)
         try:
             found = self._store.task(task_id)
         except UnknownTask:
@@ -289,7 +286,7 @@ class Client(Operations):
 
     def cancel(self, instance_id: str) -> None:
         view = self.instance(instance_id)
-        if view.status in _ENDED:
+        if InstanceStatus(view.status).ended:
             raise InvalidOperation(
                 f"instance {instance_id} ({view.key} v{view.version}) is already {view.status}"
             )
@@ -321,6 +318,13 @@ class Client(Operations):
 
     def _operate(self, incident_id: str, op: str) -> None:
         incident = self.incident(incident_id)
+        if incident.node_id == CHECKPOINT_INCIDENT:
+            raise InvalidOperation(
+                f"incident {incident_id!r} is a checkpoint this dormant cannot read "
+                f"({incident.cause_class}): repair the row or upgrade dormant, then "
+                f"`dormant triggers retry` its failed triggers (`dormant triggers list "
+                f"--failed --instance {incident.instance_id}`)"
+            )
         if incident.state in _CLOSED_INCIDENT:
             open_ids = [
                 i.id
@@ -342,6 +346,25 @@ class Client(Operations):
     def drop_incident(self, incident_id: str) -> None:
         self._operate(incident_id, "drop")
 
+    # -- failed triggers -------------------------------------------------------------
+
+    def failed_triggers(self, instance_id: str | None = None) -> list[FailedTriggerView]:
+        """Triggers that could not be applied, kept for an operator (docs/limits.md)."""
+        return list(self._store.failed_triggers(instance_id))
+
+    def retry_trigger(self, failed_id: str) -> None:
+        """Send a failed trigger again: back into the inbox, then published (its
+        trigger id unchanged, so a retry of one that did apply meanwhile is a duplicate)."""
+        from tasks.app import app
+        from tasks.failed import resend
+
+        with app.connection_for_write(self.settings.broker_url) as conn:
+            resend(self._store, failed_id, connection=conn)
+
+    def drop_trigger(self, failed_id: str) -> FailedTriggerView:
+        """Delete a failed trigger for good (its instance's history records it)."""
+        return self._store.drop_failed(failed_id, _now())
+
 
 def _now() -> Any:
     from persistence import clock
@@ -349,20 +372,32 @@ def _now() -> Any:
     return clock.now()
 
 
-def _check_name(name: Any, what: str) -> None:
-    if not isinstance(name, str) or not name.strip():
-        raise (InvalidMessage)(f"{what} name must be a non-empty string, got {name!r}")
-
-
-def _read_source(path_or_xml: str | bytes | Path) -> str | bytes:
-    if isinstance(path_or_xml, bytes):
-        return path_or_xml
-    if isinstance(path_or_xml, str) and path_or_xml.lstrip().startswith("<"):
+def _read_source(path_or_xml: str | bytes | Path, max_bytes: int) -> str | bytes:
+    """The model document, refused before it is read whole when it is over
+    ``max_bytes`` (``DORMANT_MAX_MODEL_BYTES``): at most one byte more is ever read, so
+    ``/dev/zero`` or a huge file costs nothing."""
+    if isinstance(path_or_xml, bytes) or (
+        isinstance(path_or_xml, str) and path_or_xml.lstrip("\ufeff \t\r\n").startswith("<")
+    ):
+        size = len(path_or_xml) if isinstance(path_or_xml, bytes) else len(path_or_xml.encode())
+        if size > max_bytes:
+            raise _too_large("the model document", max_bytes)
         return path_or_xml
     path = Path(path_or_xml)
     try:
-        return path.read_bytes()
+        with path.open("rb") as f:
+            data = f.read(max_bytes + 1)
     except OSError as exc:
         raise InvalidModel(
             f"cannot read BPMN/DMN file {str(path)!r}: {exc.strerror or exc}"
         ) from exc
+    if len(data) > max_bytes:
+        raise _too_large(f"BPMN/DMN file {str(path)!r}", max_bytes)
+    return data
+
+
+def _too_large(what: str, max_bytes: int) -> InvalidModel:
+    return InvalidModel(
+        f"{what} is larger than DORMANT_MAX_MODEL_BYTES={max_bytes} bytes; "
+        "raise the setting if the model is really that big"
+    )

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from engine_core.errors import InvalidOperation, InvalidVariables
+from engine_core.inputs import DEFAULT_LIMITS, Limits, check_text, check_variables
 from engine_core.migration import problems
 from engine_core.views import InstanceView
 from persistence import batches, job_pause
@@ -21,7 +22,7 @@ from persistence.selection import INCIDENT_OPERATIONS, Selector, Target
 from persistence.settings import Settings
 from persistence.store import Store
 
-__all__ = ["Operations"]
+__all__ = ["Operations", "variables_params"]
 
 _ENDED = ("completed", "terminated", "failed")
 
@@ -30,6 +31,7 @@ class Operations:
     """Suspend, resume, set variables, migrate, modify; in bulk; and the batches."""
 
     _store: Store
+    _limits: Limits
     settings: Settings
 
     def _send(self, task: str, routing_key: str, kwargs: dict[str, Any]) -> str:
@@ -72,7 +74,7 @@ class Operations:
     ) -> None:
         """Set or remove variables in ``scope`` (a scope id or a sub-process node id),
         validated as a start's are; ``retry_incidents`` retries the open incidents after."""
-        kwargs = _variables_params(variables, unset, scope, retry_incidents)
+        kwargs = variables_params(variables, unset, scope, retry_incidents, self._limits)
         self._running(instance_id, "change")
         self._send(
             "dormant.set_variables", "trigger.set_variables", {"instance_id": instance_id} | kwargs
@@ -152,11 +154,12 @@ class Operations:
 
         params = dict(params or {})
         if operation == "set_variables":
-            params = _variables_params(
+            params = variables_params(
                 params.get("variables"),
                 params.get("unset", ()),
                 params.get("scope", "s0"),
                 bool(params.get("retry_incidents", False)),
+                self._limits,
             )
         if operation == "migrate" and selector.key is not None:
             self._store.definition(selector.key, int(params.get("version", 0)))
@@ -201,20 +204,24 @@ def is_incident_operation(operation: str) -> bool:
     return operation in INCIDENT_OPERATIONS
 
 
-def _variables_params(
-    variables: Mapping[str, Any] | None, unset: Iterable[str], scope: str, retry: bool
+def variables_params(
+    variables: Mapping[str, Any] | None,
+    unset: Iterable[str],
+    scope: str,
+    retry: bool,
+    limits: Limits = DEFAULT_LIMITS,
 ) -> dict[str, Any]:
-    from tasks.client import check_variables
-
-    checked = check_variables(dict(variables) if variables is not None else None)
-    names = list(unset)
-    for name in [*checked, *names]:
-        if not isinstance(name, str) or not name:
-            raise InvalidVariables(f"variable names must be non-empty strings, got {name!r}")
+    """The checked arguments of a ``SetVariables``: the variables within the limits of
+    a start's, names that fit, something to do."""
+    checked = check_variables(
+        dict(variables) if variables is not None else None, "variables", limits
+    )
+    names = [check_text(n, "variable name to unset", limits) for n in unset]
+    if any(not n for n in names):
+        raise InvalidVariables("a variable name to unset must not be empty")
     if not checked and not names and not retry:
         raise InvalidOperation("nothing to change: give --var NAME=VALUE or --unset NAME")
-    if not isinstance(scope, str) or not scope:
-        raise InvalidOperation(f"scope must be a scope id or node id, got {scope!r}")
+    check_text(scope, "scope", limits)
     return {"variables": checked, "unset": names, "scope": scope, "retry_incidents": retry}
 
 

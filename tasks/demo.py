@@ -21,6 +21,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from engine_core.checkpoint import InstanceStatus
+
 __all__ = ["ORDER_BPMN", "run"]
 
 ORDER_BPMN = resources.files("tasks.examples").joinpath("order.bpmn")
@@ -52,7 +54,7 @@ def _wait_text(wait: Any) -> str:
 
 def _waiting(view: Any) -> tuple[str, str]:
     """What an instance waits for, in words, and the kind of its first wait."""
-    if view.status != "active":
+    if view.status != InstanceStatus.ACTIVE:
         return view.status, ""
     if view.waits:
         return "waiting for " + ", ".join(_wait_text(w) for w in view.waits), view.waits[0].kind
@@ -150,10 +152,10 @@ def _follow(
                 _say(f"{order_id}: " + (f"woken by {woken}; now " if woken else "") + state)
                 last[instance_id] = identity
                 last_kind[instance_id] = kind
-            if view.status == "completed":
+            if view.status == InstanceStatus.COMPLETED:
                 done += 1
                 continue
-            if view.status in ("terminated", "failed") or view.incidents:
+            if InstanceStatus(view.status).ended or view.incidents:
                 _say(
                     f"{order_id}: cannot complete ({view.status}); incidents: "
                     + "; ".join(f"{i.node_id}: {i.cause}" for i in view.incidents)

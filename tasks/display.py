@@ -204,18 +204,33 @@ def task_columns(now: datetime) -> list[Column]:
     ]
 
 
+def _status(view: Any) -> str:
+    """The status, and ``flagged`` when triggers for it are kept as failed triggers."""
+    failed = getattr(view, "failed_triggers", 0)
+    return f"{view.status} (flagged: {failed} failed)" if failed else str(view.status)
+
+
 def instance_columns(now: datetime) -> list[Column]:
     return [
         Column("ID", lambda i: i.id),
         Column("PROCESS", lambda i: f"{i.key} v{i.version}"),
-        Column("STATUS", lambda i: i.status),
+        Column("STATUS", _status),
         Column("BUSINESS KEY", lambda i: i.business_key or ""),
         Column("STARTED", lambda i: ago(i.created_at, now), lambda i: iso(i.created_at)),
         Column("UPDATED", lambda i: ago(i.updated_at, now), lambda i: iso(i.updated_at)),
     ]
 
 
-_SUMMARY_FIELDS = ("id", "key", "version", "status", "business_key", "created_at", "updated_at")
+_SUMMARY_FIELDS = (
+    "id",
+    "key",
+    "version",
+    "status",
+    "business_key",
+    "created_at",
+    "updated_at",
+    "failed_triggers",
+)
 
 
 def instance_summary(row: Any) -> dict[str, Any]:
@@ -236,6 +251,18 @@ def incident_columns(now: datetime) -> list[Column]:
         Column("ATTEMPTS", lambda i: str(i.attempts)),
         Column("CAUSE", lambda i: i.cause_class),
         Column("LAST FAILED", lambda i: ago(i.last_at, now), lambda i: iso(i.last_at)),
+    ]
+
+
+def failed_trigger_columns(now: datetime) -> list[Column]:
+    return [
+        Column("FAILED TRIGGER", lambda f: f.id),
+        Column("INSTANCE", lambda f: f.instance_id or "-"),
+        Column("TASK", lambda f: f.task),
+        Column("ERROR", lambda f: f.error_class),
+        Column("ATTEMPTS", lambda f: str(f.attempts)),
+        Column("LAST FAILED", lambda f: ago(f.last_at, now), lambda f: iso(f.last_at)),
+        Column("WHY", lambda f: f.error[:120], lambda f: f.error),
     ]
 
 
@@ -267,6 +294,11 @@ def instance_lines(view: Any, now: datetime) -> list[str]:
         lines.append(
             f"  incident {inc.id} at {inc.node_id}: {inc.state}, attempt {inc.attempts}, "
             f"last failed {ago(inc.last_at, now)}{retry} ({inc.cause_class}: {inc.cause})"
+        )
+    if getattr(view, "failed_triggers", 0):
+        lines.append(
+            f"  flagged: {view.failed_triggers} failed trigger(s); "
+            f"`dormant triggers list --failed --instance {view.id}`"
         )
     lines.append(f"  variables: {json.dumps(view.variables, sort_keys=True)}")
     return lines

@@ -8,6 +8,20 @@ with routing key ``job.<type>``, and four headers that tie it to its wait::
     dormant_instance_id, dormant_wait_id, dormant_attempt,
     dormant_idempotency_key = "<instance>:<wait>:<attempt>"
 
+The model's ``zeebe:taskHeaders`` travel as data in one more header,
+``dormant_task_headers`` (a JSON object; ``task_headers(self)`` in a bound task), never
+merged into the message's headers: there a header named ``task``, ``id``, ``eta`` or
+``timelimit`` would be a Celery protocol field, and a model could rename the task it
+runs or forge its id. For the same reason a job type in a reserved namespace
+(``dormant.*``, ``celery.*``: engine_core/job_types.py) is never sent: the deploy and
+the step function refuse it first, and ``dispatch`` refuses it again, as a job failure.
+
+A job type that no worker reading its queue has registered is reported, not dropped:
+Celery rejects a message naming an unknown task (``Consumer.on_unknown_task``) and
+sends ``task_unknown``; the handler below turns a job's message into a ``JobFailed``
+(``NotRegistered``), so the engine's retries run and their exhaustion is an incident
+naming the job type, instead of a re-dispatch at every job timeout, forever.
+
 The outcome comes back through Celery's signals in the worker that ran the job, and is
 applied *synchronously in the signal handler*: the handler runs before the late
 acknowledgement, so a worker that dies before the result is stored never acknowledges
@@ -38,10 +52,12 @@ import uuid
 from typing import Any
 
 from celery import Task
-from celery.signals import task_failure, task_success
+from celery.signals import task_failure, task_success, task_unknown
 from kombu.entity import Exchange, Queue
 
+from engine_core.effects import job_idempotency_key
 from engine_core.errors import BpmnError
+from engine_core.job_types import reserved_job_type
 from engine_core.triggers import JobCompleted, JobErrorThrown, JobFailed, JobHeartbeat
 from persistence import clock
 from tasks import metrics, tracing
@@ -51,11 +67,13 @@ __all__ = [
     "HEADER_ATTEMPT",
     "HEADER_IDEMPOTENCY_KEY",
     "HEADER_INSTANCE",
+    "HEADER_TASK_HEADERS",
     "HEADER_WAIT",
     "dispatch",
     "heartbeat",
     "idempotency_key",
     "job_queue",
+    "task_headers",
 ]
 
 log = logging.getLogger("dormant.jobs")
@@ -64,6 +82,8 @@ HEADER_INSTANCE = "dormant_instance_id"
 HEADER_WAIT = "dormant_wait_id"
 HEADER_ATTEMPT = "dormant_attempt"
 HEADER_IDEMPOTENCY_KEY = "dormant_idempotency_key"
+# The model's zeebe:taskHeaders, as one JSON object (never as message headers).
+HEADER_TASK_HEADERS = "dormant_task_headers"
 
 
 def job_queue(job_type: str) -> Queue:
@@ -83,9 +103,20 @@ def dispatch(payload: dict[str, Any]) -> None:
         payload["wait_id"],
         int(payload["attempt"]),
     )
-    key = f"{instance_id}:{wait_id}:{attempt}"
+    key = job_idempotency_key(str(instance_id), str(wait_id), attempt)
+    reserved = reserved_job_type(job_type)
+    if reserved is not None:  # e.g. an outbox row written before the deploy-time rule
+        log.error("job not dispatched instance=%s wait=%s: %s", instance_id, wait_id, reserved)
+        defer(
+            instance_id,
+            JobFailed(
+                wait_id=wait_id, attempt=attempt, error=reserved, error_class="ReservedJobType"
+            ),
+            f"{key}:done",
+        )
+        return
     headers = {
-        **(payload.get("headers") or {}),
+        HEADER_TASK_HEADERS: {str(k): str(v) for k, v in (payload.get("headers") or {}).items()},
         HEADER_INSTANCE: instance_id,
         HEADER_WAIT: wait_id,
         HEADER_ATTEMPT: str(attempt),
@@ -128,6 +159,12 @@ def idempotency_key(task: Task) -> str | None:
     return str(value) if value is not None else None
 
 
+def task_headers(task: Task) -> dict[str, str]:
+    """The running job's ``zeebe:taskHeaders`` (empty outside a job or without any)."""
+    value = _header(task.request, HEADER_TASK_HEADERS)
+    return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
+
+
 def heartbeat(task: Task, extend_seconds: float | None = None) -> bool:
     """From a long job (a bound task): "still working". Moves the job's timeout to now +
     ``extend_seconds`` (default: its job type's timeout), so the engine does not take it
@@ -150,7 +187,9 @@ def _context(task: Any) -> tuple[str, str, int, str] | None:
     if not instance_id or not wait_id:
         return None  # not a dormant job: an ordinary task of the user's
     attempt = int(_header(request, HEADER_ATTEMPT) or 1)
-    key = _header(request, HEADER_IDEMPOTENCY_KEY) or f"{instance_id}:{wait_id}:{attempt}"
+    key = _header(request, HEADER_IDEMPOTENCY_KEY) or job_idempotency_key(
+        instance_id, wait_id, attempt
+    )
     return str(instance_id), str(wait_id), attempt, str(key)
 
 
@@ -173,8 +212,26 @@ def report(instance_id: str, trigger: Any, trigger_id: str) -> None:
         except Exception as exc:  # mapped below: the result must not be lost
             from engine_core.errors import DormantError
 
-            if isinstance(exc, DormantError):
-                log.warning("job result for instance %s not applied: %s", instance_id, exc)
+            if isinstance(exc, DormantError):  # retrying cannot help: keep it for an operator
+                failed_id = store().keep_failed(
+                    "dormant.apply_trigger",
+                    f"trigger.{trigger.kind}",
+                    {
+                        "instance_id": instance_id,
+                        "trigger_json": trigger.model_dump(mode="json"),
+                        "trigger_id": trigger_id,
+                    },
+                    exc,
+                    clock.now(),
+                    trigger_id=trigger_id,
+                    instance_id=instance_id,
+                )
+                log.error(
+                    "job result for instance %s not applied, kept as failed trigger %s: %s",
+                    instance_id,
+                    failed_id,
+                    type(exc).__name__,
+                )
                 return
             last = exc
             continue
@@ -189,6 +246,15 @@ def report(instance_id: str, trigger: Any, trigger_id: str) -> None:
         )
         return
     log.warning("job result for instance %s deferred to a worker: %r", instance_id, last)
+    defer(instance_id, trigger, trigger_id)
+
+
+def defer(instance_id: str, trigger: Any, trigger_id: str) -> None:
+    """Hand a job's outcome to any worker as ``dormant.apply_trigger`` (which retries).
+
+    Also the way out of places that must not touch the database themselves: the
+    consumer's unknown-task hook runs in the worker's main process.
+    """
     publish(
         "dormant.apply_trigger",
         f"trigger.{trigger.kind}",
@@ -238,3 +304,36 @@ def _on_failure(sender: Any = None, exception: BaseException | None = None, **_:
             error_class=type(exception).__name__,
         )
     report(instance_id, trigger, f"{key}:done")
+
+
+@task_unknown.connect(weak=False)
+def _on_unknown(sender: Any = None, message: Any = None, name: str | None = None, **_: Any) -> None:
+    """A job whose type this worker has not registered: a job failure, never a drop.
+
+    Celery has already rejected the message (it would otherwise be redelivered to the
+    same worker forever); if reporting fails too, the job's timeout in the engine
+    dispatches it again, so the job is late, never lost. Messages that are not dormant
+    jobs (no job headers) are left to Celery's own error line.
+    """
+    headers = getattr(message, "headers", None) or {}
+    instance_id, wait_id = headers.get(HEADER_INSTANCE), headers.get(HEADER_WAIT)
+    if not instance_id or not wait_id:
+        return
+    attempt = int(headers.get(HEADER_ATTEMPT) or 1)
+    key = headers.get(HEADER_IDEMPOTENCY_KEY) or f"{instance_id}:{wait_id}:{attempt}"
+    queue = (getattr(message, "delivery_info", None) or {}).get("routing_key") or "?"
+    error = (
+        f"job type {name!r} is not registered on the worker that received it "
+        f"(routing key {queue}); load its module with `dormant worker --include MODULE`"
+    )
+    log.error("job not run instance=%s wait=%s: %s", instance_id, wait_id, error)
+    try:
+        defer(
+            str(instance_id),
+            JobFailed(
+                wait_id=str(wait_id), attempt=attempt, error=error, error_class="NotRegistered"
+            ),
+            f"{key}:done",
+        )
+    except Exception:  # the job timeout dispatches it again
+        log.exception("unknown job type %r not reported; its job timeout will retry it", name)

@@ -12,6 +12,7 @@ that nobody holds (never started, or its worker died).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -30,6 +31,7 @@ from persistence import batches, clock, job_pause
 from persistence.selection import Selector
 from tasks import app as app_module
 from tasks.app import app, publish, store
+from tasks.client_operations import variables_params
 from tasks.triggers import _run
 
 __all__ = [
@@ -50,12 +52,21 @@ log = logging.getLogger("dormant.operations")
 
 
 def _operate(
-    task: Task, instance_id: str, trigger: Trigger, inbox_id: str | None, trigger_id: str | None
+    task: Task,
+    instance_id: str,
+    kind: str,
+    make: Callable[[], Trigger],
+    inbox_id: str | None,
+    trigger_id: str | None,
 ) -> None:
-    def call(tid: str, now: datetime) -> Any:
-        return store().apply(instance_id, trigger, now, trigger_id=tid)
+    """The trigger is built inside the shell, so arguments that do not fit are kept as
+    a failed trigger (visible, retryable) like any other failure; a refusal fails the
+    task with its reason."""
 
-    _run(task, trigger.kind, call, inbox_id, trigger_id, operator=True)
+    def call(tid: str, now: datetime) -> Any:
+        return store().apply(instance_id, make(), now, trigger_id=tid)
+
+    _run(task, kind, call, inbox_id, trigger_id, operator=True, instance_id=instance_id)
 
 
 # ``throws``: a refused action is an expected outcome, logged without a traceback.
@@ -67,7 +78,7 @@ def suspend(
     self: Task, instance_id: str, *, inbox_id: str | None = None, trigger_id: str | None = None
 ) -> None:
     """Suspend an instance: its triggers are held until it is resumed."""
-    _operate(self, instance_id, Suspend(), inbox_id, trigger_id)
+    _operate(self, instance_id, "suspend", Suspend, inbox_id, trigger_id)
 
 
 @app.task(name="dormant.resume", **_OPERATOR)
@@ -75,7 +86,7 @@ def resume(
     self: Task, instance_id: str, *, inbox_id: str | None = None, trigger_id: str | None = None
 ) -> None:
     """Resume an instance: its held triggers apply in arrival order."""
-    _operate(self, instance_id, Resume(), inbox_id, trigger_id)
+    _operate(self, instance_id, "resume", Resume, inbox_id, trigger_id)
 
 
 @app.task(name="dormant.set_variables", **_OPERATOR)
@@ -91,13 +102,14 @@ def set_variables(
     trigger_id: str | None = None,
 ) -> None:
     """Set or remove variables in one scope, and optionally retry the open incidents."""
-    trigger = SetVariables(
-        scope=scope,
-        variables=variables or {},
-        unset=list(unset or []),
-        retry_incidents=retry_incidents,
-    )
-    _operate(self, instance_id, trigger, inbox_id, trigger_id)
+
+    def make() -> Trigger:
+        params = variables_params(
+            variables, unset or (), scope, retry_incidents, store().settings.limits
+        )
+        return SetVariables(**params)
+
+    _operate(self, instance_id, "set_variables", make, inbox_id, trigger_id)
 
 
 @app.task(name="dormant.migrate", **_OPERATOR)
@@ -111,8 +123,11 @@ def migrate(
     trigger_id: str | None = None,
 ) -> None:
     """Move an instance to another version of its process (refused with the reasons)."""
-    trigger = MigrateInstance(version=version, mapping=mapping or {})
-    _operate(self, instance_id, trigger, inbox_id, trigger_id)
+
+    def make() -> Trigger:
+        return MigrateInstance(version=version, mapping=mapping or {})
+
+    _operate(self, instance_id, "migrate", make, inbox_id, trigger_id)
 
 
 @app.task(name="dormant.modify", **_OPERATOR)
@@ -126,8 +141,11 @@ def modify(
     trigger_id: str | None = None,
 ) -> None:
     """Cancel the tokens at some nodes and/or start a token before others."""
-    trigger = ModifyInstance(cancel_nodes=cancel_nodes or [], start_before=start_before or [])
-    _operate(self, instance_id, trigger, inbox_id, trigger_id)
+
+    def make() -> Trigger:
+        return ModifyInstance(cancel_nodes=cancel_nodes or [], start_before=start_before or [])
+
+    _operate(self, instance_id, "modify", make, inbox_id, trigger_id)
 
 
 def enqueue_batch(batch_id: str, producer: Any = None) -> None:
@@ -174,6 +192,8 @@ def batch_run(self: Task, batch_id: str) -> None:
         batch_id,
         clock.now,
         claim_seconds=app_module.settings.batch_claim_seconds,
+        # A slice ends well inside the trigger tasks' soft time limit.
+        budget_seconds=min(20.0, app_module.settings.trigger_soft_time_limit_seconds / 2),
     )
     view = batches.batch(store(), batch_id)
     if more:

@@ -24,6 +24,7 @@ from typing import Any
 from engine_core.calls import parent_trigger
 from engine_core.effects import (
     CancelChild,
+    ContinueInstance,
     DeliverBuffered,
     DispatchJob,
     NotifyParent,
@@ -33,7 +34,7 @@ from engine_core.effects import (
     parse_effect,
 )
 from engine_core.errors import StoredDataError
-from engine_core.triggers import Trigger
+from engine_core.triggers import Continue, Trigger
 from persistence import clock, job_pause
 from tasks.app import publish, store
 from tasks.jobs import dispatch
@@ -133,6 +134,11 @@ def _notify_parent(n: NotifyParent, tid: str, headers: dict[str, Any]) -> None:
     _apply_trigger(n.parent_instance_id, parent_trigger(n), tid, headers)
 
 
+def _continue_instance(d: ContinueInstance, tid: str, headers: dict[str, Any]) -> None:
+    """A step stopped at its budget: the rest of its work is this follow-up trigger."""
+    _apply_trigger(d.instance_id, Continue(), tid, headers)
+
+
 def _deliver_buffered(d: DeliverBuffered, tid: str, headers: dict[str, Any]) -> None:
     """A buffered message consumed by a new subscription: the Store wrote the trigger."""
     _apply_trigger(d.instance_id, d.trigger, tid, headers)
@@ -146,6 +152,7 @@ PUBLISHERS: dict[type, Callable[[Any, str, dict[str, Any]], None]] = {
     StartChild: _start_child,
     CancelChild: _cancel_child,
     NotifyParent: _notify_parent,
+    ContinueInstance: _continue_instance,
     DeliverBuffered: _deliver_buffered,
 }
 

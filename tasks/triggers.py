@@ -9,11 +9,18 @@ trigger kind; never payload values). No BPMN here.
 Outcomes, decided at this seam:
 
 * a stale or duplicate trigger is acknowledged (the Store records it), never retried;
+  a failure of the model or its data is an incident the Store committed (the trigger
+  applied);
 * ``sqlalchemy.exc.OperationalError`` (the database restarting, a lock timeout) is
-  transient: the task retries with exponential backoff, and the inbox sweep covers a
-  trigger whose retries ran out;
-* a ``DormantError`` is the caller's or the model's: logged once with its message and
-  dropped (the Store records what it can, e.g. an incident); retrying cannot help.
+  transient: the task retries with exponential backoff;
+* ANY other exception (a field refused at this edge, an undecodable checkpoint, a
+  database refusal, a bug, a ``MemoryError``), and a transient one whose retries ran
+  out, keeps the trigger as a failed trigger (persistence/failed_triggers.py) in a
+  transaction of its own, logged once at ERROR; an operator lists, retries or drops it.
+  Only when even that cannot be written is the task retried: the trigger is never
+  acknowledged away;
+* an operator's refused action (``OperatorError`` from an incident task) is the
+  operator's answer: re-raised so Flower shows the task FAILED with the reason.
 
 Every task takes an optional ``inbox_id`` (the Client's durable copy; also the trigger
 id) or ``trigger_id`` (an outbox-derived id). A producer with only Celery installed
@@ -32,7 +39,8 @@ from celery import Task
 from sqlalchemy.exc import OperationalError
 
 from engine_core.calls import missing_child
-from engine_core.errors import DormantError, UnknownProcess, UnknownTask
+from engine_core.errors import DormantError, OperatorError, UnknownProcess, UnknownTask
+from engine_core.inputs import check_variables
 from engine_core.triggers import (
     Cancel,
     IncidentDrop,
@@ -41,10 +49,10 @@ from engine_core.triggers import (
     TaskCompleted,
     parse_trigger,
 )
-from persistence import clock
+from persistence import clock, inbox
+from persistence.failed_triggers import call_kwargs, one_line
 from persistence.results import TriggerResult
 from tasks import app as app_module
-from tasks import inbox
 from tasks.app import app, publish, store
 from tasks.metrics import observe_trigger, timer_fired
 from tasks.outbox import consumed, publish_ids, publish_row
@@ -95,40 +103,72 @@ def _run(
     trigger_id: str | None = None,
     *,
     operator: bool = False,
+    instance_id: str | None = None,
 ) -> None:
     """The shell every trigger task shares (see the module docstring).
 
-    ``operator``: the task is an operator's action (an incident action, from Flower or
-    the CLI): a refused action is re-raised after it is recorded, so Flower shows the
-    task FAILED with the reason instead of a success that did nothing."""
-    tid = inbox_id or trigger_id or task.request.id or "eager"
+    The trigger id: an explicit one first (an outbox follow-up, or a failed trigger
+    sent again through the inbox keeps its first id), else the inbox row's, else the
+    Celery task id. ``operator``: a refused action is re-raised after it is recorded."""
+    tid = trigger_id or inbox_id or task.request.id or "eager"
     try:
         result = call(tid, _now())
     except OperationalError as exc:
-        if task.request.retries >= MAX_TRANSIENT_RETRIES:
-            log.error(
-                "trigger=%s gave up after %s database errors: %s", kind, task.request.retries, exc
-            )
-            raise
-        log.info("trigger=%s database unavailable, retrying: %s", kind, type(exc).__name__)
-        raise task.retry(
-            exc=exc, countdown=_backoff(task.request.retries), max_retries=None
-        ) from exc
-    except DormantError as exc:
-        log.warning("trigger=%s dropped: %s: %s", kind, type(exc).__name__, exc)
+        if task.request.retries < MAX_TRANSIENT_RETRIES:
+            log.info("trigger=%s database unavailable, retrying: %s", kind, type(exc).__name__)
+            raise task.retry(
+                exc=exc, countdown=_backoff(task.request.retries), max_retries=None
+            ) from exc
+        log.error("trigger=%s gave up after %s database errors", kind, task.request.retries)
+        return _keep(task, kind, exc, tid, inbox_id, instance_id)
+    except OperatorError as exc:
+        if not operator:
+            return _keep(task, kind, exc, tid, inbox_id, instance_id)
+        log.warning("trigger=%s refused: %s: %s", kind, type(exc).__name__, exc)
         _processed(inbox_id)
         consumed(task.request)
-        if operator:
-            raise
-        return None
-    except Exception:
-        log.exception("trigger=%s failed", kind)
-        _processed(inbox_id)
         raise
+    except Exception as exc:
+        return _keep(task, kind, exc, tid, inbox_id, instance_id)
     publish_ids(_outbox_ids(result))
     _processed(inbox_id)
     consumed(task.request)
     log.info("trigger=%s %s", kind, _describe(result))
+    return None
+
+
+def _keep(
+    task: Task,
+    kind: str,
+    exc: Exception,
+    tid: str,
+    inbox_id: str | None,
+    instance_id: str | None,
+) -> None:
+    """Keep the trigger as a failed trigger, then acknowledge it; if even that cannot
+    be written, retry the task (the trigger stays in the broker) instead."""
+    request = task.request
+    kwargs = call_kwargs(task.run, tuple(request.args or ()), dict(request.kwargs or {}))
+    routing_key = (request.delivery_info or {}).get("routing_key") or f"trigger.{kind}"
+    try:
+        failed_id = store().keep_failed(
+            task.name, routing_key, kwargs, exc, _now(), trigger_id=tid, instance_id=instance_id
+        )
+    except Exception as keep_exc:
+        log.error("trigger=%s failed and could not be kept (%s); retrying", kind, keep_exc)
+        raise task.retry(
+            exc=exc, countdown=_backoff(min(request.retries, 6)), max_retries=None
+        ) from exc
+    log.error(
+        "trigger=%s failed, kept as failed trigger %s (instance=%s): %s",
+        kind,
+        failed_id,
+        instance_id or "-",
+        one_line(exc),
+        exc_info=not isinstance(exc, DormantError),
+    )
+    _processed(inbox_id)
+    consumed(request)
     return None
 
 
@@ -184,7 +224,7 @@ def start(
             failed = missing_child(parent["wait_id"], str(exc))
             return store().apply(parent["instance_id"], failed, now, trigger_id=f"{tid}:unknown")
 
-    return _run(self, "start", call, inbox_id, trigger_id)
+    return _run(self, "start", call, inbox_id, trigger_id, instance_id=instance_id)
 
 
 @app.task(name="dormant.message", bind=True)
@@ -254,11 +294,13 @@ def complete_task(
     """Complete user task ``task_id`` with ``variables``."""
 
     def call(tid: str, now: datetime) -> Any:
+        checked = check_variables(variables, "task variables", store().settings.limits)
         instance_id, wait_id = _task_wait(task_id)
-        trigger = TaskCompleted(wait_id=wait_id, variables=variables or {})
+        trigger = TaskCompleted(wait_id=wait_id, variables=checked)
         return store().apply(instance_id, trigger, now, trigger_id=tid)
 
-    return _run(self, "task_completed", call, inbox_id, trigger_id)
+    owner = task_id.rsplit(".", 1)[0] if isinstance(task_id, str) and "." in task_id else None
+    return _run(self, "task_completed", call, inbox_id, trigger_id, instance_id=owner)
 
 
 @app.task(name="dormant.cancel", bind=True)
@@ -274,7 +316,7 @@ def cancel(
     def call(tid: str, now: datetime) -> Any:
         return store().apply(instance_id, Cancel(), now, trigger_id=tid)
 
-    return _run(self, "cancel", call, inbox_id, trigger_id)
+    return _run(self, "cancel", call, inbox_id, trigger_id, instance_id=instance_id)
 
 
 def incident_instance(incident_id: str) -> str:
@@ -299,7 +341,8 @@ def _incident_task(name: str, trigger_cls: Any) -> Any:
             )
 
         kind = trigger_cls.model_fields["kind"].default
-        return _run(self, kind, call, inbox_id, trigger_id, operator=True)
+        owner = incident_id.rsplit(".", 1)[0] if isinstance(incident_id, str) else None
+        return _run(self, kind, call, inbox_id, trigger_id, operator=True, instance_id=owner)
 
     incident_op.__doc__ = f"Apply {trigger_cls.__name__} to the instance holding the incident."
     return incident_op
@@ -319,13 +362,14 @@ def apply_trigger(
     *,
     inbox_id: str | None = None,
 ) -> str | None:
-    """Apply any trigger to one instance: the follow-ups the outbox sends."""
-    trigger = parse_trigger(trigger_json)
+    """Apply any trigger to one instance: the follow-ups the outbox sends, and each
+    holder's own delivery of a message or signal kept for a retry."""
 
     def call(tid: str, now: datetime) -> Any:
-        return store().apply(instance_id, trigger, now, trigger_id=tid)
+        return store().apply(instance_id, parse_trigger(trigger_json), now, trigger_id=tid)
 
-    return _run(self, trigger.kind, call, inbox_id, trigger_id)
+    kind = trigger_json.get("kind") if isinstance(trigger_json, dict) else None
+    return _run(self, str(kind or "trigger"), call, inbox_id, trigger_id, instance_id=instance_id)
 
 
 @app.task(name="dormant.fire_deadline", bind=True)
@@ -335,14 +379,16 @@ def fire_deadline(
     wait_id: str,
     claim_token: str,
     due_at: str | None = None,
+    kind: str = "deadline",
 ) -> str | None:
     """Fire one claimed deadline. The row is deleted only by the transaction that
     applied it; a failed fire leaves it (with its due time pushed back) for a later scan.
-    ``due_at`` (the claimed due time, ISO) measures the timer's lateness."""
-    from scheduler.deadlines import fire
+    ``due_at`` (the claimed due time, ISO) measures the timer's lateness; ``kind`` is the
+    claim's (``scheduler.ClaimKind``: an instance deadline or a timer start)."""
+    from scheduler.deadlines import ClaimKind, fire
 
     def call(tid: str, now: datetime) -> Any:
-        outcome = fire(store(), instance_id, wait_id, claim_token, now)
+        outcome = fire(store(), instance_id, wait_id, claim_token, now, ClaimKind(kind))
         timer_fired(due_at, now, outcome.status)
         return outcome
 
@@ -371,6 +417,7 @@ def scan_deadlines(self: Task) -> int:
                 "wait_id": claim.wait_id,
                 "claim_token": claim.claim_token,
                 "due_at": claim.due_at.isoformat(),
+                "kind": claim.kind.value,
             },
         )
     if claims:

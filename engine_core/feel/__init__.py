@@ -19,9 +19,15 @@ years and months duration      ``YearsMonthsDuration(months)`` (``d.add_to(momen
 range, function                ``Range``, ``FeelFunction`` (``to_json`` makes them null)
 =============================  ===============================================
 
-A run-time type error or invalid operation is null, never an exception; only a syntax
-error raises ``ExpressionError`` (with the character ``position``). Inputs may be JSON
-values: ints and floats are read as ``Decimal``; ``to_json`` turns results back.
+A run-time type error or invalid operation is null, never an exception. ``ExpressionError``
+is raised for a syntax error (with the character ``position``), where feel-scala fails
+rather than answering null (``assert``, a regex back-reference the linear-time engine
+cannot run), and past a bound of ``limits.Limits`` (``ExpressionLimitExceeded``: steps,
+string length, list size, call and nesting depth; ``evaluate(..., limits=...)``).
+``uuid()`` answers from the ``ids`` source the caller passes (or ``id_source``'s), as
+``now()`` from ``now``.
+Inputs may be JSON values: ints and floats are read as ``Decimal``; ``to_json`` turns
+results back.
 """
 
 from __future__ import annotations
@@ -34,17 +40,22 @@ from engine_core.feel.api import (
     parse_duration,
     to_json,
 )
+from engine_core.feel.limits import DEFAULT_LIMITS, Limits
+from engine_core.feel.scope import id_source
 from engine_core.feel.temporal import YearsMonthsDuration
 from engine_core.feel.values import FeelFunction, Range
 
 __all__ = [
+    "DEFAULT_LIMITS",
     "CompiledExpression",
     "FeelFunction",
+    "Limits",
     "Range",
     "YearsMonthsDuration",
     "compile_expression",
     "evaluate",
     "evaluate_unary_tests",
+    "id_source",
     "parse_duration",
     "to_json",
 ]

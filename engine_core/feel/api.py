@@ -14,7 +14,7 @@ from engine_core.errors import ExpressionError, ExpressionLimitExceeded
 from engine_core.feel import ops
 from engine_core.feel.compiler import Node, compile_tree
 from engine_core.feel.far import FarMoment
-from engine_core.feel.limits import DEFAULT_LIMITS, Limits, budget
+from engine_core.feel.limits import DEFAULT_LIMITS, Budget, Limits, budget
 from engine_core.feel.scope import Scope
 from engine_core.feel.syntax import keyword_names, parse, quote_keyword_names, uses_input
 from engine_core.feel.temporal import (
@@ -58,11 +58,31 @@ class CompiledExpression:
         ``now()`` / ``today()`` answer from ``now`` and ``uuid()`` from ``ids`` (null
         without them: the core reads no clock and makes no random ids)."""
         scope = Scope(context, now=now, convert=True, ids=ids)
-        with budget(limits):
-            return _bounded(self.text, lambda: self._node(scope))
+        with budget(limits) as spent:
+            return _bounded(self.text, lambda: _sized(self._node(scope), spent))
 
     def __repr__(self) -> str:
         return f"CompiledExpression({self.text!r})"
+
+
+def _sized(result: Any, spent: Budget) -> Any:
+    """``result``, its written-out size charged to the budget first.
+
+    A list may hold one value many times (``for i in 1..100 return b``), so a result of a
+    few hundred steps can stand for 10^8 values once stored as JSON; walking it here,
+    each value one step, stops such a result inside the evaluation, where it is the
+    model's incident, instead of in the engine that writes it out.
+    """
+    stack = [result]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, list):
+            spent.charge(len(value))
+            stack.extend(v for v in value if isinstance(v, (list, dict)))
+        elif isinstance(value, dict):
+            spent.charge(len(value))
+            stack.extend(v for v in value.values() if isinstance(v, (list, dict)))
+    return result
 
 
 def _bounded(text: str, run: Callable[[], Any]) -> Any:
@@ -134,7 +154,13 @@ def _compile_tests(tests: str) -> UnaryTests:
         verdict: bool | None = False
         for direct, node in items:
             result = node(inner)
-            r = result if direct else ops.in_test(value, result)
+            if direct:
+                r = result if isinstance(result, bool) else None  # `abs(?)` is no verdict
+            elif isinstance(value, list) and isinstance(result, list):
+                # a list input against a list: equal lists pass, as in feel-scala
+                r = True if ops.equal(value, result) is True else ops.in_test(value, result)
+            else:
+                r = ops.in_test(value, result)
             if r is True:
                 return True
             if r is None:

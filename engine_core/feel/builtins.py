@@ -119,10 +119,11 @@ def feel_property(value: Any, key: str) -> Any:
     return None
 
 
-from engine_core.feel import (  # noqa: E402, F401
+from engine_core.feel import (  # noqa: E402, F401  (they register themselves)
     fn_camunda,
     fn_lists,
     fn_range,
+    fn_regex,
     fn_scalars,
     fn_temporal,
 )

@@ -7,8 +7,7 @@ again pays only for the closures.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from datetime import date, timedelta
+from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -17,6 +16,7 @@ from lark import Token, Tree
 from engine_core.errors import ExpressionError
 from engine_core.feel import limits, ops
 from engine_core.feel.builtins import BUILTINS, CLOCK_FUNCTIONS, feel_property
+from engine_core.feel.iteration import domain
 from engine_core.feel.scope import MISSING, Scope, invoke, invoke_overloads
 from engine_core.feel.syntax import name_of, temporal_literal, unquote
 from engine_core.feel.values import FeelFunction, Range, UnaryTest, kind_of
@@ -384,76 +384,8 @@ def _iterations(trees: list[Any]) -> list[tuple[str, Node, Node | None]]:
     ]
 
 
-def _domain(s: Scope, src: Node, upto: Node | None) -> Sequence[Any] | None:
-    """What an iteration runs over: a list, or a lazy sequence for a range (``1..n``).
-
-    A range is never materialised: ``some x in 1..1000000000 satisfies x > 3`` stops at
-    the fourth item, and a ``for`` over it stops at the collection bound.
-    """
-    value = src(s)
-    if upto is not None:
-        return _span(value, upto(s))
-    if isinstance(value, Range):
-        if not all(isinstance(v, Decimal) for v in (value.start, value.end)):
-            return None  # only a range of numbers can be iterated
-        if value.end < value.start:
-            return None
-        a = int(value.start) + (0 if value.start_included else 1)
-        b = int(value.end) - (0 if value.end_included else 1)
-        return _Numbers(range(a, b + 1))
-    if value is None:
-        return None
-    return value if isinstance(value, list) else None  # feel-scala: iterating a non-list fails
-
-
-class _Numbers(Sequence[Decimal]):
-    """Whole numbers of a ``range`` as FEEL numbers, made one at a time."""
-
-    __slots__ = ("_r",)
-
-    def __init__(self, r: range) -> None:
-        self._r = r
-
-    def __len__(self) -> int:
-        return len(self._r)
-
-    def __getitem__(self, i: Any) -> Any:
-        return Decimal(self._r[i])
-
-    def __iter__(self) -> Iterator[Decimal]:
-        return (Decimal(i) for i in self._r)
-
-
-class _Days(Sequence[date]):
-    """Consecutive days, up or down, made one at a time."""
-
-    __slots__ = ("_r", "_start")
-
-    def __init__(self, start: date, r: range) -> None:
-        self._start, self._r = start, r
-
-    def __len__(self) -> int:
-        return len(self._r)
-
-    def __getitem__(self, i: Any) -> Any:
-        return self._start + timedelta(days=self._r[i])
-
-    def __iter__(self) -> Iterator[date]:
-        return (self._start + timedelta(days=i) for i in self._r)
-
-
-def _span(a: Any, b: Any) -> Sequence[Any] | None:
-    """The items of ``a..b`` in a ``for``: whole numbers or days, up or down."""
-    if isinstance(a, Decimal) and isinstance(b, Decimal):
-        if not (a.is_finite() and b.is_finite()):
-            return None
-        step = 1 if b >= a else -1
-        return _Numbers(range(int(a), int(b) + step, step))
-    if type(a) is date and type(b) is date:
-        days = (b - a).days
-        step = 1 if days >= 0 else -1
-        return _Days(a, range(0, days + step, step))
-    return None
+def _items(scope: Scope, src: Node, upto: Node | None) -> Sequence[Any] | None:
+    return domain(src(scope), None if upto is None else upto(scope), upto is not None)
 
 
 def _for(tree: Tree[Token]) -> Node:
@@ -472,10 +404,10 @@ def _for(tree: Tree[Token]) -> Node:
                 results.append(body(scope.child({"partial": results})))
                 return True
             name, src, upto = iters[level]
-            domain = _domain(scope, src, upto)
-            if domain is None:
+            items = _items(scope, src, upto)
+            if items is None:
                 return False
-            return all(loop(level + 1, scope.child({name: item})) for item in domain)
+            return all(loop(level + 1, scope.child({name: item})) for item in items)
 
         return results if loop(0, s) else None
 
@@ -500,10 +432,10 @@ def _quantified(every: bool) -> Callable[[Tree[Token]], Node]:
                     decided = verdict is not True if every else verdict is True
                     return not decided
                 name, src, upto = iters[level]
-                domain = _domain(scope, src, upto)
-                if domain is None:
+                items = _items(scope, src, upto)
+                if items is None:
                     return False
-                for item in domain:
+                for item in items:
                     if not loop(level + 1, scope.child({name: item})):
                         return False
                 return True

@@ -166,8 +166,10 @@ def from_json_text(value: Any) -> Any:
 
 @builtin("uuid")
 def uuid_() -> Any:
-    """Needs the caller's id source (``evaluate(..., ids=...)``): the core makes no ids of
-    its own, as it reads no clock. Wired in the compiler, like ``now()``."""
+    """``uuid()`` as a call is answered in the compiler from the evaluation's id source
+    (``evaluate(..., ids=...)``, or ``id_source``: in a model, the engine's name-based
+    ids, ``feel.ids``), like ``now()`` from its clock; this entry only makes the name
+    known, and is null when passed around as a function value."""
     return None
 
 

@@ -368,6 +368,8 @@ def _as_range(v: Any) -> Range:
 
 
 def _lt(a: Any, b: Any, strict: bool) -> bool:
+    if isinstance(a, str) or isinstance(b, str):
+        raise ValueError("a string is not a point")  # feel-scala: before("a", "b") is null
     r = ops.compare("<" if strict else "<=", a, b)
     if r is None:
         raise ValueError("not comparable")

@@ -67,7 +67,8 @@ class Budget:
         if self.steps > self.limits.steps:
             raise ExpressionLimitExceeded(
                 f"FEEL evaluation exceeded its step budget of {self.limits.steps:,} steps "
-                "(a loop, a recursion or a built-in over too many items)",
+                "(a loop, a recursion, a built-in over too many items, or a result that "
+                "writes out to too many values)",
                 limit="steps",
             )
 

@@ -112,10 +112,11 @@ def equality_key(value: Any) -> Hashable | None:
         return ("null",)
     if isinstance(value, bool):
         return ("boolean", value)
-    if isinstance(value, Decimal):
-        return ("number", value)  # Decimal hashes 1 and 1.0 alike, as FEEL equates them
-    if isinstance(value, str):
-        return ("string", value)
+    if isinstance(value, (Decimal, str)):
+        # Their own keys: Decimal hashes and equates 1 and 1.0, as FEEL does, and neither
+        # a number nor a string equals any other key (booleans, the one kind Python
+        # equates with numbers, are tagged).
+        return value
     if isinstance(value, datetime):
         moment = value.replace(microsecond=value.microsecond // 1000 * 1000)
         if value.tzinfo is None or value.utcoffset() is None:
@@ -168,8 +169,8 @@ def _context_key(value: dict[str, Any]) -> Hashable | None:
 _KEY_BY_TYPE: dict[type, Callable[[Any], Hashable | None]] = {
     type(None): lambda v: ("null",),
     bool: lambda v: ("boolean", v),
-    Decimal: lambda v: ("number", v),
-    str: lambda v: ("string", v),
+    Decimal: lambda v: v,
+    str: lambda v: v,
     list: _list_key,
     dict: _context_key,
 }

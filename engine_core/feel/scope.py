@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar, Token
 from datetime import datetime
 from typing import Any
 
@@ -10,9 +12,41 @@ from engine_core.errors import ExpressionError
 from engine_core.feel import limits
 from engine_core.feel.values import FeelFunction, to_feel
 
-__all__ = ["MISSING", "Scope", "invoke", "invoke_overloads"]
+__all__ = [
+    "MISSING",
+    "Scope",
+    "id_source",
+    "invoke",
+    "invoke_overloads",
+    "reset_id_source",
+    "set_id_source",
+]
 
 MISSING: Any = object()
+
+# Where ``uuid()`` takes its ids when the caller passes none: the engine sets it for the
+# length of one trigger (deterministic ids from the instance; the core makes no random).
+_IDS: ContextVar[Callable[[], str] | None] = ContextVar("feel_ids", default=None)
+
+
+def set_id_source(ids: Callable[[], str]) -> Token[Callable[[], str] | None]:
+    """From now on ``uuid()`` answers from ``ids`` (unless an evaluation passes its own);
+    hand the token back to ``reset_id_source``."""
+    return _IDS.set(ids)
+
+
+def reset_id_source(token: Token[Callable[[], str] | None]) -> None:
+    _IDS.reset(token)
+
+
+@contextmanager
+def id_source(ids: Callable[[], str]) -> Iterator[None]:
+    """``uuid()`` answers from ``ids`` inside this block."""
+    token = set_id_source(ids)
+    try:
+        yield
+    finally:
+        reset_id_source(token)
 
 
 class Scope:
@@ -35,7 +69,9 @@ class Scope:
         self.vars = variables
         self.parent = parent
         self.now: datetime | None = parent.now if parent is not None else now
-        self.ids: Callable[[], str] | None = parent.ids if parent is not None else ids
+        self.ids: Callable[[], str] | None = (
+            parent.ids if parent is not None else ids if ids is not None else _IDS.get()
+        )
         self.convert = convert
         self._converted: dict[str, Any] | None = {} if convert else None
 

@@ -12,6 +12,7 @@ from engine_core.calls import missing_child, parent_trigger
 from engine_core.effects import (
     EFFECT_KINDS,
     CancelChild,
+    ContinueInstance,
     DeliverBuffered,
     DispatchJob,
     Effect,
@@ -33,6 +34,7 @@ EXAMPLES: list[Effect] = [
     StartChild("i1.w2", "child", {"x": [1, 2]}, "i1", "w2", "i1", version_tag="v2"),
     CancelChild("i1.w2"),
     NotifyParent("i0", "w9", False, {}, "boom", "ChildFailed", "E1"),
+    ContinueInstance("i1"),
     DeliverBuffered(
         "i1", MessageReceived(wait_id="w3", name="paid", correlation_key="k", message_id="m1")
     ),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import timeit
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Any
@@ -399,11 +398,11 @@ def test_parse_duration_gives_types_the_engine_can_add() -> None:
         parse_duration("5 minutes")
 
 
-def test_compile_is_cached_and_fast() -> None:
+def test_compile_is_cached() -> None:
+    # Its speed is measured in bench/, not asserted here: a test run under coverage
+    # (or on a busy machine) is several times slower, and no test asserts a timing.
     assert compile_expression("a + b > 3") is compile_expression("a + b > 3")
-    compiled = compile_expression("a + b > 3")
-    per_call = timeit.timeit(lambda: compiled.evaluate({"a": 1, "b": 3}), number=2000) / 2000
-    assert per_call < 50e-6, f"{per_call * 1e6:.1f} µs per evaluation"
+    assert compile_expression("a + b > 3").evaluate({"a": 1, "b": 3}) is True
 
 
 def test_exported_members() -> None:

@@ -36,6 +36,10 @@ PLUS1 = timezone(timedelta(hours=1))
             [{"a": Decimal(1), "b": Decimal(2)}, {"a": Decimal(1)}],
         ),
         ("union([1, 2], [2.0, 3], [3])", [Decimal(1), Decimal(2), Decimal(3)]),
+        (
+            'distinct values(["null", null, "boolean", true, "1", 1])',
+            ["null", None, "boolean", True, "1", Decimal(1)],
+        ),
         ("duplicate values([1, 2, 3, 2.0, 1, 1])", [Decimal(1), Decimal(2)]),
         ("duplicate values([[1], [1.0], [2]])", [[Decimal(1)]]),
         ("count(distinct values([[1..2], [1..2], [1..3]]))", Decimal(2)),

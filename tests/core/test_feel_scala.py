@@ -33,7 +33,7 @@ from engine_core.feel.temporal import (
 from tests.core.test_feel_tck import same
 
 CASES = Path(__file__).resolve().parent / "feel_scala" / "cases.json"
-FLOOR = 1695
+FLOOR = 1700
 NOW = datetime(2026, 1, 1, 12, 0, 0)
 
 

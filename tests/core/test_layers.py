@@ -84,7 +84,11 @@ CORE_TIERS: list[set[str]] = [
         "services",
         "transitions",
         "wake",
+        "correlation",
         "views",
+        "job_types",
+        "inputs",
+        "xml_input",
     },
     # readers: BPMN XML and code-first models into definitions
     {"bpmn", "bpmn_extensions", "builder", "validate", "expression_check"},

@@ -113,7 +113,7 @@ def test_what_a_suspended_instance_refuses_and_what_goes_through() -> None:
     with pytest.raises(InvalidOperation, match="not suspended"):
         run.send(Resume())
     run.send(Suspend())
-    with pytest.raises(InvalidOperation, match="is suspended"):
+    with pytest.raises(InvalidOperation, match="already suspended"):
         run.send(Suspend())
     with pytest.raises(InvalidOperation, match="is suspended"):
         run.send(IncidentRetry(incident_id=incident.id))

@@ -190,7 +190,7 @@ class Driver:
         """One beat tick at the current fake time."""
         claims = claim_due(self.store, self.now, 500)
         for c in claims:
-            fire(self.store, c.instance_id, c.wait_id, c.claim_token, self.now)
+            fire(self.store, c.instance_id, c.wait_id, c.claim_token, self.now, c.kind)
         return len(claims)
 
     def settle(self, root: str, until: datetime) -> None:

@@ -11,7 +11,7 @@ from persistence import clock
 
 
 def test_a_stuck_trigger_is_resent_once_per_window(store: Any, tmp_path: Path) -> None:
-    from tasks import inbox
+    from persistence import inbox
 
     offset = tmp_path / "offset"
     offset.write_text("0")

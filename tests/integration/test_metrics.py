@@ -163,8 +163,7 @@ SIGNAL_DEF = '<bpmn:signal id="s1" name="m-nobody"/>'
 def test_deadline_inbox_and_outbox_backlogs_rise_while_beat_is_away_then_drain(
     metered: Metered, tmp_path: Path
 ) -> None:
-    from persistence import clock
-    from tasks import inbox
+    from persistence import clock, inbox
 
     stack, c = metered.stack, metered.stack.client
     c.deploy(linear("m-timer", TIMER))

@@ -278,7 +278,7 @@ def test_inbox_sweep_republishes_a_trigger_whose_publish_was_lost(shared_stack: 
     """A trigger made durable in the inbox but never published (a broker that lost it)
     is re-published by beat's sweep and applied once."""
     stack = shared_stack
-    from tasks import inbox
+    from persistence import inbox
 
     c = stack.client
     c.deploy(linear("user", USER))

@@ -18,7 +18,7 @@ from engine_core.errors import InvalidModel
 from persistence.start_timers import START_TIMER_PREFIX, start_instance_id
 from persistence.store import Store
 from persistence.tables import definitions, instances, start_timers
-from scheduler import claim_due, fire
+from scheduler import ClaimKind, claim_due, fire
 
 NS = (
     'xmlns:bpmn="http://www.omg.org/spec/BPMN/20100524/MODEL" '
@@ -70,7 +70,7 @@ def started(store: Store) -> list[Any]:
 def scan(store: Store, at: datetime) -> list[str]:
     """One beat tick at ``at``: claim and fire everything due; the fire statuses."""
     claims = claim_due(store, at)
-    return [fire(store, c.instance_id, c.wait_id, c.claim_token, at).status for c in claims]
+    return [fire(store, c.instance_id, c.wait_id, c.claim_token, at, c.kind).status for c in claims]
 
 
 def test_past_time_date_fires_right_after_deploy_once(store: Store, now: datetime) -> None:
@@ -145,7 +145,7 @@ def test_repeated_fire_never_starts_twice(store: Store, now: datetime) -> None:
     store.deploy(timer_start("timeCycle", "R/P1D"), now)
     day1 = now + timedelta(days=1)
     [claim] = claim_due(store, day1)
-    args = (claim.instance_id, claim.wait_id, claim.claim_token, day1)
+    args = (claim.instance_id, claim.wait_id, claim.claim_token, day1, claim.kind)
     assert fire(store, *args).status == "fired"
     # The same claim again (a redelivered fire_deadline): its claim is gone.
     assert fire(store, *args).status == "skipped"
@@ -156,7 +156,8 @@ def test_repeated_fire_never_starts_twice(store: Store, now: datetime) -> None:
     assert scan(store, day1) == ["fired"]
     [inst] = started(store)
     assert inst.id == start_instance_id("tick", 1, "ts", day1)
-    assert claim.instance_id == START_TIMER_PREFIX + "tick" and claim.wait_id == "ts"
+    assert claim.kind is ClaimKind.START_TIMER
+    assert claim.instance_id == "tick" and claim.wait_id == "ts"
 
 
 def test_failed_fire_keeps_the_row_and_backs_off(store: Store, now: datetime) -> None:
@@ -165,7 +166,7 @@ def test_failed_fire_keeps_the_row_and_backs_off(store: Store, now: datetime) ->
         conn.execute(delete(definitions))
     store._definitions.clear()
     [claim] = claim_due(store, now)
-    outcome = fire(store, claim.instance_id, claim.wait_id, claim.claim_token, now)
+    outcome = fire(store, claim.instance_id, claim.wait_id, claim.claim_token, now, claim.kind)
     assert outcome.status == "failed" and outcome.retry_at is not None
     [row] = timers(store)
     assert row.attempts == 1 and row.claim_token is None and "UnknownProcess" in row.last_error
@@ -181,3 +182,13 @@ def test_timer_start_needing_variables_refuses_the_deploy(store: Store, now: dat
     assert timers(store) == []
     with store.engine.connect() as conn:
         assert conn.execute(select(func.count()).select_from(definitions)).scalar() == 0
+
+
+def test_a_fire_queued_with_the_old_in_band_id_still_fires(store: Store, now: datetime) -> None:
+    """Before claims had a kind, a timer start's claim travelled as
+    ``"start-timer:" + key``; such a fire_deadline still in a queue must not be lost."""
+    store.deploy(timer_start("timeCycle", "R/P1D"), now)
+    day1 = now + timedelta(days=1)
+    [claim] = claim_due(store, day1)
+    legacy = START_TIMER_PREFIX + claim.instance_id
+    assert fire(store, legacy, claim.wait_id, claim.claim_token, day1).status == "fired"

@@ -13,13 +13,20 @@ from typing import Any
 import pytest
 
 from engine_core.builder import ProcessBuilder
-from engine_core.errors import ExpressionError, ExpressionLimitExceeded
+from engine_core.errors import ExpressionError, ExpressionLimitExceeded, InvalidModel
+from engine_core.expression_check import check_expressions
 from engine_core.feel import evaluate
 from engine_core.feel.limits import DEFAULT_LIMITS, Limits
 from tests.core.enginekit import Run
 
 DOUBLING = (
     "{" + ", ".join(['a0: "xx"'] + [f"a{i}: a{i - 1} + a{i - 1}" for i in range(1, 32)]) + "}"
+)
+
+
+SHARED = (
+    '{a: for i in 1..100 return "x", b: for i in 1..100 return a, '
+    "c: for i in 1..100 return b, d: for i in 1..100 return c}.d"
 )
 
 
@@ -45,6 +52,7 @@ def refused(expression: str, limit: str, variables: dict[str, Any] | None = None
         ("concatenate(big, big)", "collection_size"),
         ("string(for i in 1..100 return for j in 1..100 return text)", "string_length"),
         ('replace(text, "a", text)', "string_length"),
+        (SHARED, "steps"),  # 400 steps to build, 10^8 values to write out
     ],
 )
 def test_each_bound_stops_its_hostile_expression(expression: str, limit: str) -> None:
@@ -121,3 +129,21 @@ def test_a_bound_at_run_time_is_an_incident_at_the_node() -> None:
     assert "over the limit of 100,000" in incident.cause
     assert run.status == "active_incidents"
     assert run.token_nodes() == ["bad:incident"]
+
+
+def test_deploy_checks_long_sums_and_refuses_deep_nesting_with_one_line() -> None:
+    """Every expression is compiled at deploy: a 500-term sum (a RecursionError before)
+    compiles; nesting past the bound refuses the model, naming the element."""
+
+    def model(script: str) -> Any:
+        b = ProcessBuilder("p")
+        b.start_event("s").script_task("calc", script, result_variable="n").end_event("e")
+        b.sequence("s", "calc", "e")
+        return b.build()
+
+    check_expressions(model("=" + " + ".join(["x"] * 500)))
+    with pytest.raises(InvalidModel) as info:
+        check_expressions(model("=" + "[" * 1_000 + "1" + "]" * 1_000))
+    message = str(info.value)
+    assert "'calc'" in message and "nested deeper than 100 levels" in message
+    assert "\n" not in message

@@ -7,7 +7,7 @@ the live tokens (a JSONB path of the checkpoint) answers "a token waits at node 
 without reading every checkpoint; SQLite (the embedded default) scans instead.
 
 Revision ID: 0007
-Revises: 0005
+Revises: 0006
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 from alembic import op
 
 revision = "0007"
-down_revision = "0005"
+down_revision = "0006"
 branch_labels = None
 depends_on = None
 

@@ -1,1 +1,0 @@
-../tasks/examples/order_jobs.py

@@ -1,0 +1,44 @@
+# mypy: disable-error-code="untyped-decorator"
+"""Failed triggers, operated: send one again, or drop it (``dormant.triggers.*``).
+
+The Client, the CLI and these Celery tasks (for Flower or a plain-Celery operator
+script) share ``resend``: the kept trigger moves back into the inbox in one
+transaction, then is published; if the publish is lost, the inbox sweep sends it.
+A refused action (no such failed trigger) raises, so Flower shows the task FAILED.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery import Task
+
+from engine_core.errors import DormantError
+from persistence import clock
+from tasks.app import app, publish, store
+
+__all__ = ["drop", "resend", "retry"]
+
+log = logging.getLogger("dormant.triggers")
+
+
+def resend(the_store: Any, failed_id: str, connection: Any = None) -> str:
+    """Put failed trigger ``failed_id`` back in the inbox and publish it; its task name."""
+    task, routing_key, kwargs, inbox_id = the_store.take_failed(failed_id, clock.now())
+    publish(task, routing_key, {**kwargs, "inbox_id": inbox_id}, connection=connection)
+    log.info("failed trigger %s sent again as %s (inbox %s)", failed_id, task, inbox_id)
+    return str(task)
+
+
+@app.task(name="dormant.triggers.retry", bind=True, throws=(DormantError,))
+def retry(self: Task, failed_id: str) -> None:
+    """Send failed trigger ``failed_id`` again (same trigger id: idempotent)."""
+    resend(store(), failed_id)
+
+
+@app.task(name="dormant.triggers.drop", bind=True, throws=(DormantError,))
+def drop(self: Task, failed_id: str) -> None:
+    """Delete failed trigger ``failed_id`` for good; its instance's history records it."""
+    view = store().drop_failed(failed_id, clock.now())
+    log.info("failed trigger %s (%s) dropped", failed_id, view.task)
