@@ -84,6 +84,13 @@ def test_a_worker_killed_inside_a_jobs_path_recovers_within_the_window(
         0.2,
         "every instance completed",
     )
+    if point != "dispatch-committed":
+        # After ``result-applied`` the instance is complete at once; what must come
+        # back is the unacknowledged job message (its loss would leave no trace but a
+        # job that never reruns): wait for its second run.
+        wait_for(
+            lambda: any(n > 1 for n in runs(log).values()), 60, 0.2, "the killed job run again"
+        )
     recovery = time.monotonic() - t_kill
     time.sleep(3.0)  # a late duplicate would land now
     per_key = runs(log)
