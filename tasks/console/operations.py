@@ -27,6 +27,9 @@ __all__ = ["routes"]
 
 # The filters of the incidents list a bulk retry carries over (form field → Selector).
 _INCIDENT_FILTERS = (("process", "key"), ("node", "node"), ("cause_class", "cause_class"))
+# The batch page refreshes every few seconds: its refused targets are all listed (they
+# are what an operator acts on), the rest up to this many; the CLI lists every one.
+_ITEMS_SHOWN = 500
 
 
 def _instance_op(op: str, verb: str) -> Callable[[Request], Awaitable[Response]]:
@@ -96,7 +99,10 @@ def batch_page(request: Request) -> Response:
         items = client.batch_items(batch_id)
     except InvalidOperation as exc:
         return _render(request, "error.html", message=f"error: {exc}", status_code=404)
-    return _render(request, "batch.html", batch=view, items=items)
+    refused = [i for i in items if i.outcome == "refused"]
+    others = [i for i in items if i.outcome != "refused"]
+    shown = sorted(refused + others[: max(0, _ITEMS_SHOWN - len(refused))], key=lambda i: i.seq)
+    return _render(request, "batch.html", batch=view, items=shown, more=len(items) - len(shown))
 
 
 def routes() -> list[BaseRoute]:
