@@ -12,10 +12,13 @@ import html
 import json
 import re
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from tasks.console import operations
 from tests.integration.conftest import Stack, _urls, wait_for
 from tests.integration.console.kit import (
     MODEL,
@@ -54,6 +57,18 @@ def ostack(
 @pytest.fixture(scope="module")
 def console(ostack: Stack) -> Console:
     return console_proc(ostack)
+
+
+@contextmanager
+def _in_process(stack: Stack) -> Iterator[Any]:
+    """The console app on the stack's database, in this process (to patch a bound)."""
+    from starlette.testclient import TestClient
+
+    from tasks.console import create_app
+    from tasks.console.config import ConsoleConfig
+
+    with TestClient(create_app(ConsoleConfig(secret="s"), client=stack.client)) as tc:
+        yield tc
 
 
 def _csrf(page: str) -> str:
@@ -141,7 +156,7 @@ def test_set_a_variable_then_retry_the_incident_and_the_instance_completes(
 
 
 def test_retry_all_matching_reports_exact_counts_on_the_batch_page(
-    ostack: Stack, console: Console, tmp_path: Path
+    ostack: Stack, console: Console, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     client = ostack.client
     ids = [client.start(BULK_KEY, {"flag": str(tmp_path / f"no-{i}")}) for i in range(4)]
@@ -180,6 +195,15 @@ def test_retry_all_matching_reports_exact_counts_on_the_batch_page(
         assert BULK_KEY in shown and "RuntimeError" in shown  # the filter
         listed = ops.get("/batches?partial=1").text  # the live fragment of the list
         assert f'data-batch="{batch_id}"' in listed
+        # A long batch: every refused target is listed, the rest only up to the cap.
+        monkeypatch.setattr(operations, "_ITEMS_SHOWN", 2)
+        with _in_process(ostack) as tc:
+            capped = html.unescape(tc.get(where).text)
+        assert capped.count('data-outcome="refused"') == 1
+        assert capped.count('data-outcome="applied"') == 1
+        assert f"… and 2 more targets (every one: dormant batches show {batch_id}" in (
+            re.sub(r"</?code>", "", capped)
+        )
         # No process chosen: refused with the reason, no batch written.
         before = len(client.batches())
         ops.post("/incidents/retry-matching", data={"csrf": form["csrf"], "next": "/incidents"})
