@@ -207,7 +207,7 @@ def test_retry_all_matching_reports_exact_counts_on_the_batch_page(
         # No process chosen: refused with the reason, no batch written.
         before = len(client.batches())
         ops.post("/incidents/retry-matching", data={"csrf": form["csrf"], "next": "/incidents"})
-        assert "error: nothing selected: choose a process" in html.unescape(
+        assert "error: nothing selected: give ids, or --process KEY with filters" in html.unescape(
             ops.get("/incidents").text
         )
         assert len(client.batches()) == before
