@@ -108,6 +108,7 @@ def test_suspend_then_resume_from_the_instance_page(
         wait_for(lambda: ostack.client.instance(iid).suspended, 30, what="suspended")
         page = _page(ops, iid)
         assert 'id="instance-suspended"' in page and 'data-action="resume"' in page
+        assert 'id="suspended-note"' in ops.get(f"{back}?partial=1").text  # live, too
         # Suspending twice is refused, flashed as the CLI prints it.
         ops.post(f"{back}/suspend", data={"csrf": _csrf(page), "next": back})
         assert f"error: instance {iid} is already suspended" in _page(ops, iid)
@@ -117,6 +118,7 @@ def test_suspend_then_resume_from_the_instance_page(
         wait_for(lambda: not ostack.client.instance(iid).suspended, 30, what="resumed")
         page = _page(ops, iid)
         assert 'id="instance-suspended"' not in page and 'data-action="suspend"' in page
+        assert 'id="suspended-note"' not in ops.get(f"{back}?partial=1").text
     ostack.client.send_message("paid", "o-1")  # a resumed instance goes on
     ostack.wait_status(iid, "completed")
 
