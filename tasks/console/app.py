@@ -134,8 +134,12 @@ def _opt(request: Request, name: str) -> str | None:
 
 
 def _moment(request: Request, name: str) -> datetime | None:
-    raw = _opt(request, name)
-    if raw is None:
+    return _when(name, _opt(request, name))
+
+
+def _when(name: str, raw: str | None) -> datetime | None:
+    """A filter's date and time (naive: UTC), as the instances list reads it."""
+    if not raw:
         return None
     try:
         moment = datetime.fromisoformat(raw)
