@@ -1,8 +1,10 @@
 """The console's operations on running instances, against a real ``dormant console``
-process, PostgreSQL, Redis and a real worker: suspend / resume and set variables (then
-retry) on the instance page, "retry all matching" on the incidents list reported with
-exact counts on the batch page, and every one of these refused without credentials,
-without the form's CSRF token, and in ``--read-only`` mode — with nothing changed.
+process, PostgreSQL, Redis and a real worker: suspend / resume, set variables (then
+retry), migrate (with a node map; a plan that does not fit refused with its reasons)
+and modify on the instance page, "retry all matching" on the incidents list and "cancel
+all matching" on the instances list reported with exact counts on the batch page, and
+every one of these refused without credentials, without the form's CSRF token, and in
+``--read-only`` mode — with nothing changed.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ pytestmark = pytest.mark.integration
 
 BASIC = {"Authorization": "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()}
 BULK_KEY = "payment-bulk"  # its own process, so a filter selects this test's incidents only
+MIGRATE_KEY = "payment-migrate"  # gets a v2 in its test; "payment" stays at v1
+CANCEL_KEY = "payment-cancel"
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +53,10 @@ def ostack(
             bulk = tmp / "bulk.bpmn"
             bulk.write_text(MODEL.read_text().replace('id="payment"', f'id="{BULK_KEY}"'))
             s.client.deploy(bulk)
+            for key in (MIGRATE_KEY, CANCEL_KEY):
+                model = tmp / f"{key}.bpmn"
+                model.write_text(MODEL.read_text().replace('id="payment"', f'id="{key}"'))
+                s.client.deploy(model)
             yield s
         finally:
             s.close()
@@ -77,11 +85,13 @@ def _csrf(page: str) -> str:
     return found.group(1)
 
 
-def _waiting_for_payment(stack: Stack, tmp_path: Path) -> str:
+def _waiting_for_payment(
+    stack: Stack, tmp_path: Path, key: str = "payment", order: str = "o-1"
+) -> str:
     """An instance past its job, waiting at the message ``paid``."""
     flag = tmp_path / "set"
     flag.touch()
-    iid = stack.client.start("payment", {"flag": str(flag), "order": "o-1"})
+    iid = stack.client.start(key, {"flag": str(flag), "order": order})
     wait_for(
         lambda: any(t.node_id == "paid" for t in stack.client.instance(iid).tokens),
         30,
@@ -215,12 +225,111 @@ def test_retry_all_matching_reports_exact_counts_on_the_batch_page(
         assert len(client.batches()) == before
 
 
+def test_migrate_from_the_instance_page_onto_a_renamed_node_then_it_goes_on(
+    ostack: Stack, console: Console, tmp_path: Path
+) -> None:
+    client = ostack.client
+    iid = _waiting_for_payment(ostack, tmp_path, MIGRATE_KEY, "o-migrate")
+    v2 = tmp_path / "v2.bpmn"
+    source = MODEL.read_text().replace('id="payment"', f'id="{MIGRATE_KEY}"')
+    for attr in ("id", "sourceRef", "targetRef", "bpmnElement"):
+        source = source.replace(f'{attr}="paid"', f'{attr}="settled"')
+    v2.write_text(source)
+    client.deploy(v2)
+    back = f"/instances/{iid}"
+    with console.http(headers=BASIC) as ops:
+        page = _page(ops, iid)
+        assert 'data-action="migrate"' in page
+        token = _csrf(page)
+        # Without the map the plan does not fit: refused with the Client's reasons.
+        revision = client.instance(iid).revision
+        reasons = client.migration_problems(iid, 2)
+        assert reasons
+        done = ops.post(f"{back}/migrate", data={"csrf": token, "next": back, "version": "2"})
+        assert done.status_code == 303 and done.headers["location"] == back
+        shown = _page(ops, iid)
+        assert f"error: instance {iid} cannot move to v2: " + "; ".join(reasons) in shown
+        # A malformed map and a version that is not one: refused as the CLI refuses them.
+        form = {"csrf": token, "next": back, "version": "2", "maps": "paid"}
+        ops.post(f"{back}/migrate", data=form)
+        assert "error: --map 'paid' is not of the form old_node=new_node" in _page(ops, iid)
+        ops.post(f"{back}/migrate", data=form | {"version": "two", "maps": "paid=settled"})
+        assert "error: --to 'two' is not a version number" in _page(ops, iid)
+        view = client.instance(iid)
+        assert view.revision == revision and view.version == 1
+        ops.post(f"{back}/migrate", data=form | {"maps": "paid=settled"})
+        assert f"migrating {iid} to v2" in _page(ops, iid)
+    wait_for(lambda: client.instance(iid).version == 2, 30, what="the migration")
+    assert [t.node_id for t in client.instance(iid).tokens] == ["settled"]
+    client.send_message("paid", "o-migrate")  # the renamed wait still takes the message
+    ostack.wait_status(iid, "completed")
+
+
+def test_modify_moves_a_token_from_the_instance_page(
+    ostack: Stack, console: Console, tmp_path: Path
+) -> None:
+    iid = _waiting_for_payment(ostack, tmp_path, order="o-modify")
+    back = f"/instances/{iid}"
+    with console.http(headers=BASIC) as ops:
+        page = _page(ops, iid)
+        assert 'data-action="modify"' in page
+        token = _csrf(page)
+        ops.post(f"{back}/modify", data={"csrf": token, "next": back})
+        assert "error: nothing to modify: name nodes to cancel or to start before" in (
+            _page(ops, iid)
+        )
+        form = {"csrf": token, "next": back, "cancel": "paid", "start_before": "done"}
+        done = ops.post(f"{back}/modify", data=form)
+        assert done.status_code == 303 and done.headers["location"] == back
+        assert f"modifying {iid}" in _page(ops, iid)
+    view = ostack.wait_status(iid, "completed")  # the token skipped the wait at paid
+    assert "paid" not in [t.node_id for t in view.tokens]
+
+
+def test_cancel_all_matching_reports_exact_counts_on_the_batch_page(
+    ostack: Stack, console: Console, tmp_path: Path
+) -> None:
+    client = ostack.client
+    waiting = [_waiting_for_payment(ostack, tmp_path, CANCEL_KEY, f"o-c{i}") for i in range(3)]
+    # At the job (its flag missing, so an incident): not at paid, so not selected.
+    elsewhere = client.start(CANCEL_KEY, {"flag": str(tmp_path / "missing")})
+    open_incident(ostack, elsewhere)
+    listing = f"/instances?process={CANCEL_KEY}&node=paid"
+    with console.http(headers=BASIC) as ops:
+        page = ops.get(listing).text
+        assert 'data-action="cancel-matching"' in page
+        form = {"csrf": _csrf(page), "next": listing, "process": CANCEL_KEY, "node": "paid"}
+        # A filter the Selector does not have is refused, not dropped: nothing written.
+        before = len(client.batches())
+        ops.post("/instances/cancel-matching", data=form | {"has_incident": "1"})
+        assert "error: 'has open incident' does not filter a bulk operation" in html.unescape(
+            ops.get("/instances").text
+        )
+        assert len(client.batches()) == before
+        started = ops.post("/instances/cancel-matching", data=form)
+        assert started.status_code == 303
+        where = started.headers["location"]
+        assert where.startswith("/batches/")
+        batch_id = where.rsplit("/", 1)[1]
+        client.wait_batch(batch_id, timeout=120)
+        shown = html.unescape(ops.get(where).text)
+        assert f"batch {batch_id}: cancel, 3 selected" in shown
+        assert "selected 3, cancelled 3, refused 0" in shown
+        assert shown.count('data-outcome="applied"') == 3
+    for iid in waiting:
+        ostack.wait_status(iid, "terminated")
+    assert client.instance(elsewhere).status == "active_incidents"
+
+
 def _actions(iid: str) -> list[tuple[str, dict[str, str]]]:
     return [
         (f"/instances/{iid}/suspend", {}),
         (f"/instances/{iid}/resume", {}),
         (f"/instances/{iid}/variables", {"vars": "x=1", "retry": "1"}),
-        ("/incidents/retry-matching", {"process": BULK_KEY}),
+        (f"/instances/{iid}/migrate", {"version": "1"}),
+        (f"/instances/{iid}/modify", {"cancel": "paid", "start_before": "done"}),
+        *((f"/instances/{op}-matching", {"process": "payment"}) for op in ("cancel", "suspend")),
+        *((f"/incidents/{op}-matching", {"process": BULK_KEY}) for op in ("retry", "drop")),
     ]
 
 
@@ -235,6 +344,8 @@ def test_each_action_is_refused_without_credentials_csrf_or_in_read_only(
     with console.http() as anonymous:
         page = _page(anonymous, iid)
         assert 'data-action="suspend"' not in page and "set-variables" not in page
+        assert 'data-action="migrate"' not in page and 'data-action="modify"' not in page
+        assert "-matching" not in anonymous.get("/instances?process=payment").text
         for path, data in _actions(iid):
             refused = anonymous.post(path, data=data | {"csrf": "x"})
             assert refused.status_code == 401, path
@@ -250,6 +361,7 @@ def test_each_action_is_refused_without_credentials_csrf_or_in_read_only(
         page = _page(ops, iid)
         assert 'data-action="suspend"' not in page and "set-variables" not in page
         assert 'data-action="retry-matching"' not in ops.get(f"/incidents?process={BULK_KEY}").text
+        assert "-matching" not in ops.get("/instances?process=payment").text
         token = _csrf(page)  # the sign-out form still has one
         for path, data in _actions(iid):
             refused = ops.post(path, data=data | {"csrf": token})
