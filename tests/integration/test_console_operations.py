@@ -37,6 +37,7 @@ BASIC = {"Authorization": "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encod
 BULK_KEY = "payment-bulk"  # its own process, so a filter selects this test's incidents only
 MIGRATE_KEY = "payment-migrate"  # gets a v2 in its test; "payment" stays at v1
 CANCEL_KEY = "payment-cancel"
+RESOLVE_KEY = "payment-resolve"
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +54,7 @@ def ostack(
             bulk = tmp / "bulk.bpmn"
             bulk.write_text(MODEL.read_text().replace('id="payment"', f'id="{BULK_KEY}"'))
             s.client.deploy(bulk)
-            for key in (MIGRATE_KEY, CANCEL_KEY):
+            for key in (MIGRATE_KEY, CANCEL_KEY, RESOLVE_KEY):
                 model = tmp / f"{key}.bpmn"
                 model.write_text(MODEL.read_text().replace('id="payment"', f'id="{key}"'))
                 s.client.deploy(model)
@@ -319,6 +320,30 @@ def test_cancel_all_matching_reports_exact_counts_on_the_batch_page(
     for iid in waiting:
         ostack.wait_status(iid, "terminated")
     assert client.instance(elsewhere).status == "active_incidents"
+
+
+def test_resolve_all_matching_on_the_incidents_list(
+    ostack: Stack, console: Console, tmp_path: Path
+) -> None:
+    client = ostack.client
+    for i in range(2):
+        client.start(RESOLVE_KEY, {"flag": str(tmp_path / f"no-{i}")})
+    wait_for(
+        lambda: len(client.incidents(key=RESOLVE_KEY, state="open")) == 2, 60, what="2 incidents"
+    )
+    listing = f"/incidents?process={RESOLVE_KEY}"
+    with console.http(headers=BASIC) as ops:
+        page = ops.get(listing).text
+        assert 'data-action="resolve-matching"' in page and 'data-action="drop-matching"' in page
+        form = {"csrf": _csrf(page), "next": listing, "process": RESOLVE_KEY}
+        started = ops.post("/incidents/resolve-matching", data=form)
+        assert started.status_code == 303 and started.headers["location"].startswith("/batches/")
+        batch_id = started.headers["location"].rsplit("/", 1)[1]
+        client.wait_batch(batch_id, timeout=120)
+        shown = html.unescape(ops.get(started.headers["location"]).text)
+        assert f"batch {batch_id}: incident_resolve, 2 selected" in shown
+        assert "selected 2, resolved 2, refused 0" in shown
+    assert client.incidents(key=RESOLVE_KEY, state="open") == []
 
 
 def _actions(iid: str) -> list[tuple[str, dict[str, str]]]:
