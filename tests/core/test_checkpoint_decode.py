@@ -1,16 +1,14 @@
 """Reading a stored checkpoint: each way a stored document can be unreadable is its own
-classified error with one line saying what is wrong, and older schemas are upgraded
-step by step before the document is validated.
+classified error with one line saying what is wrong; and which waits hold a deadline
+row or a subscription row.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
 
-from engine_core import checkpoint
 from engine_core.builder import ProcessBuilder, message, timer
 from engine_core.checkpoint import Checkpoint, decode, encode
 from engine_core.errors import CheckpointTooNew, CorruptCheckpoint, StoredDataError
@@ -59,29 +57,6 @@ def test_an_unreadable_checkpoint_is_one_classified_line(
     with pytest.raises(error) as refused:
         decode(stored)
     assert reason in str(refused.value)
-
-
-def test_an_older_schema_is_upgraded_step_by_step_before_validation(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    run = _run()
-    doc = encode(run.cp)
-    seen: list[int] = []
-
-    def step(from_schema: int) -> Any:
-        def upgrade(data: dict[str, Any]) -> dict[str, Any]:
-            assert data["schema"] == from_schema  # each step gets the previous one's output
-            seen.append(from_schema)
-            return {**data, "business_key": f"{data.get('business_key') or ''}+{from_schema}"}
-
-        return upgrade
-
-    monkeypatch.setattr(checkpoint, "CURRENT_SCHEMA", 3)
-    monkeypatch.setattr(checkpoint, "_UPGRADES", {1: step(1), 2: step(2)})
-    upgraded = decode(json.dumps(doc))
-    assert seen == [1, 2]
-    assert upgraded.business_key == "+1+2" and upgraded.schema_version == 3
-    assert upgraded.tokens == run.cp.tokens
 
 
 def test_which_waits_hold_a_deadline_and_which_a_subscription() -> None:
