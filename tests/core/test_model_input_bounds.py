@@ -146,3 +146,19 @@ def test_job_retries_that_are_not_a_number_are_an_incident() -> None:
     incident = run.incident("work")
     assert "job retries '=tries'" in incident.cause and "is not a number" in incident.cause
     assert not run.waits(kind="job")
+
+
+@pytest.mark.parametrize(
+    ("kind", "evaluated"),
+    [("", "a str"), ("   ", "a str"), (True, "the boolean True"), (None, "null")],
+)
+def test_a_computed_job_type_that_is_not_a_non_empty_string_is_an_incident(
+    kind: object, evaluated: str
+) -> None:
+    run = Run(_job("=kind"))
+    run.start({"kind": kind})
+    incident = run.incident("work")
+    assert incident.cause == (
+        f"job type '=kind' of 'work' evaluated to {evaluated}, expected a non-empty string"
+    )
+    assert not run.waits(kind="job")
