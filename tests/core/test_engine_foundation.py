@@ -389,3 +389,14 @@ def test_hydrated_and_dehydrated_facts_every_trigger() -> None:
     assert facts["Hydrated"]["trigger"] == "task_completed"
     assert facts["Hydrated"]["outcome"] == "continued"
     assert facts["Dehydrated"] == {"waits": 1, "timer": 1}
+
+
+def test_a_redelivered_start_is_stale_and_changes_nothing() -> None:
+    d = single(lambda b: b.start_event("s").user_task("t").end_event("e").sequence("s", "t", "e"))
+    run = started(d, {"a": 1})
+    step = run.start({"a": 2})
+    assert not step.changed and step.effects == ()
+    assert [(f.kind, f.details) for f in step.facts] == [
+        ("Stale", {"trigger": "start", "reason": "already started"})
+    ]
+    assert run.variables == {"a": 1}
