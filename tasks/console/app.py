@@ -35,7 +35,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from engine_core.errors import DormantError, InvalidOperation, UnknownInstance
+from engine_core.errors import DormantError, InvalidOperation, StoredDataError, UnknownInstance
 from engine_core.views import instance_view
 from persistence.console_queries import ConsoleQueries, IncidentFilter, InstanceFilter
 from tasks.console import presenters
@@ -264,6 +264,16 @@ def instance_page(request: Request) -> Response:
         reads = instance_reads(_queries(request), instance_id)
     except UnknownInstance as exc:
         return _render(request, "error.html", message=f"error: {exc}", status_code=404)
+    except StoredDataError as exc:
+        # An unreadable checkpoint is itself an incident (docs/limits.md): say so, and
+        # where to look, rather than fail the page.
+        return _render(
+            request,
+            "error.html",
+            message=f"error: instance {instance_id} cannot be read: {exc}; see its "
+            "checkpoint incident and `dormant triggers list --failed`",
+            status_code=409,
+        )
     return _render(request, "instance.html", **reads)
 
 
@@ -274,6 +284,8 @@ def instance_state(request: Request) -> Response:
         checkpoint, history, _ = _queries(request).instance_bundle(instance_id)
     except UnknownInstance as exc:
         return JSONResponse({"error": str(exc)}, status_code=404)
+    except StoredDataError as exc:
+        return JSONResponse({"error": str(exc)}, status_code=409)
     return JSONResponse(
         {
             "id": checkpoint.instance_id,
