@@ -46,7 +46,7 @@ __all__ = [
     "encode",
 ]
 
-CURRENT_SCHEMA = 1
+CURRENT_SCHEMA = 2
 
 # The id of the process scope, the first scope of every instance: the core opens it at
 # the start and the views read the process variables from it.
@@ -281,8 +281,16 @@ class Checkpoint(_Doc):
         return any(not i.state.closed for i in self.incidents.values())
 
 
+def _schema_1_to_2(doc: dict[str, Any]) -> dict[str, Any]:
+    """Schema 2 added the operator's suspension (``suspended``, ``held``), both with
+    defaults, so a schema-1 document reads unchanged. The bump itself is what matters:
+    an older dormant meeting a suspended instance's document refuses it as too new
+    (``CheckpointTooNew``) instead of calling the unknown fields corrupt."""
+    return doc
+
+
 # schema N -> a function turning a schema-N document (as a dict) into schema N+1.
-_UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+_UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _schema_1_to_2}
 
 
 def decode(raw: str | bytes | dict[str, Any]) -> Checkpoint:

@@ -211,9 +211,7 @@ def _script_task(rt: Runtime, token: Token, node: Node) -> None:
     if node.job_type is not None:
         jobs.start(rt, token, node)
         return
-    if node.script is None:
-        leave_activity(rt, token, {})
-        return
+    assert node.script is not None  # validate: a script task has a script or a job type
     value = json_value(evaluate(node.script, rt.token_vars(token), node.id, rt.now))
     result = {node.result_variable: value} if node.result_variable else {}
     leave_activity(rt, token, result)

@@ -13,7 +13,9 @@ PYTHON=${PYTHON:-python3}
 .venv/bin/mypy
 bash scripts/services.sh
 # The console's browser tests drive Debian's chromium through chromium-driver.
-command -v chromedriver >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium chromium-driver; }
+command -v chromedriver >/dev/null || {
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver
+}
 # A selection (a path or a node id first) runs as asked, in one process.
 if [ "$#" -gt 0 ] && [ "${1#-}" = "$1" ]; then
   exec .venv/bin/python -m pytest "$@"

@@ -7,9 +7,11 @@ fetches again every few seconds; the instance page polls ``/api/instances/{id}``
 revision, the status and the overlays, no values) and fetches its fragment when the
 revision moved.
 
-Actions (retry / resolve / drop an incident, cancel an instance) call the very Client
-methods the CLI calls, so they take the same checks, the same management tasks and the
-same locked transaction; a refusal is flashed as the CLI prints it (``error: …``).
+Actions (retry / resolve / drop an incident; cancel, suspend, resume an instance, set
+its variables; retry every incident a filter matches, as a batch: operations.py) call
+the very Client methods the CLI calls, so they take the same checks, the same
+management tasks and the same locked transaction; a refusal is flashed as the CLI
+prints it (``error: …``).
 Handlers are plain functions: Starlette runs them in its thread pool, which is where
 blocking database and broker calls belong.
 """
@@ -17,7 +19,7 @@ blocking database and broker calls belong.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -33,7 +35,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from engine_core.errors import DormantError, InvalidOperation, UnknownInstance
+from engine_core.errors import DormantError, InvalidOperation, StoredDataError, UnknownInstance
 from engine_core.views import instance_view
 from persistence.console_queries import ConsoleQueries, IncidentFilter, InstanceFilter
 from tasks.console import presenters
@@ -132,8 +134,12 @@ def _opt(request: Request, name: str) -> str | None:
 
 
 def _moment(request: Request, name: str) -> datetime | None:
-    raw = _opt(request, name)
-    if raw is None:
+    return _when(name, _opt(request, name))
+
+
+def _when(name: str, raw: str | None) -> datetime | None:
+    """A filter's date and time (naive: UTC), as the instances list reads it."""
+    if not raw:
         return None
     try:
         moment = datetime.fromisoformat(raw)
@@ -258,6 +264,16 @@ def instance_page(request: Request) -> Response:
         reads = instance_reads(_queries(request), instance_id)
     except UnknownInstance as exc:
         return _render(request, "error.html", message=f"error: {exc}", status_code=404)
+    except StoredDataError as exc:
+        # An unreadable checkpoint is itself an incident (docs/limits.md): say so, and
+        # where to look, rather than fail the page.
+        return _render(
+            request,
+            "error.html",
+            message=f"error: instance {instance_id} cannot be read: {exc}; see its "
+            "checkpoint incident and `dormant triggers list --failed`",
+            status_code=409,
+        )
     return _render(request, "instance.html", **reads)
 
 
@@ -268,6 +284,8 @@ def instance_state(request: Request) -> Response:
         checkpoint, history, _ = _queries(request).instance_bundle(instance_id)
     except UnknownInstance as exc:
         return JSONResponse({"error": str(exc)}, status_code=404)
+    except StoredDataError as exc:
+        return JSONResponse({"error": str(exc)}, status_code=409)
     return JSONResponse(
         {
             "id": checkpoint.instance_id,
@@ -313,20 +331,30 @@ def incident_list(request: Request) -> Response:
 # -- actions ---------------------------------------------------------------------------
 
 
-async def _act(request: Request, what: str, call: Any, *args: str) -> Response:
+async def _act(
+    request: Request,
+    what: str | Callable[[Any], str],
+    call: Any,
+    *args: str,
+    then: Callable[[Any], str] | None = None,
+) -> Response:
+    """The one way an action runs: the guards, the Client call, a flash, a redirect.
+    ``what`` and ``then`` may read the call's result (a batch: its report, its page)."""
     from starlette.concurrency import run_in_threadpool
 
     form = await request.form()
     refused = _refuse_action(request, form)
     if refused is not None:
         return refused
+    back = _safe_next(form.get("next"), request.scope.get("root_path", "") + "/incidents")
     try:
-        await run_in_threadpool(call, *args)
+        result = await run_in_threadpool(call, *args)
     except DormantError as exc:
         _flash(request, "error", f"error: {exc}")
     else:
-        _flash(request, "ok", what)
-    back = _safe_next(form.get("next"), request.scope.get("root_path", "") + "/incidents")
+        _flash(request, "ok", what(result) if callable(what) else what)
+        if then is not None:
+            back = then(result)
     return RedirectResponse(back, status_code=303)
 
 
@@ -379,7 +407,10 @@ def healthz(_: Request) -> Response:
 
 
 def routes() -> list[BaseRoute]:
+    from tasks.console import operations
+
     return [
+        *operations.routes(),
         Route("/", home),
         Route("/processes", processes),
         Route("/instances", instance_list),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine_core.bpmn import read_bpmn
+from engine_core.bpmn import MAX_SCOPE_DEPTH, read_bpmn
 from engine_core.builder import ProcessBuilder, error, message, timer
 from engine_core.errors import InvalidModel, UnsupportedElement
 from engine_core.model import (
@@ -346,6 +346,16 @@ TD = ext('<zeebe:taskDefinition type="t"/>')
             "g",
             "eventBasedGateway",
         ),
+        (
+            '<bpmn:eventBasedGateway id="g" name="Pay" eventGatewayType="Parallel"/>',
+            "g",
+            "eventBasedGateway",
+        ),
+        (
+            '<bpmn:intermediateCatchEvent id="c" name="Pay" parallelMultiple="true"><bpmn:signalEventDefinition signalRef="s1"/></bpmn:intermediateCatchEvent>',
+            "c",
+            "intermediateCatchEvent",
+        ),
     ],
 )
 def test_refused_elements_name_id_type_and_name(
@@ -514,6 +524,29 @@ def test_process_level_listener_refused() -> None:
         (
             f'{HEAD}<bpmn:process id="p" isExecutable="false"><bpmn:startEvent id="s"/></bpmn:process></bpmn:definitions>',
             "executable",
+        ),
+        (doc('<bpmn:endEvent id="start"/>', start=True), "duplicate id 'start' (endEvent)"),
+        (
+            f'{HEAD}<bpmn:process isExecutable="true"><bpmn:startEvent id="s"/></bpmn:process></bpmn:definitions>',
+            "a process has no id",
+        ),
+        (
+            doc('<bpmn:endEvent id="e"/><bpmn:sequenceFlow sourceRef="start" targetRef="e"/>'),
+            "a sequence flow has no id",
+        ),
+        (doc('<bpmn:userTask name="nameless"/>'), "a userTask has no id"),
+        (
+            doc(
+                '<bpmn:intermediateCatchEvent id="c"><bpmn:signalEventDefinition/></bpmn:intermediateCatchEvent>'
+            ),
+            "element 'c': signal event without a signalRef",
+        ),
+        (
+            doc(
+                "".join(f"<bpmn:subProcess id='sp{i}'>" for i in range(MAX_SCOPE_DEPTH + 2))
+                + "</bpmn:subProcess>" * (MAX_SCOPE_DEPTH + 2)
+            ),
+            f"nests sub-processes more than {MAX_SCOPE_DEPTH} levels deep",
         ),
         ('<definitions xmlns="urn:not-bpmn"/>', "not a BPMN"),
         (f"{HEAD}<bpmn:process id='p'>", "malformed XML at line 2, column"),

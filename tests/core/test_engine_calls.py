@@ -11,6 +11,7 @@ import pytest
 from engine_core.builder import ProcessBuilder, error
 from engine_core.effects import CancelChild, NotifyParent, StartChild
 from engine_core.model import IoMapping, ProcessDefinition
+from engine_core.triggers import ChildCompleted, ChildFailed
 from tests.core.enginekit import Run
 
 
@@ -186,3 +187,34 @@ def test_interrupting_boundary_on_the_call_activity_cancels_the_child() -> None:
     assert run.effects_of(CancelChild, step) == [CancelChild(child)]
     assert run.token_nodes() == ["chase:waiting"]
     assert not run.waits("call")
+
+
+@pytest.mark.parametrize(
+    "outcome",
+    [
+        pytest.param(
+            lambda wait_id: ChildCompleted(wait_id=wait_id, variables={"x": 1}), id="done"
+        ),
+        pytest.param(lambda wait_id: ChildFailed(wait_id=wait_id, error="boom"), id="failed"),
+    ],
+)
+def test_a_child_outcome_for_a_call_wait_that_is_gone_is_stale(
+    outcome: Callable[[str], ChildCompleted | ChildFailed],
+) -> None:
+    """A child's late or redelivered outcome (its call was cancelled by a boundary, or
+    already answered) changes nothing in the parent."""
+    from engine_core.builder import timer
+
+    b = ProcessBuilder("parent")
+    b.start_event("s").call_activity("call", "child").end_event("e")
+    b.boundary_event("late", "call", timer("PT1H")).user_task("chase").end_event("le")
+    b.sequence("s", "call", "e")
+    b.sequence("late", "chase", "le")
+    run = Run(b.build(), instance_id="p-1")
+    run.start()
+    gone = run.wait("call", "call").id
+    run.fire("late")
+    step = run.send(outcome(gone))
+    assert not step.changed
+    assert [f.details["reason"] for f in step.facts if f.kind == "Stale"] == ["wait gone"]
+    assert run.token_nodes() == ["chase:waiting"]

@@ -399,3 +399,30 @@ def test_intermediate_message_throw_emits_throw_message() -> None:
     assert (thrown.name, thrown.correlation_key) == ("shipped", "o-1")
     assert thrown.message_id.startswith("inst.")
     assert run.token_nodes() == ["u:waiting"]
+
+
+def test_an_error_from_an_event_sub_process_is_caught_by_its_sub_processs_boundary() -> None:
+    """The event sub-process's own scope has no token of its own: the error walks on
+    to the enclosing sub-process, whose error boundary catches it."""
+    b = ProcessBuilder("p")
+    b.start_event("s")
+    with b.sub_process("sub"):
+        b.start_event("ss").user_task("work").end_event("se")
+        b.sequence("ss", "work", "se")
+        with b.event_sub_process("esp"):
+            b.start_event("es", message("poke", "=key"), is_interrupting=False)
+            b.end_event("fail", error("E1"))
+            b.sequence("es", "fail")
+    b.boundary_event("caught", "sub", error("E1")).user_task("recover").end_event("re")
+    b.user_task("after").end_event("e")
+    b.sequence("s", "sub", "after", "e")
+    b.sequence("caught", "recover", "re")
+    run = Run(b.build())
+    run.start({"key": "k1"})
+    assert run.token_nodes() == ["sub:waiting", "work:waiting"]
+    run.message("es", "poke", "k1")
+    assert run.token_nodes() == ["recover:waiting"]
+    assert not run.waits("work") and not run.waits("es")
+    assert run.cp.incidents == {}
+    run.complete_task("recover")
+    assert run.status == "completed"

@@ -352,6 +352,17 @@ def test_checkpoint_schema_is_an_upper_bound() -> None:
             decode(broken)  # type: ignore[arg-type]
 
 
+def test_every_older_schema_walks_up_to_the_current_one() -> None:
+    """A document stored by any earlier schema decodes, and is written back as current."""
+    d = single(lambda b: b.start_event("s").user_task("t").end_event("e").sequence("s", "t", "e"))
+    run = started(d, {"n": 1})
+    current = encode(run.cp)
+    for schema in range(1, CURRENT_SCHEMA):
+        walked = decode({**current, "schema": schema})
+        assert walked == run.cp
+        assert encode(walked)["schema"] == CURRENT_SCHEMA
+
+
 def test_facts_never_carry_variable_values() -> None:
     d = single(lambda b: b.start_event("s").user_task("t").end_event("e").sequence("s", "t", "e"))
     secret = "4111-1111-1111-1111"
@@ -378,3 +389,14 @@ def test_hydrated_and_dehydrated_facts_every_trigger() -> None:
     assert facts["Hydrated"]["trigger"] == "task_completed"
     assert facts["Hydrated"]["outcome"] == "continued"
     assert facts["Dehydrated"] == {"waits": 1, "timer": 1}
+
+
+def test_a_redelivered_start_is_stale_and_changes_nothing() -> None:
+    d = single(lambda b: b.start_event("s").user_task("t").end_event("e").sequence("s", "t", "e"))
+    run = started(d, {"a": 1})
+    step = run.start({"a": 2})
+    assert not step.changed and step.effects == ()
+    assert [(f.kind, f.details) for f in step.facts] == [
+        ("Stale", {"trigger": "start", "reason": "already started"})
+    ]
+    assert run.variables == {"a": 1}

@@ -298,6 +298,20 @@ def test_resolve_continues_without_rerunning_the_node() -> None:
     assert run.status == "completed"
 
 
+def test_resolving_a_gateway_whose_conditions_still_fail_is_refused_and_changes_nothing() -> None:
+    """A resolve leaves by the node's flows; a gateway still failing has none to take."""
+    run = Run(with_sibling(_failing_condition))
+    run.start({})
+    incident = run.incident("bad")
+    before = encode(run.cp)
+    with pytest.raises(InvalidOperation) as refused:
+        run.resolve(incident.id)
+    text = str(refused.value)
+    assert f"incident {incident.id} of instance i1 cannot be resolved" in text
+    assert "retry it once the variables it needs are set, or drop it" in text
+    assert encode(run.cp) == before
+
+
 def test_drop_dead_letters_and_the_instance_never_completes_past_it() -> None:
     run = Run(with_sibling(job_branch("1")))
     run.start()

@@ -12,11 +12,12 @@ from engine_core.builder import (
     compensate,
     error,
     escalation,
+    link,
     signal,
     timer,
 )
-from engine_core.errors import InvalidModel
-from engine_core.model import EventDefinition, EventKind, LoopSpec, RetryPolicy
+from engine_core.errors import InvalidModel, UnsupportedElement
+from engine_core.model import EventDefinition, EventKind, LoopSpec, NodeKind, RetryPolicy
 
 Build = Callable[[ProcessBuilder], object]
 
@@ -142,7 +143,88 @@ CASES: list[tuple[str, Build, str]] = [
         ),
         "t",
     ),
+    (
+        "attached-but-not-a-boundary",
+        lambda b: (_task_then_end(b), b.user_task("u", attached_to="t")),
+        "node 'u': only a boundary event can be attached to an activity",
+    ),
+    (
+        "boundary-outside-its-activitys-scope",
+        lambda b: (
+            b.start_event("s"),
+            _sub_with_task(b),
+            b.boundary_event("late", "inner_task", timer("PT1M")).end_event("e"),
+            b.sequence("s", "inner", "e"),
+            b.sequence("late", "e"),
+        ),
+        "boundary event 'late': not in the same scope as its activity 'inner_task'",
+    ),
+    (
+        "compensation-handler-with-flows",
+        lambda b: (
+            b.start_event("s").service_task("t", "book").end_event("e"),
+            b.boundary_event("tc", "t", compensate(), compensation_handler="undo"),
+            b.service_task("undo", "unbook", is_for_compensation=True),
+            b.sequence("s", "t", "undo", "e"),
+        ),
+        "compensation handler 'undo' must have no sequence flows",
+    ),
+    (
+        "compensation-handler-not-for-compensation",
+        lambda b: (
+            _task_then_end(b),
+            b.boundary_event("tc", "t", compensate(), compensation_handler="undo"),
+            b.service_task("undo", "unbook"),
+        ),
+        "compensation boundary 'tc': handler 'undo' is not an activity",
+    ),
+    (
+        "event-sub-process-with-flows",
+        lambda b: (_task_then_end(b), _esp(b), b.flow("t", "esp")),
+        "event sub-process 'esp' must have no sequence flows",
+    ),
+    (
+        "message-catch-without-a-name",
+        lambda b: (
+            b.start_event("s").intermediate_catch_event("m", EventDefinition(EventKind.MESSAGE)),
+            b.end_event("e"),
+            b.sequence("s", "m", "e"),
+        ),
+        "intermediateCatchEvent 'm': message has no name",
+    ),
+    (
+        "message-throw-without-message-or-job",
+        lambda b: (
+            b.start_event("s").end_event("e", EventDefinition(EventKind.MESSAGE)),
+            b.sequence("s", "e"),
+        ),
+        "endEvent 'e': a message throw needs a message or a job type",
+    ),
+    (
+        "two-link-catches-share-a-name",
+        lambda b: (
+            _task_then_end(b),
+            b.intermediate_catch_event("l1", link("go")).intermediate_catch_event("l2", link("go")),
+            b.sequence("l1", "e"),
+            b.sequence("l2", "e"),
+        ),
+        "link catch events 'l1' and 'l2' share the name 'go'",
+    ),
 ]
+
+
+def _sub_with_task(b: ProcessBuilder) -> ProcessBuilder:
+    with b.sub_process("inner"):
+        b.start_event("is").user_task("inner_task").end_event("ie")
+        b.sequence("is", "inner_task", "ie")
+    return b
+
+
+def _esp(b: ProcessBuilder) -> ProcessBuilder:
+    with b.event_sub_process("esp"):
+        b.start_event("es", timer("PT1M")).end_event("ee")
+        b.sequence("es", "ee")
+    return b
 
 
 @pytest.mark.parametrize(("build", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
@@ -153,3 +235,13 @@ def test_a_model_the_engine_cannot_run_is_refused_naming_the_element(
     build(b)
     with pytest.raises(InvalidModel, match=expected):
         b.build()
+
+
+def test_an_event_with_several_event_definitions_is_refused_as_unsupported() -> None:
+    b = ProcessBuilder("p")
+    b.start_event("s").end_event("e")
+    b.node(NodeKind.INTERMEDIATE_CATCH_EVENT, "c", events=(timer("PT1M"), timer("PT2M")))
+    b.sequence("s", "c", "e")
+    with pytest.raises(UnsupportedElement, match="several event definitions") as refused:
+        b.build()
+    assert (refused.value.element_id, refused.value.element_type) == ("c", "intermediateCatchEvent")

@@ -108,3 +108,19 @@ def test_the_viewer_ships_with_its_licence(app_client: Any) -> None:
     licence = app_client.get("/ops/static/bpmn-js/LICENSE").text
     assert "Camunda Services GmbH" in licence and "watermark" in licence
     assert app_client.get("/ops/static/bpmn-js/bpmn-js.css").status_code == 200
+
+
+def test_an_unreadable_checkpoint_is_a_one_line_error_on_its_page(app_client: Any) -> None:
+    """An unreadable checkpoint is an incident of its own: its page says so, never a 500."""
+    from sqlalchemy import update
+
+    from persistence.tables import instances
+
+    engine = app_client.app.state.client._store.engine
+    with engine.begin() as conn:
+        conn.execute(
+            update(instances).where(instances.c.id == "inst-1").values(checkpoint={"schema": 99})
+        )
+    page = app_client.get("/ops/instances/inst-1")
+    assert page.status_code == 409 and "cannot be read" in page.text and "schema 99" in page.text
+    assert app_client.get("/ops/api/instances/inst-1").status_code == 409

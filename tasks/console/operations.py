@@ -1,0 +1,209 @@
+"""The console's operations on running instances beside the incident actions: suspend /
+resume, set variables, migrate and modify on the instance page; cancel / suspend /
+resume of every instance the instances list's filter selects; retry / resolve / drop of
+every incident the incidents list's filter selects; and the batches pages.
+
+Each goes through ``app._act`` (the same refusals: read-only, unauthenticated, a wrong
+CSRF token) and through the very Client methods the CLI calls, so a console operator
+and a CLI operator get the same checks and the same words (``error: …`` on a refusal).
+Form fields are parsed inside the action so that a malformed field is flashed as the
+CLI would print it, after the guards, never before them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+from urllib.parse import quote
+
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from engine_core.errors import InvalidOperation
+from persistence.selection import Selector
+from tasks.console.app import _act, _client, _render
+
+__all__ = ["routes"]
+
+# The filters of the incidents list a bulk retry carries over (form field → Selector).
+_INCIDENT_FILTERS = (("process", "key"), ("node", "node"), ("cause_class", "cause_class"))
+# The filters of the instances list a bulk operation carries over (form field → Selector).
+# The list's business key is matched as the CLI's --business-key-like (``%``, ``_``).
+_INSTANCE_FILTERS = (
+    ("process", "key"),
+    ("status", "status"),
+    ("business_key", "business_key_like"),
+    ("node", "node"),
+)
+_INSTANCE_BULK = ("cancel", "suspend", "resume")
+_INCIDENT_BULK = ("retry", "resolve", "drop")
+# The batch page refreshes every few seconds: its refused targets are all listed (they
+# are what an operator acts on), the rest up to this many; the CLI lists every one.
+_ITEMS_SHOWN = 500
+
+
+def _instance_op(op: str, verb: str) -> Callable[[Request], Awaitable[Response]]:
+    async def handler(request: Request) -> Response:
+        instance_id = request.path_params["instance_id"]
+        call = getattr(_client(request), op)
+        return await _act(request, f"{verb} {instance_id}", call, instance_id)
+
+    return handler
+
+
+def _field(form: Any, name: str) -> str:
+    value = form.get(name)
+    return value.strip() if isinstance(value, str) else ""
+
+
+async def set_variables(request: Request) -> Response:
+    """``name=value`` lines as the CLI's ``--var`` reads them (JSON, else a string)."""
+    from tasks.cli import parse_vars
+
+    instance_id = request.path_params["instance_id"]
+    form = await request.form()
+    lines = tuple(line for line in _field(form, "vars").splitlines() if line.strip())
+    unset = tuple(_field(form, "unset").replace(",", " ").split())
+    scope = _field(form, "scope") or "s0"
+    retry = form.get("retry") == "1"
+    client = _client(request)
+
+    def call() -> None:
+        variables = parse_vars(lines)
+        client.set_variables(instance_id, variables, unset, scope=scope, retry_incidents=retry)
+
+    names = ", ".join([*(line.partition("=")[0] for line in lines), *(f"-{n}" for n in unset)])
+    what = f"setting {names} on {instance_id}" + (" and retrying" if retry else "")
+    return await _act(request, what, call)
+
+
+def _words(form: Any, name: str) -> list[str]:
+    return _field(form, name).replace(",", " ").split()
+
+
+async def migrate(request: Request) -> Response:
+    """``old=new`` node maps as the CLI's ``--map``; the Client checks the plan first."""
+    from tasks.cli_operations import _pairs
+
+    instance_id = request.path_params["instance_id"]
+    form = await request.form()
+    raw_version = _field(form, "version")
+    maps = tuple(_words(form, "maps"))
+    client = _client(request)
+
+    def call() -> None:
+        if not raw_version.isdigit():
+            raise InvalidOperation(f"--to {raw_version!r} is not a version number")
+        client.migrate(instance_id, int(raw_version), _pairs(maps, "--map"))
+
+    return await _act(request, f"migrating {instance_id} to v{raw_version}", call)
+
+
+async def modify(request: Request) -> Response:
+    instance_id = request.path_params["instance_id"]
+    form = await request.form()
+    cancel, start = _words(form, "cancel"), _words(form, "start_before")
+    client = _client(request)
+    return await _act(
+        request, f"modifying {instance_id}", lambda: client.modify(instance_id, cancel, start)
+    )
+
+
+def _bulk_act(
+    request: Request, operation: str, selector: Callable[[], Selector]
+) -> Awaitable[Response]:
+    """A batch of ``operation`` over the list's filter, then the batch's page; the
+    filter is read inside the call so a bad field is flashed in the CLI's words."""
+    client = _client(request)
+    root = request.scope.get("root_path", "")
+
+    def call() -> Any:  # no process chosen: the Client refuses it, in the CLI's words
+        return client.bulk(operation, selector())
+
+    return _act(
+        request,
+        lambda view: f"batch {view.id}: {view.operation}, {view.selected} selected",
+        call,
+        then=lambda view: f"{root}/batches/{quote(view.id)}",
+    )
+
+
+async def incidents_matching(request: Request) -> Response:
+    """Every open incident the incidents list's filter selects, retried, resolved or
+    dropped as a batch."""
+    op = request.path_params["op"]
+    if op not in _INCIDENT_BULK:
+        return PlainTextResponse(f"no bulk incident action {op!r}", status_code=404)
+    form = await request.form()
+    filters = {attr: _field(form, name) or None for name, attr in _INCIDENT_FILTERS}
+    return await _bulk_act(request, f"incident_{op}", lambda: Selector(**filters))
+
+
+async def instances_matching(request: Request) -> Response:
+    """Every instance the instances list's filter selects, cancelled, suspended or
+    resumed as a batch."""
+    from tasks.console.app import _when
+
+    op = request.path_params["op"]
+    if op not in _INSTANCE_BULK:
+        return PlainTextResponse(f"no bulk instance action {op!r}", status_code=404)
+    form = await request.form()
+
+    def selector() -> Selector:
+        if form.get("has_incident") == "1":
+            raise InvalidOperation(
+                "'has open incident' does not filter a bulk operation; clear it first"
+            )
+        version = _field(form, "version")
+        if version and not version.isdigit():
+            raise InvalidOperation(f"version: {version!r} is not a version number")
+        filters: dict[str, Any] = {
+            attr: _field(form, name) or None for name, attr in _INSTANCE_FILTERS
+        }
+        return Selector(
+            **filters,
+            version=int(version) if version else None,
+            started_after=_when("started_from", _field(form, "started_from")),
+            started_before=_when("started_to", _field(form, "started_to")),
+        )
+
+    return await _bulk_act(request, op, selector)
+
+
+def batch_list(request: Request) -> Response:
+    return _render(request, "batches.html", batches=_client(request).batches())
+
+
+def batch_page(request: Request) -> Response:
+    client = _client(request)
+    batch_id = request.path_params["batch_id"]
+    try:
+        view = client.batch(batch_id)
+        items = client.batch_items(batch_id)
+    except InvalidOperation as exc:
+        return _render(request, "error.html", message=f"error: {exc}", status_code=404)
+    refused = [i for i in items if i.outcome == "refused"]
+    others = [i for i in items if i.outcome != "refused"]
+    shown = sorted(refused + others[: max(0, _ITEMS_SHOWN - len(refused))], key=lambda i: i.seq)
+    return _render(request, "batch.html", batch=view, items=shown, more=len(items) - len(shown))
+
+
+def routes() -> list[BaseRoute]:
+    return [
+        Route(
+            "/instances/{instance_id}/suspend",
+            _instance_op("suspend", "suspending"),
+            methods=["POST"],
+        ),
+        Route(
+            "/instances/{instance_id}/resume", _instance_op("resume", "resuming"), methods=["POST"]
+        ),
+        Route("/instances/{instance_id}/variables", set_variables, methods=["POST"]),
+        Route("/instances/{instance_id}/migrate", migrate, methods=["POST"]),
+        Route("/instances/{instance_id}/modify", modify, methods=["POST"]),
+        Route("/instances/{op}-matching", instances_matching, methods=["POST"]),
+        Route("/incidents/{op}-matching", incidents_matching, methods=["POST"]),
+        Route("/batches", batch_list),
+        Route("/batches/{batch_id}", batch_page),
+    ]
