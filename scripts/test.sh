@@ -22,10 +22,11 @@ if [ "$#" -gt 0 ] && [ "${1#-}" = "$1" ]; then
 fi
 # The whole suite in two runs. Most tests wait on real worker processes rather than
 # compute, so three test processes on two cores about halve the wall time; each file
-# stays on one process (its module-scoped stack is started once). The fault suite
-# (tests marked `faults`) runs alone, afterwards: some of it restarts the machine's
-# PostgreSQL and Redis, which nothing else may be using then, and its counts
-# (sent / applied / duplicates / lost) are printed (-s).
-.venv/bin/python -m pytest -n "${DORMANT_TEST_PROCESSES:-3}" --dist loadfile -m "not faults" --cov --cov-report= "$@"
+# stays on one process (its module-scoped stack is started once). The fault tests that
+# stop or restart the machine's PostgreSQL or Redis (`restarts_services`) cannot share
+# the services with anything: they run alone, afterwards. Every fault test's count line
+# (sent / applied / duplicates / lost) is printed at the end of its run.
+.venv/bin/python -m pytest -n "${DORMANT_TEST_PROCESSES:-3}" --dist loadfile \
+  -m "not restarts_services" --cov --cov-report= "$@"
 .venv/bin/python scripts/coverage_gate.py  # per-package totals; engine_core under 95 % of lines fails
-exec .venv/bin/python -m pytest -m faults -s "$@"
+exec .venv/bin/python -m pytest -m restarts_services "$@"

@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -194,3 +195,23 @@ def fake_core(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(engine, "new_checkpoint", new_checkpoint)
     monkeypatch.setattr(engine, "apply", apply)
+
+
+_FAULT_LINES: list[str] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Keep the fault suite's count lines (they are captured, also on xdist workers)."""
+    if report.when == "call" and "faults" in report.keywords:
+        _FAULT_LINES.extend(
+            f"{report.nodeid.split('::')[-1]}: {line.strip()}"
+            for line in report.capstdout.splitlines()
+            if "sent=" in line
+        )
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if _FAULT_LINES:
+        terminalreporter.section("fault suite counts")
+        for line in _FAULT_LINES:
+            terminalreporter.write_line(line)

@@ -25,6 +25,7 @@ pytestmark = [pytest.mark.faults, pytest.mark.integration]
 DOWN = 60.0
 
 
+@pytest.mark.restarts_services
 def test_postgresql_stopped_for_a_minute_under_load(fstack: Stack) -> None:
     s = fstack
     s.worker(), s.worker(), s.beat()

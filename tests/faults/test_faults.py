@@ -206,6 +206,7 @@ def test_sigkill_beat_and_the_claiming_worker_while_deadlines_come_due(fstack: S
         assert holds(s, iid)["deadlines"] == 0
 
 
+@pytest.mark.restarts_services
 def test_postgresql_restart_while_triggers_are_in_flight(fstack: Stack) -> None:
     s = fstack
     s.worker()
@@ -250,6 +251,7 @@ def revive_dead(stack: Stack) -> int:
     return revived
 
 
+@pytest.mark.restarts_services
 def test_redis_restart_while_triggers_are_in_flight(fstack: Stack) -> None:
     """Redis here keeps nothing on disk: every queued and unacknowledged task is gone.
     The Client wrote each trigger to the inbox first, and beat's sweep re-publishes
