@@ -1,7 +1,8 @@
 """The console's operations on running instances beside the incident actions: suspend /
 resume, set variables, migrate and modify on the instance page; cancel / suspend /
 resume of every instance the instances list's filter selects; retry / resolve / drop of
-every incident the incidents list's filter selects; and the batches pages.
+every incident the incidents list's filter selects; a migrate or set-variables of every
+instance it selects; the batches pages; and the job types page (pause / resume).
 
 Each goes through ``app._act`` (the same refusals: read-only, unauthenticated, a wrong
 CSRF token) and through the very Client methods the CLI calls, so a console operator
@@ -36,7 +37,7 @@ _INSTANCE_FILTERS = (
     ("business_key", "business_key_like"),
     ("node", "node"),
 )
-_INSTANCE_BULK = ("cancel", "suspend", "resume")
+_INSTANCE_BULK = ("cancel", "suspend", "resume", "migrate", "set-variables")
 _INCIDENT_BULK = ("retry", "resolve", "drop")
 # The batch page refreshes every few seconds: its refused targets are all listed (they
 # are what an operator acts on), the rest up to this many; the CLI lists every one.
@@ -111,15 +112,19 @@ async def modify(request: Request) -> Response:
 
 
 def _bulk_act(
-    request: Request, operation: str, selector: Callable[[], Selector]
+    request: Request,
+    operation: str,
+    selector: Callable[[], Selector],
+    params: Callable[[], dict[str, Any]] = dict,
 ) -> Awaitable[Response]:
     """A batch of ``operation`` over the list's filter, then the batch's page; the
-    filter is read inside the call so a bad field is flashed in the CLI's words."""
+    filter and the parameters are read inside the call so a bad field is flashed in the
+    CLI's words."""
     client = _client(request)
     root = request.scope.get("root_path", "")
 
     def call() -> Any:  # no process chosen: the Client refuses it, in the CLI's words
-        return client.bulk(operation, selector())
+        return client.bulk(operation, selector(), params())
 
     return _act(
         request,
@@ -140,9 +145,39 @@ async def incidents_matching(request: Request) -> Response:
     return await _bulk_act(request, f"incident_{op}", lambda: Selector(**filters))
 
 
+def _migrate_params(form: Any) -> dict[str, Any]:
+    """``--to VERSION --map old=new...`` of ``dormant instances migrate``."""
+    from tasks.cli_operations import _pairs
+
+    raw_version = _field(form, "version_to")
+    if not raw_version.isdigit():
+        raise InvalidOperation(f"--to {raw_version!r} is not a version number")
+    return {"version": int(raw_version), "mapping": _pairs(tuple(_words(form, "maps")), "--map")}
+
+
+def _variables_params(form: Any) -> dict[str, Any]:
+    """``name=value`` lines, names to unset, a scope and "then retry", as on the
+    instance page; the Client checks them as a start's variables."""
+    from tasks.cli import parse_vars
+
+    lines = tuple(line for line in _field(form, "vars").splitlines() if line.strip())
+    return {
+        "variables": parse_vars(lines),
+        "unset": tuple(_words(form, "unset")),
+        "scope": _field(form, "scope") or "s0",
+        "retry_incidents": form.get("retry") == "1",
+    }
+
+
+_BULK_PARAMS: dict[str, Callable[[Any], dict[str, Any]]] = {
+    "migrate": _migrate_params,
+    "set-variables": _variables_params,
+}
+
+
 async def instances_matching(request: Request) -> Response:
-    """Every instance the instances list's filter selects, cancelled, suspended or
-    resumed as a batch."""
+    """Every instance the instances list's filter selects, cancelled, suspended,
+    resumed, migrated or given variables as a batch."""
     from tasks.console.app import _when
 
     op = request.path_params["op"]
@@ -168,7 +203,9 @@ async def instances_matching(request: Request) -> Response:
             started_before=_when("started_to", _field(form, "started_to")),
         )
 
-    return await _bulk_act(request, op, selector)
+    read = _BULK_PARAMS.get(op)
+    params: Callable[[], dict[str, Any]] = dict if read is None else (lambda: read(form))
+    return await _bulk_act(request, op.replace("-", "_"), selector, params)
 
 
 def batch_list(request: Request) -> Response:
@@ -189,6 +226,30 @@ def batch_page(request: Request) -> Response:
     return _render(request, "batch.html", batch=view, items=shown, more=len(items) - len(shown))
 
 
+def job_types(request: Request) -> Response:
+    """The paused job types and how many jobs each holds (``dormant jobs paused``)."""
+    paused = sorted(_client(request).paused_job_types().items())
+    return _render(request, "jobs.html", paused=paused)
+
+
+async def pause_job_type(request: Request) -> Response:
+    form = await request.form()
+    job_type = _field(form, "job_type")
+    client = _client(request)
+    return await _act(request, f"paused {job_type}", lambda: client.pause_job_type(job_type))
+
+
+async def resume_job_type(request: Request) -> Response:
+    form = await request.form()
+    job_type = _field(form, "job_type")
+    client = _client(request)
+    return await _act(
+        request,
+        lambda count: f"resumed {job_type}: {count} held job(s) sent",
+        lambda: client.resume_job_type(job_type),
+    )
+
+
 def routes() -> list[BaseRoute]:
     return [
         Route(
@@ -206,4 +267,7 @@ def routes() -> list[BaseRoute]:
         Route("/incidents/{op}-matching", incidents_matching, methods=["POST"]),
         Route("/batches", batch_list),
         Route("/batches/{batch_id}", batch_page),
+        Route("/jobs", job_types),
+        Route("/jobs/pause", pause_job_type, methods=["POST"]),
+        Route("/jobs/resume", resume_job_type, methods=["POST"]),
     ]
