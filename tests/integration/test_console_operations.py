@@ -4,7 +4,9 @@ retry), migrate (with a node map; a plan that does not fit refused with its reas
 and modify on the instance page, "retry all matching" on the incidents list and "cancel
 all matching" on the instances list reported with exact counts on the batch page, and
 every one of these refused without credentials, without the form's CSRF token, and in
-``--read-only`` mode — with nothing changed.
+``--read-only`` mode — with nothing changed. Also "migrate all matching" and "set
+variables on all matching" on the instances list, and pausing / resuming a job type on
+the job types page.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import base64
 import html
 import json
 import re
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from persistence import job_pause
 from tasks.console import operations
 from tests.integration.conftest import Stack, _urls, wait_for
 from tests.integration.console.kit import (
@@ -38,6 +42,9 @@ BULK_KEY = "payment-bulk"  # its own process, so a filter selects this test's in
 MIGRATE_KEY = "payment-migrate"  # gets a v2 in its test; "payment" stays at v1
 CANCEL_KEY = "payment-cancel"
 RESOLVE_KEY = "payment-resolve"
+BULK_MIGRATE_KEY = "payment-bulk-migrate"  # gets a v2 in its test
+VARS_KEY = "payment-vars"
+JOB_TYPE = "inc-flag"  # the job type of MODEL's service task
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +61,7 @@ def ostack(
             bulk = tmp / "bulk.bpmn"
             bulk.write_text(MODEL.read_text().replace('id="payment"', f'id="{BULK_KEY}"'))
             s.client.deploy(bulk)
-            for key in (MIGRATE_KEY, CANCEL_KEY, RESOLVE_KEY):
+            for key in (MIGRATE_KEY, CANCEL_KEY, RESOLVE_KEY, BULK_MIGRATE_KEY, VARS_KEY):
                 model = tmp / f"{key}.bpmn"
                 model.write_text(MODEL.read_text().replace('id="payment"', f'id="{key}"'))
                 s.client.deploy(model)
@@ -346,6 +353,157 @@ def test_resolve_all_matching_on_the_incidents_list(
     assert client.incidents(key=RESOLVE_KEY, state="open") == []
 
 
+def _renamed(tmp_path: Path, key: str) -> Path:
+    """``key``'s model with the message wait ``paid`` renamed to ``settled``."""
+    v2 = tmp_path / f"{key}-v2.bpmn"
+    source = MODEL.read_text().replace('id="payment"', f'id="{key}"')
+    for attr in ("id", "sourceRef", "targetRef", "bpmnElement"):
+        source = source.replace(f'{attr}="paid"', f'{attr}="settled"')
+    v2.write_text(source)
+    return v2
+
+
+def _start_batch(ops: Any, path: str, form: dict[str, str]) -> tuple[str, str]:
+    started = ops.post(path, data=form)
+    assert started.status_code == 303, started.text
+    where: str = started.headers["location"]
+    assert where.startswith("/batches/"), html.unescape(ops.get("/instances").text)
+    return where, where.rsplit("/", 1)[1]
+
+
+def test_migrate_all_matching_onto_a_renamed_node_then_they_go_on(
+    ostack: Stack, console: Console, tmp_path: Path
+) -> None:
+    client = ostack.client
+    orders = [f"o-bm{i}" for i in range(2)]
+    ids = [_waiting_for_payment(ostack, tmp_path, BULK_MIGRATE_KEY, o) for o in orders]
+    client.deploy(_renamed(tmp_path, BULK_MIGRATE_KEY))
+    listing = f"/instances?process={BULK_MIGRATE_KEY}&node=paid"
+    with console.http(headers=BASIC) as ops:
+        page = ops.get(listing).text
+        assert 'data-action="migrate-matching"' in page
+        form = {"csrf": _csrf(page), "next": listing, "process": BULK_MIGRATE_KEY, "node": "paid"}
+        # A malformed map and a target that is no version: refused as the CLI refuses them.
+        before = len(client.batches())
+        ops.post("/instances/migrate-matching", data=form | {"version_to": "2", "maps": "paid"})
+        assert "error: --map 'paid' is not of the form old_node=new_node" in html.unescape(
+            ops.get("/instances").text
+        )
+        ops.post("/instances/migrate-matching", data=form | {"version_to": "v2"})
+        assert "error: --to 'v2' is not a version number" in html.unescape(
+            ops.get("/instances").text
+        )
+        assert len(client.batches()) == before
+        where, batch_id = _start_batch(
+            ops,
+            "/instances/migrate-matching",
+            form | {"version_to": "2", "maps": "paid=settled"},
+        )
+        client.wait_batch(batch_id, timeout=120)
+        shown = html.unescape(ops.get(where).text)
+        assert f"batch {batch_id}: migrate, 2 selected" in shown
+        assert "selected 2, migrated 2, refused 0" in shown
+        assert shown.count('data-outcome="applied"') == 2
+    for iid in ids:
+        wait_for(lambda i=iid: client.instance(i).version == 2, 30, what="the migration")
+        assert [t.node_id for t in client.instance(iid).tokens] == ["settled"]
+    for iid, order in zip(ids, orders, strict=True):
+        client.send_message("paid", order)  # the renamed waits still take the message
+        ostack.wait_status(iid, "completed")
+
+
+def test_set_variables_on_all_matching_counted_on_the_batch_page(
+    ostack: Stack, console: Console, tmp_path: Path
+) -> None:
+    client = ostack.client
+    ids = [_waiting_for_payment(ostack, tmp_path, VARS_KEY, f"o-v{i}") for i in range(3)]
+    listing = f"/instances?process={VARS_KEY}"
+    with console.http(headers=BASIC) as ops:
+        page = ops.get(listing).text
+        assert 'data-action="set-variables-matching"' in page
+        form = {"csrf": _csrf(page), "next": listing, "process": VARS_KEY}
+        before = len(client.batches())
+        ops.post("/instances/set-variables-matching", data=form | {"vars": "=1"})
+        assert "error: --var '=1' is not of the form name=value" in html.unescape(
+            ops.get("/instances").text
+        )
+        assert len(client.batches()) == before
+        where, batch_id = _start_batch(
+            ops, "/instances/set-variables-matching", form | {"vars": 'tag="fixed"\nlevel=3'}
+        )
+        client.wait_batch(batch_id, timeout=120)
+        shown = html.unescape(ops.get(where).text)
+        assert f"batch {batch_id}: set_variables, 3 selected" in shown
+        assert "selected 3, changed 3, refused 0" in shown
+    for iid in ids:
+        wait_for(
+            lambda i=iid: client.instance(i).variables.get("tag") == "fixed", 30, what="the change"
+        )
+        assert client.instance(iid).variables["level"] == 3
+
+
+def _held(stack: Stack, iid: str) -> bool:
+    """Whether a job of ``iid`` is held by the pause (not sent, not in the outbox)."""
+    from sqlalchemy import select
+
+    from persistence.tables import held_jobs
+
+    with stack.client._store.engine.connect() as conn:
+        payloads = conn.execute(
+            select(held_jobs.c.payload).where(held_jobs.c.job_type == JOB_TYPE)
+        ).scalars()
+        return any(p.get("instance_id") == iid for p in payloads)
+
+
+def test_pause_a_job_type_holds_a_new_job_until_resumed(
+    ostack: Stack, console: Console, tmp_path: Path
+) -> None:
+    client = ostack.client
+    with console.http(headers=BASIC) as ops:
+        page = ops.get("/jobs").text
+        assert 'data-action="pause-job-type"' in page and 'href="/jobs"' in page
+        token = _csrf(page)
+        done = ops.post("/jobs/pause", data={"csrf": token, "next": "/jobs", "job_type": JOB_TYPE})
+        assert done.status_code == 303 and done.headers["location"] == "/jobs"
+        try:
+            assert f"paused {JOB_TYPE}" in html.unescape(ops.get("/jobs").text)
+            ops.post("/jobs/pause", data={"csrf": token, "next": "/jobs", "job_type": JOB_TYPE})
+            assert f"error: job type '{JOB_TYPE}' is already paused" in html.unescape(
+                ops.get("/jobs").text
+            )
+            # A worker reads the paused types at most once a second (persistence/
+            # job_pause.py): a job sent within that second of the pause may still go.
+            time.sleep(2 * job_pause._CACHE_SECONDS)
+            flag = tmp_path / "set"
+            flag.touch()
+            iid = client.start("payment", {"flag": str(flag), "order": "o-pause"})
+            wait_for(lambda: _held(ostack, iid), 30, what="the instance's job held")
+            live = ops.get("/jobs?partial=1").text  # the live fragment counts it
+            assert f'data-job-type="{JOB_TYPE}"' in live and 'data-held="0"' not in live
+            assert 'data-action="resume-job-type"' in live
+            assert client.instance(iid).status == "active"
+            assert "paid" not in [t.node_id for t in client.instance(iid).tokens]
+        finally:
+            resumed = ops.post(
+                "/jobs/resume", data={"csrf": token, "next": "/jobs", "job_type": JOB_TYPE}
+            )
+        assert resumed.status_code == 303
+        # Other tests' instances hold jobs of the type too: at least this one was sent.
+        sent = re.search(rf"resumed {JOB_TYPE}: (\d+) held job\(s\) sent", ops.get("/jobs").text)
+        assert sent and int(sent.group(1)) >= 1
+        assert not _held(ostack, iid)
+        assert JOB_TYPE not in client.paused_job_types()
+        ops.post("/jobs/resume", data={"csrf": token, "next": "/jobs", "job_type": JOB_TYPE})
+        assert f"error: job type '{JOB_TYPE}' is not paused" in html.unescape(ops.get("/jobs").text)
+    wait_for(
+        lambda: any(t.node_id == "paid" for t in client.instance(iid).tokens),
+        30,
+        what="the job run after resume",
+    )
+    client.send_message("paid", "o-pause")
+    ostack.wait_status(iid, "completed")
+
+
 def _actions(iid: str) -> list[tuple[str, dict[str, str]]]:
     return [
         (f"/instances/{iid}/suspend", {}),
@@ -355,6 +513,10 @@ def _actions(iid: str) -> list[tuple[str, dict[str, str]]]:
         (f"/instances/{iid}/modify", {"cancel": "paid", "start_before": "done"}),
         *((f"/instances/{op}-matching", {"process": "payment"}) for op in ("cancel", "suspend")),
         *((f"/incidents/{op}-matching", {"process": BULK_KEY}) for op in ("retry", "drop")),
+        ("/instances/migrate-matching", {"process": "payment", "version_to": "1"}),
+        ("/instances/set-variables-matching", {"process": "payment", "vars": "x=1"}),
+        ("/jobs/pause", {"job_type": JOB_TYPE}),
+        ("/jobs/resume", {"job_type": JOB_TYPE}),
     ]
 
 
@@ -371,6 +533,7 @@ def test_each_action_is_refused_without_credentials_csrf_or_in_read_only(
         assert 'data-action="suspend"' not in page and "set-variables" not in page
         assert 'data-action="migrate"' not in page and 'data-action="modify"' not in page
         assert "-matching" not in anonymous.get("/instances?process=payment").text
+        assert "pause-job-type" not in anonymous.get("/jobs").text
         for path, data in _actions(iid):
             refused = anonymous.post(path, data=data | {"csrf": "x"})
             assert refused.status_code == 401, path
@@ -387,6 +550,7 @@ def test_each_action_is_refused_without_credentials_csrf_or_in_read_only(
         assert 'data-action="suspend"' not in page and "set-variables" not in page
         assert 'data-action="retry-matching"' not in ops.get(f"/incidents?process={BULK_KEY}").text
         assert "-matching" not in ops.get("/instances?process=payment").text
+        assert "pause-job-type" not in ops.get("/jobs").text
         token = _csrf(page)  # the sign-out form still has one
         for path, data in _actions(iid):
             refused = ops.post(path, data=data | {"csrf": token})
@@ -396,3 +560,4 @@ def test_each_action_is_refused_without_credentials_csrf_or_in_read_only(
     view = client.instance(iid)
     assert view.revision == revision and not view.suspended and "x" not in view.variables
     assert len(client.batches()) == batches
+    assert JOB_TYPE not in client.paused_job_types()
