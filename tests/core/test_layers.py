@@ -107,6 +107,7 @@ CORE_TIERS: list[set[str]] = [
         "joins",
         "compensation",
         "multi_instance",
+        "ad_hoc",
         "nodes",
         "wakes",
         # operator actions (suspend/resume, set variables, modify) and migration
