@@ -103,7 +103,7 @@ def _unpin(store: Store, now: datetime) -> None:
 
     from persistence.tables import definitions
 
-    with store._tx() as conn:
+    with store.transaction() as conn:
         conn.execute(delete(definitions))
     store._definitions.clear()
 
