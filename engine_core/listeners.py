@@ -58,7 +58,11 @@ def run(rt: Runtime, token: Token, node: Node, event: str) -> None:
     and park the token on it."""
     if token.listener_phase != event:
         token.listener_phase, token.listener_index = event, 0
-    listener = node.listeners(event)[token.listener_index]
+    todo = node.listeners(event)
+    if token.listener_index >= len(todo):
+        _done(rt, token, event)  # the node has fewer now (the instance was migrated)
+        return
+    listener = todo[token.listener_index]
     try:
         jobs.open_job(
             rt, token, node, listener.job_type, listener.retries, execution_listener=event
@@ -104,9 +108,15 @@ def completed(rt: Runtime, wait: Wait, trigger: JobCompleted) -> Wake:
     except TechnicalFailure as failure:
         raise_failure(rt, failure, token, node, activated=event != "start")
         return Wake.token(token.id)
-    token.listener_phase, token.listener_index = _DONE[event], 0
-    rt.queue.append(token.id)  # nodes.enter continues from the phase
+    _done(rt, token, event)
     return Wake.token(token.id)
+
+
+def _done(rt: Runtime, token: Token, event: str) -> None:
+    """Every ``event`` listener completed: nodes.enter continues from the next phase."""
+    token.listener_phase, token.listener_index = _DONE[event], 0
+    move_token(token, TokenState.ACTIVE)
+    rt.queue.append(token.id)
 
 
 def _merge(rt: Runtime, token: Token, node: Node, event: str, variables: Mapping[str, Any]) -> None:

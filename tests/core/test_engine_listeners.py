@@ -326,10 +326,10 @@ def test_the_reader_takes_listeners_in_model_order() -> None:
             "gateway has no end listeners",
         ),
         (
-            '<bpmn:task id="x"><bpmn:multiInstanceLoopCharacteristics>'
-            "<bpmn:loopCardinality>2</bpmn:loopCardinality>"
-            f"</bpmn:multiInstanceLoopCharacteristics>{_ext(_el('start', 'a'))}</bpmn:task>",
-            "multi-instance",
+            '<bpmn:parallelGateway id="x">'
+            f"{_ext(_el('start', 'a'))}</bpmn:parallelGateway>"
+            '<bpmn:sequenceFlow id="f3" sourceRef="s" targetRef="x"/>',
+            "joining gateway",
         ),
     ],
 )
@@ -368,11 +368,57 @@ def test_malformed_listeners_are_refused(listeners: tuple[str, ...], needle: str
         read_bpmn(_linear(f'<bpmn:task id="x">{_ext(*listeners)}</bpmn:task>'))
 
 
-def test_the_builder_refuses_listeners_on_a_multi_instance_activity() -> None:
+def test_a_start_listener_on_an_event_based_gateway_target_is_refused() -> None:
+    b = ProcessBuilder("raced")
+    b.start_event("s").event_based_gateway("g")
+    b.intermediate_catch_event("m", message("go", "=k"), execution_listeners=(start("a"),))
+    b.intermediate_catch_event("t", timer("PT1M")).end_event("e1").end_event("e2")
+    b.sequence("s", "g", "m", "e1").sequence("g", "t", "e2")
+    with pytest.raises(UnsupportedElement, match="event-based gateway"):
+        b.build()
+
+
+def _multi(sequential: bool) -> ProcessDefinition:
     b = ProcessBuilder("mi")
-    b.start_event("s").task(
-        "t", loop=LoopSpec(sequential=True, cardinality="2"), execution_listeners=(start("a"),)
+    b.start_event("s").service_task(
+        "t",
+        job_type="work",
+        loop=LoopSpec(
+            sequential=sequential,
+            input_collection="=[1, 2]",
+            input_element="item",
+            output_collection="results",
+            output_element="=seen",
+        ),
+        execution_listeners=(start("prep"), end("post")),
     ).end_event("e")
     b.sequence("s", "t", "e")
-    with pytest.raises(UnsupportedElement, match="multi-instance"):
-        b.build()
+    return b.build()
+
+
+@pytest.mark.parametrize("sequential", [False, True])
+def test_listeners_of_a_multi_instance_activity_run_on_each_inner_instance(
+    sequential: bool,
+) -> None:
+    run = Run(_multi(sequential))
+    run.start()
+    for _ in range(2):
+        prep = next(w for w in run.cp.waits.values() if w.job_type == "prep")
+        item = run.cp.scopes[run.cp.tokens[prep.token_id or ""].inner_scope or ""].variables
+        run.send(JobCompleted(wait_id=prep.id, attempt=1, variables={"doubled": item["item"] * 2}))
+        work = next(w for w in run.cp.waits.values() if w.job_type == "work")
+        job = [e for e in run.effects_of(DispatchJob) if e.wait_id == work.id][-1]
+        assert job.variables["doubled"] == job.variables["item"] * 2  # its own listener's
+        run.send(
+            JobCompleted(wait_id=work.id, attempt=1, variables={"seen": job.variables["item"]})
+        )
+        post = next(w for w in run.cp.waits.values() if w.job_type == "post")
+        assert run.status == "active"  # the inner instance waits for its end listener
+        run.send(JobCompleted(wait_id=post.id, attempt=1, variables={"audited": True}))
+    assert run.status == "completed"
+    assert run.variables["results"] == [1, 2]
+    assert run.variables["audited"] is True
+    order = [j for _, j in _listener_jobs(run)]
+    assert order == (
+        ["prep", "post", "prep", "post"] if sequential else ["prep", "prep", "post", "post"]
+    )
