@@ -251,7 +251,9 @@ def test_a_start_listener_failure_then_retry_arms_the_boundaries() -> None:
     run = Run(b.build())
     run.start()
     fail(run, "prepare")
-    run.retry(run.incident("t").id)
+    incident = run.incident("t")
+    assert not incident.boundaries_armed and run.waits("late") == []  # none armed yet
+    run.retry(incident.id)
     complete(run, "prepare")
     assert [w.kind.value for w in run.waits("late")] == ["timer"]
 
