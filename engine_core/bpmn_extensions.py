@@ -16,7 +16,7 @@ from xml.etree.ElementTree import Element
 import isodate
 
 from engine_core.errors import InvalidModel, UnsupportedElement
-from engine_core.model import IoMapping, LoopSpec, RetryPolicy
+from engine_core.model import AdHocSpec, IoMapping, LoopSpec, RetryPolicy
 
 __all__ = ["BPMN", "DORMANT", "ZEEBE", "local", "read_extensions", "read_loop", "truthy"]
 
@@ -39,7 +39,6 @@ _ZEEBE_IGNORED = frozenset(
 _ZEEBE_REFUSED = {
     "executionListeners": "execution listeners are not run (they would change behaviour)",
     "taskListeners": "task listeners are not run (they would change behaviour)",
-    "adHoc": "ad-hoc sub-processes are not supported",
 }
 
 
@@ -138,6 +137,15 @@ def _read_zeebe(host: Element, el: Element, name: str, fields: dict[str, Any]) -
         fields["form_key"] = (
             el.get("formKey") or el.get("formId") or el.get("externalReference") or None
         )
+    elif name == "adHoc":
+        for attribute in ("outputCollection", "outputElement"):
+            if el.get(attribute):
+                raise _refuse(
+                    host,
+                    f"zeebe:adHoc {attribute} is not supported (collect the inner elements' "
+                    "results with output mappings)",
+                )
+        fields["ad_hoc"] = AdHocSpec(active_elements=el.get("activeElementsCollection") or None)
     elif name == "versionTag":
         if local(host)[1] == "process":  # metadata anywhere else
             fields["version_tag"] = (el.get("value") or "").strip() or None

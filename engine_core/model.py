@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 __all__ = [
+    "AdHocSpec",
     "EventDefinition",
     "EventKind",
     "Flow",
@@ -53,6 +54,7 @@ class NodeKind(StrEnum):
     INCLUSIVE_GATEWAY = "inclusiveGateway"
     EVENT_BASED_GATEWAY = "eventBasedGateway"
     SUB_PROCESS = "subProcess"
+    AD_HOC_SUB_PROCESS = "adHocSubProcess"
     EVENT_SUB_PROCESS = "eventSubProcess"
     CALL_ACTIVITY = "callActivity"
 
@@ -68,11 +70,14 @@ ACTIVITY_KINDS = frozenset(
         NodeKind.BUSINESS_RULE_TASK,
         NodeKind.MANUAL_TASK,
         NodeKind.SUB_PROCESS,
+        NodeKind.AD_HOC_SUB_PROCESS,
         NodeKind.CALL_ACTIVITY,
     }
 )
 
-CONTAINER_KINDS = frozenset({NodeKind.SUB_PROCESS, NodeKind.EVENT_SUB_PROCESS})
+CONTAINER_KINDS = frozenset(
+    {NodeKind.SUB_PROCESS, NodeKind.AD_HOC_SUB_PROCESS, NodeKind.EVENT_SUB_PROCESS}
+)
 
 
 class EventKind(StrEnum):
@@ -142,6 +147,17 @@ class LoopSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class AdHocSpec:
+    """An ad-hoc sub-process: ``zeebe:adHoc activeElementsCollection`` (FEEL, a list of
+    inner element ids, evaluated on entry), ``bpmn:completionCondition`` (FEEL, read
+    when an inner path ends) and ``cancelRemainingInstances`` (BPMN attribute)."""
+
+    active_elements: str | None = None
+    completion_condition: str | None = None
+    cancel_remaining: bool = True
+
+
+@dataclass(frozen=True, slots=True)
 class RetryPolicy:
     """How an incident at an activity is retried automatically (dormant extension)."""
 
@@ -202,6 +218,7 @@ class Node:
     boundaries: tuple[str, ...] = ()
 
     loop: LoopSpec | None = None
+    ad_hoc: AdHocSpec | None = None
 
     # Call activity.
     called_process: str | None = None
