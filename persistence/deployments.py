@@ -123,10 +123,10 @@ class Deployments:
 
     _definitions: dict[tuple[str, int], ProcessDefinition]
 
-    def _tx(self) -> AbstractContextManager[Connection]:
+    def transaction(self) -> AbstractContextManager[Connection]:  # pragma: no cover - Store's
         raise NotImplementedError
 
-    def _read(self) -> AbstractContextManager[Connection]:
+    def read(self) -> AbstractContextManager[Connection]:  # pragma: no cover - Store's
         raise NotImplementedError
 
     def deploy(self, source: str | bytes, now: datetime) -> list[Deployment]:
@@ -155,7 +155,7 @@ class Deployments:
         parsed = [_parse(source, name) for source, name in zip(sources, names, strict=True)]
         if not any(p.processes or (p.decisions and p.decisions.decisions) for p in parsed):
             return []
-        with self._tx() as conn:
+        with self.transaction() as conn:
             resources, changed = self._unchanged(conn, parsed)
             key = int(
                 conn.execute(
@@ -248,14 +248,14 @@ class Deployments:
 
     def deployments(self, limit: int = 100) -> list[DeploymentRecord]:
         """The newest deployments first."""
-        with self._read() as conn:
+        with self.read() as conn:
             rows = conn.execute(
                 select(deployments).order_by(deployments.c.key.desc()).limit(limit)
             ).all()
         return [DeploymentRecord(int(r.key), r.deployed_at, _resources(r.resources)) for r in rows]
 
     def deployment(self, key: int) -> DeploymentRecord:
-        with self._read() as conn:
+        with self.read() as conn:
             row = conn.execute(select(deployments).where(deployments.c.key == key)).first()
         if row is None:
             raise UnknownDeployment(f"no deployment {key}; `dormant deployments list` lists them")
@@ -268,7 +268,7 @@ class Deployments:
         if version is not None and (key, version) in self._definitions:
             return self._definitions[(key, version)], version
         if conn is None:
-            with self._read() as c:
+            with self.read() as c:
                 return self.definition(key, version, conn=c)
         q = select(definitions.c.version, definitions.c.checksum).where(definitions.c.key == key)
         q = q.where(definitions.c.version == version) if version is not None else q
@@ -327,7 +327,7 @@ class Deployments:
             (definitions.c.key == latest.c.key) & (definitions.c.version == latest.c.version),
         )
         out = []
-        with self._read() as conn:
+        with self.read() as conn:
             for row in conn.execute(q.order_by(definitions.c.key)):
                 nodes = (row.starts or {}).get(kind, {}).get(name)
                 if nodes:

@@ -253,3 +253,75 @@ def test_the_graph_sees_inside_sub_packages() -> None:
 def test_the_cycle_finder_finds_a_cycle() -> None:
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) == []
+
+
+# -- the Store's transactions ---------------------------------------------------------
+
+STORE = ROOT / "persistence" / "store.py"
+PRIVATE_TRANSACTIONS = {"_tx", "_read"}
+
+
+def store_bases() -> set[str]:
+    """The names of the classes mixed into ``Store``, as its ``class`` line lists them."""
+    for node in ast.walk(ast.parse(STORE.read_text(), filename=str(STORE))):
+        if isinstance(node, ast.ClassDef) and node.name == "Store":
+            return {base.id for base in node.bases if isinstance(base, ast.Name)}
+    raise AssertionError("persistence/store.py defines no class Store")
+
+
+def private_transaction_uses(path: Path, mixins: set[str]) -> list[str]:
+    """Where ``path`` reaches for the Store's private ``_tx`` / ``_read``: on anything
+    but ``self``, or anywhere inside one of the Store's mixins. A class's own ``_read``
+    (the console's autocommit reads, a metrics collector) is its business."""
+    found: list[str] = []
+    where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name
+    tree = ast.parse(path.read_text(), filename=str(path))
+    in_mixin = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ClassDef) and node.name in mixins
+        for inner in ast.walk(node)
+    }
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in PRIVATE_TRANSACTIONS:
+            on_self = isinstance(node.value, ast.Name) and node.value.id == "self"
+            if not on_self or id(node) in in_mixin:
+                found.append(f"{where}:{node.lineno} {node.attr}")
+        elif isinstance(node, ast.FunctionDef) and node.name in PRIVATE_TRANSACTIONS:
+            if id(node) in in_mixin:
+                found.append(f"{where}:{node.lineno} {node.name}")
+    return found
+
+
+def test_only_the_store_uses_its_private_transactions() -> None:
+    """The Store owns the transaction: every other module, its own mixins included,
+    opens one through the public ``store.transaction()`` / ``store.read()``, so the
+    Store can change how it opens them in one place."""
+    mixins = store_bases()
+    assert {"Deployments", "Queries"} <= mixins
+    offenders = [
+        use
+        for folder in ("engine_core", "persistence", "scheduler", "tasks", "tests", "bench")
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        if path != STORE
+        for use in private_transaction_uses(path, mixins)
+    ]
+    assert offenders == []
+
+
+def test_the_private_transaction_check_sees_a_use(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "class Queries:\n"
+        "    def look(self):\n"
+        "        return self._read()\n"
+        "    def _tx(self):\n"
+        "        raise NotImplementedError\n"
+        "class Console:\n"
+        "    def look(self):\n"
+        "        return self._read()\n"
+        "def batch(store):\n"
+        "    return store._tx()\n"
+    )
+    found = private_transaction_uses(sample, {"Queries"})
+    assert sorted(found) == ["sample.py:10 _tx", "sample.py:3 _read", "sample.py:4 _tx"]
