@@ -16,7 +16,7 @@ from xml.etree.ElementTree import Element
 import isodate
 
 from engine_core.errors import InvalidModel, UnsupportedElement
-from engine_core.model import AdHocSpec, IoMapping, LoopSpec, RetryPolicy
+from engine_core.model import AdHocSpec, ExecutionListener, IoMapping, LoopSpec, RetryPolicy
 
 __all__ = ["BPMN", "DORMANT", "ZEEBE", "local", "read_extensions", "read_loop", "truthy"]
 
@@ -37,7 +37,6 @@ _ZEEBE_IGNORED = frozenset(
     }
 )
 _ZEEBE_REFUSED = {
-    "executionListeners": "execution listeners are not run (they would change behaviour)",
     "taskListeners": "task listeners are not run (they would change behaviour)",
 }
 
@@ -137,6 +136,8 @@ def _read_zeebe(host: Element, el: Element, name: str, fields: dict[str, Any]) -
         fields["form_key"] = (
             el.get("formKey") or el.get("formId") or el.get("externalReference") or None
         )
+    elif name == "executionListeners":
+        fields["execution_listeners"] = _execution_listeners(host, el)
     elif name == "adHoc":
         for attribute in ("outputCollection", "outputElement"):
             if el.get(attribute):
@@ -153,6 +154,33 @@ def _read_zeebe(host: Element, el: Element, name: str, fields: dict[str, Any]) -
         return  # read with their BPMN parent (multi-instance, message)
     else:
         raise _refuse(host, f"zeebe:{name} is not supported")
+
+
+def _execution_listeners(host: Element, el: Element) -> tuple[ExecutionListener, ...]:
+    """Zeebe's rules: ``eventType`` start or end, a non-empty ``type``, and no two
+    listeners with the same event type and job type on one element."""
+    hid = host.get("id", "?")
+    listeners: list[ExecutionListener] = []
+    for child in el:
+        if local(child) != (ZEEBE, "executionListener"):
+            continue
+        event = (child.get("eventType") or "").strip()
+        if event not in ("start", "end"):
+            raise InvalidModel(
+                f"element {hid!r}: zeebe:executionListener eventType {event!r} is not "
+                '"start" or "end"'
+            )
+        job_type = (child.get("type") or "").strip()
+        if not job_type:
+            raise InvalidModel(f"element {hid!r}: zeebe:executionListener without a type")
+        if any(x.event == event and x.job_type == job_type for x in listeners):
+            raise InvalidModel(
+                f"element {hid!r}: two {event} execution listeners of type {job_type!r} "
+                "(Zeebe requires each eventType and type pair to be unique)"
+            )
+        retries = (child.get("retries") or "").strip() or None
+        listeners.append(ExecutionListener(event, job_type, retries))
+    return tuple(listeners)
 
 
 _BINDINGS = ("latest", "deployment", "versionTag")

@@ -23,6 +23,7 @@ __all__ = [
     "AdHocSpec",
     "EventDefinition",
     "EventKind",
+    "ExecutionListener",
     "Flow",
     "IoMapping",
     "LoopSpec",
@@ -158,6 +159,17 @@ class AdHocSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class ExecutionListener:
+    """A ``zeebe:executionListener``: a blocking job of ``job_type`` run before the
+    element's behaviour (``event`` "start") or after it, before the token leaves
+    ("end"); ``retries`` as on a task definition (literal or "=expr")."""
+
+    event: str
+    job_type: str
+    retries: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class RetryPolicy:
     """How an incident at an activity is retried automatically (dormant extension)."""
 
@@ -237,6 +249,13 @@ class Node:
     is_interrupting: bool = True
 
     retry_policy: RetryPolicy | None = None
+
+    # zeebe:executionListeners, in model order (start and end mixed).
+    execution_listeners: tuple[ExecutionListener, ...] = ()
+
+    def listeners(self, event: str) -> tuple[ExecutionListener, ...]:
+        """The execution listeners of one event type, in the order they run."""
+        return tuple(x for x in self.execution_listeners if x.event == event)
 
     @property
     def event(self) -> EventDefinition:

@@ -305,11 +305,15 @@ TD = ext('<zeebe:taskDefinition type="t"/>')
             "intermediateCatchEvent",
         ),
         (
-            '<bpmn:serviceTask id="st" name="Pay">'
-            + ext('<zeebe:taskDefinition type="t"/><zeebe:executionListeners/>')
-            + "</bpmn:serviceTask>",
+            '<bpmn:startEvent id="st" name="Pay">'
+            + ext(
+                "<zeebe:executionListeners>"
+                '<zeebe:executionListener eventType="start" type="x"/>'
+                "</zeebe:executionListeners>"
+            )
+            + "</bpmn:startEvent>",
             "st",
-            "serviceTask",
+            "startEvent",
         ),
         (
             '<bpmn:userTask id="ut" name="Pay">'
@@ -428,8 +432,14 @@ def test_every_binding_type_is_read_for_processes_and_decisions() -> None:
 
 
 def test_process_level_listener_refused() -> None:
-    xml = doc(ext("<zeebe:executionListeners/>"))
-    with pytest.raises(UnsupportedElement, match="'p'"):
+    xml = doc(
+        ext(
+            "<zeebe:executionListeners>"
+            '<zeebe:executionListener eventType="end" type="x"/>'
+            "</zeebe:executionListeners>"
+        )
+    )
+    with pytest.raises(UnsupportedElement, match=r"'p'.*executionListeners"):
         read_bpmn(xml)
 
 
