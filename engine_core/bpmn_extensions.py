@@ -117,16 +117,13 @@ def _read_zeebe(host: Element, el: Element, name: str, fields: dict[str, Any]) -
             (inputs if kind == "input" else outputs).append(mapping)
         fields["inputs"], fields["outputs"] = tuple(inputs), tuple(outputs)
     elif name == "calledDecision":
-        # The decision is looked up when the task runs (Camunda 8: latest version), so
+        # The decision is looked up when the task runs, by its binding (Camunda 8), so
         # a model may be deployed before its .dmn; running it without one is an incident.
-        _latest_binding_only(host, el, name)
+        fields["decision_binding"], fields["decision_version_tag"] = _binding(host, el, name)
         fields["decision_id"] = el.get("decisionId") or None
         fields["result_variable"] = el.get("resultVariable") or None
     elif name == "calledElement":
-        if (el.get("bindingType") or "").strip() == "versionTag":
-            fields["called_version_tag"] = _version_tag(host, el)
-        else:
-            _latest_binding_only(host, el, name)
+        fields["called_binding"], fields["called_version_tag"] = _binding(host, el, name)
         fields["called_process"] = el.get("processId") or None
         fields["propagate_all_child_variables"] = truthy(el.get("propagateAllChildVariables"), True)
         fields["propagate_all_parent_variables"] = truthy(
@@ -186,28 +183,28 @@ def _execution_listeners(host: Element, el: Element) -> tuple[ExecutionListener,
     return tuple(listeners)
 
 
-def _version_tag(host: Element, el: Element) -> str:
+_BINDINGS = ("latest", "deployment", "versionTag")
+
+
+def _binding(host: Element, el: Element, name: str) -> tuple[str, str | None]:
+    """``bindingType`` (Camunda 8.6+: latest, deployment, versionTag) and, for
+    versionTag, the tag; any other value is refused rather than run as "latest"."""
+    binding = (el.get("bindingType") or "latest").strip()
+    if binding not in _BINDINGS:
+        raise _refuse(
+            host,
+            f'zeebe:{name} bindingType="{binding}" is not supported '
+            "(latest, deployment or versionTag)",
+        )
+    if binding != "versionTag":
+        return binding, None
     tag = (el.get("versionTag") or "").strip()
     if not tag:
         raise InvalidModel(
-            f'element {host.get("id", "?")!r}: zeebe:calledElement bindingType="versionTag" '
+            f'element {host.get("id", "?")!r}: zeebe:{name} bindingType="versionTag" '
             "needs a versionTag attribute"
         )
-    return tag
-
-
-def _latest_binding_only(host: Element, el: Element, name: str) -> None:
-    """Camunda 8.6 added ``bindingType`` (latest, deployment, versionTag). dormant binds
-    the latest deployed version, or (call activities) the newest one with a version tag;
-    running a "deployment" binding on the latest would silently run a version its author
-    did not choose, so it is refused."""
-    binding = (el.get("bindingType") or "latest").strip()
-    if binding != "latest":
-        raise _refuse(
-            host,
-            f'zeebe:{name} bindingType="{binding}" is not supported: dormant always runs '
-            'the latest deployed version (bindingType="latest")',
-        )
+    return binding, tag
 
 
 # A retry is scheduled at now + backoff: a backoff of millions of days would be a

@@ -208,6 +208,9 @@ class Node:
     # Business rule task: the DMN decision it evaluates (literal or "=expr"); its
     # result goes to ``result_variable``.
     decision_id: str | None = None
+    # zeebe:calledDecision bindingType (latest | deployment | versionTag) and its tag.
+    decision_binding: str = "latest"
+    decision_version_tag: str | None = None
 
     # User task.
     assignee: str | None = None
@@ -231,7 +234,9 @@ class Node:
 
     # Call activity.
     called_process: str | None = None
-    # bindingType="versionTag": the newest deployed version whose zeebe:versionTag is this.
+    # zeebe:calledElement bindingType: latest | deployment | versionTag
+    # (engine_core/bindings.py); with versionTag, the tag asked for.
+    called_binding: str = "latest"
     called_version_tag: str | None = None
     propagate_all_child_variables: bool = True
     propagate_all_parent_variables: bool = True

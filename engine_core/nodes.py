@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from engine_core import ad_hoc, boundaries, calls, event_subs, jobs, listeners
 from engine_core.arming import WAITABLE, arm_event
+from engine_core.bindings import Binding, bind_decision, deployment_of
 from engine_core.checkpoint import ROOT_SCOPE, Token, TokenState, WaitKind, WaitRole
 from engine_core.compensation import throw_compensation
 from engine_core.dmn import evaluate_decision
@@ -62,10 +63,18 @@ def enter(rt: Runtime, token: Token) -> None:
             listeners.run(rt, token, node, "start")
             return
         if rt.is_activity(node):
+            # A call activity binds its child's process first (Zeebe): a missing one is
+            # an incident with no boundary armed beside it.
+            child = (
+                calls.bind_child(rt, token, node) if node.kind is NodeKind.CALL_ACTIVITY else None
+            )
             if arms:
                 boundaries.arm(rt, token, node)
             if token.listener_phase is None:  # "ran": applied before the listeners
                 _open_local_scope(rt, token, node)
+            if child is not None:
+                calls.start_child(rt, token, node, child)
+                return
         HANDLERS[node.kind](rt, token, node)
     except TechnicalFailure as failure:
         if arms and failure.token_id in (None, token.id):
@@ -225,16 +234,29 @@ def _service_task(rt: Runtime, token: Token, node: Node) -> None:
 
 def _business_rule_task(rt: Runtime, token: Token, node: Node) -> None:
     """A called decision is evaluated inline, against the decisions the shell lent
-    (``Services.decisions``, the latest deployed versions), like a script task: no job,
-    no wait. A decision that is not deployed, or that breaks its hit policy, is an
-    incident here (Camunda 8, N5); its retry looks the decision up again."""
+    (``Services.decisions``, the latest deployed versions; bound by ``deployment`` or
+    ``versionTag``, the chosen version's own file from ``Services.decision_versions``),
+    like a script task: no job, no wait. A decision that is not deployed, or that
+    breaks its hit policy, is an incident here (Camunda 8, N5); its retry looks the
+    decision up again."""
     if node.decision_id is None:
         jobs.start(rt, token, node)
         return
     context = rt.token_vars(token)
     decision_id = non_empty_string(node.decision_id, context, node.id, rt.now, "decision id")
+    binding = Binding(node.decision_binding)
+    decisions = rt.services.decisions
+    if binding is not Binding.LATEST:
+        decisions = bind_decision(
+            rt.services.decision_versions,
+            decision_id,
+            binding,
+            version_tag=node.decision_version_tag,
+            deployment=deployment_of(rt.services.processes or {}, rt.cp.process_key, rt.cp.version),
+            where=node.label,
+        )
     try:
-        result = evaluate_decision(rt.services.decisions, decision_id, context, now=rt.now)
+        result = evaluate_decision(decisions, decision_id, context, now=rt.now)
     except EngineInvariantError:
         raise
     except Exception as exc:

@@ -331,17 +331,14 @@ TD = ext('<zeebe:taskDefinition type="t"/>')
         ),
         (
             '<bpmn:callActivity id="ca" name="Pay">'
-            + ext('<zeebe:calledElement processId="c" bindingType="deployment"/>')
+            + ext('<zeebe:calledElement processId="c" bindingType="pinned"/>')
             + "</bpmn:callActivity>",
             "ca",
             "callActivity",
         ),
         (
             '<bpmn:businessRuleTask id="br" name="Pay">'
-            + ext(
-                '<zeebe:calledDecision decisionId="d" resultVariable="r" '
-                'bindingType="versionTag" versionTag="v1"/>'
-            )
+            + ext('<zeebe:calledDecision decisionId="d" resultVariable="r" bindingType="newest"/>')
             + "</bpmn:businessRuleTask>",
             "br",
             "businessRuleTask",
@@ -404,6 +401,33 @@ def test_version_tag_binding_and_the_process_version_tag() -> None:
             '<bpmn:callActivity id="ca">'
             + ext('<zeebe:calledElement processId="c" bindingType="versionTag"/>')
             + "</bpmn:callActivity>"
+        )
+
+
+def test_every_binding_type_is_read_for_processes_and_decisions() -> None:
+    for binding, tag in (("latest", None), ("deployment", None), ("versionTag", "v2")):
+        extra = f' versionTag="{tag}"' if tag else ""
+        caller = one(
+            '<bpmn:callActivity id="ca">'
+            + ext(f'<zeebe:calledElement processId="c" bindingType="{binding}"{extra}/>')
+            + "</bpmn:callActivity>"
+            + '<bpmn:businessRuleTask id="br">'
+            + ext(
+                f'<zeebe:calledDecision decisionId="d" resultVariable="r" '
+                f'bindingType="{binding}"{extra}/>'
+            )
+            + "</bpmn:businessRuleTask>"
+        )
+        ca, br = caller.nodes["ca"], caller.nodes["br"]
+        assert (ca.called_binding, ca.called_version_tag) == (binding, tag)
+        assert (br.decision_binding, br.decision_version_tag) == (binding, tag)
+    with pytest.raises(InvalidModel, match=r"'br'.*versionTag"):
+        one(
+            '<bpmn:businessRuleTask id="br">'
+            + ext(
+                '<zeebe:calledDecision decisionId="d" resultVariable="r" bindingType="versionTag"/>'
+            )
+            + "</bpmn:businessRuleTask>"
         )
 
 

@@ -85,6 +85,7 @@ CORE_TIERS: list[set[str]] = [
         "transitions",
         "wake",
         "correlation",
+        "bindings",
         "views",
         "job_types",
         "inputs",
