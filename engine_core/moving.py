@@ -71,10 +71,14 @@ def arrive(rt: Runtime, token: Token, node_id: str, flow_id: str | None = None) 
     """
     if token.node_id != node_id:
         rt.close_incidents(token, IncidentState.RESOLVED)
+    local = rt.cp.scopes.get(token.inner_scope) if token.inner_scope else None
+    if local is not None and local.token_id == token.id and local.node_id == token.node_id:
+        rt.drop_scope(local.id)  # what a gateway's or event's start listeners set locally
     token.node_id = node_id
     move_token(token, TokenState.ACTIVE)
     token.flow_id = flow_id
     token.inner_scope = None
+    token.listener_phase, token.listener_index = None, 0
     rt.queue.append(token.id)
 
 
@@ -155,6 +159,10 @@ def _leave(
     if token.loop_index is not None:
         _inner_done(rt, token, node, result, from_scope)
         return
+    if token.listener_phase == "ended":
+        # Back from the end listeners: the outputs were applied before them.
+        _leave_along_flows(rt, token, node)
+        return
     if from_scope is not None:
         # A sub-process finished: its output mappings read the sub-process's variables.
         if node.outputs:
@@ -167,6 +175,18 @@ def _leave(
                 token.inner_scope = None
     else:
         rt.apply_outputs(node, token, result)
+    if node.listeners("end"):
+        # The element is completing: its boundaries close, its end listeners run
+        # (engine_core/listeners.py, dispatched when the run loop enters the token).
+        rt.withdraw_token_waits(token.id)
+        token.listener_phase, token.listener_index = "end", 0
+        move_token(token, TokenState.ACTIVE)
+        rt.queue.append(token.id)
+        return
+    _leave_along_flows(rt, token, node)
+
+
+def _leave_along_flows(rt: Runtime, token: Token, node: Node) -> None:
     _record_compensable(rt, token)
     _finish_at_node(rt, token)
     take_flows(rt, token, plain_outgoing(rt, node, token))
