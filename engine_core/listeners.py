@@ -40,7 +40,7 @@ from engine_core.model import Node
 from engine_core.runtime import Runtime
 from engine_core.transitions import move_token
 from engine_core.triggers import JobCompleted, JobErrorThrown
-from engine_core.wake import STALE, Wake
+from engine_core.wake import Wake
 
 __all__ = ["completed", "error_thrown", "local_scope", "pending", "run"]
 
@@ -95,8 +95,6 @@ def completed(rt: Runtime, wait: Wait, trigger: JobCompleted) -> Wake:
     token = rt.token_of(wait)
     node = rt.node(wait.node_id)
     event = wait.execution_listener or ""
-    if token.listener_phase != event:
-        return STALE  # the token moved on (an operator resolved its incident)
     rt.withdraw(wait)
     move_token(token, TokenState.ACTIVE)
     try:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from engine_core.bpmn import read_bpmn
-from engine_core.builder import ProcessBuilder, message, timer
+from engine_core.builder import ProcessBuilder, compensate, error, link, message, terminate, timer
 from engine_core.effects import DispatchJob
 from engine_core.errors import InvalidModel, UnsupportedElement
 from engine_core.model import ExecutionListener, IoMapping, LoopSpec, ProcessDefinition
@@ -424,3 +424,76 @@ def test_listeners_of_a_multi_instance_activity_run_on_each_inner_instance(
     assert order == (
         ["prep", "post", "prep", "post"] if sequential else ["prep", "prep", "post", "post"]
     )
+
+
+def _refused(build: ProcessBuilder, needle: str) -> None:
+    with pytest.raises(UnsupportedElement, match=needle):
+        build.build()
+
+
+def test_the_kinds_that_take_no_listener_of_an_event_type() -> None:
+    b = ProcessBuilder("r1")
+    b.start_event("s").service_task("t", job_type="w").end_event("e")
+    b.boundary_event("late", "t", timer("PT1M"), execution_listeners=(start("a"),))
+    b.end_event("x").sequence("s", "t", "e").sequence("late", "x")
+    _refused(b, "boundaryEvent has no start listeners")
+
+    b = ProcessBuilder("r2")
+    b.start_event("s").end_event("e", error("E1"), execution_listeners=(end("a"),))
+    b.sequence("s", "e")
+    _refused(b, "error end event has no end listeners")
+
+    b = ProcessBuilder("r3")
+    b.start_event("s").end_event("e", terminate(), execution_listeners=(end("a"),))
+    b.sequence("s", "e")
+    _refused(b, "terminate end event are not run")
+
+    b = ProcessBuilder("r4")
+    b.start_event("s").intermediate_throw_event(
+        "c", compensate(), execution_listeners=(start("a"),)
+    ).end_event("e")
+    b.sequence("s", "c", "e")
+    _refused(b, "compensation throw event")
+
+    b = ProcessBuilder("r5")
+    b.start_event("s").intermediate_throw_event("l", link("L"), execution_listeners=(end("a"),))
+    b.intermediate_catch_event("lc", link("L")).end_event("e")
+    b.sequence("s", "l").sequence("lc", "e")
+    _refused(b, "link throw event are not run")
+
+    b = ProcessBuilder("r6")
+    b.start_event("s").service_task("t", job_type="w").end_event("e")
+    b.boundary_event(
+        "undo", "t", compensate(), compensation_handler="h", execution_listeners=(end("a"),)
+    )
+    b.service_task("h", job_type="u", is_for_compensation=True)
+    b.sequence("s", "t", "e")
+    _refused(b, "compensation boundary event has no listeners")
+
+    b = ProcessBuilder("r7")
+    b.start_event("s").end_event("e")
+    with b.event_sub_process("esp", execution_listeners=(start("a"),)):
+        b.start_event("es", message("m", "=k")).end_event("ee").sequence("es", "ee")
+    b.sequence("s", "e")
+    _refused(b, "event sub-process are not run")
+
+
+def test_start_listener_variables_are_checked_like_any_variable() -> None:
+    run = Run(_task(start("prepare")))
+    run.start()
+    complete(run, "prepare", bad="x\u0000y")
+    incident = run.incident("t")
+    assert incident.cause_class == "InvalidVariables"
+
+
+def test_an_end_listener_type_that_fails_to_evaluate_is_an_incident() -> None:
+    run = Run(_task(end("=missing")))
+    run.start()
+    run.complete_job("t")
+    incident = run.incident("t")
+    assert "job type" in incident.cause
+    run.cp.scopes["s0"].variables["missing"] = "audit"
+    run.retry(incident.id)
+    complete(run, "audit")
+    assert run.status == "completed"
+    assert len(run.effects_of(DispatchJob)) == 2  # the task's job ran once
