@@ -18,6 +18,7 @@ Counting only: nothing here changes a statement, and nothing asserts a timing.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ __all__ = ["ENV_LOG", "Counts", "TxCounter", "install_log", "is_write", "read_lo
 
 ENV_LOG = "DORMANT_BENCH_SQL_LOG"
 _WRITE_VERBS = ("INSERT", "UPDATE", "DELETE", "MERGE")
+_WRITE_WORD = re.compile(r"\b(INSERT|UPDATE|DELETE|MERGE)\b")
 
 
 def is_write(statement: str) -> bool:
@@ -36,8 +38,8 @@ def is_write(statement: str) -> bool:
     head = statement.lstrip().upper()
     if head.startswith(_WRITE_VERBS):
         return True
-    if head.startswith("WITH"):  # a CTE that writes
-        return any(f" {verb} " in f" {head.replace(chr(10), ' ')} " for verb in _WRITE_VERBS)
+    if head.startswith("WITH") and _WRITE_WORD.search(head):  # a CTE that writes
+        return True
     return " FOR UPDATE" in head or " FOR NO KEY UPDATE" in head
 
 
@@ -93,6 +95,7 @@ class TxCounter:
         state = self._state(conn)
         state["n"] += 1
         state["write"] = state["write"] or is_write(statement)
+
         self.counts.statements += 1
 
     def _commit(self, conn: Any) -> None:
