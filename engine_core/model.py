@@ -20,8 +20,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 __all__ = [
+    "AdHocSpec",
     "EventDefinition",
     "EventKind",
+    "ExecutionListener",
     "Flow",
     "IoMapping",
     "LoopSpec",
@@ -53,6 +55,7 @@ class NodeKind(StrEnum):
     INCLUSIVE_GATEWAY = "inclusiveGateway"
     EVENT_BASED_GATEWAY = "eventBasedGateway"
     SUB_PROCESS = "subProcess"
+    AD_HOC_SUB_PROCESS = "adHocSubProcess"
     EVENT_SUB_PROCESS = "eventSubProcess"
     CALL_ACTIVITY = "callActivity"
 
@@ -68,11 +71,14 @@ ACTIVITY_KINDS = frozenset(
         NodeKind.BUSINESS_RULE_TASK,
         NodeKind.MANUAL_TASK,
         NodeKind.SUB_PROCESS,
+        NodeKind.AD_HOC_SUB_PROCESS,
         NodeKind.CALL_ACTIVITY,
     }
 )
 
-CONTAINER_KINDS = frozenset({NodeKind.SUB_PROCESS, NodeKind.EVENT_SUB_PROCESS})
+CONTAINER_KINDS = frozenset(
+    {NodeKind.SUB_PROCESS, NodeKind.AD_HOC_SUB_PROCESS, NodeKind.EVENT_SUB_PROCESS}
+)
 
 
 class EventKind(StrEnum):
@@ -142,6 +148,28 @@ class LoopSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class AdHocSpec:
+    """An ad-hoc sub-process: ``zeebe:adHoc activeElementsCollection`` (FEEL, a list of
+    inner element ids, evaluated on entry), ``bpmn:completionCondition`` (FEEL, read
+    when an inner path ends) and ``cancelRemainingInstances`` (BPMN attribute)."""
+
+    active_elements: str | None = None
+    completion_condition: str | None = None
+    cancel_remaining: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionListener:
+    """A ``zeebe:executionListener``: a blocking job of ``job_type`` run before the
+    element's behaviour (``event`` "start") or after it, before the token leaves
+    ("end"); ``retries`` as on a task definition (literal or "=expr")."""
+
+    event: str
+    job_type: str
+    retries: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class RetryPolicy:
     """How an incident at an activity is retried automatically (dormant extension)."""
 
@@ -180,6 +208,9 @@ class Node:
     # Business rule task: the DMN decision it evaluates (literal or "=expr"); its
     # result goes to ``result_variable``.
     decision_id: str | None = None
+    # zeebe:calledDecision bindingType (latest | deployment | versionTag) and its tag.
+    decision_binding: str = "latest"
+    decision_version_tag: str | None = None
 
     # User task.
     assignee: str | None = None
@@ -199,10 +230,13 @@ class Node:
     boundaries: tuple[str, ...] = ()
 
     loop: LoopSpec | None = None
+    ad_hoc: AdHocSpec | None = None
 
     # Call activity.
     called_process: str | None = None
-    # bindingType="versionTag": the newest deployed version whose zeebe:versionTag is this.
+    # zeebe:calledElement bindingType: latest | deployment | versionTag
+    # (engine_core/bindings.py); with versionTag, the tag asked for.
+    called_binding: str = "latest"
     called_version_tag: str | None = None
     propagate_all_child_variables: bool = True
     propagate_all_parent_variables: bool = True
@@ -215,6 +249,13 @@ class Node:
     is_interrupting: bool = True
 
     retry_policy: RetryPolicy | None = None
+
+    # zeebe:executionListeners, in model order (start and end mixed).
+    execution_listeners: tuple[ExecutionListener, ...] = ()
+
+    def listeners(self, event: str) -> tuple[ExecutionListener, ...]:
+        """The execution listeners of one event type, in the order they run."""
+        return tuple(x for x in self.execution_listeners if x.event == event)
 
     @property
     def event(self) -> EventDefinition:
