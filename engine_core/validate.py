@@ -203,7 +203,7 @@ def _check_node(d: ProcessDefinition, node: Node) -> None:
                 f"businessRuleTask {node.id!r} calls decision {node.decision_id!r} without "
                 "a resultVariable (zeebe:calledDecision resultVariable)"
             )
-    if node.job_type and not node.job_type.lstrip().startswith("="):
+    if node.job_type and not is_expression(node.job_type):
         reserved = reserved_job_type(node.job_type)
         if reserved is not None:
             raise _bad(f"{node.kind} {node.id!r}: {reserved}")
