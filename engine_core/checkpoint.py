@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields, is_dataclass
 from datetime import datetime
 from enum import StrEnum
+from operator import attrgetter
 from types import UnionType
 from typing import Annotated, Any, ClassVar, Union, get_args, get_origin, get_type_hints
 
@@ -65,7 +66,11 @@ class InstanceStatus(StrEnum):
 
     @property
     def ended(self) -> bool:
-        return self in (InstanceStatus.COMPLETED, InstanceStatus.TERMINATED, InstanceStatus.FAILED)
+        return self in _ENDED
+
+
+# Read on every turn of the run loop: a set lookup, not three enum attribute reads.
+_ENDED = frozenset({InstanceStatus.COMPLETED, InstanceStatus.TERMINATED, InstanceStatus.FAILED})
 
 
 class TokenState(StrEnum):
@@ -103,11 +108,10 @@ class IncidentState(StrEnum):
 
     @property
     def closed(self) -> bool:
-        return self in (
-            IncidentState.RESOLVED,
-            IncidentState.DEAD_LETTERED,
-            IncidentState.OVERTAKEN,
-        )
+        return self in _CLOSED
+
+
+_CLOSED = frozenset({IncidentState.RESOLVED, IncidentState.DEAD_LETTERED, IncidentState.OVERTAKEN})
 
 
 # Every class below is a plain, slotted dataclass: the working state ``apply`` mutates.
@@ -334,13 +338,14 @@ def _json_copy(value: Any) -> Any:
 
 
 def _copy_dataclass(obj: Any) -> Any:
+    # All fields read in one call, the containers among them replaced by copies, and the
+    # class's own generated ``__init__`` to build the copy: the cheapest plain copy.
     cls = type(obj)
-    new = object.__new__(cls)
-    for name in _SHARED[cls]:
-        setattr(new, name, getattr(obj, name))
-    for name, copy in _COPIED[cls]:
-        setattr(new, name, copy(getattr(obj, name)))
-    return new
+    names, read, copied = _PLANS[cls]
+    values = dict(zip(names, read(obj), strict=False))
+    for name, copy in copied:
+        values[name] = copy(values[name])
+    return cls(**values)
 
 
 def _copier(hint: Any) -> Callable[[Any], Any] | None:
@@ -375,13 +380,20 @@ def _copier(hint: Any) -> Callable[[Any], Any] | None:
     raise TypeError(f"checkpoint field type {hint!r} has no copy rule")
 
 
-_SHARED: dict[type, tuple[str, ...]] = {}
-_COPIED: dict[type, tuple[tuple[str, Callable[[Any], Any]], ...]] = {}
+# class -> (its field names, a getter of all of them, (name, copy) for each container).
+_PLANS: dict[
+    type, tuple[tuple[str, ...], attrgetter[Any], tuple[tuple[str, Callable[[Any], Any]], ...]]
+] = {}
 for _cls in (Token, Scope, Wait, Incident, CompensationEntry, ParentLink, HeldTrigger, Checkpoint):
     _hints = get_type_hints(_cls, include_extras=True)
-    _rules = {f.name: _copier(_hints[f.name]) for f in fields(_cls)}
-    _SHARED[_cls] = tuple(n for n, c in _rules.items() if c is None)
-    _COPIED[_cls] = tuple((n, c) for n, c in _rules.items() if c is not None)
+    _names = tuple(f.name for f in fields(_cls))
+    _rules = ((n, _copier(_hints[n])) for n in _names)
+    # (attrgetter of one name returns the value itself, of several a tuple)
+    _PLANS[_cls] = (
+        _names,
+        attrgetter(*_names, _names[0]),
+        tuple((n, c) for n, c in _rules if c is not None),
+    )
 
 
 def _schema_1_to_2(doc: dict[str, Any]) -> dict[str, Any]:
