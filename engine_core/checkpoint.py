@@ -49,6 +49,7 @@ __all__ = [
     "copy_checkpoint",
     "decode",
     "encode",
+    "encode_json",
 ]
 
 CURRENT_SCHEMA = 2
@@ -281,8 +282,6 @@ class HeldTrigger:
 class Checkpoint:
     __pydantic_config__: ClassVar[ConfigDict] = _FORBID
 
-    # Stored as ``schema``; the upper bound ``decode`` checks.
-    schema_version: Annotated[int, Field(alias="schema")] = CURRENT_SCHEMA
     instance_id: str
     process_key: str
     version: int
@@ -307,6 +306,10 @@ class Checkpoint:
     # Suspended by an operator: later triggers are held here, in arrival order.
     suspended: bool = False
     held: list[HeldTrigger] = field(default_factory=list)
+    # Stored as ``schema`` (last, as every dormant wrote it); the upper bound ``decode``
+    # checks. No default: a stored document without it is corrupt, so the one-pass
+    # decode of a JSON text cannot mistake it for the current schema.
+    schema_version: Annotated[int, Field(alias="schema", strict=True)]
 
     def next_id(self, prefix: str) -> str:
         """A fresh id unique within this instance (mutates the counter)."""
@@ -428,6 +431,16 @@ def decode(raw: str | bytes | dict[str, Any]) -> Checkpoint:
     A newer schema is refused rather than half-read: an older dormant must not
     rewrite a document whose fields it does not know.
     """
+    if not isinstance(raw, dict):
+        # JSON text of the current schema: validated straight from the text, one pass
+        # (no dict in between). Anything else takes the path below, which says why.
+        try:
+            checkpoint = _DOCUMENT.validate_json(raw)
+        except ValidationError:
+            pass
+        else:
+            if checkpoint.schema_version == CURRENT_SCHEMA:
+                return checkpoint
     try:
         data = raw if isinstance(raw, dict) else json.loads(raw)
     except (ValueError, TypeError) as exc:
@@ -458,5 +471,10 @@ def encode(checkpoint: Checkpoint) -> dict[str, Any]:
     doc: dict[str, Any] = _DOCUMENT.dump_python(
         checkpoint, mode="json", by_alias=True, exclude_defaults=True
     )
-    doc["schema"] = checkpoint.schema_version
     return doc
+
+
+def encode_json(checkpoint: Checkpoint) -> str:
+    """``encode`` as JSON text in one pass (the same document, compact), for a caller
+    that stores text."""
+    return _DOCUMENT.dump_json(checkpoint, by_alias=True, exclude_defaults=True).decode()

@@ -17,6 +17,7 @@ from datetime import datetime
 
 from engine_core import operations
 from engine_core.checkpoint import (
+    CURRENT_SCHEMA,
     ROOT_SCOPE,
     Checkpoint,
     InstanceStatus,
@@ -62,6 +63,7 @@ def new_checkpoint(
 ) -> Checkpoint:
     """The empty document a ``Start`` trigger is applied to."""
     return Checkpoint(
+        schema_version=CURRENT_SCHEMA,
         instance_id=instance_id,
         process_key=definition.key,
         version=version,
