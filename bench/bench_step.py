@@ -8,10 +8,12 @@ Steps measured, each from a stored JSON string to a stored JSON string:
   1. complete the user task, 2. complete the service task's job, 3. fire the timer;
 * loop model (a user task in a loop): complete the user task (and loop back).
 
-dormant's decode reads the JSON text in one pass (``decode(text)`` validates straight from
-the text) and ``encode_json`` writes it in one pass, as Spiff's ``deserialize_json`` and
+dormant's ``apply`` is given the stored JSON text: it decodes it in one pass (validated
+straight from the text) into its private working state, and ``encode_json`` writes the
+new state in one pass, as Spiff's ``deserialize_json`` and
 ``serialize_json`` do. The Store's path today is a dict each way (psycopg parses the JSONB,
-SQLAlchemy dumps it): that variant is printed beside, for reference.
+SQLAlchemy dumps it) and a decoded ``Checkpoint`` that ``apply`` copies: that variant
+is printed beside, for reference.
 
 Spiff's service task waits in STARTED (completed with ``task.complete()``, the analogue
 of a job result); its timer is fired by moving the stored due time into the past. Both
@@ -50,9 +52,9 @@ T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 
 
 def dormant_step(defn: ProcessDefinition, stored: str, trigger: Trigger, now: datetime) -> str:
-    cp = decode(stored)
-    step = apply(defn, cp, trigger, now=now)
-    return encode_json(step.checkpoint)
+    """``apply`` given the stored text decodes it (one pass) into its private working
+    state; the new state is written in one pass."""
+    return encode_json(apply(defn, stored, trigger, now=now).checkpoint)
 
 
 def dormant_step_dicts(

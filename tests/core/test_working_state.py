@@ -242,3 +242,19 @@ def test_the_step_machine_calls_no_pydantic() -> None:
             steps += 1
     assert steps > 50
     assert seen == set()
+
+
+@pytest.mark.parametrize("name", _CONFORMANCE)
+def test_apply_given_the_stored_text_steps_as_given_the_decoded_checkpoint(name: str) -> None:
+    """Given the stored text, ``apply`` decodes it into its private working state (the
+    decode is the copy); every step is the one the decoded checkpoint gives."""
+    definition, stored = _DEFINITIONS[name], _STORED[name]
+    cp = decode(stored)
+    for trigger in [*_triggers(cp), TaskCompleted(wait_id="gone")]:
+        from_text = apply(definition, stored, trigger, now=_later(cp))
+        from_state = apply(definition, cp, trigger, now=_later(cp))
+        assert from_text.changed == from_state.changed
+        assert encode(from_text.checkpoint) == encode(from_state.checkpoint)
+        assert (from_text.effects, from_text.facts) == (from_state.effects, from_state.facts)
+        if not from_text.changed:
+            assert json.dumps(encode(from_text.checkpoint)) == stored
