@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from engine_core import boundaries, calls, event_subs, incidents, jobs
+from engine_core import boundaries, calls, event_subs, incidents, jobs, listeners
 from engine_core.checkpoint import (
     ROOT_SCOPE,
     ParentLink,
@@ -179,6 +179,20 @@ def _task_completed(rt: Runtime, trigger: TaskCompleted) -> Wake:
     return Wake.token(token.id)
 
 
+def _job_completed(rt: Runtime, trigger: JobCompleted) -> Wake:
+    wait = jobs.job_wait(rt, trigger.wait_id, trigger.attempt)
+    if wait is not None and wait.execution_listener is not None:
+        return listeners.completed(rt, wait, trigger)
+    return jobs.completed(rt, trigger)
+
+
+def _job_error(rt: Runtime, trigger: JobErrorThrown) -> Wake:
+    wait = jobs.job_wait(rt, trigger.wait_id, trigger.attempt)
+    if wait is not None and wait.execution_listener is not None:
+        return listeners.error_thrown(rt, wait, trigger)
+    return jobs.error_thrown(rt, trigger)
+
+
 def _cancel(rt: Runtime, trigger: Cancel) -> Wake:
     cancel_instance(rt, notify_parent=trigger.notify_parent)
     return INSTANCE
@@ -209,9 +223,9 @@ _HANDLERS: dict[type, TriggerHandler] = {
     MessageReceived: _message,
     SignalReceived: _signal,
     TaskCompleted: _task_completed,
-    JobCompleted: jobs.completed,
+    JobCompleted: _job_completed,
     JobFailed: jobs.failed,
-    JobErrorThrown: jobs.error_thrown,
+    JobErrorThrown: _job_error,
     JobHeartbeat: jobs.heartbeat,
     ChildCompleted: calls.child_completed,
     ChildFailed: calls.child_failed,
