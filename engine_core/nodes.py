@@ -26,6 +26,7 @@ from engine_core.model import EventKind, Node, NodeKind
 from engine_core.moving import (
     arrive,
     chosen_flows,
+    finish_event_sub,
     finish_process,
     leave_activity,
     take_flows,
@@ -94,6 +95,8 @@ def _around(rt: Runtime, token: Token, node: Node) -> None:
             leave_activity(rt, token, {})
         elif phase == "process-ended":
             finish_process(rt, token)
+        elif phase == "sub-ended":
+            finish_event_sub(rt, token)
         else:
             listeners.run(rt, token, node, phase or "")
     except TechnicalFailure as failure:
