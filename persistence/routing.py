@@ -7,12 +7,13 @@ join, buffer or not); this module executes it against the database. Order, and w
    The row is written LAST (step 4), so a producer's retry after a crash mid-routing
    is routed again, and every apply in step 2/3 is idempotent (trigger id = message
    id; start id = uuid5 of key and message id) — delivery is exactly once per holder.
-2. Every instance holding a matching subscription gets ``MessageReceived`` (first
-   wait per instance), each in its own Store transaction.
-3. Else every latest deployed process with a message start of that name: a keyed
-   start joins a running instance with the same start key (a 'DuplicateStart' fact,
-   never a second instance); the partial unique index on (key, start_key) makes that
-   race-safe when two such messages arrive at once.
+2. Per process id, the first instance holding a matching subscription gets
+   ``MessageReceived`` (message cardinality: once per process id, the core's plan),
+   each in its own Store transaction.
+3. Then every latest deployed process with a message start of that name that no
+   holder served: a keyed start joins a running instance with the same start key (a
+   'DuplicateStart' fact, never a second instance); the partial unique index on
+   (key, start_key) makes that race-safe when two such messages arrive at once.
 4. Under the (name, key) advisory lock, re-check the subscriptions (one may have been
    armed meanwhile) and record the message: buffered until ``expires_at`` if nothing
    took it and ``ttl`` > 0, else consumed. The hold sync takes the same lock before it
@@ -38,7 +39,14 @@ from typing import Any
 from sqlalchemy import Connection, insert, select
 from sqlalchemy.exc import OperationalError
 
-from engine_core.correlation import JoinRunning, buffer_it, start_or_join, waits_to_wake
+from engine_core.correlation import (
+    Holder,
+    JoinRunning,
+    buffer_it,
+    processes_to_start,
+    start_or_join,
+    waits_to_wake,
+)
 from engine_core.effects import Fact
 from engine_core.errors import InvalidMessage
 from engine_core.inputs import check_name, check_text, check_ttl, check_variables
@@ -69,6 +77,9 @@ class MessageOutcome:
     applied: list[Applied] = field(default_factory=list)
     # Holders whose delivery raised: each kept as a failed trigger of its own.
     failed: list[str] = field(default_factory=list)
+    # Process ids the message correlated to (delivered, failed, started or joined):
+    # each gets it once.
+    served: set[str] = field(default_factory=set)
 
     @property
     def outbox_ids(self) -> list[int]:
@@ -185,23 +196,23 @@ class Router:
             ),
         )
 
-    def _holders(self, kind: str, name: str, key: str | None) -> list[tuple[str, str]]:
+    def _holders(self, kind: str, name: str, key: str | None) -> list[Holder]:
         with self.store.read() as conn:
             return self._holders_in(conn, kind, name, key)
 
     @staticmethod
-    def _holders_in(
-        conn: Connection, kind: str, name: str, key: str | None
-    ) -> list[tuple[str, str]]:
-        q = select(subscriptions.c.instance_id, subscriptions.c.wait_id).where(
-            subscriptions.c.kind == kind, subscriptions.c.name == name
+    def _holders_in(conn: Connection, kind: str, name: str, key: str | None) -> list[Holder]:
+        """Matching subscriptions with their instance's process, oldest instance first
+        (then instance id, wait id): "the first subscription" of a process."""
+        q = (
+            select(subscriptions.c.instance_id, subscriptions.c.wait_id, instances.c.key)
+            .join(instances, instances.c.id == subscriptions.c.instance_id)
+            .where(subscriptions.c.kind == kind, subscriptions.c.name == name)
         )
         if kind == "message":
             q = q.where(subscriptions.c.correlation_key.is_not_distinct_from(key))
-        return [
-            (r.instance_id, r.wait_id)
-            for r in conn.execute(q.order_by(subscriptions.c.instance_id, subscriptions.c.wait_id))
-        ]
+        q = q.order_by(instances.c.created_at, subscriptions.c.instance_id, subscriptions.c.wait_id)
+        return [Holder(r.key, r.instance_id, r.wait_id) for r in conn.execute(q)]
 
     def message(
         self,
@@ -223,23 +234,22 @@ class Router:
             message_id or str(uuid.uuid4()), "message id", limits, InvalidMessage
         )
         out = MessageOutcome(message_id)
-        # The duplicate check and the first holders lookup share one read transaction.
+        # The duplicate check, the first holders lookup and the message starts share
+        # one read transaction.
         with self.store.read() as conn:
             if conn.execute(
                 select(messages.c.message_id).where(messages.c.message_id == message_id)
             ).first():
                 out.duplicate = True
                 return out
-            holders: list[tuple[str, str]] | None = self._holders_in(
-                conn, "message", name, correlation_key
-            )
+            holders: list[Holder] | None = self._holders_in(conn, "message", name, correlation_key)
+            starts = self.store.latest_starts("message", name, conn=conn)
         while True:
-            self._deliver(out, name, correlation_key, variables, now, holders)
+            self._deliver(out, name, correlation_key, variables, now, holders, starts)
             holders = None  # a second round (a subscription appeared) looks again
             if out.recorded:
                 return out
-            if not out.delivered_to and not out.failed:
-                self._start(out, name, correlation_key, variables, now)
+            self._start(out, name, correlation_key, variables, now, starts)
             if self._record(out, name, correlation_key, variables, ttl_seconds, now):
                 return out
 
@@ -250,38 +260,59 @@ class Router:
         key: str | None,
         variables: dict[str, Any],
         now: datetime,
-        holders: list[tuple[str, str]] | None = None,
+        holders: list[Holder] | None,
+        starts: list[tuple[str, int, list[str]]],
     ) -> None:
-        seen: set[str] = set(out.delivered_to) | set(out.failed)
         if holders is None:
             holders = self._holders("message", name, key)
-        # With one holder the dedup row rides its transaction. With several it must be
-        # written after all of them (``_record``): a crash in between leaves the message
-        # unrecorded, so the producer's retry reaches the holders not yet served.
-        single = len({instance for instance, _ in holders}) == 1 and not (
-            out.delivered_to or out.failed
+        groups = waits_to_wake(holders, out.served)
+        # With one taker the dedup row rides its transaction. With several (holders of
+        # other processes, or a message start to run after) it must be written after
+        # all of them (``_record``): a crash in between leaves the message unrecorded,
+        # so the producer's retry reaches the processes not yet served.
+        others = processes_to_start(
+            (p for p, _, _ in starts), {g[0].process_key for g in groups} | out.served
         )
-        for instance_id, wait_id in waits_to_wake(holders, seen):
-            trigger = MessageReceived(
-                wait_id=wait_id,
-                name=name,
-                correlation_key=key,
-                variables=variables,
-                message_id=out.message_id,
-            )
-            record = self._recorder(out, name, key, instance_id, now) if single else None
-            applied = self._apply_isolated(instance_id, trigger, out.message_id, now, also=record)
-            if applied is None:
-                out.failed.append(instance_id)  # kept for this holder; the others go on
-                out.recorded = False  # its dedup row rolled back with it
-                continue
-            if not (applied.changed or applied.duplicate):
-                # The wait was replaced between our lookup and the lock (a loop that
-                # re-armed its catch): not delivered. ``_record`` then finds the new
-                # subscription under its lock and ``message`` correlates again.
-                continue
-            out.applied.append(applied)
-            out.delivered_to.append(instance_id)
+        single = len(groups) == 1 and not others and not (out.delivered_to or out.failed)
+        for candidates in groups:
+            for holder in candidates:
+                if self._deliver_one(out, name, key, variables, now, holder, single):
+                    out.served.add(holder.process_key)
+                    break
+
+    def _deliver_one(
+        self,
+        out: MessageOutcome,
+        name: str,
+        key: str | None,
+        variables: dict[str, Any],
+        now: datetime,
+        holder: Holder,
+        single: bool,
+    ) -> bool:
+        """Deliver to one holder; False when its wait went stale (try the next)."""
+        trigger = MessageReceived(
+            wait_id=holder.wait_id,
+            name=name,
+            correlation_key=key,
+            variables=variables,
+            message_id=out.message_id,
+        )
+        instance_id = holder.instance_id
+        record = self._recorder(out, name, key, instance_id, now) if single else None
+        applied = self._apply_isolated(instance_id, trigger, out.message_id, now, also=record)
+        if applied is None:
+            out.failed.append(instance_id)  # kept for this holder; the others go on
+            out.recorded = False  # its dedup row rolled back with it
+            return True  # the message counts as taken by it
+        if not (applied.changed or applied.duplicate):
+            # The wait was replaced between our lookup and the lock (a loop that
+            # re-armed its catch): not delivered. ``_record`` then finds the new
+            # subscription under its lock and ``message`` correlates again.
+            return False
+        out.applied.append(applied)
+        out.delivered_to.append(instance_id)
+        return True
 
     def _recorder(
         self, out: MessageOutcome, name: str, key: str | None, taker: str, now: datetime
@@ -322,8 +353,14 @@ class Router:
         key: str | None,
         variables: dict[str, Any],
         now: datetime,
+        starts: list[tuple[str, int, list[str]]],
     ) -> None:
-        for process_key, version, nodes in self.store.latest_starts("message", name):
+        """Start (or join) each process with a matching message start no holder served."""
+        unserved = set(processes_to_start((p for p, _, _ in starts), out.served))
+        for process_key, version, nodes in starts:
+            if process_key not in unserved:
+                continue
+            out.served.add(process_key)
             running = self._running_with_key(process_key, key) if key is not None else None
             plan = start_or_join(process_key, version, nodes, key, running)
             if isinstance(plan, JoinRunning):
@@ -432,7 +469,8 @@ class Router:
         variables = check_variables(variables, f"signal {name!r} variables", limits)
         signal_id = check_text(signal_id or str(uuid.uuid4()), "signal id", limits, InvalidMessage)
         out = SignalOutcome(signal_id)
-        for instance_id, wait_id in self._holders("signal", name, None):
+        for holder in self._holders("signal", name, None):
+            instance_id, wait_id = holder.instance_id, holder.wait_id
             trigger = SignalReceived(wait_id=wait_id, name=name, variables=variables)
             applied = self._apply_isolated(instance_id, trigger, f"{signal_id}:{wait_id}", now)
             if applied is None:
