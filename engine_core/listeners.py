@@ -40,7 +40,7 @@ from engine_core.model import Node
 from engine_core.runtime import Runtime
 from engine_core.transitions import move_token
 from engine_core.triggers import JobCompleted, JobErrorThrown
-from engine_core.wake import STALE, Wake
+from engine_core.wake import Wake
 
 __all__ = ["completed", "error_thrown", "local_scope", "pending", "run"]
 
@@ -58,7 +58,11 @@ def run(rt: Runtime, token: Token, node: Node, event: str) -> None:
     and park the token on it."""
     if token.listener_phase != event:
         token.listener_phase, token.listener_index = event, 0
-    listener = node.listeners(event)[token.listener_index]
+    todo = node.listeners(event)
+    if token.listener_index >= len(todo):
+        _done(rt, token, event)  # the node has fewer now (the instance was migrated)
+        return
+    listener = todo[token.listener_index]
     try:
         jobs.open_job(
             rt, token, node, listener.job_type, listener.retries, execution_listener=event
@@ -91,8 +95,6 @@ def completed(rt: Runtime, wait: Wait, trigger: JobCompleted) -> Wake:
     token = rt.token_of(wait)
     node = rt.node(wait.node_id)
     event = wait.execution_listener or ""
-    if token.listener_phase != event:
-        return STALE  # the token moved on (an operator resolved its incident)
     rt.withdraw(wait)
     move_token(token, TokenState.ACTIVE)
     try:
@@ -104,9 +106,15 @@ def completed(rt: Runtime, wait: Wait, trigger: JobCompleted) -> Wake:
     except TechnicalFailure as failure:
         raise_failure(rt, failure, token, node, activated=event != "start")
         return Wake.token(token.id)
-    token.listener_phase, token.listener_index = _DONE[event], 0
-    rt.queue.append(token.id)  # nodes.enter continues from the phase
+    _done(rt, token, event)
     return Wake.token(token.id)
+
+
+def _done(rt: Runtime, token: Token, event: str) -> None:
+    """Every ``event`` listener completed: nodes.enter continues from the next phase."""
+    token.listener_phase, token.listener_index = _DONE[event], 0
+    move_token(token, TokenState.ACTIVE)
+    rt.queue.append(token.id)
 
 
 def _merge(rt: Runtime, token: Token, node: Node, event: str, variables: Mapping[str, Any]) -> None:

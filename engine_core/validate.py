@@ -266,8 +266,6 @@ def _listener_refusal(node: Node, event: str) -> str | None:
         return "start listeners on a joining gateway are not run"
     if kind is K.EVENT_SUB_PROCESS:
         return "listeners on an event sub-process are not run"
-    if node.loop is not None:
-        return "listeners on a multi-instance activity are not run"
     return None
 
 
@@ -354,6 +352,14 @@ def _check_event_based_gateway(d: ProcessDefinition, node: Node) -> None:
         ok = target.kind is K.RECEIVE_TASK or (
             target.kind is K.INTERMEDIATE_CATCH_EVENT and target.event.kind in _EBG_TARGET_EVENTS
         )
+        if target.listeners("start"):
+            raise UnsupportedElement(
+                target.id,
+                str(target.kind),
+                target.name,
+                "zeebe:executionListener start listeners on an event after an event-based "
+                f"gateway ({node.id!r}) are not run; put them on the gateway",
+            )
         if not ok or len(target.incoming) != 1:
             raise _bad(
                 f"event-based gateway {node.id!r}: flow {fid!r} must lead to a "

@@ -33,6 +33,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.types import TypeDecorator
 
+from engine_core.checkpoint import InstanceStatus
+
 __all__ = [
     "ACTIVE_STATUSES",
     "JsonDoc",
@@ -59,7 +61,7 @@ __all__ = [
 ]
 
 # Instance statuses that still count as "running" for a keyed message start.
-ACTIVE_STATUSES = ("active", "active_incidents")
+ACTIVE_STATUSES = tuple(status.value for status in InstanceStatus if not status.ended)
 
 
 class UtcDateTime(TypeDecorator[datetime]):

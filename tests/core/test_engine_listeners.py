@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from engine_core.bpmn import read_bpmn
-from engine_core.builder import ProcessBuilder, message, timer
+from engine_core.builder import ProcessBuilder, compensate, error, link, message, terminate, timer
 from engine_core.effects import DispatchJob
 from engine_core.errors import InvalidModel, UnsupportedElement
 from engine_core.model import ExecutionListener, IoMapping, LoopSpec, ProcessDefinition
@@ -251,7 +251,9 @@ def test_a_start_listener_failure_then_retry_arms_the_boundaries() -> None:
     run = Run(b.build())
     run.start()
     fail(run, "prepare")
-    run.retry(run.incident("t").id)
+    incident = run.incident("t")
+    assert not incident.boundaries_armed and run.waits("late") == []  # none armed yet
+    run.retry(incident.id)
     complete(run, "prepare")
     assert [w.kind.value for w in run.waits("late")] == ["timer"]
 
@@ -326,10 +328,10 @@ def test_the_reader_takes_listeners_in_model_order() -> None:
             "gateway has no end listeners",
         ),
         (
-            '<bpmn:task id="x"><bpmn:multiInstanceLoopCharacteristics>'
-            "<bpmn:loopCardinality>2</bpmn:loopCardinality>"
-            f"</bpmn:multiInstanceLoopCharacteristics>{_ext(_el('start', 'a'))}</bpmn:task>",
-            "multi-instance",
+            '<bpmn:parallelGateway id="x">'
+            f"{_ext(_el('start', 'a'))}</bpmn:parallelGateway>"
+            '<bpmn:sequenceFlow id="f3" sourceRef="s" targetRef="x"/>',
+            "joining gateway",
         ),
     ],
 )
@@ -368,11 +370,130 @@ def test_malformed_listeners_are_refused(listeners: tuple[str, ...], needle: str
         read_bpmn(_linear(f'<bpmn:task id="x">{_ext(*listeners)}</bpmn:task>'))
 
 
-def test_the_builder_refuses_listeners_on_a_multi_instance_activity() -> None:
+def test_a_start_listener_on_an_event_based_gateway_target_is_refused() -> None:
+    b = ProcessBuilder("raced")
+    b.start_event("s").event_based_gateway("g")
+    b.intermediate_catch_event("m", message("go", "=k"), execution_listeners=(start("a"),))
+    b.intermediate_catch_event("t", timer("PT1M")).end_event("e1").end_event("e2")
+    b.sequence("s", "g", "m", "e1").sequence("g", "t", "e2")
+    with pytest.raises(UnsupportedElement, match="event-based gateway"):
+        b.build()
+
+
+def _multi(sequential: bool) -> ProcessDefinition:
     b = ProcessBuilder("mi")
-    b.start_event("s").task(
-        "t", loop=LoopSpec(sequential=True, cardinality="2"), execution_listeners=(start("a"),)
+    b.start_event("s").service_task(
+        "t",
+        job_type="work",
+        loop=LoopSpec(
+            sequential=sequential,
+            input_collection="=[1, 2]",
+            input_element="item",
+            output_collection="results",
+            output_element="=seen",
+        ),
+        execution_listeners=(start("prep"), end("post")),
     ).end_event("e")
     b.sequence("s", "t", "e")
-    with pytest.raises(UnsupportedElement, match="multi-instance"):
-        b.build()
+    return b.build()
+
+
+@pytest.mark.parametrize("sequential", [False, True])
+def test_listeners_of_a_multi_instance_activity_run_on_each_inner_instance(
+    sequential: bool,
+) -> None:
+    run = Run(_multi(sequential))
+    run.start()
+    for _ in range(2):
+        prep = next(w for w in run.cp.waits.values() if w.job_type == "prep")
+        item = run.cp.scopes[run.cp.tokens[prep.token_id or ""].inner_scope or ""].variables
+        run.send(JobCompleted(wait_id=prep.id, attempt=1, variables={"doubled": item["item"] * 2}))
+        work = next(w for w in run.cp.waits.values() if w.job_type == "work")
+        job = [e for e in run.effects_of(DispatchJob) if e.wait_id == work.id][-1]
+        assert job.variables["doubled"] == job.variables["item"] * 2  # its own listener's
+        run.send(
+            JobCompleted(wait_id=work.id, attempt=1, variables={"seen": job.variables["item"]})
+        )
+        post = next(w for w in run.cp.waits.values() if w.job_type == "post")
+        assert run.status == "active"  # the inner instance waits for its end listener
+        run.send(JobCompleted(wait_id=post.id, attempt=1, variables={"audited": True}))
+    assert run.status == "completed"
+    assert run.variables["results"] == [1, 2]
+    assert run.variables["audited"] is True
+    order = [j for _, j in _listener_jobs(run)]
+    assert order == (
+        ["prep", "post", "prep", "post"] if sequential else ["prep", "prep", "post", "post"]
+    )
+
+
+def _refused(build: ProcessBuilder, needle: str) -> None:
+    with pytest.raises(UnsupportedElement, match=needle):
+        build.build()
+
+
+def test_the_kinds_that_take_no_listener_of_an_event_type() -> None:
+    b = ProcessBuilder("r1")
+    b.start_event("s").service_task("t", job_type="w").end_event("e")
+    b.boundary_event("late", "t", timer("PT1M"), execution_listeners=(start("a"),))
+    b.end_event("x").sequence("s", "t", "e").sequence("late", "x")
+    _refused(b, "boundaryEvent has no start listeners")
+
+    b = ProcessBuilder("r2")
+    b.start_event("s").end_event("e", error("E1"), execution_listeners=(end("a"),))
+    b.sequence("s", "e")
+    _refused(b, "error end event has no end listeners")
+
+    b = ProcessBuilder("r3")
+    b.start_event("s").end_event("e", terminate(), execution_listeners=(end("a"),))
+    b.sequence("s", "e")
+    _refused(b, "terminate end event are not run")
+
+    b = ProcessBuilder("r4")
+    b.start_event("s").intermediate_throw_event(
+        "c", compensate(), execution_listeners=(start("a"),)
+    ).end_event("e")
+    b.sequence("s", "c", "e")
+    _refused(b, "compensation throw event")
+
+    b = ProcessBuilder("r5")
+    b.start_event("s").intermediate_throw_event("l", link("L"), execution_listeners=(end("a"),))
+    b.intermediate_catch_event("lc", link("L")).end_event("e")
+    b.sequence("s", "l").sequence("lc", "e")
+    _refused(b, "link throw event are not run")
+
+    b = ProcessBuilder("r6")
+    b.start_event("s").service_task("t", job_type="w").end_event("e")
+    b.boundary_event(
+        "undo", "t", compensate(), compensation_handler="h", execution_listeners=(end("a"),)
+    )
+    b.service_task("h", job_type="u", is_for_compensation=True)
+    b.sequence("s", "t", "e")
+    _refused(b, "compensation boundary event has no listeners")
+
+    b = ProcessBuilder("r7")
+    b.start_event("s").end_event("e")
+    with b.event_sub_process("esp", execution_listeners=(start("a"),)):
+        b.start_event("es", message("m", "=k")).end_event("ee").sequence("es", "ee")
+    b.sequence("s", "e")
+    _refused(b, "event sub-process are not run")
+
+
+def test_start_listener_variables_are_checked_like_any_variable() -> None:
+    run = Run(_task(start("prepare")))
+    run.start()
+    complete(run, "prepare", bad="x\u0000y")
+    incident = run.incident("t")
+    assert incident.cause_class == "InvalidVariables"
+
+
+def test_an_end_listener_type_that_fails_to_evaluate_is_an_incident() -> None:
+    run = Run(_task(end("=missing")))
+    run.start()
+    run.complete_job("t")
+    incident = run.incident("t")
+    assert "job type" in incident.cause
+    run.cp.scopes["s0"].variables["missing"] = "audit"
+    run.retry(incident.id)
+    complete(run, "audit")
+    assert run.status == "completed"
+    assert len(run.effects_of(DispatchJob)) == 2  # the task's job ran once
