@@ -4,12 +4,16 @@ The rules are the core's plan (``engine_core/correlation.py``: which waits, star
 join, buffer or not); this module executes it against the database. Order, and why:
 
 1. A message id already recorded in ``messages`` is a duplicate: nothing happens.
-   The row is written LAST (step 4), so a producer's retry after a crash mid-routing
-   is routed again, and every apply in step 2/3 is idempotent (trigger id = message
-   id; start id = uuid5 of key and message id) — delivery is exactly once per holder.
+   The row is written LAST (in the last holder's own transaction, or step 4), so a
+   producer's retry after a crash mid-routing is routed again, and every apply in
+   step 2/3 is idempotent (trigger id = message id; start id = uuid5 of key and message
+   id) — delivery is exactly once per holder. That check and the holders' lookup are
+   one statement.
 2. Per process id, the first instance holding a matching subscription gets
    ``MessageReceived`` (message cardinality: once per process id, the core's plan),
-   each in its own Store transaction.
+   each in its own Store transaction; the LAST holder's also records the message and
+   marks the Client's inbox row when no message start is left to run, so a message
+   with one holder costs one write transaction, and with several one per holder.
 3. Then every latest deployed process with a message start of that name that no
    holder served: a keyed start joins a running instance with the same start key (a
    'DuplicateStart' fact, never a second instance); the partial unique index on
@@ -36,7 +40,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, insert, select
+from sqlalchemy import Connection, and_, exists, insert, literal, select
 from sqlalchemy.exc import OperationalError
 
 from engine_core.correlation import (
@@ -52,10 +56,17 @@ from engine_core.errors import InvalidMessage
 from engine_core.inputs import check_name, check_text, check_ttl, check_variables
 from engine_core.triggers import MessageReceived, SignalReceived, Trigger
 from persistence.holds import lock_message_key
+from persistence.inbox import mark_processed_statement
+from persistence.outbox_queue import OutboxRow
 from persistence.store import Applied, StartKeyTaken, Store
 from persistence.tables import ACTIVE_STATUSES, instances, messages, subscriptions
+from persistence.writes import Writes
 
 __all__ = ["NAMESPACE", "MessageOutcome", "Router", "SignalOutcome"]
+
+# "The first matching subscription" of a process: the oldest instance's, then by
+# instance id and wait id (deterministic on every backend).
+HOLDER_ORDER = (instances.c.created_at, subscriptions.c.instance_id, subscriptions.c.wait_id)
 
 # Deterministic ids for instances started by a message or signal: a redelivered
 # message starts nothing new.
@@ -77,6 +88,8 @@ class MessageOutcome:
     applied: list[Applied] = field(default_factory=list)
     # Holders whose delivery raised: each kept as a failed trigger of its own.
     failed: list[str] = field(default_factory=list)
+    # The Client's inbox row was marked in the transaction that recorded the message.
+    inbox_marked: bool = False
     # Process ids the message correlated to (delivered, failed, started or joined):
     # each gets it once.
     served: set[str] = field(default_factory=set)
@@ -84,6 +97,10 @@ class MessageOutcome:
     @property
     def outbox_ids(self) -> list[int]:
         return [i for a in self.applied for i in a.outbox_ids]
+
+    @property
+    def outbox_rows(self) -> list[OutboxRow]:
+        return [r for a in self.applied for r in a.outbox_rows]
 
     def summary(self) -> str:
         parts = [f"delivered_to={','.join(self.delivered_to) or '-'}"]
@@ -102,10 +119,16 @@ class SignalOutcome:
     started: list[str] = field(default_factory=list)
     applied: list[Applied] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
+    # A broadcast takes one transaction per holder: the shell marks its inbox row after.
+    inbox_marked: bool = False
 
     @property
     def outbox_ids(self) -> list[int]:
         return [i for a in self.applied for i in a.outbox_ids]
+
+    @property
+    def outbox_rows(self) -> list[OutboxRow]:
+        return [r for a in self.applied for r in a.outbox_rows]
 
     def summary(self) -> str:
         return (
@@ -151,7 +174,7 @@ class Router:
         trigger: Trigger,
         trigger_id: str,
         now: datetime,
-        also: Callable[[Connection], None] | None = None,
+        also: Callable[[Writes], None] | None = None,
     ) -> Applied | None:
         kwargs = {
             "instance_id": instance_id,
@@ -202,8 +225,7 @@ class Router:
 
     @staticmethod
     def _holders_in(conn: Connection, kind: str, name: str, key: str | None) -> list[Holder]:
-        """Matching subscriptions with their instance's process, oldest instance first
-        (then instance id, wait id): "the first subscription" of a process."""
+        """Matching subscriptions with their instance's process, in HOLDER_ORDER."""
         q = (
             select(subscriptions.c.instance_id, subscriptions.c.wait_id, instances.c.key)
             .join(instances, instances.c.id == subscriptions.c.instance_id)
@@ -211,8 +233,9 @@ class Router:
         )
         if kind == "message":
             q = q.where(subscriptions.c.correlation_key.is_not_distinct_from(key))
-        q = q.order_by(instances.c.created_at, subscriptions.c.instance_id, subscriptions.c.wait_id)
-        return [Holder(r.key, r.instance_id, r.wait_id) for r in conn.execute(q)]
+        return [
+            Holder(r.key, r.instance_id, r.wait_id) for r in conn.execute(q.order_by(*HOLDER_ORDER))
+        ]
 
     def message(
         self,
@@ -223,7 +246,10 @@ class Router:
         message_id: str | None,
         ttl_seconds: float | None,
         now: datetime,
+        inbox_id: str | None = None,
     ) -> MessageOutcome:
+        """Route one message (the module docstring's order); ``inbox_id``: the Client's
+        inbox row, marked processed in the transaction that records the message."""
         limits = self.store.settings.limits
         check_name(name, "message name", limits)
         if correlation_key is not None:
@@ -234,24 +260,57 @@ class Router:
             message_id or str(uuid.uuid4()), "message id", limits, InvalidMessage
         )
         out = MessageOutcome(message_id)
-        # The duplicate check, the first holders lookup and the message starts share
-        # one read transaction.
+        # The duplicate check and the first holders lookup: one statement; the
+        # processes with a message start of that name: a second, in the same read.
         with self.store.read() as conn:
-            if conn.execute(
-                select(messages.c.message_id).where(messages.c.message_id == message_id)
-            ).first():
-                out.duplicate = True
-                return out
-            holders: list[Holder] | None = self._holders_in(conn, "message", name, correlation_key)
-            starts = self.store.latest_starts("message", name, conn=conn)
+            duplicate, first = self._seen_and_holders(conn, message_id, name, correlation_key)
+            starts = [] if duplicate else self.store.latest_starts("message", name, conn=conn)
+        if duplicate:
+            out.duplicate = True
+            return out
+        holders: list[Holder] | None = first
         while True:
-            self._deliver(out, name, correlation_key, variables, now, holders, starts)
+            self._deliver(out, name, correlation_key, variables, now, holders, starts, inbox_id)
             holders = None  # a second round (a subscription appeared) looks again
             if out.recorded:
                 return out
             self._start(out, name, correlation_key, variables, now, starts)
-            if self._record(out, name, correlation_key, variables, ttl_seconds, now):
+            if self._record(out, name, correlation_key, variables, ttl_seconds, now, inbox_id):
                 return out
+
+    @staticmethod
+    def _seen_and_holders(
+        conn: Connection, message_id: str, name: str, key: str | None
+    ) -> tuple[bool, list[Holder]]:
+        """Is ``message_id`` recorded, and who holds (name, key) with their process:
+        one round trip (a one-row source outer-joined to the subscriptions and their
+        instances, the answer on every row), in HOLDER_ORDER."""
+        one = select(literal(1).label("one")).subquery()
+        matching = and_(
+            subscriptions.c.kind == "message",
+            subscriptions.c.name == name,
+            subscriptions.c.correlation_key.is_not_distinct_from(key),
+        )
+        rows = conn.execute(
+            select(
+                exists().where(messages.c.message_id == message_id).label("duplicate"),
+                subscriptions.c.instance_id,
+                subscriptions.c.wait_id,
+                instances.c.key,
+            )
+            .select_from(
+                one.outerjoin(subscriptions, matching).outerjoin(
+                    instances, instances.c.id == subscriptions.c.instance_id
+                )
+            )
+            .order_by(*HOLDER_ORDER)
+        ).all()
+        holders = [
+            Holder(r.key, r.instance_id, r.wait_id)
+            for r in rows
+            if r.instance_id is not None and r.key is not None
+        ]
+        return bool(rows[0].duplicate), holders
 
     def _deliver(
         self,
@@ -262,21 +321,22 @@ class Router:
         now: datetime,
         holders: list[Holder] | None,
         starts: list[tuple[str, int, list[str]]],
+        inbox_id: str | None = None,
     ) -> None:
         if holders is None:
             holders = self._holders("message", name, key)
         groups = waits_to_wake(holders, out.served)
-        # With one taker the dedup row rides its transaction. With several (holders of
-        # other processes, or a message start to run after) it must be written after
-        # all of them (``_record``): a crash in between leaves the message unrecorded,
-        # so the producer's retry reaches the processes not yet served.
+        # The dedup row rides the LAST holder's transaction when no message start is left
+        # to run after it (else ``_record`` writes it): a crash before it leaves the
+        # message unrecorded, so the producer's retry reaches the processes not yet
+        # served (the instances served recognise the trigger id).
         others = processes_to_start(
             (p for p, _, _ in starts), {g[0].process_key for g in groups} | out.served
         )
-        single = len(groups) == 1 and not others and not (out.delivered_to or out.failed)
-        for candidates in groups:
-            for holder in candidates:
-                if self._deliver_one(out, name, key, variables, now, holder, single):
+        for n, candidates in enumerate(groups, 1):
+            last = n == len(groups) and not others
+            for holder in candidates:  # the next holder of this process if one went stale
+                if self._deliver_one(out, name, key, variables, now, holder, last, inbox_id):
                     out.served.add(holder.process_key)
                     break
 
@@ -288,9 +348,11 @@ class Router:
         variables: dict[str, Any],
         now: datetime,
         holder: Holder,
-        single: bool,
+        last: bool,
+        inbox_id: str | None,
     ) -> bool:
         """Deliver to one holder; False when its wait went stale (try the next)."""
+        instance_id = holder.instance_id
         trigger = MessageReceived(
             wait_id=holder.wait_id,
             name=name,
@@ -298,51 +360,57 @@ class Router:
             variables=variables,
             message_id=out.message_id,
         )
-        instance_id = holder.instance_id
-        record = self._recorder(out, name, key, instance_id, now) if single else None
+        record = (
+            self._recorder(out, name, key, instance_id, now, inbox_id)
+            if last and not out.recorded
+            else None
+        )
         applied = self._apply_isolated(instance_id, trigger, out.message_id, now, also=record)
         if applied is None:
             out.failed.append(instance_id)  # kept for this holder; the others go on
-            out.recorded = False  # its dedup row rolled back with it
             return True  # the message counts as taken by it
         if not (applied.changed or applied.duplicate):
             # The wait was replaced between our lookup and the lock (a loop that
             # re-armed its catch): not delivered. ``_record`` then finds the new
             # subscription under its lock and ``message`` correlates again.
             return False
+        if record is not None and applied.changed:
+            out.recorded = True  # committed with the step
+            out.inbox_marked = inbox_id is not None
         out.applied.append(applied)
         out.delivered_to.append(instance_id)
         return True
 
     def _recorder(
-        self, out: MessageOutcome, name: str, key: str | None, taker: str, now: datetime
-    ) -> Callable[[Connection], None] | None:
-        """Record the message as consumed in the first delivery's own transaction.
+        self,
+        out: MessageOutcome,
+        name: str,
+        key: str | None,
+        taker: str,
+        now: datetime,
+        inbox_id: str | None,
+    ) -> Callable[[Writes], None]:
+        """Record the message as consumed (and mark the Client's inbox row) in a
+        delivery's own write: one statement more in it, not a transaction of its own.
+        A redelivery finds the row and is a duplicate."""
 
-        The common case (one holder) then costs one write transaction, not two; a
-        redelivery finds the row and is a duplicate. Later deliveries of the same
-        message (other instances) need no row of their own."""
-        if out.recorded:
-            return None
-
-        def record(conn: Connection) -> None:
-            exists = conn.execute(
-                select(messages.c.message_id).where(messages.c.message_id == out.message_id)
-            ).first()
-            if exists is None:
-                conn.execute(
-                    insert(messages).values(
-                        message_id=out.message_id,
-                        name=name,
-                        correlation_key=key,
-                        variables={},
-                        expires_at=None,
-                        received_at=now,
-                        consumed_by_instance=taker,
-                        consumed_at=now,
-                    )
+        def record(writes: Writes) -> None:
+            writes.add(
+                writes.insert_ignoring(messages)
+                .values(
+                    message_id=out.message_id,
+                    name=name,
+                    correlation_key=key,
+                    variables={},
+                    expires_at=None,
+                    received_at=now,
+                    consumed_by_instance=taker,
+                    consumed_at=now,
                 )
-            out.recorded = True
+                .on_conflict_do_nothing()
+            )
+            if inbox_id is not None:
+                writes.add(mark_processed_statement(inbox_id, now))
 
         return record
 
@@ -420,8 +488,10 @@ class Router:
         variables: dict[str, Any],
         ttl: float | None,
         now: datetime,
+        inbox_id: str | None = None,
     ) -> bool:
-        """Write the dedup row; False if a subscription appeared and we must deliver."""
+        """Write the dedup row (and mark the Client's inbox row); False if a
+        subscription appeared and we must deliver."""
         taken = bool(out.delivered_to or out.started or out.joined or out.failed)
         buffer = buffer_it(taken, ttl)
         takers = out.delivered_to or out.started or out.joined or out.failed
@@ -440,6 +510,9 @@ class Router:
                 )
                 if conn.execute(q).first() is not None:
                     return False  # armed meanwhile: deliver to it instead of buffering
+            if inbox_id is not None:
+                conn.execute(mark_processed_statement(inbox_id, now))
+                out.inbox_marked = True
             if conn.execute(
                 select(messages.c.message_id).where(messages.c.message_id == out.message_id)
             ).first():

@@ -497,3 +497,55 @@ def test_an_end_listener_type_that_fails_to_evaluate_is_an_incident() -> None:
     complete(run, "audit")
     assert run.status == "completed"
     assert len(run.effects_of(DispatchJob)) == 2  # the task's job ran once
+
+
+# -- the process's own listeners ------------------------------------------------------
+
+
+def _process(*listeners: ExecutionListener) -> ProcessDefinition:
+    b = ProcessBuilder("whole", execution_listeners=listeners)
+    b.start_event("s").service_task("t", job_type="work").end_event("e")
+    b.sequence("s", "t", "e")
+    return b.build()
+
+
+def test_process_start_listeners_run_before_the_start_event_and_set_process_variables() -> None:
+    run = Run(_process(start("open"), end("close")))
+    run.start({"n": 1})
+    assert [w.job_type for w in run.waits(kind="job")] == ["open"]
+    assert run.facts_of("EndEventReached") == []
+    complete(run, "open", customer="c-1")
+    assert run.variables["customer"] == "c-1"  # a process variable, kept to the end
+    assert run.effects_of(DispatchJob)[-1].variables == {"n": 1, "customer": "c-1"}
+    run.complete_job("t")
+    # The last path ended at e: the process's end listener runs there, then it completes.
+    assert run.status == "active"
+    assert [(w.node_id, w.job_type) for w in run.waits(kind="job")] == [("e", "close")]
+    complete(run, "close", closed=True)
+    assert run.status == "completed"
+    assert run.variables["closed"] is True
+
+
+def test_a_failing_process_listener_is_an_incident_retried_alone() -> None:
+    run = Run(_process(end("close", retries="1")))
+    run.start()
+    run.complete_job("t")
+    fail(run, "close")
+    incident = run.incident("e")
+    assert "process-end execution listener 'close'" in incident.cause
+    run.retry(incident.id)
+    complete(run, "close")
+    assert run.status == "completed"
+    assert len([e for e in run.effects_of(DispatchJob) if e.job_type == "work"]) == 1
+
+
+def test_process_end_listeners_close_its_event_sub_processes() -> None:
+    b = ProcessBuilder("esp", execution_listeners=(end("close"),))
+    b.start_event("s").end_event("e").sequence("s", "e")
+    with b.event_sub_process("late"):
+        b.start_event("ls", message("poke", "=k")).end_event("le").sequence("ls", "le")
+    run = Run(b.build())
+    run.start({"k": "1"})
+    assert run.waits(kind="message") == []  # withdrawn: the process is completing
+    complete(run, "close")
+    assert run.status == "completed"
