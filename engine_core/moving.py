@@ -50,6 +50,7 @@ __all__ = [
     "end_token",
     "fail_instance",
     "finish_body",
+    "finish_event_sub",
     "finish_process",
     "leave_activity",
     "leave_without_running",
@@ -105,18 +106,21 @@ def chosen_flows(rt: Runtime, node: Node, token: Token, *, all_true: bool) -> li
 
     No flow to take is a technical failure (an incident), as in Camunda 8.
     """
-    context = rt.token_vars(token)
+    context: dict[str, Any] | None = (
+        None  # the token's variables, read only if a condition needs them
+    )
     taken: list[str] = []
-    for flow_id in node.outgoing:
-        if flow_id == node.default_flow:
+    for flow in rt.defn.index.outgoing[node.id]:
+        if flow.id == node.default_flow:
             continue
-        flow = rt.defn.flows[flow_id]
-        if flow.condition is None or boolean(
-            always_expression(flow.condition), context, node.id, rt.now
-        ):
-            taken.append(flow_id)
-            if not all_true:
-                break
+        if flow.condition is not None:
+            if context is None:
+                context = rt.token_vars(token)
+            if not boolean(always_expression(flow.condition), context, node.id, rt.now):
+                continue
+        taken.append(flow.id)
+        if not all_true:
+            break
     if taken:
         return taken
     if node.default_flow is not None:
@@ -130,7 +134,7 @@ def chosen_flows(rt: Runtime, node: Node, token: Token, *, all_true: bool) -> li
 
 def plain_outgoing(rt: Runtime, node: Node, token: Token) -> list[str]:
     """An activity's or event's outgoing flows; conditional ones only when true."""
-    if all(rt.defn.flows[f].condition is None for f in node.outgoing):
+    if node.id in rt.defn.index.unconditional:
         return list(node.outgoing)
     return chosen_flows(rt, node, token, all_true=True)
 
@@ -317,12 +321,15 @@ def check_scope(rt: Runtime, scope_id: str, by: str | None = None) -> None:
             return
         complete_instance(rt)
         return
-    rt.drop_scope(scope_id)
     if scope.token_id is None:
-        # An event sub-process finished: its parent scope may now be complete too.
-        if scope.parent_id is not None:
-            check_scope(rt, scope.parent_id, by=by)
+        # An event sub-process finished: its end listeners, then its parent scope may
+        # now be complete too.
+        if scope.node_id is not None and rt.node(scope.node_id).listeners("end"):
+            _to_event_sub_end(rt, scope, by)
+            return
+        _event_sub_done(rt, scope, by)
         return
+    rt.drop_scope(scope_id)
     owner = rt.cp.tokens.get(scope.token_id)
     if owner is None:
         raise EngineInvariantError(
@@ -345,6 +352,31 @@ def _to_process_end(rt: Runtime, by: str | None) -> None:
     node_id = by if by is not None and by in rt.defn.nodes else rt.defn.children[None][0]
     token = rt.spawn(node_id, ROOT_SCOPE, [])
     token.listener_phase = "process-end"
+
+
+def _to_event_sub_end(rt: Runtime, scope: Scope, by: str | None) -> None:
+    """An event sub-process finished and has end listeners: they run on a token in its
+    scope, at the node where its last path ended (else its start event); the event
+    sub-processes nested in it can no longer start."""
+    for wait in [w for w in rt.cp.waits.values() if w.scope_id == scope.id]:
+        rt.withdraw(wait)
+    inside = rt.defn.children.get(scope.node_id, ())
+    node_id = by if by in inside else inside[0]
+    token = rt.spawn(node_id, scope.id, [])
+    token.listener_phase = "sub-end"
+
+
+def _event_sub_done(rt: Runtime, scope: Scope, by: str | None) -> None:
+    rt.drop_scope(scope.id)
+    if scope.parent_id is not None:
+        check_scope(rt, scope.parent_id, by=by)
+
+
+def finish_event_sub(rt: Runtime, token: Token) -> None:
+    """An event sub-process's end listeners are done: it completes."""
+    scope = rt.cp.scopes[token.scope_id]
+    rt.remove_token(token, TokenState.COMPLETED)
+    _event_sub_done(rt, scope, token.node_id)
 
 
 def finish_process(rt: Runtime, token: Token) -> None:

@@ -11,7 +11,7 @@ from engine_core.builder import ProcessBuilder, compensate, error, link, message
 from engine_core.effects import DispatchJob
 from engine_core.errors import InvalidModel, UnsupportedElement
 from engine_core.model import ExecutionListener, IoMapping, LoopSpec, ProcessDefinition
-from engine_core.triggers import JobCompleted, JobErrorThrown, JobFailed
+from engine_core.triggers import JobCompleted, JobErrorThrown, JobFailed, MessageReceived
 from tests.core.enginekit import Run
 
 
@@ -327,12 +327,6 @@ def test_the_reader_takes_listeners_in_model_order() -> None:
             f'<bpmn:exclusiveGateway id="x">{_ext(_el("end", "a"))}</bpmn:exclusiveGateway>',
             "gateway has no end listeners",
         ),
-        (
-            '<bpmn:parallelGateway id="x">'
-            f"{_ext(_el('start', 'a'))}</bpmn:parallelGateway>"
-            '<bpmn:sequenceFlow id="f3" sourceRef="s" targetRef="x"/>',
-            "joining gateway",
-        ),
     ],
 )
 def test_listeners_where_they_do_not_run_are_refused_naming_the_element(
@@ -470,13 +464,6 @@ def test_the_kinds_that_take_no_listener_of_an_event_type() -> None:
     b.sequence("s", "t", "e")
     _refused(b, "compensation boundary event has no listeners")
 
-    b = ProcessBuilder("r7")
-    b.start_event("s").end_event("e")
-    with b.event_sub_process("esp", execution_listeners=(start("a"),)):
-        b.start_event("es", message("m", "=k")).end_event("ee").sequence("es", "ee")
-    b.sequence("s", "e")
-    _refused(b, "event sub-process are not run")
-
 
 def test_start_listener_variables_are_checked_like_any_variable() -> None:
     run = Run(_task(start("prepare")))
@@ -548,4 +535,84 @@ def test_process_end_listeners_close_its_event_sub_processes() -> None:
     run.start({"k": "1"})
     assert run.waits(kind="message") == []  # withdrawn: the process is completing
     complete(run, "close")
+    assert run.status == "completed"
+
+
+# -- an event sub-process's listeners -------------------------------------------------
+
+
+def _event_sub(interrupting: bool) -> ProcessDefinition:
+    b = ProcessBuilder("esp")
+    b.start_event("s").user_task("wait").end_event("e").sequence("s", "wait", "e")
+    with b.event_sub_process("on_poke", execution_listeners=(start("open"), end("close"))):
+        b.start_event("ps", message("poke", "=k"), is_interrupting=interrupting)
+        b.service_task("handle", job_type="work").end_event("pe")
+        b.sequence("ps", "handle", "pe")
+    return b.build()
+
+
+@pytest.mark.parametrize("interrupting", [True, False])
+def test_an_event_sub_process_runs_its_listeners_around_itself(interrupting: bool) -> None:
+    run = Run(_event_sub(interrupting))
+    run.start({"k": "1"})
+    run.send(
+        MessageReceived(
+            wait_id=run.wait("ps", "message").id, name="poke", correlation_key="1", variables={}
+        )
+    )
+    assert [w.job_type for w in run.waits(kind="job")] == ["open"]
+    complete(run, "open", reason="poked")
+    job = run.effects_of(DispatchJob)[-1]
+    assert (job.job_type, job.variables["reason"]) == ("work", "poked")
+    run.complete_job("handle")
+    assert [(w.node_id, w.job_type) for w in run.waits(kind="job")] == [("pe", "close")]
+    complete(run, "close", handled=True)
+    assert run.variables["handled"] is True and "reason" not in run.variables
+    if interrupting:
+        assert run.status == "completed"
+    else:
+        assert run.token_nodes() == ["wait:waiting"]
+        run.complete_task("wait")
+        assert run.status == "completed"
+
+
+# -- joining gateways ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["parallel", "inclusive"])
+def test_a_joining_gateway_runs_its_start_listeners_once_joined(kind: str) -> None:
+    b = ProcessBuilder("joined")
+    b.start_event("s").parallel_gateway("fork")
+    b.service_task("a", job_type="work").service_task("b", job_type="work")
+    join = b.parallel_gateway if kind == "parallel" else b.inclusive_gateway
+    join("join", execution_listeners=(start("merge"),))
+    b.end_event("hi").end_event("lo")
+    b.sequence("s", "fork", "a", "join").sequence("fork", "b", "join")
+    if kind == "parallel":
+        b.sequence("join", "hi")
+    else:
+        b.flow("join", "hi", condition="=total > 5").flow("join", "lo", default=True)
+    run = Run(b.build())
+    run.start()
+    for wait in run.waits(kind="job"):
+        run.send(JobCompleted(wait_id=wait.id, attempt=1, variables={}))
+    assert [w.job_type for w in run.waits(kind="job")] == ["merge"]  # once, for the join
+    assert run.token_nodes() == ["join:waiting"]
+    complete(run, "merge", total=9)
+    assert run.status == "completed"
+    assert [f.details["node"] for f in run.facts_of("EndEventReached")] == ["hi"]
+
+
+def test_a_joining_gateway_s_failed_listener_is_retried() -> None:
+    b = ProcessBuilder("joined")
+    b.start_event("s").parallel_gateway("fork").task("a").task("b")
+    b.inclusive_gateway("join", execution_listeners=(start("merge", retries="1"),))
+    b.end_event("e")
+    b.sequence("s", "fork", "a", "join", "e").sequence("fork", "b", "join")
+    run = Run(b.build())
+    run.start()
+    fail(run, "merge")
+    incident = run.incident("join")
+    run.retry(incident.id)
+    complete(run, "merge")
     assert run.status == "completed"
