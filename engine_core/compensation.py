@@ -66,7 +66,7 @@ def finish_waiting_throws(rt: Runtime) -> bool:
     for token in list(rt.cp.tokens.values()):
         if token.state is not TokenState.WAITING or token.id not in rt.cp.tokens:
             continue
-        node = rt.defn.nodes[token.node_id]
+        node = rt.node(token.node_id)
         if node.event.kind is not EventKind.COMPENSATE or node.kind not in (
             NodeKind.END_EVENT,
             NodeKind.INTERMEDIATE_THROW_EVENT,
