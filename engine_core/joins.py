@@ -71,8 +71,7 @@ def fire_ready_inclusive_joins(rt: Runtime) -> bool:
     waiting = [
         t
         for t in rt.cp.tokens.values()
-        if t.state is TokenState.WAITING
-        and rt.node(t.node_id).kind is NodeKind.INCLUSIVE_GATEWAY
+        if t.state is TokenState.WAITING and rt.node(t.node_id).kind is NodeKind.INCLUSIVE_GATEWAY
     ]
     fired = False
     seen: set[tuple[str, str]] = set()
