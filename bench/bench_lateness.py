@@ -98,12 +98,23 @@ def histogram(xs: list[float]) -> str:
     return "; ".join(parts)
 
 
-def beat(broker_url: str, database_url: str, logdir: Path) -> subprocess.Popen[bytes]:
-    """The real ``dormant beat`` (its schedule file in the log directory, not the repo)."""
+def beat(
+    broker_url: str, database_url: str, logdir: Path, every: float | None
+) -> subprocess.Popen[bytes]:
+    """The real ``dormant beat`` (its schedule file in the log directory, not the repo);
+    with ``every``, through bench/beat_every.py with that scan interval."""
     out = open(logdir / "beat.log", "ab")
+    argv = (
+        [harness.PY, "-m", "tasks.cli", "beat", "--loglevel", "WARNING"]
+        if every is None
+        else [harness.PY, "-m", "bench.beat_every"]
+    )
+    extra = {} if every is None else {"BENCH_SCAN_EVERY": str(every)}
     proc = subprocess.Popen(
-        [harness.PY, "-m", "tasks.cli", "beat", "--loglevel", "WARNING"],
-        env=harness.env_with(DORMANT_BROKER_URL=broker_url, DORMANT_DATABASE_URL=database_url),
+        argv,
+        env=harness.env_with(
+            DORMANT_BROKER_URL=broker_url, DORMANT_DATABASE_URL=database_url, **extra
+        ),
         cwd=str(logdir),
         stdout=out,
         stderr=subprocess.STDOUT,
@@ -159,6 +170,12 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=60.0, help="load duration (default 60)")
     ap.add_argument("--timers", type=int, default=2000, help="timers due in the window")
     ap.add_argument("--burst", type=int, default=100, help="timers due at the same instant")
+    ap.add_argument(
+        "--scan-every",
+        type=float,
+        default=None,
+        help="beat's deadline scan interval, s (default: dormant's)",
+    )
     args = ap.parse_args()
 
     common.header(
@@ -178,7 +195,7 @@ def main() -> int:
 
     common.line(
         "scheduler settings",
-        f"scan every {tasks_app.SCAN_DEADLINES_EVERY} s, batch {triggers.SCAN_BATCH}",
+        f"scan every {args.scan_every or tasks_app.SCAN_DEADLINES_EVERY} s, batch {triggers.SCAN_BATCH}",
     )
     with common.scratch_redis_db() as broker_url, common.scratch_database() as database_url:
         tasks_app.configure(Settings.from_env(database_url=database_url, broker_url=broker_url))
@@ -215,7 +232,7 @@ def main() -> int:
             raise SystemExit("bench_lateness: setup took too long; fewer --timers")
 
         worker = harness.dormant_worker(broker_url, database_url, logdir, "late-worker")
-        beater = beat(broker_url, database_url, logdir)
+        beater = beat(broker_url, database_url, logdir, args.scan_every)
         stop_at = threading.Event()
         sent: list[int] = []
         try:
