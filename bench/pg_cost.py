@@ -14,6 +14,9 @@ dispatches a job, and that job's result through ``Store.apply``.
 - row-lock hold: from the instance row's ``SELECT … FOR UPDATE`` returning to its
   transaction's COMMIT returning (the time another trigger for the same instance waits).
 
+The WAL of the run is kept by a TEMPORARY physical replication slot (dropped when this
+process's session ends), because the shared server checkpoints often.
+
     .venv/bin/python bench/pg_cost.py [-k 200]
 """
 
@@ -137,6 +140,12 @@ def main() -> int:
                 ).scalar_one()
             )
         admin = create_engine(url, isolation_level="AUTOCOMMIT").connect()
+        # A temporary physical slot keeps the WAL from here on until this session ends
+        # (the shared server checkpoints often: every DROP DATABASE forces one).
+        admin.execute(
+            text("SELECT pg_create_physical_replication_slot(:n, true, true)"),
+            {"n": f"bench_pg_cost_{dboid}"},
+        )
         probes = {id(store.engine): Probe(store.engine), id(floor_engine): Probe(floor_engine)}
         router = Router(store)
 
