@@ -347,13 +347,17 @@ def dormant_figures(
         )
 
     def drain(name: str, done: Callable[[], bool]) -> float:
-        secs, worker = harness.drain(
-            r,
-            queue,
-            lambda: harness.dormant_worker(broker_url, database_url, logdir, name),
-            done=done,
-        )
-        worker.stop()
+        started: list[harness.Worker] = []
+
+        def start() -> harness.Worker:
+            started.append(harness.dormant_worker(broker_url, database_url, logdir, name))
+            return started[-1]
+
+        try:
+            secs, _ = harness.drain(r, queue, start, done=done)
+        finally:
+            for worker in started:  # also when the drain gave up
+                worker.stop()
         return secs
 
     # (d) one-job instances: start -> job -> result -> end.
@@ -399,6 +403,44 @@ def dormant_figures(
 # -- the section -----------------------------------------------------------------------
 
 
+def _print_round(
+    r: int,
+    d: dict[str, dict[str, float]],
+    b: dict[str, dict[str, float]],
+    ratios: dict[str, list[float]],
+) -> None:
+    common.line(f"  round {r + 1}", "dormant first" if r % 2 == 0 else "DBOS first")
+    rows = (
+        ("dormant one-job instances (start -> job -> end)", d["instances"], "instances/s"),
+        ("dormant message triggers (parked -> woken -> end)", d["messages"], "triggers/s"),
+        ("DBOS one-step workflows, started directly", b["direct"], "workflows/s"),
+        ("DBOS one-step workflows, queue + two workers", b["queue"], "workflows/s"),
+        ("DBOS recv/send wakes (parked -> woken -> end)", b["recv"], "wakes/s"),
+    )
+    for label, fig, unit in rows:
+        common.line(
+            f"    {label}",
+            f"{fig['rate']:7.0f} {unit}; {fig['xact']:5.2f} transactions, "
+            f"{fig['rows']:5.1f} rows written per unit",
+        )
+    common.line(
+        "    DBOSClient.send, 4 threads (queued while the recv host is stopped)",
+        f"{b['recv']['send_rate']:.0f}/s",
+    )
+    ratios["direct"].append(d["instances"]["rate"] / b["direct"]["rate"])
+    ratios["queue"].append(d["instances"]["rate"] / b["queue"]["rate"])
+    ratios["recv"].append(d["messages"]["rate"] / b["recv"]["rate"])
+    common.line(
+        "    dormant / DBOS: instances / direct, instances / queue, messages / recv",
+        f"{ratios['direct'][-1]:.2f}, {ratios['queue'][-1]:.2f}, {ratios['recv'][-1]:.2f}",
+    )
+    common.line(
+        "    transactions per unit, dormant / DBOS (instance vs direct; message vs recv)",
+        f"{d['instances']['xact']:.2f} / {b['direct']['xact']:.2f}; "
+        f"{d['messages']['xact']:.2f} / {b['recv']['xact']:.2f}",
+    )
+
+
 def section(n: int, concurrency: int = 20, polling: float = 0.05, rounds: int = 2) -> None:
     """Both sides in one run, printed with their ratios (also run by bench_triggers).
 
@@ -424,48 +466,21 @@ def section(n: int, concurrency: int = 20, polling: float = 0.05, rounds: int = 
         f"two worker processes, worker_concurrency={concurrency}, polling_interval_sec={polling}",
     )
     ratios: dict[str, list[float]] = {"direct": [], "queue": [], "recv": []}
-    for r in range(rounds):
-        with (
-            common.scratch_redis_db() as broker_url,
-            common.scratch_database() as database_url,
-            empty_database("dbos_bench") as dbos_url,
-        ):
-            if r % 2 == 0:
-                d = dormant_figures(database_url, broker_url, n, logdir)
-                b = dbos_figures(dbos_url, n, concurrency, polling, logdir)
-            else:
-                b = dbos_figures(dbos_url, n, concurrency, polling, logdir)
-                d = dormant_figures(database_url, broker_url, n, logdir)
-        common.line(f"  round {r + 1}", "dormant first" if r % 2 == 0 else "DBOS first")
-        rows = (
-            ("dormant one-job instances (start -> job -> end)", d["instances"], "instances/s"),
-            ("dormant message triggers (parked -> woken -> end)", d["messages"], "triggers/s"),
-            ("DBOS one-step workflows, started directly", b["direct"], "workflows/s"),
-            ("DBOS one-step workflows, queue + two workers", b["queue"], "workflows/s"),
-            ("DBOS recv/send wakes (parked -> woken -> end)", b["recv"], "wakes/s"),
-        )
-        for label, fig, unit in rows:
-            common.line(
-                f"    {label}",
-                f"{fig['rate']:7.0f} {unit}; {fig['xact']:5.2f} transactions, "
-                f"{fig['rows']:5.1f} rows written per unit",
-            )
-        common.line(
-            "    DBOSClient.send, 4 threads (queued while the recv host is stopped)",
-            f"{b['recv']['send_rate']:.0f}/s",
-        )
-        ratios["direct"].append(d["instances"]["rate"] / b["direct"]["rate"])
-        ratios["queue"].append(d["instances"]["rate"] / b["queue"]["rate"])
-        ratios["recv"].append(d["messages"]["rate"] / b["recv"]["rate"])
-        common.line(
-            "    dormant / DBOS: instances / direct, instances / queue, messages / recv",
-            f"{ratios['direct'][-1]:.2f}, {ratios['queue'][-1]:.2f}, {ratios['recv'][-1]:.2f}",
-        )
-        common.line(
-            "    transactions per unit, dormant / DBOS (instance vs direct; message vs recv)",
-            f"{d['instances']['xact']:.2f} / {b['direct']['xact']:.2f}; "
-            f"{d['messages']['xact']:.2f} / {b['recv']['xact']:.2f}",
-        )
+    # One Redis db for every round: this process's Celery producer pool stays bound to
+    # the broker URL it first published to.
+    with common.scratch_redis_db() as broker_url:
+        for r in range(rounds):
+            with (
+                common.scratch_database() as database_url,
+                empty_database("dbos_bench") as dbos_url,
+            ):
+                if r % 2 == 0:
+                    d = dormant_figures(database_url, broker_url, n, logdir)
+                    b = dbos_figures(dbos_url, n, concurrency, polling, logdir)
+                else:
+                    b = dbos_figures(dbos_url, n, concurrency, polling, logdir)
+                    d = dormant_figures(database_url, broker_url, n, logdir)
+            _print_round(r, d, b, ratios)
     common.ratio_line(
         "ratio dormant one-job instances / DBOS direct (median of rounds)",
         common.median(ratios["direct"]),

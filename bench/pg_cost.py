@@ -11,6 +11,7 @@ dispatches a job, and that job's result through ``Store.apply``.
   THIS database (its OID in the block references, plus the commit records of those
   transactions), so a neighbour's writes on the shared server are not counted; the
   full-page-image part is printed apart (it depends on when the last checkpoint was);
+- PostgreSQL CPU: user + system time of this database's backends (Linux /proc);
 - row-lock hold: from the instance row's ``SELECT … FOR UPDATE`` returning to its
   transaction's COMMIT returning (the time another trigger for the same instance waits).
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -77,6 +79,25 @@ class Probe:
 
     def _rollback(self, *_: Any) -> None:
         self._locked_at = None
+
+
+def server_cpu_seconds(admin: Any) -> float:
+    """CPU time (user + system) of every backend of this database: PostgreSQL's own cost
+    of the work, apart from this Python process's (Linux /proc; 10 ms resolution)."""
+    from sqlalchemy import text
+
+    pids = admin.execute(
+        text("SELECT pid FROM pg_stat_activity WHERE datname = current_database()")
+    ).scalars()
+    ticks = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            ticks += int(fields[11]) + int(fields[12])
+        except OSError:
+            continue
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def wal_of_database(admin: Any, dboid: int, start: str, end: str) -> tuple[int, int, int]:
@@ -206,10 +227,12 @@ def main() -> int:
             probe = probes[id(engine)]
             s0, c0, h0 = probe.statements, probe.commits, len(probe.holds)
             lsn0 = admin.execute(text("SELECT pg_current_wal_lsn()")).scalar_one()
+            cpu0 = server_cpu_seconds(admin)
             t0 = time.perf_counter()
             for i in range(k):
                 fn(i)
             secs = time.perf_counter() - t0
+            cpu = server_cpu_seconds(admin) - cpu0
             lsn1 = admin.execute(text("SELECT pg_current_wal_lsn()")).scalar_one()
             wal, fpi, records = wal_of_database(admin, dboid, str(lsn0), str(lsn1))
             holds = probe.holds[h0:]
@@ -217,6 +240,7 @@ def main() -> int:
                 "statements": (probe.statements - s0) / k,
                 "commits": (probe.commits - c0) / k,
                 "ms": secs / k * 1000,
+                "server_ms": cpu / k * 1000,
                 "wal": wal / k,
                 "fpi": fpi / k,
                 "records": records / k,
@@ -237,7 +261,7 @@ def main() -> int:
         print(
             f"| {label} | {r['statements']:.1f} | {r['commits']:.1f} | "
             f"{r['wal']:,.0f} ({r['fpi']:,.0f}) | {r['records']:.1f} | "
-            f"{r['hold_p50']:.2f} / {r['hold_max']:.2f} ms | {r['ms']:.2f} ms |"
+            f"{r['hold_p50']:.2f} / {r['hold_max']:.2f} ms | {r['server_ms']:.2f} ms | {r['ms']:.2f} ms |"
         )
     return common.summary()
 
