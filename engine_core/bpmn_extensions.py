@@ -16,7 +16,7 @@ from xml.etree.ElementTree import Element
 import isodate
 
 from engine_core.errors import InvalidModel, UnsupportedElement
-from engine_core.model import IoMapping, LoopSpec, RetryPolicy
+from engine_core.model import AdHocSpec, ExecutionListener, IoMapping, LoopSpec, RetryPolicy
 
 __all__ = ["BPMN", "DORMANT", "ZEEBE", "local", "read_extensions", "read_loop", "truthy"]
 
@@ -37,9 +37,7 @@ _ZEEBE_IGNORED = frozenset(
     }
 )
 _ZEEBE_REFUSED = {
-    "executionListeners": "execution listeners are not run (they would change behaviour)",
     "taskListeners": "task listeners are not run (they would change behaviour)",
-    "adHoc": "ad-hoc sub-processes are not supported",
 }
 
 
@@ -119,16 +117,13 @@ def _read_zeebe(host: Element, el: Element, name: str, fields: dict[str, Any]) -
             (inputs if kind == "input" else outputs).append(mapping)
         fields["inputs"], fields["outputs"] = tuple(inputs), tuple(outputs)
     elif name == "calledDecision":
-        # The decision is looked up when the task runs (Camunda 8: latest version), so
+        # The decision is looked up when the task runs, by its binding (Camunda 8), so
         # a model may be deployed before its .dmn; running it without one is an incident.
-        _latest_binding_only(host, el, name)
+        fields["decision_binding"], fields["decision_version_tag"] = _binding(host, el, name)
         fields["decision_id"] = el.get("decisionId") or None
         fields["result_variable"] = el.get("resultVariable") or None
     elif name == "calledElement":
-        if (el.get("bindingType") or "").strip() == "versionTag":
-            fields["called_version_tag"] = _version_tag(host, el)
-        else:
-            _latest_binding_only(host, el, name)
+        fields["called_binding"], fields["called_version_tag"] = _binding(host, el, name)
         fields["called_process"] = el.get("processId") or None
         fields["propagate_all_child_variables"] = truthy(el.get("propagateAllChildVariables"), True)
         fields["propagate_all_parent_variables"] = truthy(
@@ -141,6 +136,17 @@ def _read_zeebe(host: Element, el: Element, name: str, fields: dict[str, Any]) -
         fields["form_key"] = (
             el.get("formKey") or el.get("formId") or el.get("externalReference") or None
         )
+    elif name == "executionListeners":
+        fields["execution_listeners"] = _execution_listeners(host, el)
+    elif name == "adHoc":
+        for attribute in ("outputCollection", "outputElement"):
+            if el.get(attribute):
+                raise _refuse(
+                    host,
+                    f"zeebe:adHoc {attribute} is not supported (collect the inner elements' "
+                    "results with output mappings)",
+                )
+        fields["ad_hoc"] = AdHocSpec(active_elements=el.get("activeElementsCollection") or None)
     elif name == "versionTag":
         if local(host)[1] == "process":  # metadata anywhere else
             fields["version_tag"] = (el.get("value") or "").strip() or None
@@ -150,28 +156,55 @@ def _read_zeebe(host: Element, el: Element, name: str, fields: dict[str, Any]) -
         raise _refuse(host, f"zeebe:{name} is not supported")
 
 
-def _version_tag(host: Element, el: Element) -> str:
+def _execution_listeners(host: Element, el: Element) -> tuple[ExecutionListener, ...]:
+    """Zeebe's rules: ``eventType`` start or end, a non-empty ``type``, and no two
+    listeners with the same event type and job type on one element."""
+    hid = host.get("id", "?")
+    listeners: list[ExecutionListener] = []
+    for child in el:
+        if local(child) != (ZEEBE, "executionListener"):
+            continue
+        event = (child.get("eventType") or "").strip()
+        if event not in ("start", "end"):
+            raise InvalidModel(
+                f"element {hid!r}: zeebe:executionListener eventType {event!r} is not "
+                '"start" or "end"'
+            )
+        job_type = (child.get("type") or "").strip()
+        if not job_type:
+            raise InvalidModel(f"element {hid!r}: zeebe:executionListener without a type")
+        if any(x.event == event and x.job_type == job_type for x in listeners):
+            raise InvalidModel(
+                f"element {hid!r}: two {event} execution listeners of type {job_type!r} "
+                "(Zeebe requires each eventType and type pair to be unique)"
+            )
+        retries = (child.get("retries") or "").strip() or None
+        listeners.append(ExecutionListener(event, job_type, retries))
+    return tuple(listeners)
+
+
+_BINDINGS = ("latest", "deployment", "versionTag")
+
+
+def _binding(host: Element, el: Element, name: str) -> tuple[str, str | None]:
+    """``bindingType`` (Camunda 8.6+: latest, deployment, versionTag) and, for
+    versionTag, the tag; any other value is refused rather than run as "latest"."""
+    binding = (el.get("bindingType") or "latest").strip()
+    if binding not in _BINDINGS:
+        raise _refuse(
+            host,
+            f'zeebe:{name} bindingType="{binding}" is not supported '
+            "(latest, deployment or versionTag)",
+        )
+    if binding != "versionTag":
+        return binding, None
     tag = (el.get("versionTag") or "").strip()
     if not tag:
         raise InvalidModel(
-            f'element {host.get("id", "?")!r}: zeebe:calledElement bindingType="versionTag" '
+            f'element {host.get("id", "?")!r}: zeebe:{name} bindingType="versionTag" '
             "needs a versionTag attribute"
         )
-    return tag
-
-
-def _latest_binding_only(host: Element, el: Element, name: str) -> None:
-    """Camunda 8.6 added ``bindingType`` (latest, deployment, versionTag). dormant binds
-    the latest deployed version, or (call activities) the newest one with a version tag;
-    running a "deployment" binding on the latest would silently run a version its author
-    did not choose, so it is refused."""
-    binding = (el.get("bindingType") or "latest").strip()
-    if binding != "latest":
-        raise _refuse(
-            host,
-            f'zeebe:{name} bindingType="{binding}" is not supported: dormant always runs '
-            'the latest deployed version (bindingType="latest")',
-        )
+    return binding, tag
 
 
 # A retry is scheduled at now + backoff: a backoff of millions of days would be a

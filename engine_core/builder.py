@@ -26,8 +26,10 @@ from typing import Any, Self
 
 from engine_core.errors import InvalidModel
 from engine_core.model import (
+    AdHocSpec,
     EventDefinition,
     EventKind,
+    ExecutionListener,
     Flow,
     Node,
     NodeKind,
@@ -92,9 +94,15 @@ def _events(event: EventDefinition | None) -> tuple[EventDefinition, ...]:
 class ProcessBuilder:
     """Records nodes and flows in call order (= document order) under the open container."""
 
-    def __init__(self, key: str, name: str | None = None) -> None:
+    def __init__(
+        self,
+        key: str,
+        name: str | None = None,
+        execution_listeners: tuple[ExecutionListener, ...] = (),
+    ) -> None:
         self.key = key
         self.name = name
+        self.execution_listeners = execution_listeners
         self._nodes: dict[str, Node] = {}
         self._flows: list[Flow] = []
         self._scopes: dict[str, str | None] = {}
@@ -139,7 +147,14 @@ class ProcessBuilder:
     def build(self) -> ProcessDefinition:
         if self._stack:
             raise InvalidModel(f"process {self.key!r}: sub-process {self._stack[-1]!r} still open")
-        return assemble(self.key, self.name, self._nodes.values(), self._flows, self._scopes)
+        return assemble(
+            self.key,
+            self.name,
+            self._nodes.values(),
+            self._flows,
+            self._scopes,
+            execution_listeners=self.execution_listeners,
+        )
 
     def _flow_id(self, source: str, target: str) -> str:
         base = f"{source}->{target}"
@@ -241,6 +256,21 @@ class ProcessBuilder:
     def sub_process(self, id: str, **fields: Any) -> Iterator[Self]:
         """Nodes and flows added inside the ``with`` block belong to this sub-process."""
         self.node(NodeKind.SUB_PROCESS, id, **fields)
+        with self._inside(id):
+            yield self
+
+    @contextmanager
+    def ad_hoc_sub_process(
+        self,
+        id: str,
+        active_elements: str | None = None,
+        completion_condition: str | None = None,
+        cancel_remaining: bool = True,
+        **fields: Any,
+    ) -> Iterator[Self]:
+        """An ad-hoc sub-process: its inner elements need no start or end event."""
+        spec = AdHocSpec(active_elements, completion_condition, cancel_remaining)
+        self.node(NodeKind.AD_HOC_SUB_PROCESS, id, ad_hoc=spec, **fields)
         with self._inside(id):
             yield self
 

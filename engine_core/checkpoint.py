@@ -18,11 +18,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import dataclass, field, fields, is_dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from itertools import repeat
+from operator import attrgetter
+from types import UnionType
+from typing import Annotated, Any, ClassVar, Union, get_args, get_origin, get_type_hints
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
 
 from engine_core.errors import CheckpointTooNew, CorruptCheckpoint
 
@@ -42,8 +46,10 @@ __all__ = [
     "Wait",
     "WaitKind",
     "WaitRole",
+    "copy_checkpoint",
     "decode",
     "encode",
+    "encode_json",
 ]
 
 CURRENT_SCHEMA = 2
@@ -62,7 +68,11 @@ class InstanceStatus(StrEnum):
 
     @property
     def ended(self) -> bool:
-        return self in (InstanceStatus.COMPLETED, InstanceStatus.TERMINATED, InstanceStatus.FAILED)
+        return self in _ENDED
+
+
+# Read on every turn of the run loop: a set lookup, not three enum attribute reads.
+_ENDED = frozenset({InstanceStatus.COMPLETED, InstanceStatus.TERMINATED, InstanceStatus.FAILED})
 
 
 class TokenState(StrEnum):
@@ -100,41 +110,57 @@ class IncidentState(StrEnum):
 
     @property
     def closed(self) -> bool:
-        return self in (
-            IncidentState.RESOLVED,
-            IncidentState.DEAD_LETTERED,
-            IncidentState.OVERTAKEN,
-        )
+        return self in _CLOSED
 
 
-class _Doc(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=False)
+_CLOSED = frozenset({IncidentState.RESOLVED, IncidentState.DEAD_LETTERED, IncidentState.OVERTAKEN})
 
 
-class Token(_Doc):
+# Every class below is a plain, slotted dataclass: the working state ``apply`` mutates.
+# Pydantic meets them only at the edge, through ``_DOCUMENT`` (decode validates the
+# stored JSON into these classes, encode dumps them), so the field list written here is
+# the one definition of the stored document too. A field added here with a default
+# keeps every stored checkpoint readable and leaves documents that do not set it
+# unchanged (defaults are not written).
+_FORBID: ConfigDict = ConfigDict(extra="forbid")
+
+
+@dataclass(slots=True, kw_only=True)
+class Token:
+    __pydantic_config__: ClassVar[ConfigDict] = _FORBID
+
     id: str
     node_id: str
     state: TokenState
     scope_id: str
     # Fork ancestry (the tokens this one was split from), never the trigger history:
     # a token resumed by a trigger keeps it unchanged, so cycles never grow it.
-    lineage: list[str] = Field(default_factory=list)
+    lineage: list[str] = field(default_factory=list)
     # The inner scope this token waits on (sub-process, multi-instance body).
     inner_scope: str | None = None
     # Multi-instance: which inner instance of its activity this token runs.
     loop_index: int | None = None
     # The sequence flow the token arrived by (a parallel join counts flows, not tokens).
     flow_id: str | None = None
+    # Execution listeners at its node (engine_core/listeners.py): "start" while its start
+    # listeners run, "ran" once they all completed (the element's behaviour runs), "end"
+    # while its end listeners run, "ended" once they all completed (the token leaves);
+    # ``listener_index`` is the next listener of that phase to run.
+    listener_phase: str | None = None
+    listener_index: int = 0
 
 
-class Scope(_Doc):
+@dataclass(slots=True, kw_only=True)
+class Scope:
+    __pydantic_config__: ClassVar[ConfigDict] = _FORBID
+
     id: str
     # The (event) sub-process node this scope runs; None for the process itself.
     node_id: str | None = None
     parent_id: str | None = None
     # The token in the parent scope that waits for this scope to complete.
     token_id: str | None = None
-    variables: dict[str, Any] = Field(default_factory=dict)
+    variables: dict[str, Any] = field(default_factory=dict)
     # Multi-instance: which inner instance this scope is (its index in the input).
     loop_index: int | None = None
     # Multi-instance body scope: the input items, the collected outputs (by index),
@@ -145,8 +171,11 @@ class Scope(_Doc):
     mi_completed: int = 0
 
 
-class Wait(_Doc):
+@dataclass(slots=True, kw_only=True)
+class Wait:
     """One armed wait. Its hold rows in the database are derived from these fields."""
+
+    __pydantic_config__: ClassVar[ConfigDict] = _FORBID
 
     id: str
     kind: WaitKind
@@ -182,6 +211,8 @@ class Wait(_Doc):
     # True while the job of ``attempt`` is out (``due_at`` is then its timeout); False
     # while a failed job waits out its retry backoff (``due_at`` is then the backoff).
     job_running: bool = False
+    # A job run for an execution listener: its event type ("start" or "end").
+    execution_listener: str | None = None
     # Call activities: the child instance id.
     child_instance_id: str | None = None
     # Incident retries: the incident this deadline retries.
@@ -197,13 +228,16 @@ class Wait(_Doc):
         return self.kind in (WaitKind.MESSAGE, WaitKind.SIGNAL)
 
 
-class Incident(_Doc):
+@dataclass(slots=True, kw_only=True)
+class Incident:
+    __pydantic_config__: ClassVar[ConfigDict] = _FORBID
+
     id: str
     node_id: str
     node_name: str | None = None
     token_id: str
     scope_id: str
-    lineage: list[str] = Field(default_factory=list)
+    lineage: list[str] = field(default_factory=list)
     cause: str
     cause_class: str
     state: IncidentState = IncidentState.OPEN
@@ -212,7 +246,7 @@ class Incident(_Doc):
     last_at: datetime
     retry_at: datetime | None = None
     # The variables visible from the node's scope at the last raise.
-    data: dict[str, Any] = Field(default_factory=dict)
+    data: dict[str, Any] = field(default_factory=dict)
     job_type: str | None = None
     # False when the node failed while activating: its boundaries were never armed, so
     # a retry arms them. True once armed: a retry never arms them again, even after a
@@ -220,31 +254,42 @@ class Incident(_Doc):
     boundaries_armed: bool = True
 
 
-class CompensationEntry(_Doc):
+@dataclass(slots=True, kw_only=True)
+class CompensationEntry:
     """A completed compensable activity, in completion order (the ledger)."""
+
+    __pydantic_config__: ClassVar[ConfigDict] = _FORBID
 
     node_id: str
     scope_id: str
-    variables: dict[str, Any] = Field(default_factory=dict)
+    variables: dict[str, Any] = field(default_factory=dict)
 
 
-class ParentLink(_Doc):
+@dataclass(slots=True, kw_only=True)
+class ParentLink:
     """A child instance started by a call activity: who waits for it."""
+
+    __pydantic_config__: ClassVar[ConfigDict] = _FORBID
 
     instance_id: str
     wait_id: str
     root_instance_id: str
 
 
-class HeldTrigger(_Doc):
+@dataclass(slots=True, kw_only=True)
+class HeldTrigger:
     """A trigger that arrived while the instance was suspended, kept to apply on resume."""
+
+    __pydantic_config__: ClassVar[ConfigDict] = _FORBID
 
     at: datetime
     trigger: dict[str, Any]
 
 
-class Checkpoint(_Doc):
-    schema_version: int = Field(default=CURRENT_SCHEMA, alias="schema")
+@dataclass(slots=True, kw_only=True)
+class Checkpoint:
+    __pydantic_config__: ClassVar[ConfigDict] = _FORBID
+
     instance_id: str
     process_key: str
     version: int
@@ -258,19 +303,21 @@ class Checkpoint(_Doc):
     created_at: datetime
     updated_at: datetime
     ended_at: datetime | None = None
-    tokens: dict[str, Token] = Field(default_factory=dict)
-    scopes: dict[str, Scope] = Field(default_factory=dict)
-    waits: dict[str, Wait] = Field(default_factory=dict)
-    incidents: dict[str, Incident] = Field(default_factory=dict)
-    compensation: list[CompensationEntry] = Field(default_factory=list)
+    tokens: dict[str, Token] = field(default_factory=dict)
+    scopes: dict[str, Scope] = field(default_factory=dict)
+    waits: dict[str, Wait] = field(default_factory=dict)
+    incidents: dict[str, Incident] = field(default_factory=dict)
+    compensation: list[CompensationEntry] = field(default_factory=list)
     parent: ParentLink | None = None
     # Why the instance failed (an invariant broke, an error end event reached the root).
     failure: str | None = None
     # Suspended by an operator: later triggers are held here, in arrival order.
     suspended: bool = False
-    held: list[HeldTrigger] = Field(default_factory=list)
-
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    held: list[HeldTrigger] = field(default_factory=list)
+    # Stored as ``schema`` (last, as every dormant wrote it); the upper bound ``decode``
+    # checks. No default: a stored document without it is corrupt, so the one-pass
+    # decode of a JSON text cannot mistake it for the current schema.
+    schema_version: Annotated[int, Field(alias="schema", strict=True)]
 
     def next_id(self, prefix: str) -> str:
         """A fresh id unique within this instance (mutates the counter)."""
@@ -279,6 +326,99 @@ class Checkpoint(_Doc):
 
     def has_open_incidents(self) -> bool:
         return any(not i.state.closed for i in self.incidents.values())
+
+
+# The stored document's schema: pydantic's validator and serializer for the classes
+# above, built once. The only place pydantic touches the working state.
+_DOCUMENT: TypeAdapter[Checkpoint] = TypeAdapter(Checkpoint)
+
+
+def copy_checkpoint(checkpoint: Checkpoint) -> Checkpoint:
+    """A deep copy ``apply`` may mutate, made without pydantic: every container is new,
+    every scalar (str, number, enum, datetime) shared."""
+    copy: Checkpoint = _copy_dataclass(checkpoint)
+    return copy
+
+
+def _json_copy(value: Any) -> Any:
+    """A copy of JSON data (variables, a held trigger): only dicts and lists are mutable."""
+    if type(value) is dict:
+        return {k: _json_copy(v) if type(v) in _MUTABLE else v for k, v in value.items()}
+    if type(value) is list:
+        return [_json_copy(v) if type(v) in _MUTABLE else v for v in value]
+    return value
+
+
+_MUTABLE = frozenset({dict, list})
+
+
+def _copy_dataclass(obj: Any) -> Any:
+    # Every field read in one call and set in one pass (``map`` over ``setattr``), then
+    # the containers replaced by their copies: no ``__init__`` keyword parsing.
+    cls = type(obj)
+    names, read, copied = _PLANS[cls]
+    new = object.__new__(cls)
+    any(map(setattr, repeat(new), names, read(obj)))
+    for name, copy in copied:
+        value = getattr(obj, name)
+        if value is not None:
+            setattr(new, name, copy(value))
+    return new
+
+
+def _dataclass_dict(value: dict[str, Any]) -> dict[str, Any]:
+    return {k: _copy_dataclass(v) for k, v in value.items()} if value else {}
+
+
+def _dataclass_list(value: list[Any]) -> list[Any]:
+    return [_copy_dataclass(v) for v in value] if value else []
+
+
+def _copier(hint: Any) -> Callable[[Any], Any] | None:
+    """How to copy a field of type ``hint``; None when its values are immutable. Derived
+    from the annotations, so a field added above is copied without a word here; a type
+    this does not know fails at import, not as a shared list at run time."""
+    origin, args = get_origin(hint), get_args(hint)
+    if origin is Annotated:
+        return _copier(args[0])
+    if origin in (UnionType, Union):
+        inner = [a for a in args if a is not type(None)]
+        if len(inner) != 1:
+            raise TypeError(f"checkpoint field type {hint!r}: one type or None")
+        return _copier(inner[0])  # a None value is kept as it is
+    if hint in (str, int, float, bool, datetime) or (
+        isinstance(hint, type) and issubclass(hint, StrEnum)
+    ):
+        return None
+    if hint is Any:
+        return _json_copy
+    if isinstance(hint, type) and is_dataclass(hint):
+        return _copy_dataclass
+    if origin in (list, dict):
+        item = _copier(args[-1])
+        if item is None:
+            return origin  # type: ignore[no-any-return]
+        if item is _copy_dataclass:
+            return _dataclass_list if origin is list else _dataclass_dict
+        if item is _json_copy:
+            return _json_copy
+    raise TypeError(f"checkpoint field type {hint!r} has no copy rule")
+
+
+# class -> (its field names, a getter of all of them, (name, copy) for each container).
+_PLANS: dict[
+    type, tuple[tuple[str, ...], attrgetter[Any], tuple[tuple[str, Callable[[Any], Any]], ...]]
+] = {}
+for _cls in (Token, Scope, Wait, Incident, CompensationEntry, ParentLink, HeldTrigger, Checkpoint):
+    _hints = get_type_hints(_cls, include_extras=True)
+    _names = tuple(f.name for f in fields(_cls))
+    _rules = ((n, _copier(_hints[n])) for n in _names)
+    # (attrgetter of one name returns the value itself, of several a tuple)
+    _PLANS[_cls] = (
+        _names,
+        attrgetter(*_names, _names[0]),
+        tuple((n, c) for n, c in _rules if c is not None),
+    )
 
 
 def _schema_1_to_2(doc: dict[str, Any]) -> dict[str, Any]:
@@ -299,6 +439,16 @@ def decode(raw: str | bytes | dict[str, Any]) -> Checkpoint:
     A newer schema is refused rather than half-read: an older dormant must not
     rewrite a document whose fields it does not know.
     """
+    if not isinstance(raw, dict):
+        # JSON text of the current schema: validated straight from the text, one pass
+        # (no dict in between). Anything else takes the path below, which says why.
+        try:
+            checkpoint = _DOCUMENT.validate_json(raw)
+        except ValidationError:
+            pass
+        else:
+            if checkpoint.schema_version == CURRENT_SCHEMA:
+                return checkpoint
     try:
         data = raw if isinstance(raw, dict) else json.loads(raw)
     except (ValueError, TypeError) as exc:
@@ -319,13 +469,20 @@ def decode(raw: str | bytes | dict[str, Any]) -> Checkpoint:
         schema += 1
         data["schema"] = schema
     try:
-        return Checkpoint.model_validate(data)
+        return _DOCUMENT.validate_python(data)
     except ValidationError as exc:
         raise CorruptCheckpoint(f"stored checkpoint does not validate: {exc}") from exc
 
 
 def encode(checkpoint: Checkpoint) -> dict[str, Any]:
     """The JSON-ready document, with defaults left out to keep rows small."""
-    return checkpoint.model_dump(mode="json", by_alias=True, exclude_defaults=True) | {
-        "schema": checkpoint.schema_version
-    }
+    doc: dict[str, Any] = _DOCUMENT.dump_python(
+        checkpoint, mode="json", by_alias=True, exclude_defaults=True
+    )
+    return doc
+
+
+def encode_json(checkpoint: Checkpoint) -> str:
+    """``encode`` as JSON text in one pass (the same document, compact), for a caller
+    that stores text."""
+    return _DOCUMENT.dump_json(checkpoint, by_alias=True, exclude_defaults=True).decode()

@@ -20,8 +20,11 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 __all__ = [
+    "AdHocSpec",
+    "DefinitionIndex",
     "EventDefinition",
     "EventKind",
+    "ExecutionListener",
     "Flow",
     "IoMapping",
     "LoopSpec",
@@ -53,6 +56,7 @@ class NodeKind(StrEnum):
     INCLUSIVE_GATEWAY = "inclusiveGateway"
     EVENT_BASED_GATEWAY = "eventBasedGateway"
     SUB_PROCESS = "subProcess"
+    AD_HOC_SUB_PROCESS = "adHocSubProcess"
     EVENT_SUB_PROCESS = "eventSubProcess"
     CALL_ACTIVITY = "callActivity"
 
@@ -68,11 +72,14 @@ ACTIVITY_KINDS = frozenset(
         NodeKind.BUSINESS_RULE_TASK,
         NodeKind.MANUAL_TASK,
         NodeKind.SUB_PROCESS,
+        NodeKind.AD_HOC_SUB_PROCESS,
         NodeKind.CALL_ACTIVITY,
     }
 )
 
-CONTAINER_KINDS = frozenset({NodeKind.SUB_PROCESS, NodeKind.EVENT_SUB_PROCESS})
+CONTAINER_KINDS = frozenset(
+    {NodeKind.SUB_PROCESS, NodeKind.AD_HOC_SUB_PROCESS, NodeKind.EVENT_SUB_PROCESS}
+)
 
 
 class EventKind(StrEnum):
@@ -142,6 +149,28 @@ class LoopSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class AdHocSpec:
+    """An ad-hoc sub-process: ``zeebe:adHoc activeElementsCollection`` (FEEL, a list of
+    inner element ids, evaluated on entry), ``bpmn:completionCondition`` (FEEL, read
+    when an inner path ends) and ``cancelRemainingInstances`` (BPMN attribute)."""
+
+    active_elements: str | None = None
+    completion_condition: str | None = None
+    cancel_remaining: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionListener:
+    """A ``zeebe:executionListener``: a blocking job of ``job_type`` run before the
+    element's behaviour (``event`` "start") or after it, before the token leaves
+    ("end"); ``retries`` as on a task definition (literal or "=expr")."""
+
+    event: str
+    job_type: str
+    retries: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class RetryPolicy:
     """How an incident at an activity is retried automatically (dormant extension)."""
 
@@ -180,6 +209,9 @@ class Node:
     # Business rule task: the DMN decision it evaluates (literal or "=expr"); its
     # result goes to ``result_variable``.
     decision_id: str | None = None
+    # zeebe:calledDecision bindingType (latest | deployment | versionTag) and its tag.
+    decision_binding: str = "latest"
+    decision_version_tag: str | None = None
 
     # User task.
     assignee: str | None = None
@@ -199,10 +231,13 @@ class Node:
     boundaries: tuple[str, ...] = ()
 
     loop: LoopSpec | None = None
+    ad_hoc: AdHocSpec | None = None
 
     # Call activity.
     called_process: str | None = None
-    # bindingType="versionTag": the newest deployed version whose zeebe:versionTag is this.
+    # zeebe:calledElement bindingType: latest | deployment | versionTag
+    # (engine_core/bindings.py); with versionTag, the tag asked for.
+    called_binding: str = "latest"
     called_version_tag: str | None = None
     propagate_all_child_variables: bool = True
     propagate_all_parent_variables: bool = True
@@ -216,15 +251,68 @@ class Node:
 
     retry_policy: RetryPolicy | None = None
 
+    # zeebe:executionListeners, in model order (start and end mixed).
+    execution_listeners: tuple[ExecutionListener, ...] = ()
+
+    def listeners(self, event: str) -> tuple[ExecutionListener, ...]:
+        """The execution listeners of one event type, in the order they run."""
+        return tuple(x for x in self.execution_listeners if x.event == event)
+
     @property
     def event(self) -> EventDefinition:
         """The node's single event definition, or a NONE definition."""
-        return self.events[0] if self.events else EventDefinition(EventKind.NONE)
+        return self.events[0] if self.events else _NO_EVENT
 
     @property
     def label(self) -> str:
         """How messages name this node: its id, and its name when it has one."""
         return f"{self.id!r} ({self.name})" if self.name else repr(self.id)
+
+
+_NO_EVENT = EventDefinition(EventKind.NONE)
+
+
+@dataclass(frozen=True, slots=True)
+class DefinitionIndex:
+    """What the step asks of a definition on every node it enters, answered once per
+    definition (when it is built) instead of once per step: a definition never changes
+    and is shared by every trigger of every instance pinned to it."""
+
+    # node id -> its outgoing flows, in model order.
+    outgoing: Mapping[str, tuple[Flow, ...]]
+    # The nodes none of whose outgoing flows has a condition (they take them all, or
+    # the first, without evaluating anything).
+    unconditional: frozenset[str]
+    # container id (None = the process) -> its event sub-processes / its none starts.
+    event_subs: Mapping[str | None, tuple[Node, ...]]
+    none_starts: Mapping[str | None, tuple[Node, ...]]
+
+    @classmethod
+    def of(cls, definition: ProcessDefinition) -> DefinitionIndex:
+        flows, nodes = definition.flows, definition.nodes
+        outgoing = {n.id: tuple(flows[f] for f in n.outgoing if f in flows) for n in nodes.values()}
+        inside = {
+            container: tuple(nodes[n] for n in ids if n in nodes)
+            for container, ids in definition.children.items()
+        }
+        return cls(
+            outgoing=outgoing,
+            unconditional=frozenset(
+                n for n, out in outgoing.items() if all(f.condition is None for f in out)
+            ),
+            event_subs={
+                c: tuple(n for n in ns if n.kind is NodeKind.EVENT_SUB_PROCESS)
+                for c, ns in inside.items()
+            },
+            none_starts={
+                c: tuple(
+                    n
+                    for n in ns
+                    if n.kind is NodeKind.START_EVENT and n.event.kind is EventKind.NONE
+                )
+                for c, ns in inside.items()
+            },
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,9 +327,20 @@ class ProcessDefinition:
     children: Mapping[str | None, tuple[str, ...]] = field(default_factory=dict)
     # zeebe:versionTag: what a call activity with bindingType="versionTag" asks for.
     version_tag: str | None = None
+    # The process's own zeebe:executionListeners (around the whole instance).
+    execution_listeners: tuple[ExecutionListener, ...] = ()
+    # Derived from the fields above when the definition is built (never passed in).
+    index: DefinitionIndex = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "index", DefinitionIndex.of(self))
 
     def node(self, node_id: str) -> Node:
         return self.nodes[node_id]
+
+    def listeners(self, event: str) -> tuple[ExecutionListener, ...]:
+        """The process's execution listeners of one event type, in the order they run."""
+        return tuple(x for x in self.execution_listeners if x.event == event)
 
     def flow(self, flow_id: str) -> Flow:
         return self.flows[flow_id]
@@ -251,14 +350,10 @@ class ProcessDefinition:
 
     def none_starts(self, container: str | None) -> tuple[Node, ...]:
         """The start events of a scope that a plain start (or sub-process entry) takes."""
-        return tuple(
-            n
-            for n in self.nodes_in(container)
-            if n.kind is NodeKind.START_EVENT and n.event.kind is EventKind.NONE
-        )
+        return self.index.none_starts.get(container, ())
 
     def event_sub_processes(self, container: str | None) -> tuple[Node, ...]:
-        return tuple(n for n in self.nodes_in(container) if n.kind is NodeKind.EVENT_SUB_PROCESS)
+        return self.index.event_subs.get(container, ())
 
     def message_starts(self) -> tuple[Node, ...]:
         """Process-level message start events: they create instances."""

@@ -50,6 +50,8 @@ __all__ = [
     "end_token",
     "fail_instance",
     "finish_body",
+    "finish_event_sub",
+    "finish_process",
     "leave_activity",
     "leave_without_running",
     "plain_outgoing",
@@ -71,10 +73,14 @@ def arrive(rt: Runtime, token: Token, node_id: str, flow_id: str | None = None) 
     """
     if token.node_id != node_id:
         rt.close_incidents(token, IncidentState.RESOLVED)
+    local = rt.cp.scopes.get(token.inner_scope) if token.inner_scope else None
+    if local is not None and local.token_id == token.id and local.node_id == token.node_id:
+        rt.drop_scope(local.id)  # what a gateway's or event's start listeners set locally
     token.node_id = node_id
     move_token(token, TokenState.ACTIVE)
     token.flow_id = flow_id
     token.inner_scope = None
+    token.listener_phase, token.listener_index = None, 0
     rt.queue.append(token.id)
 
 
@@ -82,6 +88,11 @@ def take_flows(rt: Runtime, token: Token, flow_ids: Iterable[str]) -> None:
     """Leave along ``flow_ids``: the token follows the first, forks take the rest."""
     flows = [rt.defn.flows[f] for f in flow_ids]
     if not flows:
+        scope = rt.cp.scopes.get(token.scope_id)
+        owner = rt.defn.nodes.get(scope.node_id) if scope and scope.node_id else None
+        if scope is not None and owner is not None and owner.ad_hoc is not None:
+            _end_ad_hoc_path(rt, token, scope, owner)
+            return
         end_token(rt, token)
         return
     first, *rest = flows
@@ -95,18 +106,21 @@ def chosen_flows(rt: Runtime, node: Node, token: Token, *, all_true: bool) -> li
 
     No flow to take is a technical failure (an incident), as in Camunda 8.
     """
-    context = rt.token_vars(token)
+    context: dict[str, Any] | None = (
+        None  # the token's variables, read only if a condition needs them
+    )
     taken: list[str] = []
-    for flow_id in node.outgoing:
-        if flow_id == node.default_flow:
+    for flow in rt.defn.index.outgoing[node.id]:
+        if flow.id == node.default_flow:
             continue
-        flow = rt.defn.flows[flow_id]
-        if flow.condition is None or boolean(
-            always_expression(flow.condition), context, node.id, rt.now
-        ):
-            taken.append(flow_id)
-            if not all_true:
-                break
+        if flow.condition is not None:
+            if context is None:
+                context = rt.token_vars(token)
+            if not boolean(always_expression(flow.condition), context, node.id, rt.now):
+                continue
+        taken.append(flow.id)
+        if not all_true:
+            break
     if taken:
         return taken
     if node.default_flow is not None:
@@ -120,7 +134,7 @@ def chosen_flows(rt: Runtime, node: Node, token: Token, *, all_true: bool) -> li
 
 def plain_outgoing(rt: Runtime, node: Node, token: Token) -> list[str]:
     """An activity's or event's outgoing flows; conditional ones only when true."""
-    if all(rt.defn.flows[f].condition is None for f in node.outgoing):
+    if node.id in rt.defn.index.unconditional:
         return list(node.outgoing)
     return chosen_flows(rt, node, token, all_true=True)
 
@@ -148,7 +162,15 @@ def _leave(
     rt: Runtime, token: Token, node: Node, result: Mapping[str, Any], from_scope: Scope | None
 ) -> None:
     if token.loop_index is not None:
-        _inner_done(rt, token, node, result, from_scope)
+        if token.listener_phase != "ended":
+            _inner_outputs(rt, token, node, result, from_scope)
+            if _to_end_listeners(rt, token, node):
+                return
+        _inner_done(rt, token, node)
+        return
+    if token.listener_phase == "ended":
+        # Back from the end listeners: the outputs were applied before them.
+        _leave_along_flows(rt, token, node)
         return
     if from_scope is not None:
         # A sub-process finished: its output mappings read the sub-process's variables.
@@ -162,6 +184,24 @@ def _leave(
                 token.inner_scope = None
     else:
         rt.apply_outputs(node, token, result)
+    if _to_end_listeners(rt, token, node):
+        return
+    _leave_along_flows(rt, token, node)
+
+
+def _to_end_listeners(rt: Runtime, token: Token, node: Node) -> bool:
+    """The element is completing: its boundaries close and its end listeners run
+    (engine_core/listeners.py, dispatched when the run loop enters the token)."""
+    if not node.listeners("end"):
+        return False
+    rt.withdraw_token_waits(token.id)
+    token.listener_phase, token.listener_index = "end", 0
+    move_token(token, TokenState.ACTIVE)
+    rt.queue.append(token.id)
+    return True
+
+
+def _leave_along_flows(rt: Runtime, token: Token, node: Node) -> None:
     _record_compensable(rt, token)
     _finish_at_node(rt, token)
     take_flows(rt, token, plain_outgoing(rt, node, token))
@@ -202,10 +242,51 @@ def _record_compensable(rt: Runtime, token: Token) -> None:
 # -- ending tokens and scopes ---------------------------------------------------------
 
 
+def _end_ad_hoc_path(rt: Runtime, token: Token, scope: Scope, owner: Node) -> None:
+    """A path inside an ad-hoc sub-process ended: Zeebe reads the completion condition
+    here, at the end of each execution path (an element with no outgoing flow), in the
+    sub-process's scope, while the ending token is still live, so a condition that
+    fails is an incident at that element and its retry runs the element again.
+
+    Met (or no condition): the sub-process completes once no inner token is left;
+    ``cancelRemainingInstances`` (the default) ends the others first. Not met: the
+    token ends and the sub-process stays active, even with nothing left inside it, as
+    in Zeebe: only a later path whose end meets the condition completes it."""
+    spec = owner.ad_hoc
+    assert spec is not None
+    met = True
+    if spec.completion_condition:
+        met = _ad_hoc_condition(rt, spec.completion_condition, scope, owner)
+        if met and spec.cancel_remaining:
+            for other in rt.tokens_in(scope.id):
+                if other.id != token.id:
+                    rt.terminate_token(other)
+            for child in rt.child_scopes(scope.id):
+                if child.token_id is None:
+                    rt.terminate_scope(child.id)
+                    rt.drop_scope(child.id)
+        rt.fact("AdHocConditionRead", node=owner.id, met=met)
+    rt.remove_token(token, TokenState.COMPLETED)
+    if met:
+        check_scope(rt, scope.id, by=token.node_id)
+
+
+def _ad_hoc_condition(rt: Runtime, condition: str, scope: Scope, owner: Node) -> bool:
+    value = evaluate(always_expression(condition), rt.visible(scope.id), owner.id, rt.now)
+    if isinstance(value, bool):
+        return value
+    kind = "null" if value is None else f"a {type(value).__name__}"
+    raise TechnicalFailure(
+        f"completionCondition {condition!r} of ad-hoc sub-process {owner.label} evaluated "
+        f"to {kind}, expected a boolean (a variable it uses may be missing)",
+        cause_class="ExpressionError",
+    )
+
+
 def end_token(rt: Runtime, token: Token, state: TokenState = TokenState.COMPLETED) -> None:
     """The token is done: drop it and its waits; its scope may now be complete."""
     rt.remove_token(token, state)
-    check_scope(rt, token.scope_id)
+    check_scope(rt, token.scope_id, by=token.node_id)
 
 
 def terminate_end(rt: Runtime, token: Token) -> None:
@@ -219,11 +300,14 @@ def terminate_end(rt: Runtime, token: Token) -> None:
             rt.terminate_scope(child.id)
             rt.drop_scope(child.id)
     rt.fact("Terminated", node=token.node_id)
-    check_scope(rt, scope_id)
+    check_scope(rt, scope_id, by=token.node_id)
 
 
-def check_scope(rt: Runtime, scope_id: str) -> None:
-    """Complete a scope whose last token ended; the caller's token moves on."""
+def check_scope(rt: Runtime, scope_id: str, by: str | None = None) -> None:
+    """Complete a scope whose last token ended; the caller's token moves on.
+
+    ``by``: the node where the last path ended, where the process's end listeners
+    run if it has any (a token is what a listener's job waits on)."""
     scope = rt.cp.scopes.get(scope_id)
     if scope is None or scope.mi_items is not None:
         return
@@ -232,14 +316,20 @@ def check_scope(rt: Runtime, scope_id: str) -> None:
     if any(c.token_id is None and c.node_id is not None for c in rt.child_scopes(scope_id)):
         return  # an event sub-process is still running in this scope
     if scope_id == ROOT_SCOPE:
+        if rt.defn.listeners("end"):
+            _to_process_end(rt, by)
+            return
         complete_instance(rt)
         return
-    rt.drop_scope(scope_id)
     if scope.token_id is None:
-        # An event sub-process finished: its parent scope may now be complete too.
-        if scope.parent_id is not None:
-            check_scope(rt, scope.parent_id)
+        # An event sub-process finished: its end listeners, then its parent scope may
+        # now be complete too.
+        if scope.node_id is not None and rt.node(scope.node_id).listeners("end"):
+            _to_event_sub_end(rt, scope, by)
+            return
+        _event_sub_done(rt, scope, by)
         return
+    rt.drop_scope(scope_id)
     owner = rt.cp.tokens.get(scope.token_id)
     if owner is None:
         raise EngineInvariantError(
@@ -251,6 +341,48 @@ def check_scope(rt: Runtime, scope_id: str) -> None:
 
 
 # -- ending the instance --------------------------------------------------------------
+
+
+def _to_process_end(rt: Runtime, by: str | None) -> None:
+    """The process scope is done and the process has end listeners: they run on a
+    token at the node where the last path ended (else at its first node). The
+    process's event sub-processes can no longer start: it is completing."""
+    for wait in [w for w in rt.cp.waits.values() if w.scope_id == ROOT_SCOPE]:
+        rt.withdraw(wait)
+    node_id = by if by is not None and by in rt.defn.nodes else rt.defn.children[None][0]
+    token = rt.spawn(node_id, ROOT_SCOPE, [])
+    token.listener_phase = "process-end"
+
+
+def _to_event_sub_end(rt: Runtime, scope: Scope, by: str | None) -> None:
+    """An event sub-process finished and has end listeners: they run on a token in its
+    scope, at the node where its last path ended (else its start event); the event
+    sub-processes nested in it can no longer start."""
+    for wait in [w for w in rt.cp.waits.values() if w.scope_id == scope.id]:
+        rt.withdraw(wait)
+    inside = rt.defn.children.get(scope.node_id, ())
+    node_id = by if by in inside else inside[0]
+    token = rt.spawn(node_id, scope.id, [])
+    token.listener_phase = "sub-end"
+
+
+def _event_sub_done(rt: Runtime, scope: Scope, by: str | None) -> None:
+    rt.drop_scope(scope.id)
+    if scope.parent_id is not None:
+        check_scope(rt, scope.parent_id, by=by)
+
+
+def finish_event_sub(rt: Runtime, token: Token) -> None:
+    """An event sub-process's end listeners are done: it completes."""
+    scope = rt.cp.scopes[token.scope_id]
+    rt.remove_token(token, TokenState.COMPLETED)
+    _event_sub_done(rt, scope, token.node_id)
+
+
+def finish_process(rt: Runtime, token: Token) -> None:
+    """The process's end listeners are done: the instance completes."""
+    rt.remove_token(token, TokenState.COMPLETED)
+    complete_instance(rt)
 
 
 def complete_instance(rt: Runtime) -> None:
@@ -334,17 +466,17 @@ def start_inner(rt: Runtime, outer: Token, node: Node, body: Scope, index: int) 
     inner.inner_scope = scope.id
 
 
-def _inner_done(
+def _inner_outputs(
     rt: Runtime,
     token: Token,
     node: Node,
     result: Mapping[str, Any],
     from_scope: Scope | None,
 ) -> None:
-    """One inner instance finished: collect its output, start the next or finish."""
-    loop = node.loop
+    """One inner instance finished its work: its result lands (its end listeners, if
+    any, run after this and before ``_inner_done``)."""
     body = rt.cp.scopes.get(token.scope_id)
-    assert loop is not None and body is not None and body.mi_results is not None
+    assert body is not None
     instance_scope_id = from_scope.id if from_scope is not None else token.inner_scope
     if from_scope is not None:
         # The sub-process body was the instance scope; read outputs from its variables.
@@ -359,6 +491,13 @@ def _inner_done(
             rt.apply_outputs(node, token, result, target_scope=instance_scope_id)
         else:
             rt.propagate(instance_scope_id, result)
+
+
+def _inner_done(rt: Runtime, token: Token, node: Node) -> None:
+    """One inner instance is done: collect its output, start the next or finish."""
+    loop = node.loop
+    body = rt.cp.scopes.get(token.scope_id)
+    assert loop is not None and body is not None and body.mi_results is not None
     context = rt.token_vars(token)
     if loop.output_element:
         body.mi_results[token.loop_index or 0] = json_value(

@@ -17,11 +17,13 @@ from dataclasses import replace
 
 from engine_core.errors import InvalidModel, UnsupportedElement
 from engine_core.expression_check import check_expressions
+from engine_core.expressions import is_expression
 from engine_core.job_types import reserved_job_type
 from engine_core.model import (
     ACTIVITY_KINDS,
     CONTAINER_KINDS,
     EventKind,
+    ExecutionListener,
     Flow,
     Node,
     NodeKind,
@@ -62,6 +64,7 @@ def assemble(
     nodes: Iterable[Node],
     flows: Iterable[Flow],
     flow_scopes: Mapping[str, str | None] | None = None,
+    execution_listeners: tuple[ExecutionListener, ...] = (),
 ) -> ProcessDefinition:
     """Derive the wiring, check every rule, and freeze the definition.
 
@@ -120,7 +123,13 @@ def assemble(
         nodes=final,
         flows={f.id: f for f in flow_list},
         children={c: tuple(ids) for c, ids in children.items()},
+        execution_listeners=execution_listeners,
     )
+    for listener in execution_listeners:
+        if not is_expression(listener.job_type):
+            reserved = reserved_job_type(listener.job_type)
+            if reserved is not None:
+                raise _bad(f"process {key!r}: execution listener: {reserved}")
     for node in final.values():
         _check_node(definition, node)
     _check_scopes(definition)
@@ -194,7 +203,7 @@ def _check_node(d: ProcessDefinition, node: Node) -> None:
                 f"businessRuleTask {node.id!r} calls decision {node.decision_id!r} without "
                 "a resultVariable (zeebe:calledDecision resultVariable)"
             )
-    if node.job_type and not node.job_type.lstrip().startswith("="):
+    if node.job_type and not is_expression(node.job_type):
         reserved = reserved_job_type(node.job_type)
         if reserved is not None:
             raise _bad(f"{node.kind} {node.id!r}: {reserved}")
@@ -228,10 +237,59 @@ def _check_node(d: ProcessDefinition, node: Node) -> None:
                 f"compensation boundary {node.id!r}: handler {node.compensation_handler!r} "
                 'is not an activity with isForCompensation="true"'
             )
+    if node.execution_listeners:
+        _check_listeners(node)
     if node.kind is K.EVENT_BASED_GATEWAY:
         _check_event_based_gateway(d, node)
     if node.kind is K.EVENT_SUB_PROCESS and (node.incoming or node.outgoing):
         raise _bad(f"event sub-process {node.id!r} must have no sequence flows")
+
+
+_GATEWAYS = frozenset(
+    {K.EXCLUSIVE_GATEWAY, K.PARALLEL_GATEWAY, K.INCLUSIVE_GATEWAY, K.EVENT_BASED_GATEWAY}
+)
+
+
+def _listener_refusal(node: Node, event: str) -> str | None:
+    """Why ``event`` listeners cannot sit on ``node``: Zeebe's limitations first
+    (start events and boundary events have no start listeners, gateways and error end
+    events no end listeners, compensation boundaries none), then what dormant does
+    not run (the reason says which)."""
+    kind, ev = node.kind, node.event.kind
+    if event == "start" and kind in (K.START_EVENT, K.BOUNDARY_EVENT):
+        return f"a {kind} has no start listeners (Zeebe); use the end listeners"
+    if event == "end" and kind in _GATEWAYS:
+        return "a gateway has no end listeners (Zeebe); use start listeners on what follows it"
+    if event == "end" and kind is K.END_EVENT and ev is E.ERROR:
+        return "an error end event has no end listeners (Zeebe); put them on the catch event"
+    if kind is K.BOUNDARY_EVENT and ev is E.COMPENSATE:
+        return "a compensation boundary event has no listeners (Zeebe); put them on its handler"
+    if ev is E.COMPENSATE and kind in (K.END_EVENT, K.INTERMEDIATE_THROW_EVENT):
+        return "listeners on a compensation throw event are not run"
+    if event == "end" and kind is K.END_EVENT and ev is E.TERMINATE:
+        return "end listeners on a terminate end event are not run"
+    if event == "end" and ev is E.LINK and kind is K.INTERMEDIATE_THROW_EVENT:
+        return "end listeners on a link throw event are not run"
+    if kind in (K.PARALLEL_GATEWAY, K.INCLUSIVE_GATEWAY) and len(node.incoming) > 1:
+        return "start listeners on a joining gateway are not run"
+    return None
+
+
+def _check_listeners(node: Node) -> None:
+    for listener in node.execution_listeners:
+        why = _listener_refusal(node, listener.event)
+        if why is not None:
+            raise UnsupportedElement(
+                node.id,
+                str(node.kind),
+                node.name,
+                f'zeebe:executionListener eventType="{listener.event}" '
+                f"type={listener.job_type!r}: {why}",
+            )
+        if not is_expression(listener.job_type):
+            reserved = reserved_job_type(listener.job_type)
+            if reserved is not None:
+                raise _bad(f"{node.kind} {node.id!r}: execution listener: {reserved}")
 
 
 def _check_event_kind(d: ProcessDefinition, node: Node) -> None:
@@ -300,12 +358,32 @@ def _check_event_based_gateway(d: ProcessDefinition, node: Node) -> None:
         ok = target.kind is K.RECEIVE_TASK or (
             target.kind is K.INTERMEDIATE_CATCH_EVENT and target.event.kind in _EBG_TARGET_EVENTS
         )
+        if target.listeners("start"):
+            raise UnsupportedElement(
+                target.id,
+                str(target.kind),
+                target.name,
+                "zeebe:executionListener start listeners on an event after an event-based "
+                f"gateway ({node.id!r}) are not run; put them on the gateway",
+            )
         if not ok or len(target.incoming) != 1:
             raise _bad(
                 f"event-based gateway {node.id!r}: flow {fid!r} must lead to a "
                 "message/timer/signal "
                 f"catch event or receive task with no other incoming flow, not {target.id!r}"
             )
+
+
+def _check_ad_hoc(d: ProcessDefinition, node: Node, members: list[Node]) -> None:
+    """Zeebe's constraints: at least one activity, no start or end event inside."""
+    where = f"ad-hoc sub-process {node.id!r}"
+    for n in members:
+        if n.kind in (K.START_EVENT, K.END_EVENT):
+            raise _bad(f"{where} must not contain start or end events ({n.kind} {n.id!r})")
+    if not any(n.kind in ACTIVITY_KINDS for n in members):
+        raise _bad(f"{where} needs at least one activity")
+    if node.ad_hoc is None:
+        raise _bad(f"{where} has no ad-hoc settings")
 
 
 def _check_scopes(d: ProcessDefinition) -> None:
@@ -316,6 +394,8 @@ def _check_scopes(d: ProcessDefinition) -> None:
         if container is None:
             if not starts:
                 raise _bad(f"{where} has no start event")
+        elif d.nodes[container].kind is K.AD_HOC_SUB_PROCESS:
+            _check_ad_hoc(d, d.nodes[container], members)
         elif d.nodes[container].kind is K.SUB_PROCESS:
             none_starts = [n for n in starts if n.event.kind is E.NONE]
             if len(starts) != 1 or len(none_starts) != 1:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from engine_core import boundaries, calls, event_subs, incidents, jobs
+from engine_core import boundaries, calls, event_subs, incidents, jobs, listeners
 from engine_core.checkpoint import (
     ROOT_SCOPE,
     ParentLink,
@@ -51,7 +51,7 @@ from engine_core.triggers import (
 )
 from engine_core.wake import INSTANCE, STALE, Wake
 
-__all__ = ["dispatch", "fire_wait"]
+__all__ = ["dispatch", "fire_due", "fire_wait"]
 
 # A handler applies its trigger and says what it woke (wake.py): a token, the instance
 # as a whole, or nothing (stale).
@@ -135,11 +135,19 @@ def _start(rt: Runtime, trigger: Start) -> Wake:
     # The process's event sub-processes are armed when the token enters its start
     # event (nodes._start_event), so a failing subscription is an incident there.
     token = rt.spawn(start.id, ROOT_SCOPE, [])
+    if rt.defn.listeners("start"):
+        token.listener_phase = "process-start"  # before the start event (listeners.py)
     return Wake.token(token.id)
 
 
 def _timer(rt: Runtime, trigger: TimerFired) -> Wake:
-    wait = rt.live_wait(trigger.wait_id, WaitKind.TIMER, WaitKind.JOB, WaitKind.RETRY)
+    return fire_due(rt, trigger.wait_id)
+
+
+def fire_due(rt: Runtime, wait_id: str) -> Wake:
+    """What ``TimerFired(wait_id)`` does; the step's overdue timers call it directly, so
+    firing them builds no trigger object inside the step."""
+    wait = rt.live_wait(wait_id, WaitKind.TIMER, WaitKind.JOB, WaitKind.RETRY)
     if wait is None or wait.due_at is None or wait.due_at > rt.now:
         return STALE
     if wait.kind is WaitKind.JOB:
@@ -173,6 +181,20 @@ def _task_completed(rt: Runtime, trigger: TaskCompleted) -> Wake:
     return Wake.token(token.id)
 
 
+def _job_completed(rt: Runtime, trigger: JobCompleted) -> Wake:
+    wait = jobs.job_wait(rt, trigger.wait_id, trigger.attempt)
+    if wait is not None and wait.execution_listener is not None:
+        return listeners.completed(rt, wait, trigger)
+    return jobs.completed(rt, trigger)
+
+
+def _job_error(rt: Runtime, trigger: JobErrorThrown) -> Wake:
+    wait = jobs.job_wait(rt, trigger.wait_id, trigger.attempt)
+    if wait is not None and wait.execution_listener is not None:
+        return listeners.error_thrown(rt, wait, trigger)
+    return jobs.error_thrown(rt, trigger)
+
+
 def _cancel(rt: Runtime, trigger: Cancel) -> Wake:
     cancel_instance(rt, notify_parent=trigger.notify_parent)
     return INSTANCE
@@ -203,9 +225,9 @@ _HANDLERS: dict[type, TriggerHandler] = {
     MessageReceived: _message,
     SignalReceived: _signal,
     TaskCompleted: _task_completed,
-    JobCompleted: jobs.completed,
+    JobCompleted: _job_completed,
     JobFailed: jobs.failed,
-    JobErrorThrown: jobs.error_thrown,
+    JobErrorThrown: _job_error,
     JobHeartbeat: jobs.heartbeat,
     ChildCompleted: calls.child_completed,
     ChildFailed: calls.child_failed,

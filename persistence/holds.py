@@ -24,18 +24,25 @@ from sqlalchemy import Connection, and_, delete, insert, select, text, update
 from engine_core.checkpoint import Wait, WaitKind
 from engine_core.effects import DeliverBuffered, encode_effect
 from engine_core.triggers import MessageReceived
+from persistence.outbox_queue import OutboxRow
 from persistence.tables import deadlines, messages, outbox, subscriptions, user_tasks
+from persistence.writes import Writes
 
 __all__ = ["BufferedDelivery", "lock_message_key", "sync_holds"]
 
 
 @dataclass(frozen=True, slots=True)
 class BufferedDelivery:
-    """A buffered message this transaction consumed for a new subscription."""
+    """A buffered message this transaction consumed for a new subscription; ``row``
+    is the outbox row that carries it (published after the commit)."""
 
-    outbox_id: int
+    row: OutboxRow
     message_id: str
     wait_id: str
+
+    @property
+    def outbox_id(self) -> int:
+        return self.row.id
 
 
 def lock_message_key(conn: Connection, name: str, correlation_key: str | None) -> None:
@@ -80,22 +87,27 @@ def _task_row(instance_id: str, w: Wait, now: datetime) -> dict[str, Any]:
     }
 
 
-def _delete(conn: Connection, table: Any, instance_id: str, wait_ids: list[str]) -> None:
+def _delete(writes: Writes, table: Any, instance_id: str, wait_ids: list[str]) -> None:
     if wait_ids:
-        conn.execute(
+        writes.add(
             delete(table).where(table.c.instance_id == instance_id, table.c.wait_id.in_(wait_ids))
         )
 
 
 def sync_holds(
-    conn: Connection,
+    writes: Writes,
     instance_id: str,
     old: Mapping[str, Wait],
     new: Mapping[str, Wait],
     now: datetime,
 ) -> list[BufferedDelivery]:
     """Bring the hold rows of ``instance_id`` from ``old`` to ``new``; returns the
-    buffered messages consumed by subscriptions this sync created."""
+    buffered messages consumed by subscriptions this sync created.
+
+    Only the waits that changed cost a statement; every statement is queued on
+    ``writes`` (one round trip with the checkpoint's own write), except where a row is
+    deleted and written again under the same key (a subscription whose name or key
+    changed), which is sent in between."""
     gone_dl, gone_sub, gone_task = [], [], []
     add_dl, add_sub, add_task = [], [], []
     moved_dl: list[Wait] = []
@@ -124,14 +136,18 @@ def sync_holds(
         elif n.kind is WaitKind.USER_TASK and prev is not None and prev.node_id != n.node_id:
             renamed_task.append(n)  # a migration re-pointed the task: same task id
 
-    _delete(conn, deadlines, instance_id, gone_dl)
-    _delete(conn, subscriptions, instance_id, gone_sub)
-    _delete(conn, user_tasks, instance_id, gone_task)
+    _delete(writes, deadlines, instance_id, gone_dl)
+    _delete(writes, subscriptions, instance_id, gone_sub)
+    _delete(writes, user_tasks, instance_id, gone_task)
+    if any(r["wait_id"] in gone_sub for r in add_sub) or any(
+        r["wait_id"] in gone_task for r in add_task
+    ):
+        writes.flush()  # the same key deleted and written again: not in one statement
     if add_dl:
-        conn.execute(insert(deadlines), add_dl)
+        writes.add(insert(deadlines).values(add_dl))
     for n in moved_dl:
         # A cycle's next repetition (same wait, new due time): a fresh, unclaimed row.
-        conn.execute(
+        writes.add(
             update(deadlines)
             .where(deadlines.c.instance_id == instance_id, deadlines.c.wait_id == n.id)
             .values(
@@ -139,11 +155,11 @@ def sync_holds(
             )
         )
     if add_sub:
-        conn.execute(insert(subscriptions), add_sub)
+        writes.add(insert(subscriptions).values(add_sub))
     if add_task:
-        conn.execute(insert(user_tasks), add_task)
+        writes.add(insert(user_tasks).values(add_task))
     for n in renamed_task:
-        conn.execute(
+        writes.add(
             update(user_tasks)
             .where(user_tasks.c.instance_id == instance_id, user_tasks.c.wait_id == n.id)
             .values(node_id=n.node_id)
@@ -154,7 +170,7 @@ def sync_holds(
         key=lambda r: (r["name"], r["correlation_key"] or ""),
     )
     for row in message_subs:
-        found = _consume_buffered(conn, instance_id, row, now)
+        found = _consume_buffered(writes.conn, instance_id, row, now)
         if found is not None:
             delivered.append(found)
     return delivered
@@ -204,9 +220,9 @@ def _consume_buffered(
         message_id=found.message_id,
     )
     kind, payload = encode_effect(DeliverBuffered(instance_id, trigger))
+    payload = payload | {"trigger_id": found.message_id}
     outbox_id = conn.execute(
-        insert(outbox)
-        .values(kind=kind, payload=payload | {"trigger_id": found.message_id}, created_at=now)
-        .returning(outbox.c.id)
+        insert(outbox).values(kind=kind, payload=payload, created_at=now).returning(outbox.c.id)
     ).scalar_one()
-    return BufferedDelivery(int(outbox_id), found.message_id, sub["wait_id"])
+    row = OutboxRow(int(outbox_id), kind, payload, now)
+    return BufferedDelivery(row, found.message_id, sub["wait_id"])

@@ -14,7 +14,7 @@ from typing import Any
 
 from sqlalchemy import Connection, func, select
 
-from engine_core.checkpoint import Checkpoint, decode
+from engine_core.checkpoint import Checkpoint, IncidentState, decode
 from engine_core.errors import (
     CheckpointTooNew,
     CorruptCheckpoint,
@@ -70,13 +70,13 @@ _ROW = (
 
 
 class Queries:
-    """Mixed into ``Store``; needs only its ``_read`` transaction factory."""
+    """Mixed into ``Store``; needs only its ``read`` transaction factory."""
 
-    def _read(self) -> AbstractContextManager[Connection]:  # pragma: no cover - Store's
+    def read(self) -> AbstractContextManager[Connection]:  # pragma: no cover - Store's
         raise NotImplementedError
 
     def checkpoint(self, instance_id: str) -> Checkpoint:
-        with self._read() as conn:
+        with self.read() as conn:
             raw = conn.execute(
                 select(instances.c.checkpoint).where(instances.c.id == instance_id)
             ).scalar()
@@ -85,7 +85,7 @@ class Queries:
         return decode(raw)
 
     def instance(self, instance_id: str) -> InstanceView:
-        with self._read() as conn:
+        with self.read() as conn:
             row = conn.execute(select(*_ROW).where(instances.c.id == instance_id)).first()
             if row is None:
                 raise UnknownInstance(f"no instance has id {instance_id!r}")
@@ -101,7 +101,7 @@ class Queries:
             q = q.where(instances.c.status == status)
         if key is not None:
             q = q.where(instances.c.key == key)
-        with self._read() as conn:
+        with self.read() as conn:
             rows = list(
                 conn.execute(q.order_by(instances.c.created_at, instances.c.id).limit(limit))
             )
@@ -129,7 +129,7 @@ class Queries:
         q = select(user_tasks)
         if instance_id is not None:
             q = q.where(user_tasks.c.instance_id == instance_id)
-        with self._read() as conn:
+        with self.read() as conn:
             rows = list(conn.execute(q.order_by(user_tasks.c.created_at, user_tasks.c.task_id)))
         return [
             UserTaskView(
@@ -146,7 +146,7 @@ class Queries:
 
     def task(self, task_id: str) -> tuple[str, str]:
         """(instance_id, wait_id) of an open user task."""
-        with self._read() as conn:
+        with self.read() as conn:
             row = conn.execute(
                 select(user_tasks.c.instance_id, user_tasks.c.wait_id).where(
                     user_tasks.c.task_id == task_id
@@ -159,7 +159,7 @@ class Queries:
         return row.instance_id, row.wait_id
 
     def history(self, instance_id: str) -> list[FactView]:
-        with self._read() as conn:
+        with self.read() as conn:
             rows = list(
                 conn.execute(
                     select(facts).where(facts.c.instance_id == instance_id).order_by(facts.c.id)
@@ -197,7 +197,7 @@ class Queries:
             q = q.where(incident_table.c.process_key == key)
         if node_id is not None:
             q = q.where(incident_table.c.node_id == node_id)
-        with self._read() as conn:
+        with self.read() as conn:
             rows = list(conn.execute(q.order_by(incident_table.c.last_at).limit(limit)))
         views: dict[str, InstanceView] = {}
         out: list[IncidentView] = []
@@ -209,7 +209,7 @@ class Queries:
 
     def incident(self, incident_id: str) -> IncidentView:
         """One incident by id, whatever its state (UnknownIncident if none has it)."""
-        with self._read() as conn:
+        with self.read() as conn:
             instance_id = conn.execute(
                 select(incident_table.c.instance_id).where(incident_table.c.id == incident_id)
             ).scalar()
@@ -223,7 +223,7 @@ class Queries:
 
     def counts(self) -> dict[str, int]:
         """Rows per table: what the tests assert hold syncs against."""
-        with self._read() as conn:
+        with self.read() as conn:
             return {
                 name: int(conn.execute(select(func.count()).select_from(t)).scalar_one())
                 for name, t in _COUNTED.items()
@@ -231,7 +231,7 @@ class Queries:
 
     def holds(self, instance_id: str) -> dict[str, list[dict[str, Any]]]:
         """The hold rows of one instance, for tests and `instances show`."""
-        with self._read() as conn:
+        with self.read() as conn:
             return {
                 name: [
                     dict(r._mapping)
@@ -259,7 +259,7 @@ def _unreadable(conn: Connection, row: Any, exc: Exception) -> InstanceView:
         instance_id=row.id,
         node_id=CHECKPOINT_INCIDENT,
         node_name=None,
-        state="open",
+        state=IncidentState.OPEN.value,
         attempts=int(found.attempts) if found else 0,
         cause=" ".join(str(exc).split())[:2000],
         cause_class=type(exc).__name__,

@@ -18,12 +18,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from engine_core.checkpoint import Checkpoint, Wait, WaitKind
+from engine_core.checkpoint import ROOT_SCOPE, Checkpoint, Wait, WaitKind
 from engine_core.views import FactView
 
 __all__ = ["NodeOverlay", "ScopeVariables", "describe_wait", "overlays", "scopes"]
 
-_OPEN = ("open", "retry_scheduled")
 # Fact detail keys that name a node the instance reached.
 _NODE_KEYS = ("node", "start", "boundary", "arm", "host", "gateway")
 
@@ -85,7 +84,7 @@ def overlays(checkpoint: Checkpoint, history: list[FactView]) -> dict[str, NodeO
         if wait.kind is not WaitKind.RETRY:
             at(wait.node_id).waiting.append(describe_wait(wait))
     for incident in checkpoint.incidents.values():
-        if incident.state.value in _OPEN:
+        if not incident.state.closed:
             at(incident.node_id).incidents.append(
                 f"{incident.cause_class}, attempts {incident.attempts}"
             )
@@ -103,5 +102,5 @@ def overlays(checkpoint: Checkpoint, history: list[FactView]) -> dict[str, NodeO
 
 def scopes(checkpoint: Checkpoint) -> list[ScopeVariables]:
     """Every scope with its own variables, the root first."""
-    ordered = sorted(checkpoint.scopes.values(), key=lambda s: (s.id != "s0", s.id))
+    ordered = sorted(checkpoint.scopes.values(), key=lambda s: (s.id != ROOT_SCOPE, s.id))
     return [ScopeVariables(s.id, s.node_id, s.parent_id, dict(s.variables)) for s in ordered]

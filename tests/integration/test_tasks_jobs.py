@@ -40,3 +40,15 @@ def bpmn_error_code(code: str = "declined", **_: Any) -> None:
 def undo(doubled: Any = None, **_: Any) -> dict[str, Any]:
     """A compensation handler's job: reports what it undid."""
     return {"undone": doubled}
+
+
+@app.task(name="test-listener-set-n")
+def listener_set_n(**_: Any) -> dict[str, Any]:
+    """A start listener: sets the ``n`` its element's job reads."""
+    return {"n": 7}
+
+
+@app.task(name="test-listener-audit")
+def listener_audit(doubled: Any = None, **_: Any) -> dict[str, Any]:
+    """An end listener: sees the element's result and records it."""
+    return {"audited": doubled}
