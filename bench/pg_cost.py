@@ -254,9 +254,9 @@ def main() -> int:
         store.close()
 
     print(
-        "| path | statements | transactions | WAL bytes (of which FPI) | WAL records | row lock held p50 / max | time |"
+        "| path | statements | transactions | WAL bytes (of which FPI) | WAL records | row lock held p50 / max | PostgreSQL CPU | time |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for label, r in results.items():
         print(
             f"| {label} | {r['statements']:.1f} | {r['commits']:.1f} | "
