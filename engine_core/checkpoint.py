@@ -342,14 +342,14 @@ def copy_checkpoint(checkpoint: Checkpoint) -> Checkpoint:
 
 def _json_copy(value: Any) -> Any:
     """A copy of JSON data (variables, a held trigger): only dicts and lists are mutable."""
-    if type(value) is dict:
-        return {k: _json_copy(v) if type(v) in _MUTABLE else v for k, v in value.items()}
-    if type(value) is list:
-        return [_json_copy(v) if type(v) in _MUTABLE else v for v in value]
+    if isinstance(value, dict):
+        return {k: _json_copy(v) if isinstance(v, _MUTABLE) else v for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_copy(v) if isinstance(v, _MUTABLE) else v for v in value]
     return value
 
 
-_MUTABLE = frozenset({dict, list})
+_MUTABLE = (dict, list)
 
 
 def _copy_dataclass(obj: Any) -> Any:
