@@ -176,12 +176,12 @@ def _end_event(rt: Runtime, token: Token, node: Node) -> None:
             rt, token, node, event.error_code, event.error_message or "", {}, from_end_event=True
         )
         return
-    _throw(rt, token, node, ends=True)
+    _throw(rt, token, node)
 
 
-def _throw(rt: Runtime, token: Token, node: Node, *, ends: bool) -> None:
-    """What end events and intermediate throw events share; ``ends``: the token ends
-    after the throw (an end event) instead of moving on."""
+def _throw(rt: Runtime, token: Token, node: Node) -> None:
+    """What end events and intermediate throw events share: after the throw the token
+    leaves (an end event's along no flow, so it ends there)."""
     event = node.event
 
     def then() -> None:
@@ -194,7 +194,7 @@ def _throw(rt: Runtime, token: Token, node: Node, *, ends: bool) -> None:
             then()
         return
     if event.kind is EventKind.COMPENSATE:
-        throw_compensation(rt, token, node, end_after=ends)
+        throw_compensation(rt, token, node)
         return
     if node.job_type is not None:
         jobs.start(rt, token, node)
@@ -218,7 +218,7 @@ def _throw_event(rt: Runtime, token: Token, node: Node) -> None:
         target = _link_target(rt, node)
         arrive(rt, token, target.id)
         return
-    _throw(rt, token, node, ends=False)
+    _throw(rt, token, node)
 
 
 def _link_target(rt: Runtime, node: Node) -> Node:
