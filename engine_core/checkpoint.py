@@ -36,6 +36,7 @@ __all__ = [
     "Checkpoint",
     "CompensationEntry",
     "HeldTrigger",
+    "HoldState",
     "Incident",
     "IncidentState",
     "InstanceStatus",
@@ -48,6 +49,7 @@ __all__ = [
     "WaitRole",
     "copy_checkpoint",
     "decode",
+    "decode_holds",
     "encode",
     "encode_json",
 ]
@@ -331,6 +333,36 @@ class Checkpoint:
 # The stored document's schema: pydantic's validator and serializer for the classes
 # above, built once. The only place pydantic touches the working state.
 _DOCUMENT: TypeAdapter[Checkpoint] = TypeAdapter(Checkpoint)
+
+
+@dataclass(slots=True, kw_only=True)
+class HoldState:
+    """The part of a stored checkpoint its hold rows and incident rows are projected
+    from: what the Store diffs the step's new state against. ``apply`` given the stored
+    text mutates its own decode, so the state before the step is read from the text
+    again, building only waits and incidents (tokens, scopes and variables are parsed
+    past, not built): half a full decode."""
+
+    __pydantic_config__: ClassVar[ConfigDict] = ConfigDict(extra="ignore")
+
+    waits: dict[str, Wait] = field(default_factory=dict)
+    incidents: dict[str, Incident] = field(default_factory=dict)
+    suspended: bool = False
+    schema_version: Annotated[int, Field(alias="schema", strict=True)]
+
+
+_HOLDS: TypeAdapter[HoldState] = TypeAdapter(HoldState)
+
+
+def decode_holds(raw: str | bytes) -> HoldState | Checkpoint:
+    """``raw``'s waits, incidents and suspension, for a text ``decode`` accepts; any
+    schema but the current one (or a text ``decode`` would refuse) takes ``decode``'s
+    own path, upgrades and classified errors included."""
+    try:
+        holds = _HOLDS.validate_json(raw)
+    except ValidationError:
+        return decode(raw)
+    return holds if holds.schema_version == CURRENT_SCHEMA else decode(raw)
 
 
 def copy_checkpoint(checkpoint: Checkpoint) -> Checkpoint:

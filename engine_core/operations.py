@@ -26,7 +26,15 @@ from dataclasses import replace
 from datetime import datetime
 
 from engine_core import incidents, migration
-from engine_core.checkpoint import ROOT_SCOPE, Checkpoint, HeldTrigger, Scope, TokenState, Wait
+from engine_core.checkpoint import (
+    ROOT_SCOPE,
+    Checkpoint,
+    HeldTrigger,
+    HoldState,
+    Scope,
+    TokenState,
+    Wait,
+)
 from engine_core.errors import DormantError, EngineInvariantError, InvalidOperation
 from engine_core.model import NodeKind
 from engine_core.runtime import Runtime
@@ -76,7 +84,7 @@ def hold(rt: Runtime, trigger: Trigger) -> bool:
     return True
 
 
-def projected_waits(cp: Checkpoint) -> Mapping[str, Wait]:
+def projected_waits(cp: Checkpoint | HoldState) -> Mapping[str, Wait]:
     """The waits the hold tables show: a suspended instance holds no deadline."""
     if not cp.suspended:
         return cp.waits

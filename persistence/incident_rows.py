@@ -6,7 +6,7 @@ from typing import Any
 
 from sqlalchemy import delete, insert
 
-from engine_core.checkpoint import Checkpoint
+from engine_core.checkpoint import Checkpoint, HoldState
 from persistence.tables import incidents
 from persistence.writes import Writes
 
@@ -31,7 +31,7 @@ def incident_rows(cp: Checkpoint) -> list[dict[str, Any]]:
     ]
 
 
-def sync_incidents(writes: Writes, old: Checkpoint, new: Checkpoint) -> None:
+def sync_incidents(writes: Writes, old: Checkpoint | HoldState, new: Checkpoint) -> None:
     """Rewrite the instance's rows when its incidents changed (they are few).
 
     The delete is sent before the insert that may re-use its keys (``Writes.flush``):

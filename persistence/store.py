@@ -23,12 +23,26 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, exists, false, insert, select, text, update
+from sqlalchemy import (
+    Connection,
+    Row,
+    Text,
+    cast,
+    exists,
+    false,
+    insert,
+    literal,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.sql.elements import ColumnElement
 
 from engine_core import engine as core
-from engine_core.checkpoint import Checkpoint, decode, encode
+from engine_core.checkpoint import Checkpoint, HoldState, decode, decode_holds, encode_json
 from engine_core.effects import Fact, Step, encode_effect
 from engine_core.errors import (
     CheckpointTooNew,
@@ -118,6 +132,14 @@ class StartKeyTaken(InvalidOperation):
         super().__init__(
             f"process {key!r} already has a running instance started with key {start_key!r}"
         )
+
+
+def _document(cp: Checkpoint, postgres: bool) -> ColumnElement[Any]:
+    """The new checkpoint as ``encode_json``'s text, written in one pass: cast to JSONB
+    on PostgreSQL (the same document a dict would have made), stored as it is on
+    SQLite (whose JSON column is text)."""
+    doc = literal(encode_json(cp), Text)
+    return cast(doc, JSONB) if postgres else doc
 
 
 def log_raised_incidents(applied: Applied) -> None:
@@ -324,7 +346,7 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
             "business_key": trigger.business_key,
             "start_key": trigger.start_key,
             "revision": cp.revision,
-            "checkpoint": encode(cp),
+            "checkpoint": _document(cp, conn.dialect.name == "postgresql"),
             "created_at": now,
             "updated_at": now,
             "parent_id": (trigger.parent or {}).get("instance_id"),
@@ -441,16 +463,20 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
                     key=row.key,
                     inbox_marked=marked,
                 )
-            old = decode(row.checkpoint)
+            # The stored text goes to ``apply`` as it is: its decode is the step's
+            # private working state (no copy), and a corrupt or too-new document is
+            # refused there with its classified error.
+            stored: str = row.checkpoint
             if row.status == FLAGGED:
-                self.unflag_in(conn, instance_id, old.status.value)
+                self.unflag_in(conn, instance_id, decode(stored).status.value)
             definition, _ = self.definition(row.key, row.version, conn=conn)
             services = self._decisions.services(conn, definition)
             if isinstance(trigger, MigrateInstance):
                 target, _ = self.definition(row.key, trigger.version, conn=conn)
                 services = dataclasses.replace(services, migration_target=target)
-            step = core.apply(definition, old, trigger, now=now, services=services)
+            step = core.apply(definition, stored, trigger, now=now, services=services)
             if not step.changed:
+                old = step.checkpoint  # an unchanged step returns the state as stored
                 self._queue_facts(writes, instance_id, old.revision, step.facts, now)
                 writes.flush()
                 return Applied(
@@ -467,14 +493,15 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
                 update(instances)
                 .where(instances.c.id == instance_id)
                 .values(
-                    checkpoint=encode(cp),
+                    checkpoint=_document(cp, self.is_postgres),
                     status=cp.status.value,
                     revision=cp.revision,
                     version=cp.version,  # a migration moves the instance's pin
                     updated_at=now,
                 )
             )
-            return self._write_step(writes, instance_id, old, step, now, trigger_id, None, also)
+            before = decode_holds(stored)
+            return self._write_step(writes, instance_id, before, step, now, trigger_id, None, also)
 
     def _lock(self, conn: Connection, instance_id: str, trigger_id: str | None) -> Row[Any]:
         """The instance row, locked, and whether ``trigger_id`` is already applied."""
@@ -493,7 +520,9 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
             instances.c.version,
             instances.c.status,
             instances.c.revision,
-            instances.c.checkpoint,
+            # As text (``checkpoint::text`` on PostgreSQL): ``apply`` validates it in
+            # one pass, with no dict parsed by the driver in between.
+            cast(instances.c.checkpoint, Text).label("checkpoint"),
             duplicate,
         ).where(instances.c.id == instance_id)
         began = time.perf_counter()
@@ -502,7 +531,7 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
             observe(time.perf_counter() - began)
         if row is None:
             raise UnknownInstance(f"no instance has id {instance_id!r}")
-        return row  # type: ignore[return-value]
+        return row
 
     @staticmethod
     def _mark_inbox(writes: Writes, inbox_id: str | None, now: datetime) -> bool:
@@ -515,7 +544,7 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
         self,
         writes: Writes,
         instance_id: str,
-        old: Checkpoint,
+        old: Checkpoint | HoldState,
         step: Step,
         now: datetime,
         trigger_id: str | None,

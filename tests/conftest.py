@@ -157,6 +157,7 @@ def fake_core(monkeypatch: pytest.MonkeyPatch) -> None:
         Scope,
         Wait,
         copy_checkpoint,
+        decode,
     )
     from engine_core.effects import DispatchJob, Fact, Step
     from engine_core.triggers import Cancel, Start
@@ -173,6 +174,9 @@ def fake_core(monkeypatch: pytest.MonkeyPatch) -> None:
         )
 
     def apply(definition, checkpoint, trigger, *, now, services=None):  # type: ignore[no-untyped-def]
+        # As the real one takes it: a working state, or the stored text (decoded here).
+        if not isinstance(checkpoint, Checkpoint):
+            checkpoint = decode(checkpoint)
         cp = copy_checkpoint(checkpoint)
         variables = dict(getattr(trigger, "variables", {}) or {})
         wait_id = getattr(trigger, "wait_id", None)
