@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 import pytest
 
 from engine_core import engine
+from engine_core.checkpoint import decode
 from engine_core.errors import UnknownProcess
 from persistence.settings import Settings
 from persistence.store import Store
@@ -83,7 +84,8 @@ def test_cycle_gets_its_next_due_unclaimed(
 
     def cycle(definition, checkpoint, trigger, *, now, services=None):  # type: ignore[no-untyped-def]
         step = real(definition, checkpoint, trigger, now=now, services=services)
-        w = replace(checkpoint.waits["w1"], due_at=now + timedelta(minutes=1))
+        # (the Store hands ``apply`` the stored text)
+        w = replace(decode(checkpoint).waits["w1"], due_at=now + timedelta(minutes=1))
         step.checkpoint.waits["w1"] = w
         return step
 
