@@ -29,6 +29,7 @@ from engine_core.moving import (
     finish_event_sub,
     finish_process,
     leave_activity,
+    link_target,
     take_flows,
     terminate_end,
 )
@@ -215,22 +216,12 @@ def _catch_event(rt: Runtime, token: Token, node: Node) -> None:
 def _throw_event(rt: Runtime, token: Token, node: Node) -> None:
     event = node.event
     if event.kind is EventKind.LINK:
-        target = _link_target(rt, node)
-        arrive(rt, token, target.id)
+        if node.listeners("end"):
+            leave_activity(rt, token, {})  # its end listeners, then to its catch event
+            return
+        arrive(rt, token, link_target(rt, node).id)
         return
     _throw(rt, token, node)
-
-
-def _link_target(rt: Runtime, node: Node) -> Node:
-    name = node.event.link_name
-    for candidate in rt.defn.nodes_in(node.parent):
-        if (
-            candidate.kind is NodeKind.INTERMEDIATE_CATCH_EVENT
-            and candidate.event.kind is EventKind.LINK
-            and candidate.event.link_name == name
-        ):
-            return candidate
-    raise EngineInvariantError(f"link {name!r} thrown at {node.label} has no catch event")
 
 
 def _boundary_event(rt: Runtime, token: Token, node: Node) -> None:
