@@ -17,6 +17,7 @@ A job type may have its own timeout and backoff (``Services.job_types``, from
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from engine_core.checkpoint import Token, TokenState, Wait, WaitKind, WaitRole
 from engine_core.effects import DispatchJob
@@ -37,6 +38,8 @@ __all__ = [
     "error_thrown",
     "failed",
     "heartbeat",
+    "job_wait",
+    "open_job",
     "retry_backoff",
     "start",
     "timed_out",
@@ -48,12 +51,26 @@ def start(rt: Runtime, token: Token, node: Node) -> None:
     """The token reached a job's element: evaluate type and retries, dispatch, wait."""
     if node.job_type is None:
         raise EngineInvariantError(f"{node.label} has no job type")
+    open_job(rt, token, node, node.job_type, node.job_retries)
+    move_token(token, TokenState.WAITING)
+
+
+def open_job(
+    rt: Runtime,
+    token: Token,
+    node: Node,
+    job_type_raw: str,
+    retries_raw: str | None,
+    **fields: Any,
+) -> Wait:
+    """A job wait of ``token`` at ``node``, dispatched: the element's own job, or one
+    run on its behalf (a task listener: ``fields`` say which), with the same
+    evaluation, timeout, retries and incidents."""
     context = rt.token_vars(token)
-    job_type = non_empty_string(node.job_type, context, node.id, rt.now, "job type")
+    job_type = non_empty_string(job_type_raw, context, node.id, rt.now, "job type")
     reserved = reserved_job_type(job_type)
     if reserved is not None:  # a FEEL job type: the deploy-time check cannot see it
         raise TechnicalFailure(f"{node.label}: {reserved}")
-    retries_raw = node.job_retries
     retries = rt.services.default_job_retries
     if retries_raw is not None:
         value = evaluate(retries_raw, context, node.id, rt.now)
@@ -72,16 +89,21 @@ def start(rt: Runtime, token: Token, node: Node) -> None:
         job_type=job_type,
         attempt=1,
         retries_left=retries - 1,
+        **fields,
     )
     _dispatch(rt, token, node, wait)
-    move_token(token, TokenState.WAITING)
+    return wait
 
 
 def _dispatch(rt: Runtime, token: Token, node: Node, wait: Wait) -> None:
     assert wait.job_type is not None
     wait.job_running = True
     wait.due_at = rt.now + timedelta(seconds=timeout(rt.services, wait.job_type))
-    headers = {k: v for k, v in node.task_headers}
+    headers = (
+        dict(wait.job_headers)
+        if wait.job_headers is not None
+        else {k: v for k, v in node.task_headers}
+    )
     rt.effects.append(
         DispatchJob(
             instance_id=rt.cp.instance_id,
@@ -108,7 +130,7 @@ def timed_out(rt: Runtime, wait: Wait) -> Wake:
     return Wake.token(token.id)
 
 
-def _job_wait(rt: Runtime, wait_id: str, attempt: int) -> Wait | None:
+def job_wait(rt: Runtime, wait_id: str, attempt: int) -> Wait | None:
     wait = rt.live_wait(wait_id, WaitKind.JOB)
     if wait is None or wait.attempt != attempt or not wait.job_running:
         return None  # a result for an earlier attempt, or for a job in retry backoff
@@ -116,7 +138,7 @@ def _job_wait(rt: Runtime, wait_id: str, attempt: int) -> Wait | None:
 
 
 def completed(rt: Runtime, trigger: JobCompleted) -> Wake:
-    wait = _job_wait(rt, trigger.wait_id, trigger.attempt)
+    wait = job_wait(rt, trigger.wait_id, trigger.attempt)
     if wait is None:
         return STALE
     token = rt.token_of(wait)
@@ -126,7 +148,7 @@ def completed(rt: Runtime, trigger: JobCompleted) -> Wake:
 
 
 def failed(rt: Runtime, trigger: JobFailed) -> Wake:
-    wait = _job_wait(rt, trigger.wait_id, trigger.attempt)
+    wait = job_wait(rt, trigger.wait_id, trigger.attempt)
     if wait is None:
         return STALE
     token = rt.token_of(wait)
@@ -149,7 +171,8 @@ def failed(rt: Runtime, trigger: JobFailed) -> Wake:
         rt,
         token,
         node,
-        f"job {wait.job_type!r} failed after {wait.attempt} attempt(s): {trigger.error}",
+        f"{'task listener' if wait.listener_of else 'job'} {wait.job_type!r} failed after "
+        f"{wait.attempt} attempt(s): {trigger.error}",
         trigger.error_class,
         job_type=wait.job_type,
     )
@@ -157,7 +180,7 @@ def failed(rt: Runtime, trigger: JobFailed) -> Wake:
 
 
 def error_thrown(rt: Runtime, trigger: JobErrorThrown) -> Wake:
-    wait = _job_wait(rt, trigger.wait_id, trigger.attempt)
+    wait = job_wait(rt, trigger.wait_id, trigger.attempt)
     if wait is None:
         return STALE
     token = rt.token_of(wait)
@@ -188,7 +211,7 @@ def retry_backoff(services: Services, job_type: str | None, attempt: int) -> flo
 
 
 def heartbeat(rt: Runtime, trigger: JobHeartbeat) -> Wake:
-    wait = _job_wait(rt, trigger.wait_id, trigger.attempt)
+    wait = job_wait(rt, trigger.wait_id, trigger.attempt)
     if wait is None:
         return STALE
     extend = trigger.extend_seconds or timeout(rt.services, wait.job_type)

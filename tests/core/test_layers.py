@@ -89,6 +89,7 @@ CORE_TIERS: list[set[str]] = [
         "job_types",
         "inputs",
         "xml_input",
+        "task_attributes",
     },
     # readers: BPMN XML and code-first models into definitions
     {"bpmn", "bpmn_extensions", "builder", "validate", "expression_check"},
@@ -103,6 +104,7 @@ CORE_TIERS: list[set[str]] = [
         "incidents",
         "throwing",
         "jobs",
+        "user_tasks",
         "calls",
         "joins",
         "compensation",
