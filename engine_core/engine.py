@@ -101,7 +101,7 @@ def apply(
             else:
                 woken = dispatch(rt, trigger)
         if woken.stale and not fired_early:
-            return _stale(checkpoint, trigger, "wait gone")
+            return _stale(checkpoint, trigger, woken.reason or "wait gone")
         _run(rt)
         if rt.queue:
             # Stopped at the step budget: the tokens still queued stay active in the

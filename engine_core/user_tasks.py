@@ -159,21 +159,19 @@ def _take_effect(rt: Runtime, token: Token, wait: Wait, event: str) -> None:
         )
 
 
-def _open_task(rt: Runtime, wait_id: str, what: str) -> tuple[Wait, Token] | None:
-    """The task a transition names, if it can take one now; None (with a fact saying
-    why) makes the trigger change nothing."""
+def _open_task(rt: Runtime, wait_id: str, what: str) -> tuple[Wait, Token] | Wake:
+    """The task a transition names, if it can take one now; else the stale wake (with
+    the reason) that makes the trigger change nothing."""
     wait = rt.live_wait(wait_id, WaitKind.USER_TASK)
     if wait is None:
-        return None
+        return STALE
     if wait.task_state is not TaskState.CREATED:
-        rt.fact(
-            "TaskTransitionRefused",
-            node=wait.node_id,
-            transition=what,
-            reason=f"the task is {wait.task_state.value}",
-        )
-        return None
+        return _refused(what, f"the task is {wait.task_state.value}")
     return wait, rt.token_of(wait)
+
+
+def _refused(what: str, why: str) -> Wake:
+    return Wake.refused(f"user task {what} refused: {why}")
 
 
 def _guarded(rt: Runtime, token: Token, wait: Wait, run: Callable[[], None]) -> Wake:
@@ -188,8 +186,8 @@ def _guarded(rt: Runtime, token: Token, wait: Wait, run: Callable[[], None]) -> 
 
 def complete(rt: Runtime, trigger: TaskCompleted) -> Wake:
     found = _open_task(rt, trigger.wait_id, "complete")
-    if found is None:
-        return STALE
+    if isinstance(found, Wake):
+        return found
     wait, token = found
     wait.denied_reason = None
     pending = {"variables": dict(trigger.variables)}
@@ -198,17 +196,11 @@ def complete(rt: Runtime, trigger: TaskCompleted) -> Wake:
 
 def assign(rt: Runtime, trigger: TaskAssign) -> Wake:
     found = _open_task(rt, trigger.wait_id, "claim" if trigger.claim else "assign")
-    if found is None:
-        return STALE
+    if isinstance(found, Wake):
+        return found
     wait, token = found
     if trigger.claim and wait.assignee is not None and wait.assignee != trigger.assignee:
-        rt.fact(
-            "TaskTransitionRefused",
-            node=wait.node_id,
-            transition="claim",
-            reason="the task is assigned to someone else",
-        )
-        return STALE
+        return _refused("claim", "the task is assigned to someone else")
     wait.denied_reason = None
     pending = {"assignee": trigger.assignee}
     return _guarded(rt, token, wait, lambda: _begin(rt, token, wait, "assign", pending))
@@ -216,8 +208,8 @@ def assign(rt: Runtime, trigger: TaskAssign) -> Wake:
 
 def update(rt: Runtime, trigger: TaskUpdate) -> Wake:
     found = _open_task(rt, trigger.wait_id, "update")
-    if found is None:
-        return STALE
+    if isinstance(found, Wake):
+        return found
     wait, token = found
     bad = [k for k in trigger.changes if k not in UPDATABLE]
     try:
@@ -225,8 +217,7 @@ def update(rt: Runtime, trigger: TaskUpdate) -> Wake:
             raise InvalidField(f"user task attribute {bad[0]!r} cannot be updated")
         changes = check_changes(trigger.changes)
     except InvalidField as exc:
-        rt.fact("TaskTransitionRefused", node=wait.node_id, transition="update", reason=str(exc))
-        return STALE
+        return _refused("update", str(exc))
     wait.denied_reason = None
     pending = {"changes": changes}
     return _guarded(rt, token, wait, lambda: _begin(rt, token, wait, "update", pending))
