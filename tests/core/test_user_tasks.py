@@ -318,6 +318,7 @@ def test_complete_listeners_run_in_order_and_a_denial_keeps_the_task_open() -> N
     run.complete_job("review")
     run.complete_task("review", approved=True)
     assert listener_job(run).job_type == "check-1"
+    assert listener_job(run).variables == {"approved": True}  # what it is completed with
     assert run.wait("review", "user_task").task_state is TaskState.COMPLETING
     run.complete_job("review")
     assert listener_job(run).job_type == "check-2"
