@@ -22,6 +22,7 @@ import defusedxml.ElementTree as SafeET  # type: ignore[import-untyped]
 from engine_core.bpmn_extensions import BPMN, ZEEBE, local, read_extensions, read_loop, truthy
 from engine_core.errors import InvalidModel, UnsupportedElement
 from engine_core.model import (
+    AdHocSpec,
     EventDefinition,
     EventKind,
     Flow,
@@ -56,7 +57,6 @@ _EVENT_KINDS = {
 _REFUSED: dict[str, str] = {
     "transaction": "transactions (and cancel events) are not supported",
     "complexGateway": "complex gateways are not supported; use an inclusive gateway",
-    "adHocSubProcess": "ad-hoc sub-processes are not supported",
     "callChoreography": "choreographies are not executable",
     "subChoreography": "choreographies are not executable",
     "choreographyTask": "choreographies are not executable",
@@ -89,6 +89,7 @@ _IGNORED_IN_SCOPE = frozenset(
         "monitoring",
     }
 )
+_SCOPE_TAGS = frozenset({"subProcess", "adHocSubProcess"})
 _TIMER_TAGS = {
     "timeDuration": TimerKind.DURATION,
     "timeDate": TimerKind.DATE,
@@ -226,8 +227,10 @@ def _read_scope(
         elif name in _NODE_KINDS:
             node = _read_node(el, name, parent, refs)
             draft.nodes.append(node)
-            if name == "subProcess":
+            if name in _SCOPE_TAGS:
                 _read_scope(el, node.id, refs, draft, depth + 1)
+        elif name == "completionCondition" and local(scope)[1] == "adHocSubProcess":
+            continue  # read with its ad-hoc sub-process (_ad_hoc)
         else:
             why = _REFUSED.get(name, f"bpmn:{name} is not a supported element")
             raise UnsupportedElement(el.get("id", "?"), name, el.get("name"), why)
@@ -283,6 +286,10 @@ def _read_node(el: Element, tag: str, parent: str | None, refs: _Refs) -> Node:
         raise UnsupportedElement(
             nid, tag, name, "an event with several event definitions (multiple) is not supported"
         )
+    if tag == "adHocSubProcess":
+        fields["ad_hoc"] = _ad_hoc(el, fields)
+    elif "ad_hoc" in fields:
+        raise UnsupportedElement(nid, tag, name, "zeebe:adHoc belongs on a bpmn:adHocSubProcess")
     if tag in ("receiveTask", "sendTask") and el.get("messageRef"):
         # The task's message is its one event definition: the engine addresses waits by index.
         events.append(_message(nid, el.get("messageRef", ""), refs))
@@ -298,6 +305,35 @@ def _read_node(el: Element, tag: str, parent: str | None, refs: _Refs) -> Node:
         is_interrupting=truthy(el.get("isInterrupting"), True),
         is_for_compensation=truthy(el.get("isForCompensation"), False),
         **fields,
+    )
+
+
+def _ad_hoc(el: Element, fields: dict[str, Any]) -> AdHocSpec:
+    """The settings Zeebe runs itself (the "BPMN implementation"); the job-worker
+    implementation and sequential ordering would run differently, so are refused."""
+    nid, name = el.get("id", "?"), el.get("name")
+    if fields.get("job_type"):
+        raise UnsupportedElement(
+            nid,
+            "adHocSubProcess",
+            name,
+            "zeebe:taskDefinition on an ad-hoc sub-process (the job-worker implementation) "
+            "is not supported; name the elements with zeebe:adHoc activeElementsCollection",
+        )
+    ordering = (el.get("ordering") or "Parallel").strip()
+    if ordering != "Parallel":
+        raise UnsupportedElement(
+            nid, "adHocSubProcess", name, f'ordering="{ordering}" is not supported (Parallel only)'
+        )
+    condition = None
+    for child in el:
+        if local(child) == (BPMN, "completionCondition"):
+            condition = (child.text or "").strip() or None
+    spec: AdHocSpec = fields.get("ad_hoc") or AdHocSpec()
+    return replace(
+        spec,
+        completion_condition=condition,
+        cancel_remaining=truthy(el.get("cancelRemainingInstances"), True),
     )
 
 

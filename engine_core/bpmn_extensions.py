@@ -16,7 +16,7 @@ from xml.etree.ElementTree import Element
 import isodate
 
 from engine_core.errors import InvalidModel, UnsupportedElement
-from engine_core.model import IoMapping, LoopSpec, RetryPolicy, TaskListener
+from engine_core.model import AdHocSpec, IoMapping, LoopSpec, RetryPolicy, TaskListener
 from engine_core.task_attributes import listener_event
 
 __all__ = ["BPMN", "DORMANT", "ZEEBE", "local", "read_extensions", "read_loop", "truthy"]
@@ -30,7 +30,6 @@ DORMANT = "http://dormant.dev/schema/1.0"
 _ZEEBE_IGNORED = frozenset({"properties", "userTaskForm", "linkedResources"})
 _ZEEBE_REFUSED = {
     "executionListeners": "execution listeners are not run (they would change behaviour)",
-    "adHoc": "ad-hoc sub-processes are not supported",
 }
 
 # The user-task elements: each attribute dormant reads -> the Node field it fills.
@@ -152,6 +151,15 @@ def _read_zeebe(host: Element, el: Element, name: str, fields: dict[str, Any]) -
         _read_user_task(host, el, name, fields)
     elif name == "taskListeners":
         fields["task_listeners"] = _read_task_listeners(host, el)
+    elif name == "adHoc":
+        for attribute in ("outputCollection", "outputElement"):
+            if el.get(attribute):
+                raise _refuse(
+                    host,
+                    f"zeebe:adHoc {attribute} is not supported (collect the inner elements' "
+                    "results with output mappings)",
+                )
+        fields["ad_hoc"] = AdHocSpec(active_elements=el.get("activeElementsCollection") or None)
     elif name == "versionTag":
         if local(host)[1] == "process":  # metadata anywhere else
             fields["version_tag"] = (el.get("value") or "").strip() or None

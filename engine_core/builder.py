@@ -26,6 +26,7 @@ from typing import Any, Self
 
 from engine_core.errors import InvalidModel
 from engine_core.model import (
+    AdHocSpec,
     EventDefinition,
     EventKind,
     Flow,
@@ -241,6 +242,21 @@ class ProcessBuilder:
     def sub_process(self, id: str, **fields: Any) -> Iterator[Self]:
         """Nodes and flows added inside the ``with`` block belong to this sub-process."""
         self.node(NodeKind.SUB_PROCESS, id, **fields)
+        with self._inside(id):
+            yield self
+
+    @contextmanager
+    def ad_hoc_sub_process(
+        self,
+        id: str,
+        active_elements: str | None = None,
+        completion_condition: str | None = None,
+        cancel_remaining: bool = True,
+        **fields: Any,
+    ) -> Iterator[Self]:
+        """An ad-hoc sub-process: its inner elements need no start or end event."""
+        spec = AdHocSpec(active_elements, completion_condition, cancel_remaining)
+        self.node(NodeKind.AD_HOC_SUB_PROCESS, id, ad_hoc=spec, **fields)
         with self._inside(id):
             yield self
 

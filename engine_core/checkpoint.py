@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import dataclass, field, fields, is_dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from types import UnionType
+from typing import Annotated, Any, ClassVar, Union, get_args, get_origin, get_type_hints
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
 
 from engine_core.errors import CheckpointTooNew, CorruptCheckpoint
 
@@ -43,6 +45,7 @@ __all__ = [
     "Wait",
     "WaitKind",
     "WaitRole",
+    "copy_checkpoint",
     "decode",
     "encode",
 ]
@@ -120,18 +123,26 @@ class IncidentState(StrEnum):
         )
 
 
-class _Doc(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=False)
+# Every class below is a plain, slotted dataclass: the working state ``apply`` mutates.
+# Pydantic meets them only at the edge, through ``_DOCUMENT`` (decode validates the
+# stored JSON into these classes, encode dumps them), so the field list written here is
+# the one definition of the stored document too. A field added here with a default
+# keeps every stored checkpoint readable and leaves documents that do not set it
+# unchanged (defaults are not written).
+_FORBID: ConfigDict = ConfigDict(extra="forbid")
 
 
-class Token(_Doc):
+@dataclass(slots=True, kw_only=True)
+class Token:
+    __pydantic_config__: ClassVar[ConfigDict] = _FORBID
+
     id: str
     node_id: str
     state: TokenState
     scope_id: str
     # Fork ancestry (the tokens this one was split from), never the trigger history:
     # a token resumed by a trigger keeps it unchanged, so cycles never grow it.
-    lineage: list[str] = Field(default_factory=list)
+    lineage: list[str] = field(default_factory=list)
     # The inner scope this token waits on (sub-process, multi-instance body).
     inner_scope: str | None = None
     # Multi-instance: which inner instance of its activity this token runs.
@@ -140,14 +151,17 @@ class Token(_Doc):
     flow_id: str | None = None
 
 
-class Scope(_Doc):
+@dataclass(slots=True, kw_only=True)
+class Scope:
+    __pydantic_config__: ClassVar[ConfigDict] = _FORBID
+
     id: str
     # The (event) sub-process node this scope runs; None for the process itself.
     node_id: str | None = None
     parent_id: str | None = None
     # The token in the parent scope that waits for this scope to complete.
     token_id: str | None = None
-    variables: dict[str, Any] = Field(default_factory=dict)
+    variables: dict[str, Any] = field(default_factory=dict)
     # Multi-instance: which inner instance this scope is (its index in the input).
     loop_index: int | None = None
     # Multi-instance body scope: the input items, the collected outputs (by index),
@@ -158,8 +172,11 @@ class Scope(_Doc):
     mi_completed: int = 0
 
 
-class Wait(_Doc):
+@dataclass(slots=True, kw_only=True)
+class Wait:
     """One armed wait. Its hold rows in the database are derived from these fields."""
+
+    __pydantic_config__: ClassVar[ConfigDict] = _FORBID
 
     id: str
     kind: WaitKind
@@ -189,8 +206,8 @@ class Wait(_Doc):
     # listener to run, and why the last transition was denied.
     task_name: str | None = None
     assignee: str | None = None
-    candidate_users: list[str] = Field(default_factory=list)
-    candidate_groups: list[str] = Field(default_factory=list)
+    candidate_users: list[str] = field(default_factory=list)
+    candidate_groups: list[str] = field(default_factory=list)
     due_date: datetime | None = None
     follow_up_date: datetime | None = None
     priority: int = 50
@@ -227,13 +244,16 @@ class Wait(_Doc):
         return self.kind in (WaitKind.MESSAGE, WaitKind.SIGNAL)
 
 
-class Incident(_Doc):
+@dataclass(slots=True, kw_only=True)
+class Incident:
+    __pydantic_config__: ClassVar[ConfigDict] = _FORBID
+
     id: str
     node_id: str
     node_name: str | None = None
     token_id: str
     scope_id: str
-    lineage: list[str] = Field(default_factory=list)
+    lineage: list[str] = field(default_factory=list)
     cause: str
     cause_class: str
     state: IncidentState = IncidentState.OPEN
@@ -242,7 +262,7 @@ class Incident(_Doc):
     last_at: datetime
     retry_at: datetime | None = None
     # The variables visible from the node's scope at the last raise.
-    data: dict[str, Any] = Field(default_factory=dict)
+    data: dict[str, Any] = field(default_factory=dict)
     job_type: str | None = None
     # False when the node failed while activating: its boundaries were never armed, so
     # a retry arms them. True once armed: a retry never arms them again, even after a
@@ -250,31 +270,44 @@ class Incident(_Doc):
     boundaries_armed: bool = True
 
 
-class CompensationEntry(_Doc):
+@dataclass(slots=True, kw_only=True)
+class CompensationEntry:
     """A completed compensable activity, in completion order (the ledger)."""
+
+    __pydantic_config__: ClassVar[ConfigDict] = _FORBID
 
     node_id: str
     scope_id: str
-    variables: dict[str, Any] = Field(default_factory=dict)
+    variables: dict[str, Any] = field(default_factory=dict)
 
 
-class ParentLink(_Doc):
+@dataclass(slots=True, kw_only=True)
+class ParentLink:
     """A child instance started by a call activity: who waits for it."""
+
+    __pydantic_config__: ClassVar[ConfigDict] = _FORBID
 
     instance_id: str
     wait_id: str
     root_instance_id: str
 
 
-class HeldTrigger(_Doc):
+@dataclass(slots=True, kw_only=True)
+class HeldTrigger:
     """A trigger that arrived while the instance was suspended, kept to apply on resume."""
+
+    __pydantic_config__: ClassVar[ConfigDict] = _FORBID
 
     at: datetime
     trigger: dict[str, Any]
 
 
-class Checkpoint(_Doc):
-    schema_version: int = Field(default=CURRENT_SCHEMA, alias="schema")
+@dataclass(slots=True, kw_only=True)
+class Checkpoint:
+    __pydantic_config__: ClassVar[ConfigDict] = _FORBID
+
+    # Stored as ``schema``; the upper bound ``decode`` checks.
+    schema_version: Annotated[int, Field(alias="schema")] = CURRENT_SCHEMA
     instance_id: str
     process_key: str
     version: int
@@ -288,19 +321,17 @@ class Checkpoint(_Doc):
     created_at: datetime
     updated_at: datetime
     ended_at: datetime | None = None
-    tokens: dict[str, Token] = Field(default_factory=dict)
-    scopes: dict[str, Scope] = Field(default_factory=dict)
-    waits: dict[str, Wait] = Field(default_factory=dict)
-    incidents: dict[str, Incident] = Field(default_factory=dict)
-    compensation: list[CompensationEntry] = Field(default_factory=list)
+    tokens: dict[str, Token] = field(default_factory=dict)
+    scopes: dict[str, Scope] = field(default_factory=dict)
+    waits: dict[str, Wait] = field(default_factory=dict)
+    incidents: dict[str, Incident] = field(default_factory=dict)
+    compensation: list[CompensationEntry] = field(default_factory=list)
     parent: ParentLink | None = None
     # Why the instance failed (an invariant broke, an error end event reached the root).
     failure: str | None = None
     # Suspended by an operator: later triggers are held here, in arrival order.
     suspended: bool = False
-    held: list[HeldTrigger] = Field(default_factory=list)
-
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    held: list[HeldTrigger] = field(default_factory=list)
 
     def next_id(self, prefix: str) -> str:
         """A fresh id unique within this instance (mutates the counter)."""
@@ -309,6 +340,78 @@ class Checkpoint(_Doc):
 
     def has_open_incidents(self) -> bool:
         return any(not i.state.closed for i in self.incidents.values())
+
+
+# The stored document's schema: pydantic's validator and serializer for the classes
+# above, built once. The only place pydantic touches the working state.
+_DOCUMENT: TypeAdapter[Checkpoint] = TypeAdapter(Checkpoint)
+
+
+def copy_checkpoint(checkpoint: Checkpoint) -> Checkpoint:
+    """A deep copy ``apply`` may mutate, made without pydantic: every container is new,
+    every scalar (str, number, enum, datetime) shared."""
+    copy: Checkpoint = _copy_dataclass(checkpoint)
+    return copy
+
+
+def _json_copy(value: Any) -> Any:
+    """A copy of JSON data (variables, a held trigger): only dicts and lists are mutable."""
+    if isinstance(value, dict):
+        return {k: _json_copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_copy(v) for v in value]
+    return value
+
+
+def _copy_dataclass(obj: Any) -> Any:
+    cls = type(obj)
+    new = object.__new__(cls)
+    for name in _SHARED[cls]:
+        setattr(new, name, getattr(obj, name))
+    for name, copy in _COPIED[cls]:
+        setattr(new, name, copy(getattr(obj, name)))
+    return new
+
+
+def _copier(hint: Any) -> Callable[[Any], Any] | None:
+    """How to copy a field of type ``hint``; None when its values are immutable. Derived
+    from the annotations, so a field added above is copied without a word here; a type
+    this does not know fails at import, not as a shared list at run time."""
+    origin, args = get_origin(hint), get_args(hint)
+    if origin is Annotated:
+        return _copier(args[0])
+    if origin in (UnionType, Union):
+        inner = [a for a in args if a is not type(None)]
+        if len(inner) != 1:
+            raise TypeError(f"checkpoint field type {hint!r}: one type or None")
+        copy = _copier(inner[0])
+        if copy is None:
+            return None
+        return lambda v: None if v is None else copy(v)
+    if hint in (str, int, float, bool, datetime) or (
+        isinstance(hint, type) and issubclass(hint, StrEnum)
+    ):
+        return None
+    if hint is Any:
+        return _json_copy
+    if isinstance(hint, type) and is_dataclass(hint):
+        return _copy_dataclass
+    if origin is list:
+        item = _copier(args[0])
+        return list if item is None else (lambda v: [item(x) for x in v])
+    if origin is dict:
+        value = _copier(args[1])
+        return dict if value is None else (lambda v: {k: value(x) for k, x in v.items()})
+    raise TypeError(f"checkpoint field type {hint!r} has no copy rule")
+
+
+_SHARED: dict[type, tuple[str, ...]] = {}
+_COPIED: dict[type, tuple[tuple[str, Callable[[Any], Any]], ...]] = {}
+for _cls in (Token, Scope, Wait, Incident, CompensationEntry, ParentLink, HeldTrigger, Checkpoint):
+    _hints = get_type_hints(_cls, include_extras=True)
+    _rules = {f.name: _copier(_hints[f.name]) for f in fields(_cls)}
+    _SHARED[_cls] = tuple(n for n, c in _rules.items() if c is None)
+    _COPIED[_cls] = tuple((n, c) for n, c in _rules.items() if c is not None)
 
 
 def _schema_1_to_2(doc: dict[str, Any]) -> dict[str, Any]:
@@ -328,8 +431,24 @@ def _schema_2_to_3(doc: dict[str, Any]) -> dict[str, Any]:
         for wait in waits.values():
             groups = wait.get("candidate_groups") if isinstance(wait, dict) else None
             if isinstance(groups, str):
-                wait["candidate_groups"] = [g.strip() for g in groups.split(",") if g.strip()]
+                wait["candidate_groups"] = _group_names(groups)
     return doc
+
+
+def _group_names(text: str) -> list[str]:
+    """Schema 2's candidate groups text: a literal "a, b", or a FEEL list as it was
+    printed ("['a', 'b']")."""
+    text = text.strip()
+    if text.startswith("[") and text.endswith("]"):
+        text = text[1:-1]
+    names = []
+    for part in text.split(","):
+        name = part.strip()
+        if len(name) >= 2 and name[0] == name[-1] and name[0] in "'\"":
+            name = name[1:-1]
+        if name and name not in names:
+            names.append(name)
+    return names
 
 
 # schema N -> a function turning a schema-N document (as a dict) into schema N+1.
@@ -365,13 +484,15 @@ def decode(raw: str | bytes | dict[str, Any]) -> Checkpoint:
         schema += 1
         data["schema"] = schema
     try:
-        return Checkpoint.model_validate(data)
+        return _DOCUMENT.validate_python(data)
     except ValidationError as exc:
         raise CorruptCheckpoint(f"stored checkpoint does not validate: {exc}") from exc
 
 
 def encode(checkpoint: Checkpoint) -> dict[str, Any]:
     """The JSON-ready document, with defaults left out to keep rows small."""
-    return checkpoint.model_dump(mode="json", by_alias=True, exclude_defaults=True) | {
-        "schema": checkpoint.schema_version
-    }
+    doc: dict[str, Any] = _DOCUMENT.dump_python(
+        checkpoint, mode="json", by_alias=True, exclude_defaults=True
+    )
+    doc["schema"] = checkpoint.schema_version
+    return doc

@@ -60,6 +60,9 @@ def _expressions(definition: ProcessDefinition) -> Iterator[tuple[str, str, str]
             yield from always(nid, "output element", node.loop.output_element)
             yield from always(nid, "loop cardinality", node.loop.cardinality)
             yield from always(nid, "completion condition", node.loop.completion_condition)
+        if node.ad_hoc is not None:
+            yield from always(nid, "activeElementsCollection", node.ad_hoc.active_elements)
+            yield from always(nid, "completionCondition", node.ad_hoc.completion_condition)
     for flow in definition.flows.values():
         yield from always(flow.id, "condition", flow.condition)
 

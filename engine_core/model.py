@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 __all__ = [
+    "AdHocSpec",
     "EventDefinition",
     "EventKind",
     "Flow",
@@ -54,6 +55,7 @@ class NodeKind(StrEnum):
     INCLUSIVE_GATEWAY = "inclusiveGateway"
     EVENT_BASED_GATEWAY = "eventBasedGateway"
     SUB_PROCESS = "subProcess"
+    AD_HOC_SUB_PROCESS = "adHocSubProcess"
     EVENT_SUB_PROCESS = "eventSubProcess"
     CALL_ACTIVITY = "callActivity"
 
@@ -69,11 +71,14 @@ ACTIVITY_KINDS = frozenset(
         NodeKind.BUSINESS_RULE_TASK,
         NodeKind.MANUAL_TASK,
         NodeKind.SUB_PROCESS,
+        NodeKind.AD_HOC_SUB_PROCESS,
         NodeKind.CALL_ACTIVITY,
     }
 )
 
-CONTAINER_KINDS = frozenset({NodeKind.SUB_PROCESS, NodeKind.EVENT_SUB_PROCESS})
+CONTAINER_KINDS = frozenset(
+    {NodeKind.SUB_PROCESS, NodeKind.AD_HOC_SUB_PROCESS, NodeKind.EVENT_SUB_PROCESS}
+)
 
 
 class EventKind(StrEnum):
@@ -140,6 +145,17 @@ class LoopSpec:
     output_element: str | None = None
     cardinality: str | None = None
     completion_condition: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AdHocSpec:
+    """An ad-hoc sub-process: ``zeebe:adHoc activeElementsCollection`` (FEEL, a list of
+    inner element ids, evaluated on entry), ``bpmn:completionCondition`` (FEEL, read
+    when an inner path ends) and ``cancelRemainingInstances`` (BPMN attribute)."""
+
+    active_elements: str | None = None
+    completion_condition: str | None = None
+    cancel_remaining: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,6 +234,7 @@ class Node:
     boundaries: tuple[str, ...] = ()
 
     loop: LoopSpec | None = None
+    ad_hoc: AdHocSpec | None = None
 
     # Call activity.
     called_process: str | None = None

@@ -82,6 +82,11 @@ def take_flows(rt: Runtime, token: Token, flow_ids: Iterable[str]) -> None:
     """Leave along ``flow_ids``: the token follows the first, forks take the rest."""
     flows = [rt.defn.flows[f] for f in flow_ids]
     if not flows:
+        scope = rt.cp.scopes.get(token.scope_id)
+        owner = rt.defn.nodes.get(scope.node_id) if scope and scope.node_id else None
+        if scope is not None and owner is not None and owner.ad_hoc is not None:
+            _end_ad_hoc_path(rt, token, scope, owner)
+            return
         end_token(rt, token)
         return
     first, *rest = flows
@@ -200,6 +205,47 @@ def _record_compensable(rt: Runtime, token: Token) -> None:
 
 
 # -- ending tokens and scopes ---------------------------------------------------------
+
+
+def _end_ad_hoc_path(rt: Runtime, token: Token, scope: Scope, owner: Node) -> None:
+    """A path inside an ad-hoc sub-process ended: Zeebe reads the completion condition
+    here, at the end of each execution path (an element with no outgoing flow), in the
+    sub-process's scope, while the ending token is still live, so a condition that
+    fails is an incident at that element and its retry runs the element again.
+
+    Met (or no condition): the sub-process completes once no inner token is left;
+    ``cancelRemainingInstances`` (the default) ends the others first. Not met: the
+    token ends and the sub-process stays active, even with nothing left inside it, as
+    in Zeebe: only a later path whose end meets the condition completes it."""
+    spec = owner.ad_hoc
+    assert spec is not None
+    met = True
+    if spec.completion_condition:
+        met = _ad_hoc_condition(rt, spec.completion_condition, scope, owner)
+        if met and spec.cancel_remaining:
+            for other in rt.tokens_in(scope.id):
+                if other.id != token.id:
+                    rt.terminate_token(other)
+            for child in rt.child_scopes(scope.id):
+                if child.token_id is None:
+                    rt.terminate_scope(child.id)
+                    rt.drop_scope(child.id)
+        rt.fact("AdHocConditionRead", node=owner.id, met=met)
+    rt.remove_token(token, TokenState.COMPLETED)
+    if met:
+        check_scope(rt, scope.id)
+
+
+def _ad_hoc_condition(rt: Runtime, condition: str, scope: Scope, owner: Node) -> bool:
+    value = evaluate(always_expression(condition), rt.visible(scope.id), owner.id, rt.now)
+    if isinstance(value, bool):
+        return value
+    kind = "null" if value is None else f"a {type(value).__name__}"
+    raise TechnicalFailure(
+        f"completionCondition {condition!r} of ad-hoc sub-process {owner.label} evaluated "
+        f"to {kind}, expected a boolean (a variable it uses may be missing)",
+        cause_class="ExpressionError",
+    )
 
 
 def end_token(rt: Runtime, token: Token, state: TokenState = TokenState.COMPLETED) -> None:

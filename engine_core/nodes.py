@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from engine_core import boundaries, calls, event_subs, jobs, user_tasks
+from engine_core import ad_hoc, boundaries, calls, event_subs, jobs, user_tasks
 from engine_core.arming import WAITABLE, arm_event
 from engine_core.checkpoint import ROOT_SCOPE, Token, TokenState, WaitRole
 from engine_core.compensation import throw_compensation
@@ -61,9 +61,13 @@ def enter(rt: Runtime, token: Token) -> None:
         raise_failure(rt, failure, token, node, activated=not arms)
 
 
+# Kinds that open their own scope (or a child instance) with the input mappings.
+_OWN_INPUTS = (NodeKind.SUB_PROCESS, NodeKind.AD_HOC_SUB_PROCESS, NodeKind.CALL_ACTIVITY)
+
+
 def _open_local_scope(rt: Runtime, token: Token, node: Node) -> None:
     """Input mappings become local variables of the activity (Camunda 8's local scope)."""
-    if not node.inputs or node.kind in (NodeKind.SUB_PROCESS, NodeKind.CALL_ACTIVITY):
+    if not node.inputs or node.kind in _OWN_INPUTS:
         return
     values = rt.mapped_inputs(node, rt.token_vars(token))
     existing = rt.cp.scopes.get(token.inner_scope) if token.inner_scope else None
@@ -296,6 +300,7 @@ HANDLERS: dict[NodeKind, Handler] = {
     NodeKind.SCRIPT_TASK: _script_task,
     NodeKind.RECEIVE_TASK: _receive_task,
     NodeKind.SUB_PROCESS: _sub_process,
+    NodeKind.AD_HOC_SUB_PROCESS: ad_hoc.start,
     NodeKind.CALL_ACTIVITY: calls.start_child,
     NodeKind.EXCLUSIVE_GATEWAY: _exclusive,
     NodeKind.PARALLEL_GATEWAY: _parallel,

@@ -22,6 +22,7 @@ Migration lives in ``engine_core/migration.py``; it is dispatched from here.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from datetime import datetime
 
 from engine_core import incidents, migration
@@ -80,8 +81,7 @@ def projected_waits(cp: Checkpoint) -> Mapping[str, Wait]:
     if not cp.suspended:
         return cp.waits
     return {
-        wid: w.model_copy(update={"due_at": None}) if w.due_at is not None else w
-        for wid, w in cp.waits.items()
+        wid: replace(w, due_at=None) if w.due_at is not None else w for wid, w in cp.waits.items()
     }
 
 

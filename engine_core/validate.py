@@ -325,6 +325,18 @@ def _check_event_based_gateway(d: ProcessDefinition, node: Node) -> None:
             )
 
 
+def _check_ad_hoc(d: ProcessDefinition, node: Node, members: list[Node]) -> None:
+    """Zeebe's constraints: at least one activity, no start or end event inside."""
+    where = f"ad-hoc sub-process {node.id!r}"
+    for n in members:
+        if n.kind in (K.START_EVENT, K.END_EVENT):
+            raise _bad(f"{where} must not contain start or end events ({n.kind} {n.id!r})")
+    if not any(n.kind in ACTIVITY_KINDS for n in members):
+        raise _bad(f"{where} needs at least one activity")
+    if node.ad_hoc is None:
+        raise _bad(f"{where} has no ad-hoc settings")
+
+
 def _check_scopes(d: ProcessDefinition) -> None:
     for container, ids in d.children.items():
         members = [d.nodes[i] for i in ids]
@@ -333,6 +345,8 @@ def _check_scopes(d: ProcessDefinition) -> None:
         if container is None:
             if not starts:
                 raise _bad(f"{where} has no start event")
+        elif d.nodes[container].kind is K.AD_HOC_SUB_PROCESS:
+            _check_ad_hoc(d, d.nodes[container], members)
         elif d.nodes[container].kind is K.SUB_PROCESS:
             none_starts = [n for n in starts if n.event.kind is E.NONE]
             if len(starts) != 1 or len(none_starts) != 1:

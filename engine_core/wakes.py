@@ -53,7 +53,7 @@ from engine_core.triggers import (
 )
 from engine_core.wake import INSTANCE, STALE, Wake
 
-__all__ = ["dispatch", "fire_wait"]
+__all__ = ["dispatch", "fire_due", "fire_wait"]
 
 # A handler applies its trigger and says what it woke (wake.py): a token, the instance
 # as a whole, or nothing (stale).
@@ -141,7 +141,13 @@ def _start(rt: Runtime, trigger: Start) -> Wake:
 
 
 def _timer(rt: Runtime, trigger: TimerFired) -> Wake:
-    wait = rt.live_wait(trigger.wait_id, WaitKind.TIMER, WaitKind.JOB, WaitKind.RETRY)
+    return fire_due(rt, trigger.wait_id)
+
+
+def fire_due(rt: Runtime, wait_id: str) -> Wake:
+    """What ``TimerFired(wait_id)`` does; the step's overdue timers call it directly, so
+    firing them builds no trigger object inside the step."""
+    wait = rt.live_wait(wait_id, WaitKind.TIMER, WaitKind.JOB, WaitKind.RETRY)
     if wait is None or wait.due_at is None or wait.due_at > rt.now:
         return STALE
     if wait.kind is WaitKind.JOB:

@@ -144,7 +144,7 @@ def create(
             f"{operation}: parameters do not fit: {exc.errors()[0]['msg']}"
         ) from exc
     batch_id = uuid.uuid4().hex
-    with store._tx() as conn:
+    with store.transaction() as conn:
         targets = select_targets(conn, operation, selector)
         conn.execute(
             insert(batches).values(
@@ -177,7 +177,7 @@ def create(
 
 def preview(store: Store, operation: str, selector: Selector) -> list[Target]:
     """What a batch would select (a dry run): nothing is written."""
-    with store._read() as conn:
+    with store.read() as conn:
         return select_targets(conn, operation, selector)
 
 
@@ -206,13 +206,13 @@ def _view(conn: Connection, row: Any) -> BatchView:
 
 
 def batch(store: Store, batch_id: str) -> BatchView | None:
-    with store._read() as conn:
+    with store.read() as conn:
         row = conn.execute(select(batches).where(batches.c.id == batch_id)).first()
         return None if row is None else _view(conn, row)
 
 
 def items(store: Store, batch_id: str) -> list[BatchItemView]:
-    with store._read() as conn:
+    with store.read() as conn:
         rows = conn.execute(
             select(batch_items)
             .where(batch_items.c.batch_id == batch_id)
@@ -222,7 +222,7 @@ def items(store: Store, batch_id: str) -> list[BatchItemView]:
 
 
 def list_batches(store: Store, limit: int = 100) -> list[BatchView]:
-    with store._read() as conn:
+    with store.read() as conn:
         rows = list(
             conn.execute(select(batches).order_by(batches.c.created_at.desc()).limit(limit))
         )
@@ -231,7 +231,7 @@ def list_batches(store: Store, limit: int = 100) -> list[BatchView]:
 
 def stalled(store: Store, now: datetime) -> list[str]:
     """Running batches nobody holds (never started, or their runner died)."""
-    with store._read() as conn:
+    with store.read() as conn:
         return list(
             conn.execute(
                 select(batches.c.id).where(
@@ -246,7 +246,7 @@ def _claim(store: Store, batch_id: str, token: str | None, now: datetime, second
     """Take (``token`` new) or renew the claim; False when someone else holds it."""
     held = batches.c.claim_token == token
     free = (batches.c.claimed_until.is_(None)) | (batches.c.claimed_until <= now)
-    with store._tx() as conn:
+    with store.transaction() as conn:
         done = conn.execute(
             update(batches)
             .where(batches.c.id == batch_id, batches.c.state == "running", held | free)
@@ -306,10 +306,10 @@ def _apply_item(
             return  # marked in the apply's own transaction
         outcome = "applied" if applied.duplicate else "refused"
         stale = None if applied.duplicate else f"Stale: {item.target_id}: nothing to do"
-        with store._tx() as conn:
+        with store.transaction() as conn:
             _mark(conn, batch_id, seq, outcome, stale, now)
         return
-    with store._tx() as conn:
+    with store.transaction() as conn:
         _mark(conn, batch_id, seq, "refused", reason[:2000], now)
 
 
@@ -329,13 +329,13 @@ def run(
     token = uuid.uuid4().hex
     if not _claim(store, batch_id, token, clock(), claim_seconds):
         return False
-    with store._read() as conn:
+    with store.read() as conn:
         row = conn.execute(select(batches).where(batches.c.id == batch_id)).first()
     if row is None:
         return False
     started = renewed = time.monotonic()
     while True:
-        with store._read() as conn:
+        with store.read() as conn:
             pending = list(
                 conn.execute(
                     select(batch_items)
@@ -359,7 +359,7 @@ def run(
 
 
 def _finish(store: Store, batch_id: str, token: str, now: datetime) -> None:
-    with store._tx() as conn:
+    with store.transaction() as conn:
         conn.execute(
             update(batches)
             .where(batches.c.id == batch_id, batches.c.claim_token == token)
@@ -374,7 +374,7 @@ def _finish(store: Store, batch_id: str, token: str, now: datetime) -> None:
 
 
 def _release(store: Store, batch_id: str, token: str) -> None:
-    with store._tx() as conn:
+    with store.transaction() as conn:
         conn.execute(
             update(batches)
             .where(batches.c.id == batch_id, batches.c.claim_token == token)

@@ -4,25 +4,82 @@
 only here, so the time every trigger task, deadline scan, inbox/outbox sweep and
 message TTL sees can be moved in ONE place.
 
+**The database's clock, not the host's.** Deadlines are rows compared against "now"
+by every worker of the fleet; if each worker read its own host clock, one host whose
+clock stepped forward (an NTP correction, a suspended VM resumed, an operator's typo)
+would claim and fire timers early for everybody, and one stepped back would arm timers
+that fire early by the real time. So a process that registers its database
+(``use_database_clock``: the worker, beat and CLI do, in tasks/app.py) gets the
+database server's clock, read every ``SYNC_SECONDS`` and carried forward between reads
+by the process's monotonic clock, which host clock steps do not move. The anchor is
+taken at the END of the round trip, so this clock never runs ahead of the database's:
+a timer can fire a round trip late, never early. A failed read (the database is down)
+keeps the last anchor, carried forward, and is retried after ``RETRY_SECONDS``; before
+the first successful read the host clock stands in. The embedded SQLite default has no
+clock but the host's (the source answers ``None``). The anchor survives ``fork`` (the
+monotonic clock is the machine's), and the registered source resolves the process's own
+Store at each read, so a pool child reads through its own connections.
+
 ``DORMANT_CLOCK_OFFSET_FILE`` — FOR TESTS AND DRILLS ONLY. When set, it names a file
-whose content is a number of seconds (float, may be negative) added to the real time;
+whose content is a number of seconds (float, may be negative) added to the time above;
 a missing or empty file means 0. Read at every call, so a running worker and beat
-follow an edit at once: a drill can jump a 24 h boundary timer forward without
-waiting a day, and the deadline arithmetic stays the real code (the recorded
-``due_at`` is compared against this ``now``). A file that does not hold a number
-raises ``InvalidSetting`` naming the file. Leave it unset in production.
+follow an edit at once: a drill can move the whole fleet's time past a 24 h boundary
+timer without waiting a day, and the deadline arithmetic stays the real code (the
+recorded ``due_at`` is compared against this ``now``). A file that does not hold a
+number raises ``InvalidSetting`` naming the file. Leave it unset in production.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from engine_core.errors import InvalidSetting
 
-__all__ = ["OFFSET_FILE_VAR", "now", "offset_seconds"]
+__all__ = [
+    "OFFSET_FILE_VAR",
+    "RETRY_SECONDS",
+    "SYNC_SECONDS",
+    "now",
+    "offset_seconds",
+    "use_database_clock",
+]
+
+log = logging.getLogger(__name__)
 
 OFFSET_FILE_VAR = "DORMANT_CLOCK_OFFSET_FILE"
+SYNC_SECONDS = 30.0
+RETRY_SECONDS = 2.0
+
+DatabaseClock = Callable[[], datetime | None]
+
+
+@dataclass(frozen=True, slots=True)
+class _Anchor:
+    database_time: datetime
+    monotonic: float
+
+
+_lock = threading.Lock()
+_source: DatabaseClock | None = None
+_anchor: _Anchor | None = None
+_next_read = 0.0
+
+
+def use_database_clock(read: DatabaseClock | None) -> None:
+    """Make ``read`` (one round trip answering the database server's time, or ``None``
+    where the database has no clock of its own) this process's source; ``None`` drops it.
+    """
+    global _source, _anchor, _next_read
+    with _lock:
+        _source = read
+        _anchor = None if read is None else _anchor
+        _next_read = 0.0  # read at the next call: this may be another server
 
 
 def offset_seconds() -> float:
@@ -45,8 +102,39 @@ def offset_seconds() -> float:
         ) from exc
 
 
+def _resync(source: DatabaseClock, mono: float) -> None:
+    global _anchor, _next_read
+    try:
+        value = source()
+        taken = time.monotonic()  # the end of the round trip: never ahead of the server
+    except Exception as exc:  # the database is unreachable: carry the last anchor on
+        log.warning("database clock unreadable (%s); retrying in %.0f s", exc, RETRY_SECONDS)
+        _next_read = mono + RETRY_SECONDS
+        return
+    if value is None:  # no clock but the host's
+        _anchor = None
+        _next_read = taken + SYNC_SECONDS
+        return
+    _anchor = _Anchor(value.astimezone(UTC), taken)
+    _next_read = taken + SYNC_SECONDS
+
+
+def _base_time() -> datetime:
+    mono = time.monotonic()
+    source = _source
+    if source is not None and mono >= _next_read:
+        with _lock:
+            if mono >= _next_read:
+                _resync(source, mono)
+        mono = time.monotonic()
+    anchor = _anchor
+    if anchor is None:
+        return datetime.now(UTC)
+    return anchor.database_time + timedelta(seconds=mono - anchor.monotonic)
+
+
 def now() -> datetime:
-    """The current time, timezone-aware UTC, plus the test/drill offset if any."""
+    """The database's current time, timezone-aware UTC, plus the test/drill offset."""
     offset = offset_seconds()
-    current = datetime.now(UTC)
+    current = _base_time()
     return current + timedelta(seconds=offset) if offset else current

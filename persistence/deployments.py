@@ -54,10 +54,10 @@ class Deployments:
 
     _definitions: dict[tuple[str, int], ProcessDefinition]
 
-    def _tx(self) -> AbstractContextManager[Connection]:
+    def transaction(self) -> AbstractContextManager[Connection]:  # pragma: no cover - Store's
         raise NotImplementedError
 
-    def _read(self) -> AbstractContextManager[Connection]:
+    def read(self) -> AbstractContextManager[Connection]:  # pragma: no cover - Store's
         raise NotImplementedError
 
     def deploy(self, source: str | bytes, now: datetime) -> list[Deployment]:
@@ -79,7 +79,7 @@ class Deployments:
         parsed = read_bpmn(text)
         checksum = hashlib.sha256(text.encode("utf-8")).hexdigest()
         out: list[Deployment] = []
-        with self._tx() as conn:
+        with self.transaction() as conn:
             for definition in parsed:
                 latest = conn.execute(
                     select(definitions.c.version, definitions.c.checksum)
@@ -112,7 +112,7 @@ class Deployments:
         return out
 
     def _deploy_decisions(self, text: str, now: datetime) -> list[Deployment]:
-        with self._tx() as conn:
+        with self.transaction() as conn:
             out = [Deployment(d, v, c) for d, v, c in deploy_decisions(conn, text, now)]
         for d in out:
             log.info(
@@ -127,7 +127,7 @@ class Deployments:
         if version is not None and (key, version) in self._definitions:
             return self._definitions[(key, version)], version
         if conn is None:
-            with self._read() as c:
+            with self.read() as c:
                 return self.definition(key, version, conn=c)
         q = select(definitions.c.version, definitions.c.checksum).where(definitions.c.key == key)
         q = q.where(definitions.c.version == version) if version is not None else q
@@ -186,7 +186,7 @@ class Deployments:
             (definitions.c.key == latest.c.key) & (definitions.c.version == latest.c.version),
         )
         out = []
-        with self._read() as conn:
+        with self.read() as conn:
             for row in conn.execute(q.order_by(definitions.c.key)):
                 nodes = (row.starts or {}).get(kind, {}).get(name)
                 if nodes:

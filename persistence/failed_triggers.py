@@ -149,12 +149,12 @@ def _view(row: Any) -> FailedTriggerView:
 
 
 class FailedTriggers:
-    """Mixed into ``Store``; needs its ``_tx`` and ``_read`` transactions."""
+    """Mixed into ``Store``; needs its ``transaction`` and ``read`` transactions."""
 
-    def _tx(self) -> AbstractContextManager[Connection]:  # pragma: no cover - Store's
+    def transaction(self) -> AbstractContextManager[Connection]:  # pragma: no cover - Store's
         raise NotImplementedError
 
-    def _read(self) -> AbstractContextManager[Connection]:  # pragma: no cover - Store's
+    def read(self) -> AbstractContextManager[Connection]:  # pragma: no cover - Store's
         raise NotImplementedError
 
     def keep_failed(
@@ -186,7 +186,7 @@ class FailedTriggers:
         }
         for _ in range(3):
             try:
-                with self._tx() as conn:
+                with self.transaction() as conn:
                     found = conn.execute(
                         select(failed_triggers.c.attempts).where(failed_triggers.c.id == row_id)
                     ).first()
@@ -233,12 +233,12 @@ class FailedTriggers:
         q = select(failed_triggers)
         if instance_id is not None:
             q = q.where(failed_triggers.c.instance_id == instance_id)
-        with self._read() as conn:
+        with self.read() as conn:
             rows = list(conn.execute(q.order_by(failed_triggers.c.last_at).limit(limit)))
         return [_view(r) for r in rows]
 
     def failed_trigger(self, failed_id: str) -> FailedTriggerView:
-        with self._read() as conn:
+        with self.read() as conn:
             row = conn.execute(
                 select(failed_triggers).where(failed_triggers.c.id == failed_id)
             ).first()
@@ -269,7 +269,7 @@ class FailedTriggers:
             "failed": {"attempts": view.attempts, "first_at": view.first_at.isoformat()},
         }
         try:
-            with self._tx() as conn:
+            with self.transaction() as conn:
                 gone = conn.execute(
                     delete(failed_triggers).where(failed_triggers.c.id == failed_id)
                 ).rowcount
@@ -290,7 +290,7 @@ class FailedTriggers:
     def drop_failed(self, failed_id: str, now: datetime) -> FailedTriggerView:
         """Delete a kept trigger for good; its instance's history records the drop."""
         view = self.failed_trigger(failed_id)
-        with self._tx() as conn:
+        with self.transaction() as conn:
             conn.execute(delete(failed_triggers).where(failed_triggers.c.id == failed_id))
             if view.instance_id is not None:
                 rev = conn.execute(
@@ -312,7 +312,7 @@ class FailedTriggers:
         """An undecodable checkpoint: the instance is ``flagged`` and an incident of the
         error's own class opens (or counts one more attempt). Its own transaction."""
         incident_id = f"{instance_id}.{CHECKPOINT_INCIDENT}"
-        with self._tx() as conn:
+        with self.transaction() as conn:
             key = conn.execute(
                 select(instances.c.key).where(instances.c.id == instance_id)
             ).scalar()

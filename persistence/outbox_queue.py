@@ -28,16 +28,16 @@ class OutboxRow:
 class OutboxQueue:
     is_postgres: bool
 
-    def _tx(self) -> AbstractContextManager[Connection]:
+    def transaction(self) -> AbstractContextManager[Connection]:  # pragma: no cover - Store's
         raise NotImplementedError
 
-    def _read(self) -> AbstractContextManager[Connection]:
+    def read(self) -> AbstractContextManager[Connection]:  # pragma: no cover - Store's
         raise NotImplementedError
 
     def outbox_rows(self, ids: list[int]) -> list[OutboxRow]:
         if not ids:
             return []
-        with self._read() as conn:
+        with self.read() as conn:
             rows = conn.execute(select(outbox).where(outbox.c.id.in_(ids)).order_by(outbox.c.id))
             return [OutboxRow(int(r.id), r.kind, r.payload, r.created_at) for r in rows]
 
@@ -63,7 +63,7 @@ class OutboxQueue:
         if redeliver_after_seconds is not None:
             lost = outbox.c.published_at <= moment - timedelta(seconds=redeliver_after_seconds)
             condition = or_(unpublished, lost)
-        with self._read() as conn:
+        with self.read() as conn:
             rows = conn.execute(select(outbox).where(condition).order_by(outbox.c.id).limit(limit))
             return [OutboxRow(int(r.id), r.kind, r.payload, r.created_at) for r in rows]
 
@@ -73,7 +73,7 @@ class OutboxQueue:
         again by the sweep instead of stranding the instance that waits for it."""
         from sqlalchemy import delete, text
 
-        with self._tx() as conn:
+        with self.transaction() as conn:
             if self.is_postgres:
                 # This write needs no flush to disk before we go on: if a crash loses
                 # it, the sweep publishes the row again, which is harmless (trigger ids,
@@ -93,7 +93,7 @@ class OutboxQueue:
         row: a late consumer must never delete somebody else's follow-up."""
         from sqlalchemy import delete
 
-        with self._tx() as conn:
+        with self.transaction() as conn:
             row = conn.execute(select(outbox.c.payload).where(outbox.c.id == outbox_id)).first()
             if row is not None and (row.payload or {}).get("trigger_id") == trigger_id:
                 conn.execute(delete(outbox).where(outbox.c.id == outbox_id))

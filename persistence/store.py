@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, insert, select, update
+from sqlalchemy import Connection, Row, insert, select, text, update
 from sqlalchemy.exc import IntegrityError
 
 from engine_core import engine as core
@@ -163,6 +163,15 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
 
     def close(self) -> None:
         self.engine.dispose()
+
+    def database_time(self) -> datetime | None:
+        """The database server's clock, the fleet's one time (persistence/clock.py);
+        ``None`` for SQLite, whose only clock is the host's."""
+        if not self.is_postgres:
+            return None
+        with self.engine.connect() as conn:
+            value: datetime = conn.execute(text("SELECT clock_timestamp()")).scalar_one()
+        return value
 
     # -- transactions -------------------------------------------------------------
 

@@ -40,6 +40,7 @@ import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from typing import Any
 
 from celery import Celery
@@ -47,6 +48,7 @@ from celery.app import trace as celery_trace
 from celery.signals import beat_init, worker_init, worker_process_init
 from kombu.entity import Exchange, Queue, binding
 
+from persistence import clock
 from persistence.settings import Settings
 from persistence.store import Store
 from tasks.tracing import publish_headers
@@ -201,6 +203,7 @@ def configure(new: Settings) -> None:
     os.environ["DORMANT_BROKER_URL"] = new.broker_url
     with _store_lock:
         _store = None
+    clock.use_database_clock(_database_time)  # another database: read its clock afresh
 
 
 def store() -> Store:
@@ -211,6 +214,15 @@ def store() -> Store:
             if _store is None:
                 _store = Store(settings=settings)
     return _store
+
+
+def _database_time() -> datetime | None:
+    """The clock's source: this process's own Store, resolved at each read (a pool
+    child reads through its own connections, never the parent's)."""
+    return store().database_time()
+
+
+clock.use_database_clock(_database_time)
 
 
 @worker_process_init.connect

@@ -147,8 +147,10 @@ def clock(now: datetime) -> Clock:
 
 @pytest.fixture
 def fake_core(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pydantic import TypeAdapter
+
     from engine_core import engine
-    from engine_core.checkpoint import Checkpoint, InstanceStatus, Scope, Wait
+    from engine_core.checkpoint import Checkpoint, InstanceStatus, Scope, Wait, copy_checkpoint
     from engine_core.effects import DispatchJob, Fact, Step
     from engine_core.triggers import Cancel, Start
 
@@ -163,7 +165,7 @@ def fake_core(monkeypatch: pytest.MonkeyPatch) -> None:
         )
 
     def apply(definition, checkpoint, trigger, *, now, services=None):  # type: ignore[no-untyped-def]
-        cp = checkpoint.model_copy(deep=True)
+        cp = copy_checkpoint(checkpoint)
         variables = dict(getattr(trigger, "variables", {}) or {})
         wait_id = getattr(trigger, "wait_id", None)
         if isinstance(trigger, Start):
@@ -179,7 +181,7 @@ def fake_core(monkeypatch: pytest.MonkeyPatch) -> None:
         else:
             del cp.waits[wait_id]
         for w in variables.pop("_arm", []):
-            wait = Wait.model_validate(w)
+            wait = TypeAdapter(Wait).validate_python(w)
             cp.waits[wait.id] = wait
         effects = []
         if "_job" in variables:

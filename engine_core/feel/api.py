@@ -11,7 +11,18 @@ from typing import Any
 from lark import Tree
 
 from engine_core.errors import ExpressionError, ExpressionLimitExceeded
-from engine_core.feel import ops
+
+# The fn_* modules are imported for what they do on import: each registers its
+# functions in ``builtins.BUILTINS``, which the compiler reads when it compiles a call.
+from engine_core.feel import (
+    fn_camunda,  # noqa: F401
+    fn_lists,  # noqa: F401
+    fn_range,  # noqa: F401
+    fn_regex,  # noqa: F401
+    fn_scalars,  # noqa: F401
+    fn_temporal,  # noqa: F401
+    ops,
+)
 from engine_core.feel.compiler import Node, compile_tree
 from engine_core.feel.far import FarMoment
 from engine_core.feel.limits import DEFAULT_LIMITS, Budget, Limits, budget

@@ -1,7 +1,11 @@
 """The registry of FEEL's built-in functions, and property access (``x.year``).
 
 Functions register themselves with ``@builtin(name, *params)`` from the ``fn_*``
-modules; a parameter ending in ``?`` is optional. A name may have several signatures
+modules; a parameter ending in ``?`` is optional. This module imports none of them: it
+sits below the compiler and every ``fn_*`` module (``range(from)`` compiles FEEL text,
+so ``fn_range`` sits above the compiler), and ``api`` imports the ``fn_*`` modules, so
+the table is complete before the first expression is compiled (the compiler looks a
+name up when it compiles a call, not when it runs it). A name may have several signatures
 (``date(from)`` and ``date(year, month, day)``): the call picks the one whose arity or
 argument names fit. ``now()`` and ``today()`` are not here: they need the caller's
 clock, which the evaluator passes in (``CLOCK_FUNCTIONS``).
@@ -117,13 +121,3 @@ def feel_property(value: Any, key: str) -> Any:
             "end included": value.end_included,
         }.get(key)
     return None
-
-
-from engine_core.feel import (  # noqa: E402, F401  (they register themselves)
-    fn_camunda,
-    fn_lists,
-    fn_range,
-    fn_regex,
-    fn_scalars,
-    fn_temporal,
-)

@@ -9,6 +9,9 @@ from lark import Token, Tree
 from engine_core.errors import ExpressionError
 from engine_core.feel import ops
 from engine_core.feel.builtins import builtin
+from engine_core.feel.compiler import compile_tree
+from engine_core.feel.scope import Scope
+from engine_core.feel.syntax import name_of, parse
 from engine_core.feel.values import Range, kind_of
 
 __all__: list[str] = []
@@ -29,8 +32,6 @@ def _literal(tree: Any) -> bool:
         callee, args = tree.children
         if not (isinstance(callee, Tree) and callee.data == "var" and isinstance(args, Tree)):
             return False
-        from engine_core.feel.syntax import name_of
-
         return (
             name_of(callee.children[0]) in _CONSTRUCTORS
             and args.data == "positional"
@@ -45,10 +46,6 @@ def _literal(tree: Any) -> bool:
 def range_from(text: Any) -> Any:
     if not isinstance(text, str):
         return None
-    from engine_core.feel.compiler import compile_tree
-    from engine_core.feel.scope import Scope
-    from engine_core.feel.syntax import parse
-
     body = text.strip()
     if body.startswith("]"):
         body = "(" + body[1:]

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta, timezone, tzinfo
 from decimal import Decimal
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from engine_core.feel.far import FarMoment, format_year, make_date, rebase
 
@@ -100,8 +101,6 @@ def zone_named(name: str) -> tzinfo | None:
     if name in ("Z", "UTC", "Etc/UTC"):
         return UTC
     try:
-        from zoneinfo import ZoneInfo
-
         return ZoneInfo(name)
     except (ValueError, KeyError, OSError):
         return None

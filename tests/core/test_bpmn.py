@@ -275,7 +275,13 @@ TD = ext('<zeebe:taskDefinition type="t"/>')
     [
         ('<bpmn:transaction id="tx" name="Pay"/>', "tx", "transaction"),
         ('<bpmn:complexGateway id="cg" name="Pay"/>', "cg", "complexGateway"),
-        ('<bpmn:adHocSubProcess id="ah" name="Pay"/>', "ah", "adHocSubProcess"),
+        (
+            '<bpmn:adHocSubProcess id="ah" name="Pay">'
+            '<bpmn:extensionElements><zeebe:taskDefinition type="agent"/></bpmn:extensionElements>'
+            '<bpmn:task id="x"/></bpmn:adHocSubProcess>',
+            "ah",
+            "adHocSubProcess",
+        ),
         ('<bpmn:callChoreography id="cc" name="Pay"/>', "cc", "callChoreography"),
         ('<bpmn:dataStore id="ds" name="Pay"/>', "ds", "dataStore"),
         (

@@ -109,6 +109,7 @@ CORE_TIERS: list[set[str]] = [
         "joins",
         "compensation",
         "multi_instance",
+        "ad_hoc",
         "nodes",
         "wakes",
         # operator actions (suspend/resume, set variables, modify) and migration
@@ -121,37 +122,60 @@ CORE_TIERS: list[set[str]] = [
 
 
 def core_module_name(path: Path) -> str:
-    """A module's name inside engine_core; a sub-package (``feel``) is one node, its
-    inner structure its own business."""
+    """A module's dotted name inside engine_core: ``engine``, ``feel.compiler``, ``feel``
+    for ``feel/__init__.py`` and ``""`` for the package itself. A sub-package's modules
+    are nodes of their own, so a circle inside ``feel/`` is caught like any other."""
     parts = list(path.relative_to(ROOT / "engine_core").with_suffix("").parts)
     if parts[-1] == "__init__":
         parts = parts[:-1]
-    return parts[0] if parts else ""
+    return ".".join(parts)
+
+
+def core_tier(module: str) -> str:
+    """The CORE_TIERS entry a module is placed by: a sub-package's modules share the
+    sub-package's tier (its inner order is kept by the cycle test alone)."""
+    return module.split(".")[0]
+
+
+def imported_names(path: Path) -> list[str]:
+    """Every dotted name ``path`` imports, relative imports resolved, at any depth.
+
+    ``from a.b import c`` counts as importing ``a.b.c`` (a module or a name of ``a.b``),
+    not ``a.b``'s parent packages: Python runs those first, but a package's
+    ``__init__`` re-exporting its own modules is no circle."""
+    package = path.relative_to(ROOT).with_suffix("").parts[:-1]
+    targets: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            targets += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                kept = package[: len(package) - (node.level - 1)]
+                base = ".".join([*kept, *([node.module] if node.module else [])])
+            targets += [f"{base}.{alias.name}" for alias in node.names]
+    return targets
 
 
 def core_import_graph() -> dict[str, set[str]]:
-    modules = {core_module_name(p) for p in (ROOT / "engine_core").rglob("*.py")}
+    """engine_core's modules and what each imports of engine_core: a name resolves to the
+    longest module it starts with (``engine_core.feel.builtins.builtin`` is
+    ``feel.builtins``; ``engine_core.feel.evaluate`` is ``feel``)."""
+    paths = sorted((ROOT / "engine_core").rglob("*.py"))
+    modules = {core_module_name(p) for p in paths}
     graph: dict[str, set[str]] = {m: set() for m in modules}
-    for path in (ROOT / "engine_core").rglob("*.py"):
+    for path in paths:
         here = core_module_name(path)
-        package = path.relative_to(ROOT).with_suffix("").parts[:-1]
-        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-            targets: list[str] = []
-            if isinstance(node, ast.Import):
-                targets = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    kept = package[: len(package) - (node.level - 1)]
-                    base = ".".join([*kept, *([node.module] if node.module else [])])
-                targets = [f"{base}.{alias.name}" for alias in node.names]
-            for target in targets:
-                parts = target.split(".")
-                if parts[0] != "engine_core":
-                    continue
-                name = parts[1] if len(parts) > 1 and parts[1] in modules else ""
-                if name != here:
-                    graph[here].add(name)
+        for target in imported_names(path):
+            parts = target.split(".")
+            if parts[0] != "engine_core":
+                continue
+            inner = parts[1:]
+            while inner and ".".join(inner) not in modules:
+                inner.pop()
+            name = ".".join(inner)
+            if name != here:
+                graph[here].add(name)
     return graph
 
 
@@ -190,13 +214,13 @@ def test_engine_core_import_graph_has_no_cycle() -> None:
 def test_engine_core_imports_point_down_its_tiers() -> None:
     graph = core_import_graph()
     tier_of = {module: level for level, tier in enumerate(CORE_TIERS) for module in tier}
-    unplaced = sorted(m for m in graph if m not in tier_of)
+    unplaced = sorted(m for m in graph if core_tier(m) not in tier_of)
     assert unplaced == [], "place every engine_core module in a tier of CORE_TIERS"
     upward = sorted(
         f"{module} -> {target}"
         for module, targets in graph.items()
         for target in targets
-        if tier_of[target] > tier_of[module]
+        if tier_of[core_tier(target)] > tier_of[core_tier(module)]
     )
     assert upward == []
 
@@ -205,17 +229,100 @@ def test_engine_core_has_no_function_local_imports() -> None:
     """Imports at the top of the module only, so the graph above is the real one; a
     circle is broken by moving code to its concept's module, not by a late import."""
     offenders: list[str] = []
-    for path in (ROOT / "engine_core").glob("*.py"):
+    for path in (ROOT / "engine_core").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 offenders += [
-                    f"{path.name}:{inner.lineno}"
+                    f"{path.relative_to(ROOT)}:{inner.lineno}"
                     for inner in ast.walk(node)
                     if isinstance(inner, ast.Import | ast.ImportFrom)
                 ]
     assert offenders == []
 
 
+def test_the_graph_sees_inside_sub_packages() -> None:
+    """feel/ is not one node: its modules and their edges are in the graph, so the
+    cycle test above covers them."""
+    graph = core_import_graph()
+    assert {"feel", "feel.compiler", "feel.builtins", "feel.fn_range"} <= graph.keys()
+    assert "feel.compiler" in graph["feel.fn_range"]
+    assert "feel.builtins" in graph["feel.compiler"]
+    assert "feel" in graph["expressions"]
+    assert "feel.fn_range" not in graph["feel.builtins"]
+
+
 def test_the_cycle_finder_finds_a_cycle() -> None:
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) == []
+
+
+# -- the Store's transactions ---------------------------------------------------------
+
+STORE = ROOT / "persistence" / "store.py"
+PRIVATE_TRANSACTIONS = {"_tx", "_read"}
+
+
+def store_bases() -> set[str]:
+    """The names of the classes mixed into ``Store``, as its ``class`` line lists them."""
+    for node in ast.walk(ast.parse(STORE.read_text(), filename=str(STORE))):
+        if isinstance(node, ast.ClassDef) and node.name == "Store":
+            return {base.id for base in node.bases if isinstance(base, ast.Name)}
+    raise AssertionError("persistence/store.py defines no class Store")
+
+
+def private_transaction_uses(path: Path, mixins: set[str]) -> list[str]:
+    """Where ``path`` reaches for the Store's private ``_tx`` / ``_read``: on anything
+    but ``self``, or anywhere inside one of the Store's mixins. A class's own ``_read``
+    (the console's autocommit reads, a metrics collector) is its business."""
+    found: list[str] = []
+    where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name
+    tree = ast.parse(path.read_text(), filename=str(path))
+    in_mixin = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ClassDef) and node.name in mixins
+        for inner in ast.walk(node)
+    }
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in PRIVATE_TRANSACTIONS:
+            on_self = isinstance(node.value, ast.Name) and node.value.id == "self"
+            if not on_self or id(node) in in_mixin:
+                found.append(f"{where}:{node.lineno} {node.attr}")
+        elif isinstance(node, ast.FunctionDef) and node.name in PRIVATE_TRANSACTIONS:
+            if id(node) in in_mixin:
+                found.append(f"{where}:{node.lineno} {node.name}")
+    return found
+
+
+def test_only_the_store_uses_its_private_transactions() -> None:
+    """The Store owns the transaction: every other module, its own mixins included,
+    opens one through the public ``store.transaction()`` / ``store.read()``, so the
+    Store can change how it opens them in one place."""
+    mixins = store_bases()
+    assert {"Deployments", "Queries"} <= mixins
+    offenders = [
+        use
+        for folder in ("engine_core", "persistence", "scheduler", "tasks", "tests", "bench")
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        if path != STORE
+        for use in private_transaction_uses(path, mixins)
+    ]
+    assert offenders == []
+
+
+def test_the_private_transaction_check_sees_a_use(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "class Queries:\n"
+        "    def look(self):\n"
+        "        return self._read()\n"
+        "    def _tx(self):\n"
+        "        raise NotImplementedError\n"
+        "class Console:\n"
+        "    def look(self):\n"
+        "        return self._read()\n"
+        "def batch(store):\n"
+        "    return store._tx()\n"
+    )
+    found = private_transaction_uses(sample, {"Queries"})
+    assert sorted(found) == ["sample.py:10 _tx", "sample.py:3 _read", "sample.py:4 _tx"]

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from engine_core.bpmn import read_bpmn
-from engine_core.checkpoint import TaskState, decode
+from engine_core.checkpoint import TaskState, decode, encode
 from engine_core.effects import DispatchJob
 from engine_core.errors import InvalidModel, UnsupportedElement
 from engine_core.model import ProcessDefinition
@@ -178,13 +178,17 @@ def test_task_listeners_on_another_element_are_refused() -> None:
         read_bpmn(xml)
 
 
-def test_the_schema_2_checkpoint_reads_its_candidate_groups_as_a_list() -> None:
+@pytest.mark.parametrize(
+    "stored",
+    ["ops, finance", "['ops', 'finance']"],  # a literal; a FEEL list as schema 2 printed it
+)
+def test_the_schema_2_checkpoint_reads_its_candidate_groups_as_a_list(stored: str) -> None:
     run = Run(process(""))
     run.start()
-    doc = run.cp.model_dump(mode="json", by_alias=True)
+    doc = encode(run.cp)
     doc["schema"] = 2
     for wait in doc["waits"].values():
-        wait["candidate_groups"] = "ops, finance"
+        wait["candidate_groups"] = stored
     upgraded = decode(doc)
     (task,) = [w for w in upgraded.waits.values() if w.kind == "user_task"]
     assert task.candidate_groups == ["ops", "finance"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -13,10 +13,10 @@ from persistence import clock
 
 def test_no_setting_is_the_real_time(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(clock.OFFSET_FILE_VAR, raising=False)
-    before = datetime.now(UTC)
     got = clock.now()
     assert got.tzinfo is not None
-    assert before <= got <= datetime.now(UTC)
+    # the database's clock (or the host's): the same machine's time, give or take a trip
+    assert abs((got - datetime.now(UTC)).total_seconds()) < 1
 
 
 def test_offset_file_moves_now_and_is_read_at_every_call(
@@ -53,3 +53,40 @@ def test_the_shell_reads_time_only_through_the_clock() -> None:
         if p.name not in ("clock.py", "demo.py") and "datetime.now(" in p.read_text()
     ]
     assert offenders == []
+
+
+def test_a_registered_database_clock_is_carried_by_the_monotonic_clock(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The fleet's time is the database's: read once, then carried forward by the
+    monotonic clock (a host clock step in between moves nothing), never ahead of it."""
+    monkeypatch.delenv(clock.OFFSET_FILE_VAR, raising=False)
+    server = datetime(2031, 5, 1, 12, 0, tzinfo=UTC)
+    reads: list[int] = []
+    registered = clock._source
+
+    def database() -> datetime:
+        reads.append(1)
+        return server
+
+    try:
+        clock.use_database_clock(database)
+        first = clock.now()
+        second = clock.now()
+        assert len(reads) == 1  # one round trip per SYNC_SECONDS, not per call
+        assert server <= first <= second < server + timedelta(seconds=1)
+
+        def down() -> datetime:
+            raise OSError("connection refused")
+
+        clock.use_database_clock(database)
+        clock.now()
+        monkeypatch.setattr(clock, "_source", down)
+        monkeypatch.setattr(clock, "_next_read", 0.0)
+        kept = clock.now()  # unreadable: the last anchor, carried on
+        assert server <= kept < server + timedelta(seconds=1)
+
+        clock.use_database_clock(lambda: None)  # SQLite: the host's clock
+        assert abs((clock.now() - datetime.now(UTC)).total_seconds()) < 1
+    finally:
+        clock.use_database_clock(registered)

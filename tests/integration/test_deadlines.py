@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 import pytest
@@ -82,7 +83,7 @@ def test_cycle_gets_its_next_due_unclaimed(
 
     def cycle(definition, checkpoint, trigger, *, now, services=None):  # type: ignore[no-untyped-def]
         step = real(definition, checkpoint, trigger, now=now, services=services)
-        w = checkpoint.waits["w1"].model_copy(update={"due_at": now + timedelta(minutes=1)})
+        w = replace(checkpoint.waits["w1"], due_at=now + timedelta(minutes=1))
         step.checkpoint.waits["w1"] = w
         return step
 
@@ -103,7 +104,7 @@ def _unpin(store: Store, now: datetime) -> None:
 
     from persistence.tables import definitions
 
-    with store._tx() as conn:
+    with store.transaction() as conn:
         conn.execute(delete(definitions))
     store._definitions.clear()
 

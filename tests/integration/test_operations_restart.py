@@ -68,7 +68,7 @@ def test_a_worker_killed_in_the_middle_of_a_batch_and_the_batch_completes_exactl
 
     # Re-running the completed batch, or its items' triggers again, changes nothing.
     assert batches.run(client._store, view.id, clock.now, claim_seconds=3) is False
-    with client._store._tx() as conn:
+    with client._store.transaction() as conn:
         from sqlalchemy import update
 
         from persistence.tables import batch_items

@@ -205,9 +205,11 @@ def checkpoint(stack: Any, instance_id: str) -> dict[str, Any]:
         raw = conn.execute(
             text("SELECT checkpoint FROM instances WHERE id = :i"), {"i": instance_id}
         ).scalar_one()
-    from engine_core.checkpoint import decode
+    from pydantic import TypeAdapter
 
-    return decode(raw).model_dump(mode="json")
+    from engine_core.checkpoint import Checkpoint, decode
+
+    return TypeAdapter(Checkpoint).dump_python(decode(raw), mode="json")
 
 
 def facts(stack: Any, instance_id: str, kind: str | None = None) -> list[Any]:

@@ -1,0 +1,229 @@
+"""The working-state contract: ``apply`` runs on plain slotted objects, pydantic stays at
+the edge, and the stored document does not change shape.
+
+* A document an earlier dormant stored (``data/stored_checkpoints.json``) decodes and
+  encodes back to the very same JSON text, and so does every document this dormant
+  writes (a field typed ``float`` holding an ``int`` would change ``3600`` to ``3600.0``
+  on the way back).
+* ``apply`` never mutates the checkpoint it is given, and the step's checkpoint shares
+  no mutable container with it (a shared ``variables`` dict would let a later step edit
+  the document the Store still holds as "old").
+* The step machine calls no pydantic validator or serializer: the triggers are
+  pydantic, the working state is not.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from dataclasses import fields, is_dataclass
+from datetime import datetime
+from types import FrameType
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from engine_core.bpmn import read_bpmn
+from engine_core.checkpoint import (
+    CURRENT_SCHEMA,
+    Checkpoint,
+    CompensationEntry,
+    HeldTrigger,
+    Incident,
+    ParentLink,
+    Scope,
+    Token,
+    Wait,
+    WaitKind,
+    copy_checkpoint,
+    decode,
+    encode,
+)
+from engine_core.engine import apply
+from engine_core.errors import DormantError
+from engine_core.model import ProcessDefinition
+from engine_core.triggers import (
+    Cancel,
+    JobCompleted,
+    JobFailed,
+    MessageReceived,
+    SignalReceived,
+    TaskCompleted,
+    TimerFired,
+    Trigger,
+)
+from tests.core.checkpoint_corpus import CORPUS, STORED, live_documents
+from tests.core.enginekit import T0
+
+STATE_CLASSES = (
+    Checkpoint,
+    Token,
+    Scope,
+    Wait,
+    Incident,
+    CompensationEntry,
+    ParentLink,
+    HeldTrigger,
+)
+_STORED: dict[str, str] = json.loads(STORED.read_text())
+_LIVE: dict[str, str] = live_documents()
+
+
+@pytest.mark.parametrize("cls", STATE_CLASSES, ids=lambda c: c.__name__)
+def test_the_working_state_is_plain_slotted_objects(cls: type) -> None:
+    assert is_dataclass(cls)
+    assert not issubclass(cls, BaseModel)
+    assert "__slots__" in vars(cls) and "__dict__" not in dir(cls)
+
+
+@pytest.mark.parametrize("name", sorted(_STORED))
+def test_a_stored_document_re_encodes_to_the_same_text(name: str) -> None:
+    """The same text but for what the upgrades to the current schema change: the
+    schema number, and (schema 3) a user task's candidate groups text as a list."""
+    stored = _STORED[name]
+    assert json.dumps(encode(decode(stored))) == _upgraded(stored)
+
+
+# The schema-2 candidate groups texts of the pinned documents, and their schema-3 lists.
+GROUPS_AS_LISTS = {"['simpleGroupA', 'simpleGroupB']": ["simpleGroupA", "simpleGroupB"]}
+
+
+def _upgraded(stored: str) -> str:
+    """A pinned document's text as the current schema writes it."""
+    doc = json.loads(stored)
+    for wait in doc.get("waits", {}).values():
+        if isinstance(wait.get("candidate_groups"), str):
+            wait["candidate_groups"] = GROUPS_AS_LISTS[wait["candidate_groups"]]
+    return json.dumps({**doc, "schema": CURRENT_SCHEMA})
+
+
+def test_the_stored_corpus_covers_every_part_of_the_document() -> None:
+    """The pinned documents exercise each class, so a field renamed or retyped in any
+    of them changes a document the test above reads."""
+    seen: set[str] = set()
+    for doc in map(json.loads, _STORED.values()):
+        seen.update(k for k in ("tokens", "scopes", "waits", "incidents") if doc.get(k))
+        seen.update(k for k in ("compensation", "parent", "held") if doc.get(k))
+    assert seen == {"tokens", "scopes", "waits", "incidents", "compensation", "parent", "held"}
+    assert len(_STORED) >= 60, f"the conformance corpus at {CORPUS} went missing"
+
+
+@pytest.mark.parametrize("name", sorted(_LIVE))
+def test_what_this_dormant_writes_round_trips_byte_identical(name: str) -> None:
+    written = _LIVE[name]
+    assert json.dumps(encode(decode(written))) == written
+
+
+def _containers(obj: Any) -> Iterator[Any]:
+    """Every mutable object reachable from ``obj``: dataclasses, dicts, lists."""
+    stack = [obj]
+    while stack:
+        value = stack.pop()
+        if is_dataclass(value) and not isinstance(value, type):
+            yield value
+            stack.extend(getattr(value, f.name) for f in fields(value))
+        elif isinstance(value, dict):
+            yield value
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            yield value
+            stack.extend(value)
+
+
+def _shared(a: Checkpoint, b: Checkpoint) -> list[Any]:
+    ids = {id(c) for c in _containers(a)}
+    return [c for c in _containers(b) if id(c) in ids]
+
+
+@pytest.mark.parametrize("name", sorted(_STORED))
+def test_the_copy_is_equal_and_shares_nothing_mutable(name: str) -> None:
+    cp = decode(_STORED[name])
+    copy = copy_checkpoint(cp)
+    assert copy == cp
+    assert json.dumps(encode(copy)) == _upgraded(_STORED[name])
+    assert _shared(cp, copy) == []
+
+
+def _definitions() -> dict[str, ProcessDefinition]:
+    found: dict[str, ProcessDefinition] = {}
+    for path in sorted(CORPUS.glob("*.bpmn")):
+        try:
+            for d in read_bpmn(path.read_bytes()):
+                found[f"{path.stem}/{d.key}"] = d
+        except DormantError:  # a refused model has no stored document
+            continue
+    return found
+
+
+def _triggers(cp: Checkpoint) -> Iterator[Trigger]:
+    """A trigger for each wait of ``cp`` (the one its kind takes), then a cancel."""
+    for wait in cp.waits.values():
+        if wait.kind is WaitKind.USER_TASK:
+            yield TaskCompleted(wait_id=wait.id, variables={"done": True})
+        elif wait.kind is WaitKind.JOB:
+            yield JobCompleted(wait_id=wait.id, attempt=wait.attempt, variables={"r": [1]})
+            yield JobFailed(wait_id=wait.id, attempt=wait.attempt, error="e", error_class="E")
+        elif wait.kind is WaitKind.MESSAGE:
+            yield MessageReceived(
+                wait_id=wait.id,
+                name=wait.message_name or "",
+                correlation_key=wait.correlation_key,
+                variables={"m": {"k": 1}},
+            )
+        elif wait.kind is WaitKind.SIGNAL:
+            yield SignalReceived(wait_id=wait.id, name=wait.signal_name or "")
+        elif wait.due_at is not None:
+            yield TimerFired(wait_id=wait.id)
+    if not cp.status.ended:
+        yield Cancel()
+
+
+def _later(cp: Checkpoint) -> datetime:
+    """A moment every timer of ``cp`` is due at: each step fires the overdue ones first."""
+    return max([T0, *(w.due_at for w in cp.waits.values() if w.due_at is not None)])
+
+
+_DEFINITIONS = _definitions()
+_CONFORMANCE = sorted(n for n in _STORED if n in _DEFINITIONS)
+
+
+@pytest.mark.parametrize("name", _CONFORMANCE)
+def test_apply_never_mutates_its_input_document(name: str) -> None:
+    definition = _DEFINITIONS[name]
+    cp = decode(_STORED[name])
+    for trigger in _triggers(cp):
+        step = apply(definition, cp, trigger, now=_later(cp))
+        assert json.dumps(encode(cp)) == _upgraded(_STORED[name]), (
+            f"{trigger.kind} mutated its input"
+        )
+        if step.changed:
+            assert _shared(cp, step.checkpoint) == [], f"{trigger.kind} shares state"
+
+
+def test_the_step_machine_calls_no_pydantic() -> None:
+    """Over every conformance model's triggers, no pydantic frame and no pydantic-core
+    validator or serializer runs inside ``apply``: the working state is plain."""
+    seen: set[str] = set()
+
+    def watch(frame: FrameType, event: str, arg: Any) -> None:
+        if event == "call" and "/pydantic/" in frame.f_code.co_filename:
+            seen.add(f"{frame.f_code.co_filename}:{frame.f_code.co_name}")
+        elif event == "c_call" and type(getattr(arg, "__self__", None)).__module__.startswith(
+            "pydantic_core"
+        ):
+            seen.add(getattr(arg, "__qualname__", repr(arg)))
+
+    steps = 0
+    for name in _CONFORMANCE:
+        cp = decode(_STORED[name])
+        for trigger in _triggers(cp):
+            sys.setprofile(watch)
+            try:
+                apply(_DEFINITIONS[name], cp, trigger, now=_later(cp))
+            finally:
+                sys.setprofile(None)
+            steps += 1
+    assert steps > 50
+    assert seen == set()
