@@ -209,3 +209,28 @@ def test_a_failing_task_listener_is_an_incident_on_the_user_task(shared_stack: S
     assert incident.node_id == "review"
     assert "task listener 'test-fail' failed" in incident.cause
     assert s.client.user_tasks(iid) == []
+
+
+def test_the_console_describes_a_user_task_with_its_attributes() -> None:
+    from engine_core.checkpoint import TaskState, Wait, WaitKind, WaitRole
+    from tasks.console.presenters import describe_wait
+
+    wait = Wait(
+        id="w3",
+        kind=WaitKind.USER_TASK,
+        role=WaitRole.NODE,
+        node_id="review",
+        task_name="Review",
+        assignee="ann",
+        candidate_groups=["ops"],
+        due_date=datetime(2026, 2, 1, 12, tzinfo=UTC),
+        priority=80,
+        form_id="f1",
+        task_state=TaskState.COMPLETING,
+        denied_reason="not approved",
+    )
+    assert describe_wait(wait) == (
+        "user task Review, assignee ann, candidate groups ops, due 2026-02-01 12:00:00 UTC, "
+        "priority 80, form f1, completing (its task listeners run), last transition denied: "
+        "not approved"
+    )
