@@ -254,7 +254,8 @@ def listener_completed(rt: Runtime, job: Wait, trigger: JobCompleted) -> Wake:
             task.task_pending = None
             task.listener_next = 0
             task.denied_reason = reason or "denied by a task listener"
-            rt.fact("TaskTransitionDenied", node=node.id, transition=event)
+            task_id = f"{rt.cp.instance_id}.{task.id}"
+            rt.fact("TaskTransitionDenied", node=node.id, task=task_id, transition=event)
             return
         pending = task.task_pending if task.task_pending is not None else {}
         for field, value in corrections.items():

@@ -185,10 +185,18 @@ def tasks_list(
 @tasks.command("complete")
 @click.argument("task_id")
 @_var
-def tasks_complete(task_id: str, vars_: tuple[str, ...]) -> None:
+@click.option(
+    "--wait",
+    "wait",
+    type=float,
+    default=None,
+    metavar="SECONDS",
+    help="wait for the outcome: a task listener's denial is an error naming its reason",
+)
+def tasks_complete(task_id: str, vars_: tuple[str, ...], wait: float | None) -> None:
     """Complete TASK_ID (its complete listeners may still deny it)."""
-    _client().complete_task(task_id, parse_vars(vars_))
-    click.echo(f"completing {task_id}")
+    done = _client().complete_task(task_id, parse_vars(vars_), wait=wait)
+    click.echo(f"completed {task_id}" if done else f"completing {task_id}")
 
 
 @tasks.command("assign")

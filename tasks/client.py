@@ -16,6 +16,7 @@ straight to the Store.
 
 from __future__ import annotations
 
+import time
 import uuid
 from datetime import datetime
 from pathlib import Path
@@ -28,8 +29,10 @@ from engine_core.errors import (
     InvalidModel,
     InvalidOperation,
     InvalidVariables,
+    TransitionDenied,
     UnknownInstance,
     UnknownProcess,
+    UnknownTask,
 )
 from engine_core.inputs import (
     DEFAULT_LIMITS,
@@ -289,16 +292,57 @@ class Client(Operations):
             )
         return view
 
-    def complete_task(self, task_id: str, variables: dict[str, Any] | None = None) -> None:
-        """Complete the task. Its complete listeners run first and may deny it: the
-        task then stays open, its ``denied_reason`` says why (``user_task``)."""
+    def complete_task(
+        self,
+        task_id: str,
+        variables: dict[str, Any] | None = None,
+        *,
+        wait: float | None = None,
+    ) -> bool:
+        """Complete the task. Its complete listeners run first and may deny it: the task
+        then stays open and its ``denied_reason`` says why. With ``wait`` (seconds) the
+        call waits for the outcome: it returns once the task completed and raises
+        ``TransitionDenied`` (with the listener's reason) when a listener denied it, or
+        ``InvalidOperation`` when the engine refused the completion. True once known
+        completed; False without ``wait``, or past it with the completion under way."""
         variables = check_variables(variables, "task variables", self._limits)
-        self._transition(task_id, "complete")
+        view = self._transition(task_id, "complete")
+        seen = len(self._store.history(view.instance_id)) if wait is not None else 0
         self._send(
             "dormant.complete_task",
             "trigger.task_completed",
             {"task_id": task_id, "variables": variables},
         )
+        return self._completion(view, seen, wait) if wait is not None else False
+
+    def _completion(self, view: UserTaskView, seen: int, wait: float) -> bool:
+        """The outcome of a completion, read from the facts recorded after ``seen``."""
+        wait_id = view.id.rsplit(".", 1)[1]
+        deadline = time.monotonic() + wait
+        while True:
+            for fact in self._store.history(view.instance_id)[seen:]:
+                d = fact.details
+                if fact.kind == "TaskCompleted" and d.get("task") == view.id:
+                    return True
+                if fact.kind == "TaskTransitionDenied" and d.get("task") == view.id:
+                    if d.get("transition") == "complete":
+                        reason = self._denial(view.id)
+                        raise TransitionDenied(
+                            f"user task {view.id} ({view.name or view.node_id}): its "
+                            f"completion was denied by a task listener: {reason}"
+                        )
+                if fact.kind == "Stale" and d.get("wait") == wait_id:
+                    if d.get("trigger") == "task_completed":
+                        raise InvalidOperation(f"user task {view.id}: {d.get('reason')}")
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.1)
+
+    def _denial(self, task_id: str) -> str:
+        try:
+            return self._store.task_view(task_id).denied_reason or "no reason given"
+        except UnknownTask:
+            return "no reason given (the task is gone since)"
 
     def assign_task(self, task_id: str, assignee: str) -> None:
         """Assign the task to ``assignee``, whoever holds it now."""

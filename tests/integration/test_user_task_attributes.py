@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from engine_core.errors import InvalidField, InvalidOperation
+from engine_core.errors import InvalidField, InvalidOperation, TransitionDenied
 from tests.integration.conftest import Stack, wait_for
 
 pytestmark = pytest.mark.integration
@@ -174,7 +174,8 @@ def test_task_listeners_correct_the_task_and_deny_a_completion(shared_stack: Sta
     task = open_task(s, iid)  # "created" once the create listener's job has run
     assert (task.assignee, task.priority) == ("corrected", 99)
 
-    c.complete_task(task.id, {"approved": False})
+    with pytest.raises(TransitionDenied, match="denied by a task listener: complete: not app"):
+        c.complete_task(task.id, {"approved": False}, wait=30)
     denied = wait_for(
         lambda: next((t for t in c.user_tasks(iid) if t.denied_reason), None),
         what="the completion to be denied",
@@ -184,9 +185,13 @@ def test_task_listeners_correct_the_task_and_deny_a_completion(shared_stack: Sta
     assert c.instance(iid).status == "active"
     listed = s.run_cli("tasks", "list", "--instance", iid)
     assert "denied: complete: not approved" in listed.stdout
+    refused = s.run_cli("tasks", "complete", task.id, "--wait", "30")
+    assert refused.returncode == 2
+    assert "completion was denied by a task listener: complete: not approved" in refused.stderr
 
-    done = s.run_cli("tasks", "complete", task.id, "--var", "approved=true")
+    done = s.run_cli("tasks", "complete", task.id, "--var", "approved=true", "--wait", "30")
     assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"completed {task.id}"
     view = s.wait_status(iid, "completed")
     assert view.variables == {"amount": 10, "approved": True}
     assert c.user_tasks(iid) == []
