@@ -49,7 +49,8 @@ def start(rt: Runtime, token: Token, node: Node) -> None:
     spec = node.ad_hoc
     assert spec is not None  # the reader sets it on every ad-hoc sub-process
     existing = rt.cp.scopes.get(token.inner_scope) if token.inner_scope else None
-    inputs = rt.mapped_inputs(node, rt.token_vars(token)) if node.inputs else {}
+    ran = token.listener_phase == "ran"  # the scope opened with its inputs before them
+    inputs = rt.mapped_inputs(node, rt.token_vars(token)) if node.inputs and not ran else {}
     context = {**rt.token_vars(token), **inputs}
     elements = _elements(rt, node, context) if spec.active_elements else []
     if existing is not None and existing.node_id == node.id:

@@ -197,8 +197,17 @@ def _read_process(process: Element, refs: _Refs) -> ProcessDefinition:
     key = process.get("id")
     if not key:
         raise InvalidModel("a process has no id")
-    # Refuses process-level listeners; of the rest only the version tag matters.
-    tag = read_extensions(process).get("version_tag")
+    # Of the process's extensions only the version tag has behaviour dormant runs.
+    extensions = read_extensions(process)
+    if extensions.get("execution_listeners"):
+        raise UnsupportedElement(
+            key,
+            "process",
+            process.get("name"),
+            "zeebe:executionListeners on the process are not run (put them on its first and "
+            "last elements)",
+        )
+    tag = extensions.get("version_tag")
     draft = _Draft()
     _read_scope(process, None, refs, draft)
     nodes = _link_compensation(draft)

@@ -16,7 +16,14 @@ from xml.etree.ElementTree import Element
 import isodate
 
 from engine_core.errors import InvalidModel, UnsupportedElement
-from engine_core.model import AdHocSpec, IoMapping, LoopSpec, RetryPolicy, TaskListener
+from engine_core.model import (
+    AdHocSpec,
+    ExecutionListener,
+    IoMapping,
+    LoopSpec,
+    RetryPolicy,
+    TaskListener,
+)
 from engine_core.task_attributes import listener_event
 
 __all__ = ["BPMN", "DORMANT", "ZEEBE", "local", "read_extensions", "read_loop", "truthy"]
@@ -28,9 +35,6 @@ DORMANT = "http://dormant.dev/schema/1.0"
 # Zeebe extensions that only feed other tools (embedded form documents, modeler
 # properties, linked resources): no behaviour dormant models.
 _ZEEBE_IGNORED = frozenset({"properties", "userTaskForm", "linkedResources"})
-_ZEEBE_REFUSED = {
-    "executionListeners": "execution listeners are not run (they would change behaviour)",
-}
 
 # The user-task elements: each attribute dormant reads -> the Node field it fills.
 # An attribute not listed here is refused, never dropped (a newer Camunda attribute
@@ -101,8 +105,6 @@ def _read_zeebe(host: Element, el: Element, name: str, fields: dict[str, Any]) -
     hid = host.get("id", "?")
     if name in _ZEEBE_IGNORED:
         return
-    if name in _ZEEBE_REFUSED:
-        raise _refuse(host, f"zeebe:{name}: {_ZEEBE_REFUSED[name]}")
     if name == "taskDefinition":
         # Attributes since Zeebe 1.0; child elements in some hand-written older models.
         fields["job_type"] = el.get("type") or _child_text(el, "type") or None
@@ -132,16 +134,13 @@ def _read_zeebe(host: Element, el: Element, name: str, fields: dict[str, Any]) -
             (inputs if kind == "input" else outputs).append(mapping)
         fields["inputs"], fields["outputs"] = tuple(inputs), tuple(outputs)
     elif name == "calledDecision":
-        # The decision is looked up when the task runs (Camunda 8: latest version), so
+        # The decision is looked up when the task runs, by its binding (Camunda 8), so
         # a model may be deployed before its .dmn; running it without one is an incident.
-        _latest_binding_only(host, el, name)
+        fields["decision_binding"], fields["decision_version_tag"] = _binding(host, el, name)
         fields["decision_id"] = el.get("decisionId") or None
         fields["result_variable"] = el.get("resultVariable") or None
     elif name == "calledElement":
-        if (el.get("bindingType") or "").strip() == "versionTag":
-            fields["called_version_tag"] = _version_tag(host, el)
-        else:
-            _latest_binding_only(host, el, name)
+        fields["called_binding"], fields["called_version_tag"] = _binding(host, el, name)
         fields["called_process"] = el.get("processId") or None
         fields["propagate_all_child_variables"] = truthy(el.get("propagateAllChildVariables"), True)
         fields["propagate_all_parent_variables"] = truthy(
@@ -151,6 +150,8 @@ def _read_zeebe(host: Element, el: Element, name: str, fields: dict[str, Any]) -
         _read_user_task(host, el, name, fields)
     elif name == "taskListeners":
         fields["task_listeners"] = _read_task_listeners(host, el)
+    elif name == "executionListeners":
+        fields["execution_listeners"] = _execution_listeners(host, el)
     elif name == "adHoc":
         for attribute in ("outputCollection", "outputElement"):
             if el.get(attribute):
@@ -236,28 +237,55 @@ def _read_task_listeners(host: Element, el: Element) -> tuple[TaskListener, ...]
     return tuple(listeners)
 
 
-def _version_tag(host: Element, el: Element) -> str:
+def _execution_listeners(host: Element, el: Element) -> tuple[ExecutionListener, ...]:
+    """Zeebe's rules: ``eventType`` start or end, a non-empty ``type``, and no two
+    listeners with the same event type and job type on one element."""
+    hid = host.get("id", "?")
+    listeners: list[ExecutionListener] = []
+    for child in el:
+        if local(child) != (ZEEBE, "executionListener"):
+            continue
+        event = (child.get("eventType") or "").strip()
+        if event not in ("start", "end"):
+            raise InvalidModel(
+                f"element {hid!r}: zeebe:executionListener eventType {event!r} is not "
+                '"start" or "end"'
+            )
+        job_type = (child.get("type") or "").strip()
+        if not job_type:
+            raise InvalidModel(f"element {hid!r}: zeebe:executionListener without a type")
+        if any(x.event == event and x.job_type == job_type for x in listeners):
+            raise InvalidModel(
+                f"element {hid!r}: two {event} execution listeners of type {job_type!r} "
+                "(Zeebe requires each eventType and type pair to be unique)"
+            )
+        retries = (child.get("retries") or "").strip() or None
+        listeners.append(ExecutionListener(event, job_type, retries))
+    return tuple(listeners)
+
+
+_BINDINGS = ("latest", "deployment", "versionTag")
+
+
+def _binding(host: Element, el: Element, name: str) -> tuple[str, str | None]:
+    """``bindingType`` (Camunda 8.6+: latest, deployment, versionTag) and, for
+    versionTag, the tag; any other value is refused rather than run as "latest"."""
+    binding = (el.get("bindingType") or "latest").strip()
+    if binding not in _BINDINGS:
+        raise _refuse(
+            host,
+            f'zeebe:{name} bindingType="{binding}" is not supported '
+            "(latest, deployment or versionTag)",
+        )
+    if binding != "versionTag":
+        return binding, None
     tag = (el.get("versionTag") or "").strip()
     if not tag:
         raise InvalidModel(
-            f'element {host.get("id", "?")!r}: zeebe:calledElement bindingType="versionTag" '
+            f'element {host.get("id", "?")!r}: zeebe:{name} bindingType="versionTag" '
             "needs a versionTag attribute"
         )
-    return tag
-
-
-def _latest_binding_only(host: Element, el: Element, name: str) -> None:
-    """Camunda 8.6 added ``bindingType`` (latest, deployment, versionTag). dormant binds
-    the latest deployed version, or (call activities) the newest one with a version tag;
-    running a "deployment" binding on the latest would silently run a version its author
-    did not choose, so it is refused."""
-    binding = (el.get("bindingType") or "latest").strip()
-    if binding != "latest":
-        raise _refuse(
-            host,
-            f'zeebe:{name} bindingType="{binding}" is not supported: dormant always runs '
-            'the latest deployed version (bindingType="latest")',
-        )
+    return binding, tag
 
 
 # A retry is scheduled at now + backoff: a backoff of millions of days would be a

@@ -149,6 +149,12 @@ class Token:
     loop_index: int | None = None
     # The sequence flow the token arrived by (a parallel join counts flows, not tokens).
     flow_id: str | None = None
+    # Execution listeners at its node (engine_core/listeners.py): "start" while its start
+    # listeners run, "ran" once they all completed (the element's behaviour runs), "end"
+    # while its end listeners run, "ended" once they all completed (the token leaves);
+    # ``listener_index`` is the next listener of that phase to run.
+    listener_phase: str | None = None
+    listener_index: int = 0
 
 
 @dataclass(slots=True, kw_only=True)
@@ -229,6 +235,8 @@ class Wait:
     # True while the job of ``attempt`` is out (``due_at`` is then its timeout); False
     # while a failed job waits out its retry backoff (``due_at`` is then the backoff).
     job_running: bool = False
+    # A job run for an execution listener: its event type ("start" or "end").
+    execution_listener: str | None = None
     # Call activities: the child instance id.
     child_instance_id: str | None = None
     # Incident retries: the incident this deadline retries.

@@ -87,6 +87,7 @@ _IGNORED_TOP = frozenset(
         "DMNDI",
     }
 )
+_ZEEBE = "http://camunda.org/schema/zeebe/1.0"
 _IGNORED_IN_DECISION = frozenset(
     {
         "description",
@@ -146,6 +147,8 @@ class Decision:
     table: DecisionTable | None = None
     literal: str | None = None
     variable: str | None = None  # the <variable name>, if any
+    # zeebe:versionTag: what a business rule task bound by versionTag asks for.
+    version_tag: str | None = None
 
 
 # -- reading --------------------------------------------------------------------------
@@ -245,9 +248,14 @@ def _read_decision(el: Element) -> Decision:
     table: DecisionTable | None = None
     literal: str | None = None
     variable: str | None = None
+    version_tag: str | None = None
     for child in el:
         kind = _local(child)[1]
-        if kind == "informationRequirement":
+        if kind == "extensionElements":
+            for ext in child:
+                if _local(ext) == (_ZEEBE, "versionTag"):
+                    version_tag = (ext.get("value") or "").strip() or None
+        elif kind == "informationRequirement":
             ref = _child(child, "requiredDecision")
             if ref is not None:
                 href = ref.get("href", "")
@@ -269,7 +277,9 @@ def _read_decision(el: Element) -> Decision:
             raise _refuse(el, f"a decision whose logic is a {kind} is not supported")
     if table is None and literal is None:
         raise _refuse(el, "a decision needs a decision table or a literal expression")
-    return Decision(did, el.get("name") or None, tuple(required), table, literal, variable)
+    return Decision(
+        did, el.get("name") or None, tuple(required), table, literal, variable, version_tag
+    )
 
 
 def _read_table(did: str, el: Element) -> DecisionTable:

@@ -96,8 +96,11 @@ class StartChild:
     parent_instance_id: str
     parent_wait_id: str
     root_instance_id: str
-    # None: the latest deployed version; else the newest version with this zeebe:versionTag.
+    # The version the call activity bound (engine_core/bindings.py). None (a step lent
+    # no catalog, or a row written before bindings): the latest deployed version, or
+    # with ``version_tag`` the newest version with that zeebe:versionTag.
     version_tag: str | None = None
+    version: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

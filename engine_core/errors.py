@@ -9,6 +9,7 @@ should do next:
     │   ├── InvalidField           a name, key or id too long for its column, with NUL, ...
     │   │   └── InvalidMessage     a message with an empty name, a bad TTL, ...
     │   ├── UnknownProcess         no deployed process has that key (or version)
+    │   ├── UnknownDeployment      no deployment has that key
     │   ├── UnknownInstance        no instance has that id
     │   ├── UnknownTask            no open user task has that id
     │   └── InvalidSetting         a setting (URL, backoff, ...) that cannot be used
@@ -65,6 +66,7 @@ __all__ = [
     "OperatorError",
     "StoredDataError",
     "TransitionDenied",
+    "UnknownDeployment",
     "UnknownEffect",
     "UnknownFailedTrigger",
     "UnknownIncident",
@@ -98,6 +100,10 @@ class InvalidMessage(InvalidField):
 
 class UnknownProcess(CallerError):
     """No deployed process has that key (or that version)."""
+
+
+class UnknownDeployment(CallerError):
+    """No deployment has that key."""
 
 
 class UnknownInstance(CallerError):

@@ -42,9 +42,10 @@ def _expressions(definition: ProcessDefinition) -> Iterator[tuple[str, str, str]
         yield from attribute(nid, "form key", node.form_key)
         yield from attribute(nid, "form id", node.form_id)
         yield from attribute(nid, "external form reference", node.external_reference)
-        for listener in node.task_listeners:
-            yield from attribute(nid, f"{listener.event} listener type", listener.job_type)
-            yield from attribute(nid, f"{listener.event} listener retries", listener.retries)
+        for task_listener in node.task_listeners:
+            what = f"{task_listener.event} task listener"
+            yield from attribute(nid, f"{what} type", task_listener.job_type)
+            yield from attribute(nid, f"{what} retries", task_listener.retries)
         yield from attribute(nid, "called process", node.called_process)
         yield from attribute(nid, "called decision", node.decision_id)
         for mapping in (*node.inputs, *node.outputs):
@@ -60,6 +61,10 @@ def _expressions(definition: ProcessDefinition) -> Iterator[tuple[str, str, str]
             yield from always(nid, "output element", node.loop.output_element)
             yield from always(nid, "loop cardinality", node.loop.cardinality)
             yield from always(nid, "completion condition", node.loop.completion_condition)
+        for listener in node.execution_listeners:
+            what = f"{listener.event} execution listener"
+            yield from attribute(nid, f"{what} type", listener.job_type)
+            yield from attribute(nid, f"{what} retries", listener.retries)
         if node.ad_hoc is not None:
             yield from always(nid, "activeElementsCollection", node.ad_hoc.active_elements)
             yield from always(nid, "completionCondition", node.ad_hoc.completion_condition)

@@ -216,6 +216,8 @@ def retry(rt: Runtime, incident_id: str) -> str:
         loop_index=failed.loop_index,
     )
     fresh.inner_scope = failed.inner_scope
+    # A failed execution listener runs again, not the ones that completed before it.
+    fresh.listener_phase, fresh.listener_index = failed.listener_phase, failed.listener_index
     for wait in rt.waits_of(failed.id):
         wait.token_id = fresh.id
     for scope in rt.cp.scopes.values():

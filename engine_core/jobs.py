@@ -64,8 +64,8 @@ def open_job(
     **fields: Any,
 ) -> Wait:
     """A job wait of ``token`` at ``node``, dispatched: the element's own job, or one
-    run on its behalf (a task listener: ``fields`` say which), with the same
-    evaluation, timeout, retries and incidents."""
+    run on its behalf (a listener: ``fields`` say which), with the same evaluation,
+    timeout, retries and incidents."""
     context = rt.token_vars(token)
     job_type = non_empty_string(job_type_raw, context, node.id, rt.now, "job type")
     reserved = reserved_job_type(job_type)
@@ -178,14 +178,19 @@ def failed(rt: Runtime, trigger: JobFailed) -> Wake:
             error_class=trigger.error_class,
         )
         return Wake.token(token.id)
+    what = f"{wait.execution_listener} execution listener" if wait.execution_listener else "job"
+    if wait.listener_of is not None:
+        what = "task listener"
     raise_incident(
         rt,
         token,
         node,
-        f"{'task listener' if wait.listener_of else 'job'} {wait.job_type!r} failed after "
-        f"{wait.attempt} attempt(s): {trigger.error}",
+        f"{what} {wait.job_type!r} failed after {wait.attempt} attempt(s): {trigger.error}",
         trigger.error_class,
         job_type=wait.job_type,
+        # A start listener runs before the element's boundaries are armed: its retry
+        # arms them once the listeners are done (nodes.enter).
+        activated=wait.execution_listener != "start",
     )
     return Wake.token(token.id)
 

@@ -23,6 +23,7 @@ __all__ = [
     "AdHocSpec",
     "EventDefinition",
     "EventKind",
+    "ExecutionListener",
     "Flow",
     "IoMapping",
     "LoopSpec",
@@ -159,6 +160,17 @@ class AdHocSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class ExecutionListener:
+    """A ``zeebe:executionListener``: a blocking job of ``job_type`` run before the
+    element's behaviour (``event`` "start") or after it, before the token leaves
+    ("end"); ``retries`` as on a task definition (literal or "=expr")."""
+
+    event: str
+    job_type: str
+    retries: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class RetryPolicy:
     """How an incident at an activity is retried automatically (dormant extension)."""
 
@@ -207,6 +219,9 @@ class Node:
     # Business rule task: the DMN decision it evaluates (literal or "=expr"); its
     # result goes to ``result_variable``.
     decision_id: str | None = None
+    # zeebe:calledDecision bindingType (latest | deployment | versionTag) and its tag.
+    decision_binding: str = "latest"
+    decision_version_tag: str | None = None
 
     # User task: each attribute as the model wrote it (a literal, or "=expr"),
     # evaluated when the task is created (engine_core/user_tasks.py).
@@ -238,7 +253,9 @@ class Node:
 
     # Call activity.
     called_process: str | None = None
-    # bindingType="versionTag": the newest deployed version whose zeebe:versionTag is this.
+    # zeebe:calledElement bindingType: latest | deployment | versionTag
+    # (engine_core/bindings.py); with versionTag, the tag asked for.
+    called_binding: str = "latest"
     called_version_tag: str | None = None
     propagate_all_child_variables: bool = True
     propagate_all_parent_variables: bool = True
@@ -251,6 +268,13 @@ class Node:
     is_interrupting: bool = True
 
     retry_policy: RetryPolicy | None = None
+
+    # zeebe:executionListeners, in model order (start and end mixed).
+    execution_listeners: tuple[ExecutionListener, ...] = ()
+
+    def listeners(self, event: str) -> tuple[ExecutionListener, ...]:
+        """The execution listeners of one event type, in the order they run."""
+        return tuple(x for x in self.execution_listeners if x.event == event)
 
     @property
     def event(self) -> EventDefinition:

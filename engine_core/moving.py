@@ -71,10 +71,14 @@ def arrive(rt: Runtime, token: Token, node_id: str, flow_id: str | None = None) 
     """
     if token.node_id != node_id:
         rt.close_incidents(token, IncidentState.RESOLVED)
+    local = rt.cp.scopes.get(token.inner_scope) if token.inner_scope else None
+    if local is not None and local.token_id == token.id and local.node_id == token.node_id:
+        rt.drop_scope(local.id)  # what a gateway's or event's start listeners set locally
     token.node_id = node_id
     move_token(token, TokenState.ACTIVE)
     token.flow_id = flow_id
     token.inner_scope = None
+    token.listener_phase, token.listener_index = None, 0
     rt.queue.append(token.id)
 
 
@@ -153,7 +157,15 @@ def _leave(
     rt: Runtime, token: Token, node: Node, result: Mapping[str, Any], from_scope: Scope | None
 ) -> None:
     if token.loop_index is not None:
-        _inner_done(rt, token, node, result, from_scope)
+        if token.listener_phase != "ended":
+            _inner_outputs(rt, token, node, result, from_scope)
+            if _to_end_listeners(rt, token, node):
+                return
+        _inner_done(rt, token, node)
+        return
+    if token.listener_phase == "ended":
+        # Back from the end listeners: the outputs were applied before them.
+        _leave_along_flows(rt, token, node)
         return
     if from_scope is not None:
         # A sub-process finished: its output mappings read the sub-process's variables.
@@ -167,6 +179,24 @@ def _leave(
                 token.inner_scope = None
     else:
         rt.apply_outputs(node, token, result)
+    if _to_end_listeners(rt, token, node):
+        return
+    _leave_along_flows(rt, token, node)
+
+
+def _to_end_listeners(rt: Runtime, token: Token, node: Node) -> bool:
+    """The element is completing: its boundaries close and its end listeners run
+    (engine_core/listeners.py, dispatched when the run loop enters the token)."""
+    if not node.listeners("end"):
+        return False
+    rt.withdraw_token_waits(token.id)
+    token.listener_phase, token.listener_index = "end", 0
+    move_token(token, TokenState.ACTIVE)
+    rt.queue.append(token.id)
+    return True
+
+
+def _leave_along_flows(rt: Runtime, token: Token, node: Node) -> None:
     _record_compensable(rt, token)
     _finish_at_node(rt, token)
     take_flows(rt, token, plain_outgoing(rt, node, token))
@@ -380,17 +410,17 @@ def start_inner(rt: Runtime, outer: Token, node: Node, body: Scope, index: int) 
     inner.inner_scope = scope.id
 
 
-def _inner_done(
+def _inner_outputs(
     rt: Runtime,
     token: Token,
     node: Node,
     result: Mapping[str, Any],
     from_scope: Scope | None,
 ) -> None:
-    """One inner instance finished: collect its output, start the next or finish."""
-    loop = node.loop
+    """One inner instance finished its work: its result lands (its end listeners, if
+    any, run after this and before ``_inner_done``)."""
     body = rt.cp.scopes.get(token.scope_id)
-    assert loop is not None and body is not None and body.mi_results is not None
+    assert body is not None
     instance_scope_id = from_scope.id if from_scope is not None else token.inner_scope
     if from_scope is not None:
         # The sub-process body was the instance scope; read outputs from its variables.
@@ -405,6 +435,13 @@ def _inner_done(
             rt.apply_outputs(node, token, result, target_scope=instance_scope_id)
         else:
             rt.propagate(instance_scope_id, result)
+
+
+def _inner_done(rt: Runtime, token: Token, node: Node) -> None:
+    """One inner instance is done: collect its output, start the next or finish."""
+    loop = node.loop
+    body = rt.cp.scopes.get(token.scope_id)
+    assert loop is not None and body is not None and body.mi_results is not None
     context = rt.token_vars(token)
     if loop.output_element:
         body.mi_results[token.loop_index or 0] = json_value(

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from engine_core import ad_hoc, boundaries, calls, event_subs, jobs, user_tasks
+from engine_core import ad_hoc, boundaries, calls, event_subs, jobs, listeners, user_tasks
 from engine_core.arming import WAITABLE, arm_event
+from engine_core.bindings import Binding, bind_decision, deployment_of
 from engine_core.checkpoint import ROOT_SCOPE, Token, TokenState, WaitRole
 from engine_core.compensation import throw_compensation
 from engine_core.dmn import evaluate_decision
@@ -25,7 +26,6 @@ from engine_core.model import EventKind, Node, NodeKind
 from engine_core.moving import (
     arrive,
     chosen_flows,
-    end_token,
     leave_activity,
     take_flows,
     terminate_end,
@@ -42,6 +42,9 @@ Handler = Callable[[Runtime, Token, Node], None]
 
 def enter(rt: Runtime, token: Token) -> None:
     node = rt.node(token.node_id)
+    if token.listener_phase in ("end", "ended"):
+        _finish_listening(rt, token, node)
+        return
     # Boundaries belong to the activity (the multi-instance body), armed on first entry.
     arms = rt.is_activity(node) and token.loop_index is None and token.id not in rt.keep_boundaries
     try:
@@ -50,10 +53,28 @@ def enter(rt: Runtime, token: Token) -> None:
                 boundaries.arm(rt, token, node)
             start_body(rt, token, node)
             return
+        if listeners.pending(node, token, "start"):
+            # Input mappings first, then the start listeners; only once they are all
+            # done does the element subscribe to anything or run (listeners.py).
+            if token.listener_phase is None and rt.is_activity(node):
+                _open_local_scope(rt, token, node)
+                if node.kind in _OWN_SCOPE:
+                    _open_own_scope(rt, token, node)
+            listeners.run(rt, token, node, "start")
+            return
         if rt.is_activity(node):
+            # A call activity binds its child's process first (Zeebe): a missing one is
+            # an incident with no boundary armed beside it.
+            child = (
+                calls.bind_child(rt, token, node) if node.kind is NodeKind.CALL_ACTIVITY else None
+            )
             if arms:
                 boundaries.arm(rt, token, node)
-            _open_local_scope(rt, token, node)
+            if token.listener_phase is None:  # "ran": applied before the listeners
+                _open_local_scope(rt, token, node)
+            if child is not None:
+                calls.start_child(rt, token, node, child)
+                return
         HANDLERS[node.kind](rt, token, node)
     except TechnicalFailure as failure:
         if arms and failure.token_id in (None, token.id):
@@ -61,8 +82,31 @@ def enter(rt: Runtime, token: Token) -> None:
         raise_failure(rt, failure, token, node, activated=not arms)
 
 
+def _finish_listening(rt: Runtime, token: Token, node: Node) -> None:
+    """A token between its node's behaviour and its flows: the next end listener, or
+    (all done) leave (moving._leave skips the output mappings already applied)."""
+    try:
+        if token.listener_phase == "end":
+            listeners.run(rt, token, node, "end")
+        else:
+            leave_activity(rt, token, {})
+    except TechnicalFailure as failure:
+        raise_failure(rt, failure, token, node)
+
+
+def _open_own_scope(rt: Runtime, token: Token, node: Node) -> None:
+    """A sub-process with start listeners opens its scope before them, with its input
+    mappings, so the listeners see those and write beside them; its handler then
+    finds the scope open (``token.listener_phase`` "ran") and applies nothing twice."""
+    scope = listeners.local_scope(rt, token, node)
+    if node.inputs:
+        scope.variables.update(rt.mapped_inputs(node, rt.token_vars(token)))
+
+
 # Kinds that open their own scope (or a child instance) with the input mappings.
 _OWN_INPUTS = (NodeKind.SUB_PROCESS, NodeKind.AD_HOC_SUB_PROCESS, NodeKind.CALL_ACTIVITY)
+# Of those, the ones whose scope start listeners write into.
+_OWN_SCOPE = (NodeKind.SUB_PROCESS, NodeKind.AD_HOC_SUB_PROCESS)
 
 
 def _open_local_scope(rt: Runtime, token: Token, node: Node) -> None:
@@ -129,10 +173,9 @@ def _throw(rt: Runtime, token: Token, node: Node, *, ends: bool) -> None:
     event = node.event
 
     def then() -> None:
-        if ends:
-            end_token(rt, token)
-        else:
-            leave_activity(rt, token, {})
+        # An end event leaves too (along no flow, so its token ends): its end
+        # listeners run first, as on any element.
+        leave_activity(rt, token, {})
 
     if event.kind is EventKind.ESCALATION:
         if throw_escalation(rt, token, node, event.escalation_code, {}):
@@ -191,16 +234,29 @@ def _service_task(rt: Runtime, token: Token, node: Node) -> None:
 
 def _business_rule_task(rt: Runtime, token: Token, node: Node) -> None:
     """A called decision is evaluated inline, against the decisions the shell lent
-    (``Services.decisions``, the latest deployed versions), like a script task: no job,
-    no wait. A decision that is not deployed, or that breaks its hit policy, is an
-    incident here (Camunda 8, N5); its retry looks the decision up again."""
+    (``Services.decisions``, the latest deployed versions; bound by ``deployment`` or
+    ``versionTag``, the chosen version's own file from ``Services.decision_versions``),
+    like a script task: no job, no wait. A decision that is not deployed, or that
+    breaks its hit policy, is an incident here (Camunda 8, N5); its retry looks the
+    decision up again."""
     if node.decision_id is None:
         jobs.start(rt, token, node)
         return
     context = rt.token_vars(token)
     decision_id = non_empty_string(node.decision_id, context, node.id, rt.now, "decision id")
+    binding = Binding(node.decision_binding)
+    decisions = rt.services.decisions
+    if binding is not Binding.LATEST:
+        decisions = bind_decision(
+            rt.services.decision_versions,
+            decision_id,
+            binding,
+            version_tag=node.decision_version_tag,
+            deployment=deployment_of(rt.services.processes or {}, rt.cp.process_key, rt.cp.version),
+            where=node.label,
+        )
     try:
-        result = evaluate_decision(rt.services.decisions, decision_id, context, now=rt.now)
+        result = evaluate_decision(decisions, decision_id, context, now=rt.now)
     except EngineInvariantError:
         raise
     except Exception as exc:
@@ -228,9 +284,10 @@ def _receive_task(rt: Runtime, token: Token, node: Node) -> None:
 
 def _sub_process(rt: Runtime, token: Token, node: Node) -> None:
     existing = rt.cp.scopes.get(token.inner_scope) if token.inner_scope else None
-    inputs = rt.mapped_inputs(node, rt.token_vars(token)) if node.inputs else {}
+    ran = token.listener_phase == "ran"  # the scope opened with its inputs before them
+    inputs = rt.mapped_inputs(node, rt.token_vars(token)) if node.inputs and not ran else {}
     if existing is not None and existing.node_id == node.id:
-        scope = existing  # a multi-instance inner instance: its scope is the sub-process's
+        scope = existing  # a multi-instance inner instance, or opened for start listeners
         scope.variables.update(inputs)
     else:
         scope = rt.new_scope(node.id, token.scope_id, token.id, inputs)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from engine_core.bindings import DecisionVersion, ProcessVersion
 from engine_core.dmn import Decision
 from engine_core.inputs import DEFAULT_LIMITS, Limits
 from engine_core.model import ProcessDefinition, RetryPolicy
@@ -27,6 +28,13 @@ class Services:
     ``decisions`` is the latest deployed version of every DMN decision, by id, loaded
     by the shell before the step: a business rule task evaluates against it, and one
     whose decision is missing opens an incident that a retry after deploying heals.
+
+    ``processes`` and ``decision_versions`` are what is deployed, version by version,
+    for the bindings (``engine_core/bindings.py``): lent for a process that has a call
+    activity (or a business rule task bound by deployment or version tag), so the
+    element finds its target before it arms anything. ``processes`` None: not lent
+    (a pure caller of the core), the child's latest version is then chosen by the
+    shell after the commit, and a missing one fails back to the call activity.
     """
 
     default_job_retries: int = 3
@@ -36,6 +44,8 @@ class Services:
     job_timeout_seconds: float = 300.0
     incident_retry_policy: RetryPolicy | None = None
     decisions: Mapping[str, Decision] = field(default_factory=dict)
+    processes: Mapping[str, Sequence[ProcessVersion]] | None = None
+    decision_versions: Mapping[str, Sequence[DecisionVersion]] = field(default_factory=dict)
     # What a model may store in a variable (engine_core/inputs.py); past it the node
     # that wrote it gets an incident, so the checkpoint can always be stored.
     limits: Limits = DEFAULT_LIMITS

@@ -17,6 +17,7 @@ from dataclasses import replace
 
 from engine_core.errors import InvalidModel, UnsupportedElement
 from engine_core.expression_check import check_expressions
+from engine_core.expressions import is_expression
 from engine_core.job_types import reserved_job_type
 from engine_core.model import (
     ACTIVITY_KINDS,
@@ -245,10 +246,61 @@ def _check_node(d: ProcessDefinition, node: Node) -> None:
                 f"compensation boundary {node.id!r}: handler {node.compensation_handler!r} "
                 'is not an activity with isForCompensation="true"'
             )
+    if node.execution_listeners:
+        _check_listeners(node)
     if node.kind is K.EVENT_BASED_GATEWAY:
         _check_event_based_gateway(d, node)
     if node.kind is K.EVENT_SUB_PROCESS and (node.incoming or node.outgoing):
         raise _bad(f"event sub-process {node.id!r} must have no sequence flows")
+
+
+_GATEWAYS = frozenset(
+    {K.EXCLUSIVE_GATEWAY, K.PARALLEL_GATEWAY, K.INCLUSIVE_GATEWAY, K.EVENT_BASED_GATEWAY}
+)
+
+
+def _listener_refusal(node: Node, event: str) -> str | None:
+    """Why ``event`` listeners cannot sit on ``node``: Zeebe's limitations first
+    (start events and boundary events have no start listeners, gateways and error end
+    events no end listeners, compensation boundaries none), then what dormant does
+    not run (the reason says which)."""
+    kind, ev = node.kind, node.event.kind
+    if event == "start" and kind in (K.START_EVENT, K.BOUNDARY_EVENT):
+        return f"a {kind} has no start listeners (Zeebe); use the end listeners"
+    if event == "end" and kind in _GATEWAYS:
+        return "a gateway has no end listeners (Zeebe); use start listeners on what follows it"
+    if event == "end" and kind is K.END_EVENT and ev is E.ERROR:
+        return "an error end event has no end listeners (Zeebe); put them on the catch event"
+    if kind is K.BOUNDARY_EVENT and ev is E.COMPENSATE:
+        return "a compensation boundary event has no listeners (Zeebe); put them on its handler"
+    if ev is E.COMPENSATE and kind in (K.END_EVENT, K.INTERMEDIATE_THROW_EVENT):
+        return "listeners on a compensation throw event are not run"
+    if event == "end" and kind is K.END_EVENT and ev is E.TERMINATE:
+        return "end listeners on a terminate end event are not run"
+    if event == "end" and ev is E.LINK and kind is K.INTERMEDIATE_THROW_EVENT:
+        return "end listeners on a link throw event are not run"
+    if kind in (K.PARALLEL_GATEWAY, K.INCLUSIVE_GATEWAY) and len(node.incoming) > 1:
+        return "start listeners on a joining gateway are not run"
+    if kind is K.EVENT_SUB_PROCESS:
+        return "listeners on an event sub-process are not run"
+    return None
+
+
+def _check_listeners(node: Node) -> None:
+    for listener in node.execution_listeners:
+        why = _listener_refusal(node, listener.event)
+        if why is not None:
+            raise UnsupportedElement(
+                node.id,
+                str(node.kind),
+                node.name,
+                f'zeebe:executionListener eventType="{listener.event}" '
+                f"type={listener.job_type!r}: {why}",
+            )
+        if not is_expression(listener.job_type):
+            reserved = reserved_job_type(listener.job_type)
+            if reserved is not None:
+                raise _bad(f"{node.kind} {node.id!r}: execution listener: {reserved}")
 
 
 def _check_event_kind(d: ProcessDefinition, node: Node) -> None:
@@ -317,6 +369,14 @@ def _check_event_based_gateway(d: ProcessDefinition, node: Node) -> None:
         ok = target.kind is K.RECEIVE_TASK or (
             target.kind is K.INTERMEDIATE_CATCH_EVENT and target.event.kind in _EBG_TARGET_EVENTS
         )
+        if target.listeners("start"):
+            raise UnsupportedElement(
+                target.id,
+                str(target.kind),
+                target.name,
+                "zeebe:executionListener start listeners on an event after an event-based "
+                f"gateway ({node.id!r}) are not run; put them on the gateway",
+            )
         if not ok or len(target.incoming) != 1:
             raise _bad(
                 f"event-based gateway {node.id!r}: flow {fid!r} must lead to a "

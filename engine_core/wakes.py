@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from engine_core import boundaries, calls, event_subs, incidents, jobs, user_tasks
+from engine_core import boundaries, calls, event_subs, incidents, jobs, listeners, user_tasks
 from engine_core.checkpoint import (
     ROOT_SCOPE,
     ParentLink,
@@ -172,9 +172,13 @@ def _signal(rt: Runtime, trigger: SignalReceived) -> Wake:
 
 
 def _job_completed(rt: Runtime, trigger: JobCompleted) -> Wake:
+    """A job's result: the element's own job, a task listener's or an execution
+    listener's (the wait says whose)."""
     wait = jobs.job_wait(rt, trigger.wait_id, trigger.attempt)
     if wait is not None and wait.listener_of is not None:
         return user_tasks.listener_completed(rt, wait, trigger)
+    if wait is not None and wait.execution_listener is not None:
+        return listeners.completed(rt, wait, trigger)
     return jobs.completed(rt, trigger)
 
 
@@ -182,6 +186,8 @@ def _job_error(rt: Runtime, trigger: JobErrorThrown) -> Wake:
     wait = jobs.job_wait(rt, trigger.wait_id, trigger.attempt)
     if wait is not None and wait.listener_of is not None:
         return user_tasks.listener_error(rt, wait, trigger)
+    if wait is not None and wait.execution_listener is not None:
+        return listeners.error_thrown(rt, wait, trigger)
     return jobs.error_thrown(rt, trigger)
 
 

@@ -1,13 +1,14 @@
-"""DMN decisions in the database: deploy them, and lend the latest ones to the core.
+"""DMN decisions in the database, and what is deployed lent to the core.
 
-``deploy_decisions`` stores each decision of a .dmn file as a new version when its own
-content changed (a redeploy of identical content bumps nothing, like a BPMN deploy).
+``parse_decisions`` reads a .dmn file before anything is written; ``insert_decisions``
+stores a new version of each of its decisions in a deployment (persistence/
+deployments.py decides when: a deployment where nothing changed bumps nothing).
 ``DecisionCache`` builds the ``Services`` a step runs with: the latest version of every
-decision, parsed once per file checksum. Only a process that has a business rule task
-calling a decision pays for it, and then one ``count(*)`` per trigger: rows are only
-ever inserted, so an unchanged count means an unchanged set, and a new deployment (by
-any process on any machine) is seen by the next trigger -- which is what lets an
-incident retry after ``dormant deploy FILE.dmn`` succeed with no restart.
+decision, parsed once per file checksum, and for bindings every decision and process
+version. Only a process that has a business rule task or a call activity pays for it,
+and then one ``count(*)`` per trigger: a new deployment (by any process on any
+machine) is seen by the next trigger -- which is what lets an incident retry after
+``dormant deploy FILE.dmn`` succeed with no restart.
 """
 
 from __future__ import annotations
@@ -15,16 +16,25 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import threading
+from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import Connection, func, insert, select
 
+from engine_core.bindings import DecisionVersion, ProcessVersion
 from engine_core.dmn import Decision, read_dmn
 from engine_core.engine import Services
-from engine_core.model import ProcessDefinition
-from persistence.tables import decisions
+from engine_core.model import NodeKind, ProcessDefinition
+from persistence.tables import decisions, definitions, deployments
 
-__all__ = ["DecisionCache", "deploy_decisions", "uses_decisions"]
+__all__ = [
+    "DecisionCache",
+    "ParsedDecisions",
+    "insert_decisions",
+    "latest_decision",
+    "parse_decisions",
+    "uses_decisions",
+]
 
 # Parsed .dmn files shared by every Store in the process: file checksum -> id -> decision.
 _PARSED: dict[str, dict[str, Decision]] = {}
@@ -40,38 +50,60 @@ def _decision_checksum(decision: Decision) -> str:
     return _checksum(repr(decision))
 
 
-def deploy_decisions(conn: Connection, text: str, now: datetime) -> list[tuple[str, int, bool]]:
-    """(decision id, version, created) for every decision of ``text``, in the caller's
-    transaction. The file is read (and refused) before anything is written."""
-    parsed = read_dmn(text)
+@dataclass(frozen=True, slots=True)
+class ParsedDecisions:
+    """A .dmn file read (and refused) before anything is written."""
+
+    text: str
+    file_checksum: str
+    decisions: tuple[Decision, ...]
+
+    def checksums(self) -> dict[str, str]:
+        return {d.id: _decision_checksum(d) for d in self.decisions}
+
+
+def parse_decisions(text: str) -> ParsedDecisions:
+    parsed = tuple(read_dmn(text))
     file_checksum = _checksum(text)
     with _PARSED_LOCK:
         _PARSED[file_checksum] = {d.id: d for d in parsed}
-    out: list[tuple[str, int, bool]] = []
-    for decision in parsed:
-        checksum = _decision_checksum(decision)
-        latest = conn.execute(
-            select(decisions.c.version, decisions.c.checksum)
-            .where(decisions.c.decision_id == decision.id)
-            .order_by(decisions.c.version.desc())
-            .limit(1)
-        ).first()
-        if latest is not None and latest.checksum == checksum:
-            out.append((decision.id, int(latest.version), False))
-            continue
-        version = 1 if latest is None else int(latest.version) + 1
+    return ParsedDecisions(text, file_checksum, parsed)
+
+
+def latest_decision(conn: Connection, decision_id: str) -> tuple[int, str] | None:
+    """(version, checksum) of the newest deployed version of ``decision_id``."""
+    row = conn.execute(
+        select(decisions.c.version, decisions.c.checksum)
+        .where(decisions.c.decision_id == decision_id)
+        .order_by(decisions.c.version.desc())
+        .limit(1)
+    ).first()
+    return None if row is None else (int(row.version), str(row.checksum))
+
+
+def insert_decisions(
+    conn: Connection, parsed: ParsedDecisions, now: datetime, deployment_key: int
+) -> list[tuple[str, int]]:
+    """A new version of every decision of the file, in ``deployment_key``."""
+    out: list[tuple[str, int]] = []
+    checksums = parsed.checksums()
+    for decision in parsed.decisions:
+        latest = latest_decision(conn, decision.id)
+        version = 1 if latest is None else latest[0] + 1
         conn.execute(
             insert(decisions).values(
                 decision_id=decision.id,
                 version=version,
                 name=decision.name,
-                checksum=checksum,
-                source=text,
-                dmn_checksum=file_checksum,
+                checksum=checksums[decision.id],
+                source=parsed.text,
+                dmn_checksum=parsed.file_checksum,
                 deployed_at=now,
+                deployment_key=deployment_key,
+                version_tag=decision.version_tag,
             )
         )
-        out.append((decision.id, version, True))
+        out.append((decision.id, version))
     return out
 
 
@@ -80,26 +112,122 @@ def uses_decisions(definition: ProcessDefinition) -> bool:
     return any(n.decision_id is not None for n in definition.nodes.values())
 
 
+def _binds(definition: ProcessDefinition) -> tuple[bool, bool]:
+    """(needs the deployed processes, needs every decision version): a call activity
+    binds its child; a decision bound by deployment needs the caller's deployment."""
+    processes = versions = False
+    for n in definition.nodes.values():
+        if n.kind is NodeKind.CALL_ACTIVITY:
+            processes = True
+        if n.decision_id is not None and n.decision_binding != "latest":
+            versions = True
+            processes = processes or n.decision_binding == "deployment"
+    return processes, versions
+
+
 class DecisionCache:
-    """The Store's ``Services`` with the latest decisions, refreshed when rows appear."""
+    """The Store's ``Services`` with what is deployed, refreshed when a deployment is
+    added: the latest decisions, every decision version and every process version
+    (for bindings, ``engine_core/bindings.py``), each only for a process that needs
+    it. One ``count(*)`` of ``deployments`` per such trigger: rows are only ever
+    inserted and every deploy adds one, so an unchanged count is an unchanged set."""
 
     def __init__(self, base: Services) -> None:
         self.base = base
         self._lock = threading.Lock()
-        self._seen: tuple[int, Services] = (0, base)
+        self._seen: tuple[int, _Deployed] | None = None
 
     def services(self, conn: Connection, definition: ProcessDefinition) -> Services:
-        if not uses_decisions(definition):
+        needs_processes, needs_versions = _binds(definition)
+        if not (needs_processes or needs_versions or uses_decisions(definition)):
             return self.base
-        count = int(conn.execute(select(func.count()).select_from(decisions)).scalar_one())
-        seen_count, services = self._seen
-        if count == seen_count:
-            return services
-        loaded = dataclasses.replace(self.base, decisions=_latest(conn))
-        with self._lock:
-            if count >= self._seen[0]:
-                self._seen = (count, loaded)
-        return loaded
+        count = int(conn.execute(select(func.count()).select_from(deployments)).scalar_one())
+        seen = self._seen
+        if seen is None or seen[0] != count:
+            deployed = _Deployed(_latest(conn), _decision_versions(conn), _process_versions(conn))
+            with self._lock:
+                if self._seen is None or count >= self._seen[0]:
+                    self._seen = (count, deployed)
+        else:
+            deployed = seen[1]
+        return dataclasses.replace(
+            self.base,
+            decisions=deployed.latest,
+            decision_versions=deployed.versions if needs_versions else {},
+            processes=deployed.processes if needs_processes else None,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Deployed:
+    latest: dict[str, Decision]
+    versions: dict[str, tuple[DecisionVersion, ...]]
+    processes: dict[str, tuple[ProcessVersion, ...]]
+
+
+def _process_versions(conn: Connection) -> dict[str, tuple[ProcessVersion, ...]]:
+    """Every deployed process version as a binding sees it (no model is parsed)."""
+    out: dict[str, list[ProcessVersion]] = {}
+    rows = conn.execute(
+        select(
+            definitions.c.key,
+            definitions.c.version,
+            definitions.c.deployment_key,
+            definitions.c.version_tag,
+            definitions.c.starts,
+        )
+    )
+    for row in rows:
+        out.setdefault(row.key, []).append(
+            ProcessVersion(
+                int(row.version),
+                None if row.deployment_key is None else int(row.deployment_key),
+                row.version_tag,
+                bool((row.starts or {}).get("none", True)),
+            )
+        )
+    return {key: tuple(versions) for key, versions in out.items()}
+
+
+def _parsed_file(
+    conn: Connection, checksum: str, decision_id: str, version: int
+) -> dict[str, Decision]:
+    parsed = _PARSED.get(checksum)
+    if parsed is None:
+        source = conn.execute(
+            select(decisions.c.source).where(
+                decisions.c.decision_id == decision_id, decisions.c.version == version
+            )
+        ).scalar_one()
+        parsed = {d.id: d for d in read_dmn(source)}
+        with _PARSED_LOCK:
+            _PARSED[checksum] = parsed
+    return parsed
+
+
+def _decision_versions(conn: Connection) -> dict[str, tuple[DecisionVersion, ...]]:
+    """Every decision version with its own file's decisions; each file parsed once."""
+    out: dict[str, list[DecisionVersion]] = {}
+    rows = conn.execute(
+        select(
+            decisions.c.decision_id,
+            decisions.c.version,
+            decisions.c.dmn_checksum,
+            decisions.c.deployment_key,
+            decisions.c.version_tag,
+        )
+    )
+    for row in rows:
+        drg = _parsed_file(conn, row.dmn_checksum, row.decision_id, int(row.version))
+        out.setdefault(row.decision_id, []).append(
+            DecisionVersion(
+                int(row.version),
+                None if row.deployment_key is None else int(row.deployment_key),
+                row.version_tag,
+                drg,
+            )
+        )
+    return {key: tuple(versions) for key, versions in out.items()}
 
 
 def _latest(conn: Connection) -> dict[str, Decision]:
@@ -116,18 +244,9 @@ def _latest(conn: Connection) -> dict[str, Decision]:
             & (decisions.c.version == newest.c.version),
         )
     ).all()
-    out: dict[str, Decision] = {}
-    for row in rows:
-        parsed = _PARSED.get(row.dmn_checksum)
-        if parsed is None:
-            source = conn.execute(
-                select(decisions.c.source).where(
-                    decisions.c.decision_id == row.decision_id,
-                    decisions.c.version == row.version,
-                )
-            ).scalar_one()
-            parsed = {d.id: d for d in read_dmn(source)}
-            with _PARSED_LOCK:
-                _PARSED[row.dmn_checksum] = parsed
-        out[row.decision_id] = parsed[row.decision_id]
-    return out
+    return {
+        row.decision_id: _parsed_file(conn, row.dmn_checksum, row.decision_id, int(row.version))[
+            row.decision_id
+        ]
+        for row in rows
+    }

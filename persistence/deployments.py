@@ -5,22 +5,30 @@ deployment changes definitions, never instances.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import threading
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import Connection, func, insert, select
+from sqlalchemy import Connection, func, insert, select, update
 
-from engine_core.errors import UnknownProcess
+from engine_core.errors import UnknownDeployment, UnknownProcess
 from engine_core.model import ProcessDefinition
-from persistence.decisions import deploy_decisions
+from persistence.decisions import (
+    ParsedDecisions,
+    insert_decisions,
+    latest_decision,
+    parse_decisions,
+)
 from persistence.start_timers import replace_start_timers
-from persistence.tables import definitions
+from persistence.tables import definitions, deployments
 
-__all__ = ["Deployment", "Deployments"]
+__all__ = ["Deployment", "DeploymentRecord", "Deployments", "Resource"]
 
 log = logging.getLogger("dormant.store")
 
@@ -31,22 +39,83 @@ _PARSED_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True, slots=True)
+class Resource:
+    """One resource of a deployment: a process (``id`` is its key) or a decision."""
+
+    kind: str  # "process" | "decision"
+    id: str
+    version: int
+    # False: unchanged, so this deployment made no new version; ``version`` is the
+    # latest one, made by an earlier deployment.
+    created: bool
+    name: str | None = None  # the file it came from, when deployed from a file
+
+
+@dataclass(frozen=True, slots=True)
 class Deployment:
+    """What a deploy returns: one resource (``key``/``version``: the process key or
+    decision id and its version, as before deployments were records), the key of the
+    deployment it came out of, and every resource of that deployment."""
+
     key: str
     version: int
     created: bool
+    deployment_key: int | None = None
+    resources: tuple[Resource, ...] = ()
+    kind: str = "process"
 
 
-def _starts_of(definition: ProcessDefinition) -> dict[str, dict[str, list[str]]]:
-    """Message/signal start names -> node ids, kept on the row for routing."""
-    out: dict[str, dict[str, list[str]]] = {"message": {}, "signal": {}}
+@dataclass(frozen=True, slots=True)
+class DeploymentRecord:
+    """A row of ``deployments``: the set of resources deployed together."""
+
+    key: int
+    deployed_at: datetime
+    resources: tuple[Resource, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Parsed:
+    """One document of a deployment, read (and refused) before anything is written."""
+
+    name: str | None
+    text: str
+    checksum: str
+    processes: tuple[ProcessDefinition, ...] = ()
+    decisions: ParsedDecisions | None = None
+
+
+def _starts_of(definition: ProcessDefinition) -> dict[str, Any]:
+    """Start names -> node ids, kept on the row for routing, and whether the process
+    has a none start event (a call activity can start only that)."""
+    out: dict[str, Any] = {"message": {}, "signal": {}}
     for node in definition.message_starts():
         if node.event.message_name:
             out["message"].setdefault(node.event.message_name, []).append(node.id)
     for node in definition.signal_starts():
         if node.event.signal_name:
             out["signal"].setdefault(node.event.signal_name, []).append(node.id)
+    out["none"] = bool(definition.none_starts(None))
     return out
+
+
+def _parse(source: str | bytes, name: str | None) -> _Parsed:
+    from engine_core.bpmn import read_bpmn  # the reader validates and refuses first
+    from engine_core.dmn import is_dmn
+    from engine_core.xml_input import model_text
+
+    text = model_text(source)  # bytes decoded as their XML declaration says
+    checksum = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    if is_dmn(text):  # told apart by the root element's namespace, never the file name
+        return _Parsed(name, text, checksum, decisions=parse_decisions(text))
+    return _Parsed(name, text, checksum, processes=tuple(read_bpmn(text)))
+
+
+def _resources(payload: Any) -> tuple[Resource, ...]:
+    return tuple(
+        Resource(r["kind"], r["id"], int(r["version"]), bool(r["created"]), r.get("name"))
+        for r in payload or ()
+    )
 
 
 class Deployments:
@@ -62,63 +131,135 @@ class Deployments:
 
     def deploy(self, source: str | bytes, now: datetime) -> list[Deployment]:
         """Deploy every executable process in ``source``, or every decision of a DMN
-        document (told apart by the root element's namespace, never the file name).
+        document: one deployment; one ``Deployment`` per resource."""
+        return self.deploy_many([source], now)
 
-        Identical content for a key does not bump its version, so re-running a deploy
-        script is harmless; changed content gets version + 1, and running instances
-        stay pinned to the version they started on. Decisions are not pinned: a
-        business rule task evaluates the latest version (Camunda 8).
+    def deploy_many(
+        self,
+        sources: Sequence[str | bytes],
+        now: datetime,
+        names: Sequence[str | None] | None = None,
+    ) -> list[Deployment]:
+        """Deploy several documents (BPMN and DMN) as ONE deployment, in one
+        transaction; every document is read and refused before anything is written.
+
+        Identical content bumps no version, so re-running a deploy script is harmless
+        (it still records a deployment, naming the versions it found). When any
+        resource of the deployment is new or changed, every resource of it gets a new
+        version in this deployment (as Zeebe does since bindings): a call activity or
+        business rule task bound by ``deployment`` then finds its target beside it.
+        Running instances stay pinned to the version they started on; decisions are
+        not pinned (a business rule task binds when it runs).
         """
-        from engine_core.bpmn import read_bpmn  # the reader validates and refuses first
-        from engine_core.dmn import is_dmn
-        from engine_core.xml_input import model_text
-
-        text = model_text(source)  # bytes decoded as their XML declaration says
-        if is_dmn(text):
-            return self._deploy_decisions(text, now)
-        parsed = read_bpmn(text)
-        checksum = hashlib.sha256(text.encode("utf-8")).hexdigest()
-        out: list[Deployment] = []
+        names = list(names) if names is not None else [None] * len(sources)
+        parsed = [_parse(source, name) for source, name in zip(sources, names, strict=True)]
+        if not any(p.processes or (p.decisions and p.decisions.decisions) for p in parsed):
+            return []
         with self.transaction() as conn:
-            for definition in parsed:
+            resources, changed = self._unchanged(conn, parsed)
+            key = int(
+                conn.execute(
+                    insert(deployments)
+                    .values(deployed_at=now, resources=[])
+                    .returning(deployments.c.key)
+                ).scalar_one()
+            )
+            if changed:
+                resources = self._insert_all(conn, parsed, key, now)
+            conn.execute(
+                update(deployments)
+                .where(deployments.c.key == key)
+                .values(resources=[dataclasses.asdict(r) for r in resources])
+            )
+        everything = tuple(resources)
+        out = [Deployment(r.id, r.version, r.created, key, everything, r.kind) for r in everything]
+        for d in out:
+            log.info(
+                "deployed %s %s v%d in deployment %d%s",
+                d.kind,
+                d.key,
+                d.version,
+                key,
+                "" if d.created else " (unchanged)",
+            )
+        return out
+
+    def _unchanged(self, conn: Connection, parsed: list[_Parsed]) -> tuple[list[Resource], bool]:
+        """Each resource at its latest version, and whether any is new or changed."""
+        out: list[Resource] = []
+        changed = False
+        for doc in parsed:
+            for definition in doc.processes:
                 latest = conn.execute(
                     select(definitions.c.version, definitions.c.checksum)
                     .where(definitions.c.key == definition.key)
                     .order_by(definitions.c.version.desc())
                     .limit(1)
                 ).first()
-                if latest is not None and latest.checksum == checksum:
-                    out.append(Deployment(definition.key, latest.version, False))
+                if latest is None or latest.checksum != doc.checksum:
+                    changed = True
                     continue
-                version = 1 if latest is None else latest.version + 1
+                out.append(
+                    Resource("process", definition.key, int(latest.version), False, doc.name)
+                )
+            if doc.decisions is not None:
+                for decision_id, checksum in doc.decisions.checksums().items():
+                    found = latest_decision(conn, decision_id)
+                    if found is None or found[1] != checksum:
+                        changed = True
+                        continue
+                    out.append(Resource("decision", decision_id, found[0], False, doc.name))
+        return out, changed
+
+    def _insert_all(
+        self, conn: Connection, parsed: list[_Parsed], key: int, now: datetime
+    ) -> list[Resource]:
+        out: list[Resource] = []
+        for doc in parsed:
+            for definition in doc.processes:
+                latest = conn.execute(
+                    select(func.max(definitions.c.version)).where(
+                        definitions.c.key == definition.key
+                    )
+                ).scalar()
+                version = 1 if latest is None else int(latest) + 1
                 conn.execute(
                     insert(definitions).values(
                         key=definition.key,
                         version=version,
-                        checksum=checksum,
-                        source=text,
+                        checksum=doc.checksum,
+                        source=doc.text,
                         deployed_at=now,
                         starts=_starts_of(definition),
+                        deployment_key=key,
+                        version_tag=definition.version_tag,
                     )
                 )
                 with _PARSED_LOCK:
-                    _PARSED[(checksum, definition.key)] = definition
+                    _PARSED[(doc.checksum, definition.key)] = definition
                 # The new version's timer starts replace the old version's, in this
                 # same transaction: a deploy never leaves both (or neither) armed.
                 replace_start_timers(conn, definition, version, now)
-                out.append(Deployment(definition.key, version, True))
-        for d in out:
-            log.info("deployed %s v%d%s", d.key, d.version, "" if d.created else " (unchanged)")
+                out.append(Resource("process", definition.key, version, True, doc.name))
+            if doc.decisions is not None:
+                for decision_id, version in insert_decisions(conn, doc.decisions, now, key):
+                    out.append(Resource("decision", decision_id, version, True, doc.name))
         return out
 
-    def _deploy_decisions(self, text: str, now: datetime) -> list[Deployment]:
-        with self.transaction() as conn:
-            out = [Deployment(d, v, c) for d, v, c in deploy_decisions(conn, text, now)]
-        for d in out:
-            log.info(
-                "deployed decision %s v%d%s", d.key, d.version, "" if d.created else " (unchanged)"
-            )
-        return out
+    def deployments(self, limit: int = 100) -> list[DeploymentRecord]:
+        """The newest deployments first."""
+        with self.read() as conn:
+            rows = conn.execute(
+                select(deployments).order_by(deployments.c.key.desc()).limit(limit)
+            ).all()
+        return [DeploymentRecord(int(r.key), r.deployed_at, _resources(r.resources)) for r in rows]
+
+    def deployment(self, key: int) -> DeploymentRecord:
+        with self.read() as conn:
+            row = conn.execute(select(deployments).where(deployments.c.key == key)).first()
+        if row is None:
+            raise UnknownDeployment(f"no deployment {key}; `dormant deployments list` lists them")
+        return DeploymentRecord(int(row.key), row.deployed_at, _resources(row.resources))
 
     def definition(
         self, key: str, version: int | None = None, *, conn: Connection | None = None

@@ -33,6 +33,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.types import TypeDecorator
 
+from engine_core.checkpoint import InstanceStatus
+
 __all__ = [
     "ACTIVE_STATUSES",
     "JsonDoc",
@@ -42,6 +44,7 @@ __all__ = [
     "deadlines",
     "decisions",
     "definitions",
+    "deployments",
     "facts",
     "failed_triggers",
     "held_jobs",
@@ -59,7 +62,7 @@ __all__ = [
 ]
 
 # Instance statuses that still count as "running" for a keyed message start.
-ACTIVE_STATUSES = ("active", "active_incidents")
+ACTIVE_STATUSES = tuple(status.value for status in InstanceStatus if not status.ended)
 
 
 class UtcDateTime(TypeDecorator[datetime]):
@@ -104,6 +107,20 @@ metadata = MetaData(
     }
 )
 
+# A deployment: the set of resources (processes, decisions) deployed together, in one
+# call. ``resources`` lists each one as it came out of this deployment:
+# [{"kind": "process"|"decision", "id", "version", "created", "name"}], where a resource
+# that was unchanged names the version an earlier deployment made. The definitions and
+# decisions a deployment created carry its key: a call activity (or business rule
+# task) bound by "deployment" finds its target through it.
+deployments = Table(
+    "deployments",
+    metadata,
+    Column("key", _Id(), primary_key=True, autoincrement=True),
+    Column("deployed_at", UtcDateTime, nullable=False),
+    Column("resources", JsonDoc(), nullable=False),
+)
+
 definitions = Table(
     "definitions",
     metadata,
@@ -113,8 +130,11 @@ definitions = Table(
     Column("source", Text, nullable=False),
     Column("deployed_at", UtcDateTime, nullable=False),
     # Start-event metadata for routing without parsing every model per message:
-    # {"message": {name: [node_id, ...]}, "signal": {name: [node_id, ...]}}
+    # {"message": {name: [node_id, ...]}, "signal": {name: [node_id, ...]},
+    #  "none": whether it has a none start event (a call activity needs one)}
     Column("starts", JsonDoc(), nullable=False),
+    Column("deployment_key", _Id(), index=True),
+    Column("version_tag", String(255)),
 )
 
 # DMN decisions, one row per (decision id, version). ``source`` is the whole .dmn file
@@ -131,6 +151,8 @@ decisions = Table(
     Column("source", Text, nullable=False),
     Column("dmn_checksum", String(64), nullable=False),
     Column("deployed_at", UtcDateTime, nullable=False),
+    Column("deployment_key", _Id(), index=True),
+    Column("version_tag", String(255)),
 )
 
 instances = Table(

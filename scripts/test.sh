@@ -28,5 +28,10 @@ fi
 # (sent / applied / duplicates / lost) is printed at the end of its run.
 .venv/bin/python -m pytest -n "${DORMANT_TEST_PROCESSES:-3}" --dist loadfile \
   -m "not restarts_services" --cov --cov-report= "$@"
-.venv/bin/python scripts/coverage_gate.py  # per-package totals; engine_core under 95 % of lines fails
-exec .venv/bin/python -m pytest -m restarts_services "$@"
+# Per-package totals and touched lines (docs/internals.md, "working on dormant"):
+# engine_core under 95 % of its lines or of its touched lines fails the run, after the
+# fault tests below have run and printed their counts.
+gate=0
+.venv/bin/python scripts/coverage_gate.py || gate=$?
+.venv/bin/python -m pytest -m restarts_services "$@"
+exit "$gate"

@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from engine_core.errors import DormantError, InvalidVariables
+from tasks.cli_deployments import register as register_deployments
 from tasks.cli_operations import register as register_operations
 from tasks.display import emit as _emit
 from tasks.display import output_options as _output
@@ -85,26 +86,6 @@ def db_upgrade() -> None:
 
 
 # -- processes and triggers ----------------------------------------------------------
-
-
-@cli.command()
-@click.argument("file", type=click.Path(dir_okay=False))
-def deploy(file: str) -> None:
-    """Deploy FILE.bpmn (or FILE.dmn); prints each process key (decision id) and version."""
-    from persistence.store import Store
-
-    client = _client()
-    from tasks.client import _now, _read_source
-
-    store: Store = client._store
-    try:
-        source = _read_source(file, store.settings.max_model_bytes)
-        deployments = store.deploy(source, _now())
-    except DormantError as exc:
-        click.echo(f"error: {file}: {exc}", err=True)
-        sys.exit(2)
-    for d in deployments:
-        click.echo(f"{d.key} {d.version}")
 
 
 @cli.command()
@@ -393,6 +374,7 @@ def incidents_show(incident_id: str) -> None:
 # cancel, suspend, resume, migrate, set-variables, modify; incident retry/resolve/drop
 # (one or in bulk); the batches group.
 register_operations(cli, instances, incidents)
+register_deployments(cli)
 
 
 # -- failed triggers -----------------------------------------------------------------

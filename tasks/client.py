@@ -51,7 +51,7 @@ from engine_core.views import (
     UserTaskView,
 )
 from persistence import inbox
-from persistence.deployments import Deployment
+from persistence.deployments import Deployment, DeploymentRecord
 from persistence.failed_triggers import CHECKPOINT_INCIDENT
 from persistence.settings import Settings
 from persistence.store import Store
@@ -118,22 +118,39 @@ class Client(Operations):
 
     # -- processes -------------------------------------------------------------------
 
-    def deploy(self, path_or_xml: str | bytes | Path) -> Deployment:
-        """Deploy a BPMN or DMN file (path) or document (XML text); returns
-        ``Deployment(key, version)``.
+    def deploy(self, path_or_xml: str | bytes | Path, *more: str | bytes | Path) -> Deployment:
+        """Deploy BPMN and DMN files (paths) or documents (XML text) as one deployment;
+        returns ``Deployment(key, version, created, deployment_key, resources)``: the
+        first resource's key and version (a process key or decision id), the
+        deployment's own key, and every resource deployed with it.
 
-        A file with several processes (or decisions: the key is the decision id) deploys
-        them all and returns the first; ``deploy_all`` returns every one.
+        Resources deployed together are what a call activity or business rule task
+        with ``bindingType="deployment"`` binds to; ``deploy_all`` returns one
+        ``Deployment`` per resource.
         """
-        return self.deploy_all(path_or_xml)[0]
+        return self.deploy_all(path_or_xml, *more)[0]
 
-    def deploy_all(self, path_or_xml: str | bytes | Path) -> list[Deployment]:
-        """Deploy every process (or decision) of a file; one ``Deployment`` each."""
-        source = _read_source(path_or_xml, self._store.settings.max_model_bytes)
-        deployments = list(self._store.deploy(source, _now()))
+    def deploy_all(
+        self, path_or_xml: str | bytes | Path, *more: str | bytes | Path
+    ) -> list[Deployment]:
+        """Deploy every process and decision of the files as one deployment; one
+        ``Deployment`` per resource, all with the same ``deployment_key``."""
+        limit = self._store.settings.max_model_bytes
+        given = (path_or_xml, *more)
+        sources = [_read_source(p, limit) for p in given]
+        names = [str(p) if isinstance(p, Path) or _is_path(p) else None for p in given]
+        deployments = list(self._store.deploy_many(sources, _now(), names))
         if not deployments:
             raise InvalidModel("the document defines no executable process")
         return deployments
+
+    def deployments(self, limit: int = 100) -> list[DeploymentRecord]:
+        """The newest deployments first: key, time, resources."""
+        return self._store.deployments(limit)
+
+    def deployment(self, key: int) -> DeploymentRecord:
+        """One deployment; ``UnknownDeployment`` when no deployment has that key."""
+        return self._store.deployment(key)
 
     def start(
         self, key: str, variables: dict[str, Any] | None = None, business_key: str | None = None
@@ -499,6 +516,10 @@ def _now() -> Any:
     from persistence import clock
 
     return clock.now()
+
+
+def _is_path(path_or_xml: str | bytes | Path) -> bool:
+    return isinstance(path_or_xml, str) and not path_or_xml.lstrip("\ufeff \t\r\n").startswith("<")
 
 
 def _read_source(path_or_xml: str | bytes | Path, max_bytes: int) -> str | bytes:

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from engine_core.checkpoint import InstanceStatus
 from engine_core.errors import InvalidOperation, InvalidVariables
 from engine_core.inputs import DEFAULT_LIMITS, Limits, check_text, check_variables
 from engine_core.migration import problems
@@ -23,8 +24,6 @@ from persistence.settings import Settings
 from persistence.store import Store
 
 __all__ = ["Operations", "variables_params"]
-
-_ENDED = ("completed", "terminated", "failed")
 
 
 class Operations:
@@ -42,7 +41,7 @@ class Operations:
 
     def _running(self, instance_id: str, what: str) -> InstanceView:
         view = self.instance(instance_id)
-        if view.status in _ENDED:
+        if InstanceStatus(view.status).ended:
             raise InvalidOperation(
                 f"instance {instance_id} ({view.key} v{view.version}) is {view.status}; "
                 f"nothing to {what}"

@@ -101,7 +101,10 @@ def _throw_signal(s: ThrowSignal, tid: str, headers: dict[str, Any]) -> None:
 
 
 def _start_child(c: StartChild, tid: str, headers: dict[str, Any]) -> None:
-    tagged = {"version_tag": c.version_tag} if c.version_tag else {}
+    # The version the call activity bound (or, from a step lent no catalog, the tag).
+    tagged: dict[str, Any] = {"version_tag": c.version_tag} if c.version_tag else {}
+    if c.version is not None:
+        tagged["version"] = c.version
     publish(
         "dormant.start",
         "trigger.start",

@@ -35,6 +35,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from engine_core.checkpoint import IncidentState, InstanceStatus
 from engine_core.errors import DormantError, InvalidOperation, StoredDataError, UnknownInstance
 from engine_core.views import instance_view
 from persistence.console_queries import ConsoleQueries, IncidentFilter, InstanceFilter
@@ -45,11 +46,9 @@ from tasks.console.security import AccessLog, authenticated, csrf_ok, csrf_token
 __all__ = ["create_app", "instance_reads"]
 
 HERE = Path(__file__).resolve().parent
-STATUSES = ("active", "active_incidents", "completed", "terminated", "failed")
-INCIDENT_STATES = (
-    *("unresolved", "open", "retry_scheduled", "resolved", "dead_lettered", "overtaken"),
-)
-_ENDED = ("completed", "terminated", "failed")
+STATUSES = tuple(status.value for status in InstanceStatus)
+# "unresolved" is the filter for open and retry-scheduled together (console_queries)
+INCIDENT_STATES = ("unresolved", *(state.value for state in IncidentState))
 _VALUE_CHARS = 4000  # longer variable values are cut on the page (the CLI shows them whole)
 
 templates = Jinja2Templates(directory=str(HERE / "templates"))
@@ -254,7 +253,7 @@ def instance_reads(q: ConsoleQueries, instance_id: str) -> dict[str, Any]:
         "history": history,
         "children": children,
         "diagram": q.definition_source(checkpoint.process_key, checkpoint.version) or "",
-        "ended": checkpoint.status.value in _ENDED,
+        "ended": checkpoint.status.ended,
     }
 
 

@@ -305,11 +305,15 @@ TD = ext('<zeebe:taskDefinition type="t"/>')
             "intermediateCatchEvent",
         ),
         (
-            '<bpmn:serviceTask id="st" name="Pay">'
-            + ext('<zeebe:taskDefinition type="t"/><zeebe:executionListeners/>')
-            + "</bpmn:serviceTask>",
+            '<bpmn:startEvent id="st" name="Pay">'
+            + ext(
+                "<zeebe:executionListeners>"
+                '<zeebe:executionListener eventType="start" type="x"/>'
+                "</zeebe:executionListeners>"
+            )
+            + "</bpmn:startEvent>",
             "st",
-            "serviceTask",
+            "startEvent",
         ),
         (
             '<bpmn:userTask id="ut" name="Pay">'
@@ -330,17 +334,14 @@ TD = ext('<zeebe:taskDefinition type="t"/>')
         ),
         (
             '<bpmn:callActivity id="ca" name="Pay">'
-            + ext('<zeebe:calledElement processId="c" bindingType="deployment"/>')
+            + ext('<zeebe:calledElement processId="c" bindingType="pinned"/>')
             + "</bpmn:callActivity>",
             "ca",
             "callActivity",
         ),
         (
             '<bpmn:businessRuleTask id="br" name="Pay">'
-            + ext(
-                '<zeebe:calledDecision decisionId="d" resultVariable="r" '
-                'bindingType="versionTag" versionTag="v1"/>'
-            )
+            + ext('<zeebe:calledDecision decisionId="d" resultVariable="r" bindingType="newest"/>')
             + "</bpmn:businessRuleTask>",
             "br",
             "businessRuleTask",
@@ -406,9 +407,42 @@ def test_version_tag_binding_and_the_process_version_tag() -> None:
         )
 
 
+def test_every_binding_type_is_read_for_processes_and_decisions() -> None:
+    for binding, tag in (("latest", None), ("deployment", None), ("versionTag", "v2")):
+        extra = f' versionTag="{tag}"' if tag else ""
+        caller = one(
+            '<bpmn:callActivity id="ca">'
+            + ext(f'<zeebe:calledElement processId="c" bindingType="{binding}"{extra}/>')
+            + "</bpmn:callActivity>"
+            + '<bpmn:businessRuleTask id="br">'
+            + ext(
+                f'<zeebe:calledDecision decisionId="d" resultVariable="r" '
+                f'bindingType="{binding}"{extra}/>'
+            )
+            + "</bpmn:businessRuleTask>"
+        )
+        ca, br = caller.nodes["ca"], caller.nodes["br"]
+        assert (ca.called_binding, ca.called_version_tag) == (binding, tag)
+        assert (br.decision_binding, br.decision_version_tag) == (binding, tag)
+    with pytest.raises(InvalidModel, match=r"'br'.*versionTag"):
+        one(
+            '<bpmn:businessRuleTask id="br">'
+            + ext(
+                '<zeebe:calledDecision decisionId="d" resultVariable="r" bindingType="versionTag"/>'
+            )
+            + "</bpmn:businessRuleTask>"
+        )
+
+
 def test_process_level_listener_refused() -> None:
-    xml = doc(ext("<zeebe:executionListeners/>"))
-    with pytest.raises(UnsupportedElement, match="'p'"):
+    xml = doc(
+        ext(
+            "<zeebe:executionListeners>"
+            '<zeebe:executionListener eventType="end" type="x"/>'
+            "</zeebe:executionListeners>"
+        )
+    )
+    with pytest.raises(UnsupportedElement, match=r"'p'.*executionListeners"):
         read_bpmn(xml)
 
 

@@ -85,6 +85,7 @@ CORE_TIERS: list[set[str]] = [
         "transitions",
         "wake",
         "correlation",
+        "bindings",
         "views",
         "job_types",
         "inputs",
@@ -110,6 +111,7 @@ CORE_TIERS: list[set[str]] = [
         "compensation",
         "multi_instance",
         "ad_hoc",
+        "listeners",
         "nodes",
         "wakes",
         # operator actions (suspend/resume, set variables, modify) and migration

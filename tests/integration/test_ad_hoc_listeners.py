@@ -4,6 +4,8 @@ shapes (PostgreSQL + Redis, and the embedded SQLite default)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.integration.conftest import Stack
@@ -55,4 +57,49 @@ def test_ad_hoc_with_a_bad_collection_is_an_incident_healed_by_retry(
     c.set_variables(iid, {"toRun": ["double"]}, retry_incidents=True)
     done = stack.wait_status(iid, "completed")
     assert done.variables["doubled"] == 4
+    assert c.incident(incident.id).state == "resolved"
+
+
+def listener_model(key: str) -> str:
+    """A service task whose start listeners set ``n`` (read by its job) and then run a
+    job that fails until its flag file exists; an end listener audits the result."""
+    listeners = (
+        "<zeebe:executionListeners>"
+        '<zeebe:executionListener eventType="start" type="test-listener-set-n"/>'
+        '<zeebe:executionListener eventType="start" type="inc-flag" retries="1"/>'
+        '<zeebe:executionListener eventType="end" type="test-listener-audit"/>'
+        "</zeebe:executionListeners>"
+    )
+    return process(
+        key,
+        '<bpmn:startEvent id="s"/>'
+        '<bpmn:serviceTask id="work"><bpmn:extensionElements>'
+        f'<zeebe:taskDefinition type="test-double" retries="1"/>{listeners}'
+        "</bpmn:extensionElements></bpmn:serviceTask>"
+        '<bpmn:endEvent id="e"/>',
+        [("s", "work"), ("work", "e")],
+    )
+
+
+def test_execution_listeners_set_what_the_element_reads_and_fail_into_an_incident(
+    shared_stack: Stack, tmp_path: Path
+) -> None:
+    stack, c = shared_stack, shared_stack.client
+    flag = tmp_path / f"listener-{stack.kind}"
+    c.deploy(listener_model("listened"))
+    iid = c.start("listened", {"n": 1, "flag": str(flag)})
+    view = stack.wait_status(iid, "active_incidents")
+    [incident] = view.incidents
+    assert incident.node_id == "work"
+    assert "start execution listener 'inc-flag' failed" in incident.cause
+    assert facts(stack, iid, "JobDispatched")[-1]["job_type"] == "inc-flag"
+    flag.touch()  # the operator's fix
+    c.retry_incident(incident.id)
+    done = stack.wait_status(iid, "completed")
+    # The first listener set n = 7 locally; the task's job read it.
+    assert done.variables["doubled"] == 14 and done.variables["n"] == 1
+    assert done.variables["audited"] == 14  # the end listener saw the result
+    listened = [d["job_type"] for d in facts(stack, iid, "ExecutionListener")]
+    assert listened == ["test-listener-set-n", "inc-flag", "inc-flag", "test-listener-audit"]
+    assert len(Path(f"{flag}.runs").read_text().splitlines()) == 2
     assert c.incident(incident.id).state == "resolved"

@@ -108,3 +108,27 @@ def test_dormant_demo_exits_zero(tmp_path: object) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     assert "all 3 orders completed" in result.stdout
     assert "woken by" in result.stdout
+
+
+def test_cli_deploys_several_files_as_one_deployment_and_lists_it(shared_stack: Stack) -> None:
+    stack = shared_stack
+    one, two = stack.tmp / "dep-one.bpmn", stack.tmp / "dep-two.bpmn"
+    one.write_text(linear("dep-one", USER))
+    two.write_text(linear("dep-two", USER))
+    result = stack.run_cli("deploy", str(one), str(two))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[:2] == ["dep-one 1", "dep-two 1"]
+    key = int(result.stderr.strip().rsplit(" ", 1)[1])
+    listed = json.loads(ok(stack, "deployments", "list", "--json"))
+    [mine] = [d for d in listed if d["key"] == key]
+    assert [(r["id"], r["version"], r["created"]) for r in mine["resources"]] == [
+        ("dep-one", 1, True),
+        ("dep-two", 1, True),
+    ]
+    assert mine["resources"][0]["name"] == str(one)
+    shown = ok(stack, "deployments", "show", str(key))
+    assert f"deployment {key}" in shown and "dep-two v1  (new version)" in shown
+    again = stack.run_cli("deploy", str(one))
+    assert again.stdout.split() == ["dep-one", "1"], "unchanged: no new version"
+    missing = stack.run_cli("deployments", "show", "987654")
+    assert missing.returncode == 2 and "no deployment 987654" in missing.stderr

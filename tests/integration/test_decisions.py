@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from sqlalchemy import select
 
 from engine_core.triggers import IncidentRetry
-from persistence.store import Deployment, Store
+from persistence.store import Store
 from persistence.tables import decisions
 
 DMN = """<?xml version="1.0" encoding="UTF-8"?>
@@ -67,11 +67,16 @@ BPMN = """<?xml version="1.0" encoding="UTF-8"?>
 
 def test_deploy_dmn_and_bpmn_then_run(store: Store, now: datetime) -> None:
     deployed = store.deploy(DMN.replace("{fall}", "Stew"), now)
-    assert deployed == [Deployment("dish", 1, True), Deployment("season", 1, True)]
-    assert store.deploy(DMN.replace("{fall}", "Stew"), now) == [
-        Deployment("dish", 1, False),
-        Deployment("season", 1, False),
+    assert [(d.key, d.version, d.created, d.kind) for d in deployed] == [
+        ("dish", 1, True, "decision"),
+        ("season", 1, True, "decision"),
+    ]
+    again = store.deploy(DMN.replace("{fall}", "Stew"), now)
+    assert [(d.key, d.version, d.created) for d in again] == [
+        ("dish", 1, False),
+        ("season", 1, False),
     ], "identical content bumps no version"
+    assert again[0].deployment_key != deployed[0].deployment_key, "but it is a deployment"
     assert store.deploy(BPMN, now)[0].key == "dinner"
 
     store.start("dinner", "i1", {"month": 10}, now=now)
@@ -79,9 +84,13 @@ def test_deploy_dmn_and_bpmn_then_run(store: Store, now: datetime) -> None:
     assert view.status == "completed"
     assert view.variables["dish"] == "Stew"
 
-    # Only the changed decision gets a new version; the next instance uses it.
+    # One changed decision: every resource of the deployment gets a new version (so a
+    # binding by deployment finds them together); the next instance uses it.
     redeployed = store.deploy(DMN.replace("{fall}", "Goulash"), now + timedelta(seconds=1))
-    assert redeployed == [Deployment("dish", 2, True), Deployment("season", 1, False)]
+    assert [(d.key, d.version, d.created) for d in redeployed] == [
+        ("dish", 2, True),
+        ("season", 2, True),
+    ]
     store.start("dinner", "i2", {"month": 10}, now=now)
     assert store.instance("i2").variables["dish"] == "Goulash"
     with store.engine.connect() as conn:
@@ -90,7 +99,7 @@ def test_deploy_dmn_and_bpmn_then_run(store: Store, now: datetime) -> None:
                 decisions.c.decision_id, decisions.c.version
             )
         ).all()
-    assert [tuple(r) for r in rows] == [("dish", 1), ("dish", 2), ("season", 1)]
+    assert [tuple(r) for r in rows] == [("dish", 1), ("dish", 2), ("season", 1), ("season", 2)]
 
 
 def test_undeployed_decision_is_an_incident_healed_by_deploy_and_retry(

@@ -55,3 +55,15 @@ def review_gate(self: Task, approved: Any = None, **_: Any) -> dict[str, Any]:
 def task_corrector(**_: Any) -> dict[str, Any]:
     """A create listener: assigns the task and raises its priority."""
     return {"corrections": {"assignee": "corrected", "priority": 99}}
+
+
+@app.task(name="test-listener-set-n")
+def listener_set_n(**_: Any) -> dict[str, Any]:
+    """A start listener: sets the ``n`` its element's job reads."""
+    return {"n": 7}
+
+
+@app.task(name="test-listener-audit")
+def listener_audit(doubled: Any = None, **_: Any) -> dict[str, Any]:
+    """An end listener: sees the element's result and records it."""
+    return {"audited": doubled}

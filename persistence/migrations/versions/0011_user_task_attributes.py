@@ -3,8 +3,8 @@ and their candidate users and groups in a table of their own (one row per name),
 the candidate filters are index lookups. The comma-separated ``candidate_groups``
 column is moved into it and dropped.
 
-Revision ID: 0010
-Revises: 0009
+Revision ID: 0011
+Revises: 0010
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from alembic import op
 
 from persistence.tables import UtcDateTime
 
-revision = "0010"
-down_revision = "0009"
+revision = "0011"
+down_revision = "0010"
 branch_labels = None
 depends_on = None
 
