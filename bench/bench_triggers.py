@@ -6,9 +6,10 @@ a fresh, migrated PostgreSQL database (created here, dropped at the end):
 
 (a) a no-op Celery task;
 (b) a Celery task that locks one row, rewrites a 2 KB JSONB column and commits;
-(c) dormant: instances waiting on a message catch; N ``dormant.message`` tasks (one
-    per instance, correlation key = the instance's key) → correlated → instance
-    advanced to its end → checkpoint saved; drained by the real ``dormant worker``;
+(c) dormant: instances waiting on a message catch; N messages sent through the Client
+    (``Client.send_messages``: the inbox rows, then one ``dormant.message`` task each,
+    correlation key = the instance's key) → correlated → instance advanced to its end →
+    checkpoint saved; drained by the real ``dormant worker``;
 (d) dormant: completed instances of a one-service-task process (``dormant.start`` →
     the job ``bench-noop-job`` → its result), drained by the same kind of worker;
 (e) the producer: ``Client.send_message`` and ``Client.start`` per call beside the floor
@@ -19,12 +20,20 @@ prefetch 1), timed from its first take to the last task done (bench/harness.py);
 (c) and (d) the end is also confirmed in the database. Ratios: (c)/(b) against
 >= 0.7, (d) against >= 100 completed instances/s, (e) against <= 1.5x the floor.
 
+Writes, counted for (c) and (d): every commit of the worker's pool processes
+(bench/sqlcount.py's commit log, armed through the worker's environment) and of this
+process's Client, per trigger / per instance, against <= 2 write transactions per
+message trigger through the Client and <= 3 per instance start -> job -> end; beside
+them the ``pg_stat_database.xact_commit`` delta of the bench's own database (every
+transaction, reads included, this process's polling subtracted).
+
     .venv/bin/python bench/bench_triggers.py [--quick] [-n N]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import time
@@ -77,32 +86,55 @@ def count_status(store: Any, key: str, status: str) -> int:
 
 
 class SqlCounter:
-    """Counts SQL statements and commits on an engine (to name where the time goes)."""
+    """Statements and (write) transactions per call on an engine (bench/sqlcount.py)."""
 
     def __init__(self, engine: Any) -> None:
-        from sqlalchemy import event
+        from bench.sqlcount import TxCounter
 
-        self.statements = 0
-        self.commits = 0
-        event.listen(engine, "before_cursor_execute", self._stmt)
-        event.listen(engine, "commit", self._commit)
-
-    def _stmt(self, *_: Any) -> None:
-        self.statements += 1
-
-    def _commit(self, *_: Any) -> None:
-        self.commits += 1
+        self.counter = TxCounter(engine)
 
     def measure(self, fn: Any, k: int) -> str:
-        s0, c0 = self.statements, self.commits
+        before = self.counter.snapshot()
         t0 = time.perf_counter()
         for i in range(k):
             fn(i)
         ms = (time.perf_counter() - t0) / k * 1e3
+        c = self.counter.snapshot() - before
         return (
-            f"{(self.statements - s0) / k:4.1f} statements, {(self.commits - c0) / k:3.1f} transactions, "
-            f"{ms:5.2f} ms in-process"
+            f"{c.statements / k:4.1f} statements, {c.write_transactions / k:3.1f} write + "
+            f"{c.read_transactions / k:3.1f} read transactions, {ms:5.2f} ms in-process"
         )
+
+
+def xact_commits(store: Any) -> int:
+    """Committed transactions of the bench's own database so far (pg_stat_database)."""
+    from sqlalchemy import text
+
+    with store.engine.connect() as conn:
+        conn.execute(text("SELECT pg_stat_clear_snapshot()"))
+        return int(
+            conn.execute(
+                text("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")
+            ).scalar_one()
+        )
+
+
+def counted_drain(store: Any, sql_log: Path, drain: Any, n: int) -> tuple[Any, Any, float]:
+    """Run ``drain()`` (which stops its worker) and count what it cost PostgreSQL: the
+    worker's commits (its log), this process's (the polling), and the database's
+    ``xact_commit`` delta with this process's own transactions taken out, per unit."""
+    from bench.sqlcount import TxCounter, read_log
+
+    ours = TxCounter(store.engine)
+    logged = read_log(sql_log)
+    commits = xact_commits(store)
+    result = drain()
+    time.sleep(1.2)  # the worker's backends have exited: their statistics are flushed
+    worker = read_log(sql_log) - logged
+    polling = ours.snapshot()
+    ours.close()
+    total = xact_commits(store) - commits - polling.write_transactions - polling.read_transactions
+    return result, worker, (total - 1) / n  # - 1: the second xact_commits read itself
 
 
 def profile_paths(store: Any, base_url: str, now: datetime) -> None:
@@ -227,6 +259,17 @@ def producer_cost(database_url: str, broker_url: str, k: int = 500) -> dict[str,
                 fn(i)
             spent[name] += time.perf_counter() - t0
     ms = {name: secs / k * 1000 for name, secs in spent.items()}
+    from bench.sqlcount import TxCounter
+
+    counter = TxCounter(engine)
+    for i in range(20):
+        client.send_message("bench-producer", correlation_key=f"w-{i}")
+    ms["send_message write transactions"] = counter.snapshot().write_transactions / 20
+    before = counter.snapshot()
+    for i in range(20):
+        client.start("bench_message", {"orderId": f"w-{i}"})
+    ms["start write transactions"] = (counter.snapshot() - before).write_transactions / 20
+    counter.close()
     t0 = time.perf_counter()
     client.send_messages(
         [{"name": "bench-producer", "correlation_key": f"b-{i}"} for i in range(k)]
@@ -272,8 +315,6 @@ def main() -> int:
         r = redis.Redis.from_url(broker_url)
 
         # -- (a) and (b): the plain-Celery floor ----------------------------------------
-        import os
-
         os.environ["BENCH_BROKER_URL"] = broker_url
         os.environ["BENCH_DATABASE_URL"] = database_url
         from bench import celery_baseline as base
@@ -304,6 +345,10 @@ def main() -> int:
         from tasks import app as tasks_app
 
         tasks_app.configure(Settings.from_env(database_url=database_url, broker_url=broker_url))
+        from bench.sqlcount import ENV_LOG
+
+        sql_log = logdir / "sql-commits.log"
+        os.environ[ENV_LOG] = str(sql_log)  # the workers below inherit it (bench.jobs)
         store = Store(settings=tasks_app.settings)
         now = datetime.now(UTC)
         store.deploy(MESSAGE, now)
@@ -337,27 +382,34 @@ def main() -> int:
             "    (setup) dormant.start -> instance waits on message",
             f"{n / secs:8.0f} triggers/s ({n} in {secs:.2f} s)",
         )
-        publish_many(
-            tasks_app.app,
-            "dormant.message",
-            tasks_app.QUEUE,
-            "message.bench-go",
+        from bench.sqlcount import TxCounter
+        from tasks.client import Client
+
+        client = Client(database_url=database_url, broker_url=broker_url)
+        producer_counter = TxCounter(client._store.engine)
+        client.send_messages(
             [
                 {"name": "bench-go", "correlation_key": f"k-{i}", "message_id": f"msg-{i}"}
                 for i in range(n)
-            ],
-            exchange=tasks_app.EXCHANGE.name,
+            ]
         )
-        secs, worker = harness.drain(
-            r,
-            tasks_app.QUEUE.name,
-            lambda: harness.dormant_worker(broker_url, database_url, logdir),
-            done=lambda: count_status(store, "bench_message", "completed") >= n,
-        )
-        worker.stop()
+        sent = producer_counter.snapshot()
+        producer_counter.close()
+
+        def drain_messages() -> float:
+            secs, worker = harness.drain(
+                r,
+                tasks_app.QUEUE.name,
+                lambda: harness.dormant_worker(broker_url, database_url, logdir),
+                done=lambda: count_status(store, "bench_message", "completed") >= n,
+            )
+            worker.stop()
+            return secs
+
+        secs, msg_worker, msg_xacts = counted_drain(store, sql_log, drain_messages, n)
         rates["dormant message trigger"] = n / secs
         common.line(
-            "(c)   dormant message trigger",
+            "(c)   dormant message trigger through the Client",
             f"{rates['dormant message trigger']:8.0f} triggers/s ({n} in {secs:.2f} s)",
         )
 
@@ -373,13 +425,20 @@ def main() -> int:
             ],
             exchange=tasks_app.EXCHANGE.name,
         )
-        secs, worker = harness.drain(
-            r,
-            tasks_app.QUEUE.name,
-            lambda: harness.dormant_worker(broker_url, database_url, logdir, "dormant-worker-2"),
-            done=lambda: count_status(store, "bench_service", "completed") >= n_service,
-        )
-        worker.stop()
+
+        def drain_service() -> float:
+            secs, worker = harness.drain(
+                r,
+                tasks_app.QUEUE.name,
+                lambda: harness.dormant_worker(
+                    broker_url, database_url, logdir, "dormant-worker-2"
+                ),
+                done=lambda: count_status(store, "bench_service", "completed") >= n_service,
+            )
+            worker.stop()
+            return secs
+
+        secs, job_worker, job_xacts = counted_drain(store, sql_log, drain_service, n_service)
         completed_rate = n_service / secs
         common.line(
             "(d)   dormant one-service-task instances",
@@ -413,6 +472,41 @@ def main() -> int:
         )
         common.ratio_line(
             "completed one-service-task instances/s", completed_rate, ">=", 100.0, "{:.0f}"
+        )
+        common.line(
+            "(c) per message trigger: the Client",
+            f"{sent.write_transactions / n:.2f} write transactions ({sent.statements / n:.2f} "
+            f"statements; one batch of {n}: {sent.write_transactions} commit)",
+        )
+        common.line("(c) per message trigger: the worker", msg_worker.per(n))
+        common.line(
+            "(c) per message trigger: pg_stat_database xact_commit delta (reads included)",
+            f"{msg_xacts:.2f}",
+        )
+        common.ratio_line(
+            "write transactions per message trigger through the Client (Client.send_message's "
+            "+ the worker's)",
+            producer["send_message write transactions"] + msg_worker.write_transactions / n,
+            "<=",
+            2.0,
+        )
+        common.line("(d) per instance start -> job -> end: the worker", job_worker.per(n_service))
+        common.line(
+            "(d) per instance: pg_stat_database xact_commit delta (reads included)",
+            f"{job_xacts:.2f}",
+        )
+        common.ratio_line(
+            "write transactions per instance start -> job -> end (from dormant.start)",
+            job_worker.write_transactions / n_service,
+            "<=",
+            3.0,
+        )
+        common.ratio_line(
+            "write transactions per instance start -> job -> end through the Client "
+            "(Client.start's + the worker's)",
+            producer["start write transactions"] + job_worker.write_transactions / n_service,
+            "<=",
+            3.0,
         )
         for key in ("send_message", "start"):
             common.ratio_line(

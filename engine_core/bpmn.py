@@ -197,21 +197,20 @@ def _read_process(process: Element, refs: _Refs) -> ProcessDefinition:
     key = process.get("id")
     if not key:
         raise InvalidModel("a process has no id")
-    # Of the process's extensions only the version tag has behaviour dormant runs.
+    # The process's own extensions: its version tag and its execution listeners.
     extensions = read_extensions(process)
-    if extensions.get("execution_listeners"):
-        raise UnsupportedElement(
-            key,
-            "process",
-            process.get("name"),
-            "zeebe:executionListeners on the process are not run (put them on its first and "
-            "last elements)",
-        )
     tag = extensions.get("version_tag")
     draft = _Draft()
     _read_scope(process, None, refs, draft)
     nodes = _link_compensation(draft)
-    definition = assemble(key, process.get("name"), nodes, draft.flows, draft.flow_scopes)
+    definition = assemble(
+        key,
+        process.get("name"),
+        nodes,
+        draft.flows,
+        draft.flow_scopes,
+        execution_listeners=extensions.get("execution_listeners", ()),
+    )
     return replace(definition, version_tag=tag) if tag else definition
 
 

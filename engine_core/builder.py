@@ -29,6 +29,7 @@ from engine_core.model import (
     AdHocSpec,
     EventDefinition,
     EventKind,
+    ExecutionListener,
     Flow,
     Node,
     NodeKind,
@@ -93,9 +94,15 @@ def _events(event: EventDefinition | None) -> tuple[EventDefinition, ...]:
 class ProcessBuilder:
     """Records nodes and flows in call order (= document order) under the open container."""
 
-    def __init__(self, key: str, name: str | None = None) -> None:
+    def __init__(
+        self,
+        key: str,
+        name: str | None = None,
+        execution_listeners: tuple[ExecutionListener, ...] = (),
+    ) -> None:
         self.key = key
         self.name = name
+        self.execution_listeners = execution_listeners
         self._nodes: dict[str, Node] = {}
         self._flows: list[Flow] = []
         self._scopes: dict[str, str | None] = {}
@@ -140,7 +147,14 @@ class ProcessBuilder:
     def build(self) -> ProcessDefinition:
         if self._stack:
             raise InvalidModel(f"process {self.key!r}: sub-process {self._stack[-1]!r} still open")
-        return assemble(self.key, self.name, self._nodes.values(), self._flows, self._scopes)
+        return assemble(
+            self.key,
+            self.name,
+            self._nodes.values(),
+            self._flows,
+            self._scopes,
+            execution_listeners=self.execution_listeners,
+        )
 
     def _flow_id(self, source: str, target: str) -> str:
         base = f"{source}->{target}"

@@ -85,6 +85,8 @@ def start(rt: Runtime, scope_id: str, start_node: Node, variables: Mapping[str, 
     # The event sub-processes nested in this one are armed when the token enters its
     # start event (nodes._start_event), so a failing subscription is an incident there.
     token = rt.spawn(start_node.id, scope.id, [])
+    if rt.node(start_node.parent).listeners("start"):
+        token.listener_phase = "sub-start"  # before its start event (listeners.py)
     try:
         rt.apply_outputs(start_node, token, variables)
     except TechnicalFailure as failure:

@@ -68,6 +68,10 @@ def _expressions(definition: ProcessDefinition) -> Iterator[tuple[str, str, str]
         if node.ad_hoc is not None:
             yield from always(nid, "activeElementsCollection", node.ad_hoc.active_elements)
             yield from always(nid, "completionCondition", node.ad_hoc.completion_condition)
+    for listener in definition.execution_listeners:
+        what = f"process {listener.event} execution listener"
+        yield from attribute(definition.key, f"{what} type", listener.job_type)
+        yield from attribute(definition.key, f"{what} retries", listener.retries)
     for flow in definition.flows.values():
         yield from always(flow.id, "condition", flow.condition)
 

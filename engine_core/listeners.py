@@ -31,21 +31,39 @@ from collections.abc import Mapping
 from typing import Any
 
 from engine_core import jobs
-from engine_core.checkpoint import Scope, Token, TokenState, Wait
+from engine_core.checkpoint import ROOT_SCOPE, Scope, Token, TokenState, Wait
 from engine_core.errors import InvalidVariables
 from engine_core.expressions import TechnicalFailure
 from engine_core.incidents import raise_failure, raise_incident
 from engine_core.inputs import check_value
-from engine_core.model import Node
+from engine_core.model import ExecutionListener, Node
 from engine_core.runtime import Runtime
 from engine_core.transitions import move_token
 from engine_core.triggers import JobCompleted, JobErrorThrown
 from engine_core.wake import Wake
 
-__all__ = ["completed", "error_thrown", "local_scope", "pending", "run"]
+__all__ = ["AROUND", "completed", "error_thrown", "local_scope", "pending", "run"]
 
-# The phase that follows each one once its listeners have all completed.
-_DONE = {"start": "ran", "end": "ended"}
+# The phase that follows each one once its listeners have all completed. The process's
+# own listeners run on a token too: its start token before the start event
+# ("process-start", then None: the start event itself has no start listeners), and a
+# token spawned where the last path ended once the process scope is done
+# ("process-end", then "process-ended": the instance completes, moving.finish_process).
+# An event sub-process's listeners likewise, on the token of its scope ("sub-start",
+# "sub-end", "sub-ended": moving.finish_event_sub).
+_DONE: dict[str, str | None] = {
+    "start": "ran",
+    "end": "ended",
+    "process-start": None,
+    "process-end": "process-ended",
+    "sub-start": None,
+    "sub-end": "sub-ended",
+}
+# Phases in which nodes.enter runs no behaviour of the token's node.
+AROUND = frozenset(
+    {"end", "ended", "process-start", "process-end", "process-ended"}
+    | {"sub-start", "sub-end", "sub-ended"}
+)
 
 
 def pending(node: Node, token: Token, event: str) -> bool:
@@ -58,7 +76,7 @@ def run(rt: Runtime, token: Token, node: Node, event: str) -> None:
     and park the token on it."""
     if token.listener_phase != event:
         token.listener_phase, token.listener_index = event, 0
-    todo = node.listeners(event)
+    todo = _listeners(rt, token, node, event)
     if token.listener_index >= len(todo):
         _done(rt, token, event)  # the node has fewer now (the instance was migrated)
         return
@@ -78,6 +96,20 @@ def run(rt: Runtime, token: Token, node: Node, event: str) -> None:
         index=token.listener_index,
         job_type=listener.job_type,
     )
+
+
+def _listeners(rt: Runtime, token: Token, node: Node, phase: str) -> tuple[ExecutionListener, ...]:
+    """Whose listeners a phase runs: the process's, the event sub-process whose scope
+    the token is in, or the token's node's."""
+    if phase.startswith("process-"):
+        return rt.defn.listeners(phase.removeprefix("process-"))
+    if phase.startswith("sub-"):
+        return rt.node(_event_sub(rt, token).node_id or "").listeners(phase.removeprefix("sub-"))
+    return node.listeners(phase)
+
+
+def _event_sub(rt: Runtime, token: Token) -> Scope:
+    return rt.cp.scopes[token.scope_id]
 
 
 def local_scope(rt: Runtime, token: Token, node: Node) -> Scope:
@@ -100,7 +132,7 @@ def completed(rt: Runtime, wait: Wait, trigger: JobCompleted) -> Wake:
     try:
         _merge(rt, token, node, event, trigger.variables)
         token.listener_index += 1
-        if token.listener_index < len(node.listeners(event)):
+        if token.listener_index < len(_listeners(rt, token, node, event)):
             run(rt, token, node, event)
             return Wake.token(token.id)
     except TechnicalFailure as failure:
@@ -118,15 +150,26 @@ def _done(rt: Runtime, token: Token, event: str) -> None:
 
 
 def _merge(rt: Runtime, token: Token, node: Node, event: str, variables: Mapping[str, Any]) -> None:
-    if event == "end":
+    """End listeners write outward, like output mappings; start listeners into the
+    element's own scope (the process's, an event sub-process's)."""
+    if event in ("end", "process-end"):
         rt.propagate(token.scope_id, variables)
+        return
+    if event == "sub-end":
+        rt.propagate(_event_sub(rt, token).parent_id, variables)
         return
     for name, value in variables.items():
         try:
             check_value(value, f"variable {name[:60]!r}", rt.services.limits, depth=1)
         except InvalidVariables as exc:
             raise TechnicalFailure(str(exc), "InvalidVariables") from None
-    local_scope(rt, token, node).variables.update(variables)
+    if event == "process-start":
+        target = rt.cp.scopes[ROOT_SCOPE]
+    elif event == "sub-start":
+        target = _event_sub(rt, token)
+    else:
+        target = local_scope(rt, token, node)
+    target.variables.update(variables)
 
 
 def error_thrown(rt: Runtime, wait: Wait, trigger: JobErrorThrown) -> Wake:

@@ -299,9 +299,15 @@ class ProcessDefinition:
     children: Mapping[str | None, tuple[str, ...]] = field(default_factory=dict)
     # zeebe:versionTag: what a call activity with bindingType="versionTag" asks for.
     version_tag: str | None = None
+    # The process's own zeebe:executionListeners (around the whole instance).
+    execution_listeners: tuple[ExecutionListener, ...] = ()
 
     def node(self, node_id: str) -> Node:
         return self.nodes[node_id]
+
+    def listeners(self, event: str) -> tuple[ExecutionListener, ...]:
+        """The process's execution listeners of one event type, in the order they run."""
+        return tuple(x for x in self.execution_listeners if x.event == event)
 
     def flow(self, flow_id: str) -> Flow:
         return self.flows[flow_id]

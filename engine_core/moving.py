@@ -50,6 +50,8 @@ __all__ = [
     "end_token",
     "fail_instance",
     "finish_body",
+    "finish_event_sub",
+    "finish_process",
     "leave_activity",
     "leave_without_running",
     "plain_outgoing",
@@ -263,7 +265,7 @@ def _end_ad_hoc_path(rt: Runtime, token: Token, scope: Scope, owner: Node) -> No
         rt.fact("AdHocConditionRead", node=owner.id, met=met)
     rt.remove_token(token, TokenState.COMPLETED)
     if met:
-        check_scope(rt, scope.id)
+        check_scope(rt, scope.id, by=token.node_id)
 
 
 def _ad_hoc_condition(rt: Runtime, condition: str, scope: Scope, owner: Node) -> bool:
@@ -281,7 +283,7 @@ def _ad_hoc_condition(rt: Runtime, condition: str, scope: Scope, owner: Node) ->
 def end_token(rt: Runtime, token: Token, state: TokenState = TokenState.COMPLETED) -> None:
     """The token is done: drop it and its waits; its scope may now be complete."""
     rt.remove_token(token, state)
-    check_scope(rt, token.scope_id)
+    check_scope(rt, token.scope_id, by=token.node_id)
 
 
 def terminate_end(rt: Runtime, token: Token) -> None:
@@ -295,11 +297,14 @@ def terminate_end(rt: Runtime, token: Token) -> None:
             rt.terminate_scope(child.id)
             rt.drop_scope(child.id)
     rt.fact("Terminated", node=token.node_id)
-    check_scope(rt, scope_id)
+    check_scope(rt, scope_id, by=token.node_id)
 
 
-def check_scope(rt: Runtime, scope_id: str) -> None:
-    """Complete a scope whose last token ended; the caller's token moves on."""
+def check_scope(rt: Runtime, scope_id: str, by: str | None = None) -> None:
+    """Complete a scope whose last token ended; the caller's token moves on.
+
+    ``by``: the node where the last path ended, where the process's end listeners
+    run if it has any (a token is what a listener's job waits on)."""
     scope = rt.cp.scopes.get(scope_id)
     if scope is None or scope.mi_items is not None:
         return
@@ -308,14 +313,20 @@ def check_scope(rt: Runtime, scope_id: str) -> None:
     if any(c.token_id is None and c.node_id is not None for c in rt.child_scopes(scope_id)):
         return  # an event sub-process is still running in this scope
     if scope_id == ROOT_SCOPE:
+        if rt.defn.listeners("end"):
+            _to_process_end(rt, by)
+            return
         complete_instance(rt)
         return
-    rt.drop_scope(scope_id)
     if scope.token_id is None:
-        # An event sub-process finished: its parent scope may now be complete too.
-        if scope.parent_id is not None:
-            check_scope(rt, scope.parent_id)
+        # An event sub-process finished: its end listeners, then its parent scope may
+        # now be complete too.
+        if scope.node_id is not None and rt.node(scope.node_id).listeners("end"):
+            _to_event_sub_end(rt, scope, by)
+            return
+        _event_sub_done(rt, scope, by)
         return
+    rt.drop_scope(scope_id)
     owner = rt.cp.tokens.get(scope.token_id)
     if owner is None:
         raise EngineInvariantError(
@@ -327,6 +338,48 @@ def check_scope(rt: Runtime, scope_id: str) -> None:
 
 
 # -- ending the instance --------------------------------------------------------------
+
+
+def _to_process_end(rt: Runtime, by: str | None) -> None:
+    """The process scope is done and the process has end listeners: they run on a
+    token at the node where the last path ended (else at its first node). The
+    process's event sub-processes can no longer start: it is completing."""
+    for wait in [w for w in rt.cp.waits.values() if w.scope_id == ROOT_SCOPE]:
+        rt.withdraw(wait)
+    node_id = by if by is not None and by in rt.defn.nodes else rt.defn.children[None][0]
+    token = rt.spawn(node_id, ROOT_SCOPE, [])
+    token.listener_phase = "process-end"
+
+
+def _to_event_sub_end(rt: Runtime, scope: Scope, by: str | None) -> None:
+    """An event sub-process finished and has end listeners: they run on a token in its
+    scope, at the node where its last path ended (else its start event); the event
+    sub-processes nested in it can no longer start."""
+    for wait in [w for w in rt.cp.waits.values() if w.scope_id == scope.id]:
+        rt.withdraw(wait)
+    inside = rt.defn.children.get(scope.node_id, ())
+    node_id = by if by in inside else inside[0]
+    token = rt.spawn(node_id, scope.id, [])
+    token.listener_phase = "sub-end"
+
+
+def _event_sub_done(rt: Runtime, scope: Scope, by: str | None) -> None:
+    rt.drop_scope(scope.id)
+    if scope.parent_id is not None:
+        check_scope(rt, scope.parent_id, by=by)
+
+
+def finish_event_sub(rt: Runtime, token: Token) -> None:
+    """An event sub-process's end listeners are done: it completes."""
+    scope = rt.cp.scopes[token.scope_id]
+    rt.remove_token(token, TokenState.COMPLETED)
+    _event_sub_done(rt, scope, token.node_id)
+
+
+def finish_process(rt: Runtime, token: Token) -> None:
+    """The process's end listeners are done: the instance completes."""
+    rt.remove_token(token, TokenState.COMPLETED)
+    complete_instance(rt)
 
 
 def complete_instance(rt: Runtime) -> None:

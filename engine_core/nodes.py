@@ -26,6 +26,8 @@ from engine_core.model import EventKind, Node, NodeKind
 from engine_core.moving import (
     arrive,
     chosen_flows,
+    finish_event_sub,
+    finish_process,
     leave_activity,
     take_flows,
     terminate_end,
@@ -42,8 +44,8 @@ Handler = Callable[[Runtime, Token, Node], None]
 
 def enter(rt: Runtime, token: Token) -> None:
     node = rt.node(token.node_id)
-    if token.listener_phase in ("end", "ended"):
-        _finish_listening(rt, token, node)
+    if token.listener_phase in listeners.AROUND:
+        _around(rt, token, node)
         return
     # Boundaries belong to the activity (the multi-instance body), armed on first entry.
     arms = rt.is_activity(node) and token.loop_index is None and token.id not in rt.keep_boundaries
@@ -82,14 +84,21 @@ def enter(rt: Runtime, token: Token) -> None:
         raise_failure(rt, failure, token, node, activated=not arms)
 
 
-def _finish_listening(rt: Runtime, token: Token, node: Node) -> None:
-    """A token between its node's behaviour and its flows: the next end listener, or
-    (all done) leave (moving._leave skips the output mappings already applied)."""
+def _around(rt: Runtime, token: Token, node: Node) -> None:
+    """A token outside its node's behaviour: running the process's start listeners
+    before its start event, its node's end listeners, or the process's end listeners;
+    or done with the end listeners and leaving (moving._leave skips the output
+    mappings already applied), or done with the process's and completing it."""
+    phase = token.listener_phase
     try:
-        if token.listener_phase == "end":
-            listeners.run(rt, token, node, "end")
-        else:
+        if phase == "ended":
             leave_activity(rt, token, {})
+        elif phase == "process-ended":
+            finish_process(rt, token)
+        elif phase == "sub-ended":
+            finish_event_sub(rt, token)
+        else:
+            listeners.run(rt, token, node, phase or "")
     except TechnicalFailure as failure:
         raise_failure(rt, failure, token, node)
 

@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+from engine_core.checkpoint import ROOT_SCOPE
+
 __all__ = [
     "Cancel",
     "ChildCompleted",
@@ -199,7 +201,7 @@ class SetVariables(_Trigger):
 
     kind: Literal["set_variables"] = "set_variables"
     # A scope id (``s0`` is the root) or the id of the sub-process node it runs.
-    scope: str = "s0"
+    scope: str = ROOT_SCOPE
     variables: dict[str, Any] = Field(default_factory=dict)
     unset: list[str] = Field(default_factory=list)
     # Retry every open incident of the instance in the same step, after the change.

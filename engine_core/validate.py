@@ -23,6 +23,7 @@ from engine_core.model import (
     ACTIVITY_KINDS,
     CONTAINER_KINDS,
     EventKind,
+    ExecutionListener,
     Flow,
     Node,
     NodeKind,
@@ -64,6 +65,7 @@ def assemble(
     nodes: Iterable[Node],
     flows: Iterable[Flow],
     flow_scopes: Mapping[str, str | None] | None = None,
+    execution_listeners: tuple[ExecutionListener, ...] = (),
 ) -> ProcessDefinition:
     """Derive the wiring, check every rule, and freeze the definition.
 
@@ -122,7 +124,13 @@ def assemble(
         nodes=final,
         flows={f.id: f for f in flow_list},
         children={c: tuple(ids) for c, ids in children.items()},
+        execution_listeners=execution_listeners,
     )
+    for listener in execution_listeners:
+        if not is_expression(listener.job_type):
+            reserved = reserved_job_type(listener.job_type)
+            if reserved is not None:
+                raise _bad(f"process {key!r}: execution listener: {reserved}")
     for node in final.values():
         _check_node(definition, node)
     _check_scopes(definition)
@@ -196,7 +204,7 @@ def _check_node(d: ProcessDefinition, node: Node) -> None:
                 f"businessRuleTask {node.id!r} calls decision {node.decision_id!r} without "
                 "a resultVariable (zeebe:calledDecision resultVariable)"
             )
-    if node.job_type and not node.job_type.lstrip().startswith("="):
+    if node.job_type and not is_expression(node.job_type):
         reserved = reserved_job_type(node.job_type)
         if reserved is not None:
             raise _bad(f"{node.kind} {node.id!r}: {reserved}")
@@ -281,8 +289,6 @@ def _listener_refusal(node: Node, event: str) -> str | None:
         return "end listeners on a link throw event are not run"
     if kind in (K.PARALLEL_GATEWAY, K.INCLUSIVE_GATEWAY) and len(node.incoming) > 1:
         return "start listeners on a joining gateway are not run"
-    if kind is K.EVENT_SUB_PROCESS:
-        return "listeners on an event sub-process are not run"
     return None
 
 

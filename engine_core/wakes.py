@@ -137,6 +137,8 @@ def _start(rt: Runtime, trigger: Start) -> Wake:
     # The process's event sub-processes are armed when the token enters its start
     # event (nodes._start_event), so a failing subscription is an incident there.
     token = rt.spawn(start.id, ROOT_SCOPE, [])
+    if rt.defn.listeners("start"):
+        token.listener_phase = "process-start"  # before the start event (listeners.py)
     return Wake.token(token.id)
 
 

@@ -292,7 +292,7 @@ def _apply_item(
             trigger,
             now,
             trigger_id=f"batch:{batch_id}:{seq}",
-            also=lambda conn: _mark(conn, batch_id, seq, "applied", None, now),
+            also=lambda writes: _mark(writes.conn, batch_id, seq, "applied", None, now),
         )
     except OperationalError:
         raise  # the database is away: stop; the claim expires and the sweep resumes

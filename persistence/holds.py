@@ -24,6 +24,7 @@ from sqlalchemy import Connection, and_, delete, insert, select, text, update
 from engine_core.checkpoint import Wait, WaitKind
 from engine_core.effects import DeliverBuffered, encode_effect
 from engine_core.triggers import MessageReceived
+from persistence.outbox_queue import OutboxRow
 from persistence.tables import (
     deadlines,
     messages,
@@ -32,17 +33,23 @@ from persistence.tables import (
     user_task_candidates,
     user_tasks,
 )
+from persistence.writes import Writes
 
 __all__ = ["BufferedDelivery", "lock_message_key", "sync_holds"]
 
 
 @dataclass(frozen=True, slots=True)
 class BufferedDelivery:
-    """A buffered message this transaction consumed for a new subscription."""
+    """A buffered message this transaction consumed for a new subscription; ``row``
+    is the outbox row that carries it (published after the commit)."""
 
-    outbox_id: int
+    row: OutboxRow
     message_id: str
     wait_id: str
+
+    @property
+    def outbox_id(self) -> int:
+        return self.row.id
 
 
 def lock_message_key(conn: Connection, name: str, correlation_key: str | None) -> None:
@@ -108,22 +115,27 @@ def _candidate_rows(instance_id: str, w: Wait) -> list[dict[str, Any]]:
     ]
 
 
-def _delete(conn: Connection, table: Any, instance_id: str, wait_ids: list[str]) -> None:
+def _delete(writes: Writes, table: Any, instance_id: str, wait_ids: list[str]) -> None:
     if wait_ids:
-        conn.execute(
+        writes.add(
             delete(table).where(table.c.instance_id == instance_id, table.c.wait_id.in_(wait_ids))
         )
 
 
 def sync_holds(
-    conn: Connection,
+    writes: Writes,
     instance_id: str,
     old: Mapping[str, Wait],
     new: Mapping[str, Wait],
     now: datetime,
 ) -> list[BufferedDelivery]:
     """Bring the hold rows of ``instance_id`` from ``old`` to ``new``; returns the
-    buffered messages consumed by subscriptions this sync created."""
+    buffered messages consumed by subscriptions this sync created.
+
+    Only the waits that changed cost a statement; every statement is queued on
+    ``writes`` (one round trip with the checkpoint's own write), except where a row is
+    deleted and written again under the same key (a subscription whose name or key
+    changed), which is sent in between."""
     gone_dl, gone_sub, gone_task = [], [], []
     gone_candidates: list[str] = []
     add_dl, add_sub, add_task = [], [], []
@@ -165,15 +177,21 @@ def sync_holds(
                 gone_candidates.append(wid)
                 new_candidates.append(n)
 
-    _delete(conn, deadlines, instance_id, gone_dl)
-    _delete(conn, subscriptions, instance_id, gone_sub)
-    _delete(conn, user_tasks, instance_id, gone_task)
-    _delete(conn, user_task_candidates, instance_id, gone_candidates)
+    _delete(writes, deadlines, instance_id, gone_dl)
+    _delete(writes, subscriptions, instance_id, gone_sub)
+    _delete(writes, user_tasks, instance_id, gone_task)
+    _delete(writes, user_task_candidates, instance_id, gone_candidates)
+    if (
+        any(r["wait_id"] in gone_sub for r in add_sub)
+        or any(r["wait_id"] in gone_task for r in add_task)
+        or any(n.id in gone_candidates for n in new_candidates)
+    ):
+        writes.flush()  # the same key deleted and written again: not in one statement
     if add_dl:
-        conn.execute(insert(deadlines), add_dl)
+        writes.add(insert(deadlines).values(add_dl))
     for n in moved_dl:
         # A cycle's next repetition (same wait, new due time): a fresh, unclaimed row.
-        conn.execute(
+        writes.add(
             update(deadlines)
             .where(deadlines.c.instance_id == instance_id, deadlines.c.wait_id == n.id)
             .values(
@@ -181,25 +199,25 @@ def sync_holds(
             )
         )
     if add_sub:
-        conn.execute(insert(subscriptions), add_sub)
+        writes.add(insert(subscriptions).values(add_sub))
     if add_task:
-        conn.execute(insert(user_tasks), add_task)
+        writes.add(insert(user_tasks).values(add_task))
     for n in changed_task:
-        conn.execute(
+        writes.add(
             update(user_tasks)
             .where(user_tasks.c.instance_id == instance_id, user_tasks.c.wait_id == n.id)
             .values(**_task_fields(n))
         )
     candidate_rows = [r for n in new_candidates for r in _candidate_rows(instance_id, n)]
     if candidate_rows:
-        conn.execute(insert(user_task_candidates), candidate_rows)
+        writes.add(insert(user_task_candidates).values(candidate_rows))
     delivered: list[BufferedDelivery] = []
     message_subs = sorted(
         (r for r in add_sub if r["kind"] == "message"),
         key=lambda r: (r["name"], r["correlation_key"] or ""),
     )
     for row in message_subs:
-        found = _consume_buffered(conn, instance_id, row, now)
+        found = _consume_buffered(writes.conn, instance_id, row, now)
         if found is not None:
             delivered.append(found)
     return delivered
@@ -249,9 +267,9 @@ def _consume_buffered(
         message_id=found.message_id,
     )
     kind, payload = encode_effect(DeliverBuffered(instance_id, trigger))
+    payload = payload | {"trigger_id": found.message_id}
     outbox_id = conn.execute(
-        insert(outbox)
-        .values(kind=kind, payload=payload | {"trigger_id": found.message_id}, created_at=now)
-        .returning(outbox.c.id)
+        insert(outbox).values(kind=kind, payload=payload, created_at=now).returning(outbox.c.id)
     ).scalar_one()
-    return BufferedDelivery(int(outbox_id), found.message_id, sub["wait_id"])
+    row = OutboxRow(int(outbox_id), kind, payload, now)
+    return BufferedDelivery(row, found.message_id, sub["wait_id"])

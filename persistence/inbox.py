@@ -3,7 +3,8 @@
 Redis as shipped keeps its queues in memory; a broker restart between ``send_task``
 and a worker's pick-up would lose the trigger. So the Client first writes the trigger
 (task name + keyword arguments) into the ``inbox`` table, then publishes the task
-with ``inbox_id``. The trigger task marks the row processed after its transaction;
+with ``inbox_id``. The trigger's own transaction marks the row processed (the Store
+queues the mark into its one write; a trigger that took another path is marked after);
 the beat sweep (``dormant.relay_outbox``) re-publishes rows left unprocessed for a
 while, each at most once per redelivery window (a broker outage must not turn every
 sweep into a storm of duplicates). The inbox id is also the trigger id, so a
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine, insert, or_, select, update
+from sqlalchemy import Engine, Update, insert, or_, select, update
 
 from persistence import clock
 from persistence.tables import inbox
@@ -26,6 +27,7 @@ from persistence.tables import inbox
 __all__ = [
     "InboxRow",
     "mark_processed",
+    "mark_processed_statement",
     "mark_republished",
     "queued_start",
     "record",
@@ -78,14 +80,22 @@ def record_many(
     return ids
 
 
+def mark_processed_statement(inbox_id: str, at: datetime) -> Update:
+    """The mark, for a caller's own transaction: the Store queues it into the trigger's
+    one write, so applying a Client's trigger costs no second commit."""
+    return (
+        update(inbox)
+        .where(inbox.c.id == inbox_id, inbox.c.processed_at.is_(None))
+        .values(processed_at=at)
+    )
+
+
 def mark_processed(engine: Engine, inbox_id: str) -> None:
-    """Idempotent: a redelivered trigger marks an already-processed row again."""
+    """Idempotent: a redelivered trigger marks an already-processed row again. Its own
+    transaction: for the triggers whose apply did not mark it (a failed trigger kept,
+    a duplicate found before any lock, a fan-out over several transactions)."""
     with engine.begin() as conn:
-        conn.execute(
-            update(inbox)
-            .where(inbox.c.id == inbox_id, inbox.c.processed_at.is_(None))
-            .values(processed_at=clock.now())
-        )
+        conn.execute(mark_processed_statement(inbox_id, clock.now()))
 
 
 def mark_republished(engine: Engine, inbox_ids: list[str]) -> None:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, delete, insert
+from sqlalchemy import delete, insert
 
 from engine_core.checkpoint import Checkpoint
 from persistence.tables import incidents
+from persistence.writes import Writes
 
 __all__ = ["incident_rows", "sync_incidents"]
 
@@ -30,11 +31,15 @@ def incident_rows(cp: Checkpoint) -> list[dict[str, Any]]:
     ]
 
 
-def sync_incidents(conn: Connection, old: Checkpoint, new: Checkpoint) -> None:
-    """Rewrite the instance's rows when its incidents changed (they are few)."""
+def sync_incidents(writes: Writes, old: Checkpoint, new: Checkpoint) -> None:
+    """Rewrite the instance's rows when its incidents changed (they are few).
+
+    The delete is sent before the insert that may re-use its keys (``Writes.flush``):
+    one statement's CTEs would not see each other's rows."""
     if old.incidents == new.incidents:
         return
-    conn.execute(delete(incidents).where(incidents.c.instance_id == new.instance_id))
+    writes.add(delete(incidents).where(incidents.c.instance_id == new.instance_id))
     rows = incident_rows(new)
     if rows:
-        conn.execute(insert(incidents), rows)
+        writes.flush()
+        writes.add(insert(incidents).values(rows))

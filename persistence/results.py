@@ -10,13 +10,26 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from persistence.outbox_queue import OutboxRow
+
 __all__ = ["TriggerResult"]
 
 
 class TriggerResult(Protocol):
     @property
     def outbox_ids(self) -> list[int]:
-        """The outbox rows the transaction wrote, to publish after its commit."""
+        """The ids of the outbox rows the transaction wrote."""
+        ...
+
+    @property
+    def outbox_rows(self) -> list[OutboxRow]:
+        """The outbox rows the transaction wrote (as it wrote them, not read back), to
+        publish after its commit."""
+        ...
+
+    @property
+    def inbox_marked(self) -> bool:
+        """The Client's inbox row was marked processed inside the transaction."""
         ...
 
     def summary(self) -> str:

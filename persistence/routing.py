@@ -4,11 +4,15 @@ The rules are the core's plan (``engine_core/correlation.py``: which waits, star
 join, buffer or not); this module executes it against the database. Order, and why:
 
 1. A message id already recorded in ``messages`` is a duplicate: nothing happens.
-   The row is written LAST (step 4), so a producer's retry after a crash mid-routing
-   is routed again, and every apply in step 2/3 is idempotent (trigger id = message
-   id; start id = uuid5 of key and message id) — delivery is exactly once per holder.
+   The row is written LAST (in the last holder's own transaction, or step 4), so a
+   producer's retry after a crash mid-routing is routed again, and every apply in
+   step 2/3 is idempotent (trigger id = message id; start id = uuid5 of key and message
+   id) — delivery is exactly once per holder. That check and the holders' lookup are
+   one statement.
 2. Every instance holding a matching subscription gets ``MessageReceived`` (first
-   wait per instance), each in its own Store transaction.
+   wait per instance), each in its own Store transaction; the LAST holder's also
+   records the message and marks the Client's inbox row, so a message with one holder
+   costs one write transaction, and with several one per holder.
 3. Else every latest deployed process with a message start of that name: a keyed
    start joins a running instance with the same start key (a 'DuplicateStart' fact,
    never a second instance); the partial unique index on (key, start_key) makes that
@@ -35,7 +39,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, insert, select
+from sqlalchemy import Connection, and_, exists, insert, literal, select
 from sqlalchemy.exc import OperationalError
 
 from engine_core.correlation import JoinRunning, buffer_it, start_or_join, waits_to_wake
@@ -44,8 +48,11 @@ from engine_core.errors import InvalidMessage
 from engine_core.inputs import check_name, check_text, check_ttl, check_variables
 from engine_core.triggers import MessageReceived, SignalReceived, Trigger
 from persistence.holds import lock_message_key
+from persistence.inbox import mark_processed_statement
+from persistence.outbox_queue import OutboxRow
 from persistence.store import Applied, StartKeyTaken, Store
 from persistence.tables import ACTIVE_STATUSES, instances, messages, subscriptions
+from persistence.writes import Writes
 
 __all__ = ["NAMESPACE", "MessageOutcome", "Router", "SignalOutcome"]
 
@@ -69,10 +76,16 @@ class MessageOutcome:
     applied: list[Applied] = field(default_factory=list)
     # Holders whose delivery raised: each kept as a failed trigger of its own.
     failed: list[str] = field(default_factory=list)
+    # The Client's inbox row was marked in the transaction that recorded the message.
+    inbox_marked: bool = False
 
     @property
     def outbox_ids(self) -> list[int]:
         return [i for a in self.applied for i in a.outbox_ids]
+
+    @property
+    def outbox_rows(self) -> list[OutboxRow]:
+        return [r for a in self.applied for r in a.outbox_rows]
 
     def summary(self) -> str:
         parts = [f"delivered_to={','.join(self.delivered_to) or '-'}"]
@@ -91,10 +104,16 @@ class SignalOutcome:
     started: list[str] = field(default_factory=list)
     applied: list[Applied] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
+    # A broadcast takes one transaction per holder: the shell marks its inbox row after.
+    inbox_marked: bool = False
 
     @property
     def outbox_ids(self) -> list[int]:
         return [i for a in self.applied for i in a.outbox_ids]
+
+    @property
+    def outbox_rows(self) -> list[OutboxRow]:
+        return [r for a in self.applied for r in a.outbox_rows]
 
     def summary(self) -> str:
         return (
@@ -140,7 +159,7 @@ class Router:
         trigger: Trigger,
         trigger_id: str,
         now: datetime,
-        also: Callable[[Connection], None] | None = None,
+        also: Callable[[Writes], None] | None = None,
     ) -> Applied | None:
         kwargs = {
             "instance_id": instance_id,
@@ -212,7 +231,10 @@ class Router:
         message_id: str | None,
         ttl_seconds: float | None,
         now: datetime,
+        inbox_id: str | None = None,
     ) -> MessageOutcome:
+        """Route one message (the module docstring's order); ``inbox_id``: the Client's
+        inbox row, marked processed in the transaction that records the message."""
         limits = self.store.settings.limits
         check_name(name, "message name", limits)
         if correlation_key is not None:
@@ -223,25 +245,46 @@ class Router:
             message_id or str(uuid.uuid4()), "message id", limits, InvalidMessage
         )
         out = MessageOutcome(message_id)
-        # The duplicate check and the first holders lookup share one read transaction.
+        # The duplicate check and the first holders lookup: one statement.
         with self.store.read() as conn:
-            if conn.execute(
-                select(messages.c.message_id).where(messages.c.message_id == message_id)
-            ).first():
-                out.duplicate = True
-                return out
-            holders: list[tuple[str, str]] | None = self._holders_in(
-                conn, "message", name, correlation_key
-            )
+            duplicate, first = self._seen_and_holders(conn, message_id, name, correlation_key)
+        if duplicate:
+            out.duplicate = True
+            return out
+        holders: list[tuple[str, str]] | None = first
         while True:
-            self._deliver(out, name, correlation_key, variables, now, holders)
+            self._deliver(out, name, correlation_key, variables, now, holders, inbox_id)
             holders = None  # a second round (a subscription appeared) looks again
             if out.recorded:
                 return out
             if not out.delivered_to and not out.failed:
                 self._start(out, name, correlation_key, variables, now)
-            if self._record(out, name, correlation_key, variables, ttl_seconds, now):
+            if self._record(out, name, correlation_key, variables, ttl_seconds, now, inbox_id):
                 return out
+
+    @staticmethod
+    def _seen_and_holders(
+        conn: Connection, message_id: str, name: str, key: str | None
+    ) -> tuple[bool, list[tuple[str, str]]]:
+        """Is ``message_id`` recorded, and who holds (name, key): one round trip (a
+        one-row source outer-joined to the subscriptions, the answer on every row)."""
+        one = select(literal(1).label("one")).subquery()
+        matching = and_(
+            subscriptions.c.kind == "message",
+            subscriptions.c.name == name,
+            subscriptions.c.correlation_key.is_not_distinct_from(key),
+        )
+        rows = conn.execute(
+            select(
+                exists().where(messages.c.message_id == message_id).label("duplicate"),
+                subscriptions.c.instance_id,
+                subscriptions.c.wait_id,
+            )
+            .select_from(one.outerjoin(subscriptions, matching))
+            .order_by(subscriptions.c.instance_id, subscriptions.c.wait_id)
+        ).all()
+        holders = [(r.instance_id, r.wait_id) for r in rows if r.instance_id is not None]
+        return bool(rows[0].duplicate), holders
 
     def _deliver(
         self,
@@ -251,17 +294,16 @@ class Router:
         variables: dict[str, Any],
         now: datetime,
         holders: list[tuple[str, str]] | None = None,
+        inbox_id: str | None = None,
     ) -> None:
         seen: set[str] = set(out.delivered_to) | set(out.failed)
         if holders is None:
             holders = self._holders("message", name, key)
-        # With one holder the dedup row rides its transaction. With several it must be
-        # written after all of them (``_record``): a crash in between leaves the message
-        # unrecorded, so the producer's retry reaches the holders not yet served.
-        single = len({instance for instance, _ in holders}) == 1 and not (
-            out.delivered_to or out.failed
-        )
-        for instance_id, wait_id in waits_to_wake(holders, seen):
+        # The dedup row rides the LAST holder's transaction: a crash before it leaves the
+        # message unrecorded, so the producer's retry reaches the holders not yet served
+        # (the ones served recognise the trigger id).
+        wake = list(waits_to_wake(holders, seen))
+        for n, (instance_id, wait_id) in enumerate(wake, 1):
             trigger = MessageReceived(
                 wait_id=wait_id,
                 name=name,
@@ -269,49 +311,53 @@ class Router:
                 variables=variables,
                 message_id=out.message_id,
             )
-            record = self._recorder(out, name, key, instance_id, now) if single else None
+            last = n == len(wake) and not out.recorded
+            record = self._recorder(out, name, key, instance_id, now, inbox_id) if last else None
             applied = self._apply_isolated(instance_id, trigger, out.message_id, now, also=record)
             if applied is None:
                 out.failed.append(instance_id)  # kept for this holder; the others go on
-                out.recorded = False  # its dedup row rolled back with it
                 continue
             if not (applied.changed or applied.duplicate):
                 # The wait was replaced between our lookup and the lock (a loop that
                 # re-armed its catch): not delivered. ``_record`` then finds the new
                 # subscription under its lock and ``message`` correlates again.
                 continue
+            if record is not None and applied.changed:
+                out.recorded = True  # committed with the step
+                out.inbox_marked = inbox_id is not None
             out.applied.append(applied)
             out.delivered_to.append(instance_id)
 
     def _recorder(
-        self, out: MessageOutcome, name: str, key: str | None, taker: str, now: datetime
-    ) -> Callable[[Connection], None] | None:
-        """Record the message as consumed in the first delivery's own transaction.
+        self,
+        out: MessageOutcome,
+        name: str,
+        key: str | None,
+        taker: str,
+        now: datetime,
+        inbox_id: str | None,
+    ) -> Callable[[Writes], None]:
+        """Record the message as consumed (and mark the Client's inbox row) in a
+        delivery's own write: one statement more in it, not a transaction of its own.
+        A redelivery finds the row and is a duplicate."""
 
-        The common case (one holder) then costs one write transaction, not two; a
-        redelivery finds the row and is a duplicate. Later deliveries of the same
-        message (other instances) need no row of their own."""
-        if out.recorded:
-            return None
-
-        def record(conn: Connection) -> None:
-            exists = conn.execute(
-                select(messages.c.message_id).where(messages.c.message_id == out.message_id)
-            ).first()
-            if exists is None:
-                conn.execute(
-                    insert(messages).values(
-                        message_id=out.message_id,
-                        name=name,
-                        correlation_key=key,
-                        variables={},
-                        expires_at=None,
-                        received_at=now,
-                        consumed_by_instance=taker,
-                        consumed_at=now,
-                    )
+        def record(writes: Writes) -> None:
+            writes.add(
+                writes.insert_ignoring(messages)
+                .values(
+                    message_id=out.message_id,
+                    name=name,
+                    correlation_key=key,
+                    variables={},
+                    expires_at=None,
+                    received_at=now,
+                    consumed_by_instance=taker,
+                    consumed_at=now,
                 )
-            out.recorded = True
+                .on_conflict_do_nothing()
+            )
+            if inbox_id is not None:
+                writes.add(mark_processed_statement(inbox_id, now))
 
         return record
 
@@ -383,8 +429,10 @@ class Router:
         variables: dict[str, Any],
         ttl: float | None,
         now: datetime,
+        inbox_id: str | None = None,
     ) -> bool:
-        """Write the dedup row; False if a subscription appeared and we must deliver."""
+        """Write the dedup row (and mark the Client's inbox row); False if a
+        subscription appeared and we must deliver."""
         taken = bool(out.delivered_to or out.started or out.joined or out.failed)
         buffer = buffer_it(taken, ttl)
         takers = out.delivered_to or out.started or out.joined or out.failed
@@ -403,6 +451,9 @@ class Router:
                 )
                 if conn.execute(q).first() is not None:
                     return False  # armed meanwhile: deliver to it instead of buffering
+            if inbox_id is not None:
+                conn.execute(mark_processed_statement(inbox_id, now))
+                out.inbox_marked = True
             if conn.execute(
                 select(messages.c.message_id).where(messages.c.message_id == out.message_id)
             ).first():

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, insert, select, text, update
+from sqlalchemy import Connection, Row, exists, false, insert, select, text, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import IntegrityError
 
 from engine_core import engine as core
@@ -45,11 +46,13 @@ from persistence.decisions import DecisionCache
 from persistence.deployments import Deployment, Deployments
 from persistence.failed_triggers import FLAGGED, FailedTriggers
 from persistence.holds import sync_holds
+from persistence.inbox import mark_processed_statement
 from persistence.incident_rows import sync_incidents
 from persistence.outbox_queue import OutboxQueue, OutboxRow
 from persistence.queries import Queries
 from persistence.settings import Settings
 from persistence.tables import facts, instances, outbox, processed_triggers
+from persistence.writes import Writes
 
 __all__ = [
     "LOCK_WAIT_OBSERVERS",
@@ -70,24 +73,40 @@ LOCK_WAIT_OBSERVERS: list[Callable[[float], None]] = []
 
 @dataclass(frozen=True, slots=True)
 class Applied:
-    """What one transaction did. ``outbox_ids``: rows to publish after commit."""
+    """What one transaction did. ``outbox``: the rows it wrote, to publish after commit
+    (returned by the write itself, never read back)."""
 
     instance_id: str
     revision: int
     status: str
     changed: bool
     duplicate: bool = False
-    outbox_ids: list[int] = field(default_factory=list)
+    outbox: list[OutboxRow] = field(default_factory=list)
     facts: list[Fact] = field(default_factory=list)
     # The caller's precondition failed under the lock: nothing was applied.
     skipped: bool = False
     # The process key, for metrics and trace attributes (bounded, unlike the id).
     key: str | None = None
+    # The Client's inbox row was marked processed inside this transaction.
+    inbox_marked: bool = False
+
+    @property
+    def outbox_ids(self) -> list[int]:
+        return [row.id for row in self.outbox]
+
+    @property
+    def outbox_rows(self) -> list[OutboxRow]:
+        return list(self.outbox)
 
     def summary(self) -> str:
         extra = " duplicate" if self.duplicate else ""
         extra += " stale" if not self.changed and not extra else ""
         return f"instance={self.instance_id} revision={self.revision}{extra}"
+
+
+class _Duplicate(Exception):
+    """A concurrent delivery of the same trigger committed first (seen at the final
+    write): roll this transaction back and answer 'duplicate'."""
 
 
 class StartKeyTaken(InvalidOperation):
@@ -212,6 +231,7 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
         parent: dict[str, str] | None = None,
         trigger_id: str | None = None,
         version_tag: str | None = None,
+        inbox_id: str | None = None,
     ) -> Applied:
         """Create ``instance_id`` and apply its Start, in one transaction; ``version_tag``
         picks the newest version with that ``zeebe:versionTag`` (a call activity's
@@ -220,6 +240,7 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
         Idempotent on the instance id: a redelivered start finds the row and returns
         ``changed=False``. A keyed start racing another with the same key loses on the
         partial unique index and raises ``StartKeyTaken`` (the router joins instead).
+        ``inbox_id``: the Client's inbox row, marked processed in the same transaction.
         """
         limits = self.settings.limits
         check_text(instance_id, "instance id", limits)
@@ -238,10 +259,23 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
                 if version_tag is not None and version is None:
                     version = self._tagged_version(conn, key, version_tag)
                 applied = self.start_in(
-                    conn, key, instance_id, trigger, now=now, version=version, trigger_id=trigger_id
+                    conn,
+                    key,
+                    instance_id,
+                    trigger,
+                    now=now,
+                    version=version,
+                    trigger_id=trigger_id,
+                    inbox_id=inbox_id,
+                    checked=not self.is_postgres,
                 )
             log_raised_incidents(applied)
             return applied
+        except _Duplicate:
+            with self._read() as conn:
+                existing = self._existing(conn, instance_id)
+            assert existing is not None  # its INSERT met the row
+            return existing
         except IntegrityError as exc:
             with self._read() as conn:
                 existing = self._existing(conn, instance_id)
@@ -261,34 +295,51 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
         now: datetime,
         version: int | None = None,
         trigger_id: str | None = None,
+        inbox_id: str | None = None,
+        checked: bool = True,
     ) -> Applied:
         """``start``'s body inside the CALLER's transaction, so a caller that must change
         other rows with the start (a timer start arming its next repetition) commits
-        both at once. An existing ``instance_id`` is returned as a duplicate."""
-        existing = self._existing(conn, instance_id)
-        if existing is not None:
-            return existing
+        both at once. An existing ``instance_id`` is returned as a duplicate.
+
+        ``checked=False`` (``start`` on PostgreSQL) leaves the existence check to the
+        instance INSERT's own ``ON CONFLICT (id) DO NOTHING`` inside the one write
+        statement: a redelivered start raises ``_Duplicate`` (the transaction must roll
+        back) and ``start`` answers with the existing row. One round trip fewer."""
+        if checked:
+            existing = self._existing(conn, instance_id)
+            if existing is not None:
+                return existing
         definition, ver = self.definition(key, version, conn=conn)
         first = core.new_checkpoint(definition, instance_id, ver, now)
         services = self._decisions.services(conn, definition)
         step = core.apply(definition, first, trigger, now=now, services=services)
         cp = step.checkpoint
-        conn.execute(
-            insert(instances).values(
-                id=instance_id,
-                key=key,
-                version=ver,
-                status=cp.status.value,
-                business_key=trigger.business_key,
-                start_key=trigger.start_key,
-                revision=cp.revision,
-                checkpoint=encode(cp),
-                created_at=now,
-                updated_at=now,
-                parent_id=(trigger.parent or {}).get("instance_id"),
+        writes = Writes(conn)
+        row = {
+            "id": instance_id,
+            "key": key,
+            "version": ver,
+            "status": cp.status.value,
+            "business_key": trigger.business_key,
+            "start_key": trigger.start_key,
+            "revision": cp.revision,
+            "checkpoint": encode(cp),
+            "created_at": now,
+            "updated_at": now,
+            "parent_id": (trigger.parent or {}).get("instance_id"),
+        }
+        if not checked:
+            writes.add(
+                pg_insert(instances)
+                .values(row)
+                .on_conflict_do_nothing(index_elements=[instances.c.id])
+                .returning(instances.c.id),
+                "instance",
             )
-        )
-        return self._write_step(conn, instance_id, first, step, now, trigger_id)
+        else:
+            writes.add(insert(instances).values(row))
+        return self._write_step(writes, instance_id, first, step, now, trigger_id, inbox_id)
 
     def _existing(self, conn: Connection, instance_id: str) -> Applied | None:
         row = conn.execute(
@@ -306,9 +357,13 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
         *,
         trigger_id: str | None = None,
         precondition: Callable[[Connection], bool] | None = None,
-        also: Callable[[Connection], None] | None = None,
+        also: Callable[[Writes], None] | None = None,
+        inbox_id: str | None = None,
     ) -> Applied:
         """Apply one trigger to one instance: THE transaction (see ``_apply``).
+
+        ``inbox_id``: the Client's inbox row behind this trigger, marked processed in
+        the same transaction (not in a second one after it).
 
         After the commit, every incident the step raised is logged once at ERROR. A
         checkpoint this dormant cannot read flags the instance with an incident of its
@@ -322,10 +377,16 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
                 trigger_id=trigger_id,
                 precondition=precondition,
                 also=also,
+                inbox_id=inbox_id,
             )
         except (CorruptCheckpoint, CheckpointTooNew) as exc:
             self.flag_checkpoint(instance_id, exc, now)
             raise
+        except _Duplicate:
+            with self._read() as conn:
+                existing = self._existing(conn, instance_id)
+            assert existing is not None  # it committed the same trigger id
+            applied = existing
         log_raised_incidents(applied)
         return applied
 
@@ -337,38 +398,48 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
         *,
         trigger_id: str | None = None,
         precondition: Callable[[Connection], bool] | None = None,
-        also: Callable[[Connection], None] | None = None,
+        also: Callable[[Writes], None] | None = None,
+        inbox_id: str | None = None,
     ) -> Applied:
         """Apply one trigger to one instance: THE transaction (see the module docstring).
 
+        Two statements on PostgreSQL: the locking SELECT (which also answers "is this
+        trigger id already applied?"), then every write as one statement
+        (persistence/writes.py). The definition comes from this process's cache.
+
         The order inside is the contract: the row lock is taken before the checkpoint is
         read (a racing trigger waits, then applies to the new state — single flight);
-        the duplicate check comes after the lock (two deliveries of one trigger cannot
-        both pass it); hold rows change only together with the checkpoint that implies
-        them, so a failure anywhere rolls back both and no wait is ever lost.
+        the duplicate check is answered under the lock, and once more by the processed
+        trigger id's own ``ON CONFLICT DO NOTHING`` at the write: a delivery that waited
+        for the lock while another delivery of the same trigger committed read the
+        answer from its statement's older snapshot, and is rolled back there
+        (``_Duplicate``), so two deliveries of one trigger never both apply. Hold rows
+        change only together with the checkpoint that implies them, so a failure
+        anywhere rolls back both and no wait is ever lost.
 
         ``precondition`` runs under the lock (the scheduler checks its claim there);
-        when it returns False nothing is applied and ``skipped`` is set. ``also`` runs in
-        the same transaction after a step that changed the instance (the router records
-        a delivered message there, saving a commit per message).
+        when it returns False nothing is applied and ``skipped`` is set. ``also`` queues
+        more writes into the same statement after a step that changed the instance (the
+        router records a delivered message there, saving a commit per message).
         """
         with self._tx() as conn:
-            row = self._lock(conn, instance_id)
+            row = self._lock(conn, instance_id, trigger_id)
             if precondition is not None and not precondition(conn):
                 return Applied(
                     instance_id, int(row.revision), row.status, False, skipped=True, key=row.key
                 )
-            if (
-                trigger_id is not None
-                and conn.execute(
-                    select(processed_triggers.c.trigger_id).where(
-                        processed_triggers.c.instance_id == instance_id,
-                        processed_triggers.c.trigger_id == trigger_id,
-                    )
-                ).first()
-            ):
+            writes = Writes(conn)
+            marked = self._mark_inbox(writes, inbox_id, now)
+            if row.duplicate:
+                writes.flush()
                 return Applied(
-                    instance_id, int(row.revision), row.status, False, duplicate=True, key=row.key
+                    instance_id,
+                    int(row.revision),
+                    row.status,
+                    False,
+                    duplicate=True,
+                    key=row.key,
+                    inbox_marked=marked,
                 )
             old = decode(row.checkpoint)
             if row.status == FLAGGED:
@@ -380,7 +451,8 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
                 services = dataclasses.replace(services, migration_target=target)
             step = core.apply(definition, old, trigger, now=now, services=services)
             if not step.changed:
-                self._insert_facts(conn, instance_id, old.revision, step.facts, now)
+                self._queue_facts(writes, instance_id, old.revision, step.facts, now)
+                writes.flush()
                 return Applied(
                     instance_id,
                     old.revision,
@@ -388,9 +460,10 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
                     False,
                     facts=list(step.facts),
                     key=row.key,
+                    inbox_marked=marked,
                 )
             cp = step.checkpoint
-            conn.execute(
+            writes.add(
                 update(instances)
                 .where(instances.c.id == instance_id)
                 .values(
@@ -401,99 +474,130 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
                     updated_at=now,
                 )
             )
-            applied = self._write_step(conn, instance_id, old, step, now, trigger_id)
-            if also is not None:
-                also(conn)
-            return applied
+            return self._write_step(writes, instance_id, old, step, now, trigger_id, None, also)
 
-    def _lock(self, conn: Connection, instance_id: str) -> Row[Any]:
+    def _lock(self, conn: Connection, instance_id: str, trigger_id: str | None) -> Row[Any]:
+        """The instance row, locked, and whether ``trigger_id`` is already applied."""
+        duplicate: Any = (
+            exists()
+            .where(
+                processed_triggers.c.instance_id == instance_id,
+                processed_triggers.c.trigger_id == trigger_id,
+            )
+            .label("duplicate")
+            if trigger_id is not None
+            else false().label("duplicate")
+        )
         q = select(
             instances.c.key,
             instances.c.version,
             instances.c.status,
             instances.c.revision,
             instances.c.checkpoint,
+            duplicate,
         ).where(instances.c.id == instance_id)
         began = time.perf_counter()
-        row = conn.execute(q.with_for_update()).first()
+        row = conn.execute(q.with_for_update(of=instances)).first()
         for observe in LOCK_WAIT_OBSERVERS:
             observe(time.perf_counter() - began)
         if row is None:
             raise UnknownInstance(f"no instance has id {instance_id!r}")
         return row  # type: ignore[return-value]
 
+    @staticmethod
+    def _mark_inbox(writes: Writes, inbox_id: str | None, now: datetime) -> bool:
+        if inbox_id is None:
+            return False
+        writes.add(mark_processed_statement(inbox_id, now))
+        return True
+
     def _write_step(
         self,
-        conn: Connection,
+        writes: Writes,
         instance_id: str,
         old: Checkpoint,
         step: Step,
         now: datetime,
         trigger_id: str | None,
+        inbox_id: str | None = None,
+        also: Callable[[Writes], None] | None = None,
     ) -> Applied:
-        """Everything the new checkpoint implies, in the caller's transaction."""
+        """Everything the new checkpoint implies, queued on ``writes`` behind the
+        checkpoint's own write and sent as one statement."""
         cp = step.checkpoint
-        buffered = sync_holds(conn, instance_id, projected_waits(old), projected_waits(cp), now)
-        sync_incidents(conn, old, cp)
-        self._insert_facts(conn, instance_id, cp.revision, step.facts, now)
+        buffered = sync_holds(writes, instance_id, projected_waits(old), projected_waits(cp), now)
+        sync_incidents(writes, old, cp)
+        self._queue_facts(writes, instance_id, cp.revision, step.facts, now)
         # Each effect's trigger id names its origin (instance, revision, index), never
         # the row id: SQLite reuses the id of a deleted row, so a CancelChild published
         # as "outbox:7" after the StartChild "outbox:7" was deleted would be dropped by
         # the child as a duplicate of its own start.
-        rows = [encode_effect(e) for e in step.effects]
-        outbox_ids = [
-            int(
-                conn.execute(
-                    insert(outbox)
-                    .values(
-                        kind=kind,
-                        payload=payload | {"trigger_id": f"{instance_id}@{cp.revision}.{i}"},
-                        created_at=now,
-                    )
-                    .returning(outbox.c.id)
-                ).scalar_one()
-            )
-            for i, (kind, payload) in enumerate(rows)
+        rows: list[dict[str, Any]] = [
+            {
+                "kind": kind,
+                "payload": payload | {"trigger_id": f"{instance_id}@{cp.revision}.{i}"},
+                "created_at": now,
+            }
+            for i, (kind, payload) in enumerate(encode_effect(e) for e in step.effects)
         ]
-        outbox_ids += [b.outbox_id for b in buffered]
+        if rows:
+            writes.add(insert(outbox).values(rows).returning(outbox.c.id), "outbox")
         if trigger_id is not None:
-            conn.execute(
-                insert(processed_triggers).values(
-                    instance_id=instance_id, trigger_id=trigger_id, at=now
-                )
+            writes.add(
+                writes.insert_ignoring(processed_triggers)
+                .values(instance_id=instance_id, trigger_id=trigger_id, at=now)
+                .on_conflict_do_nothing()
+                .returning(processed_triggers.c.trigger_id),
+                "processed",
             )
+        marked = self._mark_inbox(writes, inbox_id, now)
+        if also is not None:
+            also(writes)
+        returned = writes.flush()
+        if "instance" in returned and not returned["instance"]:
+            raise _Duplicate(instance_id)  # a start whose instance exists: roll back
+        if trigger_id is not None and not returned.get("processed"):
+            raise _Duplicate(trigger_id)
+        ids = sorted(int(i) for i in returned.get("outbox", []))
+        outbox_rows = [
+            OutboxRow(row_id, r["kind"], r["payload"], now)
+            for row_id, r in zip(ids, rows, strict=True)
+        ]
+        outbox_rows += [b.row for b in buffered]
         return Applied(
             instance_id,
             cp.revision,
             cp.status.value,
             True,
             False,
-            outbox_ids,
+            outbox_rows,
             list(step.facts),
             key=cp.process_key,
+            inbox_marked=marked,
         )
 
-    def _insert_facts(
-        self,
-        conn: Connection,
+    @staticmethod
+    def _queue_facts(
+        writes: Writes,
         instance_id: str,
         revision: int,
         new: tuple[Fact, ...],
         now: datetime,
     ) -> None:
         if new:
-            conn.execute(
-                insert(facts),
-                [
-                    {
-                        "instance_id": instance_id,
-                        "revision": revision,
-                        "at": now,
-                        "kind": f.kind,
-                        "details": dict(f.details),
-                    }
-                    for f in new
-                ],
+            writes.add(
+                insert(facts).values(
+                    [
+                        {
+                            "instance_id": instance_id,
+                            "revision": revision,
+                            "at": now,
+                            "kind": f.kind,
+                            "details": dict(f.details),
+                        }
+                        for f in new
+                    ]
+                )
             )
 
     def record_fact(self, instance_id: str, fact: Fact, now: datetime) -> None:
@@ -502,6 +606,8 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
             rev = conn.execute(
                 select(instances.c.revision).where(instances.c.id == instance_id)
             ).scalar()
-            self._insert_facts(conn, instance_id, int(rev or 0), (fact,), now)
+            writes = Writes(conn)
+            self._queue_facts(writes, instance_id, int(rev or 0), (fact,), now)
+            writes.flush()
 
     # -- outbox -------------------------------------------------------------------

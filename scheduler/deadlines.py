@@ -44,6 +44,7 @@ from sqlalchemy import Connection, Table, and_, delete, insert, select, tuple_, 
 from engine_core.arming import next_repetition
 from engine_core.model import TimerSpec
 from engine_core.triggers import Start, TimerFired
+from persistence.outbox_queue import OutboxRow
 from persistence.start_timers import START_TIMER_PREFIX, is_start_timer, start_instance_id
 from persistence.store import Applied, Store, log_raised_incidents
 from persistence.tables import deadlines, facts, instances, start_timers
@@ -91,6 +92,14 @@ class FireOutcome:
     @property
     def outbox_ids(self) -> list[int]:
         return list(self.applied.outbox_ids) if self.applied is not None else []
+
+    @property
+    def outbox_rows(self) -> list[OutboxRow]:
+        return self.applied.outbox_rows if self.applied is not None else []
+
+    @property
+    def inbox_marked(self) -> bool:
+        return False  # a deadline has no inbox row
 
     def summary(self) -> str:
         inner = (

@@ -17,6 +17,7 @@ from typing import Any
 
 import click
 
+from engine_core.checkpoint import ROOT_SCOPE
 from engine_core.errors import InvalidOperation
 from persistence.batches import BatchView
 from persistence.selection import Selector
@@ -199,7 +200,11 @@ def register(cli: click.Group, instances: click.Group, incidents: click.Group) -
     @click.argument("instance_id")
     @click.option("--var", "vars_", multiple=True, metavar="K=V")
     @click.option("--unset", multiple=True, metavar="NAME")
-    @click.option("--scope", default="s0", help="a scope id or sub-process node id (root: s0)")
+    @click.option(
+        "--scope",
+        default=ROOT_SCOPE,
+        help=f"a scope id or sub-process node id (root: {ROOT_SCOPE})",
+    )
     @click.option("--retry", is_flag=True, help="then retry the instance's open incidents")
     def instances_set_variables(
         instance_id: str, vars_: tuple[str, ...], unset: tuple[str, ...], scope: str, retry: bool

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from engine_core.checkpoint import InstanceStatus
+from engine_core.checkpoint import ROOT_SCOPE, InstanceStatus
 from engine_core.errors import InvalidOperation, InvalidVariables
 from engine_core.inputs import DEFAULT_LIMITS, Limits, check_text, check_variables
 from engine_core.migration import problems
@@ -68,7 +68,7 @@ class Operations:
         variables: Mapping[str, Any] | None = None,
         unset: Iterable[str] = (),
         *,
-        scope: str = "s0",
+        scope: str = ROOT_SCOPE,
         retry_incidents: bool = False,
     ) -> None:
         """Set or remove variables in ``scope`` (a scope id or a sub-process node id),
@@ -156,7 +156,7 @@ class Operations:
             params = variables_params(
                 params.get("variables"),
                 params.get("unset", ()),
-                params.get("scope", "s0"),
+                params.get("scope", ROOT_SCOPE),
                 bool(params.get("retry_incidents", False)),
                 self._limits,
             )

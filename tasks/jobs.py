@@ -55,7 +55,7 @@ from celery import Task
 from celery.signals import task_failure, task_success, task_unknown
 from kombu.entity import Exchange, Queue
 
-from engine_core.effects import job_idempotency_key
+from engine_core.effects import DispatchJob, job_idempotency_key
 from engine_core.errors import BpmnError
 from engine_core.job_types import reserved_job_type
 from engine_core.triggers import JobCompleted, JobErrorThrown, JobFailed, JobHeartbeat
@@ -95,15 +95,11 @@ def job_queue(job_type: str) -> Queue:
     return Queue(name, Exchange(name, type="direct"), routing_key=f"job.{job_type}")
 
 
-def dispatch(payload: dict[str, Any]) -> None:
-    """Send one job (a ``DispatchJob`` effect's payload)."""
-    job_type = payload["job_type"]
-    instance_id, wait_id, attempt = (
-        payload["instance_id"],
-        payload["wait_id"],
-        int(payload["attempt"]),
-    )
-    key = job_idempotency_key(str(instance_id), str(wait_id), attempt)
+def dispatch(job: DispatchJob) -> None:
+    """Send one job: the ``DispatchJob`` effect of an outbox row (``parse_effect``)."""
+    instance_id, wait_id, attempt = job.instance_id, job.wait_id, job.attempt
+    job_type = job.job_type
+    key = job.idempotency_key
     reserved = reserved_job_type(job_type)
     if reserved is not None:  # e.g. an outbox row written before the deploy-time rule
         log.error("job not dispatched instance=%s wait=%s: %s", instance_id, wait_id, reserved)
@@ -116,7 +112,7 @@ def dispatch(payload: dict[str, Any]) -> None:
         )
         return
     headers = {
-        HEADER_TASK_HEADERS: {str(k): str(v) for k, v in (payload.get("headers") or {}).items()},
+        HEADER_TASK_HEADERS: {str(k): str(v) for k, v in job.headers.items()},
         HEADER_INSTANCE: instance_id,
         HEADER_WAIT: wait_id,
         HEADER_ATTEMPT: str(attempt),
@@ -126,7 +122,7 @@ def dispatch(payload: dict[str, Any]) -> None:
     publish(
         job_type,
         f"job.{job_type}",
-        dict(payload.get("variables") or {}),
+        dict(job.variables),
         queue=queue,
         exchange=queue.exchange.name if queue.exchange else None,
         headers=headers,
@@ -200,7 +196,7 @@ def report(instance_id: str, trigger: Any, trigger_id: str) -> None:
     Three quick tries cover a database restart; after that the trigger is published as
     ``dormant.apply_trigger`` (which retries with backoff) rather than dropped.
     """
-    from tasks.outbox import publish_ids
+    from tasks.outbox import publish_rows
 
     last: Exception | None = None
     for delay in (0.0, 0.5, 2.0):
@@ -236,7 +232,7 @@ def report(instance_id: str, trigger: Any, trigger_id: str) -> None:
             last = exc
             continue
         metrics.record_trigger(trigger.kind, applied, time.perf_counter() - began)
-        publish_ids(applied.outbox_ids)
+        publish_rows(applied.outbox_rows)
         log.info(
             "instance=%s revision=%s trigger=%s%s",
             instance_id,

@@ -18,6 +18,7 @@ from typing import Any
 
 from celery import Task
 
+from engine_core.checkpoint import ROOT_SCOPE
 from engine_core.errors import DormantError
 from engine_core.triggers import (
     MigrateInstance,
@@ -95,7 +96,7 @@ def set_variables(
     instance_id: str,
     variables: dict[str, Any] | None = None,
     unset: list[str] | None = None,
-    scope: str = "s0",
+    scope: str = ROOT_SCOPE,
     retry_incidents: bool = False,
     *,
     inbox_id: str | None = None,

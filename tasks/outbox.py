@@ -16,7 +16,6 @@ trigger a child's end sends its parent is the core's (``calls.parent_trigger``).
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -39,7 +38,14 @@ from persistence import clock, job_pause
 from tasks.app import publish, store
 from tasks.jobs import dispatch
 
-__all__ = ["HEADER_OUTBOX", "consumed", "publish_ids", "publish_row", "trigger_id_for"]
+__all__ = [
+    "HEADER_OUTBOX",
+    "consumed",
+    "publish_ids",
+    "publish_row",
+    "publish_rows",
+    "trigger_id_for",
+]
 
 log = logging.getLogger("dormant.outbox")
 
@@ -73,7 +79,7 @@ def _apply_trigger(
 
 
 def _dispatch_job(job: DispatchJob, tid: str, headers: dict[str, Any]) -> None:
-    dispatch(dataclasses.asdict(job))
+    dispatch(job)
 
 
 def _throw_message(m: ThrowMessage, tid: str, headers: dict[str, Any]) -> None:
@@ -209,12 +215,16 @@ def consumed(request: Any) -> None:
 
 
 def publish_ids(ids: Iterable[Any]) -> int:
-    """Publish the outbox rows a transaction just returned; the sweep covers failures."""
+    """Publish outbox rows known only by id (read back first)."""
     ids = list(ids)
-    if not ids:
-        return 0
+    return publish_rows(store().outbox_rows(ids)) if ids else 0
+
+
+def publish_rows(rows: Iterable[Any]) -> int:
+    """Publish the outbox rows a transaction just wrote, as it returned them (no read
+    back); the sweep covers a failure."""
     count = 0
-    for row in store().outbox_rows(ids):
+    for row in rows:
         try:
             publish_row(row)
             count += 1

@@ -2,9 +2,11 @@
 """The trigger tasks: one Celery task per kind of trigger, names public (``dormant.*``).
 
 Each is the same thin shell: parse → one Store / Router / scheduler call (the one
-locked transaction) → after commit, publish the outbox rows it returned and mark them
-published → mark the inbox row processed → one log line (instance id, revision,
-trigger kind; never payload values). No BPMN here.
+locked transaction, which also marks the Client's inbox row processed) → after commit,
+publish the outbox rows it returned (as written, never read back) and mark them
+published → one log line (instance id, revision, trigger kind; never payload values).
+A trigger whose transaction did not mark its inbox row (a failed trigger kept, a
+duplicate message, a broadcast) marks it after, in a transaction of its own. No BPMN.
 
 Outcomes, decided at this seam:
 
@@ -54,11 +56,12 @@ from engine_core.triggers import (
 )
 from persistence import clock, inbox
 from persistence.failed_triggers import call_kwargs, one_line
+from persistence.outbox_queue import OutboxRow
 from persistence.results import TriggerResult
 from tasks import app as app_module
 from tasks.app import app, publish, store
 from tasks.metrics import observe_trigger, timer_fired
-from tasks.outbox import consumed, publish_ids, publish_row
+from tasks.outbox import consumed, publish_row, publish_rows
 
 __all__ = [
     "apply_trigger",
@@ -91,8 +94,8 @@ def _backoff(retries: int) -> float:
     return float(min(30, 2**retries) * 0.5)
 
 
-def _outbox_ids(result: TriggerResult | None) -> list[int]:
-    return [] if result is None else list(result.outbox_ids)
+def _outbox_rows(result: TriggerResult | None) -> list[OutboxRow]:
+    return [] if result is None else list(result.outbox_rows)
 
 
 def _describe(result: TriggerResult | None) -> str:
@@ -135,8 +138,9 @@ def _run(
         raise
     except Exception as exc:
         return _keep(task, kind, exc, tid, inbox_id, instance_id)
-    publish_ids(_outbox_ids(result))
-    _processed(inbox_id)
+    publish_rows(_outbox_rows(result))
+    if result is None or not result.inbox_marked:
+        _processed(inbox_id)
     consumed(task.request)
     log.info("trigger=%s %s", kind, _describe(result))
     return None
@@ -222,6 +226,7 @@ def start(
                 parent=parent,
                 trigger_id=tid,
                 version_tag=version_tag,
+                inbox_id=inbox_id,
             )
         except UnknownProcess as exc:
             if parent is None:
@@ -255,6 +260,7 @@ def message(
             message_id=message_id or tid,
             ttl_seconds=ttl,
             now=now,
+            inbox_id=inbox_id,
         )
 
     return _run(self, "message", call, inbox_id, trigger_id)
@@ -302,7 +308,7 @@ def complete_task(
         checked = check_variables(variables, "task variables", store().settings.limits)
         instance_id, wait_id = _task_wait(task_id)
         trigger = TaskCompleted(wait_id=wait_id, variables=checked)
-        return store().apply(instance_id, trigger, now, trigger_id=tid)
+        return store().apply(instance_id, trigger, now, trigger_id=tid, inbox_id=inbox_id)
 
     owner = task_id.rsplit(".", 1)[0] if isinstance(task_id, str) and "." in task_id else None
     return _run(self, "task_completed", call, inbox_id, trigger_id, instance_id=owner)
@@ -365,7 +371,7 @@ def cancel(
     """Terminate an instance (its waits and hold rows go with it)."""
 
     def call(tid: str, now: datetime) -> Any:
-        return store().apply(instance_id, Cancel(), now, trigger_id=tid)
+        return store().apply(instance_id, Cancel(), now, trigger_id=tid, inbox_id=inbox_id)
 
     return _run(self, "cancel", call, inbox_id, trigger_id, instance_id=instance_id)
 
@@ -388,7 +394,11 @@ def _incident_task(name: str, trigger_cls: Any) -> Any:
         def call(tid: str, now: datetime) -> Any:
             instance_id = incident_instance(incident_id)
             return store().apply(
-                instance_id, trigger_cls(incident_id=incident_id), now, trigger_id=tid
+                instance_id,
+                trigger_cls(incident_id=incident_id),
+                now,
+                trigger_id=tid,
+                inbox_id=inbox_id,
             )
 
         kind = trigger_cls.model_fields["kind"].default
@@ -417,7 +427,9 @@ def apply_trigger(
     holder's own delivery of a message or signal kept for a retry."""
 
     def call(tid: str, now: datetime) -> Any:
-        return store().apply(instance_id, parse_trigger(trigger_json), now, trigger_id=tid)
+        return store().apply(
+            instance_id, parse_trigger(trigger_json), now, trigger_id=tid, inbox_id=inbox_id
+        )
 
     kind = trigger_json.get("kind") if isinstance(trigger_json, dict) else None
     return _run(self, str(kind or "trigger"), call, inbox_id, trigger_id, instance_id=instance_id)

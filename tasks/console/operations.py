@@ -21,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from engine_core.checkpoint import ROOT_SCOPE
 from engine_core.errors import InvalidOperation
 from persistence.selection import Selector
 from tasks.console.app import _act, _client, _render
@@ -66,7 +67,7 @@ async def set_variables(request: Request) -> Response:
     form = await request.form()
     lines = tuple(line for line in _field(form, "vars").splitlines() if line.strip())
     unset = tuple(_field(form, "unset").replace(",", " ").split())
-    scope = _field(form, "scope") or "s0"
+    scope = _field(form, "scope") or ROOT_SCOPE
     retry = form.get("retry") == "1"
     client = _client(request)
 
@@ -164,7 +165,7 @@ def _variables_params(form: Any) -> dict[str, Any]:
     return {
         "variables": parse_vars(lines),
         "unset": tuple(_words(form, "unset")),
-        "scope": _field(form, "scope") or "s0",
+        "scope": _field(form, "scope") or ROOT_SCOPE,
         "retry_incidents": form.get("retry") == "1",
     }
 

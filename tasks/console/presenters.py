@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from engine_core.checkpoint import Checkpoint, Wait, WaitKind
+from engine_core.checkpoint import ROOT_SCOPE, Checkpoint, Wait, WaitKind
 from engine_core.views import FactView
 
 __all__ = ["NodeOverlay", "ScopeVariables", "describe_wait", "overlays", "scopes"]
@@ -129,5 +129,5 @@ def overlays(checkpoint: Checkpoint, history: list[FactView]) -> dict[str, NodeO
 
 def scopes(checkpoint: Checkpoint) -> list[ScopeVariables]:
     """Every scope with its own variables, the root first."""
-    ordered = sorted(checkpoint.scopes.values(), key=lambda s: (s.id != "s0", s.id))
+    ordered = sorted(checkpoint.scopes.values(), key=lambda s: (s.id != ROOT_SCOPE, s.id))
     return [ScopeVariables(s.id, s.node_id, s.parent_id, dict(s.variables)) for s in ordered]

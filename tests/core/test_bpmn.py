@@ -434,7 +434,7 @@ def test_every_binding_type_is_read_for_processes_and_decisions() -> None:
         )
 
 
-def test_process_level_listener_refused() -> None:
+def test_process_level_listeners_are_read() -> None:
     xml = doc(
         ext(
             "<zeebe:executionListeners>"
@@ -442,8 +442,8 @@ def test_process_level_listener_refused() -> None:
             "</zeebe:executionListeners>"
         )
     )
-    with pytest.raises(UnsupportedElement, match=r"'p'.*executionListeners"):
-        read_bpmn(xml)
+    [definition] = read_bpmn(xml)
+    assert [(x.event, x.job_type) for x in definition.execution_listeners] == [("end", "x")]
 
 
 # -- invalid models -------------------------------------------------------------------

@@ -11,7 +11,7 @@ from engine_core.builder import ProcessBuilder, compensate, error, link, message
 from engine_core.effects import DispatchJob
 from engine_core.errors import InvalidModel, UnsupportedElement
 from engine_core.model import ExecutionListener, IoMapping, LoopSpec, ProcessDefinition
-from engine_core.triggers import JobCompleted, JobErrorThrown, JobFailed
+from engine_core.triggers import JobCompleted, JobErrorThrown, JobFailed, MessageReceived
 from tests.core.enginekit import Run
 
 
@@ -470,13 +470,6 @@ def test_the_kinds_that_take_no_listener_of_an_event_type() -> None:
     b.sequence("s", "t", "e")
     _refused(b, "compensation boundary event has no listeners")
 
-    b = ProcessBuilder("r7")
-    b.start_event("s").end_event("e")
-    with b.event_sub_process("esp", execution_listeners=(start("a"),)):
-        b.start_event("es", message("m", "=k")).end_event("ee").sequence("es", "ee")
-    b.sequence("s", "e")
-    _refused(b, "event sub-process are not run")
-
 
 def test_start_listener_variables_are_checked_like_any_variable() -> None:
     run = Run(_task(start("prepare")))
@@ -497,3 +490,93 @@ def test_an_end_listener_type_that_fails_to_evaluate_is_an_incident() -> None:
     complete(run, "audit")
     assert run.status == "completed"
     assert len(run.effects_of(DispatchJob)) == 2  # the task's job ran once
+
+
+# -- the process's own listeners ------------------------------------------------------
+
+
+def _process(*listeners: ExecutionListener) -> ProcessDefinition:
+    b = ProcessBuilder("whole", execution_listeners=listeners)
+    b.start_event("s").service_task("t", job_type="work").end_event("e")
+    b.sequence("s", "t", "e")
+    return b.build()
+
+
+def test_process_start_listeners_run_before_the_start_event_and_set_process_variables() -> None:
+    run = Run(_process(start("open"), end("close")))
+    run.start({"n": 1})
+    assert [w.job_type for w in run.waits(kind="job")] == ["open"]
+    assert run.facts_of("EndEventReached") == []
+    complete(run, "open", customer="c-1")
+    assert run.variables["customer"] == "c-1"  # a process variable, kept to the end
+    assert run.effects_of(DispatchJob)[-1].variables == {"n": 1, "customer": "c-1"}
+    run.complete_job("t")
+    # The last path ended at e: the process's end listener runs there, then it completes.
+    assert run.status == "active"
+    assert [(w.node_id, w.job_type) for w in run.waits(kind="job")] == [("e", "close")]
+    complete(run, "close", closed=True)
+    assert run.status == "completed"
+    assert run.variables["closed"] is True
+
+
+def test_a_failing_process_listener_is_an_incident_retried_alone() -> None:
+    run = Run(_process(end("close", retries="1")))
+    run.start()
+    run.complete_job("t")
+    fail(run, "close")
+    incident = run.incident("e")
+    assert "process-end execution listener 'close'" in incident.cause
+    run.retry(incident.id)
+    complete(run, "close")
+    assert run.status == "completed"
+    assert len([e for e in run.effects_of(DispatchJob) if e.job_type == "work"]) == 1
+
+
+def test_process_end_listeners_close_its_event_sub_processes() -> None:
+    b = ProcessBuilder("esp", execution_listeners=(end("close"),))
+    b.start_event("s").end_event("e").sequence("s", "e")
+    with b.event_sub_process("late"):
+        b.start_event("ls", message("poke", "=k")).end_event("le").sequence("ls", "le")
+    run = Run(b.build())
+    run.start({"k": "1"})
+    assert run.waits(kind="message") == []  # withdrawn: the process is completing
+    complete(run, "close")
+    assert run.status == "completed"
+
+
+# -- an event sub-process's listeners -------------------------------------------------
+
+
+def _event_sub(interrupting: bool) -> ProcessDefinition:
+    b = ProcessBuilder("esp")
+    b.start_event("s").user_task("wait").end_event("e").sequence("s", "wait", "e")
+    with b.event_sub_process("on_poke", execution_listeners=(start("open"), end("close"))):
+        b.start_event("ps", message("poke", "=k"), is_interrupting=interrupting)
+        b.service_task("handle", job_type="work").end_event("pe")
+        b.sequence("ps", "handle", "pe")
+    return b.build()
+
+
+@pytest.mark.parametrize("interrupting", [True, False])
+def test_an_event_sub_process_runs_its_listeners_around_itself(interrupting: bool) -> None:
+    run = Run(_event_sub(interrupting))
+    run.start({"k": "1"})
+    run.send(
+        MessageReceived(
+            wait_id=run.wait("ps", "message").id, name="poke", correlation_key="1", variables={}
+        )
+    )
+    assert [w.job_type for w in run.waits(kind="job")] == ["open"]
+    complete(run, "open", reason="poked")
+    job = run.effects_of(DispatchJob)[-1]
+    assert (job.job_type, job.variables["reason"]) == ("work", "poked")
+    run.complete_job("handle")
+    assert [(w.node_id, w.job_type) for w in run.waits(kind="job")] == [("pe", "close")]
+    complete(run, "close", handled=True)
+    assert run.variables["handled"] is True and "reason" not in run.variables
+    if interrupting:
+        assert run.status == "completed"
+    else:
+        assert run.token_nodes() == ["wait:waiting"]
+        run.complete_task("wait")
+        assert run.status == "completed"

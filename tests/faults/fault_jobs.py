@@ -58,14 +58,14 @@ def record(self: Task, **_: Any) -> dict[str, Any]:
     return {"recorded": True}
 
 
-_publish_ids = triggers.publish_ids
+_publish_rows = triggers.publish_rows
 
 
-def _publish_ids_then_maybe_not(ids: Iterable[Any]) -> int:
-    ids = list(ids)
-    if ids:
+def _publish_rows_then_maybe_not(rows: Iterable[Any]) -> int:
+    rows = list(rows)
+    if rows:
         _die("dispatch-committed")
-    return _publish_ids(ids)
+    return _publish_rows(rows)
 
 
 _report = jobs.report
@@ -77,7 +77,7 @@ def _report_then_maybe_die(instance_id: str, trigger: Any, trigger_id: str) -> N
 
 
 if KILL_AT:
-    triggers.publish_ids = _publish_ids_then_maybe_not  # type: ignore[assignment]
+    triggers.publish_rows = _publish_rows_then_maybe_not  # type: ignore[assignment]
     jobs.report = _report_then_maybe_die  # type: ignore[assignment]
 
 

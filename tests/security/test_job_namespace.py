@@ -166,14 +166,14 @@ def test_dispatch_refuses_a_reserved_job_type_as_a_job_failure(
         jobs, "publish", lambda name, key, kwargs, **_: sent.append((name, key, kwargs))
     )
     jobs.dispatch(
-        {
-            "job_type": "dormant.cancel",
-            "instance_id": "i-1",
-            "wait_id": "w1",
-            "attempt": 1,
-            "variables": {"instance_id": "victim"},
-            "headers": {},
-        }
+        DispatchJob(
+            instance_id="i-1",
+            wait_id="w1",
+            node_id="job",
+            job_type="dormant.cancel",
+            attempt=1,
+            variables={"instance_id": "victim"},
+        )
     )
     ((name, key, kwargs),) = sent
     assert name == "dormant.apply_trigger" and key == "trigger.job_failed"

@@ -1,0 +1,221 @@
+"""What one trigger costs PostgreSQL, counted (never timed), through the public surface.
+
+A real ``dormant worker`` (prefork x2) logs every commit of its pool processes
+(bench/sqlcount.py, armed by ``DORMANT_BENCH_SQL_LOG`` and ``--include bench.jobs``);
+this process counts the Client's own. No beat runs, so nothing but the triggers under
+test writes. The counts are exact, so each is pinned at its target:
+
+* a message trigger through the Client: 2 write transactions (the inbox row; the apply,
+  which also records the message and marks the inbox row), the apply two statements
+  (the lock, one write statement);
+* an instance start → job → end: 3 write transactions from a bare ``dormant.start``
+  (the start, the job's outbox row once published, the job's result), one more through
+  the Client (its inbox row);
+* a job's result is applied in the job's own Celery task: no ``dormant.apply_trigger``
+  message is ever received for it.
+
+And the duplicate check answered under the lock from an older snapshot (a delivery that
+waited for the row lock while another delivery of the same trigger committed) is caught
+at the write and answered 'duplicate', never applied twice, never an error.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from bench import sqlcount
+from bench.models import MESSAGE, SERVICE
+from engine_core.triggers import MessageReceived
+from tests.integration.conftest import Proc, Stack, _urls, wait_for
+
+pytestmark = pytest.mark.integration
+
+N = 10
+
+
+@pytest.fixture(scope="module")
+def counted(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Stack, Path, Proc]]:
+    tmp = tmp_path_factory.mktemp("counted")
+    log = tmp / "sql.log"
+    with _urls("pg_redis", tmp, request) as urls:
+        s = Stack(*urls, tmp)
+        s.env[sqlcount.ENV_LOG] = str(log)
+        worker = Proc(
+            "counted-worker",
+            s.dormant(
+                "worker", "--include", "bench.jobs", "--concurrency", "2", "--loglevel", "INFO"
+            ),
+            s.env,
+            tmp,
+        )
+        s.procs.append(worker)
+        try:
+            worker.start()
+            s.client.deploy(MESSAGE)
+            s.client.deploy(SERVICE)
+            yield s, log, worker
+        finally:
+            s.close()
+
+
+def _count(s: Stack, key: str, status: str, ids: list[str]) -> int:
+    with s.client._store.engine.connect() as conn:
+        return int(
+            conn.execute(
+                text(
+                    "SELECT count(*) FROM instances WHERE key = :k AND status = :s "
+                    "AND id = ANY(:ids)"
+                ),
+                {"k": key, "s": status, "ids": ids},
+            ).scalar_one()
+        )
+
+
+def _settled(log: Path) -> sqlcount.Counts:
+    """The worker's counts once its last commit is in the log (a pool process appends
+    it right after the commit that made our condition true)."""
+    last = sqlcount.read_log(log)
+    while True:
+        time.sleep(0.5)
+        now = sqlcount.read_log(log)
+        if now == last:
+            return now
+        last = now
+
+
+def test_a_message_trigger_through_the_client_costs_two_write_transactions(
+    counted: tuple[Stack, Path, Proc],
+) -> None:
+    s, log, _ = counted
+    tag = uuid.uuid4().hex[:6]
+    ids = [s.client.start("bench_message", {"orderId": f"{tag}-{i}"}) for i in range(N)]
+    wait_for(lambda: _count(s, "bench_message", "active", ids) == N, 60, 0.1, "instances wait")
+    before = _settled(log)
+    client = sqlcount.TxCounter(s.client._store.engine)
+    try:
+        for i in range(N):
+            s.client.send_message("bench-go", correlation_key=f"{tag}-{i}")
+        wait_for(lambda: _count(s, "bench_message", "completed", ids) == N, 60, 0.1, "done")
+        worker = _settled(log) - before
+        ours = client.snapshot()
+    finally:
+        client.close()
+    assert ours.write_transactions == N  # the inbox rows, one each
+    assert worker.write_transactions == N, worker  # the apply: lock, record, inbox mark
+    assert worker.write_statements == 2 * N, worker  # the lock, then one write statement
+    assert (ours.write_transactions + worker.write_transactions) / N <= 2
+
+
+def test_an_instance_start_job_end_costs_three_write_transactions(
+    counted: tuple[Stack, Path, Proc],
+) -> None:
+    s, log, worker_proc = counted
+    from tasks.app import pooled_producer, publish
+
+    tag = uuid.uuid4().hex[:6]
+    bare = [f"bare-{tag}-{i}" for i in range(N)]
+    before = _settled(log)
+    received_before = worker_proc.text().count("bench-noop-job[")
+    with pooled_producer(s.broker_url) as producer:
+        for instance_id in bare:
+            publish(
+                "dormant.start",
+                "trigger.start",
+                {"key": "bench_service", "instance_id": instance_id, "variables": {}},
+                producer=producer,
+            )
+    wait_for(lambda: _count(s, "bench_service", "completed", bare) == N, 60, 0.1, "done")
+    worker = _settled(log) - before
+    assert worker.write_transactions / N <= 3, worker  # start, job row, result
+
+    client = sqlcount.TxCounter(s.client._store.engine)
+    try:
+        via_client = [s.client.start("bench_service", {}) for _ in range(N)]
+        wait_for(lambda: _count(s, "bench_service", "completed", via_client) == N, 60, 0.1)
+        worker2 = _settled(log) - before - worker
+        ours = client.snapshot()
+    finally:
+        client.close()
+    assert ours.write_transactions == N  # the inbox rows
+    # The inbox mark rides the start's own transaction: no write more than the bare start.
+    assert worker2.write_transactions == worker.write_transactions, (worker, worker2)
+    assert (ours.write_transactions + worker2.write_transactions) / N <= 4
+
+    # Each job's result was applied inside the job's own task: no result message.
+    log_text = worker_proc.text()
+    assert log_text.count("bench-noop-job[") - received_before >= 2 * N
+    assert "dormant.apply_trigger[" not in log_text
+
+
+def test_a_duplicate_seen_from_an_older_snapshot_is_caught_at_the_write(
+    pg_url: str,
+) -> None:
+    from persistence.store import Store
+
+    store = Store(pg_url)
+    now = datetime.now(UTC)
+    try:
+        store.deploy(MESSAGE, now)
+        iid = f"dup-{uuid.uuid4().hex[:6]}"
+        store.start("bench_message", iid, {"orderId": iid}, now=now)
+        with store.read() as conn:
+            (wait_id,) = conn.execute(
+                text("SELECT wait_id FROM subscriptions WHERE instance_id = :i"), {"i": iid}
+            ).scalars()
+        trigger = MessageReceived(
+            wait_id=wait_id, name="bench-go", correlation_key=iid, variables={}, message_id="m"
+        )
+        results: list[object] = []
+        with store.engine.connect() as holder:
+            holder.execute(text("SELECT 1 FROM instances WHERE id = :i FOR UPDATE"), {"i": iid})
+
+            def second() -> None:
+                try:
+                    results.append(store.apply(iid, trigger, now, trigger_id="t-1"))
+                except Exception as exc:  # the assertion below names it
+                    results.append(exc)
+
+            thread = threading.Thread(target=second)
+            thread.start()
+
+            def waiting() -> bool:
+                with store.engine.connect() as c:
+                    return bool(
+                        c.execute(
+                            text(
+                                "SELECT count(*) FROM pg_stat_activity WHERE "
+                                "datname = current_database() AND wait_event_type = 'Lock'"
+                            )
+                        ).scalar_one()
+                    )
+
+            wait_for(waiting, 20, 0.02, "the second delivery waiting for the row lock")
+            # The first delivery commits the same trigger id while the second waits.
+            holder.execute(
+                text("INSERT INTO processed_triggers VALUES (:i, 't-1', now())"), {"i": iid}
+            )
+            holder.execute(
+                text("UPDATE instances SET updated_at = now() WHERE id = :i"), {"i": iid}
+            )
+            holder.commit()
+            thread.join(20)
+        (outcome,) = results
+        assert not isinstance(outcome, Exception), outcome
+        assert getattr(outcome, "duplicate", False) is True
+        with store.read() as conn:
+            still = conn.execute(
+                text("SELECT count(*) FROM subscriptions WHERE instance_id = :i"), {"i": iid}
+            ).scalar_one()
+        assert still == 1  # not applied: the wait is still held
+    finally:
+        store.close()
