@@ -21,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields, is_dataclass
 from datetime import datetime
 from enum import StrEnum
+from itertools import repeat
+from operator import attrgetter
 from types import UnionType
 from typing import Annotated, Any, ClassVar, Union, get_args, get_origin, get_type_hints
 
@@ -48,6 +50,7 @@ __all__ = [
     "copy_checkpoint",
     "decode",
     "encode",
+    "encode_json",
 ]
 
 CURRENT_SCHEMA = 3
@@ -66,7 +69,11 @@ class InstanceStatus(StrEnum):
 
     @property
     def ended(self) -> bool:
-        return self in (InstanceStatus.COMPLETED, InstanceStatus.TERMINATED, InstanceStatus.FAILED)
+        return self in _ENDED
+
+
+# Read on every turn of the run loop: a set lookup, not three enum attribute reads.
+_ENDED = frozenset({InstanceStatus.COMPLETED, InstanceStatus.TERMINATED, InstanceStatus.FAILED})
 
 
 class TokenState(StrEnum):
@@ -116,11 +123,10 @@ class IncidentState(StrEnum):
 
     @property
     def closed(self) -> bool:
-        return self in (
-            IncidentState.RESOLVED,
-            IncidentState.DEAD_LETTERED,
-            IncidentState.OVERTAKEN,
-        )
+        return self in _CLOSED
+
+
+_CLOSED = frozenset({IncidentState.RESOLVED, IncidentState.DEAD_LETTERED, IncidentState.OVERTAKEN})
 
 
 # Every class below is a plain, slotted dataclass: the working state ``apply`` mutates.
@@ -314,8 +320,6 @@ class HeldTrigger:
 class Checkpoint:
     __pydantic_config__: ClassVar[ConfigDict] = _FORBID
 
-    # Stored as ``schema``; the upper bound ``decode`` checks.
-    schema_version: Annotated[int, Field(alias="schema")] = CURRENT_SCHEMA
     instance_id: str
     process_key: str
     version: int
@@ -340,6 +344,10 @@ class Checkpoint:
     # Suspended by an operator: later triggers are held here, in arrival order.
     suspended: bool = False
     held: list[HeldTrigger] = field(default_factory=list)
+    # Stored as ``schema`` (last, as every dormant wrote it); the upper bound ``decode``
+    # checks. No default: a stored document without it is corrupt, so the one-pass
+    # decode of a JSON text cannot mistake it for the current schema.
+    schema_version: Annotated[int, Field(alias="schema", strict=True)]
 
     def next_id(self, prefix: str) -> str:
         """A fresh id unique within this instance (mutates the counter)."""
@@ -365,20 +373,35 @@ def copy_checkpoint(checkpoint: Checkpoint) -> Checkpoint:
 def _json_copy(value: Any) -> Any:
     """A copy of JSON data (variables, a held trigger): only dicts and lists are mutable."""
     if isinstance(value, dict):
-        return {k: _json_copy(v) for k, v in value.items()}
+        return {k: _json_copy(v) if isinstance(v, _MUTABLE) else v for k, v in value.items()}
     if isinstance(value, list):
-        return [_json_copy(v) for v in value]
+        return [_json_copy(v) if isinstance(v, _MUTABLE) else v for v in value]
     return value
 
 
+_MUTABLE = (dict, list)
+
+
 def _copy_dataclass(obj: Any) -> Any:
+    # Every field read in one call and set in one pass (``map`` over ``setattr``), then
+    # the containers replaced by their copies: no ``__init__`` keyword parsing.
     cls = type(obj)
+    names, read, copied = _PLANS[cls]
     new = object.__new__(cls)
-    for name in _SHARED[cls]:
-        setattr(new, name, getattr(obj, name))
-    for name, copy in _COPIED[cls]:
-        setattr(new, name, copy(getattr(obj, name)))
+    any(map(setattr, repeat(new), names, read(obj)))
+    for name, copy in copied:
+        value = getattr(obj, name)
+        if value is not None:
+            setattr(new, name, copy(value))
     return new
+
+
+def _dataclass_dict(value: dict[str, Any]) -> dict[str, Any]:
+    return {k: _copy_dataclass(v) for k, v in value.items()} if value else {}
+
+
+def _dataclass_list(value: list[Any]) -> list[Any]:
+    return [_copy_dataclass(v) for v in value] if value else []
 
 
 def _copier(hint: Any) -> Callable[[Any], Any] | None:
@@ -392,10 +415,7 @@ def _copier(hint: Any) -> Callable[[Any], Any] | None:
         inner = [a for a in args if a is not type(None)]
         if len(inner) != 1:
             raise TypeError(f"checkpoint field type {hint!r}: one type or None")
-        copy = _copier(inner[0])
-        if copy is None:
-            return None
-        return lambda v: None if v is None else copy(v)
+        return _copier(inner[0])  # a None value is kept as it is
     if hint in (str, int, float, bool, datetime) or (
         isinstance(hint, type) and issubclass(hint, StrEnum)
     ):
@@ -404,22 +424,31 @@ def _copier(hint: Any) -> Callable[[Any], Any] | None:
         return _json_copy
     if isinstance(hint, type) and is_dataclass(hint):
         return _copy_dataclass
-    if origin is list:
-        item = _copier(args[0])
-        return list if item is None else (lambda v: [item(x) for x in v])
-    if origin is dict:
-        value = _copier(args[1])
-        return dict if value is None else (lambda v: {k: value(x) for k, x in v.items()})
+    if origin in (list, dict):
+        item = _copier(args[-1])
+        if item is None:
+            return origin  # type: ignore[no-any-return]
+        if item is _copy_dataclass:
+            return _dataclass_list if origin is list else _dataclass_dict
+        if item is _json_copy:
+            return _json_copy
     raise TypeError(f"checkpoint field type {hint!r} has no copy rule")
 
 
-_SHARED: dict[type, tuple[str, ...]] = {}
-_COPIED: dict[type, tuple[tuple[str, Callable[[Any], Any]], ...]] = {}
+# class -> (its field names, a getter of all of them, (name, copy) for each container).
+_PLANS: dict[
+    type, tuple[tuple[str, ...], attrgetter[Any], tuple[tuple[str, Callable[[Any], Any]], ...]]
+] = {}
 for _cls in (Token, Scope, Wait, Incident, CompensationEntry, ParentLink, HeldTrigger, Checkpoint):
     _hints = get_type_hints(_cls, include_extras=True)
-    _rules = {f.name: _copier(_hints[f.name]) for f in fields(_cls)}
-    _SHARED[_cls] = tuple(n for n, c in _rules.items() if c is None)
-    _COPIED[_cls] = tuple((n, c) for n, c in _rules.items() if c is not None)
+    _names = tuple(f.name for f in fields(_cls))
+    _rules = ((n, _copier(_hints[n])) for n in _names)
+    # (attrgetter of one name returns the value itself, of several a tuple)
+    _PLANS[_cls] = (
+        _names,
+        attrgetter(*_names, _names[0]),
+        tuple((n, c) for n, c in _rules if c is not None),
+    )
 
 
 def _schema_1_to_2(doc: dict[str, Any]) -> dict[str, Any]:
@@ -472,6 +501,16 @@ def decode(raw: str | bytes | dict[str, Any]) -> Checkpoint:
     A newer schema is refused rather than half-read: an older dormant must not
     rewrite a document whose fields it does not know.
     """
+    if not isinstance(raw, dict):
+        # JSON text of the current schema: validated straight from the text, one pass
+        # (no dict in between). Anything else takes the path below, which says why.
+        try:
+            checkpoint = _DOCUMENT.validate_json(raw)
+        except ValidationError:
+            pass
+        else:
+            if checkpoint.schema_version == CURRENT_SCHEMA:
+                return checkpoint
     try:
         data = raw if isinstance(raw, dict) else json.loads(raw)
     except (ValueError, TypeError) as exc:
@@ -502,5 +541,10 @@ def encode(checkpoint: Checkpoint) -> dict[str, Any]:
     doc: dict[str, Any] = _DOCUMENT.dump_python(
         checkpoint, mode="json", by_alias=True, exclude_defaults=True
     )
-    doc["schema"] = checkpoint.schema_version
     return doc
+
+
+def encode_json(checkpoint: Checkpoint) -> str:
+    """``encode`` as JSON text in one pass (the same document, compact), for a caller
+    that stores text."""
+    return _DOCUMENT.dump_json(checkpoint, by_alias=True, exclude_defaults=True).decode()

@@ -1,10 +1,16 @@
 """The step function: one trigger in, the next durable state out.
 
-``apply(definition, checkpoint, trigger, now=...)`` works on a private copy of the
-checkpoint and runs the instance to quiescence: every token is waiting, in incident,
+``apply(definition, checkpoint, trigger, now=...)`` works on a private working state
+and runs the instance to quiescence: every token is waiting, in incident,
 or ended. It reads no clock (``now`` is an argument), no environment and no
 randomness (ids come from the checkpoint's counter), so the same inputs always give
 the same step, and the whole of dormant's semantics is testable without a server.
+
+The checkpoint comes as the working state (a ``Checkpoint``, copied and never touched)
+or as the stored JSON text itself, which ``apply`` decodes into its private working
+state: there the decode is the copy, so a caller holding the text pays one decode, one
+step and one encode, and no copy. (Not a dict: pydantic keeps a dict's nested JSON
+values, which the step's result would then share with the caller's dict.)
 
 Time is an input too: before the trigger is applied, every timer wait already due at
 ``now`` fires, earliest first. An overdue boundary therefore fires the moment its
@@ -13,17 +19,18 @@ instance is next loaded, and beats a message that arrives after its deadline.
 
 from __future__ import annotations
 
-from collections import Counter
 from datetime import datetime
 
 from engine_core import operations
 from engine_core.checkpoint import (
+    CURRENT_SCHEMA,
     ROOT_SCOPE,
     Checkpoint,
     InstanceStatus,
     TokenState,
     WaitKind,
     copy_checkpoint,
+    decode,
 )
 from engine_core.compensation import finish_waiting_throws
 from engine_core.effects import ContinueInstance, Fact, Step
@@ -52,7 +59,10 @@ __all__ = ["Services", "apply", "new_checkpoint"]
 
 
 _OPERATOR_TRIGGERS = (Cancel, IncidentRetry, IncidentResolve, IncidentDrop, *operations.OPERATIONS)
-_TIMED_KINDS = (WaitKind.TIMER, WaitKind.JOB, WaitKind.RETRY)
+_TIMED_KINDS = frozenset({WaitKind.TIMER, WaitKind.JOB, WaitKind.RETRY})
+# Trigger classes are final: a type lookup, not an isinstance against pydantic's ABC
+# metaclass (a microsecond each, several times a step).
+_OPERATION_TYPES = frozenset(operations.OPERATIONS)
 
 
 def new_checkpoint(
@@ -60,6 +70,7 @@ def new_checkpoint(
 ) -> Checkpoint:
     """The empty document a ``Start`` trigger is applied to."""
     return Checkpoint(
+        schema_version=CURRENT_SCHEMA,
         instance_id=instance_id,
         process_key=definition.key,
         version=version,
@@ -70,23 +81,36 @@ def new_checkpoint(
 
 def apply(
     definition: ProcessDefinition,
-    checkpoint: Checkpoint,
+    checkpoint: Checkpoint | str | bytes,
     trigger: Trigger,
     *,
     now: datetime,
     services: Services | None = None,
 ) -> Step:
-    if checkpoint.status.ended:
+    if isinstance(checkpoint, Checkpoint):
+        given = checkpoint
+
+        def private() -> Checkpoint:
+            return copy_checkpoint(given)
+    else:
+        given = decode(checkpoint)
+        stored = checkpoint
+
+        def private() -> Checkpoint:
+            return decode(stored)
+
+    if given.status.ended:
         if isinstance(trigger, _OPERATOR_TRIGGERS):
             raise InvalidOperation(
-                f"instance {checkpoint.instance_id} ({checkpoint.process_key} "
-                f"v{checkpoint.version}) is {checkpoint.status.value}; nothing to {trigger.kind}"
+                f"instance {given.instance_id} ({given.process_key} "
+                f"v{given.version}) is {given.status.value}; nothing to {trigger.kind}"
             )
-        return _stale(checkpoint, trigger, "instance ended")
-    if isinstance(trigger, Start) and (checkpoint.tokens or checkpoint.revision):
-        return _stale(checkpoint, trigger, "already started")
+        return _stale(given, trigger, "instance ended")
+    if type(trigger) is Start and (given.tokens or given.revision):
+        return _stale(given, trigger, "already started")
 
-    cp = copy_checkpoint(checkpoint)
+    # The decoded document is already private: only a given working state is copied.
+    cp = given if given is not checkpoint else private()
     rt = Runtime(definition, cp, now, services or DEFAULT_SERVICES)
     # FEEL's uuid() during this trigger: name-based ids from the instance and its counter.
     ids = set_id_source(lambda: name_based_uuid(f"{cp.instance_id}/{cp.next_id('u')}"))
@@ -94,7 +118,7 @@ def apply(
         fired_early: dict[str, Wake] = {}
         if operations.hold(rt, trigger):
             woken = INSTANCE
-        elif isinstance(trigger, operations.OPERATIONS):
+        elif type(trigger) in _OPERATION_TYPES:
             woken = operations.apply_operation(
                 rt,
                 trigger,
@@ -103,12 +127,14 @@ def apply(
             )
         else:
             fired_early = _fire_overdue(rt, trigger)
-            if isinstance(trigger, TimerFired) and trigger.wait_id in fired_early:
+            if fired_early and isinstance(trigger, TimerFired) and trigger.wait_id in fired_early:
                 woken = fired_early[trigger.wait_id]
             else:
                 woken = dispatch(rt, trigger)
         if woken.stale and not fired_early:
-            return _stale(checkpoint, trigger, woken.reason or "wait gone")
+            return _stale(
+                given if given is checkpoint else private(), trigger, woken.reason or "wait gone"
+            )
         _run(rt)
         if rt.queue:
             # Stopped at the step budget: the tokens still queued stay active in the
@@ -117,7 +143,7 @@ def apply(
             rt.effects.append(ContinueInstance(cp.instance_id))
     except EngineInvariantError as exc:
         # A bug in dormant, not the user's: the one failure that stays fatal (SRD-079).
-        cp = copy_checkpoint(checkpoint)
+        cp = private()
         rt = Runtime(definition, cp, now, services or DEFAULT_SERVICES)
         fail_instance(rt, f"internal invariant broken: {exc}")
         woken = STALE
@@ -132,8 +158,10 @@ def apply(
         token=woken.token_id,
         outcome="completed" if cp.status.ended else "continued",
     )
-    held = Counter(w.kind.value for w in cp.waits.values())
-    rt.fact("Dehydrated", waits=len(cp.waits), **dict(sorted(held.items())))
+    held: dict[str, int] = {}
+    for wait in cp.waits.values():
+        held[wait.kind.value] = held.get(wait.kind.value, 0) + 1
+    rt.fact("Dehydrated", waits=len(cp.waits), **{k: held[k] for k in sorted(held)})
     return Step(cp, tuple(rt.effects), tuple(rt.facts))
 
 
@@ -154,7 +182,7 @@ def _fire_overdue(
     """Fire timers already due (by ``until``, default now), earliest first; returns wait
     id -> what each woke. A suspended instance's timers wait for its resume."""
     fired: dict[str, Wake] = {}
-    if isinstance(trigger, Start) or rt.cp.suspended:
+    if type(trigger) is Start or rt.cp.suspended:
         return fired
     cutoff = rt.now if until is None else min(until, rt.now)
     while True:

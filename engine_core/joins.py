@@ -9,6 +9,7 @@ token that could arrive may end anywhere, not only at the join.
 
 from __future__ import annotations
 
+from engine_core import listeners
 from engine_core.checkpoint import Token, TokenState
 from engine_core.expressions import TechnicalFailure
 from engine_core.incidents import raise_failure
@@ -33,10 +34,15 @@ def parallel_join(rt: Runtime, token: Token, node: Node) -> Token | None:
 
 
 def _waiting_at(rt: Runtime, node: Node, scope_id: str) -> list[Token]:
+    """The tokens waiting to be joined; a joined one waiting on the gateway's start
+    listeners (``listener_phase`` set) has been joined already."""
     return [
         t
         for t in rt.cp.tokens.values()
-        if t.node_id == node.id and t.scope_id == scope_id and t.state is TokenState.WAITING
+        if t.node_id == node.id
+        and t.scope_id == scope_id
+        and t.state is TokenState.WAITING
+        and t.listener_phase is None
     ]
 
 
@@ -78,9 +84,15 @@ def fire_ready_inclusive_joins(rt: Runtime) -> bool:
         node = rt.defn.nodes[token.node_id]
         if _can_still_arrive(rt, node, token.scope_id):
             continue
-        merged = _merge(rt, _waiting_at(rt, node, token.scope_id))
+        arrived = _waiting_at(rt, node, token.scope_id)
+        if not arrived:
+            continue  # only a joined token, waiting on the gateway's start listeners
+        merged = _merge(rt, arrived)
         try:
-            take_flows(rt, merged, chosen_flows(rt, node, merged, all_true=True))
+            if node.listeners("start"):
+                listeners.run(rt, merged, node, "start")
+            else:
+                take_flows(rt, merged, chosen_flows(rt, node, merged, all_true=True))
         except TechnicalFailure as failure:
             # A condition that fails, or none true and no default: an incident at the
             # join, on the merged token (a retry re-enters the join and fires it again).

@@ -21,6 +21,7 @@ from enum import StrEnum
 
 __all__ = [
     "AdHocSpec",
+    "DefinitionIndex",
     "EventDefinition",
     "EventKind",
     "ExecutionListener",
@@ -279,12 +280,58 @@ class Node:
     @property
     def event(self) -> EventDefinition:
         """The node's single event definition, or a NONE definition."""
-        return self.events[0] if self.events else EventDefinition(EventKind.NONE)
+        return self.events[0] if self.events else _NO_EVENT
 
     @property
     def label(self) -> str:
         """How messages name this node: its id, and its name when it has one."""
         return f"{self.id!r} ({self.name})" if self.name else repr(self.id)
+
+
+_NO_EVENT = EventDefinition(EventKind.NONE)
+
+
+@dataclass(frozen=True, slots=True)
+class DefinitionIndex:
+    """What the step asks of a definition on every node it enters, answered once per
+    definition (when it is built) instead of once per step: a definition never changes
+    and is shared by every trigger of every instance pinned to it."""
+
+    # node id -> its outgoing flows, in model order.
+    outgoing: Mapping[str, tuple[Flow, ...]]
+    # The nodes none of whose outgoing flows has a condition (they take them all, or
+    # the first, without evaluating anything).
+    unconditional: frozenset[str]
+    # container id (None = the process) -> its event sub-processes / its none starts.
+    event_subs: Mapping[str | None, tuple[Node, ...]]
+    none_starts: Mapping[str | None, tuple[Node, ...]]
+
+    @classmethod
+    def of(cls, definition: ProcessDefinition) -> DefinitionIndex:
+        flows, nodes = definition.flows, definition.nodes
+        outgoing = {n.id: tuple(flows[f] for f in n.outgoing if f in flows) for n in nodes.values()}
+        inside = {
+            container: tuple(nodes[n] for n in ids if n in nodes)
+            for container, ids in definition.children.items()
+        }
+        return cls(
+            outgoing=outgoing,
+            unconditional=frozenset(
+                n for n, out in outgoing.items() if all(f.condition is None for f in out)
+            ),
+            event_subs={
+                c: tuple(n for n in ns if n.kind is NodeKind.EVENT_SUB_PROCESS)
+                for c, ns in inside.items()
+            },
+            none_starts={
+                c: tuple(
+                    n
+                    for n in ns
+                    if n.kind is NodeKind.START_EVENT and n.event.kind is EventKind.NONE
+                )
+                for c, ns in inside.items()
+            },
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,6 +348,11 @@ class ProcessDefinition:
     version_tag: str | None = None
     # The process's own zeebe:executionListeners (around the whole instance).
     execution_listeners: tuple[ExecutionListener, ...] = ()
+    # Derived from the fields above when the definition is built (never passed in).
+    index: DefinitionIndex = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "index", DefinitionIndex.of(self))
 
     def node(self, node_id: str) -> Node:
         return self.nodes[node_id]
@@ -317,14 +369,10 @@ class ProcessDefinition:
 
     def none_starts(self, container: str | None) -> tuple[Node, ...]:
         """The start events of a scope that a plain start (or sub-process entry) takes."""
-        return tuple(
-            n
-            for n in self.nodes_in(container)
-            if n.kind is NodeKind.START_EVENT and n.event.kind is EventKind.NONE
-        )
+        return self.index.none_starts.get(container, ())
 
     def event_sub_processes(self, container: str | None) -> tuple[Node, ...]:
-        return tuple(n for n in self.nodes_in(container) if n.kind is NodeKind.EVENT_SUB_PROCESS)
+        return self.index.event_subs.get(container, ())
 
     def message_starts(self) -> tuple[Node, ...]:
         """Process-level message start events: they create instances."""

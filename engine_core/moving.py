@@ -106,18 +106,21 @@ def chosen_flows(rt: Runtime, node: Node, token: Token, *, all_true: bool) -> li
 
     No flow to take is a technical failure (an incident), as in Camunda 8.
     """
-    context = rt.token_vars(token)
+    context: dict[str, Any] | None = (
+        None  # the token's variables, read only if a condition needs them
+    )
     taken: list[str] = []
-    for flow_id in node.outgoing:
-        if flow_id == node.default_flow:
+    for flow in rt.defn.index.outgoing[node.id]:
+        if flow.id == node.default_flow:
             continue
-        flow = rt.defn.flows[flow_id]
-        if flow.condition is None or boolean(
-            always_expression(flow.condition), context, node.id, rt.now
-        ):
-            taken.append(flow_id)
-            if not all_true:
-                break
+        if flow.condition is not None:
+            if context is None:
+                context = rt.token_vars(token)
+            if not boolean(always_expression(flow.condition), context, node.id, rt.now):
+                continue
+        taken.append(flow.id)
+        if not all_true:
+            break
     if taken:
         return taken
     if node.default_flow is not None:
@@ -131,7 +134,7 @@ def chosen_flows(rt: Runtime, node: Node, token: Token, *, all_true: bool) -> li
 
 def plain_outgoing(rt: Runtime, node: Node, token: Token) -> list[str]:
     """An activity's or event's outgoing flows; conditional ones only when true."""
-    if all(rt.defn.flows[f].condition is None for f in node.outgoing):
+    if node.id in rt.defn.index.unconditional:
         return list(node.outgoing)
     return chosen_flows(rt, node, token, all_true=True)
 

@@ -55,7 +55,10 @@ def enter(rt: Runtime, token: Token) -> None:
                 boundaries.arm(rt, token, node)
             start_body(rt, token, node)
             return
-        if listeners.pending(node, token, "start"):
+        # A joining gateway runs them once joined (_parallel, joins.py), or resumes them.
+        if listeners.pending(node, token, "start") and (
+            not _joins(node) or token.listener_phase == "start"
+        ):
             # Input mappings first, then the start listeners; only once they are all
             # done does the element subscribe to anything or run (listeners.py).
             if token.listener_phase is None and rt.is_activity(node):
@@ -317,19 +320,30 @@ def _exclusive(rt: Runtime, token: Token, node: Node) -> None:
 
 
 def _parallel(rt: Runtime, token: Token, node: Node) -> None:
-    if len(node.incoming) > 1:
+    if _joins(node) and token.listener_phase != "ran":
         joined = parallel_join(rt, token, node)
         if joined is None:
             return
         token = joined
+        if node.listeners("start"):
+            listeners.run(rt, token, node, "start")  # once, on the joined token
+            return
     take_flows(rt, token, list(node.outgoing))
 
 
 def _inclusive(rt: Runtime, token: Token, node: Node) -> None:
-    if len(node.incoming) > 1:
-        move_token(token, TokenState.WAITING)  # the join fires at quiescence (joins.py)
+    if _joins(node) and token.listener_phase != "ran":
+        # The join fires at quiescence (joins.py), its start listeners then.
+        move_token(token, TokenState.WAITING)
         return
     take_flows(rt, token, chosen_flows(rt, node, token, all_true=True))
+
+
+def _joins(node: Node) -> bool:
+    """A joining gateway runs its start listeners once the join fired, not per token."""
+    return node.kind in (NodeKind.PARALLEL_GATEWAY, NodeKind.INCLUSIVE_GATEWAY) and (
+        len(node.incoming) > 1
+    )
 
 
 def _event_based(rt: Runtime, token: Token, node: Node) -> None:

@@ -22,6 +22,7 @@ offending text.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -151,6 +152,14 @@ def _duration(value: Any) -> timedelta | isodate.Duration:
     text = value if isinstance(value, str) else json_value(value)
     if not isinstance(text, str):
         raise ValueError(f"expected a duration, got {type(value).__name__}")
+    # Parsed once per text: a model's durations are few (mostly literals of the
+    # definition) and parsing one cost more than the rest of arming its timer. Only
+    # short texts are kept, so a model minting long ones cannot grow the cache.
+    return _parse_duration(text) if len(text) <= 64 else _parse_duration.__wrapped__(text)
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse_duration(text: str) -> timedelta | isodate.Duration:
     try:
         # ISO 8601 designators in either case, as Zeebe reads them ("PT30s").
         parsed = isodate.parse_duration(text.strip().upper())

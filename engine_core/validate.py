@@ -287,8 +287,6 @@ def _listener_refusal(node: Node, event: str) -> str | None:
         return "end listeners on a terminate end event are not run"
     if event == "end" and ev is E.LINK and kind is K.INTERMEDIATE_THROW_EVENT:
         return "end listeners on a link throw event are not run"
-    if kind in (K.PARALLEL_GATEWAY, K.INCLUSIVE_GATEWAY) and len(node.incoming) > 1:
-        return "start listeners on a joining gateway are not run"
     return None
 
 

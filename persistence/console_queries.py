@@ -36,11 +36,10 @@ from engine_core.checkpoint import Checkpoint, decode
 from engine_core.errors import InvalidOperation, UnknownInstance
 from engine_core.views import FactView
 from persistence.db import READ
-from persistence.tables import definitions, facts, instances
+from persistence.tables import OPEN_INCIDENT_STATES, definitions, facts, instances
 from persistence.tables import incidents as incident_table
 
 __all__ = [
-    "OPEN_INCIDENT_STATES",
     "ConsoleQueries",
     "IncidentFilter",
     "IncidentRow",
@@ -49,8 +48,6 @@ __all__ = [
     "Page",
     "ProcessSummary",
 ]
-
-OPEN_INCIDENT_STATES = ("open", "retry_scheduled")
 
 T = TypeVar("T")
 

@@ -36,6 +36,7 @@ from typing import Any
 from sqlalchemy import Connection, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
+from engine_core.checkpoint import IncidentState
 from engine_core.errors import InvalidOperation, UnknownFailedTrigger
 from engine_core.views import FailedTriggerView
 from persistence.tables import facts, failed_triggers, inbox, incidents, instances
@@ -328,7 +329,7 @@ class FailedTriggers:
                     attempts=incidents.c.attempts + 1,
                     last_at=now,
                     cause_class=type(error).__name__,
-                    state="open",
+                    state=IncidentState.OPEN.value,
                 )
             ).rowcount
             if not bumped:
@@ -338,7 +339,7 @@ class FailedTriggers:
                         instance_id=instance_id,
                         process_key=key,
                         node_id=CHECKPOINT_INCIDENT,
-                        state="open",
+                        state=IncidentState.OPEN.value,
                         cause_class=type(error).__name__,
                         attempts=1,
                         first_at=now,

@@ -15,7 +15,7 @@ from typing import Any
 
 from sqlalchemy import Connection, func, select
 
-from engine_core.checkpoint import Checkpoint, decode
+from engine_core.checkpoint import Checkpoint, IncidentState, decode
 from engine_core.errors import (
     CheckpointTooNew,
     CorruptCheckpoint,
@@ -321,7 +321,7 @@ def _unreadable(conn: Connection, row: Any, exc: Exception) -> InstanceView:
         instance_id=row.id,
         node_id=CHECKPOINT_INCIDENT,
         node_name=None,
-        state="open",
+        state=IncidentState.OPEN.value,
         attempts=int(found.attempts) if found else 0,
         cause=" ".join(str(exc).split())[:2000],
         cause_class=type(exc).__name__,

@@ -15,7 +15,7 @@ from sqlalchemy import Connection, select
 
 from engine_core.checkpoint import decode
 from engine_core.errors import InvalidOperation
-from persistence.tables import ACTIVE_STATUSES, instances
+from persistence.tables import ACTIVE_STATUSES, OPEN_INCIDENT_STATES, instances
 from persistence.tables import incidents as incident_table
 
 __all__ = [
@@ -28,7 +28,6 @@ __all__ = [
 
 INCIDENT_OPERATIONS = ("incident_retry", "incident_resolve", "incident_drop")
 INSTANCE_OPERATIONS = ("cancel", "suspend", "resume", "migrate", "set_variables")
-_OPEN_INCIDENT = ("open", "retry_scheduled")
 
 
 class Selector(BaseModel):
@@ -87,7 +86,9 @@ def _incidents(conn: Connection, s: Selector) -> list[Target]:
     if s.ids:
         rows = {r.id: r.instance_id for r in conn.execute(q.where(incident_table.c.id.in_(s.ids)))}
         return [Target(target_id=i, instance_id=rows.get(i)) for i in dict.fromkeys(s.ids)]
-    q = q.where(incident_table.c.process_key == s.key, incident_table.c.state.in_(_OPEN_INCIDENT))
+    q = q.where(
+        incident_table.c.process_key == s.key, incident_table.c.state.in_(OPEN_INCIDENT_STATES)
+    )
     if s.version is not None:
         q = q.join(instances, instances.c.id == incident_table.c.instance_id).where(
             instances.c.version == s.version

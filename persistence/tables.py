@@ -33,10 +33,11 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.types import TypeDecorator
 
-from engine_core.checkpoint import InstanceStatus
+from engine_core.checkpoint import IncidentState, InstanceStatus
 
 __all__ = [
     "ACTIVE_STATUSES",
+    "OPEN_INCIDENT_STATES",
     "JsonDoc",
     "UtcDateTime",
     "batch_items",
@@ -63,6 +64,8 @@ __all__ = [
 
 # Instance statuses that still count as "running" for a keyed message start.
 ACTIVE_STATUSES = tuple(status.value for status in InstanceStatus if not status.ended)
+# Incident states an operator can still act on (open, or a retry scheduled).
+OPEN_INCIDENT_STATES = tuple(state.value for state in IncidentState if not state.closed)
 
 
 class UtcDateTime(TypeDecorator[datetime]):

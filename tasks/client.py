@@ -22,7 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from engine_core.checkpoint import InstanceStatus
+from engine_core.checkpoint import IncidentState, InstanceStatus
 from engine_core.errors import (
     InvalidField,
     InvalidMessage,
@@ -59,8 +59,7 @@ from tasks.client_operations import Operations
 
 __all__ = ["Client"]
 
-_CLOSED_INCIDENT = ("resolved", "dead_lettered", "overtaken")
-_INCIDENT_STATES = ("open", "retry_scheduled", *_CLOSED_INCIDENT)
+_INCIDENT_STATES = tuple(state.value for state in IncidentState)
 
 
 def _message_kwargs(
@@ -471,11 +470,11 @@ class Client(Operations):
                 f"`dormant triggers retry` its failed triggers (`dormant triggers list "
                 f"--failed --instance {incident.instance_id}`)"
             )
-        if incident.state in _CLOSED_INCIDENT:
+        if IncidentState(incident.state).closed:
             open_ids = [
                 i.id
                 for i in self._store.incidents(incident.instance_id, None)
-                if i.state not in _CLOSED_INCIDENT
+                if not IncidentState(i.state).closed
             ]
             raise InvalidOperation(
                 f"cannot {op} incident {incident_id!r} of instance {incident.instance_id}: it is "

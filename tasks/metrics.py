@@ -38,6 +38,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from engine_core.checkpoint import IncidentState
 from persistence import store as store_module
 
 __all__ = [
@@ -326,7 +327,7 @@ class DatabaseCollector(Collector):
             waiting = count(conn, deadlines) + count(conn, start_timers)
             open_rows = conn.execute(
                 select(incident_table.c.process_key, incident_table.c.node_id, func.count())
-                .where(incident_table.c.state == "open")
+                .where(incident_table.c.state == IncidentState.OPEN.value)
                 .group_by(incident_table.c.process_key, incident_table.c.node_id)
             ).all()
             inbox_backlog, inbox_oldest = conn.execute(

@@ -181,10 +181,10 @@ def publish_row(row: Any) -> None:
         # A newer dormant wrote a kind this one does not know: leave it for that one.
         log.error("outbox row %s left unpublished: %s", row_id, exc)
         return
-    if kind == "DispatchJob" and _held_by_a_pause(int(row_id), str(payload.get("job_type"))):
+    if isinstance(effect, DispatchJob) and _held_by_a_pause(int(row_id), effect.job_type):
         return
-    tid = payload.get("trigger_id") or trigger_id_for(row_id)
     follow_up = not isinstance(effect, DispatchJob)
+    tid = payload.get("trigger_id") or trigger_id_for(row_id)
     headers = {HEADER_OUTBOX: {"id": row_id, "trigger_id": tid}} if follow_up else {}
     PUBLISHERS[type(effect)](effect, tid, headers)
     store().mark_published(row_id, until_consumed=follow_up)

@@ -150,12 +150,20 @@ def fake_core(monkeypatch: pytest.MonkeyPatch) -> None:
     from pydantic import TypeAdapter
 
     from engine_core import engine
-    from engine_core.checkpoint import Checkpoint, InstanceStatus, Scope, Wait, copy_checkpoint
+    from engine_core.checkpoint import (
+        CURRENT_SCHEMA,
+        Checkpoint,
+        InstanceStatus,
+        Scope,
+        Wait,
+        copy_checkpoint,
+    )
     from engine_core.effects import DispatchJob, Fact, Step
     from engine_core.triggers import Cancel, Start
 
     def new_checkpoint(definition, instance_id, version, now):  # type: ignore[no-untyped-def]
         return Checkpoint(
+            schema_version=CURRENT_SCHEMA,
             instance_id=instance_id,
             process_key=definition.key,
             version=version,

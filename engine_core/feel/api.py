@@ -26,7 +26,7 @@ from engine_core.feel import (
 from engine_core.feel.compiler import Node, compile_tree
 from engine_core.feel.far import FarMoment
 from engine_core.feel.limits import DEFAULT_LIMITS, Budget, Limits, budget
-from engine_core.feel.scope import Scope
+from engine_core.feel.scope import MISSING, Scope
 from engine_core.feel.syntax import keyword_names, parse, quote_keyword_names, uses_input
 from engine_core.feel.temporal import (
     YearsMonthsDuration,
@@ -51,11 +51,14 @@ __all__ = [
 class CompiledExpression:
     """A parsed expression, ready to evaluate against any variables."""
 
-    __slots__ = ("_node", "text")
+    __slots__ = ("_constant", "_node", "text")
 
-    def __init__(self, text: str, node: Node) -> None:
+    def __init__(self, text: str, node: Node, constant: Any = MISSING) -> None:
         self.text = text
         self._node = node
+        # A literal string, boolean or null (``="PT1H"``, a timer's usual form) is its
+        # value whatever the variables: no scope, no budget to set up.
+        self._constant = constant
 
     def evaluate(
         self,
@@ -68,6 +71,8 @@ class CompiledExpression:
         """The value against ``context``, within ``limits`` (default: ``DEFAULT_LIMITS``);
         ``now()`` / ``today()`` answer from ``now`` and ``uuid()`` from ``ids`` (null
         without them: the core reads no clock and makes no random ids)."""
+        if self._constant is not MISSING:
+            return self._constant
         scope = Scope(context, now=now, convert=True, ids=ids)
         with budget(limits) as spent:
             return _bounded(self.text, lambda: _sized(self._node(scope), spent))
@@ -114,7 +119,20 @@ def compile_expression(expression: str, limits: Limits = DEFAULT_LIMITS) -> Comp
     """Parse and compile ``expression``; raises ``ExpressionError`` on a syntax error, and
     ``ExpressionLimitExceeded`` past ``limits.expression_length`` or ``nesting_depth``."""
     tree = parse(expression, "start", limits)
-    return CompiledExpression(expression, _bounded(expression, lambda: compile_tree(tree)))
+    node = _bounded(expression, lambda: compile_tree(tree))
+    return CompiledExpression(expression, node, _literal(tree, node))
+
+
+_LITERALS = frozenset({"string", "true", "false", "null"})
+
+
+def _literal(tree: Any, node: Node) -> Any:
+    """The value of an expression that is one string, boolean or null literal (an
+    immutable value no variable can change), else ``MISSING``."""
+    inner = tree.children[0] if isinstance(tree, Tree) and tree.data == "start" else None
+    if isinstance(inner, Tree) and inner.data in _LITERALS:
+        return node(Scope({}))
+    return MISSING
 
 
 def evaluate(

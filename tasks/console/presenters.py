@@ -23,7 +23,6 @@ from engine_core.views import FactView
 
 __all__ = ["NodeOverlay", "ScopeVariables", "describe_wait", "overlays", "scopes"]
 
-_OPEN = ("open", "retry_scheduled")
 # Fact detail keys that name a node the instance reached.
 _NODE_KEYS = ("node", "start", "boundary", "arm", "host", "gateway")
 
@@ -111,7 +110,7 @@ def overlays(checkpoint: Checkpoint, history: list[FactView]) -> dict[str, NodeO
         if wait.kind is not WaitKind.RETRY:
             at(wait.node_id).waiting.append(describe_wait(wait))
     for incident in checkpoint.incidents.values():
-        if incident.state.value in _OPEN:
+        if not incident.state.closed:
             at(incident.node_id).incidents.append(
                 f"{incident.cause_class}, attempts {incident.attempts}"
             )

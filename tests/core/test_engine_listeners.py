@@ -327,12 +327,6 @@ def test_the_reader_takes_listeners_in_model_order() -> None:
             f'<bpmn:exclusiveGateway id="x">{_ext(_el("end", "a"))}</bpmn:exclusiveGateway>',
             "gateway has no end listeners",
         ),
-        (
-            '<bpmn:parallelGateway id="x">'
-            f"{_ext(_el('start', 'a'))}</bpmn:parallelGateway>"
-            '<bpmn:sequenceFlow id="f3" sourceRef="s" targetRef="x"/>',
-            "joining gateway",
-        ),
     ],
 )
 def test_listeners_where_they_do_not_run_are_refused_naming_the_element(
@@ -580,3 +574,45 @@ def test_an_event_sub_process_runs_its_listeners_around_itself(interrupting: boo
         assert run.token_nodes() == ["wait:waiting"]
         run.complete_task("wait")
         assert run.status == "completed"
+
+
+# -- joining gateways ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["parallel", "inclusive"])
+def test_a_joining_gateway_runs_its_start_listeners_once_joined(kind: str) -> None:
+    b = ProcessBuilder("joined")
+    b.start_event("s").parallel_gateway("fork")
+    b.service_task("a", job_type="work").service_task("b", job_type="work")
+    join = b.parallel_gateway if kind == "parallel" else b.inclusive_gateway
+    join("join", execution_listeners=(start("merge"),))
+    b.end_event("hi").end_event("lo")
+    b.sequence("s", "fork", "a", "join").sequence("fork", "b", "join")
+    if kind == "parallel":
+        b.sequence("join", "hi")
+    else:
+        b.flow("join", "hi", condition="=total > 5").flow("join", "lo", default=True)
+    run = Run(b.build())
+    run.start()
+    for wait in run.waits(kind="job"):
+        run.send(JobCompleted(wait_id=wait.id, attempt=1, variables={}))
+    assert [w.job_type for w in run.waits(kind="job")] == ["merge"]  # once, for the join
+    assert run.token_nodes() == ["join:waiting"]
+    complete(run, "merge", total=9)
+    assert run.status == "completed"
+    assert [f.details["node"] for f in run.facts_of("EndEventReached")] == ["hi"]
+
+
+def test_a_joining_gateway_s_failed_listener_is_retried() -> None:
+    b = ProcessBuilder("joined")
+    b.start_event("s").parallel_gateway("fork").task("a").task("b")
+    b.inclusive_gateway("join", execution_listeners=(start("merge", retries="1"),))
+    b.end_event("e")
+    b.sequence("s", "fork", "a", "join", "e").sequence("fork", "b", "join")
+    run = Run(b.build())
+    run.start()
+    fail(run, "merge")
+    incident = run.incident("join")
+    run.retry(incident.id)
+    complete(run, "merge")
+    assert run.status == "completed"

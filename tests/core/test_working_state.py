@@ -40,9 +40,10 @@ from engine_core.checkpoint import (
     copy_checkpoint,
     decode,
     encode,
+    encode_json,
 )
 from engine_core.engine import apply
-from engine_core.errors import DormantError
+from engine_core.errors import CheckpointTooNew, CorruptCheckpoint, DormantError
 from engine_core.model import ProcessDefinition
 from engine_core.triggers import (
     Cancel,
@@ -114,6 +115,43 @@ def test_the_stored_corpus_covers_every_part_of_the_document() -> None:
 def test_what_this_dormant_writes_round_trips_byte_identical(name: str) -> None:
     written = _LIVE[name]
     assert json.dumps(encode(decode(written))) == written
+
+
+@pytest.mark.parametrize("name", sorted(_STORED))
+def test_text_and_dict_decode_alike_and_encode_json_is_the_same_document(name: str) -> None:
+    """``decode`` of JSON text validates in one pass; the result is the one the dict path
+    gives, and ``encode_json`` writes the document ``encode`` does, key for key."""
+    stored = _STORED[name]
+    from_text, from_dict = decode(stored), decode(json.loads(stored))
+    assert from_text == from_dict
+    assert json.dumps(json.loads(encode_json(from_text))) == json.dumps(encode(from_dict))
+
+
+@pytest.mark.parametrize(
+    ("change", "error", "reason"),
+    [
+        pytest.param({"schema": None}, CorruptCheckpoint, "no valid 'schema'", id="missing"),
+        pytest.param({"schema": True}, CorruptCheckpoint, "no valid 'schema'", id="bool"),
+        pytest.param({"schema": 2.0}, CorruptCheckpoint, "no valid 'schema'", id="float"),
+        pytest.param({"schema": "2"}, CorruptCheckpoint, "no valid 'schema'", id="string"),
+        pytest.param(
+            {"schema": CURRENT_SCHEMA + 1},
+            CheckpointTooNew,
+            f"has schema {CURRENT_SCHEMA + 1}",
+            id="too-new",
+        ),
+        pytest.param({"extra": 1}, CorruptCheckpoint, "does not validate", id="unknown-field"),
+    ],
+)
+def test_the_one_pass_text_decode_refuses_what_the_dict_path_refuses(
+    change: dict[str, Any], error: type[Exception], reason: str
+) -> None:
+    doc = json.loads(_STORED["resumed"]) | change
+    if change.get("schema", 0) is None:
+        del doc["schema"]
+    for raw in (json.dumps(doc), json.dumps(doc).encode(), doc):
+        with pytest.raises(error, match=reason):
+            decode(raw)
 
 
 def _containers(obj: Any) -> Iterator[Any]:
@@ -227,3 +265,19 @@ def test_the_step_machine_calls_no_pydantic() -> None:
             steps += 1
     assert steps > 50
     assert seen == set()
+
+
+@pytest.mark.parametrize("name", _CONFORMANCE)
+def test_apply_given_the_stored_text_steps_as_given_the_decoded_checkpoint(name: str) -> None:
+    """Given the stored text, ``apply`` decodes it into its private working state (the
+    decode is the copy); every step is the one the decoded checkpoint gives."""
+    definition, stored = _DEFINITIONS[name], _STORED[name]
+    cp = decode(stored)
+    for trigger in [*_triggers(cp), TaskCompleted(wait_id="gone")]:
+        from_text = apply(definition, stored, trigger, now=_later(cp))
+        from_state = apply(definition, cp, trigger, now=_later(cp))
+        assert from_text.changed == from_state.changed
+        assert encode(from_text.checkpoint) == encode(from_state.checkpoint)
+        assert (from_text.effects, from_text.facts) == (from_state.effects, from_state.facts)
+        if not from_text.changed:
+            assert json.dumps(encode(from_text.checkpoint)) == _upgraded(stored)

@@ -12,7 +12,9 @@ test writes. The counts are exact, so each is pinned at its target:
   (the start, the job's outbox row once published, the job's result), one more through
   the Client (its inbox row);
 * a job's result is applied in the job's own Celery task: no ``dormant.apply_trigger``
-  message is ever received for it.
+  message is ever received for it;
+* a message with two holders: two write transactions (the record and the inbox mark
+  ride the last holder's).
 
 And the duplicate check answered under the lock from an older snapshot (a delivery that
 waited for the row lock while another delivery of the same trigger committed) is caught
@@ -217,5 +219,47 @@ def test_a_duplicate_seen_from_an_older_snapshot_is_caught_at_the_write(
                 text("SELECT count(*) FROM subscriptions WHERE instance_id = :i"), {"i": iid}
             ).scalar_one()
         assert still == 1  # not applied: the wait is still held
+    finally:
+        store.close()
+
+
+def test_a_message_with_two_holders_costs_one_write_transaction_per_holder(
+    pg_url: str,
+) -> None:
+    """The message record rides the last holder's transaction for every holder count:
+    two holders, two write transactions (the Client's inbox row is marked in the
+    second), and the message is recorded as consumed."""
+    from persistence import inbox
+    from persistence.routing import Router
+    from persistence.store import Store
+
+    store = Store(pg_url)
+    now = datetime.now(UTC)
+    try:
+        store.deploy(MESSAGE, now)
+        key = f"two-{uuid.uuid4().hex[:6]}"
+        for i in range(2):
+            store.start("bench_message", f"{key}-{i}", {"orderId": key}, now=now)
+        inbox_id = inbox.record(store.engine, "dormant.message", "message.bench-go", {})
+        counter = sqlcount.TxCounter(store.engine)
+        try:
+            out = Router(store).message(
+                "bench-go", key, {}, message_id=key, ttl_seconds=None, now=now, inbox_id=inbox_id
+            )
+            counts = counter.snapshot()
+        finally:
+            counter.close()
+        assert sorted(out.delivered_to) == [f"{key}-0", f"{key}-1"]
+        assert out.inbox_marked
+        assert counts.write_transactions == 2, counts
+        with store.read() as conn:
+            consumed = conn.execute(
+                text("SELECT consumed_at IS NOT NULL FROM messages WHERE message_id = :m"),
+                {"m": key},
+            ).scalar_one()
+            processed = conn.execute(
+                text("SELECT processed_at IS NOT NULL FROM inbox WHERE id = :i"), {"i": inbox_id}
+            ).scalar_one()
+        assert consumed and processed
     finally:
         store.close()
