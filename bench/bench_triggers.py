@@ -294,6 +294,11 @@ def main() -> int:
         default=None,
         help="instances per dormant figure (default 5,000; quick 1,000)",
     )
+    ap.add_argument(
+        "--dbos",
+        action="store_true",
+        help="also run bench_dbos's DBOS side by side (needs .[bench])",
+    )
     args = ap.parse_args()
     n_base = args.n or (2000 if args.quick else 20000)
     n = n_service = args.dormant_n or (1000 if args.quick else 5000)
@@ -515,6 +520,10 @@ def main() -> int:
                 "<=",
                 1.5,
             )
+    if args.dbos:
+        from bench import bench_dbos
+
+        bench_dbos.section(n)
     return common.summary()
 
 

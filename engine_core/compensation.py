@@ -14,14 +14,14 @@ from engine_core.checkpoint import Token, TokenState
 from engine_core.expressions import TechnicalFailure
 from engine_core.incidents import raise_failure
 from engine_core.model import EventKind, Node, NodeKind
-from engine_core.moving import end_token, leave_activity
+from engine_core.moving import leave_activity
 from engine_core.runtime import Runtime
 from engine_core.transitions import move_token
 
 __all__ = ["finish_waiting_throws", "throw_compensation"]
 
 
-def throw_compensation(rt: Runtime, token: Token, node: Node, *, end_after: bool) -> None:
+def throw_compensation(rt: Runtime, token: Token, node: Node) -> None:
     target = node.event.activity_ref
     entries = [
         e
@@ -37,7 +37,7 @@ def throw_compensation(rt: Runtime, token: Token, node: Node, *, end_after: bool
     if node.event.wait_for_completion and entries:
         move_token(token, TokenState.WAITING)
         return
-    _continue(rt, token, node, end_after)
+    _continue(rt, token)
 
 
 def _in_scope(rt: Runtime, entry_scope: str, thrower_scope: str) -> bool:
@@ -52,12 +52,11 @@ def _handler_of(rt: Runtime, activity_id: str) -> Node | None:
     return None
 
 
-def _continue(rt: Runtime, token: Token, node: Node, end_after: bool) -> None:
+def _continue(rt: Runtime, token: Token) -> None:
+    """The throw is done: it leaves (an end event along no flow, so its token ends),
+    its end listeners first."""
     move_token(token, TokenState.ACTIVE)
-    if end_after:
-        end_token(rt, token)
-    else:
-        leave_activity(rt, token, {})
+    leave_activity(rt, token, {})
 
 
 def finish_waiting_throws(rt: Runtime) -> bool:
@@ -66,7 +65,9 @@ def finish_waiting_throws(rt: Runtime) -> bool:
     for token in list(rt.cp.tokens.values()):
         if token.state is not TokenState.WAITING or token.id not in rt.cp.tokens:
             continue
-        node = rt.defn.nodes[token.node_id]
+        if token.listener_phase not in (None, "ran"):
+            continue  # waiting on one of its execution listeners, not on handlers
+        node = rt.node(token.node_id)
         if node.event.kind is not EventKind.COMPENSATE or node.kind not in (
             NodeKind.END_EVENT,
             NodeKind.INTERMEDIATE_THROW_EVENT,
@@ -75,7 +76,7 @@ def finish_waiting_throws(rt: Runtime) -> bool:
         if any(token.id in other.lineage for other in rt.cp.tokens.values()):
             continue
         try:
-            _continue(rt, token, node, node.kind is NodeKind.END_EVENT)
+            _continue(rt, token)
         except TechnicalFailure as failure:
             raise_failure(rt, failure, token, node)
         moved = True

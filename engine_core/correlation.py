@@ -6,14 +6,22 @@ transactions) and asks again when what it finds changes under it (a subscription
 appeared before the message was recorded, a keyed start taken meanwhile). The rules,
 as Camunda 8 correlates:
 
-* Holders first: every instance that holds a matching subscription (name, and the
-  correlation key for a message) gets the message, one wait per instance — the first
-  in (instance, wait) order; an instance already served is not served again.
-* Only when no holder took it, the message starts each process whose latest version
-  has a message start event of that name, at its first such start event; with a
-  correlation key, an instance already running with that start key is joined instead
-  (a keyed start never makes a second instance).
+* Message cardinality (Zeebe): a message correlates at most ONCE PER PROCESS ID
+  (the BPMN process id, across all its versions). Of the instances of one process
+  that hold a matching subscription (name, and correlation key), the first — in the
+  order the subscriptions were opened, as the shell lists them — gets it; instances of
+  different processes each get it. A process already served is not served again (a
+  second round after a subscription appeared, a redelivery). If the first holder's
+  wait went stale under the lock, the next holder of that process is tried.
+* A process that no holder served and whose latest version has a message start event
+  of that name is started once, at its first such start event; with a correlation
+  key, an instance already running with that start key is joined instead (a keyed
+  start never makes a second instance).
 * Taken by nobody, it is buffered for its TTL when that is positive, else dropped.
+
+Before this rule, every instance holding a matching subscription got the message
+(one wait per instance), and message starts ran only when no instance held one.
+Signals are unchanged: they broadcast to every holder and start every signal start.
 """
 
 from __future__ import annotations
@@ -21,21 +29,46 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["JoinRunning", "StartProcess", "buffer_it", "start_or_join", "waits_to_wake"]
+__all__ = [
+    "Holder",
+    "JoinRunning",
+    "StartProcess",
+    "buffer_it",
+    "processes_to_start",
+    "start_or_join",
+    "waits_to_wake",
+]
 
 
-def waits_to_wake(
-    holders: Iterable[tuple[str, str]], served: Iterable[str] = ()
-) -> list[tuple[str, str]]:
-    """(instance id, wait id) to deliver to: one wait per instance, none twice."""
-    seen = set(served)
-    chosen: list[tuple[str, str]] = []
-    for instance_id, wait_id in sorted(holders):
-        if instance_id in seen:
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """A matching subscription: the process of the instance that holds it, and the wait."""
+
+    process_key: str
+    instance_id: str
+    wait_id: str
+
+
+def waits_to_wake(holders: Iterable[Holder], served: Iterable[str] = ()) -> list[list[Holder]]:
+    """Per process not yet ``served`` (process keys), its holders in the order given:
+    the message goes to the first of each list (the next when one went stale), so it
+    correlates once per process id and one wait per instance."""
+    done = set(served)
+    groups: dict[str, list[Holder]] = {}
+    seen_instances: set[str] = set()
+    for holder in holders:
+        if holder.process_key in done or holder.instance_id in seen_instances:
             continue
-        seen.add(instance_id)
-        chosen.append((instance_id, wait_id))
-    return chosen
+        seen_instances.add(holder.instance_id)
+        groups.setdefault(holder.process_key, []).append(holder)
+    return list(groups.values())
+
+
+def processes_to_start(start_processes: Iterable[str], served: Iterable[str]) -> list[str]:
+    """The processes with a matching message start that no holder served: each is
+    started (or its keyed instance joined) once."""
+    done = set(served)
+    return [key for key in start_processes if key not in done]
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,6 +29,7 @@ from engine_core.moving import (
     finish_event_sub,
     finish_process,
     leave_activity,
+    link_target,
     take_flows,
     terminate_end,
 )
@@ -176,12 +177,12 @@ def _end_event(rt: Runtime, token: Token, node: Node) -> None:
             rt, token, node, event.error_code, event.error_message or "", {}, from_end_event=True
         )
         return
-    _throw(rt, token, node, ends=True)
+    _throw(rt, token, node)
 
 
-def _throw(rt: Runtime, token: Token, node: Node, *, ends: bool) -> None:
-    """What end events and intermediate throw events share; ``ends``: the token ends
-    after the throw (an end event) instead of moving on."""
+def _throw(rt: Runtime, token: Token, node: Node) -> None:
+    """What end events and intermediate throw events share: after the throw the token
+    leaves (an end event's along no flow, so it ends there)."""
     event = node.event
 
     def then() -> None:
@@ -194,7 +195,7 @@ def _throw(rt: Runtime, token: Token, node: Node, *, ends: bool) -> None:
             then()
         return
     if event.kind is EventKind.COMPENSATE:
-        throw_compensation(rt, token, node, end_after=ends)
+        throw_compensation(rt, token, node)
         return
     if node.job_type is not None:
         jobs.start(rt, token, node)
@@ -215,22 +216,12 @@ def _catch_event(rt: Runtime, token: Token, node: Node) -> None:
 def _throw_event(rt: Runtime, token: Token, node: Node) -> None:
     event = node.event
     if event.kind is EventKind.LINK:
-        target = _link_target(rt, node)
-        arrive(rt, token, target.id)
+        if node.listeners("end"):
+            leave_activity(rt, token, {})  # its end listeners, then to its catch event
+            return
+        arrive(rt, token, link_target(rt, node).id)
         return
-    _throw(rt, token, node, ends=False)
-
-
-def _link_target(rt: Runtime, node: Node) -> Node:
-    name = node.event.link_name
-    for candidate in rt.defn.nodes_in(node.parent):
-        if (
-            candidate.kind is NodeKind.INTERMEDIATE_CATCH_EVENT
-            and candidate.event.kind is EventKind.LINK
-            and candidate.event.link_name == name
-        ):
-            return candidate
-    raise EngineInvariantError(f"link {name!r} thrown at {node.label} has no catch event")
+    _throw(rt, token, node)
 
 
 def _boundary_event(rt: Runtime, token: Token, node: Node) -> None:

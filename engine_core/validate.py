@@ -281,12 +281,6 @@ def _listener_refusal(node: Node, event: str) -> str | None:
         return "an error end event has no end listeners (Zeebe); put them on the catch event"
     if kind is K.BOUNDARY_EVENT and ev is E.COMPENSATE:
         return "a compensation boundary event has no listeners (Zeebe); put them on its handler"
-    if ev is E.COMPENSATE and kind in (K.END_EVENT, K.INTERMEDIATE_THROW_EVENT):
-        return "listeners on a compensation throw event are not run"
-    if event == "end" and kind is K.END_EVENT and ev is E.TERMINATE:
-        return "end listeners on a terminate end event are not run"
-    if event == "end" and ev is E.LINK and kind is K.INTERMEDIATE_THROW_EVENT:
-        return "end listeners on a link throw event are not run"
     return None
 
 

@@ -315,8 +315,13 @@ class Deployments:
             f"no process {key!r} is deployed; deployed: {', '.join(keys) if keys else '(none)'}"
         )
 
-    def latest_starts(self, kind: str, name: str) -> list[tuple[str, int, list[str]]]:
+    def latest_starts(
+        self, kind: str, name: str, *, conn: Connection | None = None
+    ) -> list[tuple[str, int, list[str]]]:
         """(key, latest version, start node ids) of processes started by ``kind`` ``name``."""
+        if conn is None:
+            with self.read() as c:
+                return self.latest_starts(kind, name, conn=c)
         latest = (
             select(definitions.c.key, func.max(definitions.c.version).label("version"))
             .group_by(definitions.c.key)
@@ -327,11 +332,10 @@ class Deployments:
             (definitions.c.key == latest.c.key) & (definitions.c.version == latest.c.version),
         )
         out = []
-        with self.read() as conn:
-            for row in conn.execute(q.order_by(definitions.c.key)):
-                nodes = (row.starts or {}).get(kind, {}).get(name)
-                if nodes:
-                    out.append((row.key, int(row.version), list(nodes)))
+        for row in conn.execute(q.order_by(definitions.c.key)):
+            nodes = (row.starts or {}).get(kind, {}).get(name)
+            if nodes:
+                out.append((row.key, int(row.version), list(nodes)))
         return out
 
     def _tagged_version(self, conn: Connection, key: str, tag: str) -> int:

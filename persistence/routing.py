@@ -9,14 +9,15 @@ join, buffer or not); this module executes it against the database. Order, and w
    step 2/3 is idempotent (trigger id = message id; start id = uuid5 of key and message
    id) — delivery is exactly once per holder. That check and the holders' lookup are
    one statement.
-2. Every instance holding a matching subscription gets ``MessageReceived`` (first
-   wait per instance), each in its own Store transaction; the LAST holder's also
-   records the message and marks the Client's inbox row, so a message with one holder
-   costs one write transaction, and with several one per holder.
-3. Else every latest deployed process with a message start of that name: a keyed
-   start joins a running instance with the same start key (a 'DuplicateStart' fact,
-   never a second instance); the partial unique index on (key, start_key) makes that
-   race-safe when two such messages arrive at once.
+2. Per process id, the first instance holding a matching subscription gets
+   ``MessageReceived`` (message cardinality: once per process id, the core's plan),
+   each in its own Store transaction; the LAST holder's also records the message and
+   marks the Client's inbox row when no message start is left to run, so a message
+   with one holder costs one write transaction, and with several one per holder.
+3. Then every latest deployed process with a message start of that name that no
+   holder served: a keyed start joins a running instance with the same start key (a
+   'DuplicateStart' fact, never a second instance); the partial unique index on
+   (key, start_key) makes that race-safe when two such messages arrive at once.
 4. Under the (name, key) advisory lock, re-check the subscriptions (one may have been
    armed meanwhile) and record the message: buffered until ``expires_at`` if nothing
    took it and ``ttl`` > 0, else consumed. The hold sync takes the same lock before it
@@ -42,7 +43,14 @@ from typing import Any
 from sqlalchemy import Connection, and_, exists, insert, literal, select
 from sqlalchemy.exc import OperationalError
 
-from engine_core.correlation import JoinRunning, buffer_it, start_or_join, waits_to_wake
+from engine_core.correlation import (
+    Holder,
+    JoinRunning,
+    buffer_it,
+    processes_to_start,
+    start_or_join,
+    waits_to_wake,
+)
 from engine_core.effects import Fact
 from engine_core.errors import InvalidMessage
 from engine_core.inputs import check_name, check_text, check_ttl, check_variables
@@ -55,6 +63,10 @@ from persistence.tables import ACTIVE_STATUSES, instances, messages, subscriptio
 from persistence.writes import Writes
 
 __all__ = ["NAMESPACE", "MessageOutcome", "Router", "SignalOutcome"]
+
+# "The first matching subscription" of a process: the oldest instance's, then by
+# instance id and wait id (deterministic on every backend).
+HOLDER_ORDER = (instances.c.created_at, subscriptions.c.instance_id, subscriptions.c.wait_id)
 
 # Deterministic ids for instances started by a message or signal: a redelivered
 # message starts nothing new.
@@ -78,6 +90,9 @@ class MessageOutcome:
     failed: list[str] = field(default_factory=list)
     # The Client's inbox row was marked in the transaction that recorded the message.
     inbox_marked: bool = False
+    # Process ids the message correlated to (delivered, failed, started or joined):
+    # each gets it once.
+    served: set[str] = field(default_factory=set)
 
     @property
     def outbox_ids(self) -> list[int]:
@@ -204,22 +219,22 @@ class Router:
             ),
         )
 
-    def _holders(self, kind: str, name: str, key: str | None) -> list[tuple[str, str]]:
+    def _holders(self, kind: str, name: str, key: str | None) -> list[Holder]:
         with self.store.read() as conn:
             return self._holders_in(conn, kind, name, key)
 
     @staticmethod
-    def _holders_in(
-        conn: Connection, kind: str, name: str, key: str | None
-    ) -> list[tuple[str, str]]:
-        q = select(subscriptions.c.instance_id, subscriptions.c.wait_id).where(
-            subscriptions.c.kind == kind, subscriptions.c.name == name
+    def _holders_in(conn: Connection, kind: str, name: str, key: str | None) -> list[Holder]:
+        """Matching subscriptions with their instance's process, in HOLDER_ORDER."""
+        q = (
+            select(subscriptions.c.instance_id, subscriptions.c.wait_id, instances.c.key)
+            .join(instances, instances.c.id == subscriptions.c.instance_id)
+            .where(subscriptions.c.kind == kind, subscriptions.c.name == name)
         )
         if kind == "message":
             q = q.where(subscriptions.c.correlation_key.is_not_distinct_from(key))
         return [
-            (r.instance_id, r.wait_id)
-            for r in conn.execute(q.order_by(subscriptions.c.instance_id, subscriptions.c.wait_id))
+            Holder(r.key, r.instance_id, r.wait_id) for r in conn.execute(q.order_by(*HOLDER_ORDER))
         ]
 
     def message(
@@ -245,29 +260,31 @@ class Router:
             message_id or str(uuid.uuid4()), "message id", limits, InvalidMessage
         )
         out = MessageOutcome(message_id)
-        # The duplicate check and the first holders lookup: one statement.
+        # The duplicate check and the first holders lookup: one statement; the
+        # processes with a message start of that name: a second, in the same read.
         with self.store.read() as conn:
             duplicate, first = self._seen_and_holders(conn, message_id, name, correlation_key)
+            starts = [] if duplicate else self.store.latest_starts("message", name, conn=conn)
         if duplicate:
             out.duplicate = True
             return out
-        holders: list[tuple[str, str]] | None = first
+        holders: list[Holder] | None = first
         while True:
-            self._deliver(out, name, correlation_key, variables, now, holders, inbox_id)
+            self._deliver(out, name, correlation_key, variables, now, holders, starts, inbox_id)
             holders = None  # a second round (a subscription appeared) looks again
             if out.recorded:
                 return out
-            if not out.delivered_to and not out.failed:
-                self._start(out, name, correlation_key, variables, now)
+            self._start(out, name, correlation_key, variables, now, starts)
             if self._record(out, name, correlation_key, variables, ttl_seconds, now, inbox_id):
                 return out
 
     @staticmethod
     def _seen_and_holders(
         conn: Connection, message_id: str, name: str, key: str | None
-    ) -> tuple[bool, list[tuple[str, str]]]:
-        """Is ``message_id`` recorded, and who holds (name, key): one round trip (a
-        one-row source outer-joined to the subscriptions, the answer on every row)."""
+    ) -> tuple[bool, list[Holder]]:
+        """Is ``message_id`` recorded, and who holds (name, key) with their process:
+        one round trip (a one-row source outer-joined to the subscriptions and their
+        instances, the answer on every row), in HOLDER_ORDER."""
         one = select(literal(1).label("one")).subquery()
         matching = and_(
             subscriptions.c.kind == "message",
@@ -279,11 +296,20 @@ class Router:
                 exists().where(messages.c.message_id == message_id).label("duplicate"),
                 subscriptions.c.instance_id,
                 subscriptions.c.wait_id,
+                instances.c.key,
             )
-            .select_from(one.outerjoin(subscriptions, matching))
-            .order_by(subscriptions.c.instance_id, subscriptions.c.wait_id)
+            .select_from(
+                one.outerjoin(subscriptions, matching).outerjoin(
+                    instances, instances.c.id == subscriptions.c.instance_id
+                )
+            )
+            .order_by(*HOLDER_ORDER)
         ).all()
-        holders = [(r.instance_id, r.wait_id) for r in rows if r.instance_id is not None]
+        holders = [
+            Holder(r.key, r.instance_id, r.wait_id)
+            for r in rows
+            if r.instance_id is not None and r.key is not None
+        ]
         return bool(rows[0].duplicate), holders
 
     def _deliver(
@@ -293,40 +319,67 @@ class Router:
         key: str | None,
         variables: dict[str, Any],
         now: datetime,
-        holders: list[tuple[str, str]] | None = None,
+        holders: list[Holder] | None,
+        starts: list[tuple[str, int, list[str]]],
         inbox_id: str | None = None,
     ) -> None:
-        seen: set[str] = set(out.delivered_to) | set(out.failed)
         if holders is None:
             holders = self._holders("message", name, key)
-        # The dedup row rides the LAST holder's transaction: a crash before it leaves the
-        # message unrecorded, so the producer's retry reaches the holders not yet served
-        # (the ones served recognise the trigger id).
-        wake = list(waits_to_wake(holders, seen))
-        for n, (instance_id, wait_id) in enumerate(wake, 1):
-            trigger = MessageReceived(
-                wait_id=wait_id,
-                name=name,
-                correlation_key=key,
-                variables=variables,
-                message_id=out.message_id,
-            )
-            last = n == len(wake) and not out.recorded
-            record = self._recorder(out, name, key, instance_id, now, inbox_id) if last else None
-            applied = self._apply_isolated(instance_id, trigger, out.message_id, now, also=record)
-            if applied is None:
-                out.failed.append(instance_id)  # kept for this holder; the others go on
-                continue
-            if not (applied.changed or applied.duplicate):
-                # The wait was replaced between our lookup and the lock (a loop that
-                # re-armed its catch): not delivered. ``_record`` then finds the new
-                # subscription under its lock and ``message`` correlates again.
-                continue
-            if record is not None and applied.changed:
-                out.recorded = True  # committed with the step
-                out.inbox_marked = inbox_id is not None
-            out.applied.append(applied)
-            out.delivered_to.append(instance_id)
+        groups = waits_to_wake(holders, out.served)
+        # The dedup row rides the LAST holder's transaction when no message start is left
+        # to run after it (else ``_record`` writes it): a crash before it leaves the
+        # message unrecorded, so the producer's retry reaches the processes not yet
+        # served (the instances served recognise the trigger id).
+        others = processes_to_start(
+            (p for p, _, _ in starts), {g[0].process_key for g in groups} | out.served
+        )
+        for n, candidates in enumerate(groups, 1):
+            last = n == len(groups) and not others
+            for holder in candidates:  # the next holder of this process if one went stale
+                if self._deliver_one(out, name, key, variables, now, holder, last, inbox_id):
+                    out.served.add(holder.process_key)
+                    break
+
+    def _deliver_one(
+        self,
+        out: MessageOutcome,
+        name: str,
+        key: str | None,
+        variables: dict[str, Any],
+        now: datetime,
+        holder: Holder,
+        last: bool,
+        inbox_id: str | None,
+    ) -> bool:
+        """Deliver to one holder; False when its wait went stale (try the next)."""
+        instance_id = holder.instance_id
+        trigger = MessageReceived(
+            wait_id=holder.wait_id,
+            name=name,
+            correlation_key=key,
+            variables=variables,
+            message_id=out.message_id,
+        )
+        record = (
+            self._recorder(out, name, key, instance_id, now, inbox_id)
+            if last and not out.recorded
+            else None
+        )
+        applied = self._apply_isolated(instance_id, trigger, out.message_id, now, also=record)
+        if applied is None:
+            out.failed.append(instance_id)  # kept for this holder; the others go on
+            return True  # the message counts as taken by it
+        if not (applied.changed or applied.duplicate):
+            # The wait was replaced between our lookup and the lock (a loop that
+            # re-armed its catch): not delivered. ``_record`` then finds the new
+            # subscription under its lock and ``message`` correlates again.
+            return False
+        if record is not None and applied.changed:
+            out.recorded = True  # committed with the step
+            out.inbox_marked = inbox_id is not None
+        out.applied.append(applied)
+        out.delivered_to.append(instance_id)
+        return True
 
     def _recorder(
         self,
@@ -368,8 +421,14 @@ class Router:
         key: str | None,
         variables: dict[str, Any],
         now: datetime,
+        starts: list[tuple[str, int, list[str]]],
     ) -> None:
-        for process_key, version, nodes in self.store.latest_starts("message", name):
+        """Start (or join) each process with a matching message start no holder served."""
+        unserved = set(processes_to_start((p for p, _, _ in starts), out.served))
+        for process_key, version, nodes in starts:
+            if process_key not in unserved:
+                continue
+            out.served.add(process_key)
             running = self._running_with_key(process_key, key) if key is not None else None
             plan = start_or_join(process_key, version, nodes, key, running)
             if isinstance(plan, JoinRunning):
@@ -483,7 +542,8 @@ class Router:
         variables = check_variables(variables, f"signal {name!r} variables", limits)
         signal_id = check_text(signal_id or str(uuid.uuid4()), "signal id", limits, InvalidMessage)
         out = SignalOutcome(signal_id)
-        for instance_id, wait_id in self._holders("signal", name, None):
+        for holder in self._holders("signal", name, None):
+            instance_id, wait_id = holder.instance_id, holder.wait_id
             trigger = SignalReceived(wait_id=wait_id, name=name, variables=variables)
             applied = self._apply_isolated(instance_id, trigger, f"{signal_id}:{wait_id}", now)
             if applied is None:

@@ -26,6 +26,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from coverage import Coverage
@@ -101,31 +102,46 @@ def is_commit(ref: str) -> bool:
     return found.returncode == 0
 
 
-def touched_lines(cov: Coverage, base: str) -> dict[str, tuple[int, int]]:
-    """package -> (touched measurable lines, of them not executed), by diff-cover.
+@dataclass
+class Touched:
+    """A package's touched lines: how many coverage can measure, how many did not run,
+    and where those are (``file: line, line``)."""
 
-    The XML report has every file of the packages, executed or not (``source`` in
-    ``[tool.coverage.run]``), so a touched file no test imports counts as missed rather
-    than vanishing from the diff; files coverage cannot parse (templates) are left out.
+    lines: int = 0
+    missed: int = 0
+    where: list[str] = field(default_factory=list)
+
+
+def touched_lines(cov: Coverage, base: str) -> dict[str, Touched]:
+    """package -> its touched lines, by diff-cover.
+
+    The report handed to diff-cover is LCOV, whose file names are relative to the
+    repository: in Cobertura XML they are relative to each ``source`` directory, and
+    ``engine_core/jobs.py`` and ``tasks/jobs.py`` would both be ``jobs.py``. It has
+    every file of the packages, executed or not (``source`` in ``[tool.coverage.run]``),
+    so a touched file no test imports counts as missed rather than vanishing from the
+    diff; files coverage cannot parse (templates) are left out.
     """
     with tempfile.TemporaryDirectory() as tmp:
-        xml, report = Path(tmp, "coverage.xml"), Path(tmp, "diff-cover.json")
-        cov.xml_report(outfile=str(xml), ignore_errors=True)
+        lcov, report = Path(tmp, "coverage.lcov"), Path(tmp, "diff-cover.json")
+        cov.lcov_report(outfile=str(lcov), ignore_errors=True)
         tool = Path(sys.executable).with_name("diff-cover")
         subprocess.run(
-            [str(tool), str(xml), f"--compare-branch={base}", f"--format=json:{report}", "-q"],
+            [str(tool), str(lcov), f"--compare-branch={base}", f"--format=json:{report}", "-q"],
             check=True,
         )
         stats = json.loads(report.read_text())["src_stats"]
-    totals: dict[str, tuple[int, int]] = {}
-    for path, stat in stats.items():
+    totals: dict[str, Touched] = {}
+    for path, stat in sorted(stats.items()):
         package = package_of(path)
         if package is None:
             continue
-        missed = len(stat["violation_lines"])
-        lines = len(stat["covered_lines"]) + missed
-        before = totals.get(package, (0, 0))
-        totals[package] = (before[0] + lines, before[1] + missed)
+        missed = stat["violation_lines"]
+        touched = totals.setdefault(package, Touched())
+        touched.lines += len(stat["covered_lines"]) + len(missed)
+        touched.missed += len(missed)
+        if missed:
+            touched.where.append(f"{path}: {', '.join(str(n) for n in missed)}")
     return totals
 
 
@@ -143,15 +159,18 @@ def touched_report(cov: Coverage) -> bool:
     print(f"{'package':<12} {'lines':>6} {'miss':>6} {'covered':>8}")
     failed = False
     for package in PACKAGES:
-        lines, missed = totals.get(package, (0, 0))
+        touched = totals.get(package, Touched())
         bar = TOUCHED_GATED.get(package)
-        if not lines:
+        if not touched.lines:
             print(f"{package:<12} {0:>6} {'-':>6} {'-':>8}" + (" ok" if bar else ""))
             continue
-        covered = 100.0 * (lines - missed) / lines
+        covered = 100.0 * (touched.lines - touched.missed) / touched.lines
         verdict = "" if bar is None else (" ok" if covered >= bar else f" UNDER {bar:.0f} %")
         failed |= bar is not None and covered < bar
-        print(f"{package:<12} {lines:>6} {missed:>6} {covered:>7.1f}%{verdict}")
+        print(f"{package:<12} {touched.lines:>6} {touched.missed:>6} {covered:>7.1f}%{verdict}")
+    for package in TOUCHED_GATED:  # where a gated package's touched lines did not run
+        for missing in totals.get(package, Touched()).where:
+            print(f"  not run: {missing}")
     return failed
 
 

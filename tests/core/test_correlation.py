@@ -5,19 +5,37 @@ from __future__ import annotations
 import pytest
 
 from engine_core.correlation import (
+    Holder,
     JoinRunning,
     StartProcess,
     buffer_it,
+    processes_to_start,
     start_or_join,
     waits_to_wake,
 )
 
 
-def test_one_wait_per_instance_in_order_and_none_served_twice() -> None:
-    holders = [("i2", "w1"), ("i1", "w7"), ("i1", "w3"), ("i3", "w2")]
-    assert waits_to_wake(holders) == [("i1", "w3"), ("i2", "w1"), ("i3", "w2")]
-    assert waits_to_wake(holders, served=["i1", "i3"]) == [("i2", "w1")]
+def test_once_per_process_id_the_first_holder_and_every_other_process() -> None:
+    """Two instances of "order" and one of "audit" wait on the same message: the first
+    "order" holder (in the order given) and the "audit" holder get it; the second
+    "order" instance is a fallback only if the first one's wait went stale."""
+    holders = [
+        Holder("order", "i1", "w3"),
+        Holder("order", "i1", "w7"),  # a second wait of the same instance: never twice
+        Holder("audit", "a1", "w1"),
+        Holder("order", "i2", "w1"),
+    ]
+    assert waits_to_wake(holders) == [
+        [Holder("order", "i1", "w3"), Holder("order", "i2", "w1")],
+        [Holder("audit", "a1", "w1")],
+    ]
+    assert waits_to_wake(holders, served=["order"]) == [[Holder("audit", "a1", "w1")]]
     assert waits_to_wake([]) == []
+
+
+def test_message_starts_only_for_processes_no_holder_served() -> None:
+    assert processes_to_start(["audit", "order", "ship"], served={"order"}) == ["audit", "ship"]
+    assert processes_to_start([], served=()) == []
 
 
 @pytest.mark.parametrize(

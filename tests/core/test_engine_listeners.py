@@ -437,24 +437,6 @@ def test_the_kinds_that_take_no_listener_of_an_event_type() -> None:
     b.sequence("s", "e")
     _refused(b, "error end event has no end listeners")
 
-    b = ProcessBuilder("r3")
-    b.start_event("s").end_event("e", terminate(), execution_listeners=(end("a"),))
-    b.sequence("s", "e")
-    _refused(b, "terminate end event are not run")
-
-    b = ProcessBuilder("r4")
-    b.start_event("s").intermediate_throw_event(
-        "c", compensate(), execution_listeners=(start("a"),)
-    ).end_event("e")
-    b.sequence("s", "c", "e")
-    _refused(b, "compensation throw event")
-
-    b = ProcessBuilder("r5")
-    b.start_event("s").intermediate_throw_event("l", link("L"), execution_listeners=(end("a"),))
-    b.intermediate_catch_event("lc", link("L")).end_event("e")
-    b.sequence("s", "l").sequence("lc", "e")
-    _refused(b, "link throw event are not run")
-
     b = ProcessBuilder("r6")
     b.start_event("s").service_task("t", job_type="w").end_event("e")
     b.boundary_event(
@@ -616,3 +598,74 @@ def test_a_joining_gateway_s_failed_listener_is_retried() -> None:
     run.retry(incident.id)
     complete(run, "merge")
     assert run.status == "completed"
+
+
+def test_a_listener_index_past_the_node_s_listeners_ends_the_phase() -> None:
+    """An instance migrated (or its model redeployed) to a node with fewer listeners
+    than the one it was running: the phase ends and the element runs."""
+    run = Run(_task(start("first"), start("second", retries="1")))
+    run.start()
+    complete(run, "first")
+    fail(run, "second")
+    incident = run.incident("t")
+    run.defn = _task(start("first"))
+    run.retry(incident.id)
+    assert [w.job_type for w in run.waits(kind="job")] == ["work"]
+
+
+def test_a_reserved_job_type_on_a_process_listener_is_refused() -> None:
+    b = ProcessBuilder("reserved", execution_listeners=(start("dormant.start"),))
+    b.start_event("s").end_event("e").sequence("s", "e")
+    with pytest.raises(InvalidModel, match="reserved"):
+        b.build()
+
+
+@pytest.mark.parametrize("at_end", [False, True])
+def test_a_compensation_throw_runs_its_listeners_around_the_handlers(at_end: bool) -> None:
+    b = ProcessBuilder("undo")
+    b.start_event("s").service_task("charge", job_type="charge")
+    b.boundary_event("comp", "charge", compensate(), compensation_handler="refund")
+    b.service_task("refund", job_type="refund", is_for_compensation=True)
+    listened = (start("before-undo"), end("after-undo"))
+    if at_end:
+        b.end_event("undo", compensate(), execution_listeners=listened)
+        b.sequence("s", "charge", "undo")
+    else:
+        b.intermediate_throw_event("undo", compensate(), execution_listeners=listened)
+        b.end_event("e").sequence("s", "charge", "undo", "e")
+    run = Run(b.build())
+    run.start()
+    complete(run, "charge")
+    assert [w.job_type for w in run.waits(kind="job")] == ["before-undo"]
+    complete(run, "before-undo")
+    assert [w.job_type for w in run.waits(kind="job")] == ["refund"]
+    complete(run, "refund")
+    assert [w.job_type for w in run.waits(kind="job")] == ["after-undo"]
+    complete(run, "after-undo")
+    assert run.status == "completed"
+
+
+def test_a_terminate_end_runs_its_end_listeners_after_terminating() -> None:
+    b = ProcessBuilder("stop")
+    b.start_event("s").parallel_gateway("fork").user_task("slow").end_event("e1")
+    b.end_event("stop", terminate(), execution_listeners=(end("audit"),))
+    b.sequence("s", "fork", "slow", "e1").sequence("fork", "stop")
+    run = Run(b.build())
+    run.start()
+    assert run.waits(kind="user_task") == []  # terminated before the listener runs
+    assert [w.job_type for w in run.waits(kind="job")] == ["audit"]
+    complete(run, "audit")
+    assert run.status == "completed"
+
+
+def test_a_link_throw_runs_its_end_listeners_before_the_jump() -> None:
+    b = ProcessBuilder("jump")
+    b.start_event("s").intermediate_throw_event("l", link("L"), execution_listeners=(end("audit"),))
+    b.intermediate_catch_event("lc", link("L")).end_event("e")
+    b.sequence("s", "l").sequence("lc", "e")
+    run = Run(b.build())
+    run.start()
+    assert run.token_nodes() == ["l:waiting"]
+    complete(run, "audit")
+    assert run.status == "completed"
+    assert [f.details["node"] for f in run.facts_of("EndEventReached")] == ["e"]

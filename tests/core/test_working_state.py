@@ -37,6 +37,7 @@ from engine_core.checkpoint import (
     Token,
     Wait,
     WaitKind,
+    _copier,
     copy_checkpoint,
     decode,
     encode,
@@ -281,3 +282,37 @@ def test_apply_given_the_stored_text_steps_as_given_the_decoded_checkpoint(name:
         assert (from_text.effects, from_text.facts) == (from_state.effects, from_state.facts)
         if not from_text.changed:
             assert json.dumps(encode(from_text.checkpoint)) == _upgraded(stored)
+
+
+def test_nested_json_values_are_copied_all_the_way_down() -> None:
+    cp = decode(_STORED["resumed"])
+    cp.scopes["s0"].variables["deep"] = [[1, {"b": [2, {"c": []}]}], {"d": {"e": [3]}}]
+    copy = copy_checkpoint(cp)
+    assert copy == cp
+    assert _shared(cp, copy) == []
+
+
+@pytest.mark.parametrize("hint", [int | str, set[str], tuple[int, ...], list[set[str]]])
+def test_a_field_type_without_a_copy_rule_is_refused_at_import(hint: Any) -> None:
+    with pytest.raises(TypeError, match="checkpoint field type"):
+        _copier(hint)
+
+
+@pytest.mark.parametrize("as_text", [False, True], ids=["checkpoint", "text"])
+def test_an_invariant_broken_mid_step_fails_the_instance_from_an_untouched_copy(
+    as_text: bool,
+) -> None:
+    """A token at a node the definition lacks is dormant's bug, not the model's: the
+    instance fails, from a fresh private state (nothing half-done), input untouched."""
+    name = next(n for n in _CONFORMANCE if decode(_STORED[n]).waits)
+    stored = _STORED[name]
+    doc = json.loads(stored)
+    wait = next(iter(doc["waits"].values()))
+    doc["tokens"][wait["token_id"]]["node_id"] = "no-such-node"
+    text = json.dumps(doc)
+    cp = decode(text)
+    trigger = next(_triggers(cp))
+    step = apply(_DEFINITIONS[name], text if as_text else cp, trigger, now=_later(cp))
+    assert step.checkpoint.status.value == "failed"
+    assert "internal invariant broken" in (step.checkpoint.failure or "")
+    assert json.dumps(encode(cp)) == _upgraded(text)

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from engine_core.correlation import Holder
 from persistence.routing import Router
 from persistence.store import Store
 
@@ -37,13 +38,13 @@ LOOP = """<?xml version="1.0" encoding="UTF-8"?>
 class LaggingRouter(Router):
     """Answers the first lookup with what it saw before the loop moved on."""
 
-    def __init__(self, store: Store, stale: list[tuple[str, str]]) -> None:
+    def __init__(self, store: Store, stale: list[Holder]) -> None:
         super().__init__(store)
-        self.stale: list[tuple[str, str]] | None = stale
+        self.stale: list[Holder] | None = stale
 
     def _holders_in(  # type: ignore[override]
         self, conn: Any, kind: str, name: str, key: str | None
-    ) -> list[tuple[str, str]]:
+    ) -> list[Holder]:
         if self.stale is not None:
             answer, self.stale = self.stale, None
             return answer
@@ -56,7 +57,7 @@ def test_a_message_whose_wait_was_replaced_is_correlated_again(store: Any, now: 
     (old_wait,) = store.checkpoint("i-1").waits
     Router(store).message("tick", "k", {}, message_id="m-1", ttl_seconds=None, now=now)
     assert store.instance("i-1").variables["hits"] == 1  # the loop re-armed a new wait
-    outcome = LaggingRouter(store, [("i-1", old_wait)]).message(
+    outcome = LaggingRouter(store, [Holder("loop", "i-1", old_wait)]).message(
         "tick", "k", {}, message_id="m-2", ttl_seconds=None, now=now
     )
     assert outcome.delivered_to == ["i-1"]
@@ -66,13 +67,15 @@ def test_a_message_whose_wait_was_replaced_is_correlated_again(store: Any, now: 
 def test_a_crash_between_two_holders_is_healed_by_the_producers_retry(
     store: Any, now: datetime, monkeypatch: Any
 ) -> None:
-    """With several holders the message is recorded only after all of them: a crash
-    after the first leaves it unrecorded, and the retry serves the rest, once each.
-    (A process going down, not an exception of one holder's delivery: that one is kept
-    for its holder alone, tests/security/test_fanout.py.)"""
+    """With several holders (instances of two processes: a message correlates once
+    per process id) the message is recorded only after all of them: a crash after the
+    first leaves it unrecorded, and the retry serves the rest, once each. (A process
+    going down, not an exception of one holder's delivery: that one is kept for its
+    holder alone, tests/security/test_fanout.py.)"""
     store.deploy(LOOP, now)
+    store.deploy(LOOP.replace('id="loop"', 'id="loop2"'), now)
     store.start("loop", "a", {"key": "k", "hits": 0}, now=now)
-    store.start("loop", "b", {"key": "k", "hits": 0}, now=now)
+    store.start("loop2", "b", {"key": "k", "hits": 0}, now=now)
     real_apply = store.apply
     calls = {"n": 0}
 

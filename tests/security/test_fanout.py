@@ -27,7 +27,8 @@ def signal_waiter(key: str, name: str) -> str:
 
 
 def message_waiter(key: str, name: str) -> str:
-    """Every instance waits on the SAME correlation key: one message, many holders."""
+    """Every instance waits on the SAME correlation key. A message correlates once per
+    process id, so the holders it reaches are instances of different processes."""
     nodes = start() + message_catch("mc", name) + end()
     return model(key, nodes, [("start", "mc"), ("mc", "end")], messages={name: "=group"})
 
@@ -71,8 +72,17 @@ def test_a_signal_reaches_every_healthy_holder_past_a_corrupt_one(shared_stack: 
 
 def test_a_message_reaches_every_healthy_holder_past_a_corrupt_one(shared_stack: Stack) -> None:
     stack, c = shared_stack, shared_stack.client
-    c.deploy(message_waiter("fo-message", "fo-msg"))
-    victim, healthy, original = holders_with_the_first_corrupt(stack, "fo-message")
+    keys = [f"fo-message-{n}" for n in range(HOLDERS)]
+    for key in keys:
+        c.deploy(message_waiter(key, "fo-msg"))
+    ids = [c.start(key, {"group": "g"}) for key in keys]
+    for iid in ids:
+        wait_for(lambda i=iid: c.instance(i).tokens, what=f"{iid} to wait")
+    victim, healthy = ids[0], ids[1:]  # the oldest instance: the first one routed
+    original = stored_checkpoint(stack, victim)
+    if isinstance(original, str):
+        original = json.loads(original)
+    overwrite_checkpoint(stack, victim, {"schema": 1, "garbage": True})
     message_id = c.send_message("fo-msg", "g", ttl=300)
     check_isolated(stack, victim, healthy, original)
     # Taken by its holders (the kept one included): never buffered for a later taker.

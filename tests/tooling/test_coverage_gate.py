@@ -37,12 +37,14 @@ def git(repo: Path, *args: str) -> str:
 @pytest.fixture
 def repo(tmp_path: Path) -> tuple[Path, str]:
     """A repository whose second commit adds two functions to engine_core, one of
-    which the measured run calls; returns it and its first commit (the diff base)."""
-    (tmp_path / "engine_core").mkdir()
-    (tmp_path / "engine_core" / "__init__.py").write_text("")
-    (tmp_path / "engine_core" / "m.py").write_text(BEFORE)
+    which the measured run calls, and to a module of the same name in tasks, which it
+    never imports; returns it and its first commit (the diff base)."""
+    for package in ("engine_core", "tasks"):
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text("")
+        (tmp_path / package / "m.py").write_text(BEFORE)
     (tmp_path / "pyproject.toml").write_text(
-        '[tool.coverage.run]\nbranch = true\nsource = ["engine_core"]\n'
+        '[tool.coverage.run]\nbranch = true\nsource = ["engine_core", "tasks"]\n'
     )
     (tmp_path / "run.py").write_text("from engine_core import m\n\nm.kept()\nm.run()\n")
     git(tmp_path, "init", "-q")
@@ -50,6 +52,7 @@ def repo(tmp_path: Path) -> tuple[Path, str]:
     git(tmp_path, "commit", "-qm", "base")
     base = git(tmp_path, "rev-parse", "HEAD")
     (tmp_path / "engine_core" / "m.py").write_text(AFTER)
+    (tmp_path / "tasks" / "m.py").write_text(AFTER)
     git(tmp_path, "commit", "-qam", "two functions")
     subprocess.run(
         [sys.executable, "-m", "coverage", "run", "run.py"], cwd=tmp_path, env=CLEAN_ENV, check=True
@@ -68,16 +71,17 @@ def gate(repo: Path, **env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def engine_core_touched(output: str) -> str:
+def touched(output: str, package: str) -> list[str]:
     lines = output.split("diff coverage")[1].splitlines()
-    return next(line for line in lines if line.startswith("engine_core"))
+    return next(line for line in lines if line.startswith(package)).split()
 
 
 def test_touched_lines_under_the_bar_fail(repo: tuple[Path, str]) -> None:
     path, base = repo
     done = gate(path, DORMANT_DIFF_BASE=base)
-    # four touched lines measurable (two `def`s, two `return`s), never()'s return missed
-    assert engine_core_touched(done.stdout).split() == [
+    # four touched lines measurable (two `def`s, two `return`s), never()'s return missed;
+    # tasks/m.py, never imported, is told apart from engine_core/m.py and reported only
+    assert touched(done.stdout, "engine_core") == [
         "engine_core",
         "4",
         "1",
@@ -86,6 +90,8 @@ def test_touched_lines_under_the_bar_fail(repo: tuple[Path, str]) -> None:
         "95",
         "%",
     ]
+    assert touched(done.stdout, "tasks") == ["tasks", "4", "4", "0.0%"]
+    assert "not run: engine_core/m.py: 10" in done.stdout
     assert done.returncode == 1, done.stdout + done.stderr
 
 
@@ -94,7 +100,7 @@ def test_touched_lines_at_the_bar_pass(repo: tuple[Path, str]) -> None:
     (path / ".ci").mkdir()
     (path / ".ci" / "diff-coverage-base").write_text(base + "\n")
     done = gate(path, DORMANT_DIFF_COVERAGE_MIN_ENGINE_CORE="75")
-    assert engine_core_touched(done.stdout).split()[-1] == "ok"
+    assert touched(done.stdout, "engine_core")[-1] == "ok"
     assert done.returncode == 0, done.stdout + done.stderr
 
 
