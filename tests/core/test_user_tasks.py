@@ -106,6 +106,12 @@ def test_priority_defaults_to_50_and_a_null_expression_leaves_an_attribute_unset
         ('<zeebe:priorityDefinition priority="=p"/>', {"p": 101}, "priority"),
         ('<zeebe:priorityDefinition priority="=p"/>', {"p": 1.5}, "priority"),
         ('<zeebe:formDefinition externalReference="=r"/>', {"r": True}, "externalReference"),
+        ('<zeebe:assignmentDefinition assignee="=n"/>', {"n": "a" * 256}, "1 to 255 characters"),
+        (
+            '<zeebe:assignmentDefinition candidateUsers="=u"/>',
+            {"u": [f"u{i}" for i in range(101)]},
+            "101 entries, at most 100",
+        ),
     ],
 )
 def test_a_feel_result_of_the_wrong_type_is_an_incident_naming_the_attribute(
