@@ -67,7 +67,7 @@ def finish_waiting_throws(rt: Runtime) -> bool:
             continue
         if token.listener_phase not in (None, "ran"):
             continue  # waiting on one of its execution listeners, not on handlers
-        node = rt.defn.nodes[token.node_id]
+        node = rt.node(token.node_id)
         if node.event.kind is not EventKind.COMPENSATE or node.kind not in (
             NodeKind.END_EVENT,
             NodeKind.INTERMEDIATE_THROW_EVENT,

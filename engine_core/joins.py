@@ -71,8 +71,7 @@ def fire_ready_inclusive_joins(rt: Runtime) -> bool:
     waiting = [
         t
         for t in rt.cp.tokens.values()
-        if t.state is TokenState.WAITING
-        and rt.defn.nodes[t.node_id].kind is NodeKind.INCLUSIVE_GATEWAY
+        if t.state is TokenState.WAITING and rt.node(t.node_id).kind is NodeKind.INCLUSIVE_GATEWAY
     ]
     fired = False
     seen: set[tuple[str, str]] = set()
@@ -81,7 +80,7 @@ def fire_ready_inclusive_joins(rt: Runtime) -> bool:
         if key in seen or token.id not in rt.cp.tokens:
             continue
         seen.add(key)
-        node = rt.defn.nodes[token.node_id]
+        node = rt.node(token.node_id)
         if _can_still_arrive(rt, node, token.scope_id):
             continue
         arrived = _waiting_at(rt, node, token.scope_id)

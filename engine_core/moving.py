@@ -37,7 +37,7 @@ from engine_core.expressions import (
     evaluate,
     json_value,
 )
-from engine_core.model import EventKind, Node
+from engine_core.model import EventKind, Node, NodeKind
 from engine_core.runtime import Runtime
 from engine_core.transitions import move_token
 
@@ -54,6 +54,7 @@ __all__ = [
     "finish_process",
     "leave_activity",
     "leave_without_running",
+    "link_target",
     "plain_outgoing",
     "start_inner",
     "take_flows",
@@ -204,7 +205,23 @@ def _to_end_listeners(rt: Runtime, token: Token, node: Node) -> bool:
 def _leave_along_flows(rt: Runtime, token: Token, node: Node) -> None:
     _record_compensable(rt, token)
     _finish_at_node(rt, token)
+    if node.kind is NodeKind.INTERMEDIATE_THROW_EVENT and node.event.kind is EventKind.LINK:
+        arrive(rt, token, link_target(rt, node).id)  # back from its end listeners
+        return
     take_flows(rt, token, plain_outgoing(rt, node, token))
+
+
+def link_target(rt: Runtime, node: Node) -> Node:
+    """The catch event a link throw continues at: the one of its scope with its name."""
+    name = node.event.link_name
+    for candidate in rt.defn.nodes_in(node.parent):
+        if (
+            candidate.kind is NodeKind.INTERMEDIATE_CATCH_EVENT
+            and candidate.event.kind is EventKind.LINK
+            and candidate.event.link_name == name
+        ):
+            return candidate
+    raise EngineInvariantError(f"link {name!r} thrown at {node.label} has no catch event")
 
 
 def leave_without_running(rt: Runtime, token: Token) -> None:
@@ -290,16 +307,24 @@ def end_token(rt: Runtime, token: Token, state: TokenState = TokenState.COMPLETE
 
 
 def terminate_end(rt: Runtime, token: Token) -> None:
-    """Terminate end: ends every token of its scope; the scope then completes (N8)."""
+    """Terminate end: ends every token of its scope; the scope then completes (N8).
+    With end listeners the terminating token stays for them, then ends as any end
+    event's does (its scope completes then)."""
     scope_id = token.scope_id
-    rt.remove_token(token, TokenState.COMPLETED)
+    listened = bool(rt.node(token.node_id).listeners("end"))
+    if not listened:
+        rt.remove_token(token, TokenState.COMPLETED)
     for other in rt.tokens_in(scope_id):
-        rt.terminate_token(other)
+        if other.id != token.id:
+            rt.terminate_token(other)
     for child in rt.child_scopes(scope_id):
         if child.token_id is None:
             rt.terminate_scope(child.id)
             rt.drop_scope(child.id)
     rt.fact("Terminated", node=token.node_id)
+    if listened:
+        leave_activity(rt, token, {})
+        return
     check_scope(rt, scope_id, by=token.node_id)
 
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from engine_core import ad_hoc, boundaries, calls, event_subs, jobs, listeners
+from engine_core import ad_hoc, boundaries, calls, event_subs, jobs, listeners, user_tasks
 from engine_core.arming import WAITABLE, arm_event
 from engine_core.bindings import Binding, bind_decision, deployment_of
-from engine_core.checkpoint import ROOT_SCOPE, Token, TokenState, WaitKind, WaitRole
+from engine_core.checkpoint import ROOT_SCOPE, Token, TokenState, WaitRole
 from engine_core.compensation import throw_compensation
 from engine_core.dmn import evaluate_decision
 from engine_core.errors import EngineInvariantError
@@ -29,6 +29,7 @@ from engine_core.moving import (
     finish_event_sub,
     finish_process,
     leave_activity,
+    link_target,
     take_flows,
     terminate_end,
 )
@@ -215,22 +216,12 @@ def _catch_event(rt: Runtime, token: Token, node: Node) -> None:
 def _throw_event(rt: Runtime, token: Token, node: Node) -> None:
     event = node.event
     if event.kind is EventKind.LINK:
-        target = _link_target(rt, node)
-        arrive(rt, token, target.id)
+        if node.listeners("end"):
+            leave_activity(rt, token, {})  # its end listeners, then to its catch event
+            return
+        arrive(rt, token, link_target(rt, node).id)
         return
     _throw(rt, token, node)
-
-
-def _link_target(rt: Runtime, node: Node) -> Node:
-    name = node.event.link_name
-    for candidate in rt.defn.nodes_in(node.parent):
-        if (
-            candidate.kind is NodeKind.INTERMEDIATE_CATCH_EVENT
-            and candidate.event.kind is EventKind.LINK
-            and candidate.event.link_name == name
-        ):
-            return candidate
-    raise EngineInvariantError(f"link {name!r} thrown at {node.label} has no catch event")
 
 
 def _boundary_event(rt: Runtime, token: Token, node: Node) -> None:
@@ -287,28 +278,6 @@ def _script_task(rt: Runtime, token: Token, node: Node) -> None:
     value = json_value(evaluate(node.script, rt.token_vars(token), node.id, rt.now))
     result = {node.result_variable: value} if node.result_variable else {}
     leave_activity(rt, token, result)
-
-
-def _user_task(rt: Runtime, token: Token, node: Node) -> None:
-    context = rt.token_vars(token)
-
-    def text(raw: str | None) -> str | None:
-        if raw is None:
-            return None
-        value = evaluate(raw, context, node.id, rt.now)
-        return None if value is None else str(json_value(value))
-
-    rt.add_wait(
-        WaitKind.USER_TASK,
-        WaitRole.NODE,
-        node.id,
-        token_id=token.id,
-        task_name=node.name,
-        assignee=text(node.assignee),
-        candidate_groups=text(node.candidate_groups),
-        form_key=node.form_key,
-    )
-    _wait(token)
 
 
 def _receive_task(rt: Runtime, token: Token, node: Node) -> None:
@@ -395,7 +364,7 @@ HANDLERS: dict[NodeKind, Handler] = {
     NodeKind.BOUNDARY_EVENT: _boundary_event,
     NodeKind.TASK: _pass,
     NodeKind.MANUAL_TASK: _pass,
-    NodeKind.USER_TASK: _user_task,
+    NodeKind.USER_TASK: user_tasks.create,
     NodeKind.SERVICE_TASK: _service_task,
     NodeKind.SEND_TASK: _service_task,
     NodeKind.BUSINESS_RULE_TASK: _business_rule_task,

@@ -437,17 +437,6 @@ def test_the_kinds_that_take_no_listener_of_an_event_type() -> None:
     b.sequence("s", "e")
     _refused(b, "error end event has no end listeners")
 
-    b = ProcessBuilder("r3")
-    b.start_event("s").end_event("e", terminate(), execution_listeners=(end("a"),))
-    b.sequence("s", "e")
-    _refused(b, "terminate end event are not run")
-
-    b = ProcessBuilder("r5")
-    b.start_event("s").intermediate_throw_event("l", link("L"), execution_listeners=(end("a"),))
-    b.intermediate_catch_event("lc", link("L")).end_event("e")
-    b.sequence("s", "l").sequence("lc", "e")
-    _refused(b, "link throw event are not run")
-
     b = ProcessBuilder("r6")
     b.start_event("s").service_task("t", job_type="w").end_event("e")
     b.boundary_event(
@@ -654,3 +643,48 @@ def test_a_compensation_throw_runs_its_listeners_around_the_handlers(at_end: boo
     assert [w.job_type for w in run.waits(kind="job")] == ["after-undo"]
     complete(run, "after-undo")
     assert run.status == "completed"
+
+
+def test_a_terminate_end_runs_its_end_listeners_after_terminating() -> None:
+    b = ProcessBuilder("stop")
+    b.start_event("s").parallel_gateway("fork").user_task("slow").end_event("e1")
+    b.end_event("stop", terminate(), execution_listeners=(end("audit"),))
+    b.sequence("s", "fork", "slow", "e1").sequence("fork", "stop")
+    run = Run(b.build())
+    run.start()
+    assert run.waits(kind="user_task") == []  # terminated before the listener runs
+    assert [w.job_type for w in run.waits(kind="job")] == ["audit"]
+    complete(run, "audit")
+    assert run.status == "completed"
+
+
+def test_a_link_throw_runs_its_end_listeners_before_the_jump() -> None:
+    b = ProcessBuilder("jump")
+    b.start_event("s").intermediate_throw_event("l", link("L"), execution_listeners=(end("audit"),))
+    b.intermediate_catch_event("lc", link("L")).end_event("e")
+    b.sequence("s", "l").sequence("lc", "e")
+    run = Run(b.build())
+    run.start()
+    assert run.token_nodes() == ["l:waiting"]
+    complete(run, "audit")
+    assert run.status == "completed"
+    assert [f.details["node"] for f in run.facts_of("EndEventReached")] == ["e"]
+
+
+def test_a_user_task_is_assigned_from_its_start_listener_and_ends_through_its_end_listener() -> (
+    None
+):
+    b = ProcessBuilder("assigned")
+    b.start_event("s").user_task(
+        "review", assignee="=owner", execution_listeners=(start("route"), end("archive"))
+    ).end_event("e")
+    b.sequence("s", "review", "e")
+    run = Run(b.build())
+    run.start()
+    assert run.waits(kind="user_task") == []  # created only after its start listener
+    complete(run, "route", owner="ana")
+    assert run.wait("review", "user_task").assignee == "ana"
+    run.complete_task("review", approved=True)
+    assert [w.job_type for w in run.waits(kind="job")] == ["archive"]
+    complete(run, "archive")
+    assert run.status == "completed" and run.variables["approved"] is True

@@ -228,7 +228,8 @@ def test_a_message_with_two_holders_costs_one_write_transaction_per_holder(
 ) -> None:
     """The message record rides the last holder's transaction for every holder count:
     two holders, two write transactions (the Client's inbox row is marked in the
-    second), and the message is recorded as consumed."""
+    second), and the message is recorded as consumed. The holders are instances of two
+    processes: a message correlates once per process id."""
     from persistence import inbox
     from persistence.routing import Router
     from persistence.store import Store
@@ -237,9 +238,10 @@ def test_a_message_with_two_holders_costs_one_write_transaction_per_holder(
     now = datetime.now(UTC)
     try:
         store.deploy(MESSAGE, now)
+        store.deploy(MESSAGE.replace('id="bench_message"', 'id="bench_message_b"'), now)
         key = f"two-{uuid.uuid4().hex[:6]}"
-        for i in range(2):
-            store.start("bench_message", f"{key}-{i}", {"orderId": key}, now=now)
+        for i, process in enumerate(("bench_message", "bench_message_b")):
+            store.start(process, f"{key}-{i}", {"orderId": key}, now=now)
         inbox_id = inbox.record(store.engine, "dormant.message", "message.bench-go", {})
         counter = sqlcount.TxCounter(store.engine)
         try:
