@@ -16,7 +16,15 @@ from xml.etree.ElementTree import Element
 import isodate
 
 from engine_core.errors import InvalidModel, UnsupportedElement
-from engine_core.model import AdHocSpec, ExecutionListener, IoMapping, LoopSpec, RetryPolicy
+from engine_core.model import (
+    AdHocSpec,
+    ExecutionListener,
+    IoMapping,
+    LoopSpec,
+    RetryPolicy,
+    TaskListener,
+)
+from engine_core.task_attributes import listener_event
 
 __all__ = ["BPMN", "DORMANT", "ZEEBE", "local", "read_extensions", "read_loop", "truthy"]
 
@@ -24,21 +32,32 @@ BPMN = "http://www.omg.org/spec/BPMN/20100524/MODEL"
 ZEEBE = "http://camunda.org/schema/zeebe/1.0"
 DORMANT = "http://dormant.dev/schema/1.0"
 
-# Zeebe extensions that only feed other tools (forms, Tasklist scheduling, version
-# binding metadata, modeler properties) or job priority: no behaviour dormant models.
-_ZEEBE_IGNORED = frozenset(
-    {
-        "properties",
-        "taskSchedule",
-        "userTaskForm",
-        "priorityDefinition",
-        "linkedResources",
-        "userTask",  # marker: a Camunda user task; dormant's user tasks are never jobs
-    }
-)
-_ZEEBE_REFUSED = {
-    "taskListeners": "task listeners are not run (they would change behaviour)",
+# Zeebe extensions that only feed other tools (embedded form documents, modeler
+# properties, linked resources): no behaviour dormant models.
+_ZEEBE_IGNORED = frozenset({"properties", "userTaskForm", "linkedResources"})
+
+# The user-task elements: each attribute dormant reads -> the Node field it fills.
+# An attribute not listed here is refused, never dropped (a newer Camunda attribute
+# would otherwise be silently ignored).
+_USER_TASK_ATTRIBUTES: dict[str, dict[str, str]] = {
+    "assignmentDefinition": {
+        "assignee": "assignee",
+        "candidateUsers": "candidate_users",
+        "candidateGroups": "candidate_groups",
+    },
+    "taskSchedule": {"dueDate": "due_date", "followUpDate": "follow_up_date"},
+    "priorityDefinition": {"priority": "priority"},
+    "formDefinition": {
+        "formKey": "form_key",
+        "formId": "form_id",
+        "externalReference": "external_reference",
+    },
+    # The marker of a Camunda user task (without it Camunda runs a job-worker user
+    # task, a job of type io.camunda.zeebe:userTask); dormant holds both the same way.
+    "userTask": {},
 }
+# Attributes that carry no behaviour of their own.
+_FORM_BINDING = ("bindingType", "versionTag")
 
 
 def local(element: Element) -> tuple[str, str]:
@@ -86,8 +105,6 @@ def _read_zeebe(host: Element, el: Element, name: str, fields: dict[str, Any]) -
     hid = host.get("id", "?")
     if name in _ZEEBE_IGNORED:
         return
-    if name in _ZEEBE_REFUSED:
-        raise _refuse(host, f"zeebe:{name}: {_ZEEBE_REFUSED[name]}")
     if name == "taskDefinition":
         # Attributes since Zeebe 1.0; child elements in some hand-written older models.
         fields["job_type"] = el.get("type") or _child_text(el, "type") or None
@@ -129,13 +146,10 @@ def _read_zeebe(host: Element, el: Element, name: str, fields: dict[str, Any]) -
         fields["propagate_all_parent_variables"] = truthy(
             el.get("propagateAllParentVariables"), True
         )
-    elif name == "assignmentDefinition":
-        fields["assignee"] = el.get("assignee") or None
-        fields["candidate_groups"] = el.get("candidateGroups") or None
-    elif name == "formDefinition":
-        fields["form_key"] = (
-            el.get("formKey") or el.get("formId") or el.get("externalReference") or None
-        )
+    elif name in _USER_TASK_ATTRIBUTES:
+        _read_user_task(host, el, name, fields)
+    elif name == "taskListeners":
+        fields["task_listeners"] = _read_task_listeners(host, el)
     elif name == "executionListeners":
         fields["execution_listeners"] = _execution_listeners(host, el)
     elif name == "adHoc":
@@ -154,6 +168,73 @@ def _read_zeebe(host: Element, el: Element, name: str, fields: dict[str, Any]) -
         return  # read with their BPMN parent (multi-instance, message)
     else:
         raise _refuse(host, f"zeebe:{name} is not supported")
+
+
+def _own_attributes(el: Element) -> list[str]:
+    """The attributes of ``el`` in no namespace or Zeebe's (another tool's are its own)."""
+    out = []
+    for attr in el.attrib:
+        if not attr.startswith("{") or attr.startswith("{" + ZEEBE + "}"):
+            out.append(attr.rpartition("}")[2])
+    return out
+
+
+def _read_user_task(host: Element, el: Element, name: str, fields: dict[str, Any]) -> None:
+    known = _USER_TASK_ATTRIBUTES[name]
+    for attr in _own_attributes(el):
+        if name == "formDefinition" and attr in _FORM_BINDING:
+            continue
+        if attr not in known:
+            raise _refuse(host, f"zeebe:{name} attribute {attr!r} is not supported")
+    if name == "formDefinition":
+        # Camunda 8.6 form binding: the latest deployed form, like every other binding.
+        binding = (el.get("bindingType") or "latest").strip()
+        if binding != "latest":
+            raise _refuse(
+                host,
+                f'zeebe:formDefinition bindingType="{binding}" is not supported: dormant '
+                'only records the form (bindingType="latest")',
+            )
+        given = [a for a in ("formKey", "formId", "externalReference") if el.get(a)]
+        if len(given) > 1:
+            raise InvalidModel(
+                f"element {host.get('id', '?')!r}: zeebe:formDefinition sets "
+                f"{' and '.join(given)}; Camunda allows one of formKey, formId, "
+                "externalReference"
+            )
+    for attr, field in known.items():
+        value = el.get(attr)
+        if value is not None and value.strip():
+            fields[field] = value
+
+
+def _read_task_listeners(host: Element, el: Element) -> tuple[TaskListener, ...]:
+    listeners = []
+    for child in el:
+        ns, kind = local(child)
+        if ns != ZEEBE or kind != "taskListener":
+            raise _refuse(host, f"zeebe:taskListeners holds {kind!r}, not a zeebe:taskListener")
+        for attr in _own_attributes(child):
+            if attr not in ("eventType", "type", "retries"):
+                raise _refuse(host, f"zeebe:taskListener attribute {attr!r} is not supported")
+        raw = child.get("eventType") or ""
+        event = listener_event(raw)
+        if event is None:
+            raise _refuse(
+                host,
+                f"zeebe:taskListener eventType={raw!r} is not run: dormant runs "
+                "create, assign, update and complete listeners (or their 8.7 names creating, "
+                "assigning, updating, completing)",
+            )
+        job_type = (child.get("type") or "").strip()
+        if not job_type:
+            raise InvalidModel(
+                f"element {host.get('id', '?')!r}: zeebe:taskListener eventType={raw!r} "
+                "has no type (the job type of the listener)"
+            )
+        retries = (child.get("retries") or "").strip() or None
+        listeners.append(TaskListener(event=event, job_type=job_type, retries=retries))
+    return tuple(listeners)
 
 
 def _execution_listeners(host: Element, el: Element) -> tuple[ExecutionListener, ...]:

@@ -42,6 +42,7 @@ __all__ = [
     "InstanceStatus",
     "ParentLink",
     "Scope",
+    "TaskState",
     "Token",
     "TokenState",
     "Wait",
@@ -54,7 +55,7 @@ __all__ = [
     "encode_json",
 ]
 
-CURRENT_SCHEMA = 2
+CURRENT_SCHEMA = 3
 
 # The id of the process scope, the first scope of every instance: the core opens it at
 # the start and the views read the process variables from it.
@@ -93,6 +94,18 @@ class WaitKind(StrEnum):
     JOB = "job"
     CALL = "call"  # a call activity waiting for its child instance
     RETRY = "retry"  # a scheduled incident retry
+
+
+class TaskState(StrEnum):
+    """Where a user task is in its lifecycle (engine_core/user_tasks.py): ``created``
+    between transitions; the others while that transition's listeners run, before it
+    takes effect."""
+
+    CREATING = "creating"
+    CREATED = "created"
+    ASSIGNING = "assigning"
+    UPDATING = "updating"
+    COMPLETING = "completing"
 
 
 class WaitRole(StrEnum):
@@ -201,11 +214,28 @@ class Wait:
     message_name: str | None = None
     correlation_key: str | None = None
     signal_name: str | None = None
-    # User tasks.
+    # User tasks: the attributes as evaluated at creation (and changed since by
+    # assign / update operations and listener corrections), then the lifecycle: the
+    # transition under way, what it will apply once its listeners are done, the next
+    # listener to run, and why the last transition was denied.
     task_name: str | None = None
     assignee: str | None = None
-    candidate_groups: str | None = None
+    candidate_users: list[str] = field(default_factory=list)
+    candidate_groups: list[str] = field(default_factory=list)
+    due_date: datetime | None = None
+    follow_up_date: datetime | None = None
+    priority: int = 50
     form_key: str | None = None
+    form_id: str | None = None
+    external_reference: str | None = None
+    task_state: TaskState = TaskState.CREATED
+    task_pending: dict[str, Any] | None = None
+    listener_next: int = 0
+    denied_reason: str | None = None
+    # A task listener's job: the user task wait it runs for, and the headers it is
+    # dispatched with (the task's attributes) instead of the node's task headers.
+    listener_of: str | None = None
+    job_headers: dict[str, str] | None = None
     # Jobs: the Celery task name, attempt number (1-based), retries left after this one.
     job_type: str | None = None
     attempt: int = 1
@@ -461,8 +491,40 @@ def _schema_1_to_2(doc: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
+def _schema_2_to_3(doc: dict[str, Any]) -> dict[str, Any]:
+    """Schema 3 keeps a user task's candidate groups as a list (schema 2: the text as
+    evaluated, comma-separated) beside its candidate users, schedule, priority, form
+    and lifecycle fields, which all have defaults."""
+    waits = doc.get("waits")
+    if isinstance(waits, dict):
+        for wait in waits.values():
+            groups = wait.get("candidate_groups") if isinstance(wait, dict) else None
+            if isinstance(groups, str):
+                wait["candidate_groups"] = _group_names(groups)
+    return doc
+
+
+def _group_names(text: str) -> list[str]:
+    """Schema 2's candidate groups text: a literal "a, b", or a FEEL list as it was
+    printed ("['a', 'b']")."""
+    text = text.strip()
+    if text.startswith("[") and text.endswith("]"):
+        text = text[1:-1]
+    names = []
+    for part in text.split(","):
+        name = part.strip()
+        if len(name) >= 2 and name[0] == name[-1] and name[0] in "'\"":
+            name = name[1:-1]
+        if name and name not in names:
+            names.append(name)
+    return names
+
+
 # schema N -> a function turning a schema-N document (as a dict) into schema N+1.
-_UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _schema_1_to_2}
+_UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    1: _schema_1_to_2,
+    2: _schema_2_to_3,
+}
 
 
 def decode(raw: str | bytes | dict[str, Any]) -> Checkpoint:

@@ -132,7 +132,9 @@ def apply(
             else:
                 woken = dispatch(rt, trigger)
         if woken.stale and not fired_early:
-            return _stale(given if given is checkpoint else private(), trigger, "wait gone")
+            return _stale(
+                given if given is checkpoint else private(), trigger, woken.reason or "wait gone"
+            )
         _run(rt)
         if rt.queue:
             # Stopped at the step budget: the tokens still queued stay active in the

@@ -20,6 +20,7 @@ should do next:
     │   ├── UnknownIncident        no incident has that id
     │   ├── UnknownFailedTrigger   no failed trigger has that id
     │   └── InvalidOperation       the action does not fit the current state
+    │       └── TransitionDenied   a task listener denied a user task's completion, ...
     ├── StoredDataError      what the database holds cannot be used as it is
     │   ├── CheckpointTooNew       written by a newer dormant; upgrade this one
     │   ├── CorruptCheckpoint      not a checkpoint document at all
@@ -64,6 +65,7 @@ __all__ = [
     "NotMigrated",
     "OperatorError",
     "StoredDataError",
+    "TransitionDenied",
     "UnknownDeployment",
     "UnknownEffect",
     "UnknownFailedTrigger",
@@ -153,6 +155,11 @@ class UnknownFailedTrigger(OperatorError):
 
 class InvalidOperation(OperatorError):
     """The action does not fit the current state (closed incident, ended instance, ...)."""
+
+
+class TransitionDenied(InvalidOperation):
+    """A task listener denied a user task transition (its completion, assignment or
+    update); the task stays as it was and the message carries the listener's reason."""
 
 
 class StoredDataError(DormantError):

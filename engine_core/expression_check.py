@@ -35,6 +35,17 @@ def _expressions(definition: ProcessDefinition) -> Iterator[tuple[str, str, str]
         yield from attribute(nid, "script", node.script)
         yield from attribute(nid, "assignee", node.assignee)
         yield from attribute(nid, "candidate groups", node.candidate_groups)
+        yield from attribute(nid, "candidate users", node.candidate_users)
+        yield from attribute(nid, "due date", node.due_date)
+        yield from attribute(nid, "follow-up date", node.follow_up_date)
+        yield from attribute(nid, "priority", node.priority)
+        yield from attribute(nid, "form key", node.form_key)
+        yield from attribute(nid, "form id", node.form_id)
+        yield from attribute(nid, "external form reference", node.external_reference)
+        for task_listener in node.task_listeners:
+            what = f"{task_listener.event} task listener"
+            yield from attribute(nid, f"{what} type", task_listener.job_type)
+            yield from attribute(nid, f"{what} retries", task_listener.retries)
         yield from attribute(nid, "called process", node.called_process)
         yield from attribute(nid, "called decision", node.decision_id)
         for mapping in (*node.inputs, *node.outputs):

@@ -99,7 +99,11 @@ def _dispatch(rt: Runtime, token: Token, node: Node, wait: Wait) -> None:
     assert wait.job_type is not None
     wait.job_running = True
     wait.due_at = rt.now + timedelta(seconds=timeout(rt.services, wait.job_type))
-    headers = {k: v for k, v in node.task_headers}
+    headers = (
+        dict(wait.job_headers)
+        if wait.job_headers is not None
+        else {k: v for k, v in node.task_headers}
+    )
     rt.effects.append(
         DispatchJob(
             instance_id=rt.cp.instance_id,
@@ -107,11 +111,22 @@ def _dispatch(rt: Runtime, token: Token, node: Node, wait: Wait) -> None:
             node_id=node.id,
             job_type=wait.job_type,
             attempt=wait.attempt,
-            variables=rt.token_vars(token),
+            variables=_variables(rt, token, wait),
             headers=headers,
         )
     )
     rt.fact("JobDispatched", node=node.id, job_type=wait.job_type, attempt=wait.attempt)
+
+
+def _variables(rt: Runtime, token: Token, wait: Wait) -> dict[str, Any]:
+    """What the job sees: the token's variables; a complete listener's job also the
+    variables the task is being completed with (it may judge them)."""
+    variables = rt.token_vars(token)
+    task = rt.cp.waits.get(wait.listener_of) if wait.listener_of is not None else None
+    pending = task.task_pending if task is not None else None
+    if pending and pending.get("variables"):
+        variables = {**variables, **pending["variables"]}
+    return variables
 
 
 def timed_out(rt: Runtime, wait: Wait) -> Wake:
@@ -164,6 +179,8 @@ def failed(rt: Runtime, trigger: JobFailed) -> Wake:
         )
         return Wake.token(token.id)
     what = f"{wait.execution_listener} execution listener" if wait.execution_listener else "job"
+    if wait.listener_of is not None:
+        what = "task listener"
     raise_incident(
         rt,
         token,

@@ -32,6 +32,7 @@ __all__ = [
     "NodeKind",
     "ProcessDefinition",
     "RetryPolicy",
+    "TaskListener",
     "TimerKind",
     "TimerSpec",
 ]
@@ -179,6 +180,16 @@ class RetryPolicy:
 
 
 @dataclass(frozen=True, slots=True)
+class TaskListener:
+    """A ``zeebe:taskListener``: a blocking job of ``job_type`` that runs before the user
+    task's ``event`` (create, assign, update, complete) takes effect."""
+
+    event: str
+    job_type: str
+    retries: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Flow:
     id: str
     source: str
@@ -213,10 +224,18 @@ class Node:
     decision_binding: str = "latest"
     decision_version_tag: str | None = None
 
-    # User task.
+    # User task: each attribute as the model wrote it (a literal, or "=expr"),
+    # evaluated when the task is created (engine_core/user_tasks.py).
     assignee: str | None = None
     candidate_groups: str | None = None
+    candidate_users: str | None = None
+    due_date: str | None = None
+    follow_up_date: str | None = None
+    priority: str | None = None
     form_key: str | None = None
+    form_id: str | None = None
+    external_reference: str | None = None
+    task_listeners: tuple[TaskListener, ...] = ()
 
     inputs: tuple[IoMapping, ...] = ()
     outputs: tuple[IoMapping, ...] = ()

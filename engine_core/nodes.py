@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from engine_core import ad_hoc, boundaries, calls, event_subs, jobs, listeners
+from engine_core import ad_hoc, boundaries, calls, event_subs, jobs, listeners, user_tasks
 from engine_core.arming import WAITABLE, arm_event
 from engine_core.bindings import Binding, bind_decision, deployment_of
-from engine_core.checkpoint import ROOT_SCOPE, Token, TokenState, WaitKind, WaitRole
+from engine_core.checkpoint import ROOT_SCOPE, Token, TokenState, WaitRole
 from engine_core.compensation import throw_compensation
 from engine_core.dmn import evaluate_decision
 from engine_core.errors import EngineInvariantError
@@ -280,28 +280,6 @@ def _script_task(rt: Runtime, token: Token, node: Node) -> None:
     leave_activity(rt, token, result)
 
 
-def _user_task(rt: Runtime, token: Token, node: Node) -> None:
-    context = rt.token_vars(token)
-
-    def text(raw: str | None) -> str | None:
-        if raw is None:
-            return None
-        value = evaluate(raw, context, node.id, rt.now)
-        return None if value is None else str(json_value(value))
-
-    rt.add_wait(
-        WaitKind.USER_TASK,
-        WaitRole.NODE,
-        node.id,
-        token_id=token.id,
-        task_name=node.name,
-        assignee=text(node.assignee),
-        candidate_groups=text(node.candidate_groups),
-        form_key=node.form_key,
-    )
-    _wait(token)
-
-
 def _receive_task(rt: Runtime, token: Token, node: Node) -> None:
     arm_event(rt, node, node.event, WaitRole.NODE, rt.token_vars(token), token_id=token.id)
     _wait(token)
@@ -386,7 +364,7 @@ HANDLERS: dict[NodeKind, Handler] = {
     NodeKind.BOUNDARY_EVENT: _boundary_event,
     NodeKind.TASK: _pass,
     NodeKind.MANUAL_TASK: _pass,
-    NodeKind.USER_TASK: _user_task,
+    NodeKind.USER_TASK: user_tasks.create,
     NodeKind.SERVICE_TASK: _service_task,
     NodeKind.SEND_TASK: _service_task,
     NodeKind.BUSINESS_RULE_TASK: _business_rule_task,

@@ -34,7 +34,9 @@ __all__ = [
     "SignalReceived",
     "Start",
     "Suspend",
+    "TaskAssign",
     "TaskCompleted",
+    "TaskUpdate",
     "TimerFired",
     "Trigger",
     "parse_trigger",
@@ -81,6 +83,25 @@ class TaskCompleted(_Trigger):
     kind: Literal["task_completed"] = "task_completed"
     wait_id: str
     variables: dict[str, Any] = Field(default_factory=dict)
+
+
+class TaskAssign(_Trigger):
+    """Assign a user task to ``assignee`` (None: unassign). A claim (``claim``) is
+    refused when the task is assigned to someone else already."""
+
+    kind: Literal["task_assign"] = "task_assign"
+    wait_id: str
+    assignee: str | None = None
+    claim: bool = False
+
+
+class TaskUpdate(_Trigger):
+    """Change a user task's candidate users / groups, due / follow-up date or priority
+    (Camunda's names as keys: ``candidateUsers``, ``dueDate``, ...)."""
+
+    kind: Literal["task_update"] = "task_update"
+    wait_id: str
+    changes: dict[str, Any] = Field(default_factory=dict)
 
 
 class JobCompleted(_Trigger):
@@ -210,6 +231,8 @@ Trigger = Annotated[
     | MessageReceived
     | SignalReceived
     | TaskCompleted
+    | TaskAssign
+    | TaskUpdate
     | JobCompleted
     | JobFailed
     | JobErrorThrown

@@ -29,6 +29,7 @@ from engine_core.model import (
     NodeKind,
     ProcessDefinition,
 )
+from engine_core.task_attributes import static_problems
 
 __all__ = ["assemble"]
 
@@ -207,6 +208,22 @@ def _check_node(d: ProcessDefinition, node: Node) -> None:
         reserved = reserved_job_type(node.job_type)
         if reserved is not None:
             raise _bad(f"{node.kind} {node.id!r}: {reserved}")
+    if node.task_listeners and node.kind is not K.USER_TASK:
+        raise UnsupportedElement(
+            node.id,
+            str(node.kind),
+            node.name,
+            "zeebe:taskListeners run on user tasks only; on this element they would never run",
+        )
+    for listener in node.task_listeners:
+        if not listener.job_type.lstrip().startswith("="):
+            reserved = reserved_job_type(listener.job_type)
+            if reserved is not None:
+                raise _bad(f"userTask {node.id!r}: task listener: {reserved}")
+    if node.kind is K.USER_TASK:
+        problems = static_problems(node)
+        if problems:
+            raise _bad(f"userTask {node.id!r}: {problems[0]}")
     if node.kind is K.SEND_TASK and not node.job_type:
         raise _bad(f"sendTask {node.id!r} has no job type (zeebe:taskDefinition type)")
     if node.kind is K.SCRIPT_TASK and not (node.script or node.job_type):

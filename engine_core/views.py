@@ -138,8 +138,19 @@ class UserTaskView:
     node_id: str
     name: str | None
     assignee: str | None = None
-    candidate_groups: str | None = None
+    candidate_users: tuple[str, ...] = ()
+    candidate_groups: tuple[str, ...] = ()
     created_at: datetime | None = None
+    due_date: datetime | None = None
+    follow_up_date: datetime | None = None
+    priority: int = 50
+    form_key: str | None = None
+    form_id: str | None = None
+    external_reference: str | None = None
+    # "created", or the transition whose task listeners run (creating, assigning, ...).
+    state: str = "created"
+    # Why a task listener denied the last transition (completion, assignment, update).
+    denied_reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

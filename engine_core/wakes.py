@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from engine_core import boundaries, calls, event_subs, incidents, jobs, listeners
+from engine_core import boundaries, calls, event_subs, incidents, jobs, listeners, user_tasks
 from engine_core.checkpoint import (
     ROOT_SCOPE,
     ParentLink,
@@ -45,7 +45,9 @@ from engine_core.triggers import (
     MessageReceived,
     SignalReceived,
     Start,
+    TaskAssign,
     TaskCompleted,
+    TaskUpdate,
     TimerFired,
     Trigger,
 )
@@ -171,18 +173,12 @@ def _signal(rt: Runtime, trigger: SignalReceived) -> Wake:
     return fire_wait(rt, wait, trigger.variables)
 
 
-def _task_completed(rt: Runtime, trigger: TaskCompleted) -> Wake:
-    wait = rt.live_wait(trigger.wait_id, WaitKind.USER_TASK)
-    if wait is None:
-        return STALE
-    token = rt.token_of(wait)
-    rt.withdraw(wait)
-    leave_or_raise(rt, token, trigger.variables)
-    return Wake.token(token.id)
-
-
 def _job_completed(rt: Runtime, trigger: JobCompleted) -> Wake:
+    """A job's result: the element's own job, a task listener's or an execution
+    listener's (the wait says whose)."""
     wait = jobs.job_wait(rt, trigger.wait_id, trigger.attempt)
+    if wait is not None and wait.listener_of is not None:
+        return user_tasks.listener_completed(rt, wait, trigger)
     if wait is not None and wait.execution_listener is not None:
         return listeners.completed(rt, wait, trigger)
     return jobs.completed(rt, trigger)
@@ -190,6 +186,8 @@ def _job_completed(rt: Runtime, trigger: JobCompleted) -> Wake:
 
 def _job_error(rt: Runtime, trigger: JobErrorThrown) -> Wake:
     wait = jobs.job_wait(rt, trigger.wait_id, trigger.attempt)
+    if wait is not None and wait.listener_of is not None:
+        return user_tasks.listener_error(rt, wait, trigger)
     if wait is not None and wait.execution_listener is not None:
         return listeners.error_thrown(rt, wait, trigger)
     return jobs.error_thrown(rt, trigger)
@@ -224,7 +222,9 @@ _HANDLERS: dict[type, TriggerHandler] = {
     TimerFired: _timer,
     MessageReceived: _message,
     SignalReceived: _signal,
-    TaskCompleted: _task_completed,
+    TaskCompleted: user_tasks.complete,
+    TaskAssign: user_tasks.assign,
+    TaskUpdate: user_tasks.update,
     JobCompleted: _job_completed,
     JobFailed: jobs.failed,
     JobErrorThrown: _job_error,

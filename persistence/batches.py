@@ -22,6 +22,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from enum import StrEnum
 from typing import Any
 
 from pydantic import ValidationError
@@ -46,7 +47,9 @@ from persistence.tables import batch_items, batches
 
 __all__ = [
     "BatchItemView",
+    "BatchState",
     "BatchView",
+    "ItemOutcome",
     "batch",
     "create",
     "list_batches",
@@ -55,6 +58,19 @@ __all__ = [
 ]
 
 log = logging.getLogger("dormant.batches")
+
+
+class BatchState(StrEnum):
+    RUNNING = "running"
+    COMPLETED = "completed"
+
+
+class ItemOutcome(StrEnum):
+    """An item's outcome, recorded once; an item without one is still pending."""
+
+    APPLIED = "applied"
+    REFUSED = "refused"
+
 
 _TRIGGERS: dict[str, Callable[[dict[str, Any], str], Trigger]] = {
     "incident_retry": lambda p, target: IncidentRetry(incident_id=target),
@@ -111,7 +127,7 @@ class BatchView:
         """``selected 15, retried 12, refused 3: <reasons>``."""
         word = DONE_WORD.get(self.operation, "applied")
         text = f"selected {self.selected}, {word} {self.applied}, refused {self.refused}"
-        if self.state != "completed":
+        if self.state != BatchState.COMPLETED:
             text += f", pending {self.selected - self.done}"
         if self.refusals:
             text += ": " + summarise(self.refusals)
@@ -152,7 +168,7 @@ def create(
                 operation=operation,
                 selector=selector.model_dump(mode="json", exclude_defaults=True),
                 params=params,
-                state="running" if targets else "completed",
+                state=(BatchState.RUNNING if targets else BatchState.COMPLETED).value,
                 selected=len(targets),
                 applied=0,
                 refused=0,
@@ -185,7 +201,9 @@ def _view(conn: Connection, row: Any) -> BatchView:
     refusals = list(
         conn.execute(
             select(batch_items.c.reason)
-            .where(batch_items.c.batch_id == row.id, batch_items.c.outcome == "refused")
+            .where(
+                batch_items.c.batch_id == row.id, batch_items.c.outcome == ItemOutcome.REFUSED.value
+            )
             .order_by(batch_items.c.seq)
             .limit(50)
         ).scalars()
@@ -235,7 +253,7 @@ def stalled(store: Store, now: datetime) -> list[str]:
         return list(
             conn.execute(
                 select(batches.c.id).where(
-                    batches.c.state == "running",
+                    batches.c.state == BatchState.RUNNING.value,
                     (batches.c.claimed_until.is_(None)) | (batches.c.claimed_until <= now),
                 )
             ).scalars()
@@ -249,14 +267,21 @@ def _claim(store: Store, batch_id: str, token: str | None, now: datetime, second
     with store.transaction() as conn:
         done = conn.execute(
             update(batches)
-            .where(batches.c.id == batch_id, batches.c.state == "running", held | free)
+            .where(
+                batches.c.id == batch_id, batches.c.state == BatchState.RUNNING.value, held | free
+            )
             .values(claimed_until=now + timedelta(seconds=seconds), claim_token=token)
         )
         return bool(done.rowcount == 1)
 
 
 def _mark(
-    conn: Connection, batch_id: str, seq: int, outcome: str, reason: str | None, now: datetime
+    conn: Connection,
+    batch_id: str,
+    seq: int,
+    outcome: ItemOutcome,
+    reason: str | None,
+    now: datetime,
 ) -> None:
     """Record an item's outcome once; the counters move only with that first record."""
     done = conn.execute(
@@ -266,11 +291,11 @@ def _mark(
             batch_items.c.seq == seq,
             batch_items.c.outcome.is_(None),
         )
-        .values(outcome=outcome, reason=reason, done_at=now)
+        .values(outcome=outcome.value, reason=reason, done_at=now)
     )
     if done.rowcount != 1:
         return
-    counter = batches.c.applied if outcome == "applied" else batches.c.refused
+    counter = batches.c.applied if outcome == ItemOutcome.APPLIED else batches.c.refused
     conn.execute(
         update(batches)
         .where(batches.c.id == batch_id)
@@ -292,7 +317,7 @@ def _apply_item(
             trigger,
             now,
             trigger_id=f"batch:{batch_id}:{seq}",
-            also=lambda writes: _mark(writes.conn, batch_id, seq, "applied", None, now),
+            also=lambda writes: _mark(writes.conn, batch_id, seq, ItemOutcome.APPLIED, None, now),
         )
     except OperationalError:
         raise  # the database is away: stop; the claim expires and the sweep resumes
@@ -304,13 +329,13 @@ def _apply_item(
     else:
         if applied.changed and not applied.duplicate:
             return  # marked in the apply's own transaction
-        outcome = "applied" if applied.duplicate else "refused"
+        outcome = ItemOutcome.APPLIED if applied.duplicate else ItemOutcome.REFUSED
         stale = None if applied.duplicate else f"Stale: {item.target_id}: nothing to do"
         with store.transaction() as conn:
             _mark(conn, batch_id, seq, outcome, stale, now)
         return
     with store.transaction() as conn:
-        _mark(conn, batch_id, seq, "refused", reason[:2000], now)
+        _mark(conn, batch_id, seq, ItemOutcome.REFUSED, reason[:2000], now)
 
 
 def run(
@@ -364,7 +389,7 @@ def _finish(store: Store, batch_id: str, token: str, now: datetime) -> None:
             update(batches)
             .where(batches.c.id == batch_id, batches.c.claim_token == token)
             .values(
-                state="completed",
+                state=BatchState.COMPLETED.value,
                 finished_at=now,
                 updated_at=now,
                 claimed_until=None,

@@ -25,7 +25,14 @@ from engine_core.checkpoint import Wait, WaitKind
 from engine_core.effects import DeliverBuffered, encode_effect
 from engine_core.triggers import MessageReceived
 from persistence.outbox_queue import OutboxRow
-from persistence.tables import deadlines, messages, outbox, subscriptions, user_tasks
+from persistence.tables import (
+    deadlines,
+    messages,
+    outbox,
+    subscriptions,
+    user_task_candidates,
+    user_tasks,
+)
 from persistence.writes import Writes
 
 __all__ = ["BufferedDelivery", "lock_message_key", "sync_holds"]
@@ -74,17 +81,38 @@ def _subscription_row(instance_id: str, w: Wait) -> dict[str, Any]:
     }
 
 
+def _task_fields(w: Wait) -> dict[str, Any]:
+    """The columns of a task row that follow its wait (assign, update, listeners)."""
+    return {
+        "node_id": w.node_id,
+        "assignee": w.assignee,
+        "due_date": w.due_date,
+        "follow_up_date": w.follow_up_date,
+        "priority": w.priority,
+        "form_key": w.form_key,
+        "form_id": w.form_id,
+        "external_reference": w.external_reference,
+        "state": w.task_state.value,
+        "denied_reason": w.denied_reason,
+    }
+
+
 def _task_row(instance_id: str, w: Wait, now: datetime) -> dict[str, Any]:
     return {
         "task_id": f"{instance_id}.{w.id}",
         "instance_id": instance_id,
         "wait_id": w.id,
-        "node_id": w.node_id,
         "name": w.task_name,
-        "assignee": w.assignee,
-        "candidate_groups": w.candidate_groups,
         "created_at": now,
+        **_task_fields(w),
     }
+
+
+def _candidate_rows(instance_id: str, w: Wait) -> list[dict[str, Any]]:
+    base = {"instance_id": instance_id, "wait_id": w.id}
+    return [{**base, "kind": "user", "name": n} for n in dict.fromkeys(w.candidate_users)] + [
+        {**base, "kind": "group", "name": n} for n in dict.fromkeys(w.candidate_groups)
+    ]
 
 
 def _delete(writes: Writes, table: Any, instance_id: str, wait_ids: list[str]) -> None:
@@ -109,9 +137,11 @@ def sync_holds(
     deleted and written again under the same key (a subscription whose name or key
     changed), which is sent in between."""
     gone_dl, gone_sub, gone_task = [], [], []
+    gone_candidates: list[str] = []
     add_dl, add_sub, add_task = [], [], []
     moved_dl: list[Wait] = []
-    renamed_task: list[Wait] = []
+    changed_task: list[Wait] = []
+    new_candidates: list[Wait] = []
     for wid, w in old.items():
         n = new.get(wid)
         if w.holds_deadline and (n is None or not n.holds_deadline):
@@ -122,6 +152,7 @@ def sync_holds(
             gone_sub.append(wid)
         if w.kind is WaitKind.USER_TASK and (n is None or n.kind is not WaitKind.USER_TASK):
             gone_task.append(wid)
+            gone_candidates.append(wid)
     for wid, n in new.items():
         prev = old.get(wid)
         if n.holds_deadline:
@@ -133,14 +164,27 @@ def sync_holds(
             add_sub.append(_subscription_row(instance_id, n))
         if n.kind is WaitKind.USER_TASK and (prev is None or prev.kind is not WaitKind.USER_TASK):
             add_task.append(_task_row(instance_id, n, now))
-        elif n.kind is WaitKind.USER_TASK and prev is not None and prev.node_id != n.node_id:
-            renamed_task.append(n)  # a migration re-pointed the task: same task id
+            new_candidates.append(n)
+        elif n.kind is WaitKind.USER_TASK and prev is not None:
+            # Assigned, updated, corrected by a listener, in another lifecycle state, or
+            # re-pointed by a migration: the same task id, its row follows.
+            if _task_fields(prev) != _task_fields(n):
+                changed_task.append(n)
+            if (prev.candidate_users, prev.candidate_groups) != (
+                n.candidate_users,
+                n.candidate_groups,
+            ):
+                gone_candidates.append(wid)
+                new_candidates.append(n)
 
     _delete(writes, deadlines, instance_id, gone_dl)
     _delete(writes, subscriptions, instance_id, gone_sub)
     _delete(writes, user_tasks, instance_id, gone_task)
-    if any(r["wait_id"] in gone_sub for r in add_sub) or any(
-        r["wait_id"] in gone_task for r in add_task
+    _delete(writes, user_task_candidates, instance_id, gone_candidates)
+    if (
+        any(r["wait_id"] in gone_sub for r in add_sub)
+        or any(r["wait_id"] in gone_task for r in add_task)
+        or any(n.id in gone_candidates for n in new_candidates)
     ):
         writes.flush()  # the same key deleted and written again: not in one statement
     if add_dl:
@@ -158,12 +202,15 @@ def sync_holds(
         writes.add(insert(subscriptions).values(add_sub))
     if add_task:
         writes.add(insert(user_tasks).values(add_task))
-    for n in renamed_task:
+    for n in changed_task:
         writes.add(
             update(user_tasks)
             .where(user_tasks.c.instance_id == instance_id, user_tasks.c.wait_id == n.id)
-            .values(node_id=n.node_id)
+            .values(**_task_fields(n))
         )
+    candidate_rows = [r for n in new_candidates for r in _candidate_rows(instance_id, n)]
+    if candidate_rows:
+        writes.add(insert(user_task_candidates).values(candidate_rows))
     delivered: list[BufferedDelivery] = []
     message_subs = sorted(
         (r for r in add_sub if r["kind"] == "message"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, func, select
@@ -34,6 +35,7 @@ from persistence.tables import (
     outbox,
     processed_triggers,
     subscriptions,
+    user_task_candidates,
     user_tasks,
 )
 from persistence.tables import incidents as incident_table
@@ -125,38 +127,58 @@ class Queries:
             out.append(dataclasses.replace(view, failed_triggers=count) if count else view)
         return out
 
-    def user_tasks(self, instance_id: str | None = None) -> list[UserTaskView]:
+    def user_tasks(
+        self,
+        instance_id: str | None = None,
+        *,
+        assignee: str | None = None,
+        candidate_user: str | None = None,
+        candidate_group: str | None = None,
+        due_before: datetime | None = None,
+    ) -> list[UserTaskView]:
+        """Open user tasks, oldest first; every filter given must hold (a candidate
+        filter matches the tasks that name that user or group as a candidate)."""
         q = select(user_tasks)
         if instance_id is not None:
             q = q.where(user_tasks.c.instance_id == instance_id)
+        if assignee is not None:
+            q = q.where(user_tasks.c.assignee == assignee)
+        if due_before is not None:
+            q = q.where(user_tasks.c.due_date < due_before)
+        for kind, name in (("user", candidate_user), ("group", candidate_group)):
+            if name is not None:
+                c = user_task_candidates
+                q = q.where(
+                    select(c.c.name)
+                    .where(
+                        c.c.instance_id == user_tasks.c.instance_id,
+                        c.c.wait_id == user_tasks.c.wait_id,
+                        c.c.kind == kind,
+                        c.c.name == name,
+                    )
+                    .exists()
+                )
         with self.read() as conn:
             rows = list(conn.execute(q.order_by(user_tasks.c.created_at, user_tasks.c.task_id)))
-        return [
-            UserTaskView(
-                id=r.task_id,
-                instance_id=r.instance_id,
-                node_id=r.node_id,
-                name=r.name,
-                assignee=r.assignee,
-                candidate_groups=r.candidate_groups,
-                created_at=r.created_at,
-            )
-            for r in rows
-        ]
+            names = _candidates(conn, {r.instance_id for r in rows}) if rows else {}
+        return [_task_view(r, names.get((r.instance_id, r.wait_id), {})) for r in rows]
 
     def task(self, task_id: str) -> tuple[str, str]:
         """(instance_id, wait_id) of an open user task."""
+        view = self.task_view(task_id)
+        return view.instance_id, view.id.rsplit(".", 1)[1]
+
+    def task_view(self, task_id: str) -> UserTaskView:
+        """One open user task, as listed."""
         with self.read() as conn:
-            row = conn.execute(
-                select(user_tasks.c.instance_id, user_tasks.c.wait_id).where(
-                    user_tasks.c.task_id == task_id
+            row = conn.execute(select(user_tasks).where(user_tasks.c.task_id == task_id)).first()
+            if row is None:
+                raise UnknownTask(
+                    f"no open user task has id {task_id!r}; `dormant tasks list` shows the "
+                    "open ones"
                 )
-            ).first()
-        if row is None:
-            raise UnknownTask(
-                f"no open user task has id {task_id!r}; `dormant tasks list` shows the open ones"
-            )
-        return row.instance_id, row.wait_id
+            names = _candidates(conn, {row.instance_id})
+        return _task_view(row, names.get((row.instance_id, row.wait_id), {}))
 
     def history(self, instance_id: str) -> list[FactView]:
         with self.read() as conn:
@@ -243,8 +265,48 @@ class Queries:
                     ("deadlines", deadlines),
                     ("subscriptions", subscriptions),
                     ("user_tasks", user_tasks),
+                    ("user_task_candidates", user_task_candidates),
                 )
             }
+
+
+def _candidates(
+    conn: Connection, instance_ids: set[str]
+) -> dict[tuple[str, str], dict[str, list[str]]]:
+    """(instance, wait) -> {"user": [...], "group": [...]}, in name order."""
+    c = user_task_candidates
+    out: dict[tuple[str, str], dict[str, list[str]]] = {}
+    ids = sorted(instance_ids)
+    for start in range(0, len(ids), 500):
+        q = (
+            select(c.c.instance_id, c.c.wait_id, c.c.kind, c.c.name)
+            .where(c.c.instance_id.in_(ids[start : start + 500]))
+            .order_by(c.c.name)
+        )
+        for r in conn.execute(q):
+            out.setdefault((r.instance_id, r.wait_id), {}).setdefault(r.kind, []).append(r.name)
+    return out
+
+
+def _task_view(r: Any, names: dict[str, list[str]]) -> UserTaskView:
+    return UserTaskView(
+        id=r.task_id,
+        instance_id=r.instance_id,
+        node_id=r.node_id,
+        name=r.name,
+        assignee=r.assignee,
+        candidate_users=tuple(names.get("user", ())),
+        candidate_groups=tuple(names.get("group", ())),
+        created_at=r.created_at,
+        due_date=r.due_date,
+        follow_up_date=r.follow_up_date,
+        priority=r.priority,
+        form_key=r.form_key,
+        form_id=r.form_id,
+        external_reference=r.external_reference,
+        state=r.state,
+        denied_reason=r.denied_reason,
+    )
 
 
 def _unreadable(conn: Connection, row: Any, exc: Exception) -> InstanceView:

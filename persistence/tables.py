@@ -58,6 +58,7 @@ __all__ = [
     "processed_triggers",
     "start_timers",
     "subscriptions",
+    "user_task_candidates",
     "user_tasks",
 ]
 
@@ -250,9 +251,30 @@ user_tasks = Table(
     Column("wait_id", String(64), nullable=False),
     Column("node_id", String(255), nullable=False),
     Column("name", String(255)),
-    Column("assignee", String(255)),
-    Column("candidate_groups", String(1024)),
+    Column("assignee", String(255), index=True),
     Column("created_at", UtcDateTime, nullable=False),
+    Column("due_date", UtcDateTime, index=True),
+    Column("follow_up_date", UtcDateTime),
+    Column("priority", Integer, nullable=False, server_default=text("50")),
+    Column("form_key", String(1024)),
+    Column("form_id", String(1024)),
+    Column("external_reference", String(1024)),
+    # The lifecycle (engine_core TaskState): 'created', or the transition whose
+    # listeners run; and why the last transition was denied.
+    Column("state", String(16), nullable=False, server_default=text("'created'")),
+    Column("denied_reason", String(1024)),
+)
+
+# A user task's candidate users and groups, one row each, so "tasks group G may take"
+# is an index lookup; part of the task's projection, written with it.
+user_task_candidates = Table(
+    "user_task_candidates",
+    metadata,
+    Column("instance_id", String(255), primary_key=True),
+    Column("wait_id", String(64), primary_key=True),
+    Column("kind", String(8), primary_key=True),  # 'user' | 'group'
+    Column("name", String(255), primary_key=True),
+    Index("ix_user_task_candidates_kind_name", "kind", "name"),
 )
 
 # A projection of every checkpoint's incidents (open and closed), written by the same

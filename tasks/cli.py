@@ -132,22 +132,112 @@ def tasks() -> None:
 
 @tasks.command("list")
 @click.option("--instance", "instance_id", default=None)
+@click.option("--assignee", default=None, help="assigned to this user")
+@click.option("--candidate-user", default=None, help="this user is a candidate")
+@click.option("--candidate-group", default=None, help="this group is a candidate")
+@click.option("--due-before", default=None, metavar="T", help="due before T (ISO 8601)")
 @_output
-def tasks_list(instance_id: str | None, fmt: str, as_json: bool) -> None:
-    """Open user tasks: id, instance, node, name, assignee, age."""
+def tasks_list(
+    instance_id: str | None,
+    assignee: str | None,
+    candidate_user: str | None,
+    candidate_group: str | None,
+    due_before: str | None,
+    fmt: str,
+    as_json: bool,
+) -> None:
+    """Open user tasks: id, instance, node, name, assignee, candidates, due date,
+    priority, state, age."""
     from engine_core.views import to_dict
+    from tasks.cli_operations import when
     from tasks.display import task_columns
 
     columns = task_columns(_now())
-    _emit(_client().user_tasks(instance_id), columns, fmt, as_json, to_dict, "no open user tasks")
+    found = _client().user_tasks(
+        instance_id,
+        assignee=assignee,
+        candidate_user=candidate_user,
+        candidate_group=candidate_group,
+        due_before=when(due_before),
+    )
+    _emit(found, columns, fmt, as_json, to_dict, "no open user tasks")
 
 
 @tasks.command("complete")
 @click.argument("task_id")
 @_var
-def tasks_complete(task_id: str, vars_: tuple[str, ...]) -> None:
-    _client().complete_task(task_id, parse_vars(vars_))
-    click.echo(f"completing {task_id}")
+@click.option(
+    "--wait",
+    "wait",
+    type=float,
+    default=None,
+    metavar="SECONDS",
+    help="wait for the outcome: a task listener's denial is an error naming its reason",
+)
+def tasks_complete(task_id: str, vars_: tuple[str, ...], wait: float | None) -> None:
+    """Complete TASK_ID (its complete listeners may still deny it)."""
+    done = _client().complete_task(task_id, parse_vars(vars_), wait=wait)
+    click.echo(f"completed {task_id}" if done else f"completing {task_id}")
+
+
+@tasks.command("assign")
+@click.argument("task_id")
+@click.argument("user")
+def tasks_assign(task_id: str, user: str) -> None:
+    """Assign TASK_ID to USER, whoever holds it now."""
+    _client().assign_task(task_id, user)
+    click.echo(f"assigning {task_id} to {user}")
+
+
+@tasks.command("claim")
+@click.argument("task_id")
+@click.argument("user")
+def tasks_claim(task_id: str, user: str) -> None:
+    """Assign TASK_ID to USER; refused when someone else holds it."""
+    _client().claim_task(task_id, user)
+    click.echo(f"claiming {task_id} for {user}")
+
+
+@tasks.command("unassign")
+@click.argument("task_id")
+def tasks_unassign(task_id: str) -> None:
+    _client().unassign_task(task_id)
+    click.echo(f"unassigning {task_id}")
+
+
+@tasks.command("update")
+@click.argument("task_id")
+@click.option("--candidate-users", default=None, metavar="A,B", help="comma-separated")
+@click.option("--candidate-groups", default=None, metavar="A,B", help="comma-separated")
+@click.option("--due-date", default=None, metavar="T", help="ISO 8601 with a zone")
+@click.option("--follow-up-date", default=None, metavar="T", help="ISO 8601 with a zone")
+@click.option("--priority", type=int, default=None, help="0 to 100")
+def tasks_update(
+    task_id: str,
+    candidate_users: str | None,
+    candidate_groups: str | None,
+    due_date: str | None,
+    follow_up_date: str | None,
+    priority: int | None,
+) -> None:
+    """Change TASK_ID's candidates, dates or priority (its update listeners run first)."""
+
+    def names(raw: str) -> list[str]:
+        return [n.strip() for n in raw.split(",") if n.strip()]
+
+    changes: dict[str, Any] = {}
+    if candidate_users is not None:
+        changes["candidateUsers"] = names(candidate_users)
+    if candidate_groups is not None:
+        changes["candidateGroups"] = names(candidate_groups)
+    if due_date is not None:
+        changes["dueDate"] = due_date
+    if follow_up_date is not None:
+        changes["followUpDate"] = follow_up_date
+    if priority is not None:
+        changes["priority"] = priority
+    _client().update_task(task_id, **changes)
+    click.echo(f"updating {task_id}")
 
 
 # -- instances -----------------------------------------------------------------------

@@ -22,7 +22,7 @@ from engine_core.errors import InvalidOperation
 from persistence.batches import BatchView
 from persistence.selection import Selector
 
-__all__ = ["register"]
+__all__ = ["register", "when"]
 
 
 def _client() -> Any:
@@ -31,7 +31,8 @@ def _client() -> Any:
     return make()
 
 
-def _when(value: str | None) -> datetime | None:
+def when(value: str | None) -> datetime | None:
+    """An ISO 8601 option; a time without a zone is UTC."""
     if value is None:
         return None
     try:
@@ -84,7 +85,7 @@ def _common(kind: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
 def _selector(ids: tuple[str, ...], key: str | None, **filters: Any) -> Selector:
     for name in ("started_before", "started_after"):
         if name in filters:
-            filters[name] = _when(filters[name])
+            filters[name] = when(filters[name])
     return Selector(ids=list(ids), key=key, **filters)
 
 

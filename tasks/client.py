@@ -16,7 +16,9 @@ straight to the Store.
 
 from __future__ import annotations
 
+import time
 import uuid
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,7 @@ from engine_core.errors import (
     InvalidModel,
     InvalidOperation,
     InvalidVariables,
+    TransitionDenied,
     UnknownInstance,
     UnknownProcess,
     UnknownTask,
@@ -39,6 +42,7 @@ from engine_core.inputs import (
     check_ttl,
     check_variables,
 )
+from engine_core.task_attributes import UPDATABLE, check_changes
 from engine_core.views import (
     FactView,
     FailedTriggerView,
@@ -266,23 +270,148 @@ class Client(Operations):
 
     # -- user tasks ------------------------------------------------------------------
 
-    def user_tasks(self, instance_id: str | None = None) -> list[UserTaskView]:
-        return list(self._store.user_tasks(instance_id))
+    def user_tasks(
+        self,
+        instance_id: str | None = None,
+        *,
+        assignee: str | None = None,
+        candidate_user: str | None = None,
+        candidate_group: str | None = None,
+        due_before: datetime | None = None,
+    ) -> list[UserTaskView]:
+        """Open user tasks; each filter given must hold (``due_before``: a due date
+        strictly earlier, timezone-aware)."""
+        if due_before is not None and due_before.utcoffset() is None:
+            raise InvalidField("due_before needs a time zone (e.g. 2026-10-02T08:00:00+00:00)")
+        return list(
+            self._store.user_tasks(
+                instance_id,
+                assignee=assignee,
+                candidate_user=candidate_user,
+                candidate_group=candidate_group,
+                due_before=due_before,
+            )
+        )
 
-    def complete_task(self, task_id: str, variables: dict[str, Any] | None = None) -> None:
+    def user_task(self, task_id: str) -> UserTaskView:
+        """One open user task (``UnknownTask`` when none has this id)."""
+        return self._store.task_view(task_id)
+
+    def _transition(self, task_id: str, what: str) -> UserTaskView:
+        """The task, if it can take a transition now: refused while the listeners of
+        another one run (``InvalidOperation``), as the engine would refuse it."""
+        view = self._store.task_view(task_id)
+        if view.state != "created":
+            raise InvalidOperation(
+                f"user task {task_id} is {view.state} (its task listeners run); "
+                f"{what} it once they are done"
+            )
+        return view
+
+    def complete_task(
+        self,
+        task_id: str,
+        variables: dict[str, Any] | None = None,
+        *,
+        wait: float | None = None,
+    ) -> bool:
+        """Complete the task. Its complete listeners run first and may deny it: the task
+        then stays open and its ``denied_reason`` says why. With ``wait`` (seconds) the
+        call waits for the outcome: it returns once the task completed and raises
+        ``TransitionDenied`` (with the listener's reason) when a listener denied it, or
+        ``InvalidOperation`` when the engine refused the completion. True once known
+        completed; False without ``wait``, or past it with the completion under way."""
         variables = check_variables(variables, "task variables", self._limits)
-        try:
-            found = self._store.task(task_id)
-        except UnknownTask:
-            raise
-        except LookupError:
-            found = None
-        if found is None:
-            raise UnknownTask(f"no open user task {task_id!r}; list them with `dormant tasks list`")
+        view = self._transition(task_id, "complete")
+        seen = len(self._store.history(view.instance_id)) if wait is not None else 0
         self._send(
             "dormant.complete_task",
             "trigger.task_completed",
             {"task_id": task_id, "variables": variables},
+        )
+        return self._completion(view, seen, wait) if wait is not None else False
+
+    def _completion(self, view: UserTaskView, seen: int, wait: float) -> bool:
+        """The outcome of a completion, read from the facts recorded after ``seen``."""
+        wait_id = view.id.rsplit(".", 1)[1]
+        deadline = time.monotonic() + wait
+        while True:
+            for fact in self._store.history(view.instance_id)[seen:]:
+                d = fact.details
+                if fact.kind == "TaskCompleted" and d.get("task") == view.id:
+                    return True
+                if fact.kind == "TaskTransitionDenied" and d.get("task") == view.id:
+                    if d.get("transition") == "complete":
+                        reason = self._denial(view.id)
+                        raise TransitionDenied(
+                            f"user task {view.id} ({view.name or view.node_id}): its "
+                            f"completion was denied by a task listener: {reason}"
+                        )
+                if fact.kind == "Stale" and d.get("wait") == wait_id:
+                    if d.get("trigger") == "task_completed":
+                        raise InvalidOperation(f"user task {view.id}: {d.get('reason')}")
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.1)
+
+    def _denial(self, task_id: str) -> str:
+        try:
+            return self._store.task_view(task_id).denied_reason or "no reason given"
+        except UnknownTask:
+            return "no reason given (the task is gone since)"
+
+    def assign_task(self, task_id: str, assignee: str) -> None:
+        """Assign the task to ``assignee``, whoever holds it now."""
+        self._assign(task_id, assignee, claim=False)
+
+    def claim_task(self, task_id: str, user: str) -> None:
+        """Assign the task to ``user`` unless someone else holds it (``InvalidOperation``)."""
+        view = self._transition(task_id, "claim")
+        if view.assignee is not None and view.assignee != user:
+            raise InvalidOperation(
+                f"user task {task_id} is assigned to {view.assignee!r}; it can be claimed "
+                "once unassigned (`dormant tasks unassign`), or assigned by `tasks assign`"
+            )
+        self._assign(task_id, user, claim=True)
+
+    def unassign_task(self, task_id: str) -> None:
+        self._transition(task_id, "unassign")
+        self._send(
+            "dormant.assign_task",
+            "trigger.task_assign",
+            {"task_id": task_id, "assignee": None, "claim": False},
+        )
+
+    def _assign(self, task_id: str, assignee: str, *, claim: bool) -> None:
+        who = check_changes({"assignee": assignee})["assignee"]
+        if who is None:
+            raise InvalidField("assignee must be a user name, not null; unassign instead")
+        self._transition(task_id, "claim" if claim else "assign")
+        self._send(
+            "dormant.assign_task",
+            "trigger.task_assign",
+            {"task_id": task_id, "assignee": who, "claim": claim},
+        )
+
+    def update_task(self, task_id: str, **changes: Any) -> None:
+        """Change the task's ``candidateUsers``, ``candidateGroups``, ``dueDate``,
+        ``followUpDate`` or ``priority`` (Camunda's names; dates as ISO 8601 text or
+        timezone-aware datetimes). Its update listeners run first."""
+        if not changes:
+            raise InvalidField(f"nothing to update; give one of: {', '.join(UPDATABLE)}")
+        payload = {k: v.isoformat() if isinstance(v, datetime) else v for k, v in changes.items()}
+        for key in payload:
+            if key not in UPDATABLE:
+                raise InvalidField(
+                    f"user task attribute {key!r} cannot be updated; one of: {', '.join(UPDATABLE)}"
+                )
+        check_changes(payload)
+        payload = check_variables(payload, "task changes", self._limits)
+        self._transition(task_id, "update")
+        self._send(
+            "dormant.update_task",
+            "trigger.task_update",
+            {"task_id": task_id, "changes": payload},
         )
 
     # -- instances -------------------------------------------------------------------

@@ -18,7 +18,7 @@ from engine_core.inputs import DEFAULT_LIMITS, Limits, check_text, check_variabl
 from engine_core.migration import problems
 from engine_core.views import InstanceView
 from persistence import batches, job_pause
-from persistence.batches import BatchItemView, BatchView
+from persistence.batches import BatchItemView, BatchState, BatchView
 from persistence.selection import INCIDENT_OPERATIONS, Selector, Target
 from persistence.settings import Settings
 from persistence.store import Store
@@ -163,7 +163,7 @@ class Operations:
         if operation == "migrate" and selector.key is not None:
             self._store.definition(selector.key, int(params.get("version", 0)))
         view = batches.create(self._store, operation, selector, params, _now())
-        if view.state == "running":
+        if view.state == BatchState.RUNNING:
             with pooled_producer(self.settings.broker_url) as producer:
                 enqueue_batch(view.id, producer=producer)
         return view
@@ -194,7 +194,9 @@ class Operations:
             view = self.batch(batch_id)
             if progress is not None:
                 progress(view)
-            if view.state == "completed" or (deadline is not None and time.monotonic() > deadline):
+            if view.state == BatchState.COMPLETED or (
+                deadline is not None and time.monotonic() > deadline
+            ):
                 return view
             time.sleep(poll)
 

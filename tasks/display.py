@@ -200,8 +200,32 @@ def task_columns(now: datetime) -> list[Column]:
         Column("NODE", lambda t: t.node_id),
         Column("NAME", lambda t: t.name or ""),
         Column("ASSIGNEE", lambda t: t.assignee or ""),
+        Column("CANDIDATES", _candidates),
+        Column("DUE", lambda t: _due(t.due_date, now), lambda t: iso(t.due_date)),
+        Column("PRIORITY", lambda t: str(t.priority)),
+        Column("STATE", _task_state),
         Column("CREATED", lambda t: ago(t.created_at, now), lambda t: iso(t.created_at)),
     ]
+
+
+def _candidates(t: Any) -> str:
+    """``users a,b; groups ops``: who may claim the task."""
+    parts = []
+    if t.candidate_users:
+        parts.append("users " + ",".join(t.candidate_users))
+    if t.candidate_groups:
+        parts.append("groups " + ",".join(t.candidate_groups))
+    return "; ".join(parts)
+
+
+def _due(at: datetime | None, now: datetime) -> str:
+    return "" if at is None else due_in(at, now)
+
+
+def _task_state(t: Any) -> str:
+    if t.denied_reason:
+        return f"{t.state} (denied: {t.denied_reason})"
+    return str(t.state)
 
 
 def _status(view: Any) -> str:

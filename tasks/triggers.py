@@ -43,12 +43,15 @@ from sqlalchemy.exc import OperationalError
 from engine_core.calls import missing_child
 from engine_core.errors import DormantError, OperatorError, UnknownProcess, UnknownTask
 from engine_core.inputs import check_variables
+from engine_core.task_attributes import check_changes
 from engine_core.triggers import (
     Cancel,
     IncidentDrop,
     IncidentResolve,
     IncidentRetry,
+    TaskAssign,
     TaskCompleted,
+    TaskUpdate,
     parse_trigger,
 )
 from persistence import clock, inbox
@@ -62,6 +65,7 @@ from tasks.outbox import consumed, publish_row, publish_rows
 
 __all__ = [
     "apply_trigger",
+    "assign_task",
     "cancel",
     "complete_task",
     "fire_deadline",
@@ -73,6 +77,7 @@ __all__ = [
     "scan_deadlines",
     "signal",
     "start",
+    "update_task",
 ]
 
 log = logging.getLogger("dormant.triggers")
@@ -307,6 +312,52 @@ def complete_task(
 
     owner = task_id.rsplit(".", 1)[0] if isinstance(task_id, str) and "." in task_id else None
     return _run(self, "task_completed", call, inbox_id, trigger_id, instance_id=owner)
+
+
+def _owner(task_id: Any) -> str | None:
+    return task_id.rsplit(".", 1)[0] if isinstance(task_id, str) and "." in task_id else None
+
+
+@app.task(name="dormant.assign_task", bind=True)
+def assign_task(
+    self: Task,
+    task_id: str,
+    assignee: str | None = None,
+    claim: bool = False,
+    *,
+    inbox_id: str | None = None,
+    trigger_id: str | None = None,
+) -> str | None:
+    """Assign user task ``task_id`` to ``assignee`` (None: unassign); ``claim`` refuses
+    a task assigned to someone else."""
+
+    def call(tid: str, now: datetime) -> Any:
+        who = check_changes({"assignee": assignee})["assignee"]
+        instance_id, wait_id = _task_wait(task_id)
+        trigger = TaskAssign(wait_id=wait_id, assignee=who, claim=bool(claim))
+        return store().apply(instance_id, trigger, now, trigger_id=tid)
+
+    return _run(self, "task_assign", call, inbox_id, trigger_id, instance_id=_owner(task_id))
+
+
+@app.task(name="dormant.update_task", bind=True)
+def update_task(
+    self: Task,
+    task_id: str,
+    changes: dict[str, Any] | None = None,
+    *,
+    inbox_id: str | None = None,
+    trigger_id: str | None = None,
+) -> str | None:
+    """Change user task ``task_id``'s candidates, dates or priority (Camunda names)."""
+
+    def call(tid: str, now: datetime) -> Any:
+        checked = check_variables(changes, "task changes", store().settings.limits)
+        instance_id, wait_id = _task_wait(task_id)
+        trigger = TaskUpdate(wait_id=wait_id, changes=checked)
+        return store().apply(instance_id, trigger, now, trigger_id=tid)
+
+    return _run(self, "task_update", call, inbox_id, trigger_id, instance_id=_owner(task_id))
 
 
 @app.task(name="dormant.cancel", bind=True)

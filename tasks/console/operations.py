@@ -23,6 +23,7 @@ from starlette.routing import BaseRoute, Route
 
 from engine_core.checkpoint import ROOT_SCOPE
 from engine_core.errors import InvalidOperation
+from persistence.batches import ItemOutcome
 from persistence.selection import Selector
 from tasks.console.app import _act, _client, _render
 
@@ -221,8 +222,8 @@ def batch_page(request: Request) -> Response:
         items = client.batch_items(batch_id)
     except InvalidOperation as exc:
         return _render(request, "error.html", message=f"error: {exc}", status_code=404)
-    refused = [i for i in items if i.outcome == "refused"]
-    others = [i for i in items if i.outcome != "refused"]
+    refused = [i for i in items if i.outcome == ItemOutcome.REFUSED]
+    others = [i for i in items if i.outcome != ItemOutcome.REFUSED]
     shown = sorted(refused + others[: max(0, _ITEMS_SHOWN - len(refused))], key=lambda i: i.seq)
     return _render(request, "batch.html", batch=view, items=shown, more=len(items) - len(shown))
 

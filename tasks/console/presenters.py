@@ -63,15 +63,41 @@ def describe_wait(wait: Wait) -> str:
             if wait.job_running
             else f"retry backoff until {_at(wait.due_at)}"
         )
-        return f"job {wait.job_type}, attempt {wait.attempt} ({state})"
+        what = "task listener job" if wait.listener_of else "job"
+        return f"{what} {wait.job_type}, attempt {wait.attempt} ({state})"
     if kind is WaitKind.USER_TASK:
-        who = f", assignee {wait.assignee}" if wait.assignee else ""
-        return f"user task {wait.task_name or wait.node_id}{who}"
+        return f"user task {wait.task_name or wait.node_id}" + "".join(
+            f", {part}" for part in _task_parts(wait)
+        )
     if kind is WaitKind.CALL:
         return f"child instance {wait.child_instance_id}"
     if kind is WaitKind.RETRY:
         return f"retry of incident {wait.incident_id} at {_at(wait.due_at)}"
     return f"timer due {_at(wait.due_at)}"
+
+
+def _task_parts(wait: Wait) -> list[str]:
+    """A user task's attributes, as the task list shows them."""
+    parts = []
+    if wait.assignee:
+        parts.append(f"assignee {wait.assignee}")
+    if wait.candidate_users:
+        parts.append("candidate users " + ", ".join(wait.candidate_users))
+    if wait.candidate_groups:
+        parts.append("candidate groups " + ", ".join(wait.candidate_groups))
+    if wait.due_date is not None:
+        parts.append(f"due {_at(wait.due_date)}")
+    if wait.follow_up_date is not None:
+        parts.append(f"follow up {_at(wait.follow_up_date)}")
+    parts.append(f"priority {wait.priority}")
+    form = wait.form_key or wait.form_id or wait.external_reference
+    if form:
+        parts.append(f"form {form}")
+    if wait.task_state.value != "created":
+        parts.append(f"{wait.task_state.value} (its task listeners run)")
+    if wait.denied_reason:
+        parts.append(f"last transition denied: {wait.denied_reason}")
+    return parts
 
 
 def overlays(checkpoint: Checkpoint, history: list[FactView]) -> dict[str, NodeOverlay]:

@@ -154,7 +154,7 @@ def test_user_task_call_activity_script_and_loop() -> None:
         + "</bpmn:scriptTask>"
     )
     u = d.node("u")
-    assert (u.assignee, u.candidate_groups, u.form_key) == ("=boss", "ops", "f1")
+    assert (u.assignee, u.candidate_groups, u.form_id, u.due_date) == ("=boss", "ops", "f1", "=d")
     assert u.loop == LoopSpec(True, "=items", "item", "res", "=r", None, "=done")
     c = d.node("c")
     assert (
@@ -317,7 +317,10 @@ TD = ext('<zeebe:taskDefinition type="t"/>')
         ),
         (
             '<bpmn:userTask id="ut" name="Pay">'
-            + ext("<zeebe:taskListeners/>")
+            + ext(
+                '<zeebe:taskListeners><zeebe:taskListener eventType="canceling" type="x"/>'
+                "</zeebe:taskListeners>"
+            )
             + "</bpmn:userTask>",
             "ut",
             "userTask",

@@ -669,3 +669,22 @@ def test_a_link_throw_runs_its_end_listeners_before_the_jump() -> None:
     complete(run, "audit")
     assert run.status == "completed"
     assert [f.details["node"] for f in run.facts_of("EndEventReached")] == ["e"]
+
+
+def test_a_user_task_is_assigned_from_its_start_listener_and_ends_through_its_end_listener() -> (
+    None
+):
+    b = ProcessBuilder("assigned")
+    b.start_event("s").user_task(
+        "review", assignee="=owner", execution_listeners=(start("route"), end("archive"))
+    ).end_event("e")
+    b.sequence("s", "review", "e")
+    run = Run(b.build())
+    run.start()
+    assert run.waits(kind="user_task") == []  # created only after its start listener
+    complete(run, "route", owner="ana")
+    assert run.wait("review", "user_task").assignee == "ana"
+    run.complete_task("review", approved=True)
+    assert [w.job_type for w in run.waits(kind="job")] == ["archive"]
+    complete(run, "archive")
+    assert run.status == "completed" and run.variables["approved"] is True

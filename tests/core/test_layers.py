@@ -90,6 +90,7 @@ CORE_TIERS: list[set[str]] = [
         "job_types",
         "inputs",
         "xml_input",
+        "task_attributes",
     },
     # readers: BPMN XML and code-first models into definitions
     {"bpmn", "bpmn_extensions", "builder", "validate", "expression_check"},
@@ -104,6 +105,7 @@ CORE_TIERS: list[set[str]] = [
         "incidents",
         "throwing",
         "jobs",
+        "user_tasks",
         "calls",
         "joins",
         "compensation",

@@ -27,6 +27,7 @@ from pydantic import BaseModel
 
 from engine_core.bpmn import read_bpmn
 from engine_core.checkpoint import (
+    CURRENT_SCHEMA,
     Checkpoint,
     CompensationEntry,
     HeldTrigger,
@@ -82,8 +83,23 @@ def test_the_working_state_is_plain_slotted_objects(cls: type) -> None:
 
 @pytest.mark.parametrize("name", sorted(_STORED))
 def test_a_stored_document_re_encodes_to_the_same_text(name: str) -> None:
+    """The same text but for what the upgrades to the current schema change: the
+    schema number, and (schema 3) a user task's candidate groups text as a list."""
     stored = _STORED[name]
-    assert json.dumps(encode(decode(stored))) == stored
+    assert json.dumps(encode(decode(stored))) == _upgraded(stored)
+
+
+# The schema-2 candidate groups texts of the pinned documents, and their schema-3 lists.
+GROUPS_AS_LISTS = {"['simpleGroupA', 'simpleGroupB']": ["simpleGroupA", "simpleGroupB"]}
+
+
+def _upgraded(stored: str) -> str:
+    """A pinned document's text as the current schema writes it."""
+    doc = json.loads(stored)
+    for wait in doc.get("waits", {}).values():
+        if isinstance(wait.get("candidate_groups"), str):
+            wait["candidate_groups"] = GROUPS_AS_LISTS[wait["candidate_groups"]]
+    return json.dumps({**doc, "schema": CURRENT_SCHEMA})
 
 
 def test_the_stored_corpus_covers_every_part_of_the_document() -> None:
@@ -138,7 +154,12 @@ def test_the_hold_state_of_an_older_schema_takes_the_full_decode() -> None:
         pytest.param({"schema": True}, CorruptCheckpoint, "no valid 'schema'", id="bool"),
         pytest.param({"schema": 2.0}, CorruptCheckpoint, "no valid 'schema'", id="float"),
         pytest.param({"schema": "2"}, CorruptCheckpoint, "no valid 'schema'", id="string"),
-        pytest.param({"schema": 3}, CheckpointTooNew, "has schema 3", id="too-new"),
+        pytest.param(
+            {"schema": CURRENT_SCHEMA + 1},
+            CheckpointTooNew,
+            f"has schema {CURRENT_SCHEMA + 1}",
+            id="too-new",
+        ),
         pytest.param({"extra": 1}, CorruptCheckpoint, "does not validate", id="unknown-field"),
     ],
 )
@@ -182,7 +203,7 @@ def test_the_copy_is_equal_and_shares_nothing_mutable(name: str) -> None:
     cp = decode(_STORED[name])
     copy = copy_checkpoint(cp)
     assert copy == cp
-    assert json.dumps(encode(copy)) == _STORED[name]
+    assert json.dumps(encode(copy)) == _upgraded(_STORED[name])
     assert _shared(cp, copy) == []
 
 
@@ -235,7 +256,9 @@ def test_apply_never_mutates_its_input_document(name: str) -> None:
     cp = decode(_STORED[name])
     for trigger in _triggers(cp):
         step = apply(definition, cp, trigger, now=_later(cp))
-        assert json.dumps(encode(cp)) == _STORED[name], f"{trigger.kind} mutated its input"
+        assert json.dumps(encode(cp)) == _upgraded(_STORED[name]), (
+            f"{trigger.kind} mutated its input"
+        )
         if step.changed:
             assert _shared(cp, step.checkpoint) == [], f"{trigger.kind} shares state"
 
@@ -280,7 +303,7 @@ def test_apply_given_the_stored_text_steps_as_given_the_decoded_checkpoint(name:
         assert encode(from_text.checkpoint) == encode(from_state.checkpoint)
         assert (from_text.effects, from_text.facts) == (from_state.effects, from_state.facts)
         if not from_text.changed:
-            assert json.dumps(encode(from_text.checkpoint)) == stored
+            assert json.dumps(encode(from_text.checkpoint)) == _upgraded(stored)
 
 
 def test_nested_json_values_are_copied_all_the_way_down() -> None:
@@ -314,4 +337,4 @@ def test_an_invariant_broken_mid_step_fails_the_instance_from_an_untouched_copy(
     step = apply(_DEFINITIONS[name], text if as_text else cp, trigger, now=_later(cp))
     assert step.checkpoint.status.value == "failed"
     assert "internal invariant broken" in (step.checkpoint.failure or "")
-    assert json.dumps(encode(cp)) == text
+    assert json.dumps(encode(cp)) == _upgraded(text)

@@ -12,7 +12,7 @@ from celery import Task
 
 from engine_core.errors import BpmnError
 from tasks.app import app
-from tasks.jobs import idempotency_key
+from tasks.jobs import idempotency_key, task_headers
 
 
 @app.task(name="test-double", bind=True)
@@ -40,6 +40,21 @@ def bpmn_error_code(code: str = "declined", **_: Any) -> None:
 def undo(doubled: Any = None, **_: Any) -> dict[str, Any]:
     """A compensation handler's job: reports what it undid."""
     return {"undone": doubled}
+
+
+@app.task(name="test-review-gate", bind=True)
+def review_gate(self: Task, approved: Any = None, **_: Any) -> dict[str, Any]:
+    """A complete listener: denies a completion that is not approved."""
+    if approved is True:
+        return {}
+    headers = task_headers(self)
+    return {"denied": True, "deniedReason": f"{headers.get('userTaskEvent')}: not approved"}
+
+
+@app.task(name="test-task-corrector")
+def task_corrector(**_: Any) -> dict[str, Any]:
+    """A create listener: assigns the task and raises its priority."""
+    return {"corrections": {"assignee": "corrected", "priority": 99}}
 
 
 @app.task(name="test-listener-set-n")
