@@ -118,10 +118,33 @@ def _resources(payload: Any) -> tuple[Resource, ...]:
     )
 
 
+def _starts_index(conn: Connection) -> dict[tuple[str, str], list[tuple[str, int, list[str]]]]:
+    latest = (
+        select(definitions.c.key, func.max(definitions.c.version).label("version"))
+        .group_by(definitions.c.key)
+        .subquery()
+    )
+    q = select(definitions.c.key, definitions.c.version, definitions.c.starts).join(
+        latest,
+        (definitions.c.key == latest.c.key) & (definitions.c.version == latest.c.version),
+    )
+    out: dict[tuple[str, str], list[tuple[str, int, list[str]]]] = {}
+    for row in conn.execute(q.order_by(definitions.c.key)):
+        for kind in ("message", "signal"):
+            for name, nodes in ((row.starts or {}).get(kind) or {}).items():
+                if nodes:
+                    out.setdefault((kind, name), []).append(
+                        (row.key, int(row.version), list(nodes))
+                    )
+    return out
+
+
 class Deployments:
     """Definitions and decisions: deploy, look up, route starts."""
 
     _definitions: dict[tuple[str, int], ProcessDefinition]
+    # (count of deployments, (kind, name) -> the processes it starts): latest_starts.
+    _starts_index: tuple[int, dict[tuple[str, str], list[tuple[str, int, list[str]]]]] | None = None
 
     def transaction(self) -> AbstractContextManager[Connection]:  # pragma: no cover - Store's
         raise NotImplementedError
@@ -318,25 +341,21 @@ class Deployments:
     def latest_starts(
         self, kind: str, name: str, *, conn: Connection | None = None
     ) -> list[tuple[str, int, list[str]]]:
-        """(key, latest version, start node ids) of processes started by ``kind`` ``name``."""
+        """(key, latest version, start node ids) of processes started by ``kind`` ``name``.
+
+        Read through an index of every latest version's starts, rebuilt when the count
+        of deployments changes (rows are only inserted, and every deploy adds one in
+        the transaction that adds its definitions): a message costs one ``count(*)``,
+        not a scan of every definition's starts."""
         if conn is None:
             with self.read() as c:
                 return self.latest_starts(kind, name, conn=c)
-        latest = (
-            select(definitions.c.key, func.max(definitions.c.version).label("version"))
-            .group_by(definitions.c.key)
-            .subquery()
-        )
-        q = select(definitions.c.key, definitions.c.version, definitions.c.starts).join(
-            latest,
-            (definitions.c.key == latest.c.key) & (definitions.c.version == latest.c.version),
-        )
-        out = []
-        for row in conn.execute(q.order_by(definitions.c.key)):
-            nodes = (row.starts or {}).get(kind, {}).get(name)
-            if nodes:
-                out.append((row.key, int(row.version), list(nodes)))
-        return out
+        count = int(conn.execute(select(func.count()).select_from(deployments)).scalar_one())
+        seen = self._starts_index
+        if seen is None or seen[0] != count:
+            seen = (count, _starts_index(conn))
+            self._starts_index = seen
+        return [(k, v, list(nodes)) for k, v, nodes in seen[1].get((kind, name), ())]
 
     def _tagged_version(self, conn: Connection, key: str, tag: str) -> int:
         """The newest deployed version of ``key`` whose model carries ``tag``."""

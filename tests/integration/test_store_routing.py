@@ -179,3 +179,18 @@ def test_signal_broadcast(store: Store, router: Router, now: datetime) -> None:
     out = router.signal("go", {}, signal_id="s-1", now=now)
     assert sorted(out.delivered_to) == ["i1", "i2"]
     assert store.counts()["subscriptions"] == 0
+
+
+def test_a_message_start_deployed_after_a_message_was_routed_is_seen_by_the_next(
+    store: Store, now: datetime
+) -> None:
+    """The Store's index of message starts is rebuilt when a deployment is added: a
+    process deployed after a message was routed (nothing started it) is started by the
+    next message."""
+    router = Router(store)
+    first = router.message("order-placed", "o-1", {}, message_id="m-a", ttl_seconds=None, now=now)
+    assert first.started == [] and not first.buffered
+    store.deploy(MSG_START, now)
+    second = router.message("order-placed", "o-2", {}, message_id="m-b", ttl_seconds=None, now=now)
+    assert len(second.started) == 1
+    assert store.instance(second.started[0]).status == "completed"
