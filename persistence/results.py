@@ -2,17 +2,54 @@
 
 Every operation a trigger task calls (``Store.apply``/``start``, the Router's
 ``message``/``signal``, the scheduler's ``fire``) returns an object with the outbox
-rows to publish after the commit and a one-line summary for the task's log line, so
-the task neither guesses at attributes nor knows which operation it ran.
+rows to publish after the commit, every committed step it applied, one word for what
+it did (the metrics' ``outcome`` label) and a one-line summary for the task's log line,
+so neither the task nor the metrics guess at attributes or know which operation ran.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from persistence.outbox_queue import OutboxRow
 
-__all__ = ["TriggerResult"]
+if TYPE_CHECKING:
+    from persistence.store import Applied
+
+__all__ = ["TriggerResult", "outcome_word", "raised_incidents"]
+
+
+def raised_incidents(step: Applied) -> list[dict[str, Any]]:
+    """The incidents a committed step raised (their facts' details: ids, node, class)."""
+    return [
+        dict(f.details)
+        for f in step.facts
+        if f.kind == "Incident" and f.details.get("action") == "raised"
+    ]
+
+
+def outcome_word(
+    steps: Sequence[Applied],
+    *,
+    duplicate: bool = False,
+    skipped: bool = False,
+    failed: bool = False,
+) -> str:
+    """One word for what an operation did, from its steps and its own verdict:
+    ``failed`` (a deadline fire kept and backed off), ``incident``, ``applied``,
+    ``duplicate``, ``skipped``, ``stale`` (looked at, nothing to do) or ``none``."""
+    if failed:
+        return "failed"
+    if any(raised_incidents(a) for a in steps):
+        return "incident"
+    if any(a.changed for a in steps):
+        return "applied"
+    if duplicate or any(a.duplicate for a in steps):
+        return "duplicate"
+    if skipped or any(a.skipped for a in steps):
+        return "skipped"
+    return "stale" if steps else "none"
 
 
 class TriggerResult(Protocol):
@@ -30,6 +67,16 @@ class TriggerResult(Protocol):
     @property
     def inbox_marked(self) -> bool:
         """The Client's inbox row was marked processed inside the transaction."""
+        ...
+
+    @property
+    def steps(self) -> list[Applied]:
+        """Every committed step the operation applied (one, a fan-out's, or none)."""
+        ...
+
+    @property
+    def outcome(self) -> str:
+        """One word for what it did (``outcome_word``)."""
         ...
 
     def summary(self) -> str:

@@ -58,6 +58,7 @@ from engine_core.triggers import MessageReceived, SignalReceived, Trigger
 from persistence.holds import lock_message_key
 from persistence.inbox import mark_processed_statement
 from persistence.outbox_queue import OutboxRow
+from persistence.results import outcome_word
 from persistence.store import Applied, StartKeyTaken, Store
 from persistence.tables import ACTIVE_STATUSES, instances, messages, subscriptions
 from persistence.writes import Writes
@@ -102,6 +103,14 @@ class MessageOutcome:
     def outbox_rows(self) -> list[OutboxRow]:
         return [r for a in self.applied for r in a.outbox_rows]
 
+    @property
+    def steps(self) -> list[Applied]:
+        return list(self.applied)
+
+    @property
+    def outcome(self) -> str:
+        return outcome_word(self.applied, duplicate=self.duplicate)
+
     def summary(self) -> str:
         parts = [f"delivered_to={','.join(self.delivered_to) or '-'}"]
         parts.append(f"started={','.join(self.started) or '-'}")
@@ -129,6 +138,14 @@ class SignalOutcome:
     @property
     def outbox_rows(self) -> list[OutboxRow]:
         return [r for a in self.applied for r in a.outbox_rows]
+
+    @property
+    def steps(self) -> list[Applied]:
+        return list(self.applied)
+
+    @property
+    def outcome(self) -> str:
+        return outcome_word(self.applied)
 
     def summary(self) -> str:
         return (

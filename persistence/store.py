@@ -64,6 +64,7 @@ from persistence.inbox import mark_processed_statement
 from persistence.incident_rows import sync_incidents
 from persistence.outbox_queue import OutboxQueue, OutboxRow
 from persistence.queries import Queries
+from persistence.results import outcome_word
 from persistence.settings import Settings
 from persistence.tables import facts, instances, outbox, processed_triggers
 from persistence.writes import Writes
@@ -111,6 +112,14 @@ class Applied:
     @property
     def outbox_rows(self) -> list[OutboxRow]:
         return list(self.outbox)
+
+    @property
+    def steps(self) -> list[Applied]:
+        return [self]
+
+    @property
+    def outcome(self) -> str:
+        return outcome_word([self])
 
     def summary(self) -> str:
         extra = " duplicate" if self.duplicate else ""

@@ -45,6 +45,7 @@ from engine_core.arming import next_repetition
 from engine_core.model import TimerSpec
 from engine_core.triggers import Start, TimerFired
 from persistence.outbox_queue import OutboxRow
+from persistence.results import outcome_word
 from persistence.start_timers import START_TIMER_PREFIX, is_start_timer, start_instance_id
 from persistence.store import Applied, Store, log_raised_incidents
 from persistence.tables import deadlines, facts, instances, start_timers
@@ -100,6 +101,18 @@ class FireOutcome:
     @property
     def inbox_marked(self) -> bool:
         return False  # a deadline has no inbox row
+
+    @property
+    def steps(self) -> list[Applied]:
+        return [self.applied] if self.applied is not None else []
+
+    @property
+    def outcome(self) -> str:
+        return outcome_word(
+            self.steps,
+            skipped=self.status == FireStatus.SKIPPED,
+            failed=self.status == FireStatus.FAILED,
+        )
 
     def summary(self) -> str:
         inner = (

@@ -40,6 +40,8 @@ from prometheus_client.registry import Collector
 
 from engine_core.checkpoint import IncidentState
 from persistence import store as store_module
+from persistence.results import TriggerResult, raised_incidents
+from persistence.store import Applied
 
 __all__ = [
     "DatabaseCollector",
@@ -110,42 +112,14 @@ store_module.LOCK_WAIT_OBSERVERS.append(LOCK_WAIT_SECONDS.observe)
 # -- outcomes --------------------------------------------------------------------------
 
 
-def applied_of(result: Any) -> list[Any]:
-    """Every ``Applied`` in a task's result (one, a Router's fan-out, a deadline fire)."""
-    if result is None:
-        return []
-    if hasattr(result, "revision") and hasattr(result, "outbox_ids"):
-        return [result]
-    if isinstance(result, list | tuple):
-        return [a for r in result for a in applied_of(r)]
-    for attr in ("applied", "results"):
-        if hasattr(result, attr):
-            return applied_of(getattr(result, attr))
-    return []
+def applied_of(result: TriggerResult | None) -> list[Applied]:
+    """Every committed step of a task's result (one, a Router's fan-out, a deadline fire)."""
+    return [] if result is None else result.steps
 
 
-def _raised(applied: Any) -> list[dict[str, Any]]:
-    return [
-        dict(f.details)
-        for f in applied.facts
-        if f.kind == "Incident" and f.details.get("action") == "raised"
-    ]
-
-
-def outcome_of(result: Any) -> str:
+def outcome_of(result: TriggerResult | None) -> str:
     """One word for what a trigger did (the ``outcome`` label; docs/metrics.md)."""
-    if getattr(result, "status", None) == "failed" and hasattr(result, "wait_id"):
-        return "failed"  # a deadline fire that failed: kept and backed off
-    applied = applied_of(result)
-    if any(_raised(a) for a in applied):
-        return "incident"
-    if any(a.changed for a in applied):
-        return "applied"
-    if any(a.duplicate for a in applied) or getattr(result, "duplicate", False):
-        return "duplicate"
-    if any(a.skipped for a in applied) or getattr(result, "status", None) == "skipped":
-        return "skipped"
-    return "stale" if applied else "none"
+    return "none" if result is None else result.outcome
 
 
 def _outcome_of_exception(exc: BaseException) -> str:
@@ -161,7 +135,7 @@ def _outcome_of_exception(exc: BaseException) -> str:
     return "error"
 
 
-def summary(result: Any) -> str:
+def summary(result: TriggerResult | None) -> str:
     """The trigger task's return value, which Flower shows in its task list.
 
     A trigger that raised an incident starts with ``INCIDENT`` and names each one (id,
@@ -171,7 +145,7 @@ def summary(result: Any) -> str:
     """
     parts: list[str] = []
     for a in applied_of(result):
-        for d in _raised(a):
+        for d in raised_incidents(a):
             parts.append(f"{d.get('incident')} at {d.get('node')} ({d.get('cause_class')})")
     head = f"INCIDENT {'; '.join(parts)} " if parts else ""
     return (
@@ -183,7 +157,7 @@ def summary(result: Any) -> str:
     )
 
 
-def record_trigger(kind: str, result: Any, seconds: float | None = None) -> str:
+def record_trigger(kind: str, result: TriggerResult | None, seconds: float | None = None) -> str:
     """Count one finished trigger and what its committed step(s) raised and timed out."""
     from tasks import tracing
 
@@ -195,7 +169,7 @@ def record_trigger(kind: str, result: Any, seconds: float | None = None) -> str:
     for a in applied_of(result):
         if not a.changed:
             continue
-        for d in _raised(a):
+        for d in raised_incidents(a):
             INCIDENTS_RAISED.labels(a.key or "", str(d.get("node") or "")).inc()
         for f in a.facts:
             if f.kind == "JobTimedOut":

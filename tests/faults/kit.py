@@ -73,13 +73,13 @@ def via(url: str, port: int) -> str:
     return urlunsplit(parts._replace(netloc=f"{netloc[0]}@{host}" if len(netloc) == 2 else host))
 
 
-def worker_with(stack: Stack, **env: str) -> Proc:
+def worker_with(stack: Stack, *, concurrency: int = 2, **env: str) -> Proc:
     """A worker whose environment differs from the stack's by ``env`` (the stack's own
     environment is left as it was, for the Client and the other processes)."""
     saved = stack.env
     stack.env = dict(saved, **env)
     try:
-        return stack.worker()
+        return stack.worker(concurrency=concurrency)
     finally:
         stack.env = saved
 
@@ -95,7 +95,7 @@ def revive(stack: Stack, proc: Proc) -> Proc:
     return fresh.start(ready="beat: Starting" if proc.name.startswith("beat") else "ready.")
 
 
-def included_worker(stack: Stack, **env: str) -> Proc:
+def included_worker(stack: Stack, *, concurrency: int = 2, **env: str) -> Proc:
     """A worker that also loads tests/faults/fault_jobs.py (the recording job and the
     kill points), with ``env`` on top of the stack's environment."""
     import tests.integration.conftest as conftest
@@ -103,6 +103,6 @@ def included_worker(stack: Stack, **env: str) -> Proc:
     saved = conftest.JOBS_MODULE
     conftest.JOBS_MODULE = saved + ",tests.faults.fault_jobs"  # read when the argv is built
     try:
-        return worker_with(stack, **env)
+        return worker_with(stack, concurrency=concurrency, **env)
     finally:
         conftest.JOBS_MODULE = saved

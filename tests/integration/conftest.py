@@ -142,11 +142,17 @@ class Stack:
     def dormant(self, *args: str) -> list[str]:
         return [sys.executable, "-m", "tasks.cli", *args]
 
-    def worker(self, name: str = "worker") -> Proc:
+    def worker(self, name: str = "worker", concurrency: int = 2) -> Proc:
         proc = Proc(
             f"{name}-{len(self.procs)}",
             self.dormant(
-                "worker", "--include", JOBS_MODULE, "--concurrency", "2", "--loglevel", "INFO"
+                "worker",
+                "--include",
+                JOBS_MODULE,
+                "--concurrency",
+                str(concurrency),
+                "--loglevel",
+                "INFO",
             ),
             self.env,
             self.tmp,
