@@ -17,7 +17,10 @@ as Camunda 8 correlates:
   of that name is started once, at its first such start event; with a correlation
   key, an instance already running with that start key is joined instead (a keyed
   start never makes a second instance).
-* Taken by nobody, it is buffered for its TTL when that is positive, else dropped.
+* With a positive TTL it is buffered until it expires, whether or not it was taken:
+  a subscription opened later takes it if its process has not had it yet (each
+  process id gets a message once, at publish or from the buffer). Without a TTL, what
+  nobody took is dropped.
 
 Before this rule, every instance holding a matching subscription got the message
 (one wait per instance), and message starts ran only when no instance held one.
@@ -99,6 +102,6 @@ def start_or_join(
     return StartProcess(process_key, version, start_nodes[0], correlation_key)
 
 
-def buffer_it(taken: bool, ttl_seconds: float | None) -> bool:
-    """A message nobody took waits for a subscriber only while its TTL lasts."""
-    return not taken and ttl_seconds is not None and ttl_seconds > 0
+def buffer_it(ttl_seconds: float | None) -> bool:
+    """A message waits for the processes it has not reached only while its TTL lasts."""
+    return ttl_seconds is not None and ttl_seconds > 0

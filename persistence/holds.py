@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, and_, delete, insert, select, text, update
+from sqlalchemy import Connection, delete, insert, select, text, update
 
 from engine_core.checkpoint import Wait, WaitKind
 from engine_core.effects import DeliverBuffered, encode_effect
@@ -27,6 +27,7 @@ from engine_core.triggers import MessageReceived
 from persistence.outbox_queue import OutboxRow
 from persistence.tables import (
     deadlines,
+    message_correlations,
     messages,
     outbox,
     subscriptions,
@@ -125,12 +126,13 @@ def _delete(writes: Writes, table: Any, instance_id: str, wait_ids: list[str]) -
 def sync_holds(
     writes: Writes,
     instance_id: str,
+    process_key: str,
     old: Mapping[str, Wait],
     new: Mapping[str, Wait],
     now: datetime,
 ) -> list[BufferedDelivery]:
-    """Bring the hold rows of ``instance_id`` from ``old`` to ``new``; returns the
-    buffered messages consumed by subscriptions this sync created.
+    """Bring the hold rows of ``instance_id`` (of process ``process_key``) from ``old``
+    to ``new``; returns the buffered messages its new subscriptions took.
 
     Only the waits that changed cost a statement; every statement is queued on
     ``writes`` (one round trip with the checkpoint's own write), except where a row is
@@ -217,45 +219,61 @@ def sync_holds(
         key=lambda r: (r["name"], r["correlation_key"] or ""),
     )
     for row in message_subs:
-        found = _consume_buffered(writes.conn, instance_id, row, now)
+        found = _consume_buffered(writes, instance_id, process_key, row, now)
         if found is not None:
             delivered.append(found)
     return delivered
 
 
 def _consume_buffered(
-    conn: Connection, instance_id: str, sub: dict[str, Any], now: datetime
+    writes: Writes, instance_id: str, process_key: str, sub: dict[str, Any], now: datetime
 ) -> BufferedDelivery | None:
-    """Consume the oldest unexpired buffered message matching a new subscription.
+    """Take the oldest unexpired buffered message matching a new subscription that
+    ``process_key`` has not had yet (a message correlates once per process id).
 
-    Marked consumed in THIS transaction, so it is delivered exactly once: the outbox
-    row that carries it commits with the mark, and its trigger id (the message id)
-    makes a redelivered outbox row a duplicate.
+    Taken in THIS transaction by inserting (message, process) into
+    ``message_correlations``: its primary key lets one instance per process take it,
+    while instances of other processes take it too; the outbox row that carries it
+    commits with the row, and its trigger id (the message id) makes a redelivered
+    outbox row a duplicate. A message buffered before correlations were kept
+    (``consumed_at`` set) stays consumed.
     """
+    conn = writes.conn
     name, key = sub["name"], sub["correlation_key"]
     lock_message_key(conn, name, key)
-    candidate = (
+    reached = select(message_correlations.c.message_id).where(
+        message_correlations.c.message_id == messages.c.message_id,
+        message_correlations.c.process_key == process_key,
+    )
+    candidates = conn.execute(
         select(messages.c.message_id, messages.c.variables)
         .where(
             messages.c.name == name,
             messages.c.correlation_key.is_not_distinct_from(key),
             messages.c.consumed_at.is_(None),
             messages.c.expires_at > now,
+            ~reached.exists(),
         )
         .order_by(messages.c.received_at, messages.c.message_id)
-        .limit(1)
-    )
-    if conn.dialect.name == "postgresql":
-        candidate = candidate.with_for_update(skip_locked=True)
-    found = conn.execute(candidate).first()
+        .limit(8)
+    ).all()
+    found = None
+    for candidate in candidates:  # another instance of this process may take one first
+        taken = conn.execute(
+            writes.insert_ignoring(message_correlations)
+            .values(
+                message_id=candidate.message_id,
+                process_key=process_key,
+                instance_id=instance_id,
+                at=now,
+            )
+            .on_conflict_do_nothing()
+            .returning(message_correlations.c.message_id)
+        ).first()
+        if taken is not None:
+            found = candidate
+            break
     if found is None:
-        return None
-    marked = conn.execute(
-        update(messages)
-        .where(and_(messages.c.message_id == found.message_id, messages.c.consumed_at.is_(None)))
-        .values(consumed_by_instance=instance_id, consumed_at=now)
-    )
-    if marked.rowcount != 1:
         return None
     # ``trigger_id`` (the message id) makes a re-published row a duplicate at the
     # instance.

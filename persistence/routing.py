@@ -19,16 +19,20 @@ join, buffer or not); this module executes it against the database. Order, and w
    'DuplicateStart' fact, never a second instance); the partial unique index on
    (key, start_key) makes that race-safe when two such messages arrive at once.
 4. Under the (name, key) advisory lock, re-check the subscriptions (one may have been
-   armed meanwhile) and record the message: buffered until ``expires_at`` if nothing
-   took it and ``ttl`` > 0, else consumed. The hold sync takes the same lock before it
-   looks in the buffer, so a buffered message and a new subscription never miss.
+   armed meanwhile) and record the message: with ``ttl`` > 0 buffered until
+   ``expires_at``, taken or not, with the processes it reached in
+   ``message_correlations``; else consumed. The hold sync takes the same lock before it
+   looks in the buffer, so a buffered message and a new subscription never miss, and
+   takes a buffered message only for a process not in its correlations (the key of
+   that table lets one instance per process take it).
 
 Every holder on its own: each delivery (and each start) is its own transaction, and
 one that raises is kept for that holder alone as a failed trigger
 (``dormant.apply_trigger`` to that instance, the same trigger id) while the others
-are served; the message counts as taken by it, so it is never buffered for a second
-taker. Only a database that is unavailable (``OperationalError``) stops the round:
-the task retries it, and the holders already served recognise the trigger id.
+are served; the message counts as taken by its process, so no second instance of that
+process takes it from the buffer. Only a database that is unavailable
+(``OperationalError``) stops the round: the task retries it, and the holders already
+served recognise the trigger id.
 """
 
 from __future__ import annotations
@@ -60,7 +64,13 @@ from persistence.inbox import mark_processed_statement
 from persistence.outbox_queue import OutboxRow
 from persistence.results import outcome_word
 from persistence.store import Applied, StartKeyTaken, Store
-from persistence.tables import ACTIVE_STATUSES, instances, messages, subscriptions
+from persistence.tables import (
+    ACTIVE_STATUSES,
+    instances,
+    message_correlations,
+    messages,
+    subscriptions,
+)
 from persistence.writes import Writes
 
 __all__ = ["NAMESPACE", "MessageOutcome", "Router", "SignalOutcome"]
@@ -91,9 +101,12 @@ class MessageOutcome:
     failed: list[str] = field(default_factory=list)
     # The Client's inbox row was marked in the transaction that recorded the message.
     inbox_marked: bool = False
-    # Process ids the message correlated to (delivered, failed, started or joined):
-    # each gets it once.
-    served: set[str] = field(default_factory=set)
+    # Process id -> the instance the message correlated to in it (delivered, failed,
+    # started or joined): each process gets it once.
+    served: dict[str, str] = field(default_factory=dict)
+    # Buffered for this long (seconds) when positive; the processes not yet served may
+    # take it from the buffer until then.
+    ttl_seconds: float | None = None
 
     @property
     def outbox_ids(self) -> list[int]:
@@ -276,7 +289,7 @@ class Router:
         message_id = check_text(
             message_id or str(uuid.uuid4()), "message id", limits, InvalidMessage
         )
-        out = MessageOutcome(message_id)
+        out = MessageOutcome(message_id, ttl_seconds=ttl_seconds)
         # The duplicate check and the first holders lookup: one statement; the
         # processes with a message start of that name: a second, in the same read.
         with self.store.read() as conn:
@@ -348,13 +361,13 @@ class Router:
         # message unrecorded, so the producer's retry reaches the processes not yet
         # served (the instances served recognise the trigger id).
         others = processes_to_start(
-            (p for p, _, _ in starts), {g[0].process_key for g in groups} | out.served
+            (p for p, _, _ in starts), {g[0].process_key for g in groups} | set(out.served)
         )
         for n, candidates in enumerate(groups, 1):
             last = n == len(groups) and not others
             for holder in candidates:  # the next holder of this process if one went stale
                 if self._deliver_one(out, name, key, variables, now, holder, last, inbox_id):
-                    out.served.add(holder.process_key)
+                    out.served[holder.process_key] = holder.instance_id
                     break
 
     def _deliver_one(
@@ -378,7 +391,7 @@ class Router:
             message_id=out.message_id,
         )
         record = (
-            self._recorder(out, name, key, instance_id, now, inbox_id)
+            self._recorder(out, name, key, holder, variables, now, inbox_id)
             if last and not out.recorded
             else None
         )
@@ -403,13 +416,17 @@ class Router:
         out: MessageOutcome,
         name: str,
         key: str | None,
-        taker: str,
+        taker: Holder,
+        variables: dict[str, Any],
         now: datetime,
         inbox_id: str | None,
     ) -> Callable[[Writes], None]:
-        """Record the message as consumed (and mark the Client's inbox row) in a
-        delivery's own write: one statement more in it, not a transaction of its own.
-        A redelivery finds the row and is a duplicate."""
+        """Record the message (and mark the Client's inbox row) in a delivery's own
+        write: statements more in it, not a transaction of its own. A redelivery finds
+        the row and is a duplicate. With a TTL the row is the buffered message, and the
+        processes it reached (this holder's among them) are written with it."""
+        ttl = out.ttl_seconds
+        buffer = buffer_it(ttl)
 
         def record(writes: Writes) -> None:
             writes.add(
@@ -418,14 +435,21 @@ class Router:
                     message_id=out.message_id,
                     name=name,
                     correlation_key=key,
-                    variables={},
-                    expires_at=None,
+                    variables=variables if buffer else {},
+                    expires_at=now + timedelta(seconds=ttl) if buffer and ttl else None,
                     received_at=now,
-                    consumed_by_instance=taker,
-                    consumed_at=now,
+                    consumed_by_instance=None if buffer else taker.instance_id,
+                    consumed_at=None if buffer else now,
                 )
                 .on_conflict_do_nothing()
             )
+            if buffer:
+                reached = {**out.served, taker.process_key: taker.instance_id}
+                writes.add(
+                    writes.insert_ignoring(message_correlations)
+                    .values(_correlation_rows(out.message_id, reached, now))
+                    .on_conflict_do_nothing()
+                )
             if inbox_id is not None:
                 writes.add(mark_processed_statement(inbox_id, now))
 
@@ -445,13 +469,14 @@ class Router:
         for process_key, version, nodes in starts:
             if process_key not in unserved:
                 continue
-            out.served.add(process_key)
             running = self._running_with_key(process_key, key) if key is not None else None
             plan = start_or_join(process_key, version, nodes, key, running)
             if isinstance(plan, JoinRunning):
+                out.served[process_key] = plan.instance_id
                 self._join(out, plan.instance_id, process_key, name, now)
                 continue
             instance_id = str(uuid.uuid5(NAMESPACE, f"{process_key}:{out.message_id}"))
+            out.served[process_key] = instance_id
             try:
                 applied = self._start_isolated(
                     instance_id,
@@ -466,6 +491,7 @@ class Router:
             except StartKeyTaken:
                 running = self._running_with_key(process_key, key)
                 if running is not None:
+                    out.served[process_key] = running
                     self._join(out, running, process_key, name, now)
                 continue
             if applied is None:
@@ -510,7 +536,7 @@ class Router:
         """Write the dedup row (and mark the Client's inbox row); False if a
         subscription appeared and we must deliver."""
         taken = bool(out.delivered_to or out.started or out.joined or out.failed)
-        buffer = buffer_it(taken, ttl)
+        buffer = buffer_it(ttl)
         takers = out.delivered_to or out.started or out.joined or out.failed
         taker = takers[0] if takers else None
         with self.store.transaction() as conn:
@@ -547,6 +573,12 @@ class Router:
                     consumed_at=None if buffer else now,
                 )
             )
+            if buffer and out.served:
+                conn.execute(
+                    insert(message_correlations).values(
+                        _correlation_rows(out.message_id, out.served, now)
+                    )
+                )
         out.buffered = buffer
         return True
 
@@ -586,3 +618,13 @@ class Router:
             out.applied.append(started)
             out.started.append(instance_id)
         return out
+
+
+def _correlation_rows(
+    message_id: str, reached: dict[str, str], now: datetime
+) -> list[dict[str, Any]]:
+    """The ``message_correlations`` rows of the processes a message reached."""
+    return [
+        {"message_id": message_id, "process_key": p, "instance_id": i, "at": now}
+        for p, i in sorted(reached.items())
+    ]

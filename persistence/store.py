@@ -563,7 +563,9 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
         """Everything the new checkpoint implies, queued on ``writes`` behind the
         checkpoint's own write and sent as one statement."""
         cp = step.checkpoint
-        buffered = sync_holds(writes, instance_id, projected_waits(old), projected_waits(cp), now)
+        buffered = sync_holds(
+            writes, instance_id, cp.process_key, projected_waits(old), projected_waits(cp), now
+        )
         sync_incidents(writes, old, cp)
         self._queue_facts(writes, instance_id, cp.revision, step.facts, now)
         # Each effect's trigger id names its origin (instance, revision, index), never

@@ -52,6 +52,7 @@ __all__ = [
     "inbox",
     "instances",
     "job_type_pauses",
+    "message_correlations",
     "messages",
     "metadata",
     "outbox",
@@ -338,6 +339,18 @@ messages = Table(
     Column("consumed_by_instance", String(255)),
     Column("consumed_at", UtcDateTime),
     Index("ix_messages_name_key", "name", "correlation_key"),
+)
+
+# The processes a message has correlated to, each once (Zeebe's cardinality): written
+# with the message's own record at publish and by each buffered delivery, whose
+# primary key is what lets only one instance of a process take it from the buffer.
+message_correlations = Table(
+    "message_correlations",
+    metadata,
+    Column("message_id", String(255), primary_key=True),
+    Column("process_key", String(255), primary_key=True),
+    Column("instance_id", String(255), nullable=False),
+    Column("at", UtcDateTime, nullable=False),
 )
 
 inbox = Table(

@@ -49,6 +49,37 @@ def test_a_message_reaches_one_instance_per_process_and_every_process(
     assert stack.wait_status(second, "completed").variables["paid"] == "again"
 
 
+def test_a_buffered_message_reaches_each_process_once(shared_stack: Stack) -> None:
+    """A message with a TTL stays buffered whether or not it was taken at publish: a
+    subscription opened later takes it if its process has not had it yet."""
+    stack, c = shared_stack, shared_stack.client
+    c.deploy(catcher("mb-orders", "mb-paid"))
+    c.deploy(catcher("mb-audit", "mb-paid"))
+
+    # Nobody waits at publish: the first instance of each process takes it.
+    c.send_message("mb-paid", "o-1", {"paid": 1}, ttl=120)
+    first = c.start("mb-orders", {"orderId": "o-1"})
+    assert stack.wait_status(first, "completed").variables["paid"] == 1
+    second = c.start("mb-orders", {"orderId": "o-1"})
+    audit = c.start("mb-audit", {"orderId": "o-1"})
+    assert stack.wait_status(audit, "completed").variables["paid"] == 1
+    wait_for(lambda: c.instance(second).waits, what="the second order's wait")
+    time.sleep(1.0)
+    assert c.instance(second).status == "active", "its process had the message already"
+
+    # Taken at publish by one process: another process's later instance still takes it.
+    waiting = c.start("mb-orders", {"orderId": "o-2"})
+    wait_for(lambda: c.instance(waiting).waits, what="the waiting order")
+    c.send_message("mb-paid", "o-2", {"paid": 2}, ttl=120)
+    assert stack.wait_status(waiting, "completed").variables["paid"] == 2
+    late_audit = c.start("mb-audit", {"orderId": "o-2"})
+    assert stack.wait_status(late_audit, "completed").variables["paid"] == 2
+    late_order = c.start("mb-orders", {"orderId": "o-2"})
+    wait_for(lambda: c.instance(late_order).waits, what="the late order's wait")
+    time.sleep(1.0)
+    assert c.instance(late_order).status == "active"
+
+
 def test_a_message_start_starts_one_instance_per_process_beside_a_holder(
     shared_stack: Stack,
 ) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from persistence.tables import messages
+from persistence.tables import message_correlations, messages
 from tests.integration.conftest import Stack, wait_for
 from tests.integration.waitkit import end, message_catch, model, signal_catch, start
 from tests.security.kit import failed_for, overwrite_checkpoint, stored_checkpoint
@@ -85,11 +85,20 @@ def test_a_message_reaches_every_healthy_holder_past_a_corrupt_one(shared_stack:
     overwrite_checkpoint(stack, victim, {"schema": 1, "garbage": True})
     message_id = c.send_message("fo-msg", "g", ttl=300)
     check_isolated(stack, victim, healthy, original)
-    # Taken by its holders (the kept one included): never buffered for a later taker.
+    # Taken by its holders' processes (the kept one's included): buffered for its TTL
+    # for processes it has not reached, never for a later instance of theirs.
     with c._store.engine.connect() as conn:
         row = conn.execute(
             select(messages.c.consumed_at, messages.c.expires_at).where(
                 messages.c.message_id == message_id
             )
         ).one()
-    assert row.consumed_at is not None and row.expires_at is None
+        reached = set(
+            conn.execute(
+                select(message_correlations.c.process_key).where(
+                    message_correlations.c.message_id == message_id
+                )
+            ).scalars()
+        )
+    assert row.consumed_at is None and row.expires_at is not None
+    assert reached == set(keys)
