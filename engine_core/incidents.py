@@ -84,7 +84,7 @@ def raise_incident(
     if rt.cp.parent is not None:
         fail_instance(rt, f"{node.label}: {cause}")
         return
-    rt.withdraw_token_waits(token.id, keep_boundaries=True)
+    rt.withdraw_token_waits(token.id, keep_boundaries=True, keep_transition=True)
     move_token(token, TokenState.INCIDENT)
     snapshot = rt.token_vars(token)
     incident = next(

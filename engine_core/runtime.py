@@ -29,6 +29,7 @@ from engine_core.checkpoint import (
     IncidentState,
     InstanceStatus,
     Scope,
+    TaskState,
     Token,
     TokenState,
     Wait,
@@ -265,9 +266,21 @@ class Runtime:
     def waits_of(self, token_id: str) -> list[Wait]:
         return [w for w in self.cp.waits.values() if w.token_id == token_id]
 
-    def withdraw_token_waits(self, token_id: str, *, keep_boundaries: bool = False) -> None:
+    def withdraw_token_waits(
+        self, token_id: str, *, keep_boundaries: bool = False, keep_transition: bool = False
+    ) -> None:
+        """Withdraw what ``token_id`` waits for, but its armed boundaries when
+        ``keep_boundaries``, and a user task in a transition when ``keep_transition``
+        (parked in an incident: the failed listener runs again on retry, with the
+        transition's pending completion or assignment)."""
         for wait in self.waits_of(token_id):
             if keep_boundaries and wait.role is WaitRole.BOUNDARY:
+                continue
+            if (
+                keep_transition
+                and wait.kind is WaitKind.USER_TASK
+                and wait.task_state is not TaskState.CREATED
+            ):
                 continue
             self.withdraw(wait)
 

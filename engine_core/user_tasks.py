@@ -22,7 +22,11 @@ reason in ``denied_reason``. While a transition runs, another one is refused, as
 a claim of a task someone else holds: a refused trigger changes nothing (a fact says
 why), and the Client refuses it before sending when it can see it first.
 
-An incident retry at a user task runs the task again from its creation (a new task).
+An incident at a user task whose transition's listener failed keeps the task, its
+state and what the transition will apply; the retry runs that listener again (the ones
+before it are not re-run) and the transition goes on, as Camunda retries the listener's
+job. An incident before the task opened (an attribute of the wrong type) retries its
+creation.
 """
 
 from __future__ import annotations
@@ -65,7 +69,14 @@ _EVENT = {state: event for event, state in _STATE.items()}
 
 def create(rt: Runtime, token: Token, node: Node) -> None:
     """The token reached the user task: evaluate its attributes, open it, run its
-    create listeners (then, when it has an assignee, its assign listeners)."""
+    create listeners (then, when it has an assignee, its assign listeners). Reached by
+    an incident retry while its task is in a transition: that transition's failed
+    listener runs again."""
+    kept = next((w for w in rt.waits_of(token.id) if w.kind is WaitKind.USER_TASK), None)
+    if kept is not None:
+        move_token(token, TokenState.WAITING)
+        _next(rt, token, kept)
+        return
     fields = evaluate_attributes(node, rt.token_vars(token), rt.now)
     wait = rt.add_wait(
         WaitKind.USER_TASK,

@@ -395,3 +395,26 @@ def test_a_transition_while_listeners_run_is_refused() -> None:
         "Stale",
         "user task complete refused: the task is creating",
     )
+
+
+def test_a_retried_listener_incident_resumes_the_transition_on_the_same_task() -> None:
+    """As Camunda retries the listener's job: the task, its pending completion and the
+    listeners that already ran stay; only the failed listener runs again."""
+    run = Run(process(LISTENERS))
+    run.start()
+    run.complete_job("review")  # create
+    task_id = run.wait("review", "user_task").id
+    run.complete_task("review", approved=True)
+    run.complete_job("review")  # check-1
+    run.fail_job("review")  # check-2: retries="2"
+    run.fire("review", kind="job")
+    run.fail_job("review")
+    incident = run.incident("review")
+    task = run.wait("review", "user_task")  # still open, still completing
+    assert (task.id, task.task_state) == (task_id, TaskState.COMPLETING)
+    run.retry(incident.id)
+    assert listener_job(run).job_type == "check-2"  # check-1 is not run again
+    assert run.wait("review", "user_task").id == task_id
+    run.complete_job("review")
+    assert run.status == "completed"
+    assert run.variables["approved"] is True  # the completion the listener held
