@@ -78,8 +78,8 @@ def use_database_clock(read: DatabaseClock | None) -> None:
     global _source, _anchor, _next_read
     with _lock:
         _source = read
-        _anchor = None if read is None else _anchor
-        _next_read = 0.0  # read at the next call: this may be another server
+        _anchor = None  # another source is another clock: nothing of the old one stays
+        _next_read = 0.0
 
 
 def offset_seconds() -> float:

@@ -90,3 +90,8 @@ def test_a_registered_database_clock_is_carried_by_the_monotonic_clock(
         assert abs((clock.now() - datetime.now(UTC)).total_seconds()) < 1
     finally:
         clock.use_database_clock(registered)
+    # Nothing of the fake server's time outlives it, even when the restored source
+    # cannot be read (the anchor of one source never stands in for another's).
+    clock.use_database_clock(down)
+    assert abs((clock.now() - datetime.now(UTC)).total_seconds()) < 1
+    clock.use_database_clock(registered)
