@@ -59,13 +59,18 @@ def test_a_registered_database_clock_is_carried_by_the_monotonic_clock(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The fleet's time is the database's: read once, then carried forward by the
-    monotonic clock (a host clock step in between moves nothing), never ahead of it."""
+    monotonic clock (a host clock step in between moves nothing), never ahead of it.
+    The clock's own state is only changed through its API, so nothing of this test's
+    fake server outlives it in the process."""
     monkeypatch.delenv(clock.OFFSET_FILE_VAR, raising=False)
     server = datetime(2031, 5, 1, 12, 0, tzinfo=UTC)
     reads: list[int] = []
+    failing = [False]
     registered = clock._source
 
     def database() -> datetime:
+        if failing[0]:
+            raise OSError("connection refused")
         reads.append(1)
         return server
 
@@ -76,22 +81,18 @@ def test_a_registered_database_clock_is_carried_by_the_monotonic_clock(
         assert len(reads) == 1  # one round trip per SYNC_SECONDS, not per call
         assert server <= first <= second < server + timedelta(seconds=1)
 
-        def down() -> datetime:
-            raise OSError("connection refused")
-
-        clock.use_database_clock(database)
+        monkeypatch.setattr(clock, "SYNC_SECONDS", 0.0)  # read at every call from here
         clock.now()
-        monkeypatch.setattr(clock, "_source", down)
-        monkeypatch.setattr(clock, "_next_read", 0.0)
+        failing[0] = True
         kept = clock.now()  # unreadable: the last anchor, carried on
         assert server <= kept < server + timedelta(seconds=1)
 
         clock.use_database_clock(lambda: None)  # SQLite: the host's clock
         assert abs((clock.now() - datetime.now(UTC)).total_seconds()) < 1
+        # Another source is another clock: an unreadable one does not inherit the
+        # fake server's anchor.
+        clock.use_database_clock(database)
+        assert abs((clock.now() - datetime.now(UTC)).total_seconds()) < 1
     finally:
         clock.use_database_clock(registered)
-    # Nothing of the fake server's time outlives it, even when the restored source
-    # cannot be read (the anchor of one source never stands in for another's).
-    clock.use_database_clock(down)
     assert abs((clock.now() - datetime.now(UTC)).total_seconds()) < 1
-    clock.use_database_clock(registered)
