@@ -36,10 +36,9 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -111,28 +110,9 @@ def _libpq(url: str) -> str:
     return url.replace("postgresql+psycopg://", "postgresql://", 1)
 
 
-@contextmanager
-def empty_database(prefix: str) -> Iterator[str]:
+def empty_database(prefix: str) -> AbstractContextManager[str]:
     """A fresh, empty database (DBOS migrates its own schema at launch); dropped after."""
-    from sqlalchemy import create_engine, text
-
-    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(common.PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as c:
-        c.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield common.PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + name
-    finally:
-        with admin.connect() as c:
-            c.execute(
-                text(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                    "WHERE datname = :n AND pid <> pg_backend_pid()"
-                ),
-                {"n": name},
-            )
-            c.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
-        admin.dispose()
+    return common.scratch_database(prefix, migrated=False)
 
 
 def _dbos(role: str, url: str, *args: object, logdir: Path, name: str) -> subprocess.Popen[str]:

@@ -97,8 +97,9 @@ def children_of(pid: int) -> list[int]:
 
 
 @contextmanager
-def scratch_database(prefix: str = "dormant_bench") -> Iterator[str]:
-    """A fresh PostgreSQL database, migrated to head; dropped afterwards."""
+def scratch_database(prefix: str = "dormant_bench", *, migrated: bool = True) -> Iterator[str]:
+    """A fresh PostgreSQL database, migrated to head unless ``migrated`` is False (a
+    side that brings its own schema, e.g. DBOS); dropped afterwards."""
     from sqlalchemy import create_engine, text
 
     from persistence import migrate
@@ -109,7 +110,8 @@ def scratch_database(prefix: str = "dormant_bench") -> Iterator[str]:
         c.execute(text(f'CREATE DATABASE "{name}"'))
     url = PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + name
     try:
-        migrate.upgrade(url)
+        if migrated:
+            migrate.upgrade(url)
         yield url
     finally:
         with admin.connect() as c:

@@ -86,8 +86,27 @@ NAMESPACE = uuid.UUID("6f1c2a1e-8d4b-4c1f-9a57-d0c5a3e7b001")
 log = logging.getLogger("dormant.routing")
 
 
+class _FanOut:
+    """What a message's or a signal's result answers from its deliveries' steps."""
+
+    __slots__ = ()
+    applied: list[Applied]
+
+    @property
+    def outbox_ids(self) -> list[int]:
+        return [i for a in self.applied for i in a.outbox_ids]
+
+    @property
+    def outbox_rows(self) -> list[OutboxRow]:
+        return [r for a in self.applied for r in a.outbox_rows]
+
+    @property
+    def steps(self) -> list[Applied]:
+        return list(self.applied)
+
+
 @dataclass(slots=True)
-class MessageOutcome:
+class MessageOutcome(_FanOut):
     message_id: str
     duplicate: bool = False
     delivered_to: list[str] = field(default_factory=list)
@@ -109,18 +128,6 @@ class MessageOutcome:
     ttl_seconds: float | None = None
 
     @property
-    def outbox_ids(self) -> list[int]:
-        return [i for a in self.applied for i in a.outbox_ids]
-
-    @property
-    def outbox_rows(self) -> list[OutboxRow]:
-        return [r for a in self.applied for r in a.outbox_rows]
-
-    @property
-    def steps(self) -> list[Applied]:
-        return list(self.applied)
-
-    @property
     def outcome(self) -> str:
         return outcome_word(self.applied, duplicate=self.duplicate)
 
@@ -135,7 +142,7 @@ class MessageOutcome:
 
 
 @dataclass(slots=True)
-class SignalOutcome:
+class SignalOutcome(_FanOut):
     signal_id: str
     delivered_to: list[str] = field(default_factory=list)
     started: list[str] = field(default_factory=list)
@@ -143,18 +150,6 @@ class SignalOutcome:
     failed: list[str] = field(default_factory=list)
     # A broadcast takes one transaction per holder: the shell marks its inbox row after.
     inbox_marked: bool = False
-
-    @property
-    def outbox_ids(self) -> list[int]:
-        return [i for a in self.applied for i in a.outbox_ids]
-
-    @property
-    def outbox_rows(self) -> list[OutboxRow]:
-        return [r for a in self.applied for r in a.outbox_rows]
-
-    @property
-    def steps(self) -> list[Applied]:
-        return list(self.applied)
 
     @property
     def outcome(self) -> str:
