@@ -190,7 +190,7 @@ def sync_holds(
     ):
         writes.flush()  # the same key deleted and written again: not in one statement
     if add_dl:
-        writes.add(insert(deadlines).values(add_dl))
+        writes.add_rows(deadlines, add_dl)
     for n in moved_dl:
         # A cycle's next repetition (same wait, new due time): a fresh, unclaimed row.
         writes.add(
@@ -201,9 +201,9 @@ def sync_holds(
             )
         )
     if add_sub:
-        writes.add(insert(subscriptions).values(add_sub))
+        writes.add_rows(subscriptions, add_sub)
     if add_task:
-        writes.add(insert(user_tasks).values(add_task))
+        writes.add_rows(user_tasks, add_task)
     for n in changed_task:
         writes.add(
             update(user_tasks)
@@ -212,7 +212,7 @@ def sync_holds(
         )
     candidate_rows = [r for n in new_candidates for r in _candidate_rows(instance_id, n)]
     if candidate_rows:
-        writes.add(insert(user_task_candidates).values(candidate_rows))
+        writes.add_rows(user_task_candidates, candidate_rows)
     delivered: list[BufferedDelivery] = []
     message_subs = sorted(
         (r for r in add_sub if r["kind"] == "message"),

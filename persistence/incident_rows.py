@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import delete, insert
+from sqlalchemy import delete
 
 from engine_core.checkpoint import Checkpoint, HoldState
 from persistence.tables import incidents
@@ -42,4 +42,4 @@ def sync_incidents(writes: Writes, old: Checkpoint | HoldState, new: Checkpoint)
     rows = incident_rows(new)
     if rows:
         writes.flush()
-        writes.add(insert(incidents).values(rows))
+        writes.add_rows(incidents, rows)

@@ -440,10 +440,10 @@ class Router:
             )
             if buffer:
                 reached = {**out.served, taker.process_key: taker.instance_id}
-                writes.add(
-                    writes.insert_ignoring(message_correlations)
-                    .values(_correlation_rows(out.message_id, reached, now))
-                    .on_conflict_do_nothing()
+                writes.add_rows(
+                    message_correlations,
+                    _correlation_rows(out.message_id, reached, now),
+                    ignore_conflicts=True,
                 )
             if inbox_id is not None:
                 writes.add(mark_processed_statement(inbox_id, now))

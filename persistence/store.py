@@ -581,7 +581,7 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
             for i, (kind, payload) in enumerate(encode_effect(e) for e in step.effects)
         ]
         if rows:
-            writes.add(insert(outbox).values(rows).returning(outbox.c.id), "outbox")
+            writes.add_rows(outbox, rows, returning=(outbox.c.id, "outbox"))
         if trigger_id is not None:
             writes.add(
                 writes.insert_ignoring(processed_triggers)
@@ -598,7 +598,7 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
             raise _Duplicate(instance_id)  # a start whose instance exists: roll back
         if trigger_id is not None and not returned.get("processed"):
             raise _Duplicate(trigger_id)
-        ids = sorted(int(i) for i in returned.get("outbox", []))
+        ids = sorted(int(i) for i in returned.get("outbox", []))  # written in row order
         outbox_rows = [
             OutboxRow(row_id, r["kind"], r["payload"], now)
             for row_id, r in zip(ids, rows, strict=True)
@@ -625,19 +625,18 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
         now: datetime,
     ) -> None:
         if new:
-            writes.add(
-                insert(facts).values(
-                    [
-                        {
-                            "instance_id": instance_id,
-                            "revision": revision,
-                            "at": now,
-                            "kind": f.kind,
-                            "details": dict(f.details),
-                        }
-                        for f in new
-                    ]
-                )
+            writes.add_rows(
+                facts,
+                [
+                    {
+                        "instance_id": instance_id,
+                        "revision": revision,
+                        "at": now,
+                        "kind": f.kind,
+                        "details": dict(f.details),
+                    }
+                    for f in new
+                ],
             )
 
     def record_fact(self, instance_id: str, fact: Fact, now: datetime) -> None:
