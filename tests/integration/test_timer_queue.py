@@ -144,3 +144,17 @@ def test_a_backlog_in_dormant_does_not_delay_a_timer(bare_stack: Stack) -> None:
     assert left >= BACKLOG // 2, f"the timer fired only after {BACKLOG - left} backlog triggers"
     # The same worker drains the backlog too (it reads both queues).
     wait_for(lambda: r.llen(tasks_app.QUEUE.name) < left, what="the backlog shrinking")
+
+
+def test_the_shipped_process_lists_run_a_timer_worker() -> None:
+    """compose.yaml and the Procfile each run a worker on the timer queue alone."""
+    from tests.integration.conftest import REPO
+
+    procfile = (REPO / "Procfile").read_text().splitlines()
+    assert any(
+        "dormant worker" in ln and "--queues dormant.timers " in ln
+        for ln in procfile
+        if not ln.startswith("#")
+    )
+    compose = (REPO / "compose.yaml").read_text()
+    assert '"worker", "--queues", "dormant.timers"' in compose
