@@ -32,8 +32,8 @@ Why each setting is what it is (see ../shared/CELERY-NOTES.md for the measuremen
 * ``dormant worker`` reads ``dormant.timers`` first, then ``dormant``, then ``celery``.
   The order matters little on Redis: the transport rotates the queue it just took
   from to the end of its BRPOP list, so with a backlog in ``dormant`` a worker
-  alternates, and a queued timer waits for at most one backlog trigger per free pool
-  process (docs/waits.md). A worker of its own (``--queues dormant.timers``) is the
+  alternates, and a queued scan or fire is taken by the first or second pool process
+  that frees up (docs/waits.md). A worker of its own (``--queues dormant.timers``) is the
   punctual option: no backlog trigger at all in front of a timer.
 
 * Workers also read Celery's default queue ``celery`` (``PLAIN_QUEUE``, declared as
