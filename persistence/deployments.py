@@ -364,7 +364,7 @@ class Deployments:
         of deployments changes (rows are only inserted, and every deploy adds one in
         the transaction that adds its definitions): a message costs one ``count(*)``,
         not a scan of every definition's starts. A caller that read the count in a
-        statement of its own (``deployments_count()``) passes it and saves the trip."""
+        statement of its own (``deployments_count_column()``) passes it and saves the trip."""
         if conn is None:
             with self.read() as c:
                 return self.latest_starts(kind, name, conn=c, deployments_count=deployments_count)
