@@ -213,7 +213,8 @@ def _conf(s: Settings) -> dict[str, Any]:
 
 settings: Settings = Settings.from_env()
 app = Celery(
-    "dormant", include=["tasks.triggers", "tasks.jobs", "tasks.operations", "tasks.failed"]
+    "dormant",
+    include=["tasks.triggers", "tasks.timers", "tasks.jobs", "tasks.operations", "tasks.failed"],
 )
 app.conf.update(_conf(settings))
 

@@ -68,10 +68,14 @@ __all__ = [
     "assign_task",
     "cancel",
     "complete_task",
+    "fire_call",
     "fire_deadline",
+    "fire_owner",
+    "fire_trigger_id",
     "incident_drop",
     "incident_resolve",
     "incident_retry",
+    "keep_as",
     "message",
     "relay_outbox",
     "scan_deadlines",
@@ -160,14 +164,34 @@ def _keep(
     kwargs = call_kwargs(task.run, tuple(request.args or ()), dict(request.kwargs or {}))
     routing_key = (request.delivery_info or {}).get("routing_key") or f"trigger.{kind}"
     try:
-        failed_id = store().keep_failed(
-            task.name, routing_key, kwargs, exc, _now(), trigger_id=tid, instance_id=instance_id
-        )
+        keep_as(task.name, routing_key, kwargs, kind, exc, tid, instance_id)
     except Exception as keep_exc:
         log.error("trigger=%s failed and could not be kept (%s); retrying", kind, keep_exc)
         raise task.retry(
             exc=exc, countdown=_backoff(min(request.retries, 6)), max_retries=None
         ) from exc
+    _processed(inbox_id)
+    consumed(request)
+    return None
+
+
+def keep_as(
+    task_name: str,
+    routing_key: str,
+    kwargs: dict[str, Any],
+    kind: str,
+    exc: Exception,
+    tid: str,
+    instance_id: str | None,
+) -> str:
+    """Write one failed trigger (the task and body an operator's retry sends) and log
+    it once at ERROR; its id. Raises whatever keeping it raised: the caller retries.
+
+    ``_keep`` keeps a whole task this way; a batch of fires keeps one claim of it, as
+    the single ``dormant.fire_deadline`` it would have been (tasks/timers.py)."""
+    failed_id = store().keep_failed(
+        task_name, routing_key, kwargs, exc, _now(), trigger_id=tid, instance_id=instance_id
+    )
     log.error(
         "trigger=%s failed, kept as failed trigger %s (instance=%s): %s",
         kind,
@@ -176,9 +200,7 @@ def _keep(
         one_line(exc),
         exc_info=not isinstance(exc, DormantError),
     )
-    _processed(inbox_id)
-    consumed(request)
-    return None
+    return failed_id
 
 
 def _processed(inbox_id: str | None) -> None:
@@ -443,11 +465,27 @@ def fire_deadline(
     claim_token: str,
     due_at: str | None = None,
     kind: str = "deadline",
+    *,
+    inbox_id: str | None = None,
 ) -> str | None:
     """Fire one claimed deadline. The row is deleted only by the transaction that
     applied it; a failed fire leaves it (with its due time pushed back) for a later scan.
     ``due_at`` (the claimed due time, ISO) measures the timer's lateness; ``kind`` is the
-    claim's (``scheduler.ClaimKind``: an instance deadline or a timer start)."""
+    claim's (``scheduler.ClaimKind``: an instance deadline or a timer start).
+
+    The scan sends batches (``dormant.fire_deadlines``, tasks/timers.py); this one
+    task still serves fires queued by earlier releases and a failed fire an operator
+    sends again (``inbox_id``: the retry's inbox row, marked processed after)."""
+    call = fire_call(instance_id, wait_id, claim_token, due_at, kind)
+    tid = fire_trigger_id(instance_id, wait_id, claim_token)
+    owner = fire_owner(instance_id, kind)
+    return _run(self, "timer", call, inbox_id, tid, instance_id=owner)
+
+
+def fire_call(
+    instance_id: str, wait_id: str, claim_token: str, due_at: str | None, kind: str
+) -> Callable[[str, datetime], TriggerResult | None]:
+    """The shell's ``call`` for one claimed fire: one locked transaction (``fire``)."""
     from scheduler.deadlines import ClaimKind, fire
 
     def call(tid: str, now: datetime) -> Any:
@@ -455,17 +493,33 @@ def fire_deadline(
         timer_fired(due_at, now, outcome.status)
         return outcome
 
-    return _run(self, "timer", call, None, f"deadline:{instance_id}:{wait_id}:{claim_token}")
+    return call
+
+
+def fire_trigger_id(instance_id: str, wait_id: str, claim_token: str) -> str:
+    """The trigger id of one claim's fire, the same in a batch and alone."""
+    return f"deadline:{instance_id}:{wait_id}:{claim_token}"
+
+
+def fire_owner(instance_id: Any, kind: Any) -> str | None:
+    """The instance a failed fire is kept under: the claim's own, unless it is a timer
+    start's (no instance yet: its ``instance_id`` is the process key)."""
+    from persistence.start_timers import is_start_timer
+
+    if kind == "start_timer" or not isinstance(instance_id, str) or is_start_timer(instance_id):
+        return None
+    return instance_id
 
 
 @app.task(name="dormant.scan_deadlines", bind=True, ignore_result=True)
 def scan_deadlines(self: Task) -> int:
     """Claim due deadlines (row-locking, with their own expiry) and enqueue their fires.
 
-    Every claim goes out on ``timer.fire`` into ``dormant.timers``: instance timers,
-    timer starts and scheduled incident retries are all rows claimed here, so this is
-    the one publisher of timer work. A claim whose ``fire_deadline`` is lost simply
-    expires and is claimed again.
+    The claims go out in batches (``dormant.fire_deadlines``, sized and spread by
+    tasks/timers.py) on ``timer.fire`` into ``dormant.timers``: instance timers, timer
+    starts and scheduled incident retries are all rows claimed here, so this is the one
+    publisher of timer work. A claim whose batch is lost simply expires and is claimed
+    again.
     """
     from scheduler.deadlines import claim_due
 
@@ -474,17 +528,13 @@ def scan_deadlines(self: Task) -> int:
     except OperationalError as exc:
         log.info("scan_deadlines: database unavailable (%s); next tick retries", type(exc).__name__)
         return 0
-    for claim in claims:
+    from tasks.timers import FIRE_BATCH_TASK, claim_kwargs, fire_batches
+
+    for batch in fire_batches(claims):
         publish(
-            "dormant.fire_deadline",
+            FIRE_BATCH_TASK,
             TIMER_FIRE_KEY,  # the timers' own queue (tasks/app.py)
-            {
-                "instance_id": claim.instance_id,
-                "wait_id": claim.wait_id,
-                "claim_token": claim.claim_token,
-                "due_at": claim.due_at.isoformat(),
-                "kind": claim.kind.value,
-            },
+            {"claims": [claim_kwargs(claim) for claim in batch]},
         )
     if claims:
         log.info("scan_deadlines: %s due", len(claims))

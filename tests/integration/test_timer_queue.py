@@ -62,7 +62,7 @@ def test_scan_and_fire_keys_reach_the_timer_queue_only(monkeypatch: pytest.Monke
     scan = tasks_app.app.conf.beat_schedule["dormant.scan_deadlines"]["options"]
     assert scan["queue"] == tasks_app.TIMER_QUEUE.name
     fires = _scan_publishes(monkeypatch)
-    assert fires == [("dormant.fire_deadline", tasks_app.TIMER_FIRE_KEY)]
+    assert fires == [("dormant.fire_deadlines", tasks_app.TIMER_FIRE_KEY)]  # one batch
     for key in (scan["routing_key"], tasks_app.TIMER_FIRE_KEY):
         assert _routed(tasks_app.TIMER_QUEUE, key), key
         # Never also the dormant queue: a fire delivered to both would run twice.
