@@ -28,6 +28,7 @@ from sqlalchemy import (
     Row,
     Text,
     cast,
+    delete,
     exists,
     false,
     insert,
@@ -63,6 +64,7 @@ from persistence.holds import sync_holds
 from persistence.inbox import mark_processed_statement
 from persistence.incident_rows import sync_incidents
 from persistence.outbox_queue import OutboxQueue, OutboxRow
+from persistence.published_jobs import FLUSH_AFTER_SECONDS, PublishedJobs, Ride
 from persistence.queries import Queries
 from persistence.results import outcome_word
 from persistence.settings import Settings
@@ -204,6 +206,12 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
             max_loop_items=settings.max_loop_items,
         )
         self._decisions = DecisionCache(self.services)
+        # Published job rows waiting for a write to carry their DELETE; the timer's
+        # bound stays well under the sweep's age, which would send them again.
+        self.published_jobs = PublishedJobs(
+            self.delete_published_jobs,
+            min(FLUSH_AFTER_SECONDS, settings.outbox_sweep_after_seconds / 4),
+        )
         self._definitions: dict[tuple[str, int], ProcessDefinition] = {}
         if check_schema:
             if self.is_postgres:
@@ -212,6 +220,7 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
                 migrate.upgrade(self.engine)  # the embedded default just works
 
     def close(self) -> None:
+        self.published_jobs.flush()  # before the pool goes: nothing left for the sweep
         self.engine.dispose()
 
     def database_time(self) -> datetime | None:
@@ -286,7 +295,7 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
             parent=parent,
         )
         try:
-            with self._tx() as conn:
+            with self.published_jobs.riding() as ride, self._tx() as conn:
                 if version_tag is not None and version is None:
                     version = self._tagged_version(conn, key, version_tag)
                 applied = self.start_in(
@@ -299,6 +308,7 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
                     trigger_id=trigger_id,
                     inbox_id=inbox_id,
                     checked=not self.is_postgres,
+                    ride=ride,
                 )
             log_raised_incidents(applied)
             return applied
@@ -328,6 +338,7 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
         trigger_id: str | None = None,
         inbox_id: str | None = None,
         checked: bool = True,
+        ride: Ride | None = None,
     ) -> Applied:
         """``start``'s body inside the CALLER's transaction, so a caller that must change
         other rows with the start (a timer start arming its next repetition) commits
@@ -336,7 +347,9 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
         ``checked=False`` (``start`` on PostgreSQL) leaves the existence check to the
         instance INSERT's own ``ON CONFLICT (id) DO NOTHING`` inside the one write
         statement: a redelivered start raises ``_Duplicate`` (the transaction must roll
-        back) and ``start`` answers with the existing row. One round trip fewer."""
+        back) and ``start`` answers with the existing row. One round trip fewer.
+
+        ``ride``: published job rows this transaction deletes too (``_write_step``)."""
         if checked:
             existing = self._existing(conn, instance_id)
             if existing is not None:
@@ -370,7 +383,9 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
             )
         else:
             writes.add(insert(instances).values(row))
-        return self._write_step(writes, instance_id, first, step, now, trigger_id, inbox_id)
+        return self._write_step(
+            writes, instance_id, first, step, now, trigger_id, inbox_id, ride=ride
+        )
 
     def _existing(self, conn: Connection, instance_id: str) -> Applied | None:
         row = conn.execute(
@@ -453,7 +468,7 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
         more writes into the same statement after a step that changed the instance (the
         router records a delivered message there, saving a commit per message).
         """
-        with self._tx() as conn:
+        with self.published_jobs.riding() as ride, self._tx() as conn:
             row = self._lock(conn, instance_id, trigger_id)
             if precondition is not None and not precondition(conn):
                 return Applied(
@@ -510,7 +525,9 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
                 )
             )
             before = decode_holds(stored)
-            return self._write_step(writes, instance_id, before, step, now, trigger_id, None, also)
+            return self._write_step(
+                writes, instance_id, before, step, now, trigger_id, None, also, ride
+            )
 
     def _lock(self, conn: Connection, instance_id: str, trigger_id: str | None) -> Row[Any]:
         """The instance row, locked, and whether ``trigger_id`` is already applied."""
@@ -559,9 +576,18 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
         trigger_id: str | None,
         inbox_id: str | None = None,
         also: Callable[[Writes], None] | None = None,
+        ride: Ride | None = None,
     ) -> Applied:
         """Everything the new checkpoint implies, queued on ``writes`` behind the
-        checkpoint's own write and sent as one statement."""
+        checkpoint's own write and sent as one statement.
+
+        With ``ride``, the statement also deletes the job rows this process published
+        since its last write (persistence/published_jobs.py): no transaction of their
+        own. Taken here, just before the statement, not at BEGIN: a transaction that
+        waited for its row lock would otherwise have held them back from the timer.
+        They are other rows than the ones this statement inserts, so one snapshot for
+        every CTE is no obstacle; an ``IN`` of one expanding parameter keeps the
+        statement's compiled form cached whatever their number."""
         cp = step.checkpoint
         buffered = sync_holds(
             writes, instance_id, cp.process_key, projected_waits(old), projected_waits(cp), now
@@ -593,6 +619,8 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
         marked = self._mark_inbox(writes, inbox_id, now)
         if also is not None:
             also(writes)
+        if ride is not None and (published := ride.take()):
+            writes.add(delete(outbox).where(outbox.c.id.in_(published)))
         returned = writes.flush()
         if "instance" in returned and not returned["instance"]:
             raise _Duplicate(instance_id)  # a start whose instance exists: roll back
