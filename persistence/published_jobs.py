@@ -14,10 +14,13 @@ The rules that keep this from sending a job twice:
 * a transaction takes the ids only when it queues the DELETE (``Ride.take``), and gives
   them back if it does not commit (``riding``): a rolled-back trigger leaves them
   pending for the next one;
-* ids no transaction took within ``bound_seconds`` (well under the sweep's age) are
-  deleted by a timer thread in a transaction of their own, all at once, so an idle
-  worker leaves nothing for the sweep (a failed delete puts them back, and the timer
-  tries again);
+* once an id has waited ``bound_seconds`` (well under the sweep's age) with no
+  transaction taking it, a timer thread deletes every pending id in one transaction of
+  its own, so an idle worker leaves nothing for the sweep (a failed delete puts them
+  back, and the timer tries again). The timer goes by the oldest id's age, not by when
+  it was armed: in a busy process the next trigger takes each id a few milliseconds
+  after its publish, and a timer that fired on schedule would delete, alone, the one id
+  the next trigger was about to carry;
 * ``Store.close``, the interpreter's exit and Celery's ``worker_process_shutdown``
   (``flush_every``) delete what is left.
 
@@ -38,6 +41,7 @@ import atexit
 import logging
 import os
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -60,15 +64,16 @@ class PublishedJobs:
         self._delete = delete
         self.bound_seconds = bound_seconds
         self._lock = threading.Lock()
-        self._ids: set[int] = set()
+        # id -> when it was published (time.monotonic), kept across a give-back
+        self._ids: dict[int, float] = {}
         self._timer: threading.Timer | None = None
         _EVERY.add(self)
 
     def add(self, row_id: int) -> None:
         """Row ``row_id``'s job was published: delete the row with the next write."""
         with self._lock:
-            self._ids.add(row_id)
-            self._arm()
+            self._ids.setdefault(row_id, time.monotonic())
+            self._arm(self.bound_seconds)
 
     def pending(self) -> list[int]:
         """The ids waiting for a transaction (for tests and operators' eyes)."""
@@ -86,36 +91,51 @@ class PublishedJobs:
             self._put_back(ride.ids)
             raise
 
-    def take(self) -> list[int]:
-        """Every pending id, now the caller's to delete."""
+    def take(self) -> dict[int, float]:
+        """Every pending id (with its publish time), now the caller's to delete."""
         with self._lock:
-            ids, self._ids = sorted(self._ids), set()
+            ids, self._ids = self._ids, {}
             return ids
 
     def flush(self) -> None:
-        """Delete every pending row now, in a transaction of its own (the timer's job)."""
+        """Delete every pending row now, in a transaction of its own."""
+        self._delete_now(self.take())
+
+    def _due(self) -> None:
+        """The timer: delete everything pending once the oldest id waited its bound;
+        before that, wait on (the ids a transaction took since need nothing)."""
         with self._lock:
             self._timer = None
-        ids = self.take()
+            if not self._ids:
+                return
+            left = min(self._ids.values()) + self.bound_seconds - time.monotonic()
+            if left > 0:
+                self._arm(left)
+                return
+            ids, self._ids = self._ids, {}
+        self._delete_now(ids)
+
+    def _delete_now(self, ids: dict[int, float]) -> None:
         if not ids:
             return
         try:
-            self._delete(ids)
+            self._delete(sorted(ids))
         except Exception as exc:  # the database is away: keep them, the timer retries
-            log.warning("published job rows %s not deleted yet: %r", ids, exc)
+            log.warning("published job rows %s not deleted yet: %r", sorted(ids), exc)
             self._put_back(ids)
 
-    def _put_back(self, ids: list[int]) -> None:
+    def _put_back(self, ids: dict[int, float]) -> None:
         if ids:
             with self._lock:
-                self._ids.update(ids)
-                self._arm()
+                for row_id, published in ids.items():
+                    self._ids.setdefault(row_id, published)
+                self._arm(self.bound_seconds)
 
-    def _arm(self) -> None:
+    def _arm(self, delay: float) -> None:
         """Start the timer if ids wait and none runs (the lock is held)."""
         if self._timer is not None or not self._ids:
             return
-        timer = threading.Timer(self.bound_seconds, self.flush)
+        timer = threading.Timer(max(delay, 0.0), self._due)
         timer.daemon = True
         timer.name = "dormant-published-jobs"
         try:
@@ -127,7 +147,7 @@ class PublishedJobs:
     def _forget(self) -> None:
         """In a forked child: the parent's ids, lock and timer are not ours."""
         self._lock = threading.Lock()
-        self._ids = set()
+        self._ids = {}
         self._timer = None
 
 
@@ -136,12 +156,14 @@ class Ride:
 
     def __init__(self, owner: PublishedJobs) -> None:
         self._owner = owner
-        self.ids: list[int] = []
+        self.ids: dict[int, float] = {}
 
     def take(self) -> list[int]:
+        """The pending ids, for this transaction's DELETE (sorted: two transactions
+        deleting the same rows lock them in one order)."""
         ids = self._owner.take()
-        self.ids += ids
-        return ids
+        self.ids |= ids
+        return sorted(ids)
 
 
 def flush_every() -> None:
