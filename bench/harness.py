@@ -30,8 +30,18 @@ PY = (
 class Worker:
     """One worker process group that this benchmark started (and only it stops)."""
 
-    def __init__(self, name: str, argv: list[str], env: dict[str, str], logdir: Path) -> None:
+    def __init__(
+        self,
+        name: str,
+        argv: list[str],
+        env: dict[str, str],
+        logdir: Path,
+        *,
+        profiled: bool = False,
+    ) -> None:
         self.name = name
+        # Under py-spy the group leader is the profiler: the worker is its child.
+        self.profiled = profiled
         self.log = logdir / f"{name}.log"
         out = open(self.log, "ab")
         self.popen = subprocess.Popen(
@@ -66,6 +76,19 @@ class Worker:
     def stop(self) -> None:
         if self.popen.poll() is not None:
             return
+        if self.profiled:
+            # Stop the worker, not the profiler: py-spy writes its stacks when the
+            # process it records exits (a SIGTERM to py-spy itself writes nothing).
+            for child in children_of(self.popen.pid):
+                try:
+                    os.kill(child, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+            try:
+                self.popen.wait(timeout=60)
+                return
+            except subprocess.TimeoutExpired:
+                pass
         try:
             os.killpg(self.popen.pid, signal.SIGTERM)
             self.popen.wait(timeout=20)
@@ -113,10 +136,33 @@ def baseline_worker(queue: str, broker_url: str, database_url: str, logdir: Path
 def dormant_worker(
     broker_url: str, database_url: str, logdir: Path, name: str = "dormant-worker"
 ) -> Worker:
-    """The real ``dormant worker`` CLI: prefork x2, the dormant app's own settings."""
+    """The real ``dormant worker`` CLI: prefork x2, the dormant app's own settings.
+
+    With ``BENCH_PROFILE_DIR`` set, the worker and its pool children run under
+    ``py-spy record`` (the bench extra), which writes their sampled stacks to
+    ``<dir>/<name>.txt`` in collapsed form when the worker stops: where a trigger's
+    time goes, Celery's share beside dormant's (``bench/profile_stacks.py`` sums it)."""
+    profile_dir = os.environ.get("BENCH_PROFILE_DIR")
+    profiler = (
+        [
+            str(Path(PY).parent / "py-spy"),
+            "record",
+            "--subprocesses",
+            "--format",
+            "raw",
+            "--rate",
+            "250",
+            "--output",
+            str(Path(profile_dir) / f"{name}.txt"),
+            "--",
+        ]
+        if profile_dir
+        else []
+    )
     return Worker(
         name,
         [
+            *profiler,
             PY,
             "-m",
             "tasks.cli",
@@ -130,6 +176,7 @@ def dormant_worker(
         ],
         env_with(DORMANT_BROKER_URL=broker_url, DORMANT_DATABASE_URL=database_url),
         logdir,
+        profiled=bool(profiler),
     )
 
 

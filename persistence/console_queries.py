@@ -12,8 +12,8 @@ from __future__ import annotations
 import base64
 import json
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, TypeVar
@@ -35,7 +35,7 @@ from sqlalchemy import (
 from engine_core.checkpoint import Checkpoint, decode
 from engine_core.errors import InvalidOperation, UnknownInstance
 from engine_core.views import FactView
-from persistence.db import READ
+from persistence.db import read_only
 from persistence.tables import OPEN_INCIDENT_STATES, definitions, facts, instances
 from persistence.tables import incidents as incident_table
 
@@ -167,17 +167,9 @@ class ConsoleQueries:
         self._sources: dict[tuple[str, int], str] = {}
         self._keys: tuple[float, list[str]] = (-1e9, [])
 
-    @contextmanager
-    def _read(self) -> Iterator[Connection]:
-        """Each read is one statement (or two that need not agree to the row), so on
-        PostgreSQL it runs in autocommit: its own snapshot, no BEGIN/ROLLBACK round
-        trips around it. SQLite keeps its DEFERRED read transaction (no write lock)."""
-        if self.is_postgres:
-            with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-                yield conn
-            return
-        with self.engine.connect().execution_options(**READ) as conn, conn.begin():
-            yield conn
+    def _read(self) -> AbstractContextManager[Connection]:
+        """Each read is one statement (or two that need not agree to the row)."""
+        return read_only(self.engine)
 
     # -- processes ----------------------------------------------------------------
 

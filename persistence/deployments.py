@@ -28,7 +28,13 @@ from persistence.decisions import (
 from persistence.start_timers import replace_start_timers
 from persistence.tables import definitions, deployments
 
-__all__ = ["Deployment", "DeploymentRecord", "Deployments", "Resource"]
+__all__ = [
+    "Deployment",
+    "DeploymentRecord",
+    "Deployments",
+    "Resource",
+    "deployments_count_column",
+]
 
 log = logging.getLogger("dormant.store")
 
@@ -83,6 +89,12 @@ class _Parsed:
     checksum: str
     processes: tuple[ProcessDefinition, ...] = ()
     decisions: ParsedDecisions | None = None
+
+
+def deployments_count_column() -> Any:
+    """How many deployments there are: the version of ``latest_starts``' index, as a
+    scalar subquery another statement can carry as one of its columns."""
+    return select(func.count()).select_from(deployments).scalar_subquery()
 
 
 def _starts_of(definition: ProcessDefinition) -> dict[str, Any]:
@@ -339,18 +351,28 @@ class Deployments:
         )
 
     def latest_starts(
-        self, kind: str, name: str, *, conn: Connection | None = None
+        self,
+        kind: str,
+        name: str,
+        *,
+        conn: Connection | None = None,
+        deployments_count: int | None = None,
     ) -> list[tuple[str, int, list[str]]]:
         """(key, latest version, start node ids) of processes started by ``kind`` ``name``.
 
         Read through an index of every latest version's starts, rebuilt when the count
         of deployments changes (rows are only inserted, and every deploy adds one in
         the transaction that adds its definitions): a message costs one ``count(*)``,
-        not a scan of every definition's starts."""
+        not a scan of every definition's starts. A caller that read the count in a
+        statement of its own (``deployments_count_column()``) passes it and saves the trip."""
         if conn is None:
             with self.read() as c:
-                return self.latest_starts(kind, name, conn=c)
-        count = int(conn.execute(select(func.count()).select_from(deployments)).scalar_one())
+                return self.latest_starts(kind, name, conn=c, deployments_count=deployments_count)
+        count = (
+            deployments_count
+            if deployments_count is not None
+            else int(conn.execute(select(deployments_count_column())).scalar_one())
+        )
         seen = self._starts_index
         if seen is None or seen[0] != count:
             seen = (count, _starts_index(conn))

@@ -59,6 +59,7 @@ from engine_core.effects import Fact
 from engine_core.errors import InvalidMessage
 from engine_core.inputs import check_name, check_text, check_ttl, check_variables
 from engine_core.triggers import MessageReceived, SignalReceived, Trigger
+from persistence.deployments import deployments_count_column
 from persistence.holds import lock_message_key
 from persistence.inbox import mark_processed_statement
 from persistence.outbox_queue import OutboxRow
@@ -285,11 +286,18 @@ class Router:
             message_id or str(uuid.uuid4()), "message id", limits, InvalidMessage
         )
         out = MessageOutcome(message_id, ttl_seconds=ttl_seconds)
-        # The duplicate check and the first holders lookup: one statement; the
-        # processes with a message start of that name: a second, in the same read.
+        # The duplicate check, the first holders lookup and the deployments' count:
+        # one statement; the processes with a message start of that name come from
+        # the Store's index of starts, read again only when that count moved.
         with self.store.read() as conn:
-            duplicate, first = self._seen_and_holders(conn, message_id, name, correlation_key)
-            starts = [] if duplicate else self.store.latest_starts("message", name, conn=conn)
+            duplicate, first, count = self._seen_and_holders(
+                conn, message_id, name, correlation_key
+            )
+            starts = (
+                []
+                if duplicate
+                else self.store.latest_starts("message", name, conn=conn, deployments_count=count)
+            )
         if duplicate:
             out.duplicate = True
             return out
@@ -306,10 +314,11 @@ class Router:
     @staticmethod
     def _seen_and_holders(
         conn: Connection, message_id: str, name: str, key: str | None
-    ) -> tuple[bool, list[Holder]]:
-        """Is ``message_id`` recorded, and who holds (name, key) with their process:
-        one round trip (a one-row source outer-joined to the subscriptions and their
-        instances, the answer on every row), in HOLDER_ORDER."""
+    ) -> tuple[bool, list[Holder], int]:
+        """Is ``message_id`` recorded, who holds (name, key) with their process, and
+        how many deployments there are: one round trip (a one-row source outer-joined
+        to the subscriptions and their instances, the answers on every row), holders
+        in HOLDER_ORDER."""
         one = select(literal(1).label("one")).subquery()
         matching = and_(
             subscriptions.c.kind == "message",
@@ -319,6 +328,7 @@ class Router:
         rows = conn.execute(
             select(
                 exists().where(messages.c.message_id == message_id).label("duplicate"),
+                deployments_count_column().label("deployments"),
                 subscriptions.c.instance_id,
                 subscriptions.c.wait_id,
                 instances.c.key,
@@ -335,7 +345,7 @@ class Router:
             for r in rows
             if r.instance_id is not None and r.key is not None
         ]
-        return bool(rows[0].duplicate), holders
+        return bool(rows[0].duplicate), holders, int(rows[0].deployments)
 
     def _deliver(
         self,

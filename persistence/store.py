@@ -56,7 +56,7 @@ from engine_core.model import ProcessDefinition
 from engine_core.operations import projected_waits
 from engine_core.triggers import MigrateInstance, Start, Trigger
 from persistence import migrate
-from persistence.db import READ, make_engine
+from persistence.db import make_engine, read_only
 from persistence.decisions import DecisionCache
 from persistence.deployments import Deployment, Deployments
 from persistence.failed_triggers import FLAGGED, FailedTriggers
@@ -240,10 +240,8 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
         with self.engine.begin() as conn:
             yield conn
 
-    @contextmanager
-    def _read(self) -> Iterator[Connection]:
-        with self.engine.connect().execution_options(**READ) as conn, conn.begin():
-            yield conn
+    def _read(self) -> AbstractContextManager[Connection]:
+        return read_only(self.engine)
 
     def transaction(self) -> AbstractContextManager[Connection]:
         """A write transaction on this Store's database, for the layers that build on
@@ -252,7 +250,9 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
         return self._tx()
 
     def read(self) -> AbstractContextManager[Connection]:
-        """A read-only transaction (READ COMMITTED on PostgreSQL): one consistent look."""
+        """A connection for reads (persistence/db.py ``read_only``): autocommit on
+        PostgreSQL, each statement its own READ COMMITTED snapshot; a DEFERRED read
+        transaction on SQLite."""
         return self._read()
 
     # -- the one transaction ------------------------------------------------------

@@ -50,9 +50,9 @@ class LaggingRouter(Router):
 
     def _seen_and_holders(  # type: ignore[override]
         self, conn: Any, message_id: str, name: str, key: str | None
-    ) -> tuple[bool, list[Holder]]:
-        seen, holders = Router._seen_and_holders(conn, message_id, name, key)
-        return seen, self._lagging(holders)
+    ) -> tuple[bool, list[Holder], int]:
+        seen, holders, deployments = Router._seen_and_holders(conn, message_id, name, key)
+        return seen, self._lagging(holders), deployments
 
     def _holders_in(  # type: ignore[override]
         self, conn: Any, kind: str, name: str, key: str | None
