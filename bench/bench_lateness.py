@@ -3,9 +3,11 @@
 
 On a fresh database and Redis db: K instances parked on a timer catch whose due times
 (``timeDate``) are spread over the load window, half uniformly and half in bursts of
-``--burst`` at the same instant; then ONE real ``dormant worker -c 2`` and ONE real
-``dormant beat``, while this process publishes one-job instances (start → job → result:
-three triggers each) at ``--rate`` triggers/s for ``--seconds``.
+``--burst`` at the same instant; then ONE real ``dormant worker -c 2`` (its default
+queues: ``dormant.timers`` first, then ``dormant``) and ONE real ``dormant beat``, while
+this process publishes one-job instances (start → job → result: three triggers each) at
+``--rate`` triggers/s for ``--seconds``. With ``--timer-worker``, a second worker of its
+own beside it: ``dormant worker --queues dormant.timers -c 1``, the punctual option.
 
 Measured by the database clock, from two bench-only triggers on ``deadlines``: the
 claim (the scan's UPDATE that sets a claim token: ``clock_timestamp()``) and the fire (a
@@ -16,6 +18,7 @@ that actually flowed, and p99 lateness against the target (≤ 1 s). Bounded: th
 runs ``--seconds`` (default 60), then at most 120 s of drain.
 
     .venv/bin/python bench/bench_lateness.py [--rate 200] [--seconds 60] [--timers 2000]
+        [--scan-every S] [--timer-worker]
 """
 
 from __future__ import annotations
@@ -176,11 +179,19 @@ def main() -> int:
         default=None,
         help="beat's deadline scan interval, s (default: dormant's)",
     )
+    ap.add_argument(
+        "--timer-worker",
+        action="store_true",
+        help="also a worker of its own on the timer queue (--queues dormant.timers -c 1)",
+    )
     args = ap.parse_args()
 
+    workers = "one worker (prefork x2" + (
+        ") beside a timer worker (dormant.timers, x1)" if args.timer_worker else ", both queues)"
+    )
     common.header(
         f"bench_lateness: {args.timers} timers due while {args.rate:.0f} triggers/s are "
-        f"offered for {args.seconds:.0f} s; one worker (prefork x2) and one beat"
+        f"offered for {args.seconds:.0f} s; {workers} and one beat"
     )
     logdir = Path(tempfile.mkdtemp(prefix="dormant-bench-late-"))
     common.line("logs", str(logdir))
@@ -232,6 +243,18 @@ def main() -> int:
             raise SystemExit("bench_lateness: setup took too long; fewer --timers")
 
         worker = harness.dormant_worker(broker_url, database_url, logdir, "late-worker")
+        timer_worker = (
+            harness.dormant_worker(
+                broker_url,
+                database_url,
+                logdir,
+                "late-timer-worker",
+                concurrency=1,
+                queues=tasks_app.TIMER_QUEUE.name,
+            )
+            if args.timer_worker
+            else None
+        )
         beater = beat(broker_url, database_url, logdir, args.scan_every)
         stop_at = threading.Event()
         sent: list[int] = []
@@ -252,6 +275,7 @@ def main() -> int:
                 ).scalar_one()
             r = redis.Redis.from_url(broker_url)
             backlog = harness.queue_depth(r, tasks_app.QUEUE.name)
+            timer_backlog = harness.queue_depth(r, tasks_app.TIMER_QUEUE.name)
             # Drain: every timer fired, bounded.
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline:
@@ -266,6 +290,8 @@ def main() -> int:
             stop_at.set()
             stop(beater)
             worker.stop()
+            if timer_worker is not None:
+                timer_worker.stop()
 
         with store.engine.connect() as conn:
             rows: list[Any] = conn.execute(
@@ -292,7 +318,8 @@ def main() -> int:
     common.line(
         "load that flowed",
         f"{flowed:.0f} triggers/s ({done_in_window} instances completed in the window; "
-        f"{backlog} tasks still queued at its end)",
+        f"{backlog} tasks still queued in {tasks_app.QUEUE.name} at its end, "
+        f"{timer_backlog} in {tasks_app.TIMER_QUEUE.name})",
     )
     lateness = [float(r[0]) for r in rows]
     lag = [float(r[1]) for r in rows if r[1] is not None]

@@ -134,9 +134,16 @@ def baseline_worker(queue: str, broker_url: str, database_url: str, logdir: Path
 
 
 def dormant_worker(
-    broker_url: str, database_url: str, logdir: Path, name: str = "dormant-worker"
+    broker_url: str,
+    database_url: str,
+    logdir: Path,
+    name: str = "dormant-worker",
+    *,
+    concurrency: int = 2,
+    queues: str | None = None,
 ) -> Worker:
-    """The real ``dormant worker`` CLI: prefork x2, the dormant app's own settings.
+    """The real ``dormant worker`` CLI: prefork x2, the dormant app's own settings;
+    ``queues``: its ``--queues`` (default: the CLI's).
 
     With ``BENCH_PROFILE_DIR`` set, the worker and its pool children run under
     ``py-spy record`` (the bench extra), which writes their sampled stacks to
@@ -170,9 +177,10 @@ def dormant_worker(
             "--include",
             "bench.jobs",
             "--concurrency",
-            "2",
+            str(concurrency),
             "--loglevel",
             "WARNING",
+            *(["--queues", queues] if queues else []),
         ],
         env_with(DORMANT_BROKER_URL=broker_url, DORMANT_DATABASE_URL=database_url),
         logdir,

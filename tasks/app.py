@@ -20,6 +20,21 @@ Why each setting is what it is (see ../shared/CELERY-NOTES.md for the measuremen
   ``message.#``, ``signal.#`` and ``job.#``. Every publish names both the queue and a
   *dotted* routing key: on Redis a publish that names only an exchange is silently
   dropped, and ``trigger.#`` does not match a bare ``trigger``.
+* Timers have a queue of their own, ``dormant.timers`` (``TIMER_QUEUE``), bound to
+  ``timer.#`` only: beat's deadline scan (``timer.scan``) and every fire it claims
+  (``timer.fire``) travel there, so a backlog of other triggers in ``dormant`` never
+  stands in front of a timer. The prefix is new on purpose: bindings outlive a release
+  in a deployed broker (Redis keeps them in ``_kombu.binding.dormant``), and the
+  ``dormant`` queue's ``trigger.#`` still catches the old ``trigger.timer`` /
+  ``trigger.scan_deadlines`` keys, so a ``trigger.``-key bound to the new queue would be
+  delivered to both. Messages queued under the old keys before an upgrade are the same
+  tasks in the ``dormant`` queue and are applied as before.
+* ``dormant worker`` reads ``dormant.timers`` first, then ``dormant``, then ``celery``.
+  The order matters little on Redis: the transport rotates the queue it just took
+  from to the end of its BRPOP list, so with a backlog in ``dormant`` a worker
+  alternates, and a queued scan or fire is taken by the first or second pool process
+  that frees up (docs/waits.md). A worker of its own (``--queues dormant.timers``) is the
+  punctual option: no backlog trigger at all in front of a timer.
 
 * Workers also read Celery's default queue ``celery`` (``PLAIN_QUEUE``, declared as
   Celery declares it: direct exchange ``celery``, routing key ``celery``). A producer
@@ -59,12 +74,18 @@ __all__ = [
     "PLAIN_QUEUE",
     "QUEUE",
     "REDIS_VISIBILITY_TIMEOUT",
+    "TIMER_BINDING_KEYS",
+    "TIMER_FIRE_KEY",
+    "TIMER_KEY_PREFIX",
+    "TIMER_QUEUE",
+    "TIMER_SCAN_KEY",
     "WORKER_QUEUES",
     "app",
     "configure",
     "ensure_database",
     "pooled_producer",
     "publish",
+    "queue_for",
     "settings",
     "store",
 ]
@@ -83,10 +104,23 @@ QUEUE = Queue(
     bindings=[binding(EXCHANGE, routing_key=key) for key in BINDING_KEYS],
     durable=True,
 )
+# The timers' own queue: beat's scan and the fires it claims (see the module docstring
+# for why the prefix is ``timer.``, never ``trigger.``).
+TIMER_KEY_PREFIX = "timer."
+TIMER_BINDING_KEYS = (f"{TIMER_KEY_PREFIX}#",)
+TIMER_QUEUE = Queue(
+    "dormant.timers",
+    exchange=EXCHANGE,
+    bindings=[binding(EXCHANGE, routing_key=key) for key in TIMER_BINDING_KEYS],
+    durable=True,
+)
+TIMER_SCAN_KEY = f"{TIMER_KEY_PREFIX}scan"
+TIMER_FIRE_KEY = f"{TIMER_KEY_PREFIX}fire"
 # Celery's default queue, where a bare ``send_task`` from a plain Celery app lands.
 PLAIN_QUEUE = Queue("celery", Exchange("celery", type="direct"), routing_key="celery")
-# What ``dormant worker`` and ``dormant dev`` consume unless ``--queues`` says otherwise.
-WORKER_QUEUES = f"{QUEUE.name},{PLAIN_QUEUE.name}"
+# What ``dormant worker`` and ``dormant dev`` consume unless ``--queues`` says otherwise:
+# the timers first (a worker taking from several queues starts with the first).
+WORKER_QUEUES = f"{TIMER_QUEUE.name},{QUEUE.name},{PLAIN_QUEUE.name}"
 # Seconds before Redis redelivers a task whose worker died without acknowledging it
 # (the default of the ``DORMANT_REDIS_VISIBILITY_TIMEOUT`` setting).
 REDIS_VISIBILITY_TIMEOUT = Settings.model_fields["redis_visibility_timeout"].default
@@ -139,7 +173,7 @@ def _conf(s: Settings) -> dict[str, Any]:
         "broker_transport": (
             "tasks.redis_transport:Transport" if s.broker_url.startswith("redis://") else None
         ),
-        "task_queues": (QUEUE, PLAIN_QUEUE),
+        "task_queues": (TIMER_QUEUE, QUEUE, PLAIN_QUEUE),
         "task_default_queue": QUEUE.name,
         "task_default_exchange": EXCHANGE.name,
         "task_default_exchange_type": EXCHANGE.type,
@@ -150,9 +184,9 @@ def _conf(s: Settings) -> dict[str, Any]:
                 "task": "dormant.scan_deadlines",
                 "schedule": SCAN_DEADLINES_EVERY,
                 "options": {
-                    "queue": "dormant",
-                    "exchange": "dormant",
-                    "routing_key": "trigger.scan_deadlines",
+                    "queue": TIMER_QUEUE.name,
+                    "exchange": EXCHANGE.name,
+                    "routing_key": TIMER_SCAN_KEY,
                 },
             },
             "dormant.relay_outbox": {
@@ -312,6 +346,12 @@ def pooled_producer(broker_url: str) -> Iterator[Any]:
         yield producer
 
 
+def queue_for(routing_key: str) -> Queue:
+    """The dormant queue whose binding takes ``routing_key``: the one declared with the
+    publish (on Redis a publish is delivered only to queues bound before it)."""
+    return TIMER_QUEUE if routing_key.startswith(TIMER_KEY_PREFIX) else QUEUE
+
+
 def publish(
     task_name: str,
     routing_key: str,
@@ -326,10 +366,12 @@ def publish(
     """Send one task, always naming queue, exchange and a dotted routing key.
 
     The one place that publishes, so the Redis pitfalls (an exchange-only route is
-    dropped; ``trigger.#`` misses ``trigger``) are handled once.
+    dropped; ``trigger.#`` misses ``trigger``) are handled once. With no ``queue``, the
+    routing key picks it: ``timer.*`` the timers' queue, anything else ``dormant`` (a
+    kept fire sent again by an operator goes back where fires go).
     """
     assert "." in routing_key, f"routing key {routing_key!r} must be dotted"
-    target = QUEUE if queue is None else queue
+    target = queue_for(routing_key) if queue is None else queue
     with publish_headers(task_name, headers) as traced:  # the trace context, if any
         app.send_task(
             task_name,

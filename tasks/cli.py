@@ -446,6 +446,26 @@ def _stop_promptly_on_sigterm() -> None:
     os.environ.setdefault("REMAP_SIGTERM", "SIGQUIT")
 
 
+def _warn_without_timers(queues: str | None) -> None:
+    """A ``--queues`` list that names ``dormant`` but not ``dormant.timers``: say so.
+
+    Before the timers had a queue of their own, ``--queues dormant,celery`` was the
+    whole default; kept after an upgrade, such workers leave every timer fire queued
+    unless another worker reads ``dormant.timers``. One line at start, not a refusal:
+    a pool kept off the timers on purpose (they have a worker of their own) is fine.
+    """
+    from tasks.app import QUEUE, TIMER_QUEUE
+
+    names = [q.strip() for q in (queues or "").split(",")]
+    if QUEUE.name in names and TIMER_QUEUE.name not in names:
+        click.echo(
+            f"dormant worker: --queues {queues} reads {QUEUE.name!r} but not "
+            f"{TIMER_QUEUE.name!r}: timers fire only if another worker reads "
+            f"{TIMER_QUEUE.name!r} (docs/waits.md)",
+            err=True,
+        )
+
+
 def _serve_metrics(port: int | None, host: str) -> None:
     """Serve /metrics from this (the worker's parent) process; see tasks/metrics.py.
 
@@ -485,7 +505,12 @@ _metrics_host = click.option(
 @cli.command()
 @click.option("--include", "includes", multiple=True, help="a module with your job tasks")
 @click.option("--concurrency", type=int, default=None)
-@click.option("--queues", default=None, help="comma-separated queues (default: dormant,celery)")
+@click.option(
+    "--queues",
+    default=None,
+    help="comma-separated queues (default: dormant.timers,dormant,celery; "
+    "a timer worker: --queues dormant.timers)",
+)
 @_metrics_port
 @_metrics_host
 @click.option("--events", "-E", is_flag=True, help="send task events (Flower's task list)")
@@ -507,6 +532,7 @@ def worker(
     _ensure_database()
     from tasks.app import WORKER_QUEUES, app
 
+    _warn_without_timers(queues)
     argv = [
         "worker",
         f"--loglevel={loglevel}",

@@ -59,7 +59,7 @@ from persistence.failed_triggers import call_kwargs, one_line
 from persistence.outbox_queue import OutboxRow
 from persistence.results import TriggerResult
 from tasks import app as app_module
-from tasks.app import app, publish, store
+from tasks.app import TIMER_FIRE_KEY, app, publish, store
 from tasks.metrics import observe_trigger, timer_fired
 from tasks.outbox import consumed, publish_row, publish_rows
 
@@ -462,7 +462,10 @@ def fire_deadline(
 def scan_deadlines(self: Task) -> int:
     """Claim due deadlines (row-locking, with their own expiry) and enqueue their fires.
 
-    A claim whose ``fire_deadline`` is lost simply expires and is claimed again.
+    Every claim goes out on ``timer.fire`` into ``dormant.timers``: instance timers,
+    timer starts and scheduled incident retries are all rows claimed here, so this is
+    the one publisher of timer work. A claim whose ``fire_deadline`` is lost simply
+    expires and is claimed again.
     """
     from scheduler.deadlines import claim_due
 
@@ -474,7 +477,7 @@ def scan_deadlines(self: Task) -> int:
     for claim in claims:
         publish(
             "dormant.fire_deadline",
-            "trigger.timer",
+            TIMER_FIRE_KEY,  # the timers' own queue (tasks/app.py)
             {
                 "instance_id": claim.instance_id,
                 "wait_id": claim.wait_id,

@@ -142,7 +142,8 @@ class Stack:
     def dormant(self, *args: str) -> list[str]:
         return [sys.executable, "-m", "tasks.cli", *args]
 
-    def worker(self, name: str = "worker", concurrency: int = 2) -> Proc:
+    def worker(self, name: str = "worker", concurrency: int = 2, queues: str | None = None) -> Proc:
+        """A ``dormant worker``; ``queues``: its ``--queues`` (default: the CLI's)."""
         proc = Proc(
             f"{name}-{len(self.procs)}",
             self.dormant(
@@ -153,6 +154,7 @@ class Stack:
                 str(concurrency),
                 "--loglevel",
                 "INFO",
+                *(("--queues", queues) if queues else ()),
             ),
             self.env,
             self.tmp,
