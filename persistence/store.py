@@ -27,6 +27,7 @@ from sqlalchemy import (
     Connection,
     Row,
     Text,
+    bindparam,
     cast,
     delete,
     exists,
@@ -170,6 +171,40 @@ def log_raised_incidents(applied: Applied) -> None:
                 fact.details.get("cause_class"),
                 fact.details.get("attempts"),
             )
+
+
+def _lock_statement(checks_trigger: bool) -> Any:
+    """``Store._lock``'s statement, built once per process with bound parameters: the
+    same object at every trigger, so neither its construction nor its cache key is
+    paid again (about 90 microseconds a statement, measured)."""
+    duplicate: Any = (
+        exists()
+        .where(
+            processed_triggers.c.instance_id == bindparam("instance_id"),
+            processed_triggers.c.trigger_id == bindparam("trigger_id"),
+        )
+        .label("duplicate")
+        if checks_trigger
+        else false().label("duplicate")
+    )
+    return (
+        select(
+            instances.c.key,
+            instances.c.version,
+            instances.c.status,
+            instances.c.revision,
+            # As text (``checkpoint::text`` on PostgreSQL): ``apply`` validates it in
+            # one pass, with no dict parsed by the driver in between.
+            cast(instances.c.checkpoint, Text).label("checkpoint"),
+            duplicate,
+        )
+        .where(instances.c.id == bindparam("instance_id"))
+        .with_for_update(of=instances)
+    )
+
+
+# with a trigger id to check, and without
+_LOCK = {True: _lock_statement(True), False: _lock_statement(False)}
 
 
 class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
@@ -531,28 +566,9 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
 
     def _lock(self, conn: Connection, instance_id: str, trigger_id: str | None) -> Row[Any]:
         """The instance row, locked, and whether ``trigger_id`` is already applied."""
-        duplicate: Any = (
-            exists()
-            .where(
-                processed_triggers.c.instance_id == instance_id,
-                processed_triggers.c.trigger_id == trigger_id,
-            )
-            .label("duplicate")
-            if trigger_id is not None
-            else false().label("duplicate")
-        )
-        q = select(
-            instances.c.key,
-            instances.c.version,
-            instances.c.status,
-            instances.c.revision,
-            # As text (``checkpoint::text`` on PostgreSQL): ``apply`` validates it in
-            # one pass, with no dict parsed by the driver in between.
-            cast(instances.c.checkpoint, Text).label("checkpoint"),
-            duplicate,
-        ).where(instances.c.id == instance_id)
+        params = {"instance_id": instance_id, "trigger_id": trigger_id}
         began = time.perf_counter()
-        row = conn.execute(q.with_for_update(of=instances)).first()
+        row = conn.execute(_LOCK[trigger_id is not None], params).first()
         for observe in LOCK_WAIT_OBSERVERS:
             observe(time.perf_counter() - began)
         if row is None:

@@ -24,6 +24,8 @@ from sqlalchemy.engine import default
 
 from bench.models import MESSAGE, SERVICE
 from engine_core.triggers import JobCompleted, TaskCompleted
+from persistence import routing
+from persistence import store as store_module
 from persistence.routing import Router
 from persistence.settings import Settings
 from persistence.store import Store
@@ -90,9 +92,11 @@ def test_a_second_round_of_triggers_compiles_nothing(pg_store: Store) -> None:
     _round(pg_store, router, 0, now)  # warm-up: each shape compiled once
 
     seen: list[tuple[Any, list[str]]] = []
+    objects: list[Any] = []
 
     def record(_conn: Any, _cursor: Any, statement: str, _p: Any, context: Any, _m: Any) -> None:
         seen.append((getattr(context, "cache_hit", None), statement.split(None, 3)[:3]))
+        objects.append(getattr(getattr(context, "compiled", None), "statement", None))
 
     event.listen(pg_store.engine, "before_cursor_execute", record)
     try:
@@ -104,3 +108,7 @@ def test_a_second_round_of_triggers_compiles_nothing(pg_store: Store) -> None:
     misses = [(status, s) for status, s in seen if status not in (None, default.CACHE_HIT)]
     assert misses == []
     assert [s[0] for _, s in seen].count("WITH") >= 4  # the writes went as one statement each
+    # The two statements every message runs are built once per process, not per trigger
+    # (their construction and cache key were a tenth of a message trigger's time).
+    assert sum(o is store_module._LOCK[True] for o in objects) == 3  # message, job, task
+    assert sum(o is routing._SEEN_AND_HOLDERS for o in objects) == 1
