@@ -206,6 +206,41 @@ def _lock_statement(checks_trigger: bool) -> Any:
 # with a trigger id to check, and without
 _LOCK = {True: _lock_statement(True), False: _lock_statement(False)}
 
+# Two writes of nearly every trigger, prebuilt like the lock for PostgreSQL's one write
+# statement (persistence/writes.py ``add(params=...)``): the checkpoint's UPDATE (a
+# migration moves the instance's pin: the version is written too) and the processed
+# trigger id's INSERT, whose RETURNING tells a duplicate (``_Duplicate``).
+_CHECKPOINT_PARAMS = (
+    "checkpoint_instance",
+    "checkpoint_document",
+    "checkpoint_status",
+    "checkpoint_revision",
+    "checkpoint_version",
+    "checkpoint_at",
+)
+_CHECKPOINT = (
+    update(instances)
+    .where(instances.c.id == bindparam("checkpoint_instance"))
+    .values(
+        checkpoint=cast(bindparam("checkpoint_document", type_=Text), JSONB),
+        status=bindparam("checkpoint_status"),
+        revision=bindparam("checkpoint_revision"),
+        version=bindparam("checkpoint_version"),
+        updated_at=bindparam("checkpoint_at"),
+    )
+)
+_PROCESSED_PARAMS = ("processed_instance", "processed_trigger", "processed_at")
+_PROCESSED = (
+    pg_insert(processed_triggers)
+    .values(
+        instance_id=bindparam("processed_instance"),
+        trigger_id=bindparam("processed_trigger"),
+        at=bindparam("processed_at"),
+    )
+    .on_conflict_do_nothing()
+    .returning(processed_triggers.c.trigger_id)
+)
+
 
 class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
     """One database, one SQLAlchemy Engine, the one transaction."""
@@ -548,21 +583,31 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
                     inbox_marked=marked,
                 )
             cp = step.checkpoint
-            writes.add(
-                update(instances)
-                .where(instances.c.id == instance_id)
-                .values(
-                    checkpoint=_document(cp, self.is_postgres),
-                    status=cp.status.value,
-                    revision=cp.revision,
-                    version=cp.version,  # a migration moves the instance's pin
-                    updated_at=now,
-                )
-            )
+            self._queue_checkpoint(writes, instance_id, cp, now)
             before = decode_holds(stored)
             return self._write_step(
                 writes, instance_id, before, step, now, trigger_id, None, also, ride
             )
+
+    def _queue_checkpoint(
+        self, writes: Writes, instance_id: str, cp: Checkpoint, now: datetime
+    ) -> None:
+        """The checkpoint's own write: the prebuilt UPDATE on PostgreSQL (``_CHECKPOINT``)."""
+        values = (instance_id, encode_json(cp), cp.status.value, cp.revision, cp.version, now)
+        if self.is_postgres and writes.binds(*_CHECKPOINT_PARAMS):
+            writes.add(_CHECKPOINT, params=dict(zip(_CHECKPOINT_PARAMS, values, strict=True)))
+            return
+        writes.add(
+            update(instances)
+            .where(instances.c.id == instance_id)
+            .values(
+                checkpoint=_document(cp, self.is_postgres),
+                status=cp.status.value,
+                revision=cp.revision,
+                version=cp.version,  # a migration moves the instance's pin
+                updated_at=now,
+            )
+        )
 
     def _lock(self, conn: Connection, instance_id: str, trigger_id: str | None) -> Row[Any]:
         """The instance row, locked, and whether ``trigger_id`` is already applied."""
@@ -625,13 +670,17 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
         if rows:
             writes.add_rows(outbox, rows, returning=(outbox.c.id, "outbox"))
         if trigger_id is not None:
-            writes.add(
-                writes.insert_ignoring(processed_triggers)
-                .values(instance_id=instance_id, trigger_id=trigger_id, at=now)
-                .on_conflict_do_nothing()
-                .returning(processed_triggers.c.trigger_id),
-                "processed",
-            )
+            if self.is_postgres and writes.binds(*_PROCESSED_PARAMS):
+                params = dict(zip(_PROCESSED_PARAMS, (instance_id, trigger_id, now), strict=True))
+                writes.add(_PROCESSED, "processed", params=params)
+            else:
+                writes.add(
+                    writes.insert_ignoring(processed_triggers)
+                    .values(instance_id=instance_id, trigger_id=trigger_id, at=now)
+                    .on_conflict_do_nothing()
+                    .returning(processed_triggers.c.trigger_id),
+                    "processed",
+                )
         marked = self._mark_inbox(writes, inbox_id, now)
         if also is not None:
             also(writes)
