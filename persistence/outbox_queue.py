@@ -1,5 +1,10 @@
 """The outbox seen from the shell: rows to publish after a commit, kept until
 published (jobs) or until consumed (follow-up triggers). A mixin of the Store.
+
+A published job's row is deleted on PostgreSQL by the process's next write
+transaction, as one more CTE of its one write statement, or by a timer within half a
+second when none comes (``job_published``, persistence/published_jobs.py); on SQLite
+at once. A follow-up's row is stamped published and kept until its consumer applied it.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from typing import Any
 from sqlalchemy import Connection, select, update
 
 from persistence import clock
+from persistence.published_jobs import PublishedJobs
 from persistence.tables import outbox
 
 __all__ = ["OutboxQueue", "OutboxRow"]
@@ -27,6 +33,7 @@ class OutboxRow:
 
 class OutboxQueue:
     is_postgres: bool
+    published_jobs: PublishedJobs
 
     def transaction(self) -> AbstractContextManager[Connection]:  # pragma: no cover - Store's
         raise NotImplementedError
@@ -71,20 +78,44 @@ class OutboxQueue:
         """After a publish: delete the row, or (``until_consumed``) keep it, stamped,
         until its consumer applied it — a follow-up the broker loses is then published
         again by the sweep instead of stranding the instance that waits for it."""
-        from sqlalchemy import delete, text
+        from sqlalchemy import delete
 
         with self.transaction() as conn:
-            if self.is_postgres:
-                # This write needs no flush to disk before we go on: if a crash loses
-                # it, the sweep publishes the row again, which is harmless (trigger ids,
-                # job idempotency keys). Saves one WAL fsync per effect (bench_triggers).
-                conn.execute(text("SET LOCAL synchronous_commit TO OFF"))
+            self._no_flush_needed(conn)
             if until_consumed:
                 conn.execute(
                     update(outbox).where(outbox.c.id == outbox_id).values(published_at=clock.now())
                 )
             else:
                 conn.execute(delete(outbox).where(outbox.c.id == outbox_id))
+
+    def job_published(self, outbox_id: int) -> None:
+        """Row ``outbox_id``'s job was published: delete the row. On PostgreSQL not in a
+        transaction of its own: the id waits (``published_jobs``) for the process's next
+        write transaction, which carries the DELETE in its one write statement, or for
+        the timer that deletes whatever no transaction took (persistence/published_jobs.py).
+        SQLite, one local file with nothing to save, deletes it now."""
+        if self.is_postgres:
+            self.published_jobs.add(outbox_id)
+        else:
+            self.mark_published(outbox_id)
+
+    def delete_published_jobs(self, ids: list[int]) -> None:
+        """The timer's transaction: the published job rows no trigger's write took."""
+        from sqlalchemy import delete
+
+        with self.transaction() as conn:
+            self._no_flush_needed(conn)
+            conn.execute(delete(outbox).where(outbox.c.id.in_(ids)))
+
+    def _no_flush_needed(self, conn: Connection) -> None:
+        """Marking a row published needs no flush to disk before we go on: if a crash
+        loses it, the sweep publishes the row again, which is harmless (trigger ids,
+        job idempotency keys). Saves one WAL fsync per effect (bench_triggers)."""
+        from sqlalchemy import text
+
+        if self.is_postgres:
+            conn.execute(text("SET LOCAL synchronous_commit TO OFF"))
 
     def consume_outbox(self, outbox_id: int, trigger_id: str) -> None:
         """The consumer applied the follow-up of row ``outbox_id``: the row is done.

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, and_, exists, insert, literal, select
+from sqlalchemy import Connection, and_, bindparam, exists, insert, literal, select
 from sqlalchemy.exc import OperationalError
 
 from engine_core.correlation import (
@@ -79,6 +79,38 @@ __all__ = ["NAMESPACE", "MessageOutcome", "Router", "SignalOutcome"]
 # "The first matching subscription" of a process: the oldest instance's, then by
 # instance id and wait id (deterministic on every backend).
 HOLDER_ORDER = (instances.c.created_at, subscriptions.c.instance_id, subscriptions.c.wait_id)
+
+
+def _seen_and_holders_statement() -> Any:
+    """``Router._seen_and_holders``' statement, built once per process with bound
+    parameters (the same object at every message: no construction, no cache key to
+    compute again): a one-row source outer-joined to the matching subscriptions and
+    their instances, so the duplicate check and the deployments' count come back even
+    when nobody holds the message."""
+    one = select(literal(1).label("one")).subquery()
+    matching = and_(
+        subscriptions.c.kind == "message",
+        subscriptions.c.name == bindparam("name"),
+        subscriptions.c.correlation_key.is_not_distinct_from(bindparam("key")),
+    )
+    return (
+        select(
+            exists().where(messages.c.message_id == bindparam("message_id")).label("duplicate"),
+            deployments_count_column().label("deployments"),
+            subscriptions.c.instance_id,
+            subscriptions.c.wait_id,
+            instances.c.key,
+        )
+        .select_from(
+            one.outerjoin(subscriptions, matching).outerjoin(
+                instances, instances.c.id == subscriptions.c.instance_id
+            )
+        )
+        .order_by(*HOLDER_ORDER)
+    )
+
+
+_SEEN_AND_HOLDERS = _seen_and_holders_statement()
 
 # Deterministic ids for instances started by a message or signal: a redelivered
 # message starts nothing new.
@@ -319,26 +351,8 @@ class Router:
         how many deployments there are: one round trip (a one-row source outer-joined
         to the subscriptions and their instances, the answers on every row), holders
         in HOLDER_ORDER."""
-        one = select(literal(1).label("one")).subquery()
-        matching = and_(
-            subscriptions.c.kind == "message",
-            subscriptions.c.name == name,
-            subscriptions.c.correlation_key.is_not_distinct_from(key),
-        )
         rows = conn.execute(
-            select(
-                exists().where(messages.c.message_id == message_id).label("duplicate"),
-                deployments_count_column().label("deployments"),
-                subscriptions.c.instance_id,
-                subscriptions.c.wait_id,
-                instances.c.key,
-            )
-            .select_from(
-                one.outerjoin(subscriptions, matching).outerjoin(
-                    instances, instances.c.id == subscriptions.c.instance_id
-                )
-            )
-            .order_by(*HOLDER_ORDER)
+            _SEEN_AND_HOLDERS, {"message_id": message_id, "name": name, "key": key}
         ).all()
         holders = [
             Holder(r.key, r.instance_id, r.wait_id)

@@ -27,7 +27,9 @@ from sqlalchemy import (
     Connection,
     Row,
     Text,
+    bindparam,
     cast,
+    delete,
     exists,
     false,
     insert,
@@ -63,6 +65,7 @@ from persistence.holds import sync_holds
 from persistence.inbox import mark_processed_statement
 from persistence.incident_rows import sync_incidents
 from persistence.outbox_queue import OutboxQueue, OutboxRow
+from persistence.published_jobs import FLUSH_AFTER_SECONDS, PublishedJobs, Ride
 from persistence.queries import Queries
 from persistence.results import outcome_word
 from persistence.settings import Settings
@@ -170,6 +173,75 @@ def log_raised_incidents(applied: Applied) -> None:
             )
 
 
+def _lock_statement(checks_trigger: bool) -> Any:
+    """``Store._lock``'s statement, built once per process with bound parameters: the
+    same object at every trigger, so neither its construction nor its cache key is
+    paid again (about 90 microseconds a statement, measured)."""
+    duplicate: Any = (
+        exists()
+        .where(
+            processed_triggers.c.instance_id == bindparam("instance_id"),
+            processed_triggers.c.trigger_id == bindparam("trigger_id"),
+        )
+        .label("duplicate")
+        if checks_trigger
+        else false().label("duplicate")
+    )
+    return (
+        select(
+            instances.c.key,
+            instances.c.version,
+            instances.c.status,
+            instances.c.revision,
+            # As text (``checkpoint::text`` on PostgreSQL): ``apply`` validates it in
+            # one pass, with no dict parsed by the driver in between.
+            cast(instances.c.checkpoint, Text).label("checkpoint"),
+            duplicate,
+        )
+        .where(instances.c.id == bindparam("instance_id"))
+        .with_for_update(of=instances)
+    )
+
+
+# with a trigger id to check, and without
+_LOCK = {True: _lock_statement(True), False: _lock_statement(False)}
+
+# Two writes of nearly every trigger, prebuilt like the lock for PostgreSQL's one write
+# statement (persistence/writes.py ``add(params=...)``): the checkpoint's UPDATE (a
+# migration moves the instance's pin: the version is written too) and the processed
+# trigger id's INSERT, whose RETURNING tells a duplicate (``_Duplicate``).
+_CHECKPOINT_PARAMS = (
+    "checkpoint_instance",
+    "checkpoint_document",
+    "checkpoint_status",
+    "checkpoint_revision",
+    "checkpoint_version",
+    "checkpoint_at",
+)
+_CHECKPOINT = (
+    update(instances)
+    .where(instances.c.id == bindparam("checkpoint_instance"))
+    .values(
+        checkpoint=cast(bindparam("checkpoint_document", type_=Text), JSONB),
+        status=bindparam("checkpoint_status"),
+        revision=bindparam("checkpoint_revision"),
+        version=bindparam("checkpoint_version"),
+        updated_at=bindparam("checkpoint_at"),
+    )
+)
+_PROCESSED_PARAMS = ("processed_instance", "processed_trigger", "processed_at")
+_PROCESSED = (
+    pg_insert(processed_triggers)
+    .values(
+        instance_id=bindparam("processed_instance"),
+        trigger_id=bindparam("processed_trigger"),
+        at=bindparam("processed_at"),
+    )
+    .on_conflict_do_nothing()
+    .returning(processed_triggers.c.trigger_id)
+)
+
+
 class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
     """One database, one SQLAlchemy Engine, the one transaction."""
 
@@ -204,6 +276,12 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
             max_loop_items=settings.max_loop_items,
         )
         self._decisions = DecisionCache(self.services)
+        # Published job rows waiting for a write to carry their DELETE; the timer's
+        # bound stays well under the sweep's age, which would send them again.
+        self.published_jobs = PublishedJobs(
+            self.delete_published_jobs,
+            min(FLUSH_AFTER_SECONDS, settings.outbox_sweep_after_seconds / 4),
+        )
         self._definitions: dict[tuple[str, int], ProcessDefinition] = {}
         if check_schema:
             if self.is_postgres:
@@ -212,6 +290,7 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
                 migrate.upgrade(self.engine)  # the embedded default just works
 
     def close(self) -> None:
+        self.published_jobs.flush()  # before the pool goes: nothing left for the sweep
         self.engine.dispose()
 
     def database_time(self) -> datetime | None:
@@ -286,7 +365,7 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
             parent=parent,
         )
         try:
-            with self._tx() as conn:
+            with self.published_jobs.riding() as ride, self._tx() as conn:
                 if version_tag is not None and version is None:
                     version = self._tagged_version(conn, key, version_tag)
                 applied = self.start_in(
@@ -299,6 +378,7 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
                     trigger_id=trigger_id,
                     inbox_id=inbox_id,
                     checked=not self.is_postgres,
+                    ride=ride,
                 )
             log_raised_incidents(applied)
             return applied
@@ -328,6 +408,7 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
         trigger_id: str | None = None,
         inbox_id: str | None = None,
         checked: bool = True,
+        ride: Ride | None = None,
     ) -> Applied:
         """``start``'s body inside the CALLER's transaction, so a caller that must change
         other rows with the start (a timer start arming its next repetition) commits
@@ -336,7 +417,9 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
         ``checked=False`` (``start`` on PostgreSQL) leaves the existence check to the
         instance INSERT's own ``ON CONFLICT (id) DO NOTHING`` inside the one write
         statement: a redelivered start raises ``_Duplicate`` (the transaction must roll
-        back) and ``start`` answers with the existing row. One round trip fewer."""
+        back) and ``start`` answers with the existing row. One round trip fewer.
+
+        ``ride``: published job rows this transaction deletes too (``_write_step``)."""
         if checked:
             existing = self._existing(conn, instance_id)
             if existing is not None:
@@ -370,7 +453,9 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
             )
         else:
             writes.add(insert(instances).values(row))
-        return self._write_step(writes, instance_id, first, step, now, trigger_id, inbox_id)
+        return self._write_step(
+            writes, instance_id, first, step, now, trigger_id, inbox_id, ride=ride
+        )
 
     def _existing(self, conn: Connection, instance_id: str) -> Applied | None:
         row = conn.execute(
@@ -453,7 +538,7 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
         more writes into the same statement after a step that changed the instance (the
         router records a delivered message there, saving a commit per message).
         """
-        with self._tx() as conn:
+        with self.published_jobs.riding() as ride, self._tx() as conn:
             row = self._lock(conn, instance_id, trigger_id)
             if precondition is not None and not precondition(conn):
                 return Applied(
@@ -498,44 +583,37 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
                     inbox_marked=marked,
                 )
             cp = step.checkpoint
-            writes.add(
-                update(instances)
-                .where(instances.c.id == instance_id)
-                .values(
-                    checkpoint=_document(cp, self.is_postgres),
-                    status=cp.status.value,
-                    revision=cp.revision,
-                    version=cp.version,  # a migration moves the instance's pin
-                    updated_at=now,
-                )
-            )
+            self._queue_checkpoint(writes, instance_id, cp, now)
             before = decode_holds(stored)
-            return self._write_step(writes, instance_id, before, step, now, trigger_id, None, also)
+            return self._write_step(
+                writes, instance_id, before, step, now, trigger_id, None, also, ride
+            )
+
+    def _queue_checkpoint(
+        self, writes: Writes, instance_id: str, cp: Checkpoint, now: datetime
+    ) -> None:
+        """The checkpoint's own write: the prebuilt UPDATE on PostgreSQL (``_CHECKPOINT``)."""
+        values = (instance_id, encode_json(cp), cp.status.value, cp.revision, cp.version, now)
+        if self.is_postgres and writes.binds(*_CHECKPOINT_PARAMS):
+            writes.add(_CHECKPOINT, params=dict(zip(_CHECKPOINT_PARAMS, values, strict=True)))
+            return
+        writes.add(
+            update(instances)
+            .where(instances.c.id == instance_id)
+            .values(
+                checkpoint=_document(cp, self.is_postgres),
+                status=cp.status.value,
+                revision=cp.revision,
+                version=cp.version,  # a migration moves the instance's pin
+                updated_at=now,
+            )
+        )
 
     def _lock(self, conn: Connection, instance_id: str, trigger_id: str | None) -> Row[Any]:
         """The instance row, locked, and whether ``trigger_id`` is already applied."""
-        duplicate: Any = (
-            exists()
-            .where(
-                processed_triggers.c.instance_id == instance_id,
-                processed_triggers.c.trigger_id == trigger_id,
-            )
-            .label("duplicate")
-            if trigger_id is not None
-            else false().label("duplicate")
-        )
-        q = select(
-            instances.c.key,
-            instances.c.version,
-            instances.c.status,
-            instances.c.revision,
-            # As text (``checkpoint::text`` on PostgreSQL): ``apply`` validates it in
-            # one pass, with no dict parsed by the driver in between.
-            cast(instances.c.checkpoint, Text).label("checkpoint"),
-            duplicate,
-        ).where(instances.c.id == instance_id)
+        params = {"instance_id": instance_id, "trigger_id": trigger_id}
         began = time.perf_counter()
-        row = conn.execute(q.with_for_update(of=instances)).first()
+        row = conn.execute(_LOCK[trigger_id is not None], params).first()
         for observe in LOCK_WAIT_OBSERVERS:
             observe(time.perf_counter() - began)
         if row is None:
@@ -559,9 +637,18 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
         trigger_id: str | None,
         inbox_id: str | None = None,
         also: Callable[[Writes], None] | None = None,
+        ride: Ride | None = None,
     ) -> Applied:
         """Everything the new checkpoint implies, queued on ``writes`` behind the
-        checkpoint's own write and sent as one statement."""
+        checkpoint's own write and sent as one statement.
+
+        With ``ride``, the statement also deletes the job rows this process published
+        since its last write (persistence/published_jobs.py): no transaction of their
+        own. Taken here, just before the statement, not at BEGIN: a transaction that
+        waited for its row lock would otherwise have held them back from the timer.
+        They are other rows than the ones this statement inserts, so one snapshot for
+        every CTE is no obstacle; an ``IN`` of one expanding parameter keeps the
+        statement's compiled form cached whatever their number."""
         cp = step.checkpoint
         buffered = sync_holds(
             writes, instance_id, cp.process_key, projected_waits(old), projected_waits(cp), now
@@ -583,16 +670,22 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
         if rows:
             writes.add_rows(outbox, rows, returning=(outbox.c.id, "outbox"))
         if trigger_id is not None:
-            writes.add(
-                writes.insert_ignoring(processed_triggers)
-                .values(instance_id=instance_id, trigger_id=trigger_id, at=now)
-                .on_conflict_do_nothing()
-                .returning(processed_triggers.c.trigger_id),
-                "processed",
-            )
+            if self.is_postgres and writes.binds(*_PROCESSED_PARAMS):
+                params = dict(zip(_PROCESSED_PARAMS, (instance_id, trigger_id, now), strict=True))
+                writes.add(_PROCESSED, "processed", params=params)
+            else:
+                writes.add(
+                    writes.insert_ignoring(processed_triggers)
+                    .values(instance_id=instance_id, trigger_id=trigger_id, at=now)
+                    .on_conflict_do_nothing()
+                    .returning(processed_triggers.c.trigger_id),
+                    "processed",
+                )
         marked = self._mark_inbox(writes, inbox_id, now)
         if also is not None:
             also(writes)
+        if ride is not None and (published := ride.take()):
+            writes.add(delete(outbox).where(outbox.c.id.in_(published)))
         returned = writes.flush()
         if "instance" in returned and not returned["instance"]:
             raise _Duplicate(instance_id)  # a start whose instance exists: roll back

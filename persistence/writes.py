@@ -26,6 +26,7 @@ compiled once per shape and process.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -36,6 +37,7 @@ from sqlalchemy import (
     Connection,
     Table,
     Text,
+    bindparam,
     cast,
     column,
     func,
@@ -59,16 +61,37 @@ class Writes:
         self.conn = conn
         self._pg = conn.dialect.name == "postgresql"
         self._queued: list[tuple[UpdateBase, str | None]] = []
+        # The values of the named parameters of prebuilt statements queued (``add``'s
+        # ``params``): one namespace per flush, so a name is queued at most once.
+        self._params: dict[str, Any] = {}
         self.returned: dict[str, list[Any]] = {}
 
     def insert_ignoring(self, table: Table) -> Any:
         """An INSERT of this dialect that can say ``ON CONFLICT DO NOTHING``."""
         return pg_insert(table) if self._pg else sqlite_insert(table)
 
-    def add(self, statement: UpdateBase, returning: str | None = None) -> None:
+    def add(
+        self,
+        statement: UpdateBase,
+        returning: str | None = None,
+        *,
+        params: Mapping[str, Any] | None = None,
+    ) -> None:
         """Queue ``statement``; with ``returning``, its single RETURNING column's values
-        are kept under that name."""
+        are kept under that name. ``params``: the values of a prebuilt statement's named
+        parameters (``bindparam``); their names must be free in this flush
+        (``binds``), or the statements would share one value."""
+        if params:
+            taken = self._params.keys() & params.keys()
+            if taken:
+                raise ValueError(f"parameters {sorted(taken)} are queued twice in one flush")
+            self._params.update(params)
         self._queued.append((statement, returning))
+
+    def binds(self, *names: str) -> bool:
+        """Are the parameter names free in this flush (a prebuilt statement may be
+        queued with them)?"""
+        return self._params.keys().isdisjoint(names)
 
     def add_rows(
         self,
@@ -84,8 +107,22 @@ class Writes:
         if not rows:
             return
         if self._pg and len(rows) > 1:
+            names = tuple(dict.fromkeys(name for row in rows for name in row))
+            bind = f"{table.name}_rows"
+            document = json.dumps(
+                [{name: _json_field(row.get(name)) for name in names} for row in rows],
+                separators=(",", ":"),
+            )
+            if self.binds(bind):
+                shape = (table, names, ignore_conflicts, returning[0].name if returning else None)
+                self.add(
+                    _recordset_insert(*shape),
+                    returning[1] if returning else None,
+                    params={bind: document},
+                )
+                return
             statement: Any = self._insert(table, ignore_conflicts).from_select(
-                *_recordset(table, rows)
+                list(names), _recordset_select(table, names, literal(document, Text))
             )
         else:
             statement = self._insert(table, ignore_conflicts).values(
@@ -106,11 +143,12 @@ class Writes:
         """Send what is queued (one statement on PostgreSQL); returns every value
         returned so far, by name."""
         queued, self._queued = self._queued, []
+        params, self._params = self._params, {}
         if not queued:
             return self.returned
         if not self._pg or len(queued) == 1:
             for statement, name in queued:
-                result = self.conn.execute(statement)
+                result = self.conn.execute(statement, params or None)
                 if name is not None:
                     self.returned.setdefault(name, []).extend(v for (v,) in result)
             return self.returned
@@ -120,7 +158,9 @@ class Writes:
             select(func.array_agg(next(iter(cte.c)))).scalar_subquery() for cte, _ in named
         ]
         # A SELECT needs a column; the CTEs run whether it reads them or not.
-        row = self.conn.execute(select(*(columns or [literal_column("1")])).add_cte(*ctes)).one()
+        row = self.conn.execute(
+            select(*(columns or [literal_column("1")])).add_cte(*ctes), params or None
+        ).one()
         for (_, name), values in zip(named, row, strict=False):
             self.returned.setdefault(str(name), []).extend(values or [])
         return self.returned
@@ -136,18 +176,29 @@ def _json_field(value: Any) -> Any:
     return value
 
 
-def _recordset(table: Table, rows: Sequence[Mapping[str, Any]]) -> tuple[list[str], Any]:
-    """The columns and the SELECT of an INSERT of ``rows`` from one JSON parameter:
-    ``SELECT ... FROM jsonb_to_recordset(:rows) AS r(col type, ...)``, typed as the
+def _recordset_select(table: Table, names: tuple[str, ...], document: Any) -> Any:
+    """``SELECT ... FROM jsonb_to_recordset(document) AS r(col type, ...)``, typed as the
     table's columns, so its shape depends on the table and the columns only."""
-    names = list(dict.fromkeys(name for row in rows for name in row))
-    document = json.dumps(
-        [{name: _json_field(row.get(name)) for name in names} for row in rows],
-        separators=(",", ":"),
-    )
     records = (
-        func.jsonb_to_recordset(cast(literal(document, Text), JSONB))
+        func.jsonb_to_recordset(cast(document, JSONB))
         .table_valued(*(column(name, table.c[name].type) for name in names))
         .render_derived(with_types=True)
     )
-    return names, select(*(records.c[name] for name in names))
+    return select(*(records.c[name] for name in names))
+
+
+@functools.cache
+def _recordset_insert(
+    table: Table, names: tuple[str, ...], ignore_conflicts: bool, returning: str | None
+) -> Any:
+    """The INSERT of rows from one JSON parameter ``<table>_rows``, built once per shape
+    and process (the same object at every trigger: no construction, no cache key to
+    compute again). The shapes are few: a table and the columns its rows set."""
+    insert_: Any = pg_insert(table) if ignore_conflicts else insert(table)
+    statement = insert_.from_select(
+        list(names),
+        _recordset_select(table, names, bindparam(f"{table.name}_rows", type_=Text)),
+    )
+    if ignore_conflicts:
+        statement = statement.on_conflict_do_nothing()
+    return statement if returning is None else statement.returning(table.c[returning])

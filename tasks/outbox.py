@@ -2,7 +2,11 @@
 
 A row is published after the commit that wrote it, by the task that committed it, and
 marked published; a publisher that died in between leaves the row for the beat sweep
-(``dormant.relay_outbox``). So a row can be published twice, never zero times. That is
+(``dormant.relay_outbox``). So a row can be published twice, never zero times. A job's
+row is deleted once published, on PostgreSQL by this process's next write transaction
+(one more CTE of its write statement) or within half a second by a timer
+(``Store.job_published``): a process that dies in that window leaves the row for the
+sweep, which sends the job once more. That is
 harmless because every trigger published here carries the row's trigger id (the Store
 writes ``<instance>@<revision>.<index>`` into the payload; ``outbox:<id>`` for rows of
 older versions), and the Store drops a trigger id it has already applied; jobs carry
@@ -20,6 +24,8 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from celery.signals import worker_process_shutdown
+
 from engine_core.calls import parent_trigger
 from engine_core.effects import (
     CancelChild,
@@ -35,6 +41,7 @@ from engine_core.effects import (
 from engine_core.errors import StoredDataError
 from engine_core.triggers import Continue, Trigger
 from persistence import clock, job_pause
+from persistence.published_jobs import flush_every
 from tasks.app import publish, store
 from tasks.jobs import dispatch
 
@@ -169,10 +176,12 @@ PUBLISHERS: dict[type, Callable[[Any, str, dict[str, Any]], None]] = {
 def publish_row(row: Any) -> None:
     """Publish one outbox row and mark it published (after, never before, the send).
 
-    A job's row is deleted once published: a job the broker loses is dispatched again
-    by its timeout in the engine. Every other row (a follow-up trigger) is kept, stamped
-    published, until its consumer acknowledges it (``consumed``); the sweep publishes
-    it again if the broker lost it, so no follow-up is lost with a broker's memory.
+    A job's row is deleted once published (``Store.job_published``: on PostgreSQL by
+    this process's next write transaction, or a timer, not a transaction of its own):
+    a job the broker loses is dispatched again by its timeout in the engine. Every
+    other row (a follow-up trigger) is kept, stamped published, until its consumer
+    acknowledges it (``consumed``); the sweep publishes it again if the broker lost it,
+    so no follow-up is lost with a broker's memory.
     """
     row_id, kind, payload = _field(row, "id"), _field(row, "kind"), _field(row, "payload")
     try:
@@ -187,7 +196,10 @@ def publish_row(row: Any) -> None:
     tid = payload.get("trigger_id") or trigger_id_for(row_id)
     headers = {HEADER_OUTBOX: {"id": row_id, "trigger_id": tid}} if follow_up else {}
     PUBLISHERS[type(effect)](effect, tid, headers)
-    store().mark_published(row_id, until_consumed=follow_up)
+    if follow_up:
+        store().mark_published(row_id, until_consumed=True)
+    else:
+        store().job_published(int(row_id))
 
 
 def _held_by_a_pause(row_id: int, job_type: str) -> bool:
@@ -233,3 +245,10 @@ def publish_rows(rows: Iterable[Any]) -> int:
                 "outbox row %s not published now; the sweep will retry", _field(row, "id")
             )
     return count
+
+
+@worker_process_shutdown.connect(weak=False)  # type: ignore[untyped-decorator]
+def _delete_published_jobs(**_: Any) -> None:
+    """A pool process ends with ``os._exit`` (no ``atexit``): delete the published job
+    rows no write carried yet, or the sweep would send those jobs again."""
+    flush_every()

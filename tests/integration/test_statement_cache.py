@@ -6,7 +6,10 @@ trigger; compiling the one write statement (persistence/writes.py) of each trigg
 about 1 ms of a 5 ms in-process message trigger before rows became cacheable. This pins
 it on PostgreSQL, the production database: after one warm-up round of each path —
 start, message, job result, a user task with candidate rows (several hold rows), its
-completion — every statement of a second round is a cache hit.
+completion — every statement of a second round is a cache hit. That includes the job
+result's statement carrying the DELETE of the job rows published since the last write
+(persistence/published_jobs.py): one row in the first round, two in the second, one
+expanding parameter either way.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from sqlalchemy.engine import default
 
 from bench.models import MESSAGE, SERVICE
 from engine_core.triggers import JobCompleted, TaskCompleted
+from persistence import routing
+from persistence import store as store_module
 from persistence.routing import Router
 from persistence.settings import Settings
 from persistence.store import Store
@@ -56,11 +61,22 @@ def pg_store(pg_url: str) -> Iterator[Store]:
 def _round(store: Store, router: Router, n: int, now: datetime) -> None:
     store.start("bench_message", f"m-{n}", {"orderId": f"m-{n}"}, now=now)
     router.message("bench-go", f"m-{n}", {}, message_id=f"msg-{n}", ttl_seconds=None, now=now)
-    store.start("bench_service", f"s-{n}", {"i": n}, now=now)
-    [job] = store.holds(f"s-{n}")["deadlines"]
+    # Job rows published (as tasks/outbox.py does) before a write that carries their
+    # DELETE: a start carries one, the first job's result n + 1 (1, then 2).
+    rows = [
+        store.start("bench_service", f"s-{n}-{k}", {"i": n}, now=now).outbox_ids[0]
+        for k in range(n + 2)
+    ]
+    store.job_published(rows[0])
+    store.start("bench_message", f"m-{n}-b", {"orderId": f"m-{n}-b"}, now=now)
+    assert store.published_jobs.pending() == []  # the start's statement took it
+    for row_id in rows[1:]:
+        store.job_published(row_id)
+    [job] = store.holds(f"s-{n}-0")["deadlines"]
     store.apply(
-        f"s-{n}", JobCompleted(wait_id=job["wait_id"], variables={}), now, trigger_id=f"s-{n}:j"
+        f"s-{n}-0", JobCompleted(wait_id=job["wait_id"], variables={}), now, trigger_id=f"s-{n}:j"
     )
+    assert store.published_jobs.pending() == []  # the result's statement took them
     store.start("cached_tasks", f"t-{n}", {"team": ["x", "y"]}, now=now)
     [task] = store.user_tasks(f"t-{n}")
     _, wait_id = store.task(task.id)
@@ -72,12 +88,15 @@ def test_a_second_round_of_triggers_compiles_nothing(pg_store: Store) -> None:
     for model in (MESSAGE, SERVICE, TASKS):
         pg_store.deploy(model, now)
     router = Router(pg_store)
+    pg_store.published_jobs.bound_seconds = 600  # no timer's delete in between
     _round(pg_store, router, 0, now)  # warm-up: each shape compiled once
 
     seen: list[tuple[Any, list[str]]] = []
+    objects: list[Any] = []
 
     def record(_conn: Any, _cursor: Any, statement: str, _p: Any, context: Any, _m: Any) -> None:
         seen.append((getattr(context, "cache_hit", None), statement.split(None, 3)[:3]))
+        objects.append(getattr(getattr(context, "compiled", None), "statement", None))
 
     event.listen(pg_store.engine, "before_cursor_execute", record)
     try:
@@ -89,3 +108,7 @@ def test_a_second_round_of_triggers_compiles_nothing(pg_store: Store) -> None:
     misses = [(status, s) for status, s in seen if status not in (None, default.CACHE_HIT)]
     assert misses == []
     assert [s[0] for _, s in seen].count("WITH") >= 4  # the writes went as one statement each
+    # The two statements every message runs are built once per process, not per trigger
+    # (their construction and cache key were a tenth of a message trigger's time).
+    assert sum(o is store_module._LOCK[True] for o in objects) == 3  # message, job, task
+    assert sum(o is routing._SEEN_AND_HOLDERS for o in objects) == 1
