@@ -13,13 +13,14 @@ Nothing here knows BPMN: which rows a wait implies is read off its fields
 
 from __future__ import annotations
 
+import functools
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, delete, insert, select, text, update
+from sqlalchemy import Connection, bindparam, delete, insert, select, text, update
 
 from engine_core.checkpoint import Wait, WaitKind
 from engine_core.effects import DeliverBuffered, encode_effect
@@ -116,10 +117,24 @@ def _candidate_rows(instance_id: str, w: Wait) -> list[dict[str, Any]]:
     ]
 
 
+@functools.cache
+def _delete_waits(table: Any) -> Any:
+    """The DELETE of an instance's hold rows by wait id, prebuilt per table with named
+    parameters (persistence/writes.py ``add_prebuilt``)."""
+    return delete(table).where(
+        table.c.instance_id == bindparam(f"{table.name}_instance"),
+        table.c.wait_id.in_(bindparam(f"{table.name}_waits", expanding=True)),
+    )
+
+
 def _delete(writes: Writes, table: Any, instance_id: str, wait_ids: list[str]) -> None:
     if wait_ids:
-        writes.add(
-            delete(table).where(table.c.instance_id == instance_id, table.c.wait_id.in_(wait_ids))
+        writes.add_prebuilt(
+            _delete_waits(table),
+            {f"{table.name}_instance": instance_id, f"{table.name}_waits": wait_ids},
+            lambda: delete(table).where(
+                table.c.instance_id == instance_id, table.c.wait_id.in_(wait_ids)
+            ),
         )
 
 

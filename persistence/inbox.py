@@ -19,16 +19,18 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine, Update, insert, or_, select, update
+from sqlalchemy import Engine, Update, bindparam, insert, or_, select, update
 
 from persistence import clock
 from persistence.tables import inbox
+from persistence.writes import Writes
 
 __all__ = [
     "InboxRow",
     "mark_processed",
     "mark_processed_statement",
     "mark_republished",
+    "queue_mark_processed",
     "queued_start",
     "record",
     "record_many",
@@ -87,6 +89,25 @@ def mark_processed_statement(inbox_id: str, at: datetime) -> Update:
         update(inbox)
         .where(inbox.c.id == inbox_id, inbox.c.processed_at.is_(None))
         .values(processed_at=at)
+    )
+
+
+# ``mark_processed_statement`` prebuilt for a trigger's one write statement
+# (persistence/writes.py ``add_prebuilt``), with its parameters' names.
+MARK_PROCESSED_PARAMS = ("inbox_id", "inbox_processed_at")
+MARK_PROCESSED = (
+    update(inbox)
+    .where(inbox.c.id == bindparam("inbox_id"), inbox.c.processed_at.is_(None))
+    .values(processed_at=bindparam("inbox_processed_at"))
+)
+
+
+def queue_mark_processed(writes: Writes, inbox_id: str, at: datetime) -> None:
+    """Queue the mark into a trigger's one write statement."""
+    writes.add_prebuilt(
+        MARK_PROCESSED,
+        dict(zip(MARK_PROCESSED_PARAMS, (inbox_id, at), strict=True)),
+        lambda: mark_processed_statement(inbox_id, at),
     )
 
 

@@ -61,7 +61,7 @@ from engine_core.inputs import check_name, check_text, check_ttl, check_variable
 from engine_core.triggers import MessageReceived, SignalReceived, Trigger
 from persistence.deployments import deployments_count_column
 from persistence.holds import lock_message_key
-from persistence.inbox import mark_processed_statement
+from persistence.inbox import mark_processed_statement, queue_mark_processed
 from persistence.outbox_queue import OutboxRow
 from persistence.results import outcome_word
 from persistence.store import Applied, StartKeyTaken, Store
@@ -448,20 +448,17 @@ class Router:
         buffer = buffer_it(ttl)
 
         def record(writes: Writes) -> None:
-            writes.add(
-                writes.insert_ignoring(messages)
-                .values(
-                    message_id=out.message_id,
-                    name=name,
-                    correlation_key=key,
-                    variables=variables if buffer else {},
-                    expires_at=now + timedelta(seconds=ttl) if buffer and ttl else None,
-                    received_at=now,
-                    consumed_by_instance=None if buffer else taker.instance_id,
-                    consumed_at=None if buffer else now,
-                )
-                .on_conflict_do_nothing()
-            )
+            row = {
+                "message_id": out.message_id,
+                "name": name,
+                "correlation_key": key,
+                "variables": variables if buffer else {},
+                "expires_at": now + timedelta(seconds=ttl) if buffer and ttl else None,
+                "received_at": now,
+                "consumed_by_instance": None if buffer else taker.instance_id,
+                "consumed_at": None if buffer else now,
+            }
+            writes.add_rows(messages, [row], ignore_conflicts=True)
             if buffer:
                 reached = {**out.served, taker.process_key: taker.instance_id}
                 writes.add_rows(
@@ -470,7 +467,7 @@ class Router:
                     ignore_conflicts=True,
                 )
             if inbox_id is not None:
-                writes.add(mark_processed_statement(inbox_id, now))
+                queue_mark_processed(writes, inbox_id, now)
 
         return record
 

@@ -62,7 +62,7 @@ from persistence.decisions import DecisionCache
 from persistence.deployments import Deployment, Deployments
 from persistence.failed_triggers import FLAGGED, FailedTriggers
 from persistence.holds import sync_holds
-from persistence.inbox import mark_processed_statement
+from persistence.inbox import queue_mark_processed
 from persistence.incident_rows import sync_incidents
 from persistence.outbox_queue import OutboxQueue, OutboxRow
 from persistence.published_jobs import FLUSH_AFTER_SECONDS, PublishedJobs, Ride
@@ -146,11 +146,11 @@ class StartKeyTaken(InvalidOperation):
         )
 
 
-def _document(cp: Checkpoint, postgres: bool) -> ColumnElement[Any]:
-    """The new checkpoint as ``encode_json``'s text, written in one pass: cast to JSONB
-    on PostgreSQL (the same document a dict would have made), stored as it is on
-    SQLite (whose JSON column is text)."""
-    doc = literal(encode_json(cp), Text)
+def _document(cp: Checkpoint | str, postgres: bool) -> ColumnElement[Any]:
+    """The new checkpoint as ``encode_json``'s text (or that text), written in one pass:
+    cast to JSONB on PostgreSQL (the same document a dict would have made), stored as
+    it is on SQLite (whose JSON column is text)."""
+    doc = literal(cp if isinstance(cp, str) else encode_json(cp), Text)
     return cast(doc, JSONB) if postgres else doc
 
 
@@ -228,6 +228,35 @@ _CHECKPOINT = (
         version=bindparam("checkpoint_version"),
         updated_at=bindparam("checkpoint_at"),
     )
+)
+_DELETE_PUBLISHED = delete(outbox).where(
+    outbox.c.id.in_(bindparam("published_ids", expanding=True))
+)
+# A start's instance row on PostgreSQL, whose ON CONFLICT tells a redelivered start.
+_START = (
+    pg_insert(instances)
+    .values(
+        {
+            **{
+                name: bindparam(f"start_{name}")
+                for name in (
+                    "id",
+                    "key",
+                    "version",
+                    "status",
+                    "business_key",
+                    "start_key",
+                    "revision",
+                    "created_at",
+                    "updated_at",
+                    "parent_id",
+                )
+            },
+            "checkpoint": cast(bindparam("start_checkpoint", type_=Text), JSONB),
+        }
+    )
+    .on_conflict_do_nothing(index_elements=[instances.c.id])
+    .returning(instances.c.id)
 )
 _PROCESSED_PARAMS = ("processed_instance", "processed_trigger", "processed_at")
 _PROCESSED = (
@@ -430,6 +459,7 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
         step = core.apply(definition, first, trigger, now=now, services=services)
         cp = step.checkpoint
         writes = Writes(conn)
+        document = encode_json(cp)
         row = {
             "id": instance_id,
             "key": key,
@@ -438,21 +468,28 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
             "business_key": trigger.business_key,
             "start_key": trigger.start_key,
             "revision": cp.revision,
-            "checkpoint": _document(cp, conn.dialect.name == "postgresql"),
+            "checkpoint": document,
             "created_at": now,
             "updated_at": now,
             "parent_id": (trigger.parent or {}).get("instance_id"),
         }
         if not checked:
-            writes.add(
-                pg_insert(instances)
-                .values(row)
-                .on_conflict_do_nothing(index_elements=[instances.c.id])
-                .returning(instances.c.id),
+            writes.add_prebuilt(
+                _START,
+                {f"start_{name}": value for name, value in row.items()},
+                lambda: (
+                    pg_insert(instances)
+                    .values({**row, "checkpoint": _document(document, True)})
+                    .on_conflict_do_nothing(index_elements=[instances.c.id])
+                    .returning(instances.c.id)
+                ),
                 "instance",
             )
         else:
-            writes.add(insert(instances).values(row))
+            postgres = conn.dialect.name == "postgresql"
+            writes.add(
+                insert(instances).values({**row, "checkpoint": _document(document, postgres)})
+            )
         return self._write_step(
             writes, instance_id, first, step, now, trigger_id, inbox_id, ride=ride
         )
@@ -593,20 +630,22 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
         self, writes: Writes, instance_id: str, cp: Checkpoint, now: datetime
     ) -> None:
         """The checkpoint's own write: the prebuilt UPDATE on PostgreSQL (``_CHECKPOINT``)."""
-        values = (instance_id, encode_json(cp), cp.status.value, cp.revision, cp.version, now)
-        if self.is_postgres and writes.binds(*_CHECKPOINT_PARAMS):
-            writes.add(_CHECKPOINT, params=dict(zip(_CHECKPOINT_PARAMS, values, strict=True)))
-            return
-        writes.add(
-            update(instances)
-            .where(instances.c.id == instance_id)
-            .values(
-                checkpoint=_document(cp, self.is_postgres),
-                status=cp.status.value,
-                revision=cp.revision,
-                version=cp.version,  # a migration moves the instance's pin
-                updated_at=now,
-            )
+        document = encode_json(cp)
+        values = (instance_id, document, cp.status.value, cp.revision, cp.version, now)
+        writes.add_prebuilt(
+            _CHECKPOINT,
+            dict(zip(_CHECKPOINT_PARAMS, values, strict=True)),
+            lambda: (
+                update(instances)
+                .where(instances.c.id == instance_id)
+                .values(
+                    checkpoint=_document(document, self.is_postgres),
+                    status=cp.status.value,
+                    revision=cp.revision,
+                    version=cp.version,  # a migration moves the instance's pin
+                    updated_at=now,
+                )
+            ),
         )
 
     def _lock(self, conn: Connection, instance_id: str, trigger_id: str | None) -> Row[Any]:
@@ -624,7 +663,7 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
     def _mark_inbox(writes: Writes, inbox_id: str | None, now: datetime) -> bool:
         if inbox_id is None:
             return False
-        writes.add(mark_processed_statement(inbox_id, now))
+        queue_mark_processed(writes, inbox_id, now)
         return True
 
     def _write_step(
@@ -670,22 +709,26 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
         if rows:
             writes.add_rows(outbox, rows, returning=(outbox.c.id, "outbox"))
         if trigger_id is not None:
-            if self.is_postgres and writes.binds(*_PROCESSED_PARAMS):
-                params = dict(zip(_PROCESSED_PARAMS, (instance_id, trigger_id, now), strict=True))
-                writes.add(_PROCESSED, "processed", params=params)
-            else:
-                writes.add(
+            writes.add_prebuilt(
+                _PROCESSED,
+                dict(zip(_PROCESSED_PARAMS, (instance_id, trigger_id, now), strict=True)),
+                lambda: (
                     writes.insert_ignoring(processed_triggers)
                     .values(instance_id=instance_id, trigger_id=trigger_id, at=now)
                     .on_conflict_do_nothing()
-                    .returning(processed_triggers.c.trigger_id),
-                    "processed",
-                )
+                    .returning(processed_triggers.c.trigger_id)
+                ),
+                "processed",
+            )
         marked = self._mark_inbox(writes, inbox_id, now)
         if also is not None:
             also(writes)
         if ride is not None and (published := ride.take()):
-            writes.add(delete(outbox).where(outbox.c.id.in_(published)))
+            writes.add_prebuilt(
+                _DELETE_PUBLISHED,
+                {"published_ids": published},
+                lambda: delete(outbox).where(outbox.c.id.in_(published)),
+            )
         returned = writes.flush()
         if "instance" in returned and not returned["instance"]:
             raise _Duplicate(instance_id)  # a start whose instance exists: roll back

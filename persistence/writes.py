@@ -17,18 +17,22 @@ in the order the statements were queued.
 Rows are never sent as a multi-row VALUES list on PostgreSQL (``add_rows``):
 SQLAlchemy cannot cache the compiled form of a multi-row INSERT, and compiling the
 whole CTE statement anew was the largest share of a trigger's time in the worker
-(measured: about 1 ms of a 5 ms in-process message trigger). One row is a one-row
-VALUES; more rows are one JSON array expanded by ``jsonb_to_recordset`` in their order
-(facts are read back in id order, so the order the rows were written in is the
-history's). Either way the statement has the same shape from trigger to trigger and is
-compiled once per shape and process.
+(measured: about 1 ms of a 5 ms in-process message trigger). Rows are one JSON array
+expanded by ``jsonb_to_recordset`` in their order (facts are read back in id order, so
+the order the rows were written in is the history's): the statement has the same shape
+from trigger to trigger and is compiled once per shape and process.
+
+Building a statement and its cache key costs too (about 90 µs each, measured), so the
+statements of nearly every trigger are prebuilt module-level objects with named
+parameters (``add_prebuilt``; recordset INSERTs by table and columns), and a flush of
+prebuilt statements only reuses its composite statement as well.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -60,7 +64,9 @@ class Writes:
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
         self._pg = conn.dialect.name == "postgresql"
-        self._queued: list[tuple[UpdateBase, str | None]] = []
+        # (statement, its RETURNING name, prebuilt: a module-level object with named
+        # parameters, so a flush of prebuilt statements only can reuse its composite)
+        self._queued: list[tuple[UpdateBase, str | None, bool]] = []
         # The values of the named parameters of prebuilt statements queued (``add``'s
         # ``params``): one namespace per flush, so a name is queued at most once.
         self._params: dict[str, Any] = {}
@@ -86,7 +92,21 @@ class Writes:
             if taken:
                 raise ValueError(f"parameters {sorted(taken)} are queued twice in one flush")
             self._params.update(params)
-        self._queued.append((statement, returning))
+        self._queued.append((statement, returning, params is not None))
+
+    def add_prebuilt(
+        self,
+        statement: UpdateBase,
+        params: Mapping[str, Any],
+        fallback: Callable[[], UpdateBase],
+        returning: str | None = None,
+    ) -> None:
+        """Queue a prebuilt PostgreSQL statement with its parameters' values, or, where
+        its names are taken in this flush (or on SQLite), ``fallback()`` built afresh."""
+        if self._pg and self.binds(*params):
+            self.add(statement, returning, params=params)
+        else:
+            self.add(fallback(), returning)
 
     def binds(self, *names: str) -> bool:
         """Are the parameter names free in this flush (a prebuilt statement may be
@@ -106,7 +126,7 @@ class Writes:
         under (on PostgreSQL more than one row gives its values in insertion order)."""
         if not rows:
             return
-        if self._pg and len(rows) > 1:
+        if self._pg:
             names = tuple(dict.fromkeys(name for row in rows for name in row))
             bind = f"{table.name}_rows"
             document = json.dumps(
@@ -124,7 +144,7 @@ class Writes:
             statement: Any = self._insert(table, ignore_conflicts).from_select(
                 list(names), _recordset_select(table, names, literal(document, Text))
             )
-        else:
+        else:  # SQLite: a local file, nothing to save by a cached shape
             statement = self._insert(table, ignore_conflicts).values(
                 rows[0] if len(rows) == 1 else list(rows)
             )
@@ -147,23 +167,40 @@ class Writes:
         if not queued:
             return self.returned
         if not self._pg or len(queued) == 1:
-            for statement, name in queued:
+            for statement, name, _ in queued:
                 result = self.conn.execute(statement, params or None)
                 if name is not None:
                     self.returned.setdefault(name, []).extend(v for (v,) in result)
             return self.returned
-        ctes = [statement.cte(f"w{i}") for i, (statement, _) in enumerate(queued)]
-        named = [(cte, name) for cte, (_, name) in zip(ctes, queued, strict=True) if name]
-        columns: list[Any] = [
-            select(func.array_agg(next(iter(cte.c)))).scalar_subquery() for cte, _ in named
-        ]
-        # A SELECT needs a column; the CTEs run whether it reads them or not.
-        row = self.conn.execute(
-            select(*(columns or [literal_column("1")])).add_cte(*ctes), params or None
-        ).one()
-        for (_, name), values in zip(named, row, strict=False):
+        shape = tuple((statement, name) for statement, name, _ in queued)
+        if all(prebuilt for _, _, prebuilt in queued):
+            composite = _composite_of_prebuilt(shape)
+        else:
+            composite = _composite(shape)
+        row = self.conn.execute(composite, params or None).one()
+        named = [name for _, name in shape if name]
+        for name, values in zip(named, row, strict=False):
             self.returned.setdefault(str(name), []).extend(values or [])
         return self.returned
+
+
+def _composite(shape: tuple[tuple[UpdateBase, str | None], ...]) -> Any:
+    """Every queued statement a data-modifying CTE of one SELECT that returns, per
+    named one, its RETURNING column as an array."""
+    ctes = [statement.cte(f"w{i}") for i, (statement, _) in enumerate(shape)]
+    columns: list[Any] = [
+        select(func.array_agg(next(iter(cte.c)))).scalar_subquery()
+        for cte, (_, name) in zip(ctes, shape, strict=True)
+        if name
+    ]
+    # A SELECT needs a column; the CTEs run whether it reads them or not.
+    return select(*(columns or [literal_column("1")])).add_cte(*ctes)
+
+
+# A flush of prebuilt statements only (the usual message trigger or job result) reuses
+# its composite: built once per combination, its cache key computed once. Prebuilt
+# statements are module-level objects, so the combinations are few; bounded anyway.
+_composite_of_prebuilt = functools.lru_cache(maxsize=512)(_composite)
 
 
 def _json_field(value: Any) -> Any:

@@ -24,7 +24,7 @@ from sqlalchemy.engine import default
 
 from bench.models import MESSAGE, SERVICE
 from engine_core.triggers import JobCompleted, TaskCompleted
-from persistence import routing
+from persistence import routing, writes
 from persistence import store as store_module
 from persistence.routing import Router
 from persistence.settings import Settings
@@ -99,6 +99,7 @@ def test_a_second_round_of_triggers_compiles_nothing(pg_store: Store) -> None:
         objects.append(getattr(getattr(context, "compiled", None), "statement", None))
 
     event.listen(pg_store.engine, "before_cursor_execute", record)
+    reused = writes._composite_of_prebuilt.cache_info().hits
     try:
         _round(pg_store, router, 1, now)
     finally:
@@ -112,3 +113,6 @@ def test_a_second_round_of_triggers_compiles_nothing(pg_store: Store) -> None:
     # (their construction and cache key were a tenth of a message trigger's time).
     assert sum(o is store_module._LOCK[True] for o in objects) == 3  # message, job, task
     assert sum(o is routing._SEEN_AND_HOLDERS for o in objects) == 1
+    # Writes of prebuilt statements only (the starts, the message, the job's result, the
+    # task's completion) reuse their composite statement: nothing of it built again.
+    assert writes._composite_of_prebuilt.cache_info().hits - reused >= 6
