@@ -81,6 +81,7 @@ __all__ = [
     "TIMER_SCAN_KEY",
     "WORKER_QUEUES",
     "app",
+    "broker_transport",
     "configure",
     "ensure_database",
     "pooled_producer",
@@ -153,6 +154,13 @@ def _transport_options(broker_url: str, visibility_timeout: float) -> dict[str, 
     return {}
 
 
+def broker_transport(broker_url: str) -> str | None:
+    """dormant's own Redis transport for a ``redis://`` URL (tasks/redis_transport.py:
+    the exchanges known to a channel at birth, bindings written again when Redis lost
+    them), for the app's connections and for a producer's pool on any broker URL."""
+    return "tasks.redis_transport:Transport" if broker_url.startswith("redis://") else None
+
+
 def _conf(s: Settings) -> dict[str, Any]:
     return {
         "broker_url": s.broker_url,
@@ -170,9 +178,7 @@ def _conf(s: Settings) -> dict[str, Any]:
         "broker_transport_options": _transport_options(s.broker_url, s.redis_visibility_timeout),
         # Redis: dormant's exchanges known to each channel before kombu's restore of a
         # dead worker's messages (tasks/redis_transport.py says why).
-        "broker_transport": (
-            "tasks.redis_transport:Transport" if s.broker_url.startswith("redis://") else None
-        ),
+        "broker_transport": broker_transport(s.broker_url),
         "task_queues": (TIMER_QUEUE, QUEUE, PLAIN_QUEUE),
         "task_default_queue": QUEUE.name,
         "task_default_exchange": EXCHANGE.name,
@@ -341,7 +347,10 @@ def pooled_producer(broker_url: str) -> Iterator[Any]:
     with _producer_pools_lock:
         pool = _producer_pools.get(broker_url)
         if pool is None:
-            pool = producers[app.connection_for_write(broker_url)]
+            connection = app.connection_for_write(
+                broker_url, transport=broker_transport(broker_url)
+            )
+            pool = producers[connection]
             _producer_pools[broker_url] = pool
     with pool.acquire(block=True) as producer:
         yield producer

@@ -500,10 +500,11 @@ class Client(Operations):
     def retry_trigger(self, failed_id: str) -> None:
         """Send a failed trigger again: back into the inbox, then published (its
         trigger id unchanged, so a retry of one that did apply meanwhile is a duplicate)."""
-        from tasks.app import app
+        from tasks.app import app, broker_transport
         from tasks.failed import resend
 
-        with app.connection_for_write(self.settings.broker_url) as conn:
+        url = self.settings.broker_url
+        with app.connection_for_write(url, transport=broker_transport(url)) as conn:
             resend(self._store, failed_id, connection=conn)
 
     def drop_trigger(self, failed_id: str) -> FailedTriggerView:

@@ -12,6 +12,17 @@ then came back only by the job timeout. Declaring the exchanges when a channel i
 created (a virtual declaration: no Redis command) makes that first restore find the
 ``dormant`` queue. tests/faults/test_recovery_window.py kills a worker after a job ran
 and checks that the job runs again within the visibility timeout.
+
+And a publish finds its queues again when Redis lost the bindings. A topic exchange's
+bindings are a Redis set (``_kombu.binding.<exchange>``), written when a queue is
+declared; kombu remembers per connection what it declared (``maybe_declare``) and never
+writes them again. When the set is gone — Redis restarted without persistence, or the
+database was emptied — a long-lived connection (a pooled producer, a worker's) publishes
+into an exchange with no binding, and the Redis transport drops every such message,
+silently, until the process reconnects. dormant's own triggers came back by the inbox
+or outbox sweep, seconds later; a plain Celery producer's did not. So when a lookup on
+one of dormant's exchanges finds no queue, the channel binds this app's declared queues
+again (one SADD per binding) and looks once more: ``tests/integration/test_redis_restore.py``.
 """
 
 from __future__ import annotations
@@ -37,6 +48,31 @@ class Channel(redis.Channel):
             self.exchange_declare(
                 exchange=ex.name, type=ex.type, durable=ex.durable, auto_delete=ex.auto_delete
             )
+
+    def _lookup(self, exchange: str, routing_key: str, default: Any = None) -> Any:
+        found = super()._lookup(exchange, routing_key, default)
+        if found or not exchange:
+            return found
+        from tasks.app import app
+
+        bound = False
+        for queue in app.amqp.queues.values():
+            for b in queue.bindings or ():
+                if b.exchange is not None and b.exchange.name == exchange:
+                    self._rebind(exchange, b.routing_key, queue.name)
+                    bound = True
+            if not queue.bindings and queue.exchange is not None:
+                if queue.exchange.name == exchange:
+                    self._rebind(exchange, queue.routing_key, queue.name)
+                    bound = True
+        return super()._lookup(exchange, routing_key, default) if bound else found
+
+    def _rebind(self, exchange: str, routing_key: str, queue: str) -> None:
+        """Write one binding to Redis again (``queue_bind`` would skip it: this
+        connection's own state still has it)."""
+        self._queue_bind(
+            exchange, *self.typeof(exchange).prepare_bind(queue, exchange, routing_key, None)
+        )
 
 
 class Transport(redis.Transport):

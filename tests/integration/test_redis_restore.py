@@ -12,7 +12,7 @@ import redis
 from kombu import Connection, Consumer
 
 from persistence.settings import Settings
-from tasks.app import EXCHANGE, QUEUE, _conf
+from tasks.app import EXCHANGE, QUEUE, _conf, pooled_producer
 from tests.integration.conftest import _redis_db
 
 pytestmark = pytest.mark.integration
@@ -49,4 +49,29 @@ def test_a_restore_before_any_declaration_keeps_the_message(broker_url: str) -> 
     fresh.channel().qos.restore_visible(num=10, interval=1)
     assert r.hlen("unacked") == 0
     assert r.llen("dormant") == 1, "the restored message was dropped"
+    r.close()
+
+
+def test_a_publish_after_redis_lost_its_bindings_still_reaches_the_queue(
+    broker_url: str,
+) -> None:
+    """A pooled producer (the Client's, any broker URL) declared the queue once (kombu's
+    ``maybe_declare`` remembers it per connection); Redis then loses everything (a
+    restart without persistence: here the test's own database emptied). The next
+    publish must land in ``dormant``."""
+
+    def publish(n: int) -> None:
+        with pooled_producer(broker_url) as producer:
+            producer.publish(
+                {"n": n}, exchange=EXCHANGE, routing_key="trigger.start", declare=[QUEUE]
+            )
+
+    publish(1)
+    r = redis.Redis.from_url(broker_url)
+    assert r.llen("dormant") == 1
+    r.flushdb()  # our own locked database (tests/redis_lock.py)
+    assert not r.exists("_kombu.binding.dormant")
+    publish(2)
+    assert r.llen("dormant") == 1, "the publish after the bindings were lost was dropped"
+    assert r.exists("_kombu.binding.dormant")  # bound again, for every later publish
     r.close()
