@@ -125,8 +125,12 @@ WORKER_QUEUES = f"{TIMER_QUEUE.name},{QUEUE.name},{PLAIN_QUEUE.name}"
 # Seconds before Redis redelivers a task whose worker died without acknowledging it
 # (the default of the ``DORMANT_REDIS_VISIBILITY_TIMEOUT`` setting).
 REDIS_VISIBILITY_TIMEOUT = Settings.model_fields["redis_visibility_timeout"].default
-# How often beat scans the deadline table, and sweeps the outbox and inbox.
-SCAN_DEADLINES_EVERY = 1.0
+# How often beat scans the deadline table, and sweeps the outbox and inbox. Every half
+# second: a timer waits for the next tick (up to this long) before anything else, and
+# with its fires batched on a queue of its own the tick was what kept p99 lateness
+# above 1 s under load (bench/README.md, bench_lateness); an idle scan is one index
+# range read that claims nothing, twice a second.
+SCAN_DEADLINES_EVERY = 0.5
 RELAY_OUTBOX_EVERY = 3.0
 # How often beat looks for a bulk batch that nobody runs (never started, worker died).
 BATCH_SWEEP_EVERY = 5.0

@@ -555,7 +555,7 @@ def worker(
 @cli.command()
 @click.option("--loglevel", default="INFO", hidden=True)
 def beat(loglevel: str) -> None:
-    """Run beat: the deadline scan every second and the outbox/inbox sweep."""
+    """Run beat: the deadline scan every half second and the outbox/inbox sweep."""
     _ensure_database()
     from tasks.app import app
 
