@@ -12,8 +12,9 @@ dormant's ``apply`` is given the stored JSON text: it decodes it in one pass (va
 straight from the text) into its private working state, and ``encode_json`` writes the
 new state in one pass, as Spiff's ``deserialize_json`` and
 ``serialize_json`` do. The Store's path (persistence/store.py) is that step plus what
-the hold and incident projections diff against: the state before the step, read from
-the same text by ``decode_holds`` (waits and incidents only). It is measured beside,
+the hold and incident projections diff against: the state before the step, its waits
+and incidents copied from the step's one decode (``apply(keep_holds=True)``; until
+2026-12-01 evening read from the same text again by ``decode_holds``). It is measured beside,
 with the same target; the Store's former path (a dict each way, psycopg parsing the
 JSONB, SQLAlchemy dumping it, and a decoded ``Checkpoint`` that ``apply`` copied) is
 printed for reference.
@@ -43,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench import common
 from bench.models import LINEAR, LOOP
 from engine_core.bpmn import read_bpmn
-from engine_core.checkpoint import decode, decode_holds, encode, encode_json
+from engine_core.checkpoint import decode, encode, encode_json
 from engine_core.engine import apply, new_checkpoint
 from engine_core.model import ProcessDefinition
 from engine_core.triggers import JobCompleted, Start, TaskCompleted, TimerFired, Trigger
@@ -63,10 +64,10 @@ def dormant_step(defn: ProcessDefinition, stored: str, trigger: Trigger, now: da
 def dormant_step_store(
     defn: ProcessDefinition, stored: str, trigger: Trigger, now: datetime
 ) -> str:
-    """The Store's path: the step on the stored text, and the state before it read
-    from the same text for the hold diff (``Store._apply``)."""
-    step = apply(defn, stored, trigger, now=now)
-    decode_holds(stored)
+    """The Store's path (``Store._apply``): the step on the stored text, keeping the
+    state before it for the hold diff (copied from the step's one decode)."""
+    step = apply(defn, stored, trigger, now=now, keep_holds=True)
+    assert step.holds_before is not None
     return encode_json(step.checkpoint)
 
 

@@ -395,6 +395,19 @@ def decode_holds(raw: str | bytes) -> HoldState | Checkpoint:
     return holds if holds.schema_version == CURRENT_SCHEMA else decode(raw)
 
 
+def holds_of(checkpoint: Checkpoint) -> HoldState:
+    """``checkpoint``'s waits, incidents and suspension as a ``HoldState`` of their own
+    (copies: the step that follows mutates the checkpoint, never these). What
+    ``decode_holds`` reads from the stored text, taken from a decode already made:
+    copying two small dicts costs less than parsing the text again."""
+    return HoldState(
+        waits=_dataclass_dict(checkpoint.waits),
+        incidents=_dataclass_dict(checkpoint.incidents),
+        suspended=checkpoint.suspended,
+        schema_version=CURRENT_SCHEMA,
+    )
+
+
 def copy_checkpoint(checkpoint: Checkpoint) -> Checkpoint:
     """A deep copy ``apply`` may mutate, made without pydantic: every container is new,
     every scalar (str, number, enum, datetime) shared."""

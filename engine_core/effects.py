@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from engine_core.checkpoint import Checkpoint
+from engine_core.checkpoint import Checkpoint, HoldState
 from engine_core.errors import CorruptEffect, UnknownEffect
 from engine_core.triggers import MessageReceived
 
@@ -214,3 +214,6 @@ class Step:
     facts: tuple[Fact, ...] = ()
     # False when the trigger was stale or a duplicate: nothing changed, nothing to save.
     changed: bool = True
+    # The waits, incidents and suspension before the step (``apply(keep_holds=True)``):
+    # what the Store diffs the new checkpoint's hold and incident rows against.
+    holds_before: HoldState | None = None

@@ -31,6 +31,7 @@ from engine_core.checkpoint import (
     WaitKind,
     copy_checkpoint,
     decode,
+    holds_of,
 )
 from engine_core.compensation import finish_waiting_throws
 from engine_core.effects import ContinueInstance, Fact, Step
@@ -86,7 +87,11 @@ def apply(
     *,
     now: datetime,
     services: Services | None = None,
+    keep_holds: bool = False,
 ) -> Step:
+    """``keep_holds``: the changed step carries the state's waits, incidents and
+    suspension from before it (``Step.holds_before``), copied from the one decode
+    instead of the Store parsing the stored text a second time."""
     if isinstance(checkpoint, Checkpoint):
         given = checkpoint
 
@@ -109,6 +114,7 @@ def apply(
     if type(trigger) is Start and (given.tokens or given.revision):
         return _stale(given, trigger, "already started")
 
+    before = holds_of(given) if keep_holds else None
     # The decoded document is already private: only a given working state is copied.
     cp = given if given is not checkpoint else private()
     rt = Runtime(definition, cp, now, services or DEFAULT_SERVICES)
@@ -162,7 +168,7 @@ def apply(
     for wait in cp.waits.values():
         held[wait.kind.value] = held.get(wait.kind.value, 0) + 1
     rt.fact("Dehydrated", waits=len(cp.waits), **{k: held[k] for k in sorted(held)})
-    return Step(cp, tuple(rt.effects), tuple(rt.facts))
+    return Step(cp, tuple(rt.effects), tuple(rt.facts), holds_before=before)
 
 
 def _stale(checkpoint: Checkpoint, trigger: Trigger, reason: str) -> Step:

@@ -605,7 +605,9 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
             if isinstance(trigger, MigrateInstance):
                 target, _ = self.definition(row.key, trigger.version, conn=conn)
                 services = dataclasses.replace(services, migration_target=target)
-            step = core.apply(definition, stored, trigger, now=now, services=services)
+            step = core.apply(
+                definition, stored, trigger, now=now, services=services, keep_holds=True
+            )
             if not step.changed:
                 old = step.checkpoint  # an unchanged step returns the state as stored
                 self._queue_facts(writes, instance_id, old.revision, step.facts, now)
@@ -621,7 +623,7 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
                 )
             cp = step.checkpoint
             self._queue_checkpoint(writes, instance_id, cp, now)
-            before = decode_holds(stored)
+            before = step.holds_before if step.holds_before is not None else decode_holds(stored)
             return self._write_step(
                 writes, instance_id, before, step, now, trigger_id, None, also, ride
             )

@@ -173,8 +173,9 @@ def fake_core(monkeypatch: pytest.MonkeyPatch) -> None:
             scopes={"s0": Scope(id="s0")},
         )
 
-    def apply(definition, checkpoint, trigger, *, now, services=None):  # type: ignore[no-untyped-def]
+    def apply(definition, checkpoint, trigger, *, now, services=None, keep_holds=False):  # type: ignore[no-untyped-def]
         # As the real one takes it: a working state, or the stored text (decoded here).
+        # It keeps no holds (``holds_before`` None): the Store reads them from the text.
         if not isinstance(checkpoint, Checkpoint):
             checkpoint = decode(checkpoint)
         cp = copy_checkpoint(checkpoint)

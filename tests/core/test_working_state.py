@@ -43,6 +43,7 @@ from engine_core.checkpoint import (
     decode_holds,
     encode,
     encode_json,
+    holds_of,
 )
 from engine_core.engine import apply
 from engine_core.errors import CheckpointTooNew, CorruptCheckpoint, DormantError
@@ -140,6 +141,24 @@ def test_the_hold_state_read_from_the_text_is_the_full_decode_s(name: str) -> No
         full.incidents,
         full.suspended,
     )
+
+
+@pytest.mark.parametrize("name", sorted(_STORED))
+def test_the_hold_state_copied_from_a_decode_is_the_one_read_from_the_text(name: str) -> None:
+    """``apply(keep_holds=True)`` hands the Store ``holds_of`` its decode instead of a
+    second parse: the same waits, incidents and suspension, and copies of them."""
+    stored = _STORED[name]
+    full = decode(stored)
+    kept, read = holds_of(full), decode_holds(stored)
+    assert (kept.waits, kept.incidents, kept.suspended) == (
+        read.waits,
+        read.incidents,
+        read.suspended,
+    )
+    for wait_id, wait in full.waits.items():
+        assert kept.waits[wait_id] is not wait
+        wait.node_id = "changed by the step"
+        assert kept.waits[wait_id].node_id != "changed by the step"
 
 
 def test_the_hold_state_of_an_older_schema_takes_the_full_decode() -> None:
@@ -338,3 +357,26 @@ def test_an_invariant_broken_mid_step_fails_the_instance_from_an_untouched_copy(
     assert step.checkpoint.status.value == "failed"
     assert "internal invariant broken" in (step.checkpoint.failure or "")
     assert json.dumps(encode(cp)) == _upgraded(text)
+
+
+def test_apply_keeps_the_state_before_the_step_only_when_asked() -> None:
+    """The Store asks (``keep_holds=True``) and diffs its rows against what it gets."""
+    from datetime import UTC, datetime
+
+    from bench.models import LOOP
+    from engine_core.bpmn import read_bpmn
+    from engine_core.engine import apply, new_checkpoint
+    from engine_core.triggers import Start, TaskCompleted
+
+    now = datetime(2026, 12, 1, tzinfo=UTC)
+    (definition,) = read_bpmn(LOOP)
+    first = new_checkpoint(definition, "i-1", 1, now)
+    started = apply(definition, first, Start(variables={"again": True}), now=now)
+    stored = encode_json(started.checkpoint)
+    (wait,) = started.checkpoint.waits.values()
+    trigger = TaskCompleted(wait_id=wait.id, variables={"again": True})
+    step = apply(definition, stored, trigger, now=now, keep_holds=True)
+    assert step.holds_before is not None
+    assert step.holds_before.waits == decode_holds(stored).waits == {wait.id: wait}
+    assert set(step.checkpoint.waits) != {wait.id}  # the loop armed a new task
+    assert apply(definition, stored, trigger, now=now).holds_before is None
