@@ -82,8 +82,10 @@ def test_cycle_gets_its_next_due_unclaimed(
     _arm(store, now, 1, now)
     real = engine.apply
 
-    def cycle(definition, checkpoint, trigger, *, now, services=None):  # type: ignore[no-untyped-def]
-        step = real(definition, checkpoint, trigger, now=now, services=services)
+    def cycle(definition, checkpoint, trigger, *, now, services=None, keep_holds=False):  # type: ignore[no-untyped-def]
+        step = real(
+            definition, checkpoint, trigger, now=now, services=services, keep_holds=keep_holds
+        )
         # (the Store hands ``apply`` the stored text)
         w = replace(decode(checkpoint).waits["w1"], due_at=now + timedelta(minutes=1))
         step.checkpoint.waits["w1"] = w
