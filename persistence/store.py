@@ -206,10 +206,11 @@ def _lock_statement(checks_trigger: bool) -> Any:
 # with a trigger id to check, and without
 _LOCK = {True: _lock_statement(True), False: _lock_statement(False)}
 
-# Two writes of nearly every trigger, prebuilt like the lock for PostgreSQL's one write
-# statement (persistence/writes.py ``add(params=...)``): the checkpoint's UPDATE (a
-# migration moves the instance's pin: the version is written too) and the processed
-# trigger id's INSERT, whose RETURNING tells a duplicate (``_Duplicate``).
+# The writes of nearly every trigger, prebuilt like the lock for PostgreSQL's one write
+# statement (persistence/writes.py ``add_prebuilt``): the checkpoint's UPDATE (a
+# migration moves the instance's pin: the version is written too), the published job
+# rows' DELETE (persistence/published_jobs.py), a start's instance row and the
+# processed trigger id's INSERT, whose RETURNING tells a duplicate (``_Duplicate``).
 _CHECKPOINT_PARAMS = (
     "checkpoint_instance",
     "checkpoint_document",
