@@ -136,7 +136,9 @@ def test_open_the_failing_instance_see_the_incident_on_the_diagram_retry_it_comp
     assert cstack.client.instance(failing).status == "completed"
     _wait(browser, lambda d: _overlay(d, "done", "completed"))
     assert not _overlay(browser, "charge", "incident")
-    assert not _css(browser, f'button[data-incident="{incident.id}"]')  # nothing left to act on
+    # The page follows in two requests (instance.js: the state and overlays, then the
+    # tables): the incident's buttons go with the second, a moment after the overlays.
+    _wait(browser, lambda d: not _css(d, f'button[data-incident="{incident.id}"]'))
     screenshot(browser, "instance-completed")
 
     # The waiting one shows what it waits for, on the node it waits at.
