@@ -67,6 +67,7 @@ from celery import Task
 from celery.exceptions import SoftTimeLimitExceeded
 from sqlalchemy.exc import OperationalError
 
+from persistence import clock
 from scheduler.deadlines import Claim
 from tasks import app as app_module
 from tasks.app import TIMER_FIRE_KEY, app, publish
@@ -74,14 +75,13 @@ from tasks.metrics import observe_trigger
 from tasks.outbox import consumed, publish_rows
 from tasks.triggers import (
     MAX_TRANSIENT_RETRIES,
-    _backoff,
-    _describe,
-    _now,
-    _outbox_rows,
+    describe_result,
     fire_call,
     fire_owner,
     fire_trigger_id,
     keep_as,
+    outbox_rows_of,
+    retry_backoff,
 )
 
 __all__ = [
@@ -156,7 +156,7 @@ def _fire_one(task: Task, kind: str, call: Any, claim: Any, *, give_up: bool) ->
     tid = fire_trigger_id(*(str(body.get(f)) for f in _CLAIM_FIELDS[:3]))
     owner = fire_owner(body.get("instance_id"), body.get("kind", "deadline"))
     try:
-        result = call(tid, _now())
+        result = call(tid, clock.now())
     except OperationalError as exc:
         if not give_up:
             raise  # the batch retries from this claim
@@ -168,8 +168,8 @@ def _fire_one(task: Task, kind: str, call: Any, claim: Any, *, give_up: bool) ->
         if isinstance(exc, SoftTimeLimitExceeded):
             raise  # the batch stops: its time is up
         return
-    publish_rows(_outbox_rows(result))
-    log.info("trigger=%s %s", kind, _describe(result))
+    publish_rows(outbox_rows_of(result))
+    log.info("trigger=%s %s", kind, describe_result(result))
 
 
 def _keep_claim(kind: str, body: dict[str, Any], exc: Exception, tid: str, owner: Any) -> None:
@@ -234,14 +234,14 @@ def fire_deadlines(self: Task, claims: list[dict[str, Any]]) -> str:
             raise self.retry(
                 kwargs={"claims": items[i:]},
                 exc=exc,
-                countdown=_backoff(retries),
+                countdown=retry_backoff(retries),
                 max_retries=None,
             ) from exc
         except _NotKept as exc:
             raise self.retry(
                 kwargs={"claims": items[i:]},
                 exc=exc.cause,
-                countdown=_backoff(min(retries, 6)),
+                countdown=retry_backoff(min(retries, 6)),
                 max_retries=None,
             ) from exc
         except SoftTimeLimitExceeded:

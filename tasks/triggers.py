@@ -68,6 +68,7 @@ __all__ = [
     "assign_task",
     "cancel",
     "complete_task",
+    "describe_result",
     "fire_call",
     "fire_deadline",
     "fire_owner",
@@ -77,7 +78,9 @@ __all__ = [
     "incident_retry",
     "keep_as",
     "message",
+    "outbox_rows_of",
     "relay_outbox",
+    "retry_backoff",
     "scan_deadlines",
     "signal",
     "start",
@@ -94,15 +97,19 @@ def _now() -> datetime:
     return clock.now()
 
 
-def _backoff(retries: int) -> float:
+def retry_backoff(retries: int) -> float:
+    """Seconds before a trigger task's next try after a database error (the batch of
+    fires, tasks/timers.py, backs off the same way)."""
     return float(min(30, 2**retries) * 0.5)
 
 
-def _outbox_rows(result: TriggerResult | None) -> list[OutboxRow]:
+def outbox_rows_of(result: TriggerResult | None) -> list[OutboxRow]:
+    """What a trigger's result asks the shell to publish (none when nothing applied)."""
     return [] if result is None else list(result.outbox_rows)
 
 
-def _describe(result: TriggerResult | None) -> str:
+def describe_result(result: TriggerResult | None) -> str:
+    """The one-line summary a trigger task logs and Flower shows."""
     return "nothing" if result is None else result.summary()
 
 
@@ -129,7 +136,7 @@ def _run(
         if task.request.retries < MAX_TRANSIENT_RETRIES:
             log.info("trigger=%s database unavailable, retrying: %s", kind, type(exc).__name__)
             raise task.retry(
-                exc=exc, countdown=_backoff(task.request.retries), max_retries=None
+                exc=exc, countdown=retry_backoff(task.request.retries), max_retries=None
             ) from exc
         log.error("trigger=%s gave up after %s database errors", kind, task.request.retries)
         return _keep(task, kind, exc, tid, inbox_id, instance_id)
@@ -142,11 +149,11 @@ def _run(
         raise
     except Exception as exc:
         return _keep(task, kind, exc, tid, inbox_id, instance_id)
-    publish_rows(_outbox_rows(result))
+    publish_rows(outbox_rows_of(result))
     if result is None or not result.inbox_marked:
         _processed(inbox_id)
     consumed(task.request)
-    log.info("trigger=%s %s", kind, _describe(result))
+    log.info("trigger=%s %s", kind, describe_result(result))
     return None
 
 
@@ -168,7 +175,7 @@ def _keep(
     except Exception as keep_exc:
         log.error("trigger=%s failed and could not be kept (%s); retrying", kind, keep_exc)
         raise task.retry(
-            exc=exc, countdown=_backoff(min(request.retries, 6)), max_retries=None
+            exc=exc, countdown=retry_backoff(min(request.retries, 6)), max_retries=None
         ) from exc
     _processed(inbox_id)
     consumed(request)
