@@ -39,12 +39,12 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, and_, bindparam, exists, insert, literal, select
+from sqlalchemy import Connection, and_, bindparam, exists, insert, literal, select, true
 from sqlalchemy.exc import OperationalError
 
 from engine_core.correlation import (
@@ -64,7 +64,7 @@ from persistence.holds import lock_message_key
 from persistence.inbox import mark_processed_statement, queue_mark_processed
 from persistence.outbox_queue import OutboxRow
 from persistence.results import outcome_word
-from persistence.store import Applied, StartKeyTaken, Store
+from persistence.store import Applied, Found, StartKeyTaken, Store, locking_instance
 from persistence.tables import (
     ACTIVE_STATUSES,
     instances,
@@ -76,41 +76,74 @@ from persistence.writes import Writes
 
 __all__ = ["NAMESPACE", "MessageOutcome", "Router", "SignalOutcome"]
 
+
 # "The first matching subscription" of a process: the oldest instance's, then by
 # instance id and wait id (deterministic on every backend).
-HOLDER_ORDER = (instances.c.created_at, subscriptions.c.instance_id, subscriptions.c.wait_id)
+def _holder_order(instance: Any) -> tuple[Any, ...]:
+    return (instance.c.created_at, subscriptions.c.instance_id, subscriptions.c.wait_id)
 
 
-def _seen_and_holders_statement() -> Any:
-    """``Router._seen_and_holders``' statement, built once per process with bound
-    parameters (the same object at every message: no construction, no cache key to
-    compute again): a one-row source outer-joined to the matching subscriptions and
-    their instances, so the duplicate check and the deployments' count come back even
-    when nobody holds the message."""
+HOLDER_ORDER = _holder_order(instances)
+
+
+def _first_delivery_statement() -> Any:
+    """The first statement of a message's first transaction (``Router._deliver_first``),
+    built once per process with bound parameters: is the message id recorded, the
+    deployments' count, the matching subscriptions with their instance's process in
+    HOLDER_ORDER, and the FIRST holder's instance row locked with the columns
+    ``Store.apply_found`` needs (``locking_instance``; the message id is the trigger
+    id). A one-row source outer-joined to the rest, so the first two come back when
+    nobody holds the message; the locked row rides every row."""
     one = select(literal(1).label("one")).subquery()
+    holder = instances.alias("holder")
     matching = and_(
         subscriptions.c.kind == "message",
         subscriptions.c.name == bindparam("name"),
         subscriptions.c.correlation_key.is_not_distinct_from(bindparam("key")),
     )
+    first = (
+        select(subscriptions.c.instance_id)
+        .join(holder, holder.c.id == subscriptions.c.instance_id)
+        .where(matching)
+        .order_by(*_holder_order(holder))
+        .limit(1)
+        .correlate(None)
+        .scalar_subquery()
+    )
+    locked = locking_instance(first, bindparam("message_id")).subquery("locked")
     return (
         select(
-            exists().where(messages.c.message_id == bindparam("message_id")).label("duplicate"),
+            exists().where(messages.c.message_id == bindparam("message_id")).label("seen"),
             deployments_count_column().label("deployments"),
-            subscriptions.c.instance_id,
-            subscriptions.c.wait_id,
-            instances.c.key,
+            subscriptions.c.instance_id.label("holder_instance"),
+            subscriptions.c.wait_id.label("holder_wait"),
+            holder.c.key.label("holder_process"),
+            *locked.c,
         )
         .select_from(
-            one.outerjoin(subscriptions, matching).outerjoin(
-                instances, instances.c.id == subscriptions.c.instance_id
-            )
+            one.outerjoin(subscriptions, matching)
+            .outerjoin(holder, holder.c.id == subscriptions.c.instance_id)
+            .outerjoin(locked, true())
         )
-        .order_by(*HOLDER_ORDER)
+        .order_by(*_holder_order(holder))
     )
 
 
-_SEEN_AND_HOLDERS = _seen_and_holders_statement()
+_FIRST_DELIVERY = _first_delivery_statement()
+
+
+@dataclass(slots=True)
+class _FirstLook:
+    """What the first statement of a message's first transaction answered: kept
+    outside it, for the rounds after it (and should its delivery roll back)."""
+
+    holders: list[Holder] = field(default_factory=list)
+    starts: list[tuple[str, int, list[str]]] = field(default_factory=list)
+    # The holder delivered to in that transaction, with what it was given.
+    holder: Holder | None = None
+    trigger: MessageReceived | None = None
+    record: Callable[[Writes], None] | None = None
+
 
 # Deterministic ids for instances started by a message or signal: a redelivered
 # message starts nothing new.
@@ -215,16 +248,37 @@ class Router:
         except (OperationalError, StartKeyTaken):
             raise  # the round is retried / the caller joins the running instance
         except Exception as exc:
-            failed_id = self.store.keep_failed(
-                task, routing_key, kwargs, exc, now, trigger_id=trigger_id, instance_id=instance_id
-            )
-            log.error(
-                "delivery to instance %s failed, kept as failed trigger %s: %s",
-                instance_id,
-                failed_id,
-                type(exc).__name__,
-            )
+            self._keep(instance_id, task, routing_key, kwargs, trigger_id, now, exc)
             return None
+
+    def _keep(
+        self,
+        instance_id: str,
+        task: str,
+        routing_key: str,
+        kwargs: dict[str, Any],
+        trigger_id: str,
+        now: datetime,
+        exc: Exception,
+    ) -> None:
+        failed_id = self.store.keep_failed(
+            task, routing_key, kwargs, exc, now, trigger_id=trigger_id, instance_id=instance_id
+        )
+        log.error(
+            "delivery to instance %s failed, kept as failed trigger %s: %s",
+            instance_id,
+            failed_id,
+            type(exc).__name__,
+        )
+
+    @staticmethod
+    def _apply_kwargs(instance_id: str, trigger: Trigger, trigger_id: str) -> dict[str, Any]:
+        """A kept delivery's ``dormant.apply_trigger`` arguments."""
+        return {
+            "instance_id": instance_id,
+            "trigger_json": trigger.model_dump(mode="json"),
+            "trigger_id": trigger_id,
+        }
 
     def _apply_isolated(
         self,
@@ -234,16 +288,11 @@ class Router:
         now: datetime,
         also: Callable[[Writes], None] | None = None,
     ) -> Applied | None:
-        kwargs = {
-            "instance_id": instance_id,
-            "trigger_json": trigger.model_dump(mode="json"),
-            "trigger_id": trigger_id,
-        }
         return self._isolated(
             instance_id,
             "dormant.apply_trigger",
             f"trigger.{trigger.kind}",
-            kwargs,
+            self._apply_kwargs(instance_id, trigger, trigger_id),
             trigger_id,
             now,
             lambda: self.store.apply(instance_id, trigger, now, trigger_id=trigger_id, also=also),
@@ -318,48 +367,93 @@ class Router:
             message_id or str(uuid.uuid4()), "message id", limits, InvalidMessage
         )
         out = MessageOutcome(message_id, ttl_seconds=ttl_seconds)
-        # The duplicate check, the first holders lookup and the deployments' count:
-        # one statement; the processes with a message start of that name come from
-        # the Store's index of starts, read again only when that count moved.
-        with self.store.read() as conn:
-            duplicate, first, count = self._seen_and_holders(
-                conn, message_id, name, correlation_key
-            )
-            starts = (
-                []
-                if duplicate
-                else self.store.latest_starts("message", name, conn=conn, deployments_count=count)
-            )
-        if duplicate:
-            out.duplicate = True
+        look = self._deliver_first(out, name, correlation_key, variables, now, inbox_id)
+        if out.duplicate:
             return out
-        holders: list[Holder] | None = first
+        holders: list[Holder] | None = look.holders[1:] if look.holder else look.holders
         while True:
-            self._deliver(out, name, correlation_key, variables, now, holders, starts, inbox_id)
+            self._deliver(
+                out, name, correlation_key, variables, now, holders, look.starts, inbox_id
+            )
             holders = None  # a second round (a subscription appeared) looks again
             if out.recorded:
                 return out
-            self._start(out, name, correlation_key, variables, now, starts)
+            self._start(out, name, correlation_key, variables, now, look.starts)
             if self._record(out, name, correlation_key, variables, ttl_seconds, now, inbox_id):
                 return out
 
+    def _deliver_first(
+        self,
+        out: MessageOutcome,
+        name: str,
+        key: str | None,
+        variables: dict[str, Any],
+        now: datetime,
+        inbox_id: str | None,
+    ) -> _FirstLook:
+        """The message's first transaction: one statement answers the duplicate check,
+        the holders, the deployments' count (the message starts come from the Store's
+        index of starts, read again only when that count moved) AND locks the first
+        holder's instance row, and the delivery to that holder follows under that lock
+        (``Store.apply_found``): a message with one holder is one statement and one
+        round trip fewer than a lookup before the transaction. Nobody holds it, or it
+        is a duplicate: the transaction ends there, nothing written. That holder's
+        failure is kept for it alone (as ``_isolated`` does), its stale wait leaves the
+        next holder of its process to ``_deliver``; the answers outlive a rollback."""
+        look = _FirstLook()
+
+        def find(conn: Connection) -> Found | None:
+            params = {"message_id": out.message_id, "name": name, "key": key}
+            rows = conn.execute(_FIRST_DELIVERY, params).all()
+            head = rows[0]
+            if head.seen:
+                out.duplicate = True
+                return None
+            look.holders = self._first_holders(rows)
+            look.starts = self.store.latest_starts(
+                "message", name, conn=conn, deployments_count=int(head.deployments)
+            )
+            if not look.holders:
+                return None
+            # The statement locked the first holder in HOLDER_ORDER: this one.
+            holder = look.holders[0]
+            groups = waits_to_wake(look.holders)
+            served = {g[0].process_key for g in groups}
+            last = len(groups) == 1 and not processes_to_start(
+                (p for p, _, _ in look.starts), served
+            )
+            look.holder = holder
+            look.trigger, look.record = self._delivery(
+                out, name, key, variables, now, holder, last, inbox_id
+            )
+            return Found(holder.instance_id, head, look.trigger, out.message_id, look.record)
+
+        try:
+            applied = self.store.apply_found(find, now)
+        except (OperationalError, StartKeyTaken):
+            raise
+        except Exception as exc:
+            if look.holder is None or look.trigger is None:
+                raise  # the lookup itself failed: nobody was delivered to
+            iid = look.holder.instance_id
+            kwargs = self._apply_kwargs(iid, look.trigger, out.message_id)
+            task, routing_key = "dormant.apply_trigger", f"trigger.{look.trigger.kind}"
+            self._keep(iid, task, routing_key, kwargs, out.message_id, now, exc)
+            applied = None
+        if look.holder is not None and self._delivered(
+            out, look.holder, applied, look.record, inbox_id
+        ):
+            out.served[look.holder.process_key] = look.holder.instance_id
+        return look
+
     @staticmethod
-    def _seen_and_holders(
-        conn: Connection, message_id: str, name: str, key: str | None
-    ) -> tuple[bool, list[Holder], int]:
-        """Is ``message_id`` recorded, who holds (name, key) with their process, and
-        how many deployments there are: one round trip (a one-row source outer-joined
-        to the subscriptions and their instances, the answers on every row), holders
-        in HOLDER_ORDER."""
-        rows = conn.execute(
-            _SEEN_AND_HOLDERS, {"message_id": message_id, "name": name, "key": key}
-        ).all()
-        holders = [
-            Holder(r.key, r.instance_id, r.wait_id)
+    def _first_holders(rows: Sequence[Any]) -> list[Holder]:
+        """The holders in ``_FIRST_DELIVERY``'s rows (none: one row of NULLs)."""
+        return [
+            Holder(r.holder_process, r.holder_instance, r.holder_wait)
             for r in rows
-            if r.instance_id is not None and r.key is not None
+            if r.holder_instance is not None and r.holder_process is not None
         ]
-        return bool(rows[0].duplicate), holders, int(rows[0].deployments)
 
     def _deliver(
         self,
@@ -401,7 +495,25 @@ class Router:
         inbox_id: str | None,
     ) -> bool:
         """Deliver to one holder; False when its wait went stale (try the next)."""
-        instance_id = holder.instance_id
+        trigger, record = self._delivery(out, name, key, variables, now, holder, last, inbox_id)
+        applied = self._apply_isolated(
+            holder.instance_id, trigger, out.message_id, now, also=record
+        )
+        return self._delivered(out, holder, applied, record, inbox_id)
+
+    def _delivery(
+        self,
+        out: MessageOutcome,
+        name: str,
+        key: str | None,
+        variables: dict[str, Any],
+        now: datetime,
+        holder: Holder,
+        last: bool,
+        inbox_id: str | None,
+    ) -> tuple[MessageReceived, Callable[[Writes], None] | None]:
+        """The trigger one holder gets, and the message's record riding its
+        transaction when it is the last."""
         trigger = MessageReceived(
             wait_id=holder.wait_id,
             name=name,
@@ -414,7 +526,18 @@ class Router:
             if last and not out.recorded
             else None
         )
-        applied = self._apply_isolated(instance_id, trigger, out.message_id, now, also=record)
+        return trigger, record
+
+    @staticmethod
+    def _delivered(
+        out: MessageOutcome,
+        holder: Holder,
+        applied: Applied | None,
+        record: Callable[[Writes], None] | None,
+        inbox_id: str | None,
+    ) -> bool:
+        """Account one holder's delivery; False when its wait went stale."""
+        instance_id = holder.instance_id
         if applied is None:
             out.failed.append(instance_id)  # kept for this holder; the others go on
             return True  # the message counts as taken by it

@@ -76,6 +76,7 @@ __all__ = [
     "LOCK_WAIT_OBSERVERS",
     "Applied",
     "Deployment",
+    "Found",
     "OutboxRow",
     "StartKeyTaken",
     "Store",
@@ -130,6 +131,20 @@ class Applied:
         return f"instance={self.instance_id} revision={self.revision}{extra}"
 
 
+@dataclass(frozen=True, slots=True)
+class Found:
+    """What a caller's own locking statement found (``Store.apply_found``): the
+    instance, its locked row (the columns of ``_LOCK``: key, version, status, revision,
+    checkpoint text, whether ``trigger_id`` is applied; a key of None when the instance
+    is gone), and what to apply to it."""
+
+    instance_id: str
+    row: Any
+    trigger: Trigger
+    trigger_id: str | None
+    also: Callable[[Writes], None] | None = None
+
+
 class _Duplicate(Exception):
     """A concurrent delivery of the same trigger committed first (seen at the final
     write): roll this transaction back and answer 'duplicate'."""
@@ -173,18 +188,19 @@ def log_raised_incidents(applied: Applied) -> None:
             )
 
 
-def _lock_statement(checks_trigger: bool) -> Any:
-    """``Store._lock``'s statement, built once per process with bound parameters: the
-    same object at every trigger, so neither its construction nor its cache key is
-    paid again (about 90 microseconds a statement, measured)."""
+def locking_instance(instance_id: Any, trigger_id: Any | None) -> Any:
+    """The SELECT that locks the instance ``instance_id`` (an expression: a bound
+    parameter, or a caller's subquery that finds it) and answers what
+    ``_apply_locked`` needs: its key, version, status, revision, checkpoint text and
+    whether ``trigger_id`` is already applied to it (``duplicate``; false without one)."""
     duplicate: Any = (
         exists()
         .where(
-            processed_triggers.c.instance_id == bindparam("instance_id"),
-            processed_triggers.c.trigger_id == bindparam("trigger_id"),
+            processed_triggers.c.instance_id == instances.c.id,
+            processed_triggers.c.trigger_id == trigger_id,
         )
         .label("duplicate")
-        if checks_trigger
+        if trigger_id is not None
         else false().label("duplicate")
     )
     return (
@@ -198,8 +214,17 @@ def _lock_statement(checks_trigger: bool) -> Any:
             cast(instances.c.checkpoint, Text).label("checkpoint"),
             duplicate,
         )
-        .where(instances.c.id == bindparam("instance_id"))
+        .where(instances.c.id == instance_id)
         .with_for_update(of=instances)
+    )
+
+
+def _lock_statement(checks_trigger: bool) -> Any:
+    """``Store._lock``'s statement, built once per process with bound parameters: the
+    same object at every trigger, so neither its construction nor its cache key is
+    paid again (about 90 microseconds a statement, measured)."""
+    return locking_instance(
+        bindparam("instance_id"), bindparam("trigger_id") if checks_trigger else None
     )
 
 
@@ -523,8 +548,10 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
         checkpoint this dormant cannot read flags the instance with an incident of its
         own class (after the rollback, in a transaction of its own) and the error goes
         on to the caller, who keeps the trigger (persistence/failed_triggers.py)."""
-        try:
-            applied = self._apply(
+        applied = self._settled(
+            lambda: instance_id,
+            now,
+            lambda: self._apply(
                 instance_id,
                 trigger,
                 now,
@@ -532,16 +559,68 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
                 precondition=precondition,
                 also=also,
                 inbox_id=inbox_id,
-            )
+            ),
+        )
+        assert applied is not None
+        return applied
+
+    def apply_found(
+        self, find: Callable[[Connection], Found | None], now: datetime
+    ) -> Applied | None:
+        """``apply`` for a caller whose first statement in the transaction finds the
+        instance AND locks its row (the router folds the message's duplicate check and
+        holders lookup into the lock: a statement and a round trip fewer per message).
+        ``find`` runs under the transaction; when it returns None nothing is applied
+        (None, committed as it is). Errors as ``apply``'s, for the instance found."""
+        found: list[Found] = []
+
+        def run() -> Applied | None:
+            with self.published_jobs.riding() as ride, self._tx() as conn:
+                what = find(conn)
+                if what is None:
+                    return None
+                found.append(what)
+                if what.row.key is None:
+                    raise UnknownInstance(f"no instance has id {what.instance_id!r}")
+                return self._apply_locked(
+                    conn,
+                    ride,
+                    what.instance_id,
+                    what.row,
+                    what.trigger,
+                    now,
+                    what.trigger_id,
+                    what.also,
+                    None,
+                )
+
+        return self._settled(lambda: found[0].instance_id if found else None, now, run)
+
+    def _settled(
+        self,
+        instance: Callable[[], str | None],
+        now: datetime,
+        run: Callable[[], Applied | None],
+    ) -> Applied | None:
+        """Run one apply transaction, then: a checkpoint this dormant cannot read flags
+        its instance (and raises on), a duplicate caught at the write answers with the
+        row as committed, and a committed step's incidents are logged."""
+        try:
+            applied = run()
         except (CorruptCheckpoint, CheckpointTooNew) as exc:
-            self.flag_checkpoint(instance_id, exc, now)
+            instance_id = instance()
+            if instance_id is not None:
+                self.flag_checkpoint(instance_id, exc, now)
             raise
         except _Duplicate:
+            instance_id = instance()
+            assert instance_id is not None
             with self._read() as conn:
                 existing = self._existing(conn, instance_id)
             assert existing is not None  # it committed the same trigger id
             applied = existing
-        log_raised_incidents(applied)
+        if applied is not None:
+            log_raised_incidents(applied)
         return applied
 
     def _apply(
@@ -582,52 +661,69 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
                 return Applied(
                     instance_id, int(row.revision), row.status, False, skipped=True, key=row.key
                 )
-            writes = Writes(conn)
-            marked = self._mark_inbox(writes, inbox_id, now)
-            if row.duplicate:
-                writes.flush()
-                return Applied(
-                    instance_id,
-                    int(row.revision),
-                    row.status,
-                    False,
-                    duplicate=True,
-                    key=row.key,
-                    inbox_marked=marked,
-                )
-            # The stored text goes to ``apply`` as it is: its decode is the step's
-            # private working state (no copy), and a corrupt or too-new document is
-            # refused there with its classified error.
-            stored: str = row.checkpoint
-            if row.status == FLAGGED:
-                self.unflag_in(conn, instance_id, decode(stored).status.value)
-            definition, _ = self.definition(row.key, row.version, conn=conn)
-            services = self._decisions.services(conn, definition)
-            if isinstance(trigger, MigrateInstance):
-                target, _ = self.definition(row.key, trigger.version, conn=conn)
-                services = dataclasses.replace(services, migration_target=target)
-            step = core.apply(
-                definition, stored, trigger, now=now, services=services, keep_holds=True
+            return self._apply_locked(
+                conn, ride, instance_id, row, trigger, now, trigger_id, also, inbox_id
             )
-            if not step.changed:
-                old = step.checkpoint  # an unchanged step returns the state as stored
-                self._queue_facts(writes, instance_id, old.revision, step.facts, now)
-                writes.flush()
-                return Applied(
-                    instance_id,
-                    old.revision,
-                    old.status.value,
-                    False,
-                    facts=list(step.facts),
-                    key=row.key,
-                    inbox_marked=marked,
-                )
-            cp = step.checkpoint
-            self._queue_checkpoint(writes, instance_id, cp, now)
-            before = step.holds_before if step.holds_before is not None else decode_holds(stored)
-            return self._write_step(
-                writes, instance_id, before, step, now, trigger_id, None, also, ride
+
+    def _apply_locked(
+        self,
+        conn: Connection,
+        ride: Ride,
+        instance_id: str,
+        row: Any,
+        trigger: Trigger,
+        now: datetime,
+        trigger_id: str | None,
+        also: Callable[[Writes], None] | None,
+        inbox_id: str | None,
+    ) -> Applied:
+        """``_apply`` after the lock: ``row`` is the locked instance's key, version,
+        status, revision, checkpoint text and whether ``trigger_id`` is applied (the
+        columns of ``_LOCK``, or of a caller's statement that locked it itself)."""
+        writes = Writes(conn)
+        marked = self._mark_inbox(writes, inbox_id, now)
+        if row.duplicate:
+            writes.flush()
+            return Applied(
+                instance_id,
+                int(row.revision),
+                row.status,
+                False,
+                duplicate=True,
+                key=row.key,
+                inbox_marked=marked,
             )
+        # The stored text goes to ``apply`` as it is: its decode is the step's
+        # private working state (no copy), and a corrupt or too-new document is
+        # refused there with its classified error.
+        stored: str = row.checkpoint
+        if row.status == FLAGGED:
+            self.unflag_in(conn, instance_id, decode(stored).status.value)
+        definition, _ = self.definition(row.key, row.version, conn=conn)
+        services = self._decisions.services(conn, definition)
+        if isinstance(trigger, MigrateInstance):
+            target, _ = self.definition(row.key, trigger.version, conn=conn)
+            services = dataclasses.replace(services, migration_target=target)
+        step = core.apply(definition, stored, trigger, now=now, services=services, keep_holds=True)
+        if not step.changed:
+            old = step.checkpoint  # an unchanged step returns the state as stored
+            self._queue_facts(writes, instance_id, old.revision, step.facts, now)
+            writes.flush()
+            return Applied(
+                instance_id,
+                old.revision,
+                old.status.value,
+                False,
+                facts=list(step.facts),
+                key=row.key,
+                inbox_marked=marked,
+            )
+        cp = step.checkpoint
+        self._queue_checkpoint(writes, instance_id, cp, now)
+        before = step.holds_before if step.holds_before is not None else decode_holds(stored)
+        return self._write_step(
+            writes, instance_id, before, step, now, trigger_id, None, also, ride
+        )
 
     def _queue_checkpoint(
         self, writes: Writes, instance_id: str, cp: Checkpoint, now: datetime

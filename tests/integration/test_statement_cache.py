@@ -109,10 +109,46 @@ def test_a_second_round_of_triggers_compiles_nothing(pg_store: Store) -> None:
     misses = [(status, s) for status, s in seen if status not in (None, default.CACHE_HIT)]
     assert misses == []
     assert [s[0] for _, s in seen].count("WITH") >= 4  # the writes went as one statement each
-    # The two statements every message runs are built once per process, not per trigger
-    # (their construction and cache key were a tenth of a message trigger's time).
-    assert sum(o is store_module._LOCK[True] for o in objects) == 3  # message, job, task
-    assert sum(o is routing._SEEN_AND_HOLDERS for o in objects) == 1
+    # The lock and the message's first statement (its lookup and lock in one) are built
+    # once per process, not per trigger (their construction and cache key were a tenth
+    # of a message trigger's time).
+    assert sum(o is store_module._LOCK[True] for o in objects) == 2  # job, task
+    assert sum(o is routing._FIRST_DELIVERY for o in objects) == 1
     # Writes of prebuilt statements only (the starts, the message, the job's result, the
     # task's completion) reuse their composite statement: nothing of it built again.
     assert writes._composite_of_prebuilt.cache_info().hits - reused >= 6
+
+
+def test_a_message_with_one_holder_is_two_statements_in_one_transaction(
+    pg_store: Store,
+) -> None:
+    """The duplicate check and the holders lookup ride the lock (``Router._deliver_first``):
+    no read before the write transaction, whose statements are that one and the one
+    write statement — four round trips with BEGIN and COMMIT, not five."""
+    now = datetime.now(UTC)
+    pg_store.deploy(MESSAGE, now)
+    router = Router(pg_store)
+    for n in (0, 1):
+        pg_store.start("bench_message", f"one-{n}", {"orderId": f"one-{n}"}, now=now)
+    router.message("bench-go", "one-0", {}, message_id="one-0", ttl_seconds=None, now=now)
+
+    statements: list[tuple[str, bool]] = []
+    commits: list[int] = []
+
+    def record(conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        autocommit = conn.get_execution_options().get("isolation_level") == "AUTOCOMMIT"
+        statements.append((statement.split(None, 1)[0], autocommit))
+
+    def committed(_conn: Any) -> None:
+        commits.append(1)
+
+    event.listen(pg_store.engine, "before_cursor_execute", record)
+    event.listen(pg_store.engine, "commit", committed)
+    try:
+        out = router.message("bench-go", "one-1", {}, message_id="one-1", ttl_seconds=None, now=now)
+    finally:
+        event.remove(pg_store.engine, "before_cursor_execute", record)
+        event.remove(pg_store.engine, "commit", committed)
+    assert out.delivered_to == ["one-1"] and out.recorded
+    assert statements == [("SELECT", False), ("WITH", False)]  # lookup + lock, the write
+    assert len(commits) == 1

@@ -7,7 +7,7 @@ test writes. The counts are exact, so each is pinned at its target:
 
 * a message trigger through the Client: 2 write transactions (the inbox row; the apply,
   which also records the message and marks the inbox row), the apply two statements
-  (the lock, one write statement);
+  (the holders lookup that locks the first holder, one write statement);
 * an instance start → job → end: 2 write transactions from a bare ``dormant.start``
   (the start; the job's result, whose write statement also deletes the job's outbox
   row, published since: persistence/published_jobs.py), 3 through the Client (its inbox
@@ -129,7 +129,9 @@ def test_a_message_trigger_through_the_client_costs_two_write_transactions(
         client.close()
     assert ours.write_transactions == N  # the inbox rows, one each
     assert worker.write_transactions == N, worker  # the apply: lock, record, inbox mark
-    assert worker.write_statements == 2 * N, worker  # the lock, then one write statement
+    # The lookup that locks, then one write statement; and in each pool process's first
+    # message, the read of the deployments' message starts (once per process and deploy).
+    assert 2 * N + 1 <= worker.write_statements <= 2 * N + 2, worker
     assert (ours.write_transactions + worker.write_transactions) / N <= 2
 
 
