@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, delete, insert, select, text, update
+from sqlalchemy import Connection, any_, bindparam, delete, insert, select, text, update
+from sqlalchemy.dialects.postgresql import ARRAY
 
 from engine_core.checkpoint import Wait, WaitKind
 from engine_core.effects import DeliverBuffered, encode_effect
@@ -120,10 +121,13 @@ def _candidate_rows(instance_id: str, w: Wait) -> list[dict[str, Any]]:
 @functools.cache
 def _delete_waits(table: Any) -> Any:
     """The DELETE of an instance's hold rows by wait id, prebuilt per table with named
-    parameters (persistence/writes.py ``add_prebuilt``)."""
+    parameters (persistence/writes.py ``add_prebuilt``; PostgreSQL only): the wait ids
+    are one array parameter (``= ANY``), not an expanding ``IN``, whose statement
+    SQLAlchemy rewrites at every execution."""
     return delete(table).where(
         table.c.instance_id == bindparam(f"{table.name}_instance"),
-        table.c.wait_id.in_(bindparam(f"{table.name}_waits", expanding=True)),
+        table.c.wait_id
+        == any_(bindparam(f"{table.name}_waits", type_=ARRAY(table.c.wait_id.type))),
     )
 
 

@@ -27,6 +27,7 @@ from sqlalchemy import (
     Connection,
     Row,
     Text,
+    any_,
     bindparam,
     cast,
     delete,
@@ -38,7 +39,7 @@ from sqlalchemy import (
     text,
     update,
 )
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql.elements import ColumnElement
@@ -256,7 +257,7 @@ _CHECKPOINT = (
     )
 )
 _DELETE_PUBLISHED = delete(outbox).where(
-    outbox.c.id.in_(bindparam("published_ids", expanding=True))
+    outbox.c.id == any_(bindparam("published_ids", type_=ARRAY(outbox.c.id.type)))
 )
 # A start's instance row on PostgreSQL, whose ON CONFLICT tells a redelivered start.
 _START = (
@@ -785,8 +786,8 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
         own. Taken here, just before the statement, not at BEGIN: a transaction that
         waited for its row lock would otherwise have held them back from the timer.
         They are other rows than the ones this statement inserts, so one snapshot for
-        every CTE is no obstacle; an ``IN`` of one expanding parameter keeps the
-        statement's compiled form cached whatever their number."""
+        every CTE is no obstacle; ``= ANY`` of one array parameter keeps the
+        statement's compiled form cached (and unrewritten) whatever their number."""
         cp = step.checkpoint
         buffered = sync_holds(
             writes, instance_id, cp.process_key, projected_waits(old), projected_waits(cp), now
