@@ -44,7 +44,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import common, harness
-from bench.models import MESSAGE, SERVICE
+from bench.models import MESSAGE, SERVICE, SERVICE_EAGER
 
 
 def publish_many(
@@ -358,6 +358,7 @@ def main() -> int:
         now = datetime.now(UTC)
         store.deploy(MESSAGE, now)
         store.deploy(SERVICE, now)
+        store.deploy(SERVICE_EAGER, now)
 
         # (c) N instances waiting on the message catch (started by a worker: setup,
         # printed for the record), then N messages queued and drained by a fresh worker.
@@ -450,6 +451,39 @@ def main() -> int:
             f"{completed_rate:8.0f} completed/s ({n_service} in {secs:.2f} s; "
             f"{3 * n_service / secs:.0f} triggers/s, 2 Celery tasks + 1 job result each)",
         )
+        # (d') the same with an eager job: run in place by the worker whose start
+        # dispatched it, one Celery task per instance (tasks/jobs.py, "Eager jobs").
+        publish_many(
+            tasks_app.app,
+            "dormant.start",
+            tasks_app.QUEUE,
+            "trigger.start",
+            [
+                {"key": "bench_service_eager", "instance_id": f"e-{i}", "variables": {"i": i}}
+                for i in range(n_service)
+            ],
+            exchange=tasks_app.EXCHANGE.name,
+        )
+
+        def drain_eager() -> float:
+            secs, worker = harness.drain(
+                r,
+                tasks_app.QUEUE.name,
+                lambda: harness.dormant_worker(
+                    broker_url, database_url, logdir, "dormant-worker-eager"
+                ),
+                done=lambda: count_status(store, "bench_service_eager", "completed") >= n_service,
+            )
+            worker.stop()
+            return secs
+
+        secs, eager_worker, eager_xacts = counted_drain(store, sql_log, drain_eager, n_service)
+        eager_rate = n_service / secs
+        common.line(
+            "(d')  dormant one-service-task instances, eager job",
+            f"{eager_rate:8.0f} completed/s ({n_service} in {secs:.2f} s; "
+            "1 Celery task each: the start, then its job run in place)",
+        )
         # (e) the producer's side: what one Client call costs beside its floor.
         producer = producer_cost(database_url, broker_url)
         for label, key in (
@@ -499,6 +533,17 @@ def main() -> int:
         common.line(
             "(d) per instance: pg_stat_database xact_commit delta (reads included)",
             f"{job_xacts:.2f}",
+        )
+        common.line(
+            "(d') per instance start -> eager job -> end: the worker",
+            eager_worker.per(n_service),
+        )
+        common.line(
+            "(d') per instance: pg_stat_database xact_commit delta (reads included)",
+            f"{eager_xacts:.2f}",
+        )
+        common.ratio_line(
+            "completed one-service-task instances/s, eager job", eager_rate, ">=", 100.0, "{:.0f}"
         )
         common.ratio_line(
             "write transactions per instance start -> job -> end (from dormant.start)",
