@@ -4,7 +4,8 @@
 Each is the same thin shell: parse → one Store / Router / scheduler call (the one
 locked transaction, which also marks the Client's inbox row processed) → after commit,
 publish the outbox rows it returned (as written, never read back) and mark them
-published → one log line (instance id, revision, trigger kind; never payload values).
+published → one log line (instance id, revision, trigger kind; never payload values)
+→ at most one job of an eager type it dispatched, run in place (tasks/jobs.py).
 A trigger whose transaction did not mark its inbox row (a failed trigger kept, a
 duplicate message, a broadcast) marks it after, in a transaction of its own. No BPMN.
 
