@@ -38,18 +38,17 @@ The engine retries failed jobs itself (a backoff deadline, then a new attempt wi
 idempotency key), so dormant adds no Celery-level retries.
 
 Eager jobs: a job type marked ``eager`` in ``DORMANT_JOB_TYPES`` runs in the worker
-process whose trigger dispatched it, right after that trigger committed and was
-acknowledged, instead of one more trip through the broker (Temporal's eager activity
+process whose trigger dispatched it, right after that trigger committed (and marked its
+inbox row and outbox rows), instead of one more trip through the broker (Temporal's eager activity
 execution is the same idea): one Celery task where there were two. It needs the type
 registered in that worker and its queue read by it (``runs_here``); at most one job per
 trigger runs so (the rest are published, so parallel jobs stay parallel), only while
 the trigger used less than half its soft time limit, and never from a job's own result
 (no chain of jobs inside one task). What changes for such a job: it runs under the
 trigger task's time limits (``DORMANT_TRIGGER_SOFT_TIME_LIMIT_SECONDS``; past it the
-job fails like any job, and the engine's retries send the next attempt through the
-broker), Flower shows the trigger task, not the job, and a worker that dies while
-running it leaves no message to redeliver: the job's timeout dispatches it again, as
-for a job message the broker lost.
+job fails like any job, and the engine's retry policy takes over), Flower shows the trigger task, not the job, and a worker that dies while
+running it leaves no message to redeliver: the sweep (its row not yet deleted) or the
+job's timeout sends it again, as for a job message the broker lost.
 
 Job queues: by default the ``dormant`` queue (bound to ``job.#``). A job type routed
 elsewhere by Celery's own routing (``task_routes`` or the task's ``queue`` option) is
