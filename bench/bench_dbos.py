@@ -345,34 +345,25 @@ def dormant_figures(
                 worker.stop()
         return secs
 
-    # (d) one-job instances: start -> job -> result -> end.
-    jobs: dict[str, float] = {}
-    with stats.delta(n, jobs):
-        _publish(
-            "dormant.start",
-            "trigger.start",
-            [
-                {"key": "bench_service", "instance_id": f"s-{i}", "variables": {"i": i}}
-                for i in range(n)
-            ],
-        )
-        secs = drain("dbos-cmp-jobs", lambda: status("bench_service", "completed") >= n)
-    out["instances"] = {"rate": n / secs, **jobs}
+    def instances(key: str, prefix: str, worker_name: str) -> dict[str, float]:
+        counted: dict[str, float] = {}
+        with stats.delta(n, counted):
+            _publish(
+                "dormant.start",
+                "trigger.start",
+                [
+                    {"key": key, "instance_id": f"{prefix}-{i}", "variables": {"i": i}}
+                    for i in range(n)
+                ],
+            )
+            secs = drain(worker_name, lambda: status(key, "completed") >= n)
+        return {"rate": n / secs, **counted}
 
+    # (d) one-job instances: start -> job -> result -> end.
+    out["instances"] = instances("bench_service", "s", "dbos-cmp-jobs")
     # (d') the same, its job marked eager: run in place by the worker whose start
     # dispatched it (bench/harness.py marks "bench-eager-job").
-    eager: dict[str, float] = {}
-    with stats.delta(n, eager):
-        _publish(
-            "dormant.start",
-            "trigger.start",
-            [
-                {"key": "bench_service_eager", "instance_id": f"e-{i}", "variables": {"i": i}}
-                for i in range(n)
-            ],
-        )
-        secs = drain("dbos-cmp-eager", lambda: status("bench_service_eager", "completed") >= n)
-    out["eager"] = {"rate": n / secs, **eager}
+    out["eager"] = instances("bench_service_eager", "e", "dbos-cmp-eager")
 
     # (c) message triggers to parked instances (parking is setup, not counted).
     _publish(

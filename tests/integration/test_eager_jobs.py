@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.integration.conftest import Stack, _urls, wait_for
+from tests.integration.conftest import Stack, running_stack, wait_for
 from tests.integration.test_tasks import HEAD, job, linear
 
 pytestmark = pytest.mark.integration
@@ -37,16 +37,11 @@ TWO_JOBS = (
 def eager_stack(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Stack]:
-    tmp = tmp_path_factory.mktemp(f"eager-{request.param}")
-    with _urls(request.param, tmp, request) as urls:
-        s = Stack(*urls, tmp)
-        s.env["DORMANT_JOB_TYPES"] = json.dumps({t: {"eager": True} for t in EAGER})
-        try:
-            s.worker()
-            s.beat()
-            yield s
-        finally:
-            s.close()
+    eager = json.dumps({t: {"eager": True} for t in EAGER})
+    with running_stack(
+        request.param, "eager", request, tmp_path_factory, DORMANT_JOB_TYPES=eager
+    ) as s:
+        yield s
 
 
 def _worker_log(s: Stack) -> str:
