@@ -43,8 +43,8 @@ inbox row and outbox rows), instead of one more trip through the broker (Tempora
 execution is the same idea): one Celery task where there were two. It needs the type
 registered in that worker and its queue read by it (``runs_here``); at most one job per
 trigger runs so (the rest are published, so parallel jobs stay parallel), only while
-the trigger used less than half its soft time limit, and never from a job's own result
-(no chain of jobs inside one task). What changes for such a job: it runs under the
+the trigger used less than half its soft time limit, and never from a job's result
+applied by the worker that ran the job (``report``: no chain of jobs inside one task). What changes for such a job: it runs under the
 trigger task's time limits (``DORMANT_TRIGGER_SOFT_TIME_LIMIT_SECONDS``; past it the
 job fails like any job, and the engine's retry policy takes over), Flower shows the trigger task, not the job, and a worker that dies while
 running it leaves no message to redeliver: the sweep (its row not yet deleted) or the
