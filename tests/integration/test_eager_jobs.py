@@ -48,6 +48,21 @@ def _worker_log(s: Stack) -> str:
     return "\n".join(p.text() for p in s.procs if p.name.startswith("worker"))
 
 
+def _two_jobs_logged(s: Stack, iid: str) -> tuple[int, int]:
+    """(run in place, dispatched through the broker) of ``iid``'s two jobs."""
+
+    def counts() -> tuple[int, int] | None:
+        log = _worker_log(s)
+        seen = (
+            log.count(f"job run in place instance={iid}"),
+            log.count(f"job dispatched instance={iid}"),
+        )
+        return seen if sum(seen) == 2 else None
+
+    found: tuple[int, int] = wait_for(counts, 10, what="both jobs logged")
+    return found
+
+
 def test_an_eager_job_runs_in_the_worker_that_dispatched_it(eager_stack: Stack) -> None:
     s = eager_stack
     s.client.deploy(linear("eager_one", job("test-double")))
@@ -98,16 +113,7 @@ def test_of_two_parallel_jobs_one_runs_in_place_and_one_is_published(
     s.client.deploy(TWO_JOBS)
     iid = s.client.start("eager_fork", {"n": 1})
     s.wait_status(iid, "completed")
-
-    def both_logged() -> tuple[int, int] | None:
-        log = _worker_log(s)
-        counts = (
-            log.count(f"job run in place instance={iid}"),
-            log.count(f"job dispatched instance={iid}"),
-        )
-        return counts if sum(counts) == 2 else None
-
-    assert wait_for(both_logged, 10, what="both jobs logged") == (1, 1)
+    assert _two_jobs_logged(s, iid) == (1, 1)
 
 
 @pytest.fixture
@@ -150,3 +156,12 @@ def test_a_marked_type_this_process_has_not_registered_is_published(
     )
     monkeypatch.setattr(app_module, "settings", settings)
     assert not runs_here("nobody-has-this")
+
+
+def test_the_job_after_an_eager_jobs_result_goes_through_the_broker(eager_stack: Stack) -> None:
+    """No chain of jobs inside one task: the result applied in place publishes the next."""
+    s = eager_stack
+    s.client.deploy(linear("eager_chain", job("test-double"), job("test-double")))
+    iid = s.client.start("eager_chain", {"n": 2})
+    s.wait_status(iid, "completed")
+    assert _two_jobs_logged(s, iid) == (1, 1)
