@@ -39,16 +39,18 @@ idempotency key), so dormant adds no Celery-level retries.
 
 Eager jobs: a job type marked ``eager`` in ``DORMANT_JOB_TYPES`` runs in the worker
 process whose trigger dispatched it, right after that trigger committed (and marked its
-inbox row and outbox rows), instead of one more trip through the broker (Temporal's eager activity
-execution is the same idea): one Celery task where there were two. It needs the type
-registered in that worker and its queue read by it (``runs_here``); at most one job per
-trigger runs so (the rest are published, so parallel jobs stay parallel), only while
-the trigger used less than half its soft time limit, and never from a job's result
-applied by the worker that ran the job (``report``: no chain of jobs inside one task). What changes for such a job: it runs under the
-trigger task's time limits (``DORMANT_TRIGGER_SOFT_TIME_LIMIT_SECONDS``; past it the
-job fails like any job, and the engine's retry policy takes over), Flower shows the trigger task, not the job, and a worker that dies while
-running it leaves no message to redeliver: the sweep (its row not yet deleted) or the
-job's timeout sends it again, as for a job message the broker lost.
+inbox row and outbox rows), instead of one more trip through the broker (Temporal's
+eager activity execution is the same idea): one Celery task where there were two. It
+needs the type registered in that worker and its queue read by it (``runs_here``); at
+most one job per trigger runs so (the rest are published, so parallel jobs stay
+parallel), only while the trigger used less than half its soft time limit, and never
+from a job's result applied by the worker that ran the job (``report``: no chain of
+jobs inside one task). What changes for such a job: it runs under the trigger task's
+time limits (``DORMANT_TRIGGER_SOFT_TIME_LIMIT_SECONDS``; past it the job fails like any
+job, and the engine's retry policy takes over), Flower shows the trigger task, not the
+job, and a worker that dies while running it leaves no message to redeliver: the sweep
+(its row not yet deleted) or the job's timeout sends it again, as for a job message
+the broker lost.
 
 Job queues: by default the ``dormant`` queue (bound to ``job.#``). A job type routed
 elsewhere by Celery's own routing (``task_routes`` or the task's ``queue`` option) is
@@ -89,6 +91,7 @@ __all__ = [
     "job_queue",
     "run_here",
     "runs_here",
+    "some_job_type_is_eager",
     "task_headers",
 ]
 
@@ -155,6 +158,10 @@ def _job_headers(job: DispatchJob) -> dict[str, Any]:
         HEADER_ATTEMPT: str(job.attempt),
         HEADER_IDEMPOTENCY_KEY: job.idempotency_key,
     }
+
+
+def some_job_type_is_eager() -> bool:
+    return any(own.eager for own in app_module.settings.job_types.values())
 
 
 def runs_here(job_type: str) -> bool:

@@ -63,7 +63,7 @@ from persistence.outbox_queue import OutboxRow
 from persistence.results import TriggerResult
 from tasks import app as app_module
 from tasks.app import TIMER_FIRE_KEY, app, publish, store
-from tasks.jobs import dispatch, run_here
+from tasks.jobs import dispatch, run_here, some_job_type_is_eager
 from tasks.metrics import observe_trigger, timer_fired
 from tasks.outbox import consumed, publish_keeping_a_job, publish_row, publish_rows
 
@@ -183,9 +183,9 @@ def _run_job_here(job: DispatchJob, hostname: str | None) -> None:
 def _may_run_a_job(task: Task, began: float) -> bool:
     """A trigger run by a worker (not eagerly, not called directly) with at least half
     its soft time limit left may run one job it dispatched (tasks/jobs.py, "Eager
-    jobs")."""
+    jobs"); without an eager job type its rows are published as they are."""
     request = task.request
-    if request.is_eager or request.called_directly:
+    if request.is_eager or request.called_directly or not some_job_type_is_eager():
         return False
     budget = app_module.settings.trigger_soft_time_limit_seconds
     return time.monotonic() - began < budget / 2
