@@ -7,6 +7,10 @@ has exited, so their counters are flushed):
 
 - dormant (d): N one-job instances (``dormant.start`` → the job ``bench-noop-job`` → its
   result → end), queued first, drained by one real ``dormant worker -c 2``;
+- dormant (d'): the same with ``bench-eager-job``, which the bench's workers mark eager:
+  run in place by the worker whose start dispatched it, one Celery task per instance
+  (tasks/jobs.py, "Eager jobs"), the analogue of a DBOS step run by the process that
+  started its workflow;
 - dormant (c): N message triggers (``dormant.message``) to N instances parked on a
   message catch (parked beforehand, not timed), drained the same way;
 - DBOS direct: N one-step workflows started with ``DBOS.start_workflow`` in one DBOS
@@ -16,8 +20,8 @@ has exited, so their counters are flushed):
 - DBOS recv: N workflows parked in ``DBOS.recv``, woken by N ``DBOSClient.send`` from
   this process, from the first send to the last SUCCESS.
 
-Prints each throughput, dormant ÷ DBOS (the target: one-job instances ≥ 1.0 x DBOS
-direct), and transactions per unit (``xact_commit``; it counts read-only transactions
+Prints each throughput, dormant ÷ DBOS (the target: one-job instances with the eager
+job ≥ 1.0 x DBOS direct; the brokered figure is printed beside it), and transactions per unit (``xact_commit``; it counts read-only transactions
 too) and rows written per unit (``tup_inserted + tup_updated + tup_deleted``) on both
 sides. A DBOS process's start-up is measured once and subtracted; this process's own
 polling transactions are counted and subtracted.
@@ -46,7 +50,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import common, harness
-from bench.models import MESSAGE, SERVICE
+from bench.models import MESSAGE, SERVICE, SERVICE_EAGER
 
 
 class PgStats:
@@ -315,6 +319,7 @@ def dormant_figures(
     now = datetime.now(UTC)
     store.deploy(MESSAGE, now)
     store.deploy(SERVICE, now)
+    store.deploy(SERVICE_EAGER, now)
     store.close()
     r = redis.Redis.from_url(broker_url)
     stats = PgStats(database_url)
@@ -340,19 +345,25 @@ def dormant_figures(
                 worker.stop()
         return secs
 
+    def instances(key: str, prefix: str, worker_name: str) -> dict[str, float]:
+        counted: dict[str, float] = {}
+        with stats.delta(n, counted):
+            _publish(
+                "dormant.start",
+                "trigger.start",
+                [
+                    {"key": key, "instance_id": f"{prefix}-{i}", "variables": {"i": i}}
+                    for i in range(n)
+                ],
+            )
+            secs = drain(worker_name, lambda: status(key, "completed") >= n)
+        return {"rate": n / secs, **counted}
+
     # (d) one-job instances: start -> job -> result -> end.
-    jobs: dict[str, float] = {}
-    with stats.delta(n, jobs):
-        _publish(
-            "dormant.start",
-            "trigger.start",
-            [
-                {"key": "bench_service", "instance_id": f"s-{i}", "variables": {"i": i}}
-                for i in range(n)
-            ],
-        )
-        secs = drain("dbos-cmp-jobs", lambda: status("bench_service", "completed") >= n)
-    out["instances"] = {"rate": n / secs, **jobs}
+    out["instances"] = instances("bench_service", "s", "dbos-cmp-jobs")
+    # (d') the same, its job marked eager: run in place by the worker whose start
+    # dispatched it (bench/harness.py marks "bench-eager-job").
+    out["eager"] = instances("bench_service_eager", "e", "dbos-cmp-eager")
 
     # (c) message triggers to parked instances (parking is setup, not counted).
     _publish(
@@ -391,7 +402,8 @@ def _print_round(
 ) -> None:
     common.line(f"  round {r + 1}", "dormant first" if r % 2 == 0 else "DBOS first")
     rows = (
-        ("dormant one-job instances (start -> job -> end)", d["instances"], "instances/s"),
+        ("dormant one-job instances, eager job (one task each)", d["eager"], "instances/s"),
+        ("dormant one-job instances, job via the broker", d["instances"], "instances/s"),
         ("dormant message triggers (parked -> woken -> end)", d["messages"], "triggers/s"),
         ("DBOS one-step workflows, started directly", b["direct"], "workflows/s"),
         ("DBOS one-step workflows, queue + two workers", b["queue"], "workflows/s"),
@@ -407,16 +419,20 @@ def _print_round(
         "    DBOSClient.send, 4 threads (queued while the recv host is stopped)",
         f"{b['recv']['send_rate']:.0f}/s",
     )
-    ratios["direct"].append(d["instances"]["rate"] / b["direct"]["rate"])
+    ratios["direct"].append(d["eager"]["rate"] / b["direct"]["rate"])
+    ratios["brokered"].append(d["instances"]["rate"] / b["direct"]["rate"])
     ratios["queue"].append(d["instances"]["rate"] / b["queue"]["rate"])
     ratios["recv"].append(d["messages"]["rate"] / b["recv"]["rate"])
     common.line(
-        "    dormant / DBOS: instances / direct, instances / queue, messages / recv",
-        f"{ratios['direct'][-1]:.2f}, {ratios['queue'][-1]:.2f}, {ratios['recv'][-1]:.2f}",
+        "    dormant / DBOS: eager instances / direct, brokered instances / direct, "
+        "brokered instances / queue, messages / recv",
+        f"{ratios['direct'][-1]:.2f}, {ratios['brokered'][-1]:.2f}, "
+        f"{ratios['queue'][-1]:.2f}, {ratios['recv'][-1]:.2f}",
     )
     common.line(
-        "    transactions per unit, dormant / DBOS (instance vs direct; message vs recv)",
-        f"{d['instances']['xact']:.2f} / {b['direct']['xact']:.2f}; "
+        "    transactions per unit, dormant / DBOS (eager instance, brokered instance vs "
+        "direct; message vs recv)",
+        f"{d['eager']['xact']:.2f}, {d['instances']['xact']:.2f} / {b['direct']['xact']:.2f}; "
         f"{d['messages']['xact']:.2f} / {b['recv']['xact']:.2f}",
     )
 
@@ -445,7 +461,7 @@ def section(n: int, concurrency: int = 20, polling: float = 0.05, rounds: int = 
         "    DBOS queue settings",
         f"two worker processes, worker_concurrency={concurrency}, polling_interval_sec={polling}",
     )
-    ratios: dict[str, list[float]] = {"direct": [], "queue": [], "recv": []}
+    ratios: dict[str, list[float]] = {"direct": [], "brokered": [], "queue": [], "recv": []}
     # One Redis db for every round: this process's Celery producer pool stays bound to
     # the broker URL it first published to.
     with common.scratch_redis_db() as broker_url:
@@ -462,10 +478,14 @@ def section(n: int, concurrency: int = 20, polling: float = 0.05, rounds: int = 
                     d = dormant_figures(database_url, broker_url, n, logdir)
             _print_round(r, d, b, ratios)
     common.ratio_line(
-        "ratio dormant one-job instances / DBOS direct (median of rounds)",
+        "ratio dormant one-job instances, eager job / DBOS direct (median of rounds)",
         common.median(ratios["direct"]),
         ">=",
         1.0,
+    )
+    common.line(
+        "ratio dormant one-job instances, job via the broker / DBOS direct (median)",
+        f"{common.median(ratios['brokered']):.2f}",
     )
     common.line(
         "ratio dormant one-job instances / DBOS queue, two workers (median)",

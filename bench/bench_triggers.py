@@ -44,7 +44,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import common, harness
-from bench.models import MESSAGE, SERVICE
+from bench.models import MESSAGE, SERVICE, SERVICE_EAGER
 
 
 def publish_many(
@@ -358,6 +358,7 @@ def main() -> int:
         now = datetime.now(UTC)
         store.deploy(MESSAGE, now)
         store.deploy(SERVICE, now)
+        store.deploy(SERVICE_EAGER, now)
 
         # (c) N instances waiting on the message catch (started by a worker: setup,
         # printed for the record), then N messages queued and drained by a fresh worker.
@@ -418,37 +419,52 @@ def main() -> int:
             f"{rates['dormant message trigger']:8.0f} triggers/s ({n} in {secs:.2f} s)",
         )
 
-        # (d) one-service-task process: start -> job -> job result, N instances.
-        publish_many(
-            tasks_app.app,
-            "dormant.start",
-            tasks_app.QUEUE,
-            "trigger.start",
-            [
-                {"key": "bench_service", "instance_id": f"s-{i}", "variables": {"i": i}}
-                for i in range(n_service)
-            ],
-            exchange=tasks_app.EXCHANGE.name,
-        )
-
-        def drain_service() -> float:
-            secs, worker = harness.drain(
-                r,
-                tasks_app.QUEUE.name,
-                lambda: harness.dormant_worker(
-                    broker_url, database_url, logdir, "dormant-worker-2"
-                ),
-                done=lambda: count_status(store, "bench_service", "completed") >= n_service,
+        def service_instances(key: str, prefix: str, worker_name: str) -> tuple[float, Any, float]:
+            """N instances of ``key`` queued, then drained by a fresh worker: the rate,
+            the worker's statements and transactions, the xact_commit delta."""
+            publish_many(
+                tasks_app.app,
+                "dormant.start",
+                tasks_app.QUEUE,
+                "trigger.start",
+                [
+                    {"key": key, "instance_id": f"{prefix}-{i}", "variables": {"i": i}}
+                    for i in range(n_service)
+                ],
+                exchange=tasks_app.EXCHANGE.name,
             )
-            worker.stop()
-            return secs
 
-        secs, job_worker, job_xacts = counted_drain(store, sql_log, drain_service, n_service)
-        completed_rate = n_service / secs
+            def drain_service() -> float:
+                secs, worker = harness.drain(
+                    r,
+                    tasks_app.QUEUE.name,
+                    lambda: harness.dormant_worker(broker_url, database_url, logdir, worker_name),
+                    done=lambda: count_status(store, key, "completed") >= n_service,
+                )
+                worker.stop()
+                return secs
+
+            secs, counted, xacts = counted_drain(store, sql_log, drain_service, n_service)
+            return n_service / secs, counted, xacts
+
+        # (d) one-service-task process: start -> job -> job result, N instances.
+        completed_rate, job_worker, job_xacts = service_instances(
+            "bench_service", "s", "dormant-worker-2"
+        )
         common.line(
             "(d)   dormant one-service-task instances",
-            f"{completed_rate:8.0f} completed/s ({n_service} in {secs:.2f} s; "
-            f"{3 * n_service / secs:.0f} triggers/s, 2 Celery tasks + 1 job result each)",
+            f"{completed_rate:8.0f} completed/s ({n_service} in {n_service / completed_rate:.2f} "
+            f"s; {3 * completed_rate:.0f} triggers/s, 2 Celery tasks + 1 job result each)",
+        )
+        # (d') the same with an eager job: run in place by the worker whose start
+        # dispatched it, one Celery task per instance (tasks/jobs.py, "Eager jobs").
+        eager_rate, eager_worker, eager_xacts = service_instances(
+            "bench_service_eager", "e", "dormant-worker-eager"
+        )
+        common.line(
+            "(d')  dormant one-service-task instances, eager job",
+            f"{eager_rate:8.0f} completed/s ({n_service} in {n_service / eager_rate:.2f} s; "
+            "1 Celery task each: the start, then its job run in place)",
         )
         # (e) the producer's side: what one Client call costs beside its floor.
         producer = producer_cost(database_url, broker_url)
@@ -499,6 +515,17 @@ def main() -> int:
         common.line(
             "(d) per instance: pg_stat_database xact_commit delta (reads included)",
             f"{job_xacts:.2f}",
+        )
+        common.line(
+            "(d') per instance start -> eager job -> end: the worker",
+            eager_worker.per(n_service),
+        )
+        common.line(
+            "(d') per instance: pg_stat_database xact_commit delta (reads included)",
+            f"{eager_xacts:.2f}",
+        )
+        common.ratio_line(
+            "completed one-service-task instances/s, eager job", eager_rate, ">=", 100.0, "{:.0f}"
         )
         common.ratio_line(
             "write transactions per instance start -> job -> end (from dormant.start)",

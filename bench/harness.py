@@ -133,6 +133,11 @@ def baseline_worker(queue: str, broker_url: str, database_url: str, logdir: Path
     )
 
 
+# The bench's workers run ``bench-eager-job`` in place (tasks/jobs.py, "Eager jobs");
+# ``bench-noop-job`` goes through the broker.
+EAGER_JOB_TYPES = '{"bench-eager-job": {"eager": true}}'
+
+
 def dormant_worker(
     broker_url: str,
     database_url: str,
@@ -142,8 +147,8 @@ def dormant_worker(
     concurrency: int = 2,
     queues: str | None = None,
 ) -> Worker:
-    """The real ``dormant worker`` CLI: prefork x2, the dormant app's own settings;
-    ``queues``: its ``--queues`` (default: the CLI's).
+    """The real ``dormant worker`` CLI: prefork x2, the dormant app's own settings
+    (``bench-eager-job`` marked eager); ``queues``: its ``--queues`` (default: the CLI's).
 
     With ``BENCH_PROFILE_DIR`` set, the worker and its pool children run under
     ``py-spy record`` (the bench extra), which writes their sampled stacks to
@@ -182,7 +187,11 @@ def dormant_worker(
             "WARNING",
             *(["--queues", queues] if queues else []),
         ],
-        env_with(DORMANT_BROKER_URL=broker_url, DORMANT_DATABASE_URL=database_url),
+        env_with(
+            DORMANT_BROKER_URL=broker_url,
+            DORMANT_DATABASE_URL=database_url,
+            DORMANT_JOB_TYPES=EAGER_JOB_TYPES,
+        ),
         logdir,
         profiled=bool(profiler),
     )

@@ -1,4 +1,5 @@
-"""The job the one-service-task benchmark runs: a no-op, loaded with ``--include bench.jobs``.
+"""The jobs the one-service-task benchmarks run: no-ops, loaded with ``--include bench.jobs``;
+``bench-eager-job`` is the one the bench's workers mark eager (bench/harness.py).
 
 Importing it also starts the SQL commit log when the worker's environment names one
 (``DORMANT_BENCH_SQL_LOG``, bench/sqlcount.py): how the bench counts a real worker's
@@ -17,4 +18,9 @@ sqlcount.install_log()
 
 @app.task(name="bench-noop-job")
 def bench_noop_job(**_: Any) -> dict[str, Any]:
+    return {"done": True}
+
+
+@app.task(name="bench-eager-job")
+def bench_eager_job(**_: Any) -> dict[str, Any]:
     return {"done": True}

@@ -109,6 +109,13 @@ SERVICE = (
 """
 )
 
+# The same with the job "bench-eager-job", which the bench's workers run in place
+# (DORMANT_JOB_TYPES marks it eager: bench/harness.py): one Celery task per instance.
+SERVICE_EAGER = SERVICE.replace(
+    'id="bench_service" name="Bench service"',
+    'id="bench_service_eager" name="Bench service, eager job"',
+).replace("bench-noop-job", "bench-eager-job")
+
 # start -> timer (due far in the future: waits, never fires) -> end   (bench_flat memory)
 TIMER = (
     _HEAD

@@ -38,6 +38,9 @@ class JobTypeSetting(BaseModel):
 
     timeout_seconds: PositiveFloat | None = None
     retry_backoff_seconds: PositiveFloat | None = None
+    # Run a job of this type in the worker that dispatched it, right after the trigger
+    # commits, instead of through the broker (tasks/jobs.py, "Eager jobs").
+    eager: bool = False
 
 
 # field name -> environment variable
@@ -134,8 +137,9 @@ class Settings(BaseModel):
     # it (dead or paused) to another worker. A trigger running longer is delivered
     # twice, harmlessly (trigger ids); the fault suite shortens it to pause past it.
     redis_visibility_timeout: float = 60.0
-    # Per job type: {"charge-card": {"timeout_seconds": 600, "retry_backoff_seconds": 5}}
-    # (JSON in the environment); a type not named uses the two settings above.
+    # Per job type: {"charge-card": {"timeout_seconds": 600, "retry_backoff_seconds": 5,
+    # "eager": true}} (JSON in the environment); a type not named uses the two settings
+    # above and goes through the broker.
     job_types: dict[str, JobTypeSetting] = Field(default_factory=dict)
     # Node entries one trigger may make before the instance commits and continues in a
     # follow-up trigger (docs/limits.md, "Step budget").

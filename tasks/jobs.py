@@ -37,6 +37,21 @@ e.g. as the idempotency key of a payment API.
 The engine retries failed jobs itself (a backoff deadline, then a new attempt with a new
 idempotency key), so dormant adds no Celery-level retries.
 
+Eager jobs: a job type marked ``eager`` in ``DORMANT_JOB_TYPES`` runs in the worker
+process whose trigger dispatched it, right after that trigger committed (and marked its
+inbox row and outbox rows), instead of one more trip through the broker (Temporal's
+eager activity execution is the same idea): one Celery task where there were two. It
+needs the type registered in that worker and its queue read by it (``runs_here``); at
+most one job per trigger runs so (the rest are published, so parallel jobs stay
+parallel), only while the trigger used less than half its soft time limit, and never
+from a job's result applied by the worker that ran the job (``report``: no chain of
+jobs inside one task). What changes for such a job: it runs under the trigger task's
+time limits (``DORMANT_TRIGGER_SOFT_TIME_LIMIT_SECONDS``; past it the job fails like any
+job, and the engine's retry policy takes over), Flower shows the trigger task, not the
+job, and a worker that dies while running it leaves no message to redeliver: the sweep
+(its row not yet deleted) or the job's timeout sends it again, as for a job message
+the broker lost.
+
 Job queues: by default the ``dormant`` queue (bound to ``job.#``). A job type routed
 elsewhere by Celery's own routing (``task_routes`` or the task's ``queue`` option) is
 sent to that queue instead, through its own direct exchange with the same routing key
@@ -60,6 +75,7 @@ from engine_core.errors import BpmnError
 from engine_core.job_types import reserved_job_type
 from engine_core.triggers import JobCompleted, JobErrorThrown, JobFailed, JobHeartbeat
 from persistence import clock
+from tasks import app as app_module
 from tasks import metrics, tracing
 from tasks.app import QUEUE, app, publish, store
 
@@ -73,6 +89,9 @@ __all__ = [
     "heartbeat",
     "idempotency_key",
     "job_queue",
+    "run_here",
+    "runs_here",
+    "some_job_type_is_eager",
     "task_headers",
 ]
 
@@ -111,13 +130,6 @@ def dispatch(job: DispatchJob) -> None:
             f"{key}:done",
         )
         return
-    headers = {
-        HEADER_TASK_HEADERS: {str(k): str(v) for k, v in job.headers.items()},
-        HEADER_INSTANCE: instance_id,
-        HEADER_WAIT: wait_id,
-        HEADER_ATTEMPT: str(attempt),
-        HEADER_IDEMPOTENCY_KEY: key,
-    }
     queue = job_queue(job_type)
     publish(
         job_type,
@@ -125,7 +137,7 @@ def dispatch(job: DispatchJob) -> None:
         dict(job.variables),
         queue=queue,
         exchange=queue.exchange.name if queue.exchange else None,
-        headers=headers,
+        headers=_job_headers(job),
     )
     metrics.job_dispatched(job_type)
     log.info(
@@ -135,6 +147,75 @@ def dispatch(job: DispatchJob) -> None:
         job_type,
         attempt,
     )
+
+
+def _job_headers(job: DispatchJob) -> dict[str, Any]:
+    """The headers that tie a job's message (or its run in place) to its wait."""
+    return {
+        HEADER_TASK_HEADERS: {str(k): str(v) for k, v in job.headers.items()},
+        HEADER_INSTANCE: job.instance_id,
+        HEADER_WAIT: job.wait_id,
+        HEADER_ATTEMPT: str(job.attempt),
+        HEADER_IDEMPOTENCY_KEY: job.idempotency_key,
+    }
+
+
+def some_job_type_is_eager() -> bool:
+    return any(own.eager for own in app_module.settings.job_types.values())
+
+
+def runs_here(job_type: str) -> bool:
+    """May this process run a job of ``job_type`` itself, right after the trigger that
+    dispatched it committed ("Eager jobs" in the module docstring)?
+
+    Only a type its operator marked ``eager`` (``DORMANT_JOB_TYPES``), that this process
+    has registered, and whose queue this worker reads: a job routed to its own queue
+    (its own workers, its own concurrency) always goes through the broker."""
+    own = app_module.settings.job_types.get(job_type)
+    if own is None or not own.eager or reserved_job_type(job_type) is not None:
+        return False
+    if job_type not in app.tasks:
+        return False
+    return job_queue(job_type).name in app.amqp.queues.consume_from
+
+
+def run_here(job: DispatchJob, hostname: str | None) -> None:
+    """Run one job in this process the way a worker runs a job message: through
+    Celery's tracer, so ``task_prerun``, ``task_success``/``task_failure`` and
+    ``task_postrun`` fire, and the handlers below report its outcome in its own locked
+    transaction, as for a job that came from the broker. The request carries the job's
+    headers (``idempotency_key``, ``task_headers`` and ``heartbeat`` work) and its
+    routing, so a Celery-level retry the job asks for is published like any retry."""
+    from celery.app.trace import trace_task
+
+    task = app.tasks[job.job_type]
+    headers = _job_headers(job)
+    queue = job_queue(job.job_type)
+    task_id = str(uuid.uuid4())
+    request = {
+        **headers,
+        "id": task_id,
+        "task": job.job_type,
+        "headers": headers,
+        "hostname": hostname,
+        "is_eager": False,
+        "retries": 0,
+        "delivery_info": {
+            "exchange": queue.exchange.name if queue.exchange else "",
+            "routing_key": f"job.{job.job_type}",
+            "priority": None,
+            "redelivered": False,
+        },
+    }
+    metrics.job_dispatched(job.job_type)
+    log.info(
+        "job run in place instance=%s wait=%s type=%s attempt=%s",
+        job.instance_id,
+        job.wait_id,
+        job.job_type,
+        job.attempt,
+    )
+    trace_task(task, task_id, (), dict(job.variables), request, app=app, hostname=hostname)
 
 
 def _header(request: Any, name: str) -> Any:

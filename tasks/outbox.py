@@ -43,12 +43,13 @@ from engine_core.triggers import Continue, Trigger
 from persistence import clock, job_pause
 from persistence.published_jobs import flush_every
 from tasks.app import publish, store
-from tasks.jobs import dispatch
+from tasks.jobs import dispatch, runs_here
 
 __all__ = [
     "HEADER_OUTBOX",
     "consumed",
     "publish_ids",
+    "publish_keeping_a_job",
     "publish_row",
     "publish_rows",
     "trigger_id_for",
@@ -211,6 +212,30 @@ def _held_by_a_pause(row_id: int, job_type: str) -> bool:
     if outcome != "not paused":
         log.info("job of paused type %s held (outbox row %s: %s)", job_type, row_id, outcome)
     return outcome != "not paused"
+
+
+def publish_keeping_a_job(rows: Iterable[Any]) -> DispatchJob | None:
+    """Publish what a trigger committed, except the first job this process may run
+    itself (``runs_here``): that job's row counts as published (``Store.job_published``:
+    deleted with the next write) and the job is returned for the trigger task to run
+    once its own bookkeeping is done (``tasks.jobs.run_here``)."""
+    kept: DispatchJob | None = None
+    rest: list[Any] = []
+    for row in rows:
+        if kept is None and _field(row, "kind") == DispatchJob.__name__:
+            try:
+                job = parse_effect(DispatchJob.__name__, _field(row, "payload"))
+            except StoredDataError:  # publish_row logs it and leaves the row
+                job = None
+            if isinstance(job, DispatchJob) and runs_here(job.job_type):
+                row_id = int(_field(row, "id"))
+                if not _held_by_a_pause(row_id, job.job_type):
+                    store().job_published(row_id)
+                    kept = job
+                continue
+        rest.append(row)
+    publish_rows(rest)
+    return kept
 
 
 def consumed(request: Any) -> None:

@@ -4,7 +4,8 @@
 Each is the same thin shell: parse → one Store / Router / scheduler call (the one
 locked transaction, which also marks the Client's inbox row processed) → after commit,
 publish the outbox rows it returned (as written, never read back) and mark them
-published → one log line (instance id, revision, trigger kind; never payload values).
+published → one log line (instance id, revision, trigger kind; never payload values)
+→ at most one job of an eager type it dispatched, run in place (tasks/jobs.py).
 A trigger whose transaction did not mark its inbox row (a failed trigger kept, a
 duplicate message, a broadcast) marks it after, in a transaction of its own. No BPMN.
 
@@ -33,6 +34,7 @@ id, which is stable across redeliveries of that message.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -41,6 +43,7 @@ from celery import Task
 from sqlalchemy.exc import OperationalError
 
 from engine_core.calls import missing_child
+from engine_core.effects import DispatchJob
 from engine_core.errors import DormantError, OperatorError, UnknownProcess, UnknownTask
 from engine_core.inputs import check_variables
 from engine_core.task_attributes import check_changes
@@ -60,8 +63,9 @@ from persistence.outbox_queue import OutboxRow
 from persistence.results import TriggerResult
 from tasks import app as app_module
 from tasks.app import TIMER_FIRE_KEY, app, publish, store
+from tasks.jobs import dispatch, run_here, some_job_type_is_eager
 from tasks.metrics import observe_trigger, timer_fired
-from tasks.outbox import consumed, publish_row, publish_rows
+from tasks.outbox import consumed, publish_keeping_a_job, publish_row, publish_rows
 
 __all__ = [
     "apply_trigger",
@@ -129,6 +133,7 @@ def _run(
     The trigger id: an explicit one first (an outbox follow-up, or a failed trigger
     sent again through the inbox keeps its first id), else the inbox row's, else the
     Celery task id. ``operator``: a refused action is re-raised after it is recorded."""
+    began = time.monotonic()
     tid = trigger_id or inbox_id or task.request.id or "eager"
     try:
         result = call(tid, _now())
@@ -149,12 +154,41 @@ def _run(
         raise
     except Exception as exc:
         return _keep(task, kind, exc, tid, inbox_id, instance_id)
-    publish_rows(outbox_rows_of(result))
+    rows = outbox_rows_of(result)
+    job: DispatchJob | None = None
+    if _may_run_a_job(task, began):
+        job = publish_keeping_a_job(rows)
+    else:
+        publish_rows(rows)
     if result is None or not result.inbox_marked:
         _processed(inbox_id)
     consumed(task.request)
     log.info("trigger=%s %s", kind, describe_result(result))
+    if job is not None:
+        _run_job_here(job, task.request.hostname)
     return None
+
+
+def _run_job_here(job: DispatchJob, hostname: str | None) -> None:
+    """Run the job the trigger kept back; if Celery's tracer itself fails (the job's
+    own exceptions are its outcome, reported by the job signals), send the job through
+    the broker instead: a job may run twice, never not at all."""
+    try:
+        run_here(job, hostname)
+    except Exception:
+        log.exception("job of type %s not run in place; dispatching it", job.job_type)
+        dispatch(job)
+
+
+def _may_run_a_job(task: Task, began: float) -> bool:
+    """A trigger run by a worker (not eagerly, not called directly) with at least half
+    its soft time limit left may run one job it dispatched (tasks/jobs.py, "Eager
+    jobs"); without an eager job type its rows are published as they are."""
+    request = task.request
+    if request.is_eager or request.called_directly or not some_job_type_is_eager():
+        return False
+    budget = app_module.settings.trigger_soft_time_limit_seconds
+    return time.monotonic() - began < budget / 2
 
 
 def _keep(

@@ -120,3 +120,47 @@ def test_a_worker_killed_inside_a_jobs_path_recovers_within_the_window(
     assert len(per_key) == N, per_key
     if point != "dispatch-committed":
         assert reruns >= 1, "the killed attempt was not run again"
+
+
+def test_a_worker_killed_inside_an_eager_job_loses_no_job(fstack: Stack, tmp_path: Path) -> None:
+    """An eager job (run in place by the worker whose start dispatched it) leaves no job
+    message behind when its worker dies: the start comes back as a duplicate, and the
+    job comes back from the sweep (its outbox row not yet deleted) or, later in its run,
+    from its timeout (a new attempt). Either way every instance completes."""
+    s = fstack
+    log = tmp_path / f"jobs-{uuid.uuid4().hex[:6]}.log"
+    eager = '{"fault-record": {"eager": true, "timeout_seconds": 4}}'
+    s.env.update(
+        DORMANT_REDIS_VISIBILITY_TIMEOUT=VISIBILITY,
+        DORMANT_TEST_JOB_LOG=str(log),
+        DORMANT_JOB_TYPES=eager,
+    )
+    s.beat()
+    victim = included_worker(s, concurrency=1, DORMANT_TEST_KILL_AT="job-done")
+    k = f"fe_{uuid.uuid4().hex[:6]}"
+    s.client.deploy(job_model(k))
+    ids = [s.client.start(k, {}) for _ in range(N)]
+    wait_for(Path(str(log) + ".killed-job-done").exists, 60, 0.05, "the kill in the job")
+    t_kill = time.monotonic()
+    assert victim.popen is not None
+    wait_for(lambda: victim.popen.poll() is not None, 10, 0.05, "the worker dead")
+    assert "job run in place" in victim.text()  # the killed job ran in the start's task
+    included_worker(s)
+    wait_for(
+        lambda: all(s.client.instance(i).status == "completed" for i in ids),
+        90,
+        0.2,
+        "every instance completed",
+    )
+    recovery = time.monotonic() - t_kill
+    per_key = runs(log)
+    by_instance = {key.split(":", 1)[0] for key in per_key}
+    reruns = sum(per_key.values()) - N
+    report_line(
+        "worker SIGKILL inside an eager job",
+        {"sent": N, "applied": N, "duplicates": 0, "lost": 0, "facts_disagree": 0},
+        recovery,
+        f" job_runs={sum(per_key.values())} reruns={reruns}",
+    )
+    assert by_instance == set(ids), per_key  # every instance's job ran
+    assert reruns >= 1, "the killed job was not run again"

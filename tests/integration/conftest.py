@@ -258,6 +258,28 @@ def stack_urls(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple
         yield urls
 
 
+@contextmanager
+def running_stack(
+    kind: str,
+    name: str,
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    **env: str,
+) -> Iterator[Stack]:
+    """A stack of ``kind`` with a worker and a beat started, ``env`` on top of the
+    stack's environment: a module fixture's whole body."""
+    tmp = tmp_path_factory.mktemp(f"{name}-{kind}")
+    with _urls(kind, tmp, request) as urls:
+        s = Stack(*urls, tmp)
+        s.env.update(env)
+        try:
+            s.worker()
+            s.beat()
+            yield s
+        finally:
+            s.close()
+
+
 @pytest.fixture(scope="module", params=["pg_redis", "embedded"])
 def shared_stack(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
@@ -265,15 +287,8 @@ def shared_stack(
     """One worker and one beat per test module and shape, for tests that neither
     restart processes nor count rows: starting processes is most of an integration
     test's time. Tests sharing it use their own process keys and instance ids."""
-    tmp = tmp_path_factory.mktemp(f"shared-{request.param}")
-    with _urls(request.param, tmp, request) as urls:
-        s = Stack(*urls, tmp)
-        try:
-            s.worker()
-            s.beat()
-            yield s
-        finally:
-            s.close()
+    with running_stack(request.param, "shared", request, tmp_path_factory) as s:
+        yield s
 
 
 @pytest.fixture

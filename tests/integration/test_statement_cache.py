@@ -24,7 +24,7 @@ from sqlalchemy.engine import default
 
 from bench.models import MESSAGE, SERVICE
 from engine_core.triggers import JobCompleted, TaskCompleted
-from persistence import routing, writes
+from persistence import deployments, routing, writes
 from persistence import store as store_module
 from persistence.routing import Router
 from persistence.settings import Settings
@@ -124,6 +124,8 @@ def test_a_second_round_of_triggers_compiles_nothing(pg_store: Store) -> None:
     # Writes of prebuilt statements only (the starts, the message, the job's result, the
     # task's completion) reuse their composite statement: nothing of it built again.
     assert writes._composite_of_prebuilt.cache_info().hits - reused >= 6
+    # So is a start's definition lookup (persistence/deployments.py): six starts a round.
+    assert sum(o is deployments._LATEST_DEFINITION for o in objects) == 6
 
 
 def test_a_message_with_one_holder_is_two_statements_in_one_transaction(

@@ -67,3 +67,11 @@ def listener_set_n(**_: Any) -> dict[str, Any]:
 def listener_audit(doubled: Any = None, **_: Any) -> dict[str, Any]:
     """An end listener: sees the element's result and records it."""
     return {"audited": doubled}
+
+
+@app.task(name="test-retry-once", bind=True)
+def retry_once(self: Task, **_: Any) -> dict[str, Any]:
+    """Asks Celery for one retry, then succeeds: the retry travels with the job's headers."""
+    if self.request.retries == 0:
+        raise self.retry(countdown=0.1)
+    return {"retried": self.request.retries, "job_key": idempotency_key(self)}

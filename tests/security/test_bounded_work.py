@@ -11,11 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import datetime
-from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import Stack, _urls, wait_for
+from tests.integration.conftest import Stack, running_stack, wait_for
 from tests.integration.waitkit import end, model, script, start, xor
 
 # Small, so the loop continues many times within the test.
@@ -37,16 +36,10 @@ QUICK = model(
 def budget_stack(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Stack]:
-    tmp: Path = tmp_path_factory.mktemp(f"budget-{request.param}")
-    with _urls(request.param, tmp, request) as urls:
-        s = Stack(*urls, tmp)
-        s.env["DORMANT_STEP_BUDGET"] = BUDGET
-        try:
-            s.worker()
-            s.beat()
-            yield s
-        finally:
-            s.close()
+    with running_stack(
+        request.param, "budget", request, tmp_path_factory, DORMANT_STEP_BUDGET=BUDGET
+    ) as s:
+        yield s
 
 
 def _budget_stops(stack: Stack, instance_id: str) -> int:
