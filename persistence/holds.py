@@ -268,7 +268,10 @@ def _consume_buffered(
         select(messages.c.message_id, messages.c.variables)
         .where(
             messages.c.name == name,
-            messages.c.correlation_key.is_not_distinct_from(key),
+            # Not IS NOT DISTINCT FROM, which ix_messages_name_key never serves.
+            messages.c.correlation_key.is_(None)
+            if key is None
+            else messages.c.correlation_key == key,
             messages.c.consumed_at.is_(None),
             messages.c.expires_at > now,
             ~reached.exists(),

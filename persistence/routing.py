@@ -86,20 +86,29 @@ def _holder_order(instance: Any) -> tuple[Any, ...]:
 HOLDER_ORDER = _holder_order(instances)
 
 
-def _first_delivery_statement() -> Any:
+def _key_matches(key: Any) -> Any:
+    """``correlation_key`` is ``key`` (or NULL when ``key`` is None), in a form the
+    (kind, name, correlation_key) index serves: ``IS NOT DISTINCT FROM`` is never
+    index-served, and would scan every subscription at every message."""
+    column = subscriptions.c.correlation_key
+    return column.is_(None) if key is None else column == key
+
+
+def _first_delivery_statement(keyed: bool) -> Any:
     """The first statement of a message's first transaction (``Router._deliver_first``),
     built once per process with bound parameters: is the message id recorded, the
     deployments' count, the matching subscriptions with their instance's process in
     HOLDER_ORDER, and the FIRST holder's instance row locked with the columns
     ``Store.apply_found`` needs (``locking_instance``; the message id is the trigger
     id). A one-row source outer-joined to the rest, so the first two come back when
-    nobody holds the message; the locked row rides every row."""
+    nobody holds the message; the locked row rides every row. ``keyed``: for a
+    correlation key (a bound ``key``), else for none."""
     one = select(literal(1).label("one")).subquery()
     holder = instances.alias("holder")
     matching = and_(
         subscriptions.c.kind == "message",
         subscriptions.c.name == bindparam("name"),
-        subscriptions.c.correlation_key.is_not_distinct_from(bindparam("key")),
+        _key_matches(bindparam("key") if keyed else None),
     )
     first = (
         select(subscriptions.c.instance_id)
@@ -129,7 +138,7 @@ def _first_delivery_statement() -> Any:
     )
 
 
-_FIRST_DELIVERY = _first_delivery_statement()
+_FIRST_DELIVERY = {keyed: _first_delivery_statement(keyed) for keyed in (True, False)}
 
 
 @dataclass(slots=True)
@@ -339,7 +348,7 @@ class Router:
             .where(subscriptions.c.kind == kind, subscriptions.c.name == name)
         )
         if kind == "message":
-            q = q.where(subscriptions.c.correlation_key.is_not_distinct_from(key))
+            q = q.where(_key_matches(key))
         return [
             Holder(r.key, r.instance_id, r.wait_id) for r in conn.execute(q.order_by(*HOLDER_ORDER))
         ]
@@ -403,8 +412,10 @@ class Router:
         look = _FirstLook()
 
         def find(conn: Connection) -> Found | None:
-            params = {"message_id": out.message_id, "name": name, "key": key}
-            rows = conn.execute(_FIRST_DELIVERY, params).all()
+            params = {"message_id": out.message_id, "name": name}
+            if key is not None:
+                params["key"] = key
+            rows = conn.execute(_FIRST_DELIVERY[key is not None], params).all()
             head = rows[0]
             if head.seen:
                 out.duplicate = True
@@ -686,7 +697,7 @@ class Router:
                     .where(
                         subscriptions.c.kind == "message",
                         subscriptions.c.name == name,
-                        subscriptions.c.correlation_key.is_not_distinct_from(key),
+                        _key_matches(key),
                     )
                     .limit(1)
                 )

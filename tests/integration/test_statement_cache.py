@@ -120,7 +120,7 @@ def test_a_second_round_of_triggers_compiles_nothing(pg_store: Store) -> None:
     # once per process, not per trigger (their construction and cache key were a tenth
     # of a message trigger's time).
     assert sum(o is store_module._LOCK[True] for o in objects) == 2  # job, task
-    assert sum(o is routing._FIRST_DELIVERY for o in objects) == 1
+    assert sum(o is routing._FIRST_DELIVERY[True] for o in objects) == 1
     # Writes of prebuilt statements only (the starts, the message, the job's result, the
     # task's completion) reuse their composite statement: nothing of it built again.
     assert writes._composite_of_prebuilt.cache_info().hits - reused >= 6
@@ -161,3 +161,27 @@ def test_a_message_with_one_holder_is_two_statements_in_one_transaction(
     assert out.delivered_to == ["one-1"] and out.recorded
     assert statements == [("SELECT", False), ("WITH", False)]  # lookup + lock, the write
     assert len(commits) == 1
+
+
+@pytest.mark.parametrize("keyed", [True, False])
+def test_the_message_lookup_is_served_by_the_subscriptions_index(
+    pg_store: Store, keyed: bool
+) -> None:
+    """``IS NOT DISTINCT FROM`` is never served by an index: a message's lookup written
+    so scanned every subscription at every message. With sequential scans priced out,
+    the plan of the message's first statement finds subscriptions by (kind, name, key)
+    in ix_subscriptions_kind_name_key, for a correlation key and for none."""
+    compiled = routing._FIRST_DELIVERY[keyed].compile(dialect=pg_store.engine.dialect)
+    given = {"message_id": "m", "name": "n", **({"key": "k"} if keyed else {})}
+    with pg_store.engine.begin() as conn:
+        conn.exec_driver_sql("SET LOCAL enable_seqscan = off")
+        plan = "\n".join(
+            row[0]
+            for row in conn.exec_driver_sql(
+                "EXPLAIN " + compiled.string, compiled.construct_params(given)
+            )
+        )
+    assert "Seq Scan on subscriptions" not in plan, plan
+    # The key is in the index condition, not a filter over every (kind, name) match.
+    conditions = [line for line in plan.splitlines() if "Index Cond" in line]
+    assert any("correlation_key" in line for line in conditions), plan
