@@ -7,8 +7,9 @@ join, buffer or not); this module executes it against the database. Order, and w
    The row is written LAST (in the last holder's own transaction, or step 4), so a
    producer's retry after a crash mid-routing is routed again, and every apply in
    step 2/3 is idempotent (trigger id = message id; start id = uuid5 of key and message
-   id) — delivery is exactly once per holder. That check and the holders' lookup are
-   one statement.
+   id) — delivery is exactly once per holder. That check, the holders' lookup and
+   the first holder's row lock are one statement, the first of that holder's own
+   transaction (``Router._deliver_first``).
 2. Per process id, the first instance holding a matching subscription gets
    ``MessageReceived`` (message cardinality: once per process id, the core's plan),
    each in its own Store transaction; the LAST holder's also records the message and
