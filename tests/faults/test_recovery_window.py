@@ -57,6 +57,15 @@ def unpublished_dispatches(stack: Stack) -> int:
         )
 
 
+def _every_completed(s: Stack, ids: list[str]) -> None:
+    wait_for(
+        lambda: all(s.client.instance(i).status == "completed" for i in ids),
+        90,
+        0.2,
+        "every instance completed",
+    )
+
+
 @pytest.mark.parametrize("point", ["dispatch-committed", "job-done", "result-applied"])
 def test_a_worker_killed_inside_a_jobs_path_recovers_within_the_window(
     fstack: Stack, tmp_path: Path, point: str
@@ -84,12 +93,7 @@ def test_a_worker_killed_inside_a_jobs_path_recovers_within_the_window(
     if point == "dispatch-committed":
         assert landed >= 1, "the kill did not land between the commit and the publish"
     included_worker(s)
-    wait_for(
-        lambda: all(s.client.instance(i).status == "completed" for i in ids),
-        90,
-        0.2,
-        "every instance completed",
-    )
+    _every_completed(s, ids)
     if point != "dispatch-committed":
         # After ``result-applied`` the instance is complete at once; what must come
         # back is the unacknowledged job message (its loss would leave no trace but a
@@ -146,12 +150,7 @@ def test_a_worker_killed_inside_an_eager_job_loses_no_job(fstack: Stack, tmp_pat
     wait_for(lambda: victim.popen.poll() is not None, 10, 0.05, "the worker dead")
     assert "job run in place" in victim.text()  # the killed job ran in the start's task
     included_worker(s)
-    wait_for(
-        lambda: all(s.client.instance(i).status == "completed" for i in ids),
-        90,
-        0.2,
-        "every instance completed",
-    )
+    _every_completed(s, ids)
     recovery = time.monotonic() - t_kill
     per_key = runs(log)
     by_instance = {key.split(":", 1)[0] for key in per_key}
