@@ -13,7 +13,7 @@ import signal
 import time
 
 from tests.faults.test_faults import counts, loop_instances, settle
-from tests.integration.conftest import Proc, Stack
+from tests.integration.conftest import BEAT_READY, WORKER_READY, Proc, Stack
 
 __all__ = ["counts", "freeze", "loop_instances", "report_line", "settle", "thaw"]
 
@@ -92,7 +92,7 @@ def revive(stack: Stack, proc: Proc) -> Proc:
     stack.procs.remove(proc)
     fresh = Proc(proc.name + "r", proc.argv, proc.env, proc.cwd)
     stack.procs.append(fresh)
-    return fresh.start(ready="beat: Starting" if proc.name.startswith("beat") else "ready.")
+    return fresh.start(ready=BEAT_READY if proc.name.startswith("beat") else WORKER_READY)
 
 
 def included_worker(stack: Stack, *, concurrency: int = 2, **env: str) -> Proc:

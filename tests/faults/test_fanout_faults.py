@@ -37,8 +37,7 @@ def signal_loop(key: str, name: str) -> str:
 
 def test_a_broadcast_with_one_corrupt_holder_among_many(fstack: Stack) -> None:
     s = fstack
-    s.worker()
-    s.beat()
+    s.worker_and_beat()
     k = f"ff_{uuid.uuid4().hex[:6]}"
     name = f"bcast-{k}"
     s.client.deploy(signal_loop(k, name))

@@ -33,8 +33,7 @@ QUICK = model(
 def test_a_loop_model_runs_while_other_instances_complete(fstack: Stack) -> None:
     s = fstack
     s.env["DORMANT_STEP_BUDGET"] = "50"
-    s.worker()
-    s.beat()
+    s.worker_and_beat()
     s.client.deploy(SPIN)
     s.client.deploy(QUICK)
     spinning = s.client.start("hostile_spin", {"i": 0})

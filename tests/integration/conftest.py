@@ -32,6 +32,9 @@ REPO = Path(__file__).resolve().parents[2]
 REDIS_HOST = os.environ.get("DORMANT_TEST_REDIS", "redis://127.0.0.1:6379")
 # Comma-separated: the job modules every test worker loads.
 JOBS_MODULE = "tests.integration.test_tasks_jobs,tests.integration.incident_jobs"
+# The log lines that say a worker, a beat is up.
+WORKER_READY = "ready."
+BEAT_READY = "beat: Starting"
 
 
 def wait_for(
@@ -69,7 +72,14 @@ class Proc:
         self.log = cwd / f"{name}.log"
         self.popen: subprocess.Popen[bytes] | None = None
 
-    def start(self, ready: str | None = "ready.", timeout: float = 30.0) -> Proc:
+    def start(self, ready: str | None = WORKER_READY, timeout: float = 30.0) -> Proc:
+        self.launch()
+        if ready:
+            self.wait_ready(ready, timeout)
+        return self
+
+    def launch(self) -> Proc:
+        """Start the process and return at once (``wait_ready`` waits for its line)."""
         with open(self.log, "ab") as out:
             self.popen = subprocess.Popen(
                 self.argv,
@@ -79,12 +89,14 @@ class Proc:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        if ready:
-            wait_for(
-                lambda: self._check_alive() and ready in self.text(),
-                timeout,
-                what=f"{self.name} ready",
-            )
+        return self
+
+    def wait_ready(self, ready: str, timeout: float = 30.0) -> Proc:
+        wait_for(
+            lambda: self._check_alive() and ready in self.text(),
+            timeout,
+            what=f"{self.name} ready",
+        )
         return self
 
     def _check_alive(self) -> bool:
@@ -144,6 +156,9 @@ class Stack:
 
     def worker(self, name: str = "worker", concurrency: int = 2, queues: str | None = None) -> Proc:
         """A ``dormant worker``; ``queues``: its ``--queues`` (default: the CLI's)."""
+        return self._worker(name, concurrency, queues).start()
+
+    def _worker(self, name: str, concurrency: int, queues: str | None) -> Proc:
         proc = Proc(
             f"{name}-{len(self.procs)}",
             self.dormant(
@@ -160,9 +175,12 @@ class Stack:
             self.tmp,
         )
         self.procs.append(proc)
-        return proc.start()
+        return proc
 
     def beat(self) -> Proc:
+        return self._beat().start(ready=BEAT_READY)
+
+    def _beat(self) -> Proc:
         proc = Proc(
             f"beat-{len(self.procs)}",
             self.dormant("beat", "--loglevel", "INFO"),
@@ -170,7 +188,22 @@ class Stack:
             self.tmp,
         )
         self.procs.append(proc)
-        return proc.start(ready="beat: Starting")
+        return proc
+
+    def worker_and_beat(self) -> tuple[Proc, Proc]:
+        """A worker and a beat, both ready.
+
+        On PostgreSQL they start side by side: each spends its first seconds importing,
+        and the database is migrated already (the worker and the beat only check it).
+        On the embedded default the worker is ready before the beat starts, because
+        each migrates the SQLite file on start and two migrating at once would race.
+        """
+        worker = self._worker("worker", 2, None).launch()
+        if self.kind == "embedded":
+            worker.wait_ready(WORKER_READY)
+            return worker, self.beat()
+        beat = self._beat().launch()
+        return worker.wait_ready(WORKER_READY), beat.wait_ready(BEAT_READY)
 
     def run_cli(self, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -204,8 +237,17 @@ class Stack:
         return "\n".join(parts)
 
     def close(self) -> None:
+        """Kill every process of the stack (SIGKILL, whole process group) and close the
+        Client.
+
+        Teardown only frees what the test held, and nothing it does is checked, so it
+        does not sit through a shutdown: an idle worker takes two to seven seconds to
+        stop on SIGTERM, and across the suite's stacks that was a good part of its
+        time. Acks late: nothing a killed worker held is lost. A test that means a
+        graceful stop says so with ``Proc.stop()``.
+        """
         for proc in reversed(self.procs):
-            proc.stop()
+            proc.stop(sig=signal.SIGKILL)
         if self._client is not None:
             self._client._store.close()
 
@@ -273,8 +315,7 @@ def running_stack(
         s = Stack(*urls, tmp)
         s.env.update(env)
         try:
-            s.worker()
-            s.beat()
+            s.worker_and_beat()
             yield s
         finally:
             s.close()
@@ -298,8 +339,7 @@ def stack(
     """A deployment shape with a worker and a beat running (see the module docstring)."""
     s = Stack(*stack_urls, tmp_path)
     try:
-        s.worker()
-        s.beat()
+        s.worker_and_beat()
         yield s
     finally:
         s.close()

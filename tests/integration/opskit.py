@@ -26,8 +26,7 @@ def pg_redis_stack(
         stack.env["DORMANT_BATCH_CLAIM_SECONDS"] = BATCH_CLAIM_SECONDS
         try:
             if processes:
-                stack.worker()
-                stack.beat()
+                stack.worker_and_beat()
             yield stack
         finally:
             stack.close()

@@ -38,8 +38,7 @@ def cstack(
     with _urls("pg_redis", tmp, request) as urls:
         s = Stack(*urls, tmp)
         try:
-            s.worker()
-            s.beat()
+            s.worker_and_beat()
             yield s
         finally:
             s.close()

@@ -55,8 +55,7 @@ def ostack(
     with _urls("pg_redis", tmp, request) as urls:
         s = Stack(*urls, tmp)
         try:
-            s.worker()
-            s.beat()
+            s.worker_and_beat()
             s.client.deploy(MODEL)
             bulk = tmp / "bulk.bpmn"
             bulk.write_text(MODEL.read_text().replace('id="payment"', f'id="{BULK_KEY}"'))

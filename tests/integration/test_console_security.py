@@ -42,8 +42,7 @@ def sstack(
     with _urls("pg_redis", tmp, request) as urls:
         s = Stack(*urls, tmp)
         try:
-            s.worker()
-            s.beat()
+            s.worker_and_beat()
             s.client.deploy(MODEL)
             yield s
         finally:

@@ -613,7 +613,7 @@ def test_scheduled_retries_survive_a_worker_and_beat_restart(
     policy = '<dormant:retryPolicy attempts="1" backoff="PT4S"/>'
     c.deploy(linear("inc-policy", flaky(policy=policy)))
     c.deploy(linear("inc-engine-default"))
-    worker, beat = stack.worker(), stack.beat()
+    worker, beat = stack.worker_and_beat()
     flag = tmp_path / "flag"
     by_activity = c.start("inc-policy", {"flag": str(flag)})
     by_default = c.start("inc-engine-default", {"flag": str(flag)})
@@ -631,8 +631,7 @@ def test_scheduled_retries_survive_a_worker_and_beat_restart(
     assert {i.id for i in c.instances(status="active_incidents")} >= {by_activity, by_default}
     flag.touch()
     time.sleep(max(0.0, max(i.retry_at for i in scheduled).timestamp() - time.time()) + 0.5)
-    stack.worker()
-    stack.beat()
+    stack.worker_and_beat()
     for iid in (by_activity, by_default):
         stack.wait_status(iid, "completed", timeout=40)
         assert actions(stack, iid) == ["raised", "retry-scheduled", "retried", "resolved"]

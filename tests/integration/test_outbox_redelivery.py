@@ -75,8 +75,7 @@ def test_a_follow_up_lost_by_the_broker_is_published_again(bare_stack: Stack) ->
         kept = conn.execute(select(func.count()).select_from(outbox)).scalar_one()
     assert kept == 1, "a published follow-up stays in the outbox until consumed"
 
-    s.worker()
-    s.beat()
+    s.worker_and_beat()
     done = s.wait_status("p-1", "completed", timeout=40)
     assert done.variables["doubled"] == 42
     # The consumer acknowledges a follow-up after its own commit, so the parent may

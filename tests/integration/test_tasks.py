@@ -178,8 +178,7 @@ def test_parallel_fork_joins(shared_stack: Stack) -> None:
 def test_worker_restart_between_two_triggers(bare_stack: Stack) -> None:
     s = bare_stack
     s.client.deploy(linear("twice", USER, USER.replace("Approve", "Ship")))
-    worker = s.worker()
-    s.beat()
+    worker, _ = s.worker_and_beat()
     iid = s.client.start("twice")
     first = wait_for(lambda: s.client.user_tasks(iid), what="first user task")
     worker.stop()

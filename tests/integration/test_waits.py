@@ -70,8 +70,7 @@ def wstack(
         s.env["DORMANT_CLOCK_OFFSET_FILE"] = str(tmp / "clock-offset")
         (tmp / "clock-offset").write_text("0")
         try:
-            s.worker()
-            s.beat()
+            s.worker_and_beat()
             yield s
         finally:
             s.close()
@@ -355,8 +354,7 @@ def test_t9_kill_the_worker_while_instances_wait_then_everything_continues(
     bare_stack: Stack,
 ) -> None:
     s = bare_stack
-    worker = s.worker()
-    s.beat()
+    worker, _ = s.worker_and_beat()
     c = s.client
     k = f"t9_{uid()}"
     name = f"m-{k}"
