@@ -32,9 +32,10 @@ def test_cli_end_to_end(shared_stack: Stack) -> None:
         stack, "start", "flow", "--var", "n=4", "--var", "orderId=o-9", "--business-key", "B-1"
     ).strip()
     assert len(iid) == 32
-    listed = wait_for(
-        lambda: ok(stack, "tasks", "list", "--instance", iid).strip(), what="user task listed"
-    )
+    # Waits read through the Client (a CLI process per probe costs seconds), then the
+    # CLI shows what is there.
+    wait_for(lambda: stack.client.user_tasks(iid), what="user task")
+    listed = ok(stack, "tasks", "list", "--instance", iid).strip()
     task_id = listed.split("\t")[0]
     assert listed.split("\t")[1] == iid and listed.split("\t")[2] == "n2"
     assert iid in ok(stack, "instances", "list", "--status", "active")
@@ -59,9 +60,8 @@ def test_cli_end_to_end(shared_stack: Stack) -> None:
 
     # Cancel, and the operator errors: exit code 2 and one line.
     other = ok(stack, "start", "flow", "--var", "n=1", "--var", "orderId=o-10").strip()
-    wait_for(
-        lambda: ok(stack, "tasks", "list", "--instance", other).strip(), what="second user task"
-    )
+    wait_for(lambda: stack.client.user_tasks(other), what="second user task")
+    assert ok(stack, "tasks", "list", "--instance", other).strip()
     ok(stack, "instances", "cancel", other)
     stack.wait_status(other, "terminated")
     for args in (
@@ -81,18 +81,15 @@ def test_cli_incidents(shared_stack: Stack) -> None:
     model.write_text(linear("failing", job("test-fail")))
     ok(stack, "deploy", str(model))
     iid = ok(stack, "start", "failing").strip()
-    line = wait_for(
-        lambda: ok(stack, "incidents", "list", "--instance", iid).strip(), what="incident"
-    )
+    wait_for(lambda: stack.client.incidents(iid), what="incident")
+    line = ok(stack, "incidents", "list", "--instance", iid).strip()
     incident_id, instance_id, node_id, state = line.split("\t")[:4]
     assert (instance_id, node_id, state) == (iid, "n1", "open")
     assert json.loads(ok(stack, "incidents", "show", incident_id))["cause_class"] == "ValueError"
     assert incident_id in ok(stack, "incidents", "list", "--state", "open")
     ok(stack, "incidents", "resolve", incident_id)
-    wait_for(
-        lambda: "open" not in ok(stack, "incidents", "list", "--instance", iid),
-        what="incident closed",
-    )
+    wait_for(lambda: not stack.client.incidents(iid, "open"), what="incident closed")
+    assert "open" not in ok(stack, "incidents", "list", "--instance", iid)
 
 
 @pytest.mark.timeout(900)  # a CLI process per step: slow on a loaded machine
