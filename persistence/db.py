@@ -37,6 +37,8 @@ from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import ExceptionContext
 from sqlalchemy.exc import DisconnectionError, OperationalError
 
+from persistence import round_trips
+
 __all__ = ["READ", "make_engine", "read_only"]
 
 # Execution options for a read-only transaction (no write lock on SQLite).
@@ -86,6 +88,7 @@ def make_engine(
             connect_args["options"] = " ".join([connect_args.get("options", ""), *options]).strip()
             kwargs["connect_args"] = connect_args
         engine = create_engine(url, **kwargs)
+        round_trips.install(engine)
         _ping_when_idle(engine)
         event.listen(engine, "handle_error", _session_ended_is_operational)
         return engine

@@ -19,6 +19,7 @@ from sqlalchemy import Connection, bindparam, func, insert, select, update
 
 from engine_core.errors import UnknownDeployment, UnknownProcess
 from engine_core.model import ProcessDefinition
+from persistence import round_trips
 from persistence.decisions import (
     ParsedDecisions,
     insert_decisions,
@@ -317,11 +318,13 @@ class Deployments:
         if conn is None:
             with self.read() as c:
                 return self.definition(key, version, conn=c)
-        row = (
-            conn.execute(_LATEST_DEFINITION, {"key": key}).first()
+        # A start's first statement: with its transaction's BEGIN (round_trips.first).
+        rows = (
+            round_trips.first(conn, _LATEST_DEFINITION, {"key": key})
             if version is None
-            else conn.execute(_DEFINITION_VERSION, {"key": key, "version": version}).first()
+            else round_trips.first(conn, _DEFINITION_VERSION, {"key": key, "version": version})
         )
+        row = rows[0] if rows else None
         if row is None:
             raise self._unknown_process(conn, key, version)
         cached = _PARSED.get((row.checksum, key))

@@ -60,6 +60,7 @@ from engine_core.effects import Fact
 from engine_core.errors import InvalidMessage
 from engine_core.inputs import check_name, check_text, check_ttl, check_variables
 from engine_core.triggers import MessageReceived, SignalReceived, Trigger
+from persistence import round_trips
 from persistence.deployments import deployments_count_column
 from persistence.holds import lock_message_key
 from persistence.inbox import mark_processed_statement, queue_mark_processed
@@ -416,7 +417,7 @@ class Router:
             params = {"message_id": out.message_id, "name": name}
             if key is not None:
                 params["key"] = key
-            rows = conn.execute(_FIRST_DELIVERY[key is not None], params).all()
+            rows = round_trips.first(conn, _FIRST_DELIVERY[key is not None], params)
             head = rows[0]
             if head.seen:
                 out.duplicate = True

@@ -40,7 +40,6 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
-from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -57,7 +56,7 @@ from engine_core.inputs import check_text, check_variables
 from engine_core.model import ProcessDefinition
 from engine_core.operations import projected_waits
 from engine_core.triggers import MigrateInstance, Start, Trigger
-from persistence import migrate
+from persistence import migrate, round_trips
 from persistence.db import make_engine, read_only
 from persistence.decisions import DecisionCache
 from persistence.deployments import Deployment, Deployments
@@ -144,6 +143,15 @@ class Found:
     trigger: Trigger
     trigger_id: str | None
     also: Callable[[Writes], None] | None = None
+
+
+def _is_processed_conflict(exc: IntegrityError) -> bool:
+    """Is ``exc`` the processed trigger id's primary key refusing a second row (a
+    concurrent delivery of the same trigger committed first)?"""
+    diag = getattr(exc.orig, "diag", None)
+    if diag is not None:
+        return getattr(diag, "constraint_name", None) == "pk_processed_triggers"
+    return "processed_triggers." in str(exc.orig)  # SQLite names the columns
 
 
 class _Duplicate(Exception):
@@ -236,7 +244,10 @@ _LOCK = {True: _lock_statement(True), False: _lock_statement(False)}
 # statement (persistence/writes.py ``add_prebuilt``): the checkpoint's UPDATE (a
 # migration moves the instance's pin: the version is written too), the published job
 # rows' DELETE (persistence/published_jobs.py), a start's instance row and the
-# processed trigger id's INSERT, whose RETURNING tells a duplicate (``_Duplicate``).
+# processed trigger id's INSERT. Those two are plain INSERTs: a row already there fails
+# the whole statement (a duplicate: ``_Duplicate``, or the start's existing row), which
+# must not commit anything — and on PostgreSQL its COMMIT goes with it
+# (persistence/round_trips.py), so a RETURNING read afterwards would come too late.
 _CHECKPOINT_PARAMS = (
     "checkpoint_instance",
     "checkpoint_document",
@@ -259,42 +270,32 @@ _CHECKPOINT = (
 _DELETE_PUBLISHED = delete(outbox).where(
     outbox.c.id == any_(bindparam("published_ids", type_=ARRAY(outbox.c.id.type)))
 )
-# A start's instance row on PostgreSQL, whose ON CONFLICT tells a redelivered start.
-_START = (
-    pg_insert(instances)
-    .values(
-        {
-            **{
-                name: bindparam(f"start_{name}")
-                for name in (
-                    "id",
-                    "key",
-                    "version",
-                    "status",
-                    "business_key",
-                    "start_key",
-                    "revision",
-                    "created_at",
-                    "updated_at",
-                    "parent_id",
-                )
-            },
-            "checkpoint": cast(bindparam("start_checkpoint", type_=Text), JSONB),
-        }
-    )
-    .on_conflict_do_nothing(index_elements=[instances.c.id])
-    .returning(instances.c.id)
+# A start's instance row on PostgreSQL; its primary key refuses a redelivered start.
+_START = insert(instances).values(
+    {
+        **{
+            name: bindparam(f"start_{name}")
+            for name in (
+                "id",
+                "key",
+                "version",
+                "status",
+                "business_key",
+                "start_key",
+                "revision",
+                "created_at",
+                "updated_at",
+                "parent_id",
+            )
+        },
+        "checkpoint": cast(bindparam("start_checkpoint", type_=Text), JSONB),
+    }
 )
 _PROCESSED_PARAMS = ("processed_instance", "processed_trigger", "processed_at")
-_PROCESSED = (
-    pg_insert(processed_triggers)
-    .values(
-        instance_id=bindparam("processed_instance"),
-        trigger_id=bindparam("processed_trigger"),
-        at=bindparam("processed_at"),
-    )
-    .on_conflict_do_nothing()
-    .returning(processed_triggers.c.trigger_id)
+_PROCESSED = insert(processed_triggers).values(
+    instance_id=bindparam("processed_instance"),
+    trigger_id=bindparam("processed_trigger"),
+    at=bindparam("processed_at"),
 )
 
 
@@ -362,8 +363,13 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
 
     @contextmanager
     def _tx(self) -> Iterator[Connection]:
-        """A write transaction (BEGIN IMMEDIATE on SQLite)."""
-        with self.engine.begin() as conn:
+        """A write transaction (BEGIN IMMEDIATE on SQLite); on PostgreSQL its BEGIN and
+        COMMIT ride with its first and last statements (persistence/round_trips.py)."""
+        if not self.is_postgres:
+            with self.engine.begin() as conn:
+                yield conn
+            return
+        with self.engine.connect() as conn, round_trips.open_late(conn):
             yield conn
 
     def _read(self) -> AbstractContextManager[Connection]:
@@ -435,6 +441,7 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
                     inbox_id=inbox_id,
                     checked=not self.is_postgres,
                     ride=ride,
+                    last=True,
                 )
             log_raised_incidents(applied)
             return applied
@@ -465,15 +472,17 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
         inbox_id: str | None = None,
         checked: bool = True,
         ride: Ride | None = None,
+        last: bool = False,
     ) -> Applied:
         """``start``'s body inside the CALLER's transaction, so a caller that must change
         other rows with the start (a timer start arming its next repetition) commits
         both at once. An existing ``instance_id`` is returned as a duplicate.
 
         ``checked=False`` (``start`` on PostgreSQL) leaves the existence check to the
-        instance INSERT's own ``ON CONFLICT (id) DO NOTHING`` inside the one write
-        statement: a redelivered start raises ``_Duplicate`` (the transaction must roll
-        back) and ``start`` answers with the existing row. One round trip fewer.
+        instance INSERT inside the one write statement: a redelivered start fails it on
+        the instance's primary key (nothing of it written) and ``start`` answers with
+        the existing row. One round trip fewer. ``last``: that statement ends the
+        transaction (``start``'s own), its COMMIT may go with it.
 
         ``ride``: published job rows this transaction deletes too (``_write_step``)."""
         if checked:
@@ -504,13 +513,7 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
             writes.add_prebuilt(
                 _START,
                 {f"start_{name}": value for name, value in row.items()},
-                lambda: (
-                    pg_insert(instances)
-                    .values({**row, "checkpoint": _document(document, True)})
-                    .on_conflict_do_nothing(index_elements=[instances.c.id])
-                    .returning(instances.c.id)
-                ),
-                "instance",
+                lambda: insert(instances).values({**row, "checkpoint": _document(document, True)}),
             )
         else:
             postgres = conn.dialect.name == "postgresql"
@@ -518,7 +521,7 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
                 insert(instances).values({**row, "checkpoint": _document(document, postgres)})
             )
         return self._write_step(
-            writes, instance_id, first, step, now, trigger_id, inbox_id, ride=ride
+            writes, instance_id, first, step, now, trigger_id, inbox_id, ride=ride, last=last
         )
 
     def _existing(self, conn: Connection, instance_id: str) -> Applied | None:
@@ -639,14 +642,15 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
 
         Two statements on PostgreSQL: the locking SELECT (which also answers "is this
         trigger id already applied?"), then every write as one statement
-        (persistence/writes.py). The definition comes from this process's cache.
+        (persistence/writes.py), with BEGIN and COMMIT two round trips
+        (persistence/round_trips.py). The definition comes from this process's cache.
 
         The order inside is the contract: the row lock is taken before the checkpoint is
         read (a racing trigger waits, then applies to the new state — single flight);
         the duplicate check is answered under the lock, and once more by the processed
-        trigger id's own ``ON CONFLICT DO NOTHING`` at the write: a delivery that waited
-        for the lock while another delivery of the same trigger committed read the
-        answer from its statement's older snapshot, and is rolled back there
+        trigger id's primary key at the write: a delivery that waited for the lock
+        while another delivery of the same trigger committed read the answer from its
+        statement's older snapshot, and its write fails there, is rolled back
         (``_Duplicate``), so two deliveries of one trigger never both apply. Hold rows
         change only together with the checkpoint that implies them, so a failure
         anywhere rolls back both and no wait is ever lost.
@@ -684,7 +688,7 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
         writes = Writes(conn)
         marked = self._mark_inbox(writes, inbox_id, now)
         if row.duplicate:
-            writes.flush()
+            writes.flush(last=True)
             return Applied(
                 instance_id,
                 int(row.revision),
@@ -709,7 +713,7 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
         if not step.changed:
             old = step.checkpoint  # an unchanged step returns the state as stored
             self._queue_facts(writes, instance_id, old.revision, step.facts, now)
-            writes.flush()
+            writes.flush(last=True)
             return Applied(
                 instance_id,
                 old.revision,
@@ -723,7 +727,7 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
         self._queue_checkpoint(writes, instance_id, cp, now)
         before = step.holds_before if step.holds_before is not None else decode_holds(stored)
         return self._write_step(
-            writes, instance_id, before, step, now, trigger_id, None, also, ride
+            writes, instance_id, before, step, now, trigger_id, None, also, ride, last=True
         )
 
     def _queue_checkpoint(
@@ -752,7 +756,8 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
         """The instance row, locked, and whether ``trigger_id`` is already applied."""
         params = {"instance_id": instance_id, "trigger_id": trigger_id}
         began = time.perf_counter()
-        row = conn.execute(_LOCK[trigger_id is not None], params).first()
+        rows = round_trips.first(conn, _LOCK[trigger_id is not None], params)
+        row: Row[Any] | None = rows[0] if rows else None
         for observe in LOCK_WAIT_OBSERVERS:
             observe(time.perf_counter() - began)
         if row is None:
@@ -777,6 +782,8 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
         inbox_id: str | None = None,
         also: Callable[[Writes], None] | None = None,
         ride: Ride | None = None,
+        *,
+        last: bool = False,
     ) -> Applied:
         """Everything the new checkpoint implies, queued on ``writes`` behind the
         checkpoint's own write and sent as one statement.
@@ -812,13 +819,9 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
             writes.add_prebuilt(
                 _PROCESSED,
                 dict(zip(_PROCESSED_PARAMS, (instance_id, trigger_id, now), strict=True)),
-                lambda: (
-                    writes.insert_ignoring(processed_triggers)
-                    .values(instance_id=instance_id, trigger_id=trigger_id, at=now)
-                    .on_conflict_do_nothing()
-                    .returning(processed_triggers.c.trigger_id)
+                lambda: insert(processed_triggers).values(
+                    instance_id=instance_id, trigger_id=trigger_id, at=now
                 ),
-                "processed",
             )
         marked = self._mark_inbox(writes, inbox_id, now)
         if also is not None:
@@ -829,11 +832,12 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
                 {"published_ids": published},
                 lambda: delete(outbox).where(outbox.c.id.in_(published)),
             )
-        returned = writes.flush()
-        if "instance" in returned and not returned["instance"]:
-            raise _Duplicate(instance_id)  # a start whose instance exists: roll back
-        if trigger_id is not None and not returned.get("processed"):
-            raise _Duplicate(trigger_id)
+        try:
+            returned = writes.flush(last=last)
+        except IntegrityError as exc:
+            if trigger_id is not None and _is_processed_conflict(exc):
+                raise _Duplicate(trigger_id) from exc
+            raise
         ids = sorted(int(i) for i in returned.get("outbox", []))  # written in row order
         outbox_rows = [
             OutboxRow(row_id, r["kind"], r["payload"], now)

@@ -55,6 +55,8 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.sql.dml import UpdateBase
 
+from persistence import round_trips
+
 __all__ = ["Writes"]
 
 
@@ -159,16 +161,20 @@ class Writes:
     def _insert(self, table: Table, ignore_conflicts: bool) -> Any:
         return self.insert_ignoring(table) if ignore_conflicts else insert(table)
 
-    def flush(self) -> dict[str, list[Any]]:
+    def flush(self, *, last: bool = False) -> dict[str, list[Any]]:
         """Send what is queued (one statement on PostgreSQL); returns every value
-        returned so far, by name."""
+        returned so far, by name. ``last``: the transaction ends with this statement,
+        whose COMMIT may go with it (persistence/round_trips.py ``last``)."""
         queued, self._queued = self._queued, []
         params, self._params = self._params, {}
         if not queued:
             return self.returned
         if not self._pg or len(queued) == 1:
             for statement, name, _ in queued:
-                result = self.conn.execute(statement, params or None)
+                if last and self._pg:
+                    result: Any = round_trips.last(self.conn, statement, params or None)
+                else:
+                    result = self.conn.execute(statement, params or None)
                 if name is not None:
                     self.returned.setdefault(name, []).extend(v for (v,) in result)
             return self.returned
@@ -177,7 +183,10 @@ class Writes:
             composite = _composite_of_prebuilt(shape)
         else:
             composite = _composite(shape)
-        row = self.conn.execute(composite, params or None).one()
+        if last:
+            [row] = round_trips.last(self.conn, composite, params or None)
+        else:
+            row = self.conn.execute(composite, params or None).one()
         named = [name for _, name in shape if name]
         for name, values in zip(named, row, strict=False):
             self.returned.setdefault(str(name), []).extend(values or [])

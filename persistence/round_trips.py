@@ -1,0 +1,215 @@
+"""A write transaction's BEGIN rides with its first statement, its COMMIT with its last.
+
+On PostgreSQL a trigger's transaction is BEGIN, the locking SELECT, the one write
+statement (persistence/writes.py) and COMMIT: four round trips to the server, two of
+which carry no work, each a wake-up of the backend and of the worker while the
+instance's row lock is held (measured: a fifth of an in-process message trigger's wall
+time, and as much again of PostgreSQL's CPU on a shared machine). psycopg's pipeline
+mode sends several commands before it reads an answer, so BEGIN and the first
+statement are one round trip, and the last statement and COMMIT another.
+
+How, and why so:
+
+- The Store opens its write transactions with the driver in autocommit
+  (``open_late``): psycopg sends no BEGIN of its own — in a pipeline it would sync its
+  implicit BEGIN alone, a round trip again. The transaction's first statement sends
+  BEGIN ahead of it: through ``first`` in one round trip, through SQLAlchemy (any other
+  statement) by the engine's ``before_cursor_execute`` hook, which sends BEGIN first on
+  its own. SQLAlchemy's commit and rollback at the end of the block reach psycopg,
+  which sends COMMIT or ROLLBACK whenever a server transaction is open, in autocommit
+  or not; the pool resets the connection's autocommit when it is checked in.
+- ``first`` and ``last`` run a prebuilt statement on the psycopg connection itself,
+  compiled once per process and statement (``_driven``), its bind and result values
+  processed as SQLAlchemy's types say. An error is wrapped, and a lost connection
+  invalidated, by the SQLAlchemy connection's own handling, so callers see the same
+  ``OperationalError`` / ``IntegrityError`` as from ``Connection.execute``. The
+  engine's cursor events fire for these statements too (statement counters, tests).
+- ``last`` ends the transaction: a statement after it would run outside it, so the
+  hook refuses one (a programming error, caught by the tests, never a silent commit).
+
+SQLite, a statement that SQLAlchemy must rewrite at each execution (an expanding IN),
+and a transaction the Store did not open late run as before, through
+``Connection.execute``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, Engine, event
+from sqlalchemy.sql import ClauseElement
+
+__all__ = ["first", "install", "last", "open_late"]
+
+# Connection.info keys (the info of the pooled DBAPI connection: cleared at the end of
+# every block that sets them).
+_LATE = "dormant.opened_late"
+_BEGIN_PENDING = "dormant.begin_pending"
+_ENDED = "dormant.transaction_ended"
+
+
+class StatementAfterCommit(RuntimeError):
+    """A statement was sent after ``last`` committed the transaction."""
+
+
+@contextmanager
+def open_late(conn: Connection) -> Iterator[Connection]:
+    """A write transaction on ``conn`` (just checked out, PostgreSQL) whose BEGIN goes
+    with its first statement. Committed when the block ends, rolled back if it raises."""
+    conn.execution_options(isolation_level="AUTOCOMMIT")
+    info = conn.info
+    info[_LATE] = info[_BEGIN_PENDING] = True
+    try:
+        with conn.begin():
+            yield conn
+    finally:
+        for key in (_LATE, _BEGIN_PENDING, _ENDED):
+            info.pop(key, None)
+
+
+def install(engine: Engine) -> None:
+    """The hook that sends BEGIN before a late-opened transaction's first statement run
+    through SQLAlchemy, and refuses a statement after ``last``."""
+
+    @event.listens_for(engine, "before_cursor_execute")
+    def _begin_first(
+        conn: Connection, cursor: Any, _statement: str, _params: Any, _context: Any, _many: bool
+    ) -> None:
+        info = conn.info
+        if info.get(_ENDED):
+            raise StatementAfterCommit("a statement after the transaction's COMMIT")
+        if info.pop(_BEGIN_PENDING, False):
+            cursor.execute("BEGIN")
+
+
+@dataclass(frozen=True, slots=True)
+class _Driven:
+    """A statement as psycopg runs it: its SQL, how each parameter and each result
+    column is processed (SQLAlchemy's types), and its columns' names."""
+
+    sql: str
+    defaults: Mapping[str, Any]
+    binds: tuple[tuple[str, Callable[[Any], Any]], ...]
+    results: tuple[tuple[int, Callable[[Any], Any]], ...]
+    names: tuple[str, ...]
+
+    def parameters(self, given: Mapping[str, Any] | None) -> dict[str, Any]:
+        values = {**self.defaults, **given} if given else dict(self.defaults)
+        for name, process in self.binds:
+            values[name] = process(values[name])
+        return values
+
+    def rows(self, fetched: Sequence[tuple[Any, ...]], described: Sequence[str]) -> list[Any]:
+        """The rows, their values processed, their fields named as SQLAlchemy's rows
+        are (a textual statement's: as the server describes them)."""
+        row_type = _row_type(self.names or tuple(described))
+        if not self.results:
+            return [row_type(*r) for r in fetched]
+        out = []
+        for r in fetched:
+            values = list(r)
+            for i, process in self.results:
+                values[i] = process(values[i])
+            out.append(row_type(*values))
+        return out
+
+
+@functools.cache
+def _row_type(names: tuple[str, ...]) -> Any:
+    from collections import namedtuple
+
+    return namedtuple("Row", names, rename=True)
+
+
+@functools.lru_cache(maxsize=1024)
+def _driven(statement: ClauseElement, dialect: Any) -> _Driven | None:
+    """``statement`` compiled for psycopg once per process, or None where SQLAlchemy
+    must rewrite it at each execution (expanding or literal-rendered parameters)."""
+    compiled: Any = statement.compile(dialect=dialect)
+    if (
+        compiled.positional
+        or compiled.post_compile_params
+        or compiled.literal_execute_params
+        or compiled.escaped_bind_names
+    ):
+        return None
+    binds = tuple(
+        (name, process)
+        for bind, name in compiled.bind_names.items()
+        if (process := bind.type._cached_bind_processor(dialect)) is not None
+    )
+    columns = list(getattr(statement, "selected_columns", ()))
+    results = tuple(
+        (i, process)
+        for i, col in enumerate(columns)
+        if (process := col.type._cached_result_processor(dialect, None)) is not None
+    )
+    names = tuple(str(c.key) if c.key is not None else f"c{i}" for i, c in enumerate(columns))
+    defaults = {
+        name: bind.effective_value
+        for bind, name in compiled.bind_names.items()
+        if not bind.required
+    }
+    return _Driven(compiled.string, defaults, binds, results, names)
+
+
+def first(conn: Connection, statement: Any, params: Mapping[str, Any] | None) -> list[Any]:
+    """Run ``statement``, with its transaction's BEGIN in the same round trip when it is
+    the first of a transaction opened late; else through ``Connection.execute``."""
+    info = conn.info
+    driven = _driven(statement, conn.dialect) if info.get(_BEGIN_PENDING) else None
+    if driven is None:
+        return list(conn.execute(statement, params))
+    del info[_BEGIN_PENDING]
+    return _run(conn, driven, params, (b"BEGIN", None))
+
+
+def last(conn: Connection, statement: Any, params: Mapping[str, Any] | None) -> list[Any]:
+    """Run ``statement`` as its transaction's last: in a transaction opened late, with
+    its COMMIT (and its BEGIN, if it is the first too) in the same round trip, after
+    which no statement may follow; else through ``Connection.execute``, the block's
+    end committing as ever."""
+    info = conn.info
+    driven = _driven(statement, conn.dialect) if info.get(_LATE) else None
+    if driven is None:
+        return list(conn.execute(statement, params))
+    begin = b"BEGIN" if info.pop(_BEGIN_PENDING, False) else None
+    rows = _run(conn, driven, params, (begin, b"COMMIT"))
+    info[_ENDED] = True
+    return rows
+
+
+def _run(
+    conn: Connection,
+    driven: _Driven,
+    params: Mapping[str, Any] | None,
+    around: tuple[bytes | None, bytes | None],
+) -> list[Any]:
+    """``driven`` between the commands ``around`` it, in one pipeline: one round trip."""
+    raw: Any = conn.connection.driver_connection
+    values = driven.parameters(params)
+    before, after = around
+    cursor = raw.cursor()
+    conn.dispatch.before_cursor_execute(conn, cursor, driven.sql, values, None, False)
+    try:
+        with raw.pipeline():
+            if before is not None:
+                raw.execute(before)
+            cursor.execute(driven.sql, values)
+            if after is not None:
+                raw.execute(after)
+        description = cursor.description
+        fetched = cursor.fetchall() if description is not None else []
+    except Exception as exc:
+        # SQLAlchemy's own handling: the same exception classes as ``execute`` raises,
+        # a lost connection invalidated, the engine's ``handle_error`` hooks run.
+        conn._handle_dbapi_exception(exc, driven.sql, values, cursor, None)
+        raise  # not reached: the call above raises
+    finally:
+        cursor.close()
+    conn.dispatch.after_cursor_execute(conn, cursor, driven.sql, values, None, False)
+    return driven.rows(fetched, [c.name for c in description or ()])

@@ -1,0 +1,184 @@
+"""A trigger's transaction is two round trips on PostgreSQL: BEGIN rides with its first
+statement, COMMIT with its last (persistence/round_trips.py).
+
+What the driver sends is recorded at psycopg's own surface: every command a cursor or
+the connection executes, grouped by the pipeline it was sent in. Two groups for a
+message, a start and a job's result — and nothing sent outside them — is two round
+trips; four separate commands would be four. The transactions the Store opens late stay
+transactions: a statement run through SQLAlchemy first gets its BEGIN, a failure rolls
+every write back, a statement after the COMMIT is refused, and a pooled connection goes
+back to the pool out of autocommit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import pq
+from sqlalchemy import event, text
+
+from bench.models import MESSAGE, SERVICE
+from engine_core.triggers import JobCompleted
+from persistence import round_trips
+from persistence.routing import Router
+from persistence.settings import Settings
+from persistence.store import Store
+from tests.conftest import _truncate
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def pg_store(pg_url: str) -> Iterator[Store]:
+    _truncate(pg_url)
+    store = Store(settings=Settings(database_url=pg_url, broker_url="memory://"))
+    now = datetime.now(UTC)
+    store.deploy(MESSAGE, now)
+    store.deploy(SERVICE, now)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+class Sent:
+    """The commands psycopg sends, by pipeline: ``groups`` has one list per pipeline,
+    ``outside`` the commands sent on their own (each its own round trip)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.groups: list[list[str]] = []
+        self.outside: list[str] = []
+        self._open = 0
+        sent = self
+
+        pipeline = psycopg.Connection.pipeline
+
+        def counted_pipeline(conn: Any) -> Any:
+            inner = pipeline(conn)
+
+            class Counted:
+                def __enter__(self) -> Any:
+                    sent._open += 1
+                    sent.groups.append([])
+                    return inner.__enter__()
+
+                def __exit__(self, *exc: Any) -> Any:
+                    sent._open -= 1
+                    return inner.__exit__(*exc)
+
+            return Counted()
+
+        def recording(original: Any) -> Any:
+            def execute(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+                word = (query.decode() if isinstance(query, bytes) else str(query)).split()[0]
+                (sent.groups[-1] if sent._open else sent.outside).append(word.upper())
+                return original(self, query, *args, **kwargs)
+
+            return execute
+
+        monkeypatch.setattr(psycopg.Connection, "pipeline", counted_pipeline)
+        # (``Connection.execute`` runs its command through a cursor: recorded there.)
+        monkeypatch.setattr(psycopg.Cursor, "execute", recording(psycopg.Cursor.execute))
+
+
+def _committed_before_the_block_ended(store: Store) -> list[bool]:
+    """At each SQLAlchemy commit of ``store``'s engine: was the server transaction
+    already over (its COMMIT sent with the last statement), so the driver sent none?"""
+    seen: list[bool] = []
+
+    def commit(conn: Any) -> None:
+        status = conn.connection.driver_connection.info.transaction_status
+        seen.append(status == pq.TransactionStatus.IDLE)
+
+    event.listen(store.engine, "commit", commit)
+    return seen
+
+
+def test_a_message_trigger_is_two_round_trips(
+    pg_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    now = datetime.now(UTC)
+    router = Router(pg_store)
+    for n in (0, 1):
+        pg_store.start("bench_message", f"rt-{n}", {"orderId": f"rt-{n}"}, now=now)
+    router.message("bench-go", "rt-0", {}, message_id="rt-0", ttl_seconds=None, now=now)
+
+    sent = Sent(monkeypatch)
+    committed = _committed_before_the_block_ended(pg_store)
+    out = router.message("bench-go", "rt-1", {}, message_id="rt-1", ttl_seconds=None, now=now)
+    assert out.delivered_to == ["rt-1"] and out.recorded
+    assert sent.groups == [["BEGIN", "SELECT"], ["WITH", "COMMIT"]]
+    assert sent.outside == []
+    assert committed == [True]
+
+
+def test_a_start_and_a_job_result_are_two_round_trips_each(
+    pg_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    now = datetime.now(UTC)
+    pg_store.start("bench_service", "warm", {}, now=now)  # the definition is cached
+    sent = Sent(monkeypatch)
+    started = pg_store.start("bench_service", "rt-s", {}, now=now)
+    assert started.changed and started.outbox_rows
+    assert sent.groups == [["BEGIN", "SELECT"], ["WITH", "COMMIT"]]  # definition, write
+
+    [job] = pg_store.holds("rt-s")["deadlines"]
+    sent.groups.clear()
+    sent.outside.clear()
+    done = pg_store.apply(
+        "rt-s", JobCompleted(wait_id=job["wait_id"], variables={}), now, trigger_id="rt-s:j"
+    )
+    assert done.status == "completed"
+    assert sent.groups == [["BEGIN", "SELECT"], ["WITH", "COMMIT"]]  # lock, write
+    assert sent.outside == []
+
+
+def test_a_redelivered_start_and_a_repeated_trigger_change_nothing(pg_store: Store) -> None:
+    """The write and its COMMIT go together, so a start whose instance exists, or a
+    trigger id applied meanwhile, must fail the write itself: a unique violation rolls
+    the whole statement back (never written-then-committed, then noticed)."""
+    now = datetime.now(UTC)
+    first = pg_store.start("bench_service", "rt-dup", {}, now=now)
+    again = pg_store.start("bench_service", "rt-dup", {}, now=now)
+    assert first.changed and not again.changed and again.duplicate
+    with pg_store.read() as conn:
+        rows = conn.execute(text("SELECT count(*) FROM outbox")).scalar_one()
+        facts = conn.execute(text("SELECT count(*) FROM facts")).scalar_one()
+    assert rows == len(first.outbox_rows)  # the second start wrote no job row
+    [job] = pg_store.holds("rt-dup")["deadlines"]
+    trigger = JobCompleted(wait_id=job["wait_id"], variables={})
+    pg_store.apply("rt-dup", trigger, now, trigger_id="rt-dup:j")
+    repeated = pg_store.apply("rt-dup", trigger, now, trigger_id="rt-dup:j")
+    assert repeated.duplicate and not repeated.changed
+    with pg_store.read() as conn:
+        after = conn.execute(text("SELECT count(*) FROM facts")).scalar_one()
+    assert after > facts
+
+
+def test_a_late_opened_transaction_is_still_one_transaction(pg_store: Store) -> None:
+    """A first statement run through SQLAlchemy gets its BEGIN from the engine's hook:
+    an error later in the block rolls back what it wrote."""
+    with pytest.raises(RuntimeError), pg_store.transaction() as conn:
+        conn.execute(text("INSERT INTO processed_triggers VALUES ('rt-x', 'rt-t', now())"))
+        raise RuntimeError("after the first write")
+    with pg_store.read() as conn:
+        kept = conn.execute(
+            text("SELECT count(*) FROM processed_triggers WHERE instance_id = 'rt-x'")
+        ).scalar_one()
+    assert kept == 0
+
+
+def test_nothing_runs_after_the_commit_and_the_pool_gets_its_connection_back_transactional(
+    pg_store: Store,
+) -> None:
+    statement = text("SELECT 1 AS one")
+    with pytest.raises(round_trips.StatementAfterCommit), pg_store.transaction() as conn:
+        assert [r.one for r in round_trips.last(conn, statement, None)] == [1]
+        conn.execute(statement)  # outside the transaction that just committed: refused
+    with pg_store.engine.connect() as conn:
+        assert conn.connection.driver_connection.autocommit is False
+        assert round_trips.first(conn, statement, None)[0].one == 1  # not opened late
