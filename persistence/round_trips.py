@@ -140,13 +140,13 @@ def _driven(statement: ClauseElement, dialect: Any) -> _Driven | None:
     binds = tuple(
         (name, process)
         for bind, name in compiled.bind_names.items()
-        if (process := bind.type._cached_bind_processor(dialect)) is not None
+        if (process := bind.type.dialect_impl(dialect).bind_processor(dialect)) is not None
     )
     columns = list(getattr(statement, "selected_columns", ()))
     results = tuple(
         (i, process)
         for i, col in enumerate(columns)
-        if (process := col.type._cached_result_processor(dialect, None)) is not None
+        if (process := col.type.dialect_impl(dialect).result_processor(dialect, None)) is not None
     )
     names = tuple(str(c.key) if c.key is not None else f"c{i}" for i, c in enumerate(columns))
     defaults = {
@@ -204,11 +204,15 @@ def _run(
                 raw.execute(after)
         description = cursor.description
         fetched = cursor.fetchall() if description is not None else []
-    except Exception as exc:
-        # SQLAlchemy's own handling: the same exception classes as ``execute`` raises,
-        # a lost connection invalidated, the engine's ``handle_error`` hooks run.
-        conn._handle_dbapi_exception(exc, driven.sql, values, cursor, None)
-        raise  # not reached: the call above raises
+    except BaseException as exc:
+        if isinstance(exc, conn.dialect.loaded_dbapi.Error):
+            # SQLAlchemy's own handling: the exception classes ``execute`` raises, a
+            # lost connection invalidated, the engine's ``handle_error`` hooks run.
+            conn._handle_dbapi_exception(exc, driven.sql, values, cursor, None)
+        # Anything else (a time limit's exception, an interrupt) may have left the
+        # pipeline half read: the connection never goes back to the pool.
+        conn.invalidate(exc if isinstance(exc, Exception) else None)
+        raise
     finally:
         cursor.close()
     conn.dispatch.after_cursor_execute(conn, cursor, driven.sql, values, None, False)

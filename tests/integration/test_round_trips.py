@@ -182,3 +182,33 @@ def test_nothing_runs_after_the_commit_and_the_pool_gets_its_connection_back_tra
     with pg_store.engine.connect() as conn:
         assert conn.connection.driver_connection.autocommit is False
         assert round_trips.first(conn, statement, None)[0].one == 1  # not opened late
+
+
+def test_an_exception_inside_a_pipeline_rolls_back_and_never_pools_the_connection(
+    pg_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A time limit's exception (any non-driver exception) raised while a pipeline is
+    half sent or half read: the transaction is rolled back and the connection
+    invalidated, so no later trigger reads the answers it left on the wire."""
+    now = datetime.now(UTC)
+    pg_store.start("bench_service", "rt-int", {}, now=now)
+    [job] = pg_store.holds("rt-int")["deadlines"]
+    trigger = JobCompleted(wait_id=job["wait_id"], variables={})
+    invalidated: list[object] = []
+    event.listen(pg_store.engine, "invalidate", lambda *a: invalidated.append(a))
+    execute = psycopg.Cursor.execute
+
+    def interrupted(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        result = execute(self, query, *args, **kwargs)
+        if str(query).startswith("WITH"):
+            raise RuntimeError("the soft time limit, mid-pipeline")
+        return result
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", interrupted)
+    with pytest.raises(RuntimeError, match="mid-pipeline"):
+        pg_store.apply("rt-int", trigger, now, trigger_id="rt-int:j")
+    monkeypatch.setattr(psycopg.Cursor, "execute", execute)
+    assert len(invalidated) == 1
+    assert pg_store.instance("rt-int").status == "active"  # nothing of it committed
+    done = pg_store.apply("rt-int", trigger, now, trigger_id="rt-int:j")
+    assert done.changed and done.status == "completed"
