@@ -10,7 +10,8 @@ has exited, so their counters are flushed):
 - dormant (d'): the same with ``bench-eager-job``, which the bench's workers mark eager:
   run in place by the worker whose start dispatched it, one Celery task per instance
   (tasks/jobs.py, "Eager jobs"), the analogue of a DBOS step run by the process that
-  started its workflow;
+  started its workflow; and again with ``--concurrency 4`` (the guide's production
+  invocation), printed beside it: DBOS direct runs every workflow at once;
 - dormant (c): N message triggers (``dormant.message``) to N instances parked on a
   message catch (parked beforehand, not timed), drained the same way;
 - DBOS direct: N one-step workflows started with ``DBOS.start_workflow`` in one DBOS
@@ -331,11 +332,15 @@ def dormant_figures(
             "SELECT count(*) FROM instances WHERE key = :k AND status = :s", k=key, s=state
         )
 
-    def drain(name: str, done: Callable[[], bool]) -> float:
+    def drain(name: str, done: Callable[[], bool], concurrency: int = 2) -> float:
         started: list[harness.Worker] = []
 
         def start() -> harness.Worker:
-            started.append(harness.dormant_worker(broker_url, database_url, logdir, name))
+            started.append(
+                harness.dormant_worker(
+                    broker_url, database_url, logdir, name, concurrency=concurrency
+                )
+            )
             return started[-1]
 
         try:
@@ -345,7 +350,9 @@ def dormant_figures(
                 worker.stop()
         return secs
 
-    def instances(key: str, prefix: str, worker_name: str) -> dict[str, float]:
+    def instances(
+        key: str, prefix: str, worker_name: str, concurrency: int = 2
+    ) -> dict[str, float]:
         counted: dict[str, float] = {}
         with stats.delta(n, counted):
             _publish(
@@ -356,7 +363,7 @@ def dormant_figures(
                     for i in range(n)
                 ],
             )
-            secs = drain(worker_name, lambda: status(key, "completed") >= n)
+            secs = drain(worker_name, lambda: status(key, "completed") >= n, concurrency)
         return {"rate": n / secs, **counted}
 
     # (d) one-job instances: start -> job -> result -> end.
@@ -364,6 +371,10 @@ def dormant_figures(
     # (d') the same, its job marked eager: run in place by the worker whose start
     # dispatched it (bench/harness.py marks "bench-eager-job").
     out["eager"] = instances("bench_service_eager", "e", "dbos-cmp-eager")
+    # (d') again with four pool processes, the guide's production invocation
+    # (docs/guide.md, "Deployment shapes"): DBOS direct runs every workflow at once on
+    # its unbounded thread pool, dormant at -c 2 has two triggers in flight.
+    out["eager4"] = instances("bench_service_eager", "f", "dbos-cmp-eager-c4", concurrency=4)
 
     # (c) message triggers to parked instances (parking is setup, not counted).
     _publish(
@@ -403,6 +414,7 @@ def _print_round(
     common.line(f"  round {r + 1}", "dormant first" if r % 2 == 0 else "DBOS first")
     rows = (
         ("dormant one-job instances, eager job (one task each)", d["eager"], "instances/s"),
+        ("dormant one-job instances, eager job, --concurrency 4", d["eager4"], "instances/s"),
         ("dormant one-job instances, job via the broker", d["instances"], "instances/s"),
         ("dormant message triggers (parked -> woken -> end)", d["messages"], "triggers/s"),
         ("DBOS one-step workflows, started directly", b["direct"], "workflows/s"),
@@ -420,6 +432,7 @@ def _print_round(
         f"{b['recv']['send_rate']:.0f}/s",
     )
     ratios["direct"].append(d["eager"]["rate"] / b["direct"]["rate"])
+    ratios["direct4"].append(d["eager4"]["rate"] / b["direct"]["rate"])
     ratios["brokered"].append(d["instances"]["rate"] / b["direct"]["rate"])
     ratios["queue"].append(d["instances"]["rate"] / b["queue"]["rate"])
     ratios["recv"].append(d["messages"]["rate"] / b["recv"]["rate"])
@@ -461,7 +474,13 @@ def section(n: int, concurrency: int = 20, polling: float = 0.05, rounds: int = 
         "    DBOS queue settings",
         f"two worker processes, worker_concurrency={concurrency}, polling_interval_sec={polling}",
     )
-    ratios: dict[str, list[float]] = {"direct": [], "brokered": [], "queue": [], "recv": []}
+    ratios: dict[str, list[float]] = {
+        "direct": [],
+        "direct4": [],
+        "brokered": [],
+        "queue": [],
+        "recv": [],
+    }
     # One Redis db for every round: this process's Celery producer pool stays bound to
     # the broker URL it first published to.
     with common.scratch_redis_db() as broker_url:
@@ -482,6 +501,11 @@ def section(n: int, concurrency: int = 20, polling: float = 0.05, rounds: int = 
         common.median(ratios["direct"]),
         ">=",
         1.0,
+    )
+    common.line(
+        "ratio dormant one-job instances, eager job, --concurrency 4 / DBOS direct (median; "
+        "for the record, the target is judged at -c 2 above)",
+        f"{common.median(ratios['direct4']):.2f}",
     )
     common.line(
         "ratio dormant one-job instances, job via the broker / DBOS direct (median)",
