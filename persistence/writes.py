@@ -169,9 +169,12 @@ class Writes:
         params, self._params = self._params, {}
         if not queued:
             return self.returned
+        # Only a prebuilt statement (or a composite of prebuilt ones, itself cached) may
+        # ride with the COMMIT: round_trips compiles a statement once per object, and a
+        # statement built for this flush alone would be compiled anew every time.
         if not self._pg or len(queued) == 1:
-            for statement, name, _ in queued:
-                if last and self._pg:
+            for statement, name, prebuilt in queued:
+                if last and self._pg and prebuilt:
                     result: Any = round_trips.last(self.conn, statement, params or None)
                 else:
                     result = self.conn.execute(statement, params or None)
@@ -179,11 +182,9 @@ class Writes:
                     self.returned.setdefault(name, []).extend(v for (v,) in result)
             return self.returned
         shape = tuple((statement, name) for statement, name, _ in queued)
-        if all(prebuilt for _, _, prebuilt in queued):
-            composite = _composite_of_prebuilt(shape)
-        else:
-            composite = _composite(shape)
-        if last:
+        cached = all(prebuilt for _, _, prebuilt in queued)
+        composite = _composite_of_prebuilt(shape) if cached else _composite(shape)
+        if last and cached:
             [row] = round_trips.last(self.conn, composite, params or None)
         else:
             row = self.conn.execute(composite, params or None).one()

@@ -212,3 +212,31 @@ def test_an_exception_inside_a_pipeline_rolls_back_and_never_pools_the_connectio
     assert pg_store.instance("rt-int").status == "active"  # nothing of it committed
     done = pg_store.apply("rt-int", trigger, now, trigger_id="rt-int:j")
     assert done.changed and done.status == "completed"
+
+
+def test_a_write_built_for_one_flush_commits_as_ever_and_is_not_compiled_per_object(
+    pg_store: Store,
+) -> None:
+    """Only a prebuilt statement (compiled once per object) rides with the COMMIT; one
+    built for this flush alone runs through SQLAlchemy's own cache, and the block's end
+    commits it."""
+    from sqlalchemy import insert
+
+    from persistence.tables import processed_triggers
+    from persistence.writes import Writes
+
+    before = round_trips._driven.cache_info().currsize
+    with pg_store.transaction() as conn:
+        writes = Writes(conn)
+        writes.add(
+            insert(processed_triggers).values(
+                instance_id="rt-w", trigger_id="rt-w1", at=datetime.now(UTC)
+            )
+        )
+        writes.flush(last=True)
+    assert round_trips._driven.cache_info().currsize == before
+    with pg_store.read() as conn:
+        kept = conn.execute(
+            text("SELECT count(*) FROM processed_triggers WHERE instance_id = 'rt-w'")
+        ).scalar_one()
+    assert kept == 1
