@@ -492,27 +492,15 @@ class Router:
         for n, candidates in enumerate(groups, 1):
             last = n == len(groups) and not others
             for holder in candidates:  # the next holder of this process if one went stale
-                if self._deliver_one(out, name, key, variables, now, holder, last, inbox_id):
+                trigger, record = self._delivery(
+                    out, name, key, variables, now, holder, last, inbox_id
+                )
+                applied = self._apply_isolated(
+                    holder.instance_id, trigger, out.message_id, now, also=record
+                )
+                if self._delivered(out, holder, applied, record, inbox_id):
                     out.served[holder.process_key] = holder.instance_id
                     break
-
-    def _deliver_one(
-        self,
-        out: MessageOutcome,
-        name: str,
-        key: str | None,
-        variables: dict[str, Any],
-        now: datetime,
-        holder: Holder,
-        last: bool,
-        inbox_id: str | None,
-    ) -> bool:
-        """Deliver to one holder; False when its wait went stale (try the next)."""
-        trigger, record = self._delivery(out, name, key, variables, now, holder, last, inbox_id)
-        applied = self._apply_isolated(
-            holder.instance_id, trigger, out.message_id, now, also=record
-        )
-        return self._delivered(out, holder, applied, record, inbox_id)
 
     def _delivery(
         self,
