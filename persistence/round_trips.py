@@ -47,13 +47,14 @@ from typing import Any
 from sqlalchemy import Connection, Engine, event
 from sqlalchemy.sql import ClauseElement
 
-__all__ = ["first", "install", "last", "open_late"]
+__all__ = ["first", "install", "last", "open_late", "reading"]
 
 # Connection.info keys (the info of the pooled DBAPI connection: cleared at the end of
 # every block that sets them).
 _LATE = "dormant.opened_late"
 _BEGIN_PENDING = "dormant.begin_pending"
 _ENDED = "dormant.transaction_ended"
+_READING = "dormant.reading"
 
 
 class StatementAfterCommit(RuntimeError):
@@ -73,6 +74,19 @@ def open_late(conn: Connection) -> Iterator[Connection]:
     finally:
         for key in (_LATE, _BEGIN_PENDING, _ENDED):
             info.pop(key, None)
+
+
+@contextmanager
+def reading(conn: Connection) -> Iterator[Connection]:
+    """``conn`` (PostgreSQL, in autocommit: persistence/db.py ``read_only``) for reads:
+    ``first`` runs its statement on the driver there too, without SQLAlchemy's
+    per-execution work (a start's definition lookup outside any transaction)."""
+    info = conn.info
+    info[_READING] = True
+    try:
+        yield conn
+    finally:
+        info.pop(_READING, None)
 
 
 def install(engine: Engine) -> None:
@@ -161,11 +175,15 @@ def _driven(statement: ClauseElement, dialect: Any) -> _Driven | None:
 
 def first(conn: Connection, statement: Any, params: Mapping[str, Any] | None) -> list[Any]:
     """Run ``statement``, with its transaction's BEGIN in the same round trip when it is
-    the first of a transaction opened late; else through ``Connection.execute``."""
+    the first of a transaction opened late, on the driver alone on a connection for
+    reads (``reading``); else through ``Connection.execute``."""
     info = conn.info
-    driven = _driven(statement, conn.dialect) if info.get(_BEGIN_PENDING) else None
+    begin = info.get(_BEGIN_PENDING, False)
+    driven = _driven(statement, conn.dialect) if begin or info.get(_READING) else None
     if driven is None:
         return list(conn.execute(statement, params))
+    if not begin:
+        return _run(conn, driven, params, (None, None))
     del info[_BEGIN_PENDING]
     return _run(conn, driven, params, (b"BEGIN", None))
 
@@ -200,12 +218,15 @@ def _run(
     cursor = raw.cursor()
     conn.dispatch.before_cursor_execute(conn, cursor, driven.sql, values, None, False)
     try:
-        with raw.pipeline():
-            if before is not None:
-                raw.execute(before)
+        if before is None and after is None:
             cursor.execute(driven.sql, values)
-            if after is not None:
-                raw.execute(after)
+        else:
+            with raw.pipeline():
+                if before is not None:
+                    raw.execute(before)
+                cursor.execute(driven.sql, values)
+                if after is not None:
+                    raw.execute(after)
         description = cursor.description
         fetched = cursor.fetchall() if description is not None else []
     except BaseException as exc:

@@ -45,7 +45,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from engine_core import engine as core
 from engine_core.checkpoint import Checkpoint, HoldState, decode, decode_holds, encode_json
-from engine_core.effects import Fact, Step, encode_effect
+from engine_core.effects import DispatchJob, Fact, Step, encode_effect
 from engine_core.errors import (
     CheckpointTooNew,
     CorruptCheckpoint,
@@ -77,7 +77,9 @@ __all__ = [
     "Applied",
     "Deployment",
     "Found",
+    "JobRun",
     "OutboxRow",
+    "RunJobFirst",
     "StartKeyTaken",
     "Store",
     "log_raised_incidents",
@@ -129,6 +131,20 @@ class Applied:
         extra = " duplicate" if self.duplicate else ""
         extra += " stale" if not self.changed and not extra else ""
         return f"instance={self.instance_id} revision={self.revision}{extra}"
+
+
+@dataclass(frozen=True, slots=True)
+class JobRun:
+    """A start's first job, run by the caller of ``Store.start(job_first=...)`` before
+    the instance was written: its outcome (``JobCompleted``, ``JobErrorThrown`` or
+    ``JobFailed``), or None when the job sent itself to the broker (a Celery retry) or
+    reported nothing; ``at``: when it ended, the time its outcome is applied at."""
+
+    outcome: Trigger | None
+    at: datetime
+
+
+RunJobFirst = Callable[[DispatchJob], JobRun | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -404,6 +420,7 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
         trigger_id: str | None = None,
         version_tag: str | None = None,
         inbox_id: str | None = None,
+        job_first: RunJobFirst | None = None,
     ) -> Applied:
         """Create ``instance_id`` and apply its Start, in one transaction; ``version_tag``
         picks the newest version with that ``zeebe:versionTag`` (a call activity's
@@ -413,6 +430,9 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
         ``changed=False``. A keyed start racing another with the same key loses on the
         partial unique index and raises ``StartKeyTaken`` (the router joins instead).
         ``inbox_id``: the Client's inbox row, marked processed in the same transaction.
+
+        ``job_first``: the caller may run the first job the start dispatches before
+        anything is written (``_start_job_first``).
         """
         limits = self.settings.limits
         check_text(instance_id, "instance id", limits)
@@ -427,22 +447,35 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
             parent=parent,
         )
         try:
-            with self.published_jobs.riding() as ride, self._tx() as conn:
-                if version_tag is not None and version is None:
-                    version = self._tagged_version(conn, key, version_tag)
-                applied = self.start_in(
-                    conn,
+            if job_first is not None:
+                applied = self._start_job_first(
                     key,
                     instance_id,
                     trigger,
-                    now=now,
-                    version=version,
-                    trigger_id=trigger_id,
-                    inbox_id=inbox_id,
-                    checked=not self.is_postgres,
-                    ride=ride,
-                    last=True,
+                    now,
+                    version,
+                    version_tag,
+                    trigger_id,
+                    inbox_id,
+                    job_first,
                 )
+            else:
+                with self.published_jobs.riding() as ride, self._tx() as conn:
+                    if version_tag is not None and version is None:
+                        version = self._tagged_version(conn, key, version_tag)
+                    applied = self.start_in(
+                        conn,
+                        key,
+                        instance_id,
+                        trigger,
+                        now=now,
+                        version=version,
+                        trigger_id=trigger_id,
+                        inbox_id=inbox_id,
+                        checked=not self.is_postgres,
+                        ride=ride,
+                        last=True,
+                    )
             log_raised_incidents(applied)
             return applied
         except _Duplicate:
@@ -493,13 +526,37 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
         first = core.new_checkpoint(definition, instance_id, ver, now)
         services = self._decisions.services(conn, definition)
         step = core.apply(definition, first, trigger, now=now, services=services)
+        return self._write_start(
+            conn, key, trigger, first, step, now, trigger_id, inbox_id, checked, ride, last
+        )
+
+    def _write_start(
+        self,
+        conn: Connection,
+        key: str,
+        trigger: Start,
+        first: Checkpoint,
+        step: Step,
+        now: datetime,
+        trigger_id: str | None,
+        inbox_id: str | None,
+        checked: bool,
+        ride: Ride | None,
+        last: bool,
+        earlier: Step | None = None,
+    ) -> Applied:
+        """The new instance's row and everything its first step implies, as one write
+        statement (``start_in``'s; ``checked``, ``ride`` and ``last`` as there).
+        ``earlier``: a step before ``step`` that was never written on its own
+        (``_start_job_first``): its facts are recorded, at its own revision."""
+        instance_id = first.instance_id
         cp = step.checkpoint
         writes = Writes(conn)
         document = encode_json(cp)
         row = {
             "id": instance_id,
             "key": key,
-            "version": ver,
+            "version": first.version,
             "status": cp.status.value,
             "business_key": trigger.business_key,
             "start_key": trigger.start_key,
@@ -521,8 +578,91 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
                 insert(instances).values({**row, "checkpoint": _document(document, postgres)})
             )
         return self._write_step(
-            writes, instance_id, first, step, now, trigger_id, inbox_id, ride=ride, last=last
+            writes,
+            instance_id,
+            first,
+            step,
+            now,
+            trigger_id,
+            inbox_id,
+            ride=ride,
+            last=last,
+            earlier=earlier,
         )
+
+    def _start_job_first(
+        self,
+        key: str,
+        instance_id: str,
+        trigger: Start,
+        now: datetime,
+        version: int | None,
+        version_tag: str | None,
+        trigger_id: str | None,
+        inbox_id: str | None,
+        job_first: RunJobFirst,
+    ) -> Applied:
+        """A start whose first job runs before the instance is written: the start is
+        stepped in memory, ``job_first`` may run the first job it dispatches, its
+        outcome is stepped onto that state, and both are written in ONE transaction —
+        one instance, one commit, where the job's wait would have cost a commit, a
+        hold row, an outbox row and a second locked transaction.
+
+        Why this is safe for a start and for nothing else: until its first commit the
+        instance exists nowhere, so no other trigger can lock, see or change it while
+        its job runs, and no transaction is open meanwhile (the definition is read in
+        autocommit). What makes the job durable is the start itself: the caller runs
+        this only for a start its broker holds unacknowledged until the task ends and
+        marks when it delivers again, and a redelivered start takes the ordinary path
+        (its job's wait written first), so a job that kills its worker is counted by
+        the engine's retries, not run by every redelivery. A job may still run twice
+        (a start re-sent by the inbox sweep while its job runs): jobs are
+        at-least-once, and both runs see the same idempotency key.
+
+        ``job_first`` answers None when it did not run the job (its dispatch is
+        written and published as usual), else a ``JobRun``: its outcome is applied,
+        or with no outcome (a Celery retry sent it to the broker) its wait is written
+        and its dispatch is not."""
+        with self._read() as conn:
+            if version_tag is not None and version is None:
+                version = self._tagged_version(conn, key, version_tag)
+            definition, ver = self.definition(key, version, conn=conn)
+            services = self._decisions.services(conn, definition)
+        first = core.new_checkpoint(definition, instance_id, ver, now)
+        step = core.apply(definition, first, trigger, now=now, services=services)
+        job = next((e for e in step.effects if isinstance(e, DispatchJob)), None)
+        run = job_first(job) if job is not None else None
+        earlier: Step | None = None
+        if run is not None:
+            rest = tuple(e for e in step.effects if e is not job)
+            then = (
+                core.apply(definition, step.checkpoint, run.outcome, now=run.at, services=services)
+                if run.outcome is not None
+                else None
+            )
+            if then is not None and then.changed:
+                earlier = step
+                step = dataclasses.replace(then, effects=rest + then.effects, holds_before=None)
+            else:
+                step = dataclasses.replace(step, effects=rest)
+        with self.published_jobs.riding() as ride, self._tx() as conn:
+            checked = not self.is_postgres
+            if checked and (existing := self._existing(conn, instance_id)) is not None:
+                return existing
+            return self._write_start(
+                conn,
+                key,
+                trigger,
+                first,
+                step,
+                now,
+                trigger_id,
+                inbox_id,
+                checked,
+                ride,
+                True,
+                earlier=earlier,
+            )
 
     def _existing(self, conn: Connection, instance_id: str) -> Applied | None:
         row = conn.execute(
@@ -784,9 +924,12 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
         ride: Ride | None = None,
         *,
         last: bool = False,
+        earlier: Step | None = None,
     ) -> Applied:
         """Everything the new checkpoint implies, queued on ``writes`` behind the
-        checkpoint's own write and sent as one statement.
+        checkpoint's own write and sent as one statement. ``earlier``: a step before
+        ``step`` never written on its own (``_start_job_first``); its facts go with
+        these, at its own revision.
 
         With ``ride``, the statement also deletes the job rows this process published
         since its last write (persistence/published_jobs.py): no transaction of their
@@ -800,7 +943,10 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
             writes, instance_id, cp.process_key, projected_waits(old), projected_waits(cp), now
         )
         sync_incidents(writes, old, cp)
-        self._queue_facts(writes, instance_id, cp.revision, step.facts, now)
+        facts_at = [(cp.revision, f) for f in step.facts]
+        if earlier is not None:
+            facts_at[:0] = [(earlier.checkpoint.revision, f) for f in earlier.facts]
+        self._queue_facts_at(writes, instance_id, facts_at, now)
         # Each effect's trigger id names its origin (instance, revision, index), never
         # the row id: SQLite reuses the id of a deleted row, so a CancelChild published
         # as "outbox:7" after the StartChild "outbox:7" was deleted would be dropped by
@@ -851,19 +997,27 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
             True,
             False,
             outbox_rows,
-            list(step.facts),
+            [f for _, f in facts_at],
             key=cp.process_key,
             inbox_marked=marked,
         )
 
-    @staticmethod
+    @classmethod
     def _queue_facts(
+        cls,
         writes: Writes,
         instance_id: str,
         revision: int,
         new: tuple[Fact, ...],
         now: datetime,
     ) -> None:
+        cls._queue_facts_at(writes, instance_id, [(revision, f) for f in new], now)
+
+    @staticmethod
+    def _queue_facts_at(
+        writes: Writes, instance_id: str, new: list[tuple[int, Fact]], now: datetime
+    ) -> None:
+        """Facts, each at its revision, as one multi-row INSERT."""
         if new:
             writes.add_rows(
                 facts,
@@ -875,7 +1029,7 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
                         "kind": f.kind,
                         "details": dict(f.details),
                     }
-                    for f in new
+                    for revision, f in new
                 ],
             )
 

@@ -158,6 +158,15 @@ def _transport_options(broker_url: str, visibility_timeout: float) -> dict[str, 
     return {}
 
 
+def marks_redeliveries(broker_url: str) -> bool:
+    """Does this broker flag a message it delivers again (``delivery_info
+    ["redelivered"]``)? RabbitMQ does, and kombu's Redis transport does when it
+    restores an unacknowledged message; the embedded ``sqla+`` transport does not."""
+    return broker_url.startswith(
+        ("redis://", "rediss://", "redis+socket://", "amqp://", "amqps://", "pyamqp://")
+    )
+
+
 def broker_transport(broker_url: str) -> str | None:
     """dormant's own Redis transport for a ``redis://`` URL (tasks/redis_transport.py:
     the exchanges known to a channel at birth, bindings written again when Redis lost

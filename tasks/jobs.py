@@ -75,6 +75,7 @@ from engine_core.errors import BpmnError
 from engine_core.job_types import reserved_job_type
 from engine_core.triggers import JobCompleted, JobErrorThrown, JobFailed, JobHeartbeat
 from persistence import clock
+from persistence.store import JobRun
 from tasks import app as app_module
 from tasks import metrics, tracing
 from tasks.app import QUEUE, app, publish, store
@@ -89,6 +90,7 @@ __all__ = [
     "heartbeat",
     "idempotency_key",
     "job_queue",
+    "run_before_start",
     "run_here",
     "runs_here",
     "some_job_type_is_eager",
@@ -218,6 +220,37 @@ def run_here(job: DispatchJob, hostname: str | None) -> None:
     trace_task(task, task_id, (), dict(job.variables), request, app=app, hostname=hostname)
 
 
+# The outcomes of jobs run before their start was written (``run_before_start``), by
+# idempotency key: the signal handlers below keep them here instead of reporting them,
+# for there is no instance yet to report them to.
+_kept_outcomes: dict[str, list[JobCompleted | JobErrorThrown | JobFailed]] = {}
+
+
+def run_before_start(job: DispatchJob, hostname: str | None) -> JobRun:
+    """Run a start's first job, before the start is written (``Store.start``'s
+    ``job_first``), as ``run_here`` runs it; its outcome comes back instead of being
+    reported. No outcome (a Celery retry the job asked for, which the tracer has
+    published) leaves the job's wait to be written, as for a job sent to the broker.
+    Raises what Celery's tracer itself raised (the job's own exceptions are its
+    outcome)."""
+    key = job.idempotency_key
+    _kept_outcomes[key] = []
+    try:
+        run_here(job, hostname)
+    finally:
+        outcomes = _kept_outcomes.pop(key, [])
+    return JobRun(outcomes[0] if outcomes else None, clock.now())
+
+
+def _kept(key: str, outcome: JobCompleted | JobErrorThrown | JobFailed) -> bool:
+    """Keep a job's outcome for ``run_before_start`` if that is who ran it."""
+    kept = _kept_outcomes.get(key)
+    if kept is None:
+        return False
+    kept.append(outcome)
+    return True
+
+
 def _header(request: Any, name: str) -> Any:
     """Custom headers surface both as ``request.<name>`` and in ``request.headers``."""
     value = getattr(request, name, None)
@@ -250,6 +283,8 @@ def heartbeat(task: Task, extend_seconds: float | None = None) -> bool:
     if ctx is None:
         return False
     instance_id, wait_id, attempt, key = ctx
+    if key in _kept_outcomes:  # run before its start was written: no timeout runs yet
+        return True
     trigger = JobHeartbeat(wait_id=wait_id, attempt=attempt, extend_seconds=extend_seconds)
     report(instance_id, trigger, f"{key}:heartbeat:{uuid.uuid4().hex}")
     return True
@@ -280,16 +315,22 @@ def report(instance_id: str, trigger: Any, trigger_id: str) -> None:
     from tasks.outbox import publish_rows
 
     last: Exception | None = None
-    for delay in (0.0, 0.5, 2.0):
+    delays = (0.0, 0.5, 2.0)
+    for attempt, delay in enumerate(delays, 1):
         if delay:
             time.sleep(delay)
         began = time.perf_counter()
         try:
             applied = store().apply(instance_id, trigger, clock.now(), trigger_id=trigger_id)
         except Exception as exc:  # mapped below: the result must not be lost
-            from engine_core.errors import DormantError
+            from engine_core.errors import DormantError, UnknownInstance
 
-            if isinstance(exc, DormantError):  # retrying cannot help: keep it for an operator
+            # Retrying cannot help a refusal: keep it for an operator. An unknown
+            # instance gets the quick tries first: it may be a start still being
+            # written, whose job ran before it (``run_before_start``) and asked Celery
+            # for a prompt retry.
+            unknown = isinstance(exc, UnknownInstance)
+            if isinstance(exc, DormantError) and (not unknown or attempt == len(delays)):
                 failed_id = store().keep_failed(
                     "dormant.apply_trigger",
                     f"trigger.{trigger.kind}",
@@ -350,11 +391,9 @@ def _on_success(sender: Any = None, result: Any = None, **_: Any) -> None:
         return
     instance_id, wait_id, attempt, key = ctx
     variables = result if isinstance(result, dict) else {}
-    report(
-        instance_id,
-        JobCompleted(wait_id=wait_id, attempt=attempt, variables=variables),
-        f"{key}:done",
-    )
+    outcome = JobCompleted(wait_id=wait_id, attempt=attempt, variables=variables)
+    if not _kept(key, outcome):
+        report(instance_id, outcome, f"{key}:done")
 
 
 @task_failure.connect(weak=False)
@@ -363,7 +402,7 @@ def _on_failure(sender: Any = None, exception: BaseException | None = None, **_:
     if ctx is None or exception is None:
         return
     instance_id, wait_id, attempt, key = ctx
-    trigger: Any
+    trigger: JobErrorThrown | JobFailed
     if isinstance(exception, BpmnError):
         trigger = JobErrorThrown(
             wait_id=wait_id,
@@ -380,7 +419,8 @@ def _on_failure(sender: Any = None, exception: BaseException | None = None, **_:
             error=str(exception)[:2000],
             error_class=type(exception).__name__,
         )
-    report(instance_id, trigger, f"{key}:done")
+    if not _kept(key, trigger):
+        report(instance_id, trigger, f"{key}:done")
 
 
 @task_unknown.connect(weak=False)

@@ -57,13 +57,14 @@ from engine_core.triggers import (
     TaskUpdate,
     parse_trigger,
 )
-from persistence import clock, inbox
+from persistence import clock, inbox, job_pause
 from persistence.failed_triggers import call_kwargs, one_line
 from persistence.outbox_queue import OutboxRow
 from persistence.results import TriggerResult
+from persistence.store import JobRun
 from tasks import app as app_module
-from tasks.app import TIMER_FIRE_KEY, app, publish, store
-from tasks.jobs import dispatch, run_here, some_job_type_is_eager
+from tasks.app import TIMER_FIRE_KEY, app, marks_redeliveries, publish, store
+from tasks.jobs import dispatch, run_before_start, run_here, runs_here, some_job_type_is_eager
 from tasks.metrics import observe_trigger, timer_fired
 from tasks.outbox import consumed, publish_keeping_a_job, publish_row, publish_rows
 
@@ -117,6 +118,44 @@ def describe_result(result: TriggerResult | None) -> str:
     return "nothing" if result is None else result.summary()
 
 
+class _JobBeforeStart:
+    """``Store.start``'s ``job_first`` for a start task: runs the first job a start
+    dispatches before the instance is written, if this worker may run it in place
+    (tasks/jobs.py, "Eager jobs"). ``ran``: it was asked and ran one, so the task
+    runs no other job in place (one per trigger)."""
+
+    def __init__(self, hostname: str | None) -> None:
+        self.hostname = hostname
+        self.ran = False
+
+    @classmethod
+    def for_task(cls, task: Task) -> _JobBeforeStart | None:
+        """Only for a start delivered by a broker that holds it unacknowledged until
+        the task ends and marks a delivery again (``marks_redeliveries``), and not
+        delivered again: a redelivered start writes its job's wait first, so a job
+        that kills its worker is retried by the engine, not by every redelivery."""
+        request = task.request
+        if request.is_eager or request.called_directly or not some_job_type_is_eager():
+            return None
+        if not marks_redeliveries(app_module.settings.broker_url):
+            return None
+        if (request.delivery_info or {}).get("redelivered"):
+            return None
+        return cls(request.hostname)
+
+    def __call__(self, job: DispatchJob) -> JobRun | None:
+        if self.ran or not runs_here(job.job_type):
+            return None
+        if job_pause.is_paused(store().engine, job.job_type):
+            return None  # its dispatch is written; publishing it holds it (tasks/outbox.py)
+        self.ran = True
+        try:
+            return run_before_start(job, self.hostname)
+        except Exception:
+            log.exception("job of type %s not run in place; dispatching it", job.job_type)
+            return None
+
+
 @observe_trigger  # metrics, the trace span, and the summary Flower shows (tasks/metrics.py)
 def _run(
     task: Task,
@@ -127,12 +166,14 @@ def _run(
     *,
     operator: bool = False,
     instance_id: str | None = None,
+    job_before: _JobBeforeStart | None = None,
 ) -> None:
     """The shell every trigger task shares (see the module docstring).
 
     The trigger id: an explicit one first (an outbox follow-up, or a failed trigger
     sent again through the inbox keeps its first id), else the inbox row's, else the
-    Celery task id. ``operator``: a refused action is re-raised after it is recorded."""
+    Celery task id. ``operator``: a refused action is re-raised after it is recorded.
+    ``job_before``: the start's job runner, which may have run its one job already."""
     began = time.monotonic()
     tid = trigger_id or inbox_id or task.request.id or "eager"
     try:
@@ -156,7 +197,9 @@ def _run(
         return _keep(task, kind, exc, tid, inbox_id, instance_id)
     rows = outbox_rows_of(result)
     job: DispatchJob | None = None
-    if _may_run_a_job(task, began):
+    if job_before is not None and job_before.ran:
+        publish_rows(rows)
+    elif _may_run_a_job(task, began):
         job = publish_keeping_a_job(rows)
     else:
         publish_rows(rows)
@@ -275,6 +318,8 @@ def start(
     back to its caller with the trigger the core decides (``calls.missing_child``).
     """
 
+    job_before = _JobBeforeStart.for_task(self)
+
     def call(tid: str, now: datetime) -> Any:
         try:
             return store().start(
@@ -290,6 +335,7 @@ def start(
                 trigger_id=tid,
                 version_tag=version_tag,
                 inbox_id=inbox_id,
+                job_first=job_before,
             )
         except UnknownProcess as exc:
             if parent is None:
@@ -297,7 +343,9 @@ def start(
             failed = missing_child(parent["wait_id"], str(exc))
             return store().apply(parent["instance_id"], failed, now, trigger_id=f"{tid}:unknown")
 
-    return _run(self, "start", call, inbox_id, trigger_id, instance_id=instance_id)
+    return _run(
+        self, "start", call, inbox_id, trigger_id, instance_id=instance_id, job_before=job_before
+    )
 
 
 @app.task(name="dormant.message", bind=True)

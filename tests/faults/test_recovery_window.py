@@ -128,9 +128,12 @@ def test_a_worker_killed_inside_a_jobs_path_recovers_within_the_window(
 
 def test_a_worker_killed_inside_an_eager_job_loses_no_job(fstack: Stack, tmp_path: Path) -> None:
     """An eager job (run in place by the worker whose start dispatched it) leaves no job
-    message behind when its worker dies: the start comes back as a duplicate, and the
-    job comes back from the sweep (its outbox row not yet deleted) or, later in its run,
-    from its timeout (a new attempt). Either way every instance completes."""
+    message behind when its worker dies. A start's first job runs before the start is
+    written, so the start itself comes back (the inbox sweep sends it again, Redis
+    restores it after the visibility timeout) and runs the job again; a redelivered
+    start writes its job's wait first, and that job comes back from the sweep (its
+    outbox row not yet deleted) or from its timeout. Either way every instance
+    completes."""
     s = fstack
     log = tmp_path / f"jobs-{uuid.uuid4().hex[:6]}.log"
     eager = '{"fault-record": {"eager": true, "timeout_seconds": 4}}'

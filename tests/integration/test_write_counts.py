@@ -17,6 +17,9 @@ test writes. The counts are exact, so each is pinned at its target:
   transaction more per pool process: removing the ride makes this count fail);
 * a job's result is applied in the job's own Celery task: no ``dormant.apply_trigger``
   message is ever received for it;
+* an instance start → eager job → end: ONE write transaction from a bare
+  ``dormant.start`` (the job ran before the start was written: ``Store.start``'s
+  ``job_first``), no outbox row ever;
 * a message with two holders: two write transactions (the record and the inbox mark
   ride the last holder's).
 
@@ -38,7 +41,8 @@ import pytest
 from sqlalchemy import text
 
 from bench import sqlcount
-from bench.models import MESSAGE, SERVICE
+from bench.harness import EAGER_JOB_TYPES
+from bench.models import MESSAGE, SERVICE, SERVICE_EAGER
 from engine_core.triggers import MessageReceived
 from tests.integration.conftest import Proc, Stack, _urls, wait_for
 
@@ -56,6 +60,7 @@ def counted(
     with _urls("pg_redis", tmp, request) as urls:
         s = Stack(*urls, tmp)
         s.env[sqlcount.ENV_LOG] = str(log)
+        s.env["DORMANT_JOB_TYPES"] = EAGER_JOB_TYPES
         worker = Proc(
             "counted-worker",
             s.dormant(
@@ -69,6 +74,7 @@ def counted(
             worker.start()
             s.client.deploy(MESSAGE)
             s.client.deploy(SERVICE)
+            s.client.deploy(SERVICE_EAGER)
             yield s, log, worker
         finally:
             s.close()
@@ -176,6 +182,31 @@ def test_an_instance_start_job_end_through_the_client_costs_three_write_transact
     log_text = worker_proc.text()
     assert log_text.count("bench-noop-job[") - received_before >= 2 * N
     assert "dormant.apply_trigger[" not in log_text
+
+
+def test_an_instance_start_eager_job_end_costs_one_write_transaction(
+    counted: tuple[Stack, Path, Proc],
+) -> None:
+    s, log, worker_proc = counted
+    from tasks.app import pooled_producer, publish
+
+    tag = uuid.uuid4().hex[:6]
+    ids = [f"eager-{tag}-{i}" for i in range(N)]
+    before = _settled(log)
+    with pooled_producer(s.broker_url) as producer:
+        for instance_id in ids:
+            publish(
+                "dormant.start",
+                "trigger.start",
+                {"key": "bench_service_eager", "instance_id": instance_id, "variables": {}},
+                producer=producer,
+            )
+    wait_for(lambda: _count(s, "bench_service_eager", "completed", ids) == N, 60, 0.1, "done")
+    worker = _settled(log) - before
+    assert worker.write_transactions == N, worker  # the start, its job's result with it
+    assert _job_rows(s, ids) == 0
+    ran = worker_proc.text()
+    assert sum(ran.count(f"job run in place instance={i} ") for i in ids) == N
 
 
 def test_a_duplicate_seen_from_an_older_snapshot_is_caught_at_the_write(
