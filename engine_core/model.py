@@ -305,6 +305,9 @@ class DefinitionIndex:
     # container id (None = the process) -> its event sub-processes / its none starts.
     event_subs: Mapping[str | None, tuple[Node, ...]]
     none_starts: Mapping[str | None, tuple[Node, ...]]
+    # Every job type the model names (its jobs and its execution and task listeners),
+    # as written: a literal, or "=expr" computed at run time.
+    job_types: frozenset[str] = frozenset()
 
     @classmethod
     def of(cls, definition: ProcessDefinition) -> DefinitionIndex:
@@ -331,6 +334,12 @@ class DefinitionIndex:
                 )
                 for c, ns in inside.items()
             },
+            job_types=frozenset(
+                [n.job_type for n in nodes.values() if n.job_type is not None]
+                + [x.job_type for n in nodes.values() for x in n.execution_listeners]
+                + [x.job_type for n in nodes.values() for x in n.task_listeners]
+                + [x.job_type for x in definition.execution_listeners]
+            ),
         )
 
 

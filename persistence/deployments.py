@@ -168,6 +168,9 @@ class Deployments:
     """Definitions and decisions: deploy, look up, route starts."""
 
     _definitions: dict[tuple[str, int], ProcessDefinition]
+    # The latest version of each key this process has looked up (a guess for a start
+    # to come: ``Store._may_run_a_job_first``).
+    _latest_seen: dict[str, ProcessDefinition]
     # (count of deployments, (kind, name) -> the processes it starts): latest_starts.
     _starts_index: tuple[int, dict[tuple[str, str], list[tuple[str, int, list[str]]]]] | None = None
 
@@ -341,6 +344,8 @@ class Deployments:
                     _PARSED[(row.checksum, d.key)] = d
             cached = _PARSED[(row.checksum, key)]
         self._definitions[(key, row.version)] = cached
+        if version is None:
+            self._latest_seen[key] = cached
         return cached, int(row.version)
 
     def _unknown_process(self, conn: Connection, key: str, version: int | None) -> UnknownProcess:

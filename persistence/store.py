@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import (
     Connection,
@@ -144,7 +144,17 @@ class JobRun:
     at: datetime
 
 
-RunJobFirst = Callable[[DispatchJob], JobRun | None]
+class RunJobFirst(Protocol):
+    """Who runs a start's first job before the start is written (``Store.start``)."""
+
+    def may_run(self, job_type: str) -> bool:
+        """Might a job of ``job_type`` (a literal, or "=expr" computed at run time) be
+        run? A start whose model names none such is stepped in its own transaction."""
+        ...
+
+    def __call__(self, job: DispatchJob) -> JobRun | None:
+        """Run ``job`` and answer its ``JobRun``, or None when it was not run."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -356,6 +366,7 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
             min(FLUSH_AFTER_SECONDS, settings.outbox_sweep_after_seconds / 4),
         )
         self._definitions: dict[tuple[str, int], ProcessDefinition] = {}
+        self._latest_seen: dict[str, ProcessDefinition] = {}
         if check_schema:
             if self.is_postgres:
                 migrate.check(self.engine)  # never auto-migrate a shared database
@@ -447,7 +458,7 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
             parent=parent,
         )
         try:
-            if job_first is not None:
+            if job_first is not None and self._may_run_a_job_first(key, version, job_first):
                 applied = self._start_job_first(
                     key,
                     instance_id,
@@ -589,6 +600,17 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
             last=last,
             earlier=earlier,
         )
+
+    def _may_run_a_job_first(self, key: str, version: int | None, job_first: RunJobFirst) -> bool:
+        """Is ``_start_job_first`` worth its one round trip more when no job runs (the
+        definition read on its own, not with the write transaction's BEGIN)? Only for
+        a model of ``key`` this process has loaded (the version asked for, else the
+        latest it has seen) that names a job type ``job_first`` may run. A guess, never
+        a rule: either path ends the same, only its cost differs."""
+        known = self._definitions.get((key, version)) if version is not None else None
+        if known is None:
+            known = self._latest_seen.get(key)
+        return known is not None and any(job_first.may_run(t) for t in known.index.job_types)
 
     def _start_job_first(
         self,

@@ -143,6 +143,9 @@ class _JobBeforeStart:
             return None
         return cls(request.hostname)
 
+    def may_run(self, job_type: str) -> bool:
+        return job_type.startswith("=") or runs_here(job_type)
+
     def __call__(self, job: DispatchJob) -> JobRun | None:
         if self.ran or not runs_here(job.job_type):
             return None

@@ -8,6 +8,7 @@ broker marks when it delivers it again, and not a redelivered one."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
@@ -23,6 +24,28 @@ from persistence.store import JobRun, Store
 from persistence.tables import deadlines, facts, outbox
 
 Outcome = JobCompleted | JobErrorThrown | JobFailed
+
+
+class Runner:
+    """A ``job_first`` that may run every job type and answers with ``answer(job)``."""
+
+    def __init__(self, answer: Callable[[DispatchJob], JobRun | None]) -> None:
+        self.answer = answer
+        self.asked: list[DispatchJob] = []
+
+    def may_run(self, job_type: str) -> bool:
+        return True
+
+    def __call__(self, job: DispatchJob) -> JobRun | None:
+        self.asked.append(job)
+        return self.answer(job)
+
+
+def _deployed(store: Store, now: datetime) -> None:
+    """SERVICE deployed, and its latest version looked up once, as a worker's first
+    start of a key does (``Store._may_run_a_job_first`` guesses from it)."""
+    store.deploy(SERVICE, now)
+    store.definition("bench_service")
 
 
 def _outcome(kind: str, job: DispatchJob) -> Outcome:
@@ -59,20 +82,15 @@ def _ordinary(store: Store, instance_id: str, kind: str, now: datetime) -> Any:
 def test_a_job_run_before_its_start_ends_where_the_ordinary_path_does(
     store: Store, now: datetime, kind: str
 ) -> None:
-    store.deploy(SERVICE, now)
-    asked: list[DispatchJob] = []
-
-    def run(job: DispatchJob) -> JobRun:
-        asked.append(job)
-        return JobRun(_outcome(kind, job), now + timedelta(seconds=1))
-
+    _deployed(store, now)
+    run = Runner(lambda job: JobRun(_outcome(kind, job), now + timedelta(seconds=1)))
     counter = sqlcount.TxCounter(store.engine)
     try:
         applied = store.start("bench_service", "first", {"n": 1}, now=now, job_first=run)
         counts = counter.snapshot()
     finally:
         counter.close()
-    [job] = asked
+    [job] = run.asked
     assert job.job_type == "bench-noop-job" and job.instance_id == "first"
     assert counts.write_transactions == 1  # the ordinary path: two, and two more rows each
     assert not [r for r in applied.outbox_rows if r.kind == "DispatchJob"]
@@ -104,9 +122,9 @@ def test_a_job_run_before_its_start_ends_where_the_ordinary_path_does(
 def test_a_job_that_sent_itself_to_the_broker_leaves_its_wait_and_no_dispatch(
     store: Store, now: datetime
 ) -> None:
-    store.deploy(SERVICE, now)
+    _deployed(store, now)
     applied = store.start(
-        "bench_service", "retried", {}, now=now, job_first=lambda job: JobRun(None, now)
+        "bench_service", "retried", {}, now=now, job_first=Runner(lambda job: JobRun(None, now))
     )
     assert store.instance("retried").status == "active"
     assert [w.kind for w in store.instance("retried").waits] == ["job"]
@@ -116,22 +134,47 @@ def test_a_job_that_sent_itself_to_the_broker_leaves_its_wait_and_no_dispatch(
 
 
 def test_a_job_not_run_is_dispatched_as_usual(store: Store, now: datetime) -> None:
-    store.deploy(SERVICE, now)
-    applied = store.start("bench_service", "later", {}, now=now, job_first=lambda job: None)
+    _deployed(store, now)
+    run = Runner(lambda job: None)
+    applied = store.start("bench_service", "later", {}, now=now, job_first=run)
+    assert len(run.asked) == 1
     assert [r.kind for r in applied.outbox_rows] == ["DispatchJob"]
     assert _rows(store, outbox, "later") == 1
 
 
 def test_a_second_delivery_of_a_start_is_a_duplicate(store: Store, now: datetime) -> None:
-    store.deploy(SERVICE, now)
-
-    def run(job: DispatchJob) -> JobRun:
-        return JobRun(_outcome("completed", job), now)
-
+    _deployed(store, now)
+    run = Runner(lambda job: JobRun(_outcome("completed", job), now))
     store.start("bench_service", "twice", {}, now=now, trigger_id="t", job_first=run)
     again = store.start("bench_service", "twice", {}, now=now, trigger_id="t", job_first=run)
     assert again.duplicate and not again.changed
     assert store.instance("twice").status == "completed"
+
+
+def test_a_model_naming_no_job_it_may_run_is_started_in_its_own_transaction(
+    store: Store, now: datetime
+) -> None:
+    """The guess: no second statement outside the start's transaction, and the runner
+    is not asked, for a model whose job types it may not run — or one this process has
+    not looked up yet (its first start loads it)."""
+
+    class Never(Runner):
+        def may_run(self, job_type: str) -> bool:
+            return job_type != "bench-noop-job"
+
+    store.deploy(SERVICE, now)
+    run = Runner(lambda job: None)
+    store.start("bench_service", "unseen", {}, now=now, job_first=run)
+    never = Never(lambda job: None)
+    counter = sqlcount.TxCounter(store.engine)
+    try:
+        applied = store.start("bench_service", "no-eager", {}, now=now, job_first=never)
+        counts = counter.snapshot()
+    finally:
+        counter.close()
+    assert run.asked == [] and never.asked == []
+    assert [r.kind for r in applied.outbox_rows] == ["DispatchJob"]
+    assert (counts.write_transactions, counts.read_transactions) == (1, 0)
 
 
 def _task(redelivered: bool | None) -> Any:
