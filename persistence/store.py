@@ -134,6 +134,15 @@ class Applied:
 
 
 @dataclass(frozen=True, slots=True)
+class Earlier:
+    """A start's own step that is written only together with the step after it (its
+    first job's outcome: ``Store._start_job_first``), and when it was taken."""
+
+    step: Step
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class JobRun:
     """A start's first job, run by the caller of ``Store.start(job_first=...)`` before
     the instance was written: its outcome (``JobCompleted``, ``JobErrorThrown`` or
@@ -554,12 +563,13 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
         checked: bool,
         ride: Ride | None,
         last: bool,
-        earlier: Step | None = None,
+        earlier: Earlier | None = None,
     ) -> Applied:
         """The new instance's row and everything its first step implies, as one write
         statement (``start_in``'s; ``checked``, ``ride`` and ``last`` as there).
-        ``earlier``: a step before ``step`` that was never written on its own
-        (``_start_job_first``): its facts are recorded, at its own revision."""
+        ``earlier``: the start's own step, never written on its own, before ``step``
+        (``_start_job_first``): the instance was created at its time, and its facts
+        are recorded at its revision and time."""
         instance_id = first.instance_id
         cp = step.checkpoint
         writes = Writes(conn)
@@ -573,7 +583,7 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
             "start_key": trigger.start_key,
             "revision": cp.revision,
             "checkpoint": document,
-            "created_at": now,
+            "created_at": earlier.at if earlier is not None else now,
             "updated_at": now,
             "parent_id": (trigger.parent or {}).get("instance_id"),
         }
@@ -654,7 +664,8 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
         step = core.apply(definition, first, trigger, now=now, services=services)
         job = next((e for e in step.effects if isinstance(e, DispatchJob)), None)
         run = job_first(job) if job is not None else None
-        earlier: Step | None = None
+        earlier: Earlier | None = None
+        written_at = now
         if run is not None:
             rest = tuple(e for e in step.effects if e is not job)
             then = (
@@ -663,7 +674,7 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
                 else None
             )
             if then is not None and then.changed:
-                earlier = step
+                earlier, written_at = Earlier(step, now), run.at
                 step = dataclasses.replace(then, effects=rest + then.effects, holds_before=None)
             else:
                 step = dataclasses.replace(step, effects=rest)
@@ -677,7 +688,7 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
                 trigger,
                 first,
                 step,
-                now,
+                written_at,
                 trigger_id,
                 inbox_id,
                 checked,
@@ -946,12 +957,12 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
         ride: Ride | None = None,
         *,
         last: bool = False,
-        earlier: Step | None = None,
+        earlier: Earlier | None = None,
     ) -> Applied:
         """Everything the new checkpoint implies, queued on ``writes`` behind the
         checkpoint's own write and sent as one statement. ``earlier``: a step before
         ``step`` never written on its own (``_start_job_first``); its facts go with
-        these, at its own revision.
+        these, at its own revision and time.
 
         With ``ride``, the statement also deletes the job rows this process published
         since its last write (persistence/published_jobs.py): no transaction of their
@@ -965,10 +976,11 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
             writes, instance_id, cp.process_key, projected_waits(old), projected_waits(cp), now
         )
         sync_incidents(writes, old, cp)
-        facts_at = [(cp.revision, f) for f in step.facts]
+        facts_at = [(cp.revision, now, f) for f in step.facts]
         if earlier is not None:
-            facts_at[:0] = [(earlier.checkpoint.revision, f) for f in earlier.facts]
-        self._queue_facts_at(writes, instance_id, facts_at, now)
+            before = earlier.step
+            facts_at[:0] = [(before.checkpoint.revision, earlier.at, f) for f in before.facts]
+        self._queue_facts_at(writes, instance_id, facts_at)
         # Each effect's trigger id names its origin (instance, revision, index), never
         # the row id: SQLite reuses the id of a deleted row, so a CancelChild published
         # as "outbox:7" after the StartChild "outbox:7" was deleted would be dropped by
@@ -1019,7 +1031,7 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
             True,
             False,
             outbox_rows,
-            [f for _, f in facts_at],
+            [f for _, _, f in facts_at],
             key=cp.process_key,
             inbox_marked=marked,
         )
@@ -1033,13 +1045,13 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
         new: tuple[Fact, ...],
         now: datetime,
     ) -> None:
-        cls._queue_facts_at(writes, instance_id, [(revision, f) for f in new], now)
+        cls._queue_facts_at(writes, instance_id, [(revision, now, f) for f in new])
 
     @staticmethod
     def _queue_facts_at(
-        writes: Writes, instance_id: str, new: list[tuple[int, Fact]], now: datetime
+        writes: Writes, instance_id: str, new: list[tuple[int, datetime, Fact]]
     ) -> None:
-        """Facts, each at its revision, as one multi-row INSERT."""
+        """Facts, each at its revision and time, as one multi-row INSERT."""
         if new:
             writes.add_rows(
                 facts,
@@ -1047,11 +1059,11 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
                     {
                         "instance_id": instance_id,
                         "revision": revision,
-                        "at": now,
+                        "at": at,
                         "kind": f.kind,
                         "details": dict(f.details),
                     }
-                    for revision, f in new
+                    for revision, at, f in new
                 ],
             )
 

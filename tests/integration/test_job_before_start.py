@@ -107,16 +107,21 @@ def test_a_job_run_before_its_start_ends_where_the_ordinary_path_does(
     ]
     assert _rows(store, deadlines, "first") == _rows(store, deadlines, "other")
     assert _rows(store, outbox, "first") == 0
-    # Both steps' facts, each at its own revision, as the ordinary path records them.
+    # Both steps' facts, each at its own revision and time, as the ordinary path
+    # records them; created at the start, updated when the job ended.
     with store.read() as conn:
         history = [
             sorted(
-                (r.revision, r.kind)
+                (r.revision, r.kind, r.at.replace(tzinfo=None))
                 for r in conn.execute(select(facts).where(facts.c.instance_id == i))
             )
             for i in ("first", "other")
         ]
     assert history[0] == history[1]
+    assert {r for _, _, r in history[0]} == {
+        t.replace(tzinfo=None) for t in (now, now + timedelta(seconds=1))
+    }
+    assert (view.created_at, view.updated_at) == (other.created_at, other.updated_at)
 
 
 def test_a_job_that_sent_itself_to_the_broker_leaves_its_wait_and_no_dispatch(
