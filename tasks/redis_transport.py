@@ -23,19 +23,34 @@ silently, until the process reconnects. dormant's own triggers came back by the 
 or outbox sweep, seconds later; a plain Celery producer's did not. So when a lookup on
 one of dormant's exchanges finds no queue, the channel binds this app's declared queues
 again (one SADD per binding) and looks once more: ``tests/integration/test_redis_restore.py``.
+
+And a publish reads no bindings most of the time. kombu reads an exchange's bindings
+(``SMEMBERS``: one Redis round trip) at every publish, to route a message it then
+sends in a second one: a tenth of a worker's time on the job path. They change only
+when a queue is declared, so a channel keeps what it read for ``BINDINGS_TTL_SECONDS``
+and drops it when it binds a queue itself. A table found empty is never kept: that
+is what sends the channel to bind its queues again, so a set Redis lost is written
+again by the first publish after the table's second is up.
 """
 
 from __future__ import annotations
 
+from time import monotonic
 from typing import Any
 
 from kombu.transport import redis
 
-__all__ = ["Transport"]
+__all__ = ["BINDINGS_TTL_SECONDS", "Transport"]
+
+# How long a channel routes by the bindings it read, without reading them again.
+BINDINGS_TTL_SECONDS = 1.0
 
 
 class Channel(redis.Channel):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # exchange -> (when read, its bindings); set before kombu's own __init__, which
+        # may already publish (the restore of a dead worker's messages)
+        self._tables: dict[str, tuple[float, list[Any]]] = {}
         super().__init__(*args, **kwargs)
         from tasks.app import EXCHANGE, app
 
@@ -66,6 +81,24 @@ class Channel(redis.Channel):
                     self._rebind(exchange, queue.routing_key, queue.name)
                     bound = True
         return super()._lookup(exchange, routing_key, default) if bound else found
+
+    def get_table(self, exchange: str) -> Any:
+        """The exchange's bindings, as read at most ``BINDINGS_TTL_SECONDS`` ago; an
+        empty table is read afresh every time (see the module docstring)."""
+        now = monotonic()
+        kept = self._tables.get(exchange)
+        if kept is not None and now - kept[0] < BINDINGS_TTL_SECONDS:
+            return kept[1]
+        table = super().get_table(exchange)
+        if table:
+            self._tables[exchange] = (now, table)
+        else:
+            self._tables.pop(exchange, None)
+        return table
+
+    def _queue_bind(self, exchange: str, *args: Any) -> None:
+        self._tables.pop(exchange, None)
+        super()._queue_bind(exchange, *args)
 
     def _rebind(self, exchange: str, routing_key: str, queue: str) -> None:
         """Write one binding to Redis again (``queue_bind`` would skip it: this

@@ -12,7 +12,9 @@ import redis
 from kombu import Connection, Consumer
 
 from persistence.settings import Settings
+from tasks import redis_transport
 from tasks.app import EXCHANGE, QUEUE, _conf, pooled_producer
+from tasks.redis_transport import BINDINGS_TTL_SECONDS
 from tests.integration.conftest import _redis_db
 
 pytestmark = pytest.mark.integration
@@ -73,5 +75,37 @@ def test_a_publish_after_redis_lost_its_bindings_still_reaches_the_queue(
     assert not r.exists("_kombu.binding.dormant")
     publish(2)
     assert r.llen("dormant") == 1, "the publish after the bindings were lost was dropped"
+    time.sleep(BINDINGS_TTL_SECONDS + 0.1)  # what the channel read is stale now
+    publish(3)
+    assert r.llen("dormant") == 2, "the publish after the bindings were lost was dropped"
     assert r.exists("_kombu.binding.dormant")  # bound again, for every later publish
+    r.close()
+
+
+def test_a_channel_reads_the_bindings_once_a_second_not_at_every_publish(
+    broker_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kombu reads an exchange's bindings (SMEMBERS, a round trip) before every publish;
+    ours route by what they read for a second, and read again when it is stale."""
+    reads: list[str] = []
+    smembers = redis.Redis.smembers
+
+    def counted(self: redis.Redis, name: str) -> Any:
+        reads.append(name)
+        return smembers(self, name)
+
+    monkeypatch.setattr(redis.Redis, "smembers", counted)
+    clock = [1000.0]  # the channel's clock, moved by hand: a slow machine changes nothing
+    monkeypatch.setattr(redis_transport, "monotonic", lambda: clock[0])
+    r = redis.Redis.from_url(broker_url)
+    with pooled_producer(broker_url) as producer:
+        for n in range(20):
+            producer.publish(
+                {"n": n}, exchange=EXCHANGE, routing_key="trigger.start", declare=[QUEUE]
+            )
+        assert reads.count("_kombu.binding.dormant") == 1, reads
+        clock[0] += BINDINGS_TTL_SECONDS
+        producer.publish({"n": 20}, exchange=EXCHANGE, routing_key="trigger.start")
+    assert reads.count("_kombu.binding.dormant") == 2, reads  # stale: read again
+    assert r.llen("dormant") == 21  # every message routed
     r.close()
