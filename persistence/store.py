@@ -134,7 +134,7 @@ class Applied:
 
 
 @dataclass(frozen=True, slots=True)
-class Earlier:
+class _Earlier:
     """A start's own step that is written only together with the step after it (its
     first job's outcome: ``Store._start_job_first``), and when it was taken."""
 
@@ -563,7 +563,7 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
         checked: bool,
         ride: Ride | None,
         last: bool,
-        earlier: Earlier | None = None,
+        earlier: _Earlier | None = None,
     ) -> Applied:
         """The new instance's row and everything its first step implies, as one write
         statement (``start_in``'s; ``checked``, ``ride`` and ``last`` as there).
@@ -612,11 +612,12 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
         )
 
     def _may_run_a_job_first(self, key: str, version: int | None, job_first: RunJobFirst) -> bool:
-        """Is ``_start_job_first`` worth its one round trip more when no job runs (the
-        definition read on its own, not with the write transaction's BEGIN)? Only for
-        a model of ``key`` this process has loaded (the version asked for, else the
-        latest it has seen) that names a job type ``job_first`` may run. A guess, never
-        a rule: either path ends the same, only its cost differs."""
+        """Is ``_start_job_first`` worth it? When no job runs first, its definition read
+        is a statement and a server transaction of its own, where the ordinary start
+        sends it with its BEGIN. So only for a model of ``key`` this process has loaded
+        (the version asked for, else the latest it has seen) that names a job type
+        ``job_first`` may run. A guess, never a rule: either path ends the same, only
+        its cost differs."""
         known = self._definitions.get((key, version)) if version is not None else None
         if known is None:
             known = self._latest_seen.get(key)
@@ -664,7 +665,7 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
         step = core.apply(definition, first, trigger, now=now, services=services)
         job = next((e for e in step.effects if isinstance(e, DispatchJob)), None)
         run = job_first(job) if job is not None else None
-        earlier: Earlier | None = None
+        earlier: _Earlier | None = None
         written_at = now
         if run is not None:
             rest = tuple(e for e in step.effects if e is not job)
@@ -674,7 +675,7 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
                 else None
             )
             if then is not None and then.changed:
-                earlier, written_at = Earlier(step, now), run.at
+                earlier, written_at = _Earlier(step, now), run.at
                 step = dataclasses.replace(then, effects=rest + then.effects, holds_before=None)
             else:
                 step = dataclasses.replace(step, effects=rest)
@@ -957,7 +958,7 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
         ride: Ride | None = None,
         *,
         last: bool = False,
-        earlier: Earlier | None = None,
+        earlier: _Earlier | None = None,
     ) -> Applied:
         """Everything the new checkpoint implies, queued on ``writes`` behind the
         checkpoint's own write and sent as one statement. ``earlier``: a step before

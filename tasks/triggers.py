@@ -131,15 +131,16 @@ class _JobBeforeStart:
     @classmethod
     def for_task(cls, task: Task) -> _JobBeforeStart | None:
         """Only for a start delivered by a broker that holds it unacknowledged until
-        the task ends and marks a delivery again (``marks_redeliveries``), and not
-        delivered again: a redelivered start writes its job's wait first, so a job
-        that kills its worker is retried by the engine, not by every redelivery."""
+        the task ends and marks a delivery again (``marks_redeliveries``), and only at
+        its first try: a redelivered start, or one retried after a database error,
+        writes its job's wait first, so a job that kills its worker, or whose start
+        cannot be written, is retried by the engine, not run again at every try."""
         request = task.request
         if request.is_eager or request.called_directly or not some_job_type_is_eager():
             return None
         if not marks_redeliveries(app_module.settings.broker_url):
             return None
-        if (request.delivery_info or {}).get("redelivered"):
+        if request.retries or (request.delivery_info or {}).get("redelivered"):
             return None
         return cls(request.hostname)
 

@@ -182,10 +182,10 @@ def test_a_model_naming_no_job_it_may_run_is_started_in_its_own_transaction(
     assert (counts.write_transactions, counts.read_transactions) == (1, 0)
 
 
-def _task(redelivered: bool | None) -> Any:
+def _task(redelivered: bool | None, retries: int = 0) -> Any:
     info = {} if redelivered is None else {"redelivered": redelivered}
     request = SimpleNamespace(
-        is_eager=False, called_directly=False, delivery_info=info, hostname="w@h"
+        is_eager=False, called_directly=False, delivery_info=info, hostname="w@h", retries=retries
     )
     return SimpleNamespace(request=request)
 
@@ -208,7 +208,7 @@ def eager_noop(monkeypatch: pytest.MonkeyPatch) -> Any:
     return on
 
 
-def test_only_a_first_delivery_on_a_broker_that_marks_redeliveries_runs_a_job_first(
+def test_only_a_first_try_on_a_broker_that_marks_redeliveries_runs_a_job_first(
     eager_noop: Any,
 ) -> None:
     from tasks.triggers import _JobBeforeStart
@@ -217,6 +217,7 @@ def test_only_a_first_delivery_on_a_broker_that_marks_redeliveries_runs_a_job_fi
     assert _JobBeforeStart.for_task(_task(False)) is not None
     assert _JobBeforeStart.for_task(_task(None)) is not None
     assert _JobBeforeStart.for_task(_task(True)) is None  # its job's wait goes first
+    assert _JobBeforeStart.for_task(_task(False, retries=1)) is None  # after a DB error
     eager_noop("amqp://guest:guest@127.0.0.1:5672//")
     assert _JobBeforeStart.for_task(_task(False)) is not None
     eager_noop("sqla+sqlite:///broker.sqlite3")  # the embedded broker flags no redelivery
