@@ -28,6 +28,7 @@ from engine_core.checkpoint import (
     Checkpoint,
     InstanceStatus,
     TokenState,
+    Wait,
     WaitKind,
     copy_checkpoint,
     decode,
@@ -61,6 +62,8 @@ __all__ = ["Services", "apply", "new_checkpoint"]
 
 _OPERATOR_TRIGGERS = (Cancel, IncidentRetry, IncidentResolve, IncidentDrop, *operations.OPERATIONS)
 _TIMED_KINDS = frozenset({WaitKind.TIMER, WaitKind.JOB, WaitKind.RETRY})
+# Each kind's name by a dict lookup: an enum member's ``.value`` is a descriptor call.
+_KIND_NAMES = {kind: kind.value for kind in WaitKind}
 # Trigger classes are final: a type lookup, not an isinstance against pydantic's ABC
 # metaclass (a microsecond each, several times a step).
 _OPERATION_TYPES = frozenset(operations.OPERATIONS)
@@ -166,8 +169,9 @@ def apply(
     )
     held: dict[str, int] = {}
     for wait in cp.waits.values():
-        held[wait.kind.value] = held.get(wait.kind.value, 0) + 1
-    rt.fact("Dehydrated", waits=len(cp.waits), **{k: held[k] for k in sorted(held)})
+        kind = _KIND_NAMES[wait.kind]
+        held[kind] = held.get(kind, 0) + 1
+    rt.fact("Dehydrated", waits=len(cp.waits), **(dict(sorted(held.items())) if held else {}))
     return Step(cp, tuple(rt.effects), tuple(rt.facts), holds_before=before)
 
 
@@ -192,24 +196,26 @@ def _fire_overdue(
         return fired
     cutoff = rt.now if until is None else min(until, rt.now)
     while True:
-        due = sorted(
-            (
-                w
-                for w in rt.cp.waits.values()
-                if w.kind in _TIMED_KINDS
-                and w.due_at is not None
-                and w.due_at <= cutoff
-                and w.id not in fired
-            ),
-            key=lambda w: (w.due_at, w.id),
-        )
-        if not due:
+        due = [
+            w
+            for w in rt.cp.waits.values()
+            if w.due_at is not None
+            and w.due_at <= cutoff
+            and w.kind in _TIMED_KINDS
+            and w.id not in fired
+        ]
+        if not due:  # at almost every trigger: nothing overdue, nothing sorted
             return fired
-        wait = due[0]
+        wait = min(due, key=_due_order)
         fired[wait.id] = fire_due(rt, wait.id)
         _run(rt)
         if rt.cp.status.ended:
             return fired
+
+
+def _due_order(wait: Wait) -> tuple[datetime, str]:
+    assert wait.due_at is not None
+    return wait.due_at, wait.id
 
 
 def _keep_only_active(rt: Runtime) -> None:

@@ -274,7 +274,10 @@ class Node:
     execution_listeners: tuple[ExecutionListener, ...] = ()
 
     def listeners(self, event: str) -> tuple[ExecutionListener, ...]:
-        """The execution listeners of one event type, in the order they run."""
+        """The execution listeners of one event type, in the order they run (asked at
+        every entry and exit of every node: most have none)."""
+        if not self.execution_listeners:
+            return ()
         return tuple(x for x in self.execution_listeners if x.event == event)
 
     @property
