@@ -27,7 +27,7 @@ from engine_core.feel.compiler import Node, compile_tree
 from engine_core.feel.far import FarMoment
 from engine_core.feel.limits import DEFAULT_LIMITS, Budget, Limits, budget
 from engine_core.feel.scope import MISSING, Scope
-from engine_core.feel.syntax import keyword_names, parse, quote_keyword_names, uses_input
+from engine_core.feel.syntax import keyword_names, name_of, parse, quote_keyword_names, uses_input
 from engine_core.feel.temporal import (
     YearsMonthsDuration,
     format_date,
@@ -51,14 +51,20 @@ __all__ = [
 class CompiledExpression:
     """A parsed expression, ready to evaluate against any variables."""
 
-    __slots__ = ("_constant", "_node", "text")
+    __slots__ = ("_constant", "_name", "_node", "text")
 
-    def __init__(self, text: str, node: Node, constant: Any = MISSING) -> None:
+    def __init__(
+        self, text: str, node: Node, constant: Any = MISSING, name: str | None = None
+    ) -> None:
         self.text = text
         self._node = node
         # A literal string, boolean or null (``="PT1H"``, a timer's usual form) is its
         # value whatever the variables: no scope, no budget to set up.
         self._constant = constant
+        # An expression that is one variable's name (``=approved``, a gateway's usual
+        # condition): a scalar value is read straight from the variables (the steps a
+        # lookup costs cannot reach a budget, nor a scalar a size bound).
+        self._name = name
 
     def evaluate(
         self,
@@ -73,6 +79,10 @@ class CompiledExpression:
         without them: the core reads no clock and makes no random ids)."""
         if self._constant is not MISSING:
             return self._constant
+        if self._name is not None:
+            value = context.get(self._name, MISSING)
+            if value is not MISSING and not isinstance(value, (list, dict, Mapping)):
+                return to_feel(value)
         scope = Scope(context, now=now, convert=True, ids=ids)
         with budget(limits) as spent:
             return _bounded(self.text, lambda: _sized(self._node(scope), spent))
@@ -120,7 +130,7 @@ def compile_expression(expression: str, limits: Limits = DEFAULT_LIMITS) -> Comp
     ``ExpressionLimitExceeded`` past ``limits.expression_length`` or ``nesting_depth``."""
     tree = parse(expression, "start", limits)
     node = _bounded(expression, lambda: compile_tree(tree))
-    return CompiledExpression(expression, node, _literal(tree, node))
+    return CompiledExpression(expression, node, _literal(tree, node), _bare_name(tree))
 
 
 _LITERALS = frozenset({"string", "true", "false", "null"})
@@ -133,6 +143,14 @@ def _literal(tree: Any, node: Node) -> Any:
     if isinstance(inner, Tree) and inner.data in _LITERALS:
         return node(Scope({}))
     return MISSING
+
+
+def _bare_name(tree: Any) -> str | None:
+    """The name an expression is, when it is nothing but one variable's name."""
+    inner = tree.children[0] if isinstance(tree, Tree) and tree.data == "start" else None
+    if isinstance(inner, Tree) and inner.data == "var":
+        return name_of(inner.children[0])
+    return None
 
 
 def evaluate(
