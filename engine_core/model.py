@@ -371,6 +371,8 @@ class ProcessDefinition:
 
     def listeners(self, event: str) -> tuple[ExecutionListener, ...]:
         """The process's execution listeners of one event type, in the order they run."""
+        if not self.execution_listeners:
+            return ()
         return tuple(x for x in self.execution_listeners if x.event == event)
 
     def flow(self, flow_id: str) -> Flow:
