@@ -417,3 +417,51 @@ def test_exported_members() -> None:
         "YearsMonthsDuration",
     ):
         assert name in feel.__all__
+
+
+# -- an expression that is one variable's name -------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("variables", "expected"),
+    [
+        ({"x": 3}, Decimal(3)),
+        ({"x": 2.5}, Decimal("2.5")),
+        ({"x": float("nan")}, None),
+        ({"x": "s"}, "s"),
+        ({"x": True}, True),
+        ({"x": None}, None),
+        ({}, None),
+    ],
+)
+def test_a_bare_name_reads_a_scalar_as_the_full_evaluation_does(
+    variables: dict[str, Any], expected: Any
+) -> None:
+    from engine_core.feel import compile_expression
+
+    assert compile_expression("x").evaluate(variables) == expected
+    assert evaluate("x + 0", variables) == (expected + 0 if isinstance(expected, Decimal) else None)
+
+
+def test_a_bare_name_with_a_scalar_sets_up_no_budget_and_a_list_still_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The short path reads a scalar straight from the variables; a list or a context
+    (which the size bounds must see) and a name the variables lack (a built-in function
+    by that name) take the whole evaluation."""
+    from engine_core.feel import api, limits
+
+    entered: list[int] = []
+    budget = limits.budget
+
+    def counted(limits: Any) -> Any:
+        entered.append(1)
+        return budget(limits)
+
+    monkeypatch.setattr(api, "budget", counted)
+    assert api.compile_expression("approved").evaluate({"approved": True}) is True
+    assert entered == []
+    assert api.compile_expression("items").evaluate({"items": [1, 2]}) == [Decimal(1), Decimal(2)]
+    assert api.compile_expression("order").evaluate({"order": {"n": 1}}) == {"n": Decimal(1)}
+    assert type(api.compile_expression("sum").evaluate({})).__name__ == "FeelFunction"
+    assert entered == [1, 1, 1]
