@@ -12,9 +12,10 @@ test writes. The counts are exact, so each is pinned at its target:
   (the start; the job's result, whose write statement also deletes the job's outbox
   row, published since: persistence/published_jobs.py), 3 through the Client (its inbox
   row). The row's DELETE rides the next write of the pool process that published it —
-  the next start, or a job's result; the results come after the last start, so nothing
-  is left for the timer that deletes rows no write took (which would be one write
-  transaction more per pool process: removing the ride makes this count fail);
+  the next start, or a job's result. Only a process whose last published job the other
+  process ran leaves a row for the timer that deletes rows no write took: one write
+  transaction more, at most one per pool process, which the counts allow (the ride
+  itself is pinned by tests/integration/test_published_jobs.py);
 * a job's result is applied in the job's own Celery task: no ``dormant.apply_trigger``
   message is ever received for it;
 * an instance start → eager job → end: ONE write transaction from a bare
@@ -161,7 +162,10 @@ def test_an_instance_start_job_end_through_the_client_costs_three_write_transact
             )
     wait_for(lambda: _count(s, "bench_service", "completed", bare) == N, 60, 0.1, "done")
     worker = _settled(log) - before
-    assert worker.write_transactions == 2 * N, worker  # the start; the result (+ job row)
+    # The start; the result (+ job row). A pool process whose last published job is run
+    # by the other one deletes that row by its timer: one transaction more, at most one
+    # per pool process (without the ride it would be one per job).
+    assert 2 * N <= worker.write_transactions <= 2 * N + 2, worker
     assert _job_rows(s, bare) == 0  # every job row deleted, none left for the sweep
 
     client = sqlcount.TxCounter(s.client._store.engine)
@@ -173,8 +177,9 @@ def test_an_instance_start_job_end_through_the_client_costs_three_write_transact
     finally:
         client.close()
     assert ours.write_transactions == N  # the inbox rows
-    # The inbox mark rides the start's own transaction: no write more than the bare start.
-    assert worker2.write_transactions == worker.write_transactions, (worker, worker2)
+    # The inbox mark rides the start's own transaction: no write more than the bare start
+    # (a mark of its own would be one per start; the timer's, as above, at most two).
+    assert 2 * N <= worker2.write_transactions <= 2 * N + 2, (worker, worker2)
     assert (ours.write_transactions + worker2.write_transactions) / N <= 3
     assert _job_rows(s, via_client) == 0
 
