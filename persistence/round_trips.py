@@ -29,6 +29,9 @@ How, and why so:
   with no execution context (``None``): there is none.
 - ``last`` ends the transaction: a statement after it would run outside it, so the
   hook refuses one (a programming error, caught by the tests, never a silent commit).
+- On a connection for reads (``reading``, which persistence/db.py ``read_only`` sets on
+  PostgreSQL) ``first`` runs its statement on the driver too, in autocommit and with no
+  BEGIN: a start whose first job runs before it is written reads its definition so.
 
 SQLite, a statement that SQLAlchemy must rewrite at each execution (an expanding IN),
 and a transaction the Store did not open late run as before, through
