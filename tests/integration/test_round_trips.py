@@ -240,3 +240,38 @@ def test_a_write_built_for_one_flush_commits_as_ever_and_is_not_compiled_per_obj
             text("SELECT count(*) FROM processed_triggers WHERE instance_id = 'rt-w'")
         ).scalar_one()
     assert kept == 1
+
+
+def test_a_start_whose_job_ran_first_is_a_read_then_one_round_trip(
+    pg_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The definition read in autocommit on the driver (``round_trips.reading``), then
+    BEGIN, the one write statement and COMMIT together (Store._start_job_first)."""
+    from sqlalchemy.engine import Connection
+
+    from engine_core.effects import DispatchJob
+    from persistence.store import JobRun
+
+    class Runner:
+        def may_run(self, job_type: str) -> bool:
+            return True
+
+        def __call__(self, job: DispatchJob) -> JobRun:
+            return JobRun(JobCompleted(wait_id=job.wait_id, variables={}), now)
+
+    now = datetime.now(UTC)
+    pg_store.start("bench_service", "warm", {}, now=now)  # the model is loaded
+    executed: list[str] = []
+    execute = Connection.execute
+
+    def counted(self: Connection, statement: Any, *args: Any, **kwargs: Any) -> Any:
+        executed.append(str(statement).split()[0])
+        return execute(self, statement, *args, **kwargs)
+
+    monkeypatch.setattr(Connection, "execute", counted)
+    sent = Sent(monkeypatch)
+    done = pg_store.start("bench_service", "rt-first", {}, now=now, job_first=Runner())
+    assert done.status == "completed"
+    assert sent.outside == ["SELECT"]  # the definition, on its own
+    assert sent.groups == [["BEGIN", "WITH", "COMMIT"]]
+    assert executed == []  # neither through SQLAlchemy's execute
