@@ -136,13 +136,16 @@ RELAY_OUTBOX_EVERY = 3.0
 BATCH_SWEEP_EVERY = 5.0
 
 
+_REDIS_SCHEMES = ("redis://", "rediss://", "redis+socket://")
+
+
 def _transport_options(broker_url: str, visibility_timeout: float) -> dict[str, Any]:
     """Redis: recover a dead worker's triggers in about a minute, not an hour.
 
     Only for Redis: the ``sqla+`` transport hands its options to ``create_engine``,
     which refuses unknown keywords.
     """
-    if broker_url.startswith(("redis://", "rediss://", "redis+socket://")):
+    if broker_url.startswith(_REDIS_SCHEMES):
         return {
             "visibility_timeout": visibility_timeout,
             "unacked_restore_interval": 1,
@@ -162,9 +165,7 @@ def marks_redeliveries(broker_url: str) -> bool:
     """Does this broker flag a message it delivers again (``delivery_info
     ["redelivered"]``)? RabbitMQ does, and kombu's Redis transport does when it
     restores an unacknowledged message; the embedded ``sqla+`` transport does not."""
-    return broker_url.startswith(
-        ("redis://", "rediss://", "redis+socket://", "amqp://", "amqps://", "pyamqp://")
-    )
+    return broker_url.startswith((*_REDIS_SCHEMES, "amqp://", "amqps://", "pyamqp://"))
 
 
 def broker_transport(broker_url: str) -> str | None:

@@ -98,6 +98,17 @@ def _committed_before_the_block_ended(store: Store) -> list[bool]:
     return seen
 
 
+def _processed(store: Store, instance_id: str) -> int:
+    """The processed trigger ids kept for ``instance_id``."""
+    with store.read() as conn:
+        return int(
+            conn.execute(
+                text("SELECT count(*) FROM processed_triggers WHERE instance_id = :i"),
+                {"i": instance_id},
+            ).scalar_one()
+        )
+
+
 def test_a_message_trigger_is_two_round_trips(
     pg_store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -165,10 +176,7 @@ def test_a_late_opened_transaction_is_still_one_transaction(pg_store: Store) -> 
     with pytest.raises(RuntimeError), pg_store.transaction() as conn:
         conn.execute(text("INSERT INTO processed_triggers VALUES ('rt-x', 'rt-t', now())"))
         raise RuntimeError("after the first write")
-    with pg_store.read() as conn:
-        kept = conn.execute(
-            text("SELECT count(*) FROM processed_triggers WHERE instance_id = 'rt-x'")
-        ).scalar_one()
+    kept = _processed(pg_store, "rt-x")
     assert kept == 0
 
 
@@ -235,10 +243,7 @@ def test_a_write_built_for_one_flush_commits_as_ever_and_is_not_compiled_per_obj
         )
         writes.flush(last=True)
     assert round_trips._driven.cache_info().currsize == before
-    with pg_store.read() as conn:
-        kept = conn.execute(
-            text("SELECT count(*) FROM processed_triggers WHERE instance_id = 'rt-w'")
-        ).scalar_one()
+    kept = _processed(pg_store, "rt-w")
     assert kept == 1
 
 

@@ -105,6 +105,20 @@ def _job_rows(s: Stack, ids: list[str]) -> int:
         )
 
 
+def _publish_starts(s: Stack, key: str, ids: list[str]) -> None:
+    """Bare ``dormant.start`` tasks (no inbox row), as a plain Celery producer sends."""
+    from tasks.app import pooled_producer, publish
+
+    with pooled_producer(s.broker_url) as producer:
+        for instance_id in ids:
+            publish(
+                "dormant.start",
+                "trigger.start",
+                {"key": key, "instance_id": instance_id, "variables": {}},
+                producer=producer,
+            )
+
+
 def _settled(log: Path) -> sqlcount.Counts:
     """The worker's counts once its last commit is in the log (a pool process appends
     it right after the commit that made our condition true)."""
@@ -146,20 +160,12 @@ def test_an_instance_start_job_end_through_the_client_costs_three_write_transact
     counted: tuple[Stack, Path, Proc],
 ) -> None:
     s, log, worker_proc = counted
-    from tasks.app import pooled_producer, publish
 
     tag = uuid.uuid4().hex[:6]
     bare = [f"bare-{tag}-{i}" for i in range(N)]
     before = _settled(log)
     received_before = worker_proc.text().count("bench-noop-job[")
-    with pooled_producer(s.broker_url) as producer:
-        for instance_id in bare:
-            publish(
-                "dormant.start",
-                "trigger.start",
-                {"key": "bench_service", "instance_id": instance_id, "variables": {}},
-                producer=producer,
-            )
+    _publish_starts(s, "bench_service", bare)
     wait_for(lambda: _count(s, "bench_service", "completed", bare) == N, 60, 0.1, "done")
     worker = _settled(log) - before
     # The start; the result (+ job row). A pool process whose last published job is run
@@ -193,19 +199,11 @@ def test_an_instance_start_eager_job_end_costs_one_write_transaction(
     counted: tuple[Stack, Path, Proc],
 ) -> None:
     s, log, worker_proc = counted
-    from tasks.app import pooled_producer, publish
 
     tag = uuid.uuid4().hex[:6]
     ids = [f"eager-{tag}-{i}" for i in range(N)]
     before = _settled(log)
-    with pooled_producer(s.broker_url) as producer:
-        for instance_id in ids:
-            publish(
-                "dormant.start",
-                "trigger.start",
-                {"key": "bench_service_eager", "instance_id": instance_id, "variables": {}},
-                producer=producer,
-            )
+    _publish_starts(s, "bench_service_eager", ids)
     wait_for(lambda: _count(s, "bench_service_eager", "completed", ids) == N, 60, 0.1, "done")
     worker = _settled(log) - before
     # The start, its job's result with it; the first start of the key in each of the
