@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from engine_core.errors import DormantError, InvalidVariables
+from persistence import clock
 from tasks.cli_deployments import register as register_deployments
 from tasks.cli_operations import register as register_operations
 from tasks.display import emit as _emit
@@ -53,12 +54,6 @@ def _client() -> Any:
 _var = click.option(
     "--var", "vars_", multiple=True, metavar="K=V", help="a variable (JSON value or string)"
 )
-
-
-def _now() -> Any:
-    from persistence import clock
-
-    return clock.now()
 
 
 @click.group()
@@ -152,7 +147,7 @@ def tasks_list(
     from tasks.cli_operations import when
     from tasks.display import task_columns
 
-    columns = task_columns(_now())
+    columns = task_columns(clock.now())
     found = _client().user_tasks(
         instance_id,
         assignee=assignee,
@@ -282,7 +277,7 @@ def instances_list(
     from persistence.console_queries import ConsoleQueries, InstanceFilter
     from tasks.display import instance_columns, instance_summary, when
 
-    now = _now()
+    now = clock.now()
     page = ConsoleQueries(_client()._store.engine).instance_page(
         InstanceFilter(
             key=key,
@@ -312,7 +307,7 @@ def instances_show(instance_id: str, as_json: bool) -> None:
     from persistence import inbox
     from tasks.display import instance_lines, queued
 
-    client, now = _client(), _now()
+    client, now = _client(), clock.now()
     try:
         view = client.instance(instance_id)
     except UnknownInstance:
@@ -357,7 +352,7 @@ def incidents_list(
     from engine_core.views import to_dict
     from tasks.display import incident_columns
 
-    columns = incident_columns(_now())
+    columns = incident_columns(clock.now())
     found = _client().incidents(instance_id, state, key=key, node_id=node_id)
     _emit(found, columns, fmt, as_json, to_dict, "no incidents")
 
@@ -395,7 +390,7 @@ def triggers_list(failed: bool, instance_id: str | None, fmt: str, as_json: bool
     from tasks.display import failed_trigger_columns
 
     views = _client().failed_triggers(instance_id)
-    _emit(views, failed_trigger_columns(_now()), fmt, as_json, to_dict, "no failed triggers")
+    _emit(views, failed_trigger_columns(clock.now()), fmt, as_json, to_dict, "no failed triggers")
 
 
 @triggers.command("show")

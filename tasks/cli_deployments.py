@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from engine_core.errors import DormantError
+from persistence import clock
 from persistence.deployments import DeploymentRecord, Resource
 from tasks.display import Column, ago, iso
 from tasks.display import emit as _emit
@@ -22,12 +23,6 @@ def _client() -> Any:
     from tasks.cli import _client as make
 
     return make()
-
-
-def _now() -> Any:
-    from persistence import clock
-
-    return clock.now()
 
 
 def _resources(record: DeploymentRecord) -> str:
@@ -66,7 +61,7 @@ def register(cli: click.Group) -> None:
                 click.echo(f"error: {file}: {exc}", err=True)
                 sys.exit(2)
         try:
-            deployments = store.deploy_many(sources, _now(), list(files))
+            deployments = store.deploy_many(sources, clock.now(), list(files))
         except DormantError as exc:
             where = files[0] if len(files) == 1 else ", ".join(files)
             click.echo(f"error: {where}: {exc}", err=True)
@@ -85,7 +80,7 @@ def register(cli: click.Group) -> None:
     @_output
     def deployments_list(limit: int, fmt: str, as_json: bool) -> None:
         """Deployments, newest first: key, when, resources."""
-        now = _now()
+        now = clock.now()
         columns = [
             Column("DEPLOYMENT", lambda d: str(d.key)),
             Column("DEPLOYED", lambda d: ago(d.deployed_at, now), lambda d: iso(d.deployed_at)),

@@ -50,7 +50,7 @@ from engine_core.views import (
     InstanceView,
     UserTaskView,
 )
-from persistence import inbox
+from persistence import clock, inbox
 from persistence.deployments import Deployment, DeploymentRecord
 from persistence.failed_triggers import CHECKPOINT_INCIDENT
 from persistence.settings import Settings
@@ -138,7 +138,7 @@ class Client(Operations):
         given = (path_or_xml, *more)
         sources = [_read_source(p, limit) for p in given]
         names = [str(p) if isinstance(p, Path) or _is_path(p) else None for p in given]
-        deployments = list(self._store.deploy_many(sources, _now(), names))
+        deployments = list(self._store.deploy_many(sources, clock.now(), names))
         if not deployments:
             raise InvalidModel("the document defines no executable process")
         return deployments
@@ -509,13 +509,7 @@ class Client(Operations):
 
     def drop_trigger(self, failed_id: str) -> FailedTriggerView:
         """Delete a failed trigger for good (its instance's history records it)."""
-        return self._store.drop_failed(failed_id, _now())
-
-
-def _now() -> Any:
-    from persistence import clock
-
-    return clock.now()
+        return self._store.drop_failed(failed_id, clock.now())
 
 
 def _is_path(path_or_xml: str | bytes | Path) -> bool:

@@ -17,7 +17,7 @@ from engine_core.errors import InvalidOperation, InvalidVariables
 from engine_core.inputs import DEFAULT_LIMITS, Limits, check_text, check_variables
 from engine_core.migration import problems
 from engine_core.views import InstanceView
-from persistence import batches, job_pause
+from persistence import batches, clock, job_pause
 from persistence.batches import BatchItemView, BatchState, BatchView
 from persistence.selection import INCIDENT_OPERATIONS, Selector, Target
 from persistence.settings import Settings
@@ -127,11 +127,11 @@ class Operations:
 
     def pause_job_type(self, job_type: str) -> None:
         """Stop sending jobs of ``job_type``; they are held until ``resume_job_type``."""
-        job_pause.pause(self._store.engine, job_type, _now())
+        job_pause.pause(self._store.engine, job_type, clock.now())
 
     def resume_job_type(self, job_type: str) -> int:
         """Send the held jobs of ``job_type`` again; returns how many were held."""
-        return job_pause.resume(self._store.engine, job_type, _now())
+        return job_pause.resume(self._store.engine, job_type, clock.now())
 
     def paused_job_types(self) -> dict[str, int]:
         """Paused job types and how many jobs each holds."""
@@ -162,7 +162,7 @@ class Operations:
             )
         if operation == "migrate" and selector.key is not None:
             self._store.definition(selector.key, int(params.get("version", 0)))
-        view = batches.create(self._store, operation, selector, params, _now())
+        view = batches.create(self._store, operation, selector, params, clock.now())
         if view.state == BatchState.RUNNING:
             with pooled_producer(self.settings.broker_url) as producer:
                 enqueue_batch(view.id, producer=producer)
@@ -224,9 +224,3 @@ def variables_params(
         raise InvalidOperation("nothing to change: give --var NAME=VALUE or --unset NAME")
     check_text(scope, "scope", limits)
     return {"variables": checked, "unset": names, "scope": scope, "retry_incidents": retry}
-
-
-def _now() -> Any:
-    from persistence import clock
-
-    return clock.now()

@@ -98,10 +98,6 @@ MAX_TRANSIENT_RETRIES = 8
 SCAN_BATCH = 500
 
 
-def _now() -> datetime:
-    return clock.now()
-
-
 def retry_backoff(retries: int) -> float:
     """Seconds before a trigger task's next try after a database error (the batch of
     fires, tasks/timers.py, backs off the same way)."""
@@ -181,7 +177,7 @@ def _run(
     began = time.monotonic()
     tid = trigger_id or inbox_id or task.request.id or "eager"
     try:
-        result = call(tid, _now())
+        result = call(tid, clock.now())
     except OperationalError as exc:
         if task.request.retries < MAX_TRANSIENT_RETRIES:
             log.info("trigger=%s database unavailable, retrying: %s", kind, type(exc).__name__)
@@ -278,7 +274,7 @@ def keep_as(
     ``_keep`` keeps a whole task this way; a batch of fires keeps one claim of it, as
     the single ``dormant.fire_deadline`` it would have been (tasks/timers.py)."""
     failed_id = store().keep_failed(
-        task_name, routing_key, kwargs, exc, _now(), trigger_id=tid, instance_id=instance_id
+        task_name, routing_key, kwargs, exc, clock.now(), trigger_id=tid, instance_id=instance_id
     )
     log.error(
         "trigger=%s failed, kept as failed trigger %s (instance=%s): %s",
@@ -617,7 +613,7 @@ def scan_deadlines(self: Task) -> int:
     from scheduler.deadlines import claim_due
 
     try:
-        claims = claim_due(store(), _now(), SCAN_BATCH)
+        claims = claim_due(store(), clock.now(), SCAN_BATCH)
     except OperationalError as exc:
         log.info("scan_deadlines: database unavailable (%s); next tick retries", type(exc).__name__)
         return 0
