@@ -11,9 +11,18 @@ would claim and fire timers early for everybody, and one stepped back would arm 
 that fire early by the real time. So a process that registers its database
 (``use_database_clock``: the worker, beat and CLI do, in tasks/app.py) gets the
 database server's clock, read every ``SYNC_SECONDS`` and carried forward between reads
-by the process's monotonic clock, which host clock steps do not move. The anchor is
-taken at the END of the round trip, so this clock never runs ahead of the database's:
-a timer can fire a round trip late, never early. A failed read (the database is down)
+by the process's monotonic clock, which host clock steps do not move.
+
+**Never ahead, and behind by no more than the read.** The server took its time
+somewhere between the statement's send and the value's arrival. The anchor is the
+arrival (``ClockReading.received``), so this clock never runs ahead of the database's
+and a deadline is never claimed early. It lags the server by at most the window, and
+a timer armed at "now + delay" is armed early by that lag against the server's clock:
+so the window is the statement's round trip alone (the source stamps it, not the
+ROLLBACK and pool check-in after it, which once put milliseconds between the value and
+its anchor under load), and a read whose window is wider than ``TIGHT_SECONDS`` (the
+process waited for a core) is read again, ``READ_TRIES`` times at most, the narrowest
+kept. A failed read (the database is down)
 keeps the last anchor, carried forward, and is retried after ``RETRY_SECONDS``; before
 the first successful read the host clock stands in. The embedded SQLite default has no
 clock but the host's (the source answers ``None``). The anchor survives ``fork`` (the
@@ -43,8 +52,11 @@ from engine_core.errors import InvalidSetting
 
 __all__ = [
     "OFFSET_FILE_VAR",
+    "READ_TRIES",
     "RETRY_SECONDS",
     "SYNC_SECONDS",
+    "TIGHT_SECONDS",
+    "ClockReading",
     "now",
     "offset_seconds",
     "use_database_clock",
@@ -55,8 +67,25 @@ log = logging.getLogger(__name__)
 OFFSET_FILE_VAR = "DORMANT_CLOCK_OFFSET_FILE"
 SYNC_SECONDS = 30.0
 RETRY_SECONDS = 2.0
+TIGHT_SECONDS = 0.002
+READ_TRIES = 3
 
-DatabaseClock = Callable[[], datetime | None]
+
+@dataclass(frozen=True, slots=True)
+class ClockReading:
+    """The server's time and the monotonic instants around the one statement that read
+    it: the server read its clock somewhere between ``sent`` and ``received``."""
+
+    database_time: datetime
+    sent: float
+    received: float
+
+    @property
+    def window(self) -> float:
+        return self.received - self.sent
+
+
+DatabaseClock = Callable[[], ClockReading | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,9 +101,9 @@ _next_read = 0.0
 
 
 def use_database_clock(read: DatabaseClock | None) -> None:
-    """Make ``read`` (one round trip answering the database server's time, or ``None``
-    where the database has no clock of its own) this process's source; ``None`` drops it.
-    """
+    """Make ``read`` (one round trip answering the database server's time, stamped by
+    ``ClockReading``, or ``None`` where the database has no clock of its own) this
+    process's source; ``None`` drops it."""
     global _source, _anchor, _next_read
     with _lock:
         _source = read
@@ -102,21 +131,41 @@ def offset_seconds() -> float:
         ) from exc
 
 
+def _narrowest(source: DatabaseClock) -> ClockReading | None:
+    """The narrowest of up to ``READ_TRIES`` reads, stopping at the first tight one."""
+    best: ClockReading | None = None
+    for _ in range(READ_TRIES):
+        try:
+            reading = source()
+        except Exception:
+            if best is None:
+                raise
+            return best  # the connection went between tries: the read we have stands
+        if reading is None:
+            return None
+        if best is None or reading.window < best.window:
+            best = reading
+        if best.window <= TIGHT_SECONDS:
+            break
+    return best
+
+
 def _resync(source: DatabaseClock, mono: float) -> None:
     global _anchor, _next_read
     try:
-        value = source()
-        taken = time.monotonic()  # the end of the round trip: never ahead of the server
+        reading = _narrowest(source)
     except Exception as exc:  # the database is unreachable: carry the last anchor on
         log.warning("database clock unreadable (%s); retrying in %.0f s", exc, RETRY_SECONDS)
         _next_read = mono + RETRY_SECONDS
         return
-    if value is None:  # no clock but the host's
+    if reading is None:  # no clock but the host's
         _anchor = None
-        _next_read = taken + SYNC_SECONDS
+        _next_read = time.monotonic() + SYNC_SECONDS
         return
-    _anchor = _Anchor(value.astimezone(UTC), taken)
-    _next_read = taken + SYNC_SECONDS
+    # The value's arrival, not the call's return: never ahead of the server, and
+    # behind it by no more than the statement's own round trip.
+    _anchor = _Anchor(reading.database_time.astimezone(UTC), reading.received)
+    _next_read = reading.received + SYNC_SECONDS
 
 
 def _base_time() -> datetime:

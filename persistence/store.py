@@ -56,7 +56,7 @@ from engine_core.inputs import check_text, check_variables
 from engine_core.model import ProcessDefinition
 from engine_core.operations import projected_waits
 from engine_core.triggers import MigrateInstance, Start, Trigger
-from persistence import migrate, round_trips
+from persistence import clock, migrate, round_trips
 from persistence.db import make_engine, read_only
 from persistence.decisions import DecisionCache
 from persistence.deployments import Deployment, Deployments
@@ -386,14 +386,18 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
         self.published_jobs.flush()  # before the pool goes: nothing left for the sweep
         self.engine.dispose()
 
-    def database_time(self) -> datetime | None:
-        """The database server's clock, the fleet's one time (persistence/clock.py);
-        ``None`` for SQLite, whose only clock is the host's."""
+    def database_time(self) -> clock.ClockReading | None:
+        """The database server's clock, the fleet's one time (persistence/clock.py),
+        stamped around its statement alone: the connection's check-out before it and
+        its return after are no part of the window. ``None`` for SQLite, whose only
+        clock is the host's."""
         if not self.is_postgres:
             return None
-        with self.engine.connect() as conn:
+        with read_only(self.engine) as conn:
+            sent = time.monotonic()
             value: datetime = conn.execute(text("SELECT clock_timestamp()")).scalar_one()
-        return value
+            received = time.monotonic()
+        return clock.ClockReading(value, sent, received)
 
     # -- transactions -------------------------------------------------------------
 

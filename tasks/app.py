@@ -55,7 +55,6 @@ import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime
 from typing import Any
 
 from celery import Celery
@@ -271,7 +270,7 @@ def store() -> Store:
     return _store
 
 
-def _database_time() -> datetime | None:
+def _database_time() -> clock.ClockReading | None:
     """The clock's source: this process's own Store, resolved at each read (a pool
     child reads through its own connections, never the parent's)."""
     return store().database_time()

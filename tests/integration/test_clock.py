@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -68,11 +70,11 @@ def test_a_registered_database_clock_is_carried_by_the_monotonic_clock(
     failing = [False]
     registered = clock._source
 
-    def database() -> datetime:
+    def database() -> clock.ClockReading:
         if failing[0]:
             raise OSError("connection refused")
         reads.append(1)
-        return server
+        return clock.ClockReading(server, time.monotonic(), time.monotonic())
 
     try:
         clock.use_database_clock(database)
@@ -96,3 +98,75 @@ def test_a_registered_database_clock_is_carried_by_the_monotonic_clock(
     finally:
         clock.use_database_clock(registered)
     assert abs((clock.now() - datetime.now(UTC)).total_seconds()) < 1
+
+
+class _Server:
+    """A database server whose clock runs with this process's monotonic clock, and a
+    read of it that does ``after`` seconds of work once the value is read (a ROLLBACK,
+    a pool check-in, a moment without a core), and ``insides`` seconds, one per read,
+    between the statement's send and the value's arrival."""
+
+    def __init__(self) -> None:
+        self.base = datetime(2031, 5, 1, 12, 0, tzinfo=UTC)
+        self.started = time.monotonic()
+        self.insides: list[float] = []
+        self.after = 0.0
+        self.reads = 0
+
+    def time_now(self) -> datetime:
+        return self.base + timedelta(seconds=time.monotonic() - self.started)
+
+    def read(self) -> clock.ClockReading:
+        self.reads += 1
+        sent = time.monotonic()
+        time.sleep(self.insides.pop(0) if self.insides else 0.0)
+        value = self.time_now()
+        received = time.monotonic()
+        time.sleep(self.after)
+        return clock.ClockReading(value, sent, received)
+
+
+@pytest.fixture
+def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[_Server]:
+    """A fake server; the test registers it once it is set up, and the process's own
+    source comes back afterwards."""
+    monkeypatch.delenv(clock.OFFSET_FILE_VAR, raising=False)
+    registered = clock._source
+    yield _Server()
+    clock.use_database_clock(registered)
+
+
+def test_work_after_the_read_does_not_make_the_clock_lag_the_server(server: _Server) -> None:
+    """A timer is armed at now + its delay: a clock behind the server arms it early by
+    the server's own time. The anchor is the instant the value arrived, not the end of
+    whatever the read did afterwards: 200 ms of ROLLBACK and check-in cost nothing."""
+    server.after = 0.2
+    clock.use_database_clock(server.read)
+    ours = clock.now()
+    lag = (server.time_now() - ours).total_seconds()
+    assert lag < 0.1, f"the clock lags the server by {lag * 1000:.1f} ms"
+    assert ours <= server.time_now()  # and never ahead of it
+
+
+def test_a_read_that_waited_for_a_core_is_read_again(server: _Server) -> None:
+    """The server's time was taken somewhere between the statement's send and the
+    value's arrival: a wide window is an uncertain anchor, so the read is repeated
+    and the narrowest one kept."""
+    server.insides = [0.2, 0.0]
+    clock.use_database_clock(server.read)
+    ours = clock.now()
+    assert server.reads == 2
+    lag = (server.time_now() - ours).total_seconds()
+    assert lag < 0.1, f"the clock lags the server by {lag * 1000:.1f} ms"
+    assert ours <= server.time_now()
+
+
+def test_a_server_that_only_answers_slowly_is_read_a_bounded_number_of_times(
+    server: _Server,
+) -> None:
+    server.insides = [0.3, 0.2, 0.4, 0.0]
+    clock.use_database_clock(server.read)
+    ours = clock.now()
+    assert server.reads == clock.READ_TRIES
+    # The narrowest window (200 ms) is kept: behind the server by at most its width.
+    assert server.time_now() - timedelta(seconds=0.3) <= ours <= server.time_now()
