@@ -112,12 +112,15 @@ class _Server:
         self.insides: list[float] = []
         self.after = 0.0
         self.reads = 0
+        self.refuse_from = 0  # the read (1-based) from which the server is unreachable
 
     def time_now(self) -> datetime:
         return self.base + timedelta(seconds=time.monotonic() - self.started)
 
     def read(self) -> clock.ClockReading:
         self.reads += 1
+        if self.refuse_from and self.reads >= self.refuse_from:
+            raise OSError("connection refused")
         sent = time.monotonic()
         time.sleep(self.insides.pop(0) if self.insides else 0.0)
         value = self.time_now()
@@ -169,4 +172,15 @@ def test_a_server_that_only_answers_slowly_is_read_a_bounded_number_of_times(
     ours = clock.now()
     assert server.reads == clock.READ_TRIES
     # The narrowest window (200 ms) is kept: behind the server by at most its width.
+    assert server.time_now() - timedelta(seconds=0.3) <= ours <= server.time_now()
+
+
+def test_a_retry_that_fails_keeps_the_read_already_made(server: _Server) -> None:
+    """The connection goes between two tries: the wide read already made is an anchor
+    (behind the server by its window, never ahead), better than the host's clock."""
+    server.insides = [0.2]
+    server.refuse_from = 2
+    clock.use_database_clock(server.read)
+    ours = clock.now()
+    assert server.reads == 2
     assert server.time_now() - timedelta(seconds=0.3) <= ours <= server.time_now()
