@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 import sys
 
-from tasks import app as tasks_app
-from tasks import cli
+from dormant.tasks import app as tasks_app
+from dormant.tasks import cli
 
 every = float(os.environ["BENCH_SCAN_EVERY"])
 tasks_app.SCAN_DEADLINES_EVERY = every  # read again if the app is configured anew

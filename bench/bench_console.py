@@ -146,7 +146,7 @@ def populate(url: str, rows: int) -> str:
     """The real instance and the generated ones; returns the real one's id."""
     import psycopg
 
-    from persistence.store import Store
+    from dormant.persistence.store import Store
 
     store = Store(url)
     now = datetime.now(UTC)
@@ -154,7 +154,7 @@ def populate(url: str, rows: int) -> str:
     store.start("payment", "real-instance", {"flag": "/nope", "card": "x" * 40}, now=now)
     tpl = store.checkpoint("real-instance")
     token = next(iter(tpl.tokens))
-    from engine_core.checkpoint import encode
+    from dormant.engine_core.checkpoint import encode
 
     template = json.dumps(encode(tpl))
     store.close()
@@ -200,7 +200,15 @@ class Console:
         env.pop("DORMANT_CONSOLE_AUTH", None)
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "tasks.cli", "console", "--port", str(port), "--read-only"],
+                [
+                    sys.executable,
+                    "-m",
+                    "dormant.tasks.cli",
+                    "console",
+                    "--port",
+                    str(port),
+                    "--read-only",
+                ],
                 env=env,
                 cwd=common.REPO,
                 stdout=out,
@@ -265,9 +273,9 @@ def measure(
     import psycopg
     from sqlalchemy import create_engine
 
-    from persistence.console_queries import ConsoleQueries, InstanceFilter, encode_cursor
-    from persistence.store import Store
-    from tasks.console.app import instance_reads
+    from dormant.persistence.console_queries import ConsoleQueries, InstanceFilter, encode_cursor
+    from dormant.persistence.store import Store
+    from dormant.tasks.console.app import instance_reads
 
     engine = create_engine(url)
     store = Store(url)

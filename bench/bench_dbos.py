@@ -292,7 +292,7 @@ def _per_unit(
 
 
 def _publish(name: str, routing_key: str, kwargs_list: list[dict[str, Any]]) -> None:
-    from tasks import app as tasks_app
+    from dormant.tasks import app as tasks_app
 
     with tasks_app.app.producer_or_acquire() as producer:
         for kwargs in kwargs_list:
@@ -311,9 +311,9 @@ def dormant_figures(
 ) -> dict[str, dict[str, float]]:
     import redis
 
-    from persistence.settings import Settings
-    from persistence.store import Store
-    from tasks import app as tasks_app
+    from dormant.persistence.settings import Settings
+    from dormant.persistence.store import Store
+    from dormant.tasks import app as tasks_app
 
     tasks_app.configure(Settings.from_env(database_url=database_url, broker_url=broker_url))
     store = Store(settings=tasks_app.settings)

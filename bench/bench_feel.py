@@ -27,8 +27,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import common
-from engine_core.feel import evaluate
-from engine_core.feel.limits import Limits
+from dormant.engine_core.feel import evaluate
+from dormant.engine_core.feel.limits import Limits
 
 SIZES = (1_000, 10_000, 100_000)
 LIMITS = Limits(steps=50_000_000, collection_size=1_000_000)

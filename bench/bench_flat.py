@@ -31,8 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench import common
 from bench.bench_step import T0, Spiff, dormant_start, dormant_step, only_wait
 from bench.models import LOOP, TIMER
-from engine_core.bpmn import read_bpmn
-from engine_core.triggers import TaskCompleted
+from dormant.engine_core.bpmn import read_bpmn
+from dormant.engine_core.triggers import TaskCompleted
 
 
 def first_last(xs: list[float], k: int) -> tuple[float, float]:
@@ -86,8 +86,8 @@ def loop_flatness(iterations: int, spiff_iterations: int) -> None:
 def scan_flatness(sizes: list[int], due: int, rounds: int) -> None:
     from sqlalchemy import text
 
-    from persistence.store import Store
-    from scheduler.deadlines import claim_due
+    from dormant.persistence.store import Store
+    from dormant.scheduler.deadlines import claim_due
 
     common.line(f"2. deadline scan (claim_due on PostgreSQL), {due} due among N waiting timers", "")
     with common.scratch_database() as url:
@@ -179,9 +179,9 @@ def memory_flatness(few: int, many: int) -> None:
     logdir = Path(tempfile.mkdtemp(prefix="dormant-bench-"))
     with common.scratch_redis_db() as broker_url, common.scratch_database() as database_url:
         from bench.bench_triggers import count_status, publish_many
-        from persistence.settings import Settings
-        from persistence.store import Store
-        from tasks import app as tasks_app
+        from dormant.persistence.settings import Settings
+        from dormant.persistence.store import Store
+        from dormant.tasks import app as tasks_app
 
         tasks_app.configure(Settings.from_env(database_url=database_url, broker_url=broker_url))
         store = Store(settings=tasks_app.settings)

@@ -108,7 +108,7 @@ def beat(
     with ``every``, through bench/beat_every.py with that scan interval."""
     out = open(logdir / "beat.log", "ab")
     argv = (
-        [harness.PY, "-m", "tasks.cli", "beat", "--loglevel", "WARNING"]
+        [harness.PY, "-m", "dormant.tasks.cli", "beat", "--loglevel", "WARNING"]
         if every is None
         else [harness.PY, "-m", "bench.beat_every"]
     )
@@ -143,7 +143,7 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 def load(rate: float, seconds: float, stop_at: threading.Event, sent: list[int]) -> None:
     """Publish one-job instance starts, paced so that rate/3 start per second."""
-    from tasks import app as tasks_app
+    from dormant.tasks import app as tasks_app
 
     per_second = rate / 3
     t0 = time.perf_counter()
@@ -199,10 +199,10 @@ def main() -> int:
     import redis
     from sqlalchemy import text
 
-    from persistence.settings import Settings
-    from persistence.store import Store
-    from tasks import app as tasks_app
-    from tasks import triggers
+    from dormant.persistence.settings import Settings
+    from dormant.persistence.store import Store
+    from dormant.tasks import app as tasks_app
+    from dormant.tasks import triggers
 
     common.line(
         "scheduler settings",

@@ -43,11 +43,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import common
 from bench.models import LINEAR, LOOP
-from engine_core.bpmn import read_bpmn
-from engine_core.checkpoint import decode, encode, encode_json
-from engine_core.engine import apply, new_checkpoint
-from engine_core.model import ProcessDefinition
-from engine_core.triggers import JobCompleted, Start, TaskCompleted, TimerFired, Trigger
+from dormant.engine_core.bpmn import read_bpmn
+from dormant.engine_core.checkpoint import decode, encode, encode_json
+from dormant.engine_core.engine import apply, new_checkpoint
+from dormant.engine_core.model import ProcessDefinition
+from dormant.engine_core.triggers import JobCompleted, Start, TaskCompleted, TimerFired, Trigger
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 

@@ -77,7 +77,7 @@ def publish_many(
 def count_status(store: Any, key: str, status: str) -> int:
     from sqlalchemy import func, select
 
-    from persistence.tables import instances
+    from dormant.persistence.tables import instances
 
     with store.engine.connect() as conn:
         return int(
@@ -146,8 +146,8 @@ def profile_paths(store: Any, base_url: str, now: datetime) -> None:
     from sqlalchemy import create_engine, text
 
     from bench.celery_baseline import document
-    from engine_core.triggers import JobCompleted
-    from persistence.routing import Router
+    from dormant.engine_core.triggers import JobCompleted
+    from dormant.persistence.routing import Router
 
     eng = create_engine(base_url)
     floor = SqlCounter(eng)
@@ -204,7 +204,7 @@ def profile_paths(store: Any, base_url: str, now: datetime) -> None:
 def _waits(store: Any, instance_id: str) -> list[str]:
     from sqlalchemy import select
 
-    from persistence.tables import instances
+    from dormant.persistence.tables import instances
 
     with store.engine.connect() as conn:
         doc = conn.execute(
@@ -221,9 +221,9 @@ def producer_cost(database_url: str, broker_url: str, k: int = 500) -> dict[str,
 
     from sqlalchemy import insert
 
-    from persistence.tables import inbox
-    from tasks import app as tasks_app
-    from tasks.client import Client
+    from dormant.persistence.tables import inbox
+    from dormant.tasks import app as tasks_app
+    from dormant.tasks.client import Client
 
     client = Client(database_url=database_url, broker_url=broker_url)
     engine = client._store.engine
@@ -359,9 +359,9 @@ def main() -> int:
         )
 
         # -- dormant ----------------------------------------------------------------------
-        from persistence.settings import Settings
-        from persistence.store import Store
-        from tasks import app as tasks_app
+        from dormant.persistence.settings import Settings
+        from dormant.persistence.store import Store
+        from dormant.tasks import app as tasks_app
 
         tasks_app.configure(Settings.from_env(database_url=database_url, broker_url=broker_url))
         from bench.sqlcount import ENV_LOG
@@ -374,7 +374,7 @@ def main() -> int:
         store.deploy(SERVICE, now)
         store.deploy(SERVICE_EAGER, now)
         from bench.sqlcount import TxCounter
-        from tasks.client import Client
+        from dormant.tasks.client import Client
 
         client = Client(database_url=database_url, broker_url=broker_url)
 

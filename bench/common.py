@@ -102,7 +102,7 @@ def scratch_database(prefix: str = "dormant_bench", *, migrated: bool = True) ->
     side that brings its own schema, e.g. DBOS); dropped afterwards."""
     from sqlalchemy import create_engine, text
 
-    from persistence import migrate
+    from dormant.persistence import migrate
 
     name = f"{prefix}_{uuid.uuid4().hex[:10]}"
     admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")

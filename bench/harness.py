@@ -177,7 +177,7 @@ def dormant_worker(
             *profiler,
             PY,
             "-m",
-            "tasks.cli",
+            "dormant.tasks.cli",
             "worker",
             "--include",
             "bench.jobs",

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from bench import sqlcount
-from tasks.app import app
+from dormant.tasks.app import app
 
 sqlcount.install_log()
 

@@ -136,10 +136,10 @@ def main() -> int:
     from sqlalchemy import create_engine, text
 
     from bench.celery_baseline import document
-    from engine_core.triggers import JobCompleted
-    from persistence.routing import Router
-    from persistence.settings import Settings
-    from persistence.store import Store
+    from dormant.engine_core.triggers import JobCompleted
+    from dormant.persistence.routing import Router
+    from dormant.persistence.settings import Settings
+    from dormant.persistence.store import Store
 
     results: dict[str, dict[str, float]] = {}
     with common.scratch_database() as url:

@@ -7,9 +7,9 @@ and carry what this package returns. The names below are the core's public surfa
 business, mapped in docs/internals.md.
 """
 
-from engine_core.bpmn import read_bpmn
-from engine_core.builder import ProcessBuilder
-from engine_core.checkpoint import (
+from dormant.engine_core.bpmn import read_bpmn
+from dormant.engine_core.builder import ProcessBuilder
+from dormant.engine_core.checkpoint import (
     Checkpoint,
     IncidentState,
     InstanceStatus,
@@ -18,14 +18,14 @@ from engine_core.checkpoint import (
     decode,
     encode,
 )
-from engine_core.dmn import Decision, evaluate_decision, is_dmn, read_dmn
-from engine_core.effects import Effect, Fact, Step, encode_effect, parse_effect
-from engine_core.engine import apply, new_checkpoint
-from engine_core.errors import BpmnError, DormantError
-from engine_core.model import ProcessDefinition
-from engine_core.services import Services
-from engine_core.triggers import Trigger, parse_trigger
-from engine_core.views import InstanceView, instance_view
+from dormant.engine_core.dmn import Decision, evaluate_decision, is_dmn, read_dmn
+from dormant.engine_core.effects import Effect, Fact, Step, encode_effect, parse_effect
+from dormant.engine_core.engine import apply, new_checkpoint
+from dormant.engine_core.errors import BpmnError, DormantError
+from dormant.engine_core.model import ProcessDefinition
+from dormant.engine_core.services import Services
+from dormant.engine_core.triggers import Trigger, parse_trigger
+from dormant.engine_core.views import InstanceView, instance_view
 
 __all__ = [
     "BpmnError",

@@ -22,12 +22,12 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
-from engine_core import event_subs
-from engine_core.checkpoint import Token, TokenState
-from engine_core.expressions import TechnicalFailure, always_expression, evaluate
-from engine_core.model import Node, NodeKind, ProcessDefinition
-from engine_core.runtime import Runtime
-from engine_core.transitions import move_token
+from dormant.engine_core import event_subs
+from dormant.engine_core.checkpoint import Token, TokenState
+from dormant.engine_core.expressions import TechnicalFailure, always_expression, evaluate
+from dormant.engine_core.model import Node, NodeKind, ProcessDefinition
+from dormant.engine_core.runtime import Runtime
+from dormant.engine_core.transitions import move_token
 
 __all__ = ["activatable", "start"]
 

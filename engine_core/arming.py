@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from engine_core.checkpoint import Wait, WaitKind, WaitRole
-from engine_core.expressions import correlation_key, non_empty_string
-from engine_core.model import EventDefinition, EventKind, Node, TimerSpec
-from engine_core.runtime import Runtime
-from engine_core.timers import arm_timer, next_cycle_due
+from dormant.engine_core.checkpoint import Wait, WaitKind, WaitRole
+from dormant.engine_core.expressions import correlation_key, non_empty_string
+from dormant.engine_core.model import EventDefinition, EventKind, Node, TimerSpec
+from dormant.engine_core.runtime import Runtime
+from dormant.engine_core.timers import arm_timer, next_cycle_due
 
 __all__ = ["WAITABLE", "Repetition", "arm_event", "keep_or_withdraw", "next_repetition"]
 

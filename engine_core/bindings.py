@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TypeVar
 
-from engine_core.dmn import Decision
-from engine_core.expressions import TechnicalFailure
+from dormant.engine_core.dmn import Decision
+from dormant.engine_core.expressions import TechnicalFailure
 
 __all__ = [
     "Binding",

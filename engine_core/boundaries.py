@@ -14,13 +14,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from engine_core.arming import WAITABLE, arm_event, keep_or_withdraw
-from engine_core.checkpoint import IncidentState, Token, Wait, WaitRole
-from engine_core.expressions import TechnicalFailure
-from engine_core.incidents import raise_failure
-from engine_core.model import Node
-from engine_core.moving import arrive
-from engine_core.runtime import Runtime
+from dormant.engine_core.arming import WAITABLE, arm_event, keep_or_withdraw
+from dormant.engine_core.checkpoint import IncidentState, Token, Wait, WaitRole
+from dormant.engine_core.expressions import TechnicalFailure
+from dormant.engine_core.incidents import raise_failure
+from dormant.engine_core.model import Node
+from dormant.engine_core.moving import arrive
+from dormant.engine_core.runtime import Runtime
 
 __all__ = ["arm", "fire", "fire_wait", "interrupt", "unarm"]
 

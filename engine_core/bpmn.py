@@ -19,9 +19,16 @@ from xml.etree.ElementTree import Element, ParseError
 import defusedxml  # type: ignore[import-untyped]
 import defusedxml.ElementTree as SafeET  # type: ignore[import-untyped]
 
-from engine_core.bpmn_extensions import BPMN, ZEEBE, local, read_extensions, read_loop, truthy
-from engine_core.errors import InvalidModel, UnsupportedElement
-from engine_core.model import (
+from dormant.engine_core.bpmn_extensions import (
+    BPMN,
+    ZEEBE,
+    local,
+    read_extensions,
+    read_loop,
+    truthy,
+)
+from dormant.engine_core.errors import InvalidModel, UnsupportedElement
+from dormant.engine_core.model import (
     AdHocSpec,
     EventDefinition,
     EventKind,
@@ -32,8 +39,8 @@ from engine_core.model import (
     TimerKind,
     TimerSpec,
 )
-from engine_core.validate import assemble
-from engine_core.xml_input import check_depth, model_text
+from dormant.engine_core.validate import assemble
+from dormant.engine_core.xml_input import check_depth, model_text
 
 __all__ = ["MAX_SCOPE_DEPTH", "read_bpmn"]
 

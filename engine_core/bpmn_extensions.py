@@ -15,8 +15,8 @@ from xml.etree.ElementTree import Element
 
 import isodate
 
-from engine_core.errors import InvalidModel, UnsupportedElement
-from engine_core.model import (
+from dormant.engine_core.errors import InvalidModel, UnsupportedElement
+from dormant.engine_core.model import (
     AdHocSpec,
     ExecutionListener,
     IoMapping,
@@ -24,7 +24,7 @@ from engine_core.model import (
     RetryPolicy,
     TaskListener,
 )
-from engine_core.task_attributes import listener_event
+from dormant.engine_core.task_attributes import listener_event
 
 __all__ = ["BPMN", "DORMANT", "ZEEBE", "local", "read_extensions", "read_loop", "truthy"]
 

@@ -24,8 +24,8 @@ from dataclasses import replace
 from itertools import pairwise
 from typing import Any, Self
 
-from engine_core.errors import InvalidModel
-from engine_core.model import (
+from dormant.engine_core.errors import InvalidModel
+from dormant.engine_core.model import (
     AdHocSpec,
     EventDefinition,
     EventKind,
@@ -37,7 +37,7 @@ from engine_core.model import (
     TimerKind,
     TimerSpec,
 )
-from engine_core.validate import assemble
+from dormant.engine_core.validate import assemble
 
 __all__ = [
     "ProcessBuilder",

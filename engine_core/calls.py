@@ -16,17 +16,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine_core.bindings import Binding, bind_process, deployment_of
-from engine_core.checkpoint import Token, TokenState, WaitKind, WaitRole
-from engine_core.effects import NotifyParent, StartChild
-from engine_core.expressions import TechnicalFailure, non_empty_string
-from engine_core.incidents import leave_or_raise, raise_incident
-from engine_core.model import Node
-from engine_core.runtime import Runtime
-from engine_core.throwing import throw_error
-from engine_core.transitions import move_token
-from engine_core.triggers import ChildCompleted, ChildFailed, Trigger
-from engine_core.wake import STALE, Wake
+from dormant.engine_core.bindings import Binding, bind_process, deployment_of
+from dormant.engine_core.checkpoint import Token, TokenState, WaitKind, WaitRole
+from dormant.engine_core.effects import NotifyParent, StartChild
+from dormant.engine_core.expressions import TechnicalFailure, non_empty_string
+from dormant.engine_core.incidents import leave_or_raise, raise_incident
+from dormant.engine_core.model import Node
+from dormant.engine_core.runtime import Runtime
+from dormant.engine_core.throwing import throw_error
+from dormant.engine_core.transitions import move_token
+from dormant.engine_core.triggers import ChildCompleted, ChildFailed, Trigger
+from dormant.engine_core.wake import STALE, Wake
 
 __all__ = [
     "ChildBinding",

@@ -28,7 +28,7 @@ from typing import Annotated, Any, ClassVar, Union, get_args, get_origin, get_ty
 
 from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
 
-from engine_core.errors import CheckpointTooNew, CorruptCheckpoint
+from dormant.engine_core.errors import CheckpointTooNew, CorruptCheckpoint
 
 __all__ = [
     "CURRENT_SCHEMA",

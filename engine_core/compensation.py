@@ -10,13 +10,13 @@ each as its own token; the thrower waits until they have all finished, then move
 
 from __future__ import annotations
 
-from engine_core.checkpoint import Token, TokenState
-from engine_core.expressions import TechnicalFailure
-from engine_core.incidents import raise_failure
-from engine_core.model import EventKind, Node, NodeKind
-from engine_core.moving import leave_activity
-from engine_core.runtime import Runtime
-from engine_core.transitions import move_token
+from dormant.engine_core.checkpoint import Token, TokenState
+from dormant.engine_core.expressions import TechnicalFailure
+from dormant.engine_core.incidents import raise_failure
+from dormant.engine_core.model import EventKind, Node, NodeKind
+from dormant.engine_core.moving import leave_activity
+from dormant.engine_core.runtime import Runtime
+from dormant.engine_core.transitions import move_token
 
 __all__ = ["finish_waiting_throws", "throw_compensation"]
 

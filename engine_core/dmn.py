@@ -39,15 +39,15 @@ from xml.etree.ElementTree import Element, ParseError
 import defusedxml  # type: ignore[import-untyped]
 import defusedxml.ElementTree as SafeET  # type: ignore[import-untyped]
 
-from engine_core.errors import (
+from dormant.engine_core.errors import (
     DecisionEvaluationError,
     DecisionNotDeployed,
     ExpressionError,
     InvalidModel,
     UnsupportedElement,
 )
-from engine_core.feel import compile_expression, evaluate, evaluate_unary_tests, to_json
-from engine_core.xml_input import check_depth, model_text
+from dormant.engine_core.feel import compile_expression, evaluate, evaluate_unary_tests, to_json
+from dormant.engine_core.xml_input import check_depth, model_text
 
 __all__ = [
     "DMN_NAMESPACES",

@@ -22,9 +22,9 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from engine_core.checkpoint import Checkpoint, HoldState
-from engine_core.errors import CorruptEffect, UnknownEffect
-from engine_core.triggers import MessageReceived
+from dormant.engine_core.checkpoint import Checkpoint, HoldState
+from dormant.engine_core.errors import CorruptEffect, UnknownEffect
+from dormant.engine_core.triggers import MessageReceived
 
 __all__ = [
     "EFFECT_KINDS",

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from engine_core import operations
-from engine_core.checkpoint import (
+from dormant.engine_core import operations
+from dormant.engine_core.checkpoint import (
     CURRENT_SCHEMA,
     ROOT_SCOPE,
     Checkpoint,
@@ -34,18 +34,18 @@ from engine_core.checkpoint import (
     decode,
     holds_of,
 )
-from engine_core.compensation import finish_waiting_throws
-from engine_core.effects import ContinueInstance, Fact, Step
-from engine_core.errors import EngineInvariantError, InvalidOperation
-from engine_core.feel.ids import name_based_uuid
-from engine_core.feel.scope import reset_id_source, set_id_source
-from engine_core.joins import fire_ready_inclusive_joins
-from engine_core.model import ProcessDefinition
-from engine_core.moving import check_scope, fail_instance
-from engine_core.nodes import enter
-from engine_core.runtime import Runtime
-from engine_core.services import DEFAULT_SERVICES, Services
-from engine_core.triggers import (
+from dormant.engine_core.compensation import finish_waiting_throws
+from dormant.engine_core.effects import ContinueInstance, Fact, Step
+from dormant.engine_core.errors import EngineInvariantError, InvalidOperation
+from dormant.engine_core.feel.ids import name_based_uuid
+from dormant.engine_core.feel.scope import reset_id_source, set_id_source
+from dormant.engine_core.joins import fire_ready_inclusive_joins
+from dormant.engine_core.model import ProcessDefinition
+from dormant.engine_core.moving import check_scope, fail_instance
+from dormant.engine_core.nodes import enter
+from dormant.engine_core.runtime import Runtime
+from dormant.engine_core.services import DEFAULT_SERVICES, Services
+from dormant.engine_core.triggers import (
     Cancel,
     IncidentDrop,
     IncidentResolve,
@@ -54,8 +54,8 @@ from engine_core.triggers import (
     TimerFired,
     Trigger,
 )
-from engine_core.wake import INSTANCE, STALE, Wake
-from engine_core.wakes import dispatch, fire_due
+from dormant.engine_core.wake import INSTANCE, STALE, Wake
+from dormant.engine_core.wakes import dispatch, fire_due
 
 __all__ = ["Services", "apply", "new_checkpoint"]
 

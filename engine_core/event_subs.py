@@ -13,12 +13,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from engine_core.arming import WAITABLE, arm_event, keep_or_withdraw
-from engine_core.checkpoint import Scope, Wait, WaitRole
-from engine_core.expressions import TechnicalFailure
-from engine_core.incidents import raise_failure
-from engine_core.model import Node, NodeKind
-from engine_core.runtime import Runtime
+from dormant.engine_core.arming import WAITABLE, arm_event, keep_or_withdraw
+from dormant.engine_core.checkpoint import Scope, Wait, WaitRole
+from dormant.engine_core.expressions import TechnicalFailure
+from dormant.engine_core.incidents import raise_failure
+from dormant.engine_core.model import Node, NodeKind
+from dormant.engine_core.runtime import Runtime
 
 __all__ = ["arm", "fire_wait", "start"]
 

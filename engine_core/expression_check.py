@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from engine_core.errors import ExpressionError, InvalidModel
-from engine_core.expressions import feel_source, is_expression
-from engine_core.feel import compile_expression
-from engine_core.model import ProcessDefinition
+from dormant.engine_core.errors import ExpressionError, InvalidModel
+from dormant.engine_core.expressions import feel_source, is_expression
+from dormant.engine_core.feel import compile_expression
+from dormant.engine_core.model import ProcessDefinition
 
 __all__ = ["check_expressions"]
 

@@ -13,9 +13,9 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from engine_core import feel
-from engine_core.errors import ExpressionError, InvalidField
-from engine_core.inputs import check_text
+from dormant.engine_core import feel
+from dormant.engine_core.errors import ExpressionError, InvalidField
+from dormant.engine_core.inputs import check_text
 
 __all__ = [
     "TechnicalFailure",

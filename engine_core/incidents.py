@@ -20,13 +20,20 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
-from engine_core.checkpoint import Incident, IncidentState, Token, TokenState, WaitKind, WaitRole
-from engine_core.errors import EngineInvariantError, InvalidOperation, UnknownIncident
-from engine_core.expressions import TechnicalFailure
-from engine_core.model import Node
-from engine_core.moving import fail_instance, leave_activity, leave_without_running
-from engine_core.runtime import Runtime
-from engine_core.transitions import move_incident, move_token
+from dormant.engine_core.checkpoint import (
+    Incident,
+    IncidentState,
+    Token,
+    TokenState,
+    WaitKind,
+    WaitRole,
+)
+from dormant.engine_core.errors import EngineInvariantError, InvalidOperation, UnknownIncident
+from dormant.engine_core.expressions import TechnicalFailure
+from dormant.engine_core.model import Node
+from dormant.engine_core.moving import fail_instance, leave_activity, leave_without_running
+from dormant.engine_core.runtime import Runtime
+from dormant.engine_core.transitions import move_incident, move_token
 
 __all__ = ["drop", "leave_or_raise", "raise_failure", "raise_incident", "resolve", "retry"]
 

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from engine_core.errors import InvalidField, InvalidMessage, InvalidVariables
+from dormant.engine_core.errors import InvalidField, InvalidMessage, InvalidVariables
 
 __all__ = [
     "DEFAULT_LIMITS",

@@ -19,19 +19,19 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from engine_core.checkpoint import Token, TokenState, Wait, WaitKind, WaitRole
-from engine_core.effects import DispatchJob
-from engine_core.errors import EngineInvariantError
-from engine_core.expressions import TechnicalFailure, evaluate, non_empty_string
-from engine_core.incidents import leave_or_raise, raise_incident
-from engine_core.job_types import reserved_job_type
-from engine_core.model import Node
-from engine_core.runtime import Runtime
-from engine_core.services import Services
-from engine_core.throwing import throw_error
-from engine_core.transitions import move_token
-from engine_core.triggers import JobCompleted, JobErrorThrown, JobFailed, JobHeartbeat
-from engine_core.wake import STALE, Wake
+from dormant.engine_core.checkpoint import Token, TokenState, Wait, WaitKind, WaitRole
+from dormant.engine_core.effects import DispatchJob
+from dormant.engine_core.errors import EngineInvariantError
+from dormant.engine_core.expressions import TechnicalFailure, evaluate, non_empty_string
+from dormant.engine_core.incidents import leave_or_raise, raise_incident
+from dormant.engine_core.job_types import reserved_job_type
+from dormant.engine_core.model import Node
+from dormant.engine_core.runtime import Runtime
+from dormant.engine_core.services import Services
+from dormant.engine_core.throwing import throw_error
+from dormant.engine_core.transitions import move_token
+from dormant.engine_core.triggers import JobCompleted, JobErrorThrown, JobFailed, JobHeartbeat
+from dormant.engine_core.wake import STALE, Wake
 
 __all__ = [
     "completed",

@@ -9,14 +9,14 @@ token that could arrive may end anywhere, not only at the join.
 
 from __future__ import annotations
 
-from engine_core import listeners
-from engine_core.checkpoint import Token, TokenState
-from engine_core.expressions import TechnicalFailure
-from engine_core.incidents import raise_failure
-from engine_core.model import Node, NodeKind, ProcessDefinition
-from engine_core.moving import chosen_flows, take_flows
-from engine_core.runtime import Runtime
-from engine_core.transitions import move_token
+from dormant.engine_core import listeners
+from dormant.engine_core.checkpoint import Token, TokenState
+from dormant.engine_core.expressions import TechnicalFailure
+from dormant.engine_core.incidents import raise_failure
+from dormant.engine_core.model import Node, NodeKind, ProcessDefinition
+from dormant.engine_core.moving import chosen_flows, take_flows
+from dormant.engine_core.runtime import Runtime
+from dormant.engine_core.transitions import move_token
 
 __all__ = ["fire_ready_inclusive_joins", "parallel_join"]
 

@@ -30,17 +30,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from engine_core import jobs
-from engine_core.checkpoint import ROOT_SCOPE, Scope, Token, TokenState, Wait
-from engine_core.errors import InvalidVariables
-from engine_core.expressions import TechnicalFailure
-from engine_core.incidents import raise_failure, raise_incident
-from engine_core.inputs import check_value
-from engine_core.model import ExecutionListener, Node
-from engine_core.runtime import Runtime
-from engine_core.transitions import move_token
-from engine_core.triggers import JobCompleted, JobErrorThrown
-from engine_core.wake import Wake
+from dormant.engine_core import jobs
+from dormant.engine_core.checkpoint import ROOT_SCOPE, Scope, Token, TokenState, Wait
+from dormant.engine_core.errors import InvalidVariables
+from dormant.engine_core.expressions import TechnicalFailure
+from dormant.engine_core.incidents import raise_failure, raise_incident
+from dormant.engine_core.inputs import check_value
+from dormant.engine_core.model import ExecutionListener, Node
+from dormant.engine_core.runtime import Runtime
+from dormant.engine_core.transitions import move_token
+from dormant.engine_core.triggers import JobCompleted, JobErrorThrown
+from dormant.engine_core.wake import Wake
 
 __all__ = ["AROUND", "completed", "error_thrown", "local_scope", "pending", "run"]
 

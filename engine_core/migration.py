@@ -19,12 +19,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from engine_core.checkpoint import Checkpoint, WaitRole
-from engine_core.errors import InvalidOperation
-from engine_core.model import Node, NodeKind, ProcessDefinition
-from engine_core.runtime import Runtime
-from engine_core.triggers import MigrateInstance
-from engine_core.wake import INSTANCE, Wake
+from dormant.engine_core.checkpoint import Checkpoint, WaitRole
+from dormant.engine_core.errors import InvalidOperation
+from dormant.engine_core.model import Node, NodeKind, ProcessDefinition
+from dormant.engine_core.runtime import Runtime
+from dormant.engine_core.triggers import MigrateInstance
+from dormant.engine_core.wake import INSTANCE, Wake
 
 __all__ = ["migrate", "problems"]
 

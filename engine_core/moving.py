@@ -19,7 +19,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from engine_core.checkpoint import (
+from dormant.engine_core.checkpoint import (
     ROOT_SCOPE,
     CompensationEntry,
     IncidentState,
@@ -28,18 +28,18 @@ from engine_core.checkpoint import (
     Token,
     TokenState,
 )
-from engine_core.effects import NotifyParent
-from engine_core.errors import EngineInvariantError
-from engine_core.expressions import (
+from dormant.engine_core.effects import NotifyParent
+from dormant.engine_core.errors import EngineInvariantError
+from dormant.engine_core.expressions import (
     TechnicalFailure,
     always_expression,
     boolean,
     evaluate,
     json_value,
 )
-from engine_core.model import EventKind, Node, NodeKind
-from engine_core.runtime import Runtime
-from engine_core.transitions import move_token
+from dormant.engine_core.model import EventKind, Node, NodeKind
+from dormant.engine_core.runtime import Runtime
+from dormant.engine_core.transitions import move_token
 
 __all__ = [
     "arrive",

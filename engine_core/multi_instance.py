@@ -17,12 +17,17 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
-from engine_core.checkpoint import Token, TokenState
-from engine_core.expressions import TechnicalFailure, always_expression, evaluate, json_value
-from engine_core.model import Node
-from engine_core.moving import finish_body, start_inner
-from engine_core.runtime import Runtime
-from engine_core.transitions import move_token
+from dormant.engine_core.checkpoint import Token, TokenState
+from dormant.engine_core.expressions import (
+    TechnicalFailure,
+    always_expression,
+    evaluate,
+    json_value,
+)
+from dormant.engine_core.model import Node
+from dormant.engine_core.moving import finish_body, start_inner
+from dormant.engine_core.runtime import Runtime
+from dormant.engine_core.transitions import move_token
 
 __all__ = ["start_body"]
 

@@ -12,18 +12,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from engine_core import ad_hoc, boundaries, calls, event_subs, jobs, listeners, user_tasks
-from engine_core.arming import WAITABLE, arm_event
-from engine_core.bindings import Binding, bind_decision, deployment_of
-from engine_core.checkpoint import ROOT_SCOPE, Token, TokenState, WaitRole
-from engine_core.compensation import throw_compensation
-from engine_core.dmn import evaluate_decision
-from engine_core.errors import EngineInvariantError
-from engine_core.expressions import TechnicalFailure, evaluate, json_value, non_empty_string
-from engine_core.incidents import raise_failure
-from engine_core.joins import parallel_join
-from engine_core.model import EventKind, Node, NodeKind
-from engine_core.moving import (
+from dormant.engine_core import ad_hoc, boundaries, calls, event_subs, jobs, listeners, user_tasks
+from dormant.engine_core.arming import WAITABLE, arm_event
+from dormant.engine_core.bindings import Binding, bind_decision, deployment_of
+from dormant.engine_core.checkpoint import ROOT_SCOPE, Token, TokenState, WaitRole
+from dormant.engine_core.compensation import throw_compensation
+from dormant.engine_core.dmn import evaluate_decision
+from dormant.engine_core.errors import EngineInvariantError
+from dormant.engine_core.expressions import TechnicalFailure, evaluate, json_value, non_empty_string
+from dormant.engine_core.incidents import raise_failure
+from dormant.engine_core.joins import parallel_join
+from dormant.engine_core.model import EventKind, Node, NodeKind
+from dormant.engine_core.moving import (
     arrive,
     chosen_flows,
     finish_event_sub,
@@ -33,10 +33,10 @@ from engine_core.moving import (
     take_flows,
     terminate_end,
 )
-from engine_core.multi_instance import start_body
-from engine_core.runtime import Runtime
-from engine_core.throwing import throw_error, throw_escalation, throw_message_or_signal
-from engine_core.transitions import move_token
+from dormant.engine_core.multi_instance import start_body
+from dormant.engine_core.runtime import Runtime
+from dormant.engine_core.throwing import throw_error, throw_escalation, throw_message_or_signal
+from dormant.engine_core.transitions import move_token
 
 __all__ = ["HANDLERS", "enter"]
 

@@ -25,8 +25,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import datetime
 
-from engine_core import incidents, migration
-from engine_core.checkpoint import (
+from dormant.engine_core import incidents, migration
+from dormant.engine_core.checkpoint import (
     ROOT_SCOPE,
     Checkpoint,
     HeldTrigger,
@@ -35,10 +35,10 @@ from engine_core.checkpoint import (
     TokenState,
     Wait,
 )
-from engine_core.errors import DormantError, EngineInvariantError, InvalidOperation
-from engine_core.model import NodeKind
-from engine_core.runtime import Runtime
-from engine_core.triggers import (
+from dormant.engine_core.errors import DormantError, EngineInvariantError, InvalidOperation
+from dormant.engine_core.model import NodeKind
+from dormant.engine_core.runtime import Runtime
+from dormant.engine_core.triggers import (
     Cancel,
     IncidentDrop,
     IncidentResolve,
@@ -52,8 +52,8 @@ from engine_core.triggers import (
     Trigger,
     parse_trigger,
 )
-from engine_core.wake import INSTANCE, Wake
-from engine_core.wakes import dispatch
+from dormant.engine_core.wake import INSTANCE, Wake
+from dormant.engine_core.wakes import dispatch
 
 __all__ = ["OPERATIONS", "apply_operation", "hold", "projected_waits"]
 

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from engine_core.checkpoint import (
+from dormant.engine_core.checkpoint import (
     ROOT_SCOPE,
     Checkpoint,
     IncidentState,
@@ -36,13 +36,13 @@ from engine_core.checkpoint import (
     WaitKind,
     WaitRole,
 )
-from engine_core.effects import CancelChild, Effect, Fact
-from engine_core.errors import EngineInvariantError, InvalidVariables
-from engine_core.expressions import TechnicalFailure, evaluate, json_value
-from engine_core.inputs import check_value
-from engine_core.model import ACTIVITY_KINDS, Node, ProcessDefinition
-from engine_core.services import Services
-from engine_core.transitions import move_incident, move_token
+from dormant.engine_core.effects import CancelChild, Effect, Fact
+from dormant.engine_core.errors import EngineInvariantError, InvalidVariables
+from dormant.engine_core.expressions import TechnicalFailure, evaluate, json_value
+from dormant.engine_core.inputs import check_value
+from dormant.engine_core.model import ACTIVITY_KINDS, Node, ProcessDefinition
+from dormant.engine_core.services import Services
+from dormant.engine_core.transitions import move_incident, move_token
 
 __all__ = ["Runtime"]
 

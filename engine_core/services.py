@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from engine_core.bindings import DecisionVersion, ProcessVersion
-from engine_core.dmn import Decision
-from engine_core.inputs import DEFAULT_LIMITS, Limits
-from engine_core.model import ProcessDefinition, RetryPolicy
+from dormant.engine_core.bindings import DecisionVersion, ProcessVersion
+from dormant.engine_core.dmn import Decision
+from dormant.engine_core.inputs import DEFAULT_LIMITS, Limits
+from dormant.engine_core.model import ProcessDefinition, RetryPolicy
 
 __all__ = ["DEFAULT_SERVICES", "JobTypeSettings", "Services"]
 

@@ -18,9 +18,9 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from engine_core.errors import InvalidField
-from engine_core.expressions import TechnicalFailure, evaluate, is_expression
-from engine_core.model import Node
+from dormant.engine_core.errors import InvalidField
+from dormant.engine_core.expressions import TechnicalFailure, evaluate, is_expression
+from dormant.engine_core.model import Node
 
 __all__ = [
     "EVENTS",

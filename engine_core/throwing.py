@@ -19,14 +19,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from engine_core import boundaries, event_subs
-from engine_core.checkpoint import ROOT_SCOPE, Token
-from engine_core.effects import ThrowMessage, ThrowSignal
-from engine_core.expressions import correlation_key, non_empty_string
-from engine_core.incidents import raise_incident
-from engine_core.model import EventKind, Node, NodeKind
-from engine_core.moving import fail_instance
-from engine_core.runtime import Runtime
+from dormant.engine_core import boundaries, event_subs
+from dormant.engine_core.checkpoint import ROOT_SCOPE, Token
+from dormant.engine_core.effects import ThrowMessage, ThrowSignal
+from dormant.engine_core.expressions import correlation_key, non_empty_string
+from dormant.engine_core.incidents import raise_incident
+from dormant.engine_core.model import EventKind, Node, NodeKind
+from dormant.engine_core.moving import fail_instance
+from dormant.engine_core.runtime import Runtime
 
 __all__ = ["throw_error", "throw_escalation", "throw_message_or_signal"]
 

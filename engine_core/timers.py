@@ -32,9 +32,9 @@ from typing import Any
 import isodate
 from croniter import croniter
 
-from engine_core.expressions import TechnicalFailure, evaluate, json_value
-from engine_core.feel.temporal import parse_datetime
-from engine_core.model import TimerKind, TimerSpec
+from dormant.engine_core.expressions import TechnicalFailure, evaluate, json_value
+from dormant.engine_core.feel.temporal import parse_datetime
+from dormant.engine_core.model import TimerKind, TimerSpec
 
 __all__ = ["ArmedTimer", "arm_timer", "cron_next", "next_cycle_due"]
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from engine_core.checkpoint import Incident, IncidentState, Token, TokenState
-from engine_core.errors import EngineInvariantError
+from dormant.engine_core.checkpoint import Incident, IncidentState, Token, TokenState
+from dormant.engine_core.errors import EngineInvariantError
 
 __all__ = ["INCIDENT_MOVES", "TOKEN_MOVES", "move_incident", "move_token"]
 

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from engine_core.checkpoint import ROOT_SCOPE
+from dormant.engine_core.checkpoint import ROOT_SCOPE
 
 __all__ = [
     "Cancel",

@@ -34,17 +34,28 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from engine_core import jobs
-from engine_core.checkpoint import TaskState, Token, TokenState, Wait, WaitKind, WaitRole
-from engine_core.errors import EngineInvariantError, InvalidField
-from engine_core.expressions import TechnicalFailure
-from engine_core.incidents import leave_or_raise, raise_failure, raise_incident
-from engine_core.model import Node
-from engine_core.runtime import Runtime
-from engine_core.task_attributes import MAX_REFERENCE, UPDATABLE, check_changes, evaluate_attributes
-from engine_core.transitions import move_token
-from engine_core.triggers import JobCompleted, JobErrorThrown, TaskAssign, TaskCompleted, TaskUpdate
-from engine_core.wake import STALE, Wake
+from dormant.engine_core import jobs
+from dormant.engine_core.checkpoint import TaskState, Token, TokenState, Wait, WaitKind, WaitRole
+from dormant.engine_core.errors import EngineInvariantError, InvalidField
+from dormant.engine_core.expressions import TechnicalFailure
+from dormant.engine_core.incidents import leave_or_raise, raise_failure, raise_incident
+from dormant.engine_core.model import Node
+from dormant.engine_core.runtime import Runtime
+from dormant.engine_core.task_attributes import (
+    MAX_REFERENCE,
+    UPDATABLE,
+    check_changes,
+    evaluate_attributes,
+)
+from dormant.engine_core.transitions import move_token
+from dormant.engine_core.triggers import (
+    JobCompleted,
+    JobErrorThrown,
+    TaskAssign,
+    TaskCompleted,
+    TaskUpdate,
+)
+from dormant.engine_core.wake import STALE, Wake
 
 __all__ = [
     "assign",

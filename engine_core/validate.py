@@ -15,11 +15,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
-from engine_core.errors import InvalidModel, UnsupportedElement
-from engine_core.expression_check import check_expressions
-from engine_core.expressions import is_expression
-from engine_core.job_types import reserved_job_type
-from engine_core.model import (
+from dormant.engine_core.errors import InvalidModel, UnsupportedElement
+from dormant.engine_core.expression_check import check_expressions
+from dormant.engine_core.expressions import is_expression
+from dormant.engine_core.job_types import reserved_job_type
+from dormant.engine_core.model import (
     ACTIVITY_KINDS,
     CONTAINER_KINDS,
     EventKind,
@@ -29,7 +29,7 @@ from engine_core.model import (
     NodeKind,
     ProcessDefinition,
 )
-from engine_core.task_attributes import static_problems
+from dormant.engine_core.task_attributes import static_problems
 
 __all__ = ["assemble"]
 

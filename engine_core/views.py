@@ -10,7 +10,13 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
-from engine_core.checkpoint import ROOT_SCOPE, Checkpoint, IncidentState, TokenState, WaitKind
+from dormant.engine_core.checkpoint import (
+    ROOT_SCOPE,
+    Checkpoint,
+    IncidentState,
+    TokenState,
+    WaitKind,
+)
 
 __all__ = [
     "FactView",

@@ -15,8 +15,16 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from engine_core import boundaries, calls, event_subs, incidents, jobs, listeners, user_tasks
-from engine_core.checkpoint import (
+from dormant.engine_core import (
+    boundaries,
+    calls,
+    event_subs,
+    incidents,
+    jobs,
+    listeners,
+    user_tasks,
+)
+from dormant.engine_core.checkpoint import (
     ROOT_SCOPE,
     ParentLink,
     Scope,
@@ -25,12 +33,12 @@ from engine_core.checkpoint import (
     WaitKind,
     WaitRole,
 )
-from engine_core.errors import InvalidOperation
-from engine_core.incidents import leave_or_raise
-from engine_core.moving import cancel_instance
-from engine_core.runtime import Runtime
-from engine_core.transitions import move_token
-from engine_core.triggers import (
+from dormant.engine_core.errors import InvalidOperation
+from dormant.engine_core.incidents import leave_or_raise
+from dormant.engine_core.moving import cancel_instance
+from dormant.engine_core.runtime import Runtime
+from dormant.engine_core.transitions import move_token
+from dormant.engine_core.triggers import (
     Cancel,
     ChildCompleted,
     ChildFailed,
@@ -51,7 +59,7 @@ from engine_core.triggers import (
     TimerFired,
     Trigger,
 )
-from engine_core.wake import INSTANCE, STALE, Wake
+from dormant.engine_core.wake import INSTANCE, STALE, Wake
 
 __all__ = ["dispatch", "fire_due", "fire_wait"]
 

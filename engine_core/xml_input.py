@@ -18,7 +18,7 @@ import re
 from xml.etree.ElementTree import Element
 from xml.parsers import expat
 
-from engine_core.errors import InvalidModel
+from dormant.engine_core.errors import InvalidModel
 
 __all__ = ["MAX_XML_DEPTH", "check_depth", "model_text"]
 

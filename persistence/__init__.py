@@ -4,9 +4,9 @@ Public names: ``Store``, ``Applied``, ``Deployment``, ``OutboxRow``, ``Settings`
 ``Router`` and ``MessageOutcome``.
 """
 
-from persistence.routing import MessageOutcome, Router, SignalOutcome
-from persistence.settings import Settings
-from persistence.store import Applied, Deployment, OutboxRow, StartKeyTaken, Store
+from dormant.persistence.routing import MessageOutcome, Router, SignalOutcome
+from dormant.persistence.settings import Settings
+from dormant.persistence.store import Applied, Deployment, OutboxRow, StartKeyTaken, Store
 
 __all__ = [
     "Applied",

@@ -29,8 +29,8 @@ from pydantic import ValidationError
 from sqlalchemy import Connection, insert, select, update
 from sqlalchemy.exc import OperationalError
 
-from engine_core.errors import DormantError, InvalidOperation, UnknownIncident
-from engine_core.triggers import (
+from dormant.engine_core.errors import DormantError, InvalidOperation, UnknownIncident
+from dormant.engine_core.triggers import (
     Cancel,
     IncidentDrop,
     IncidentResolve,
@@ -41,9 +41,9 @@ from engine_core.triggers import (
     Suspend,
     Trigger,
 )
-from persistence.selection import Selector, Target, select_targets
-from persistence.store import Store
-from persistence.tables import batch_items, batches
+from dormant.persistence.selection import Selector, Target, select_targets
+from dormant.persistence.store import Store
+from dormant.persistence.tables import batch_items, batches
 
 __all__ = [
     "BatchItemView",

@@ -48,7 +48,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from engine_core.errors import InvalidSetting
+from dormant.engine_core.errors import InvalidSetting
 
 __all__ = [
     "OFFSET_FILE_VAR",

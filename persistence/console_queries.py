@@ -32,12 +32,12 @@ from sqlalchemy import (
     tuple_,
 )
 
-from engine_core.checkpoint import Checkpoint, decode
-from engine_core.errors import InvalidOperation, UnknownInstance
-from engine_core.views import FactView
-from persistence.db import read_only
-from persistence.tables import OPEN_INCIDENT_STATES, definitions, facts, instances
-from persistence.tables import incidents as incident_table
+from dormant.engine_core.checkpoint import Checkpoint, decode
+from dormant.engine_core.errors import InvalidOperation, UnknownInstance
+from dormant.engine_core.views import FactView
+from dormant.persistence.db import read_only
+from dormant.persistence.tables import OPEN_INCIDENT_STATES, definitions, facts, instances
+from dormant.persistence.tables import incidents as incident_table
 
 __all__ = [
     "ConsoleQueries",

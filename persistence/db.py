@@ -37,7 +37,7 @@ from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import ExceptionContext
 from sqlalchemy.exc import DisconnectionError, OperationalError
 
-from persistence import round_trips
+from dormant.persistence import round_trips
 
 __all__ = ["READ", "make_engine", "read_only"]
 

@@ -21,11 +21,11 @@ from datetime import datetime
 
 from sqlalchemy import Connection, func, insert, select
 
-from engine_core.bindings import DecisionVersion, ProcessVersion
-from engine_core.dmn import Decision, read_dmn
-from engine_core.engine import Services
-from engine_core.model import NodeKind, ProcessDefinition
-from persistence.tables import decisions, definitions, deployments
+from dormant.engine_core.bindings import DecisionVersion, ProcessVersion
+from dormant.engine_core.dmn import Decision, read_dmn
+from dormant.engine_core.engine import Services
+from dormant.engine_core.model import NodeKind, ProcessDefinition
+from dormant.persistence.tables import decisions, definitions, deployments
 
 __all__ = [
     "DecisionCache",

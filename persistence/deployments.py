@@ -17,17 +17,17 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, func, insert, select, update
 
-from engine_core.errors import UnknownDeployment, UnknownProcess
-from engine_core.model import ProcessDefinition
-from persistence import round_trips
-from persistence.decisions import (
+from dormant.engine_core.errors import UnknownDeployment, UnknownProcess
+from dormant.engine_core.model import ProcessDefinition
+from dormant.persistence import round_trips
+from dormant.persistence.decisions import (
     ParsedDecisions,
     insert_decisions,
     latest_decision,
     parse_decisions,
 )
-from persistence.start_timers import replace_start_timers
-from persistence.tables import definitions, deployments
+from dormant.persistence.start_timers import replace_start_timers
+from dormant.persistence.tables import definitions, deployments
 
 __all__ = [
     "Deployment",
@@ -125,9 +125,9 @@ def _starts_of(definition: ProcessDefinition) -> dict[str, Any]:
 
 
 def _parse(source: str | bytes, name: str | None) -> _Parsed:
-    from engine_core.bpmn import read_bpmn  # the reader validates and refuses first
-    from engine_core.dmn import is_dmn
-    from engine_core.xml_input import model_text
+    from dormant.engine_core.bpmn import read_bpmn  # the reader validates and refuses first
+    from dormant.engine_core.dmn import is_dmn
+    from dormant.engine_core.xml_input import model_text
 
     text = model_text(source)  # bytes decoded as their XML declaration says
     checksum = hashlib.sha256(text.encode("utf-8")).hexdigest()
@@ -332,7 +332,7 @@ class Deployments:
             raise self._unknown_process(conn, key, version)
         cached = _PARSED.get((row.checksum, key))
         if cached is None:
-            from engine_core.bpmn import read_bpmn
+            from dormant.engine_core.bpmn import read_bpmn
 
             source = conn.execute(
                 select(definitions.c.source).where(

@@ -36,10 +36,10 @@ from typing import Any
 from sqlalchemy import Connection, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
-from engine_core.checkpoint import IncidentState
-from engine_core.errors import InvalidOperation, UnknownFailedTrigger
-from engine_core.views import FailedTriggerView
-from persistence.tables import facts, failed_triggers, inbox, incidents, instances
+from dormant.engine_core.checkpoint import IncidentState
+from dormant.engine_core.errors import InvalidOperation, UnknownFailedTrigger
+from dormant.engine_core.views import FailedTriggerView
+from dormant.persistence.tables import facts, failed_triggers, inbox, incidents, instances
 
 __all__ = [
     "CHECKPOINT_INCIDENT",

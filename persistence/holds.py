@@ -23,11 +23,11 @@ from typing import Any
 from sqlalchemy import Connection, any_, bindparam, delete, insert, select, text, update
 from sqlalchemy.dialects.postgresql import ARRAY
 
-from engine_core.checkpoint import Wait, WaitKind
-from engine_core.effects import DeliverBuffered, encode_effect
-from engine_core.triggers import MessageReceived
-from persistence.outbox_queue import OutboxRow
-from persistence.tables import (
+from dormant.engine_core.checkpoint import Wait, WaitKind
+from dormant.engine_core.effects import DeliverBuffered, encode_effect
+from dormant.engine_core.triggers import MessageReceived
+from dormant.persistence.outbox_queue import OutboxRow
+from dormant.persistence.tables import (
     deadlines,
     message_correlations,
     messages,
@@ -36,7 +36,7 @@ from persistence.tables import (
     user_task_candidates,
     user_tasks,
 )
-from persistence.writes import Writes
+from dormant.persistence.writes import Writes
 
 __all__ = ["BufferedDelivery", "lock_message_key", "sync_holds"]
 

@@ -21,9 +21,9 @@ from typing import Any
 
 from sqlalchemy import Engine, Update, bindparam, insert, or_, select, update
 
-from persistence import clock
-from persistence.tables import inbox
-from persistence.writes import Writes
+from dormant.persistence import clock
+from dormant.persistence.tables import inbox
+from dormant.persistence.writes import Writes
 
 __all__ = [
     "InboxRow",

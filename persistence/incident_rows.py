@@ -6,9 +6,9 @@ from typing import Any
 
 from sqlalchemy import delete
 
-from engine_core.checkpoint import Checkpoint, HoldState
-from persistence.tables import incidents
-from persistence.writes import Writes
+from dormant.engine_core.checkpoint import Checkpoint, HoldState
+from dormant.persistence.tables import incidents
+from dormant.persistence.writes import Writes
 
 __all__ = ["incident_rows", "sync_incidents"]
 

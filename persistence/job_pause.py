@@ -20,8 +20,8 @@ from datetime import datetime
 
 from sqlalchemy import Engine, delete, func, insert, select
 
-from engine_core.errors import InvalidOperation
-from persistence.tables import held_jobs, job_type_pauses, outbox
+from dormant.engine_core.errors import InvalidOperation
+from dormant.persistence.tables import held_jobs, job_type_pauses, outbox
 
 __all__ = ["hold", "is_paused", "pause", "paused", "resume"]
 

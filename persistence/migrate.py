@@ -17,8 +17,8 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from engine_core.errors import NotMigrated
-from persistence.settings import normalise_database_url
+from dormant.engine_core.errors import NotMigrated
+from dormant.persistence.settings import normalise_database_url
 
 __all__ = ["check", "current_revision", "head_revision", "upgrade"]
 

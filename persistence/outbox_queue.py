@@ -16,9 +16,9 @@ from typing import Any
 
 from sqlalchemy import Connection, select, update
 
-from persistence import clock
-from persistence.published_jobs import PublishedJobs
-from persistence.tables import outbox
+from dormant.persistence import clock
+from dormant.persistence.published_jobs import PublishedJobs
+from dormant.persistence.tables import outbox
 
 __all__ = ["OutboxQueue", "OutboxRow"]
 

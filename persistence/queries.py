@@ -15,16 +15,22 @@ from typing import Any
 
 from sqlalchemy import Connection, func, select
 
-from engine_core.checkpoint import Checkpoint, IncidentState, decode
-from engine_core.errors import (
+from dormant.engine_core.checkpoint import Checkpoint, IncidentState, decode
+from dormant.engine_core.errors import (
     CheckpointTooNew,
     CorruptCheckpoint,
     UnknownIncident,
     UnknownInstance,
     UnknownTask,
 )
-from engine_core.views import FactView, IncidentView, InstanceView, UserTaskView, instance_view
-from persistence.tables import (
+from dormant.engine_core.views import (
+    FactView,
+    IncidentView,
+    InstanceView,
+    UserTaskView,
+    instance_view,
+)
+from dormant.persistence.tables import (
     deadlines,
     definitions,
     facts,
@@ -38,7 +44,7 @@ from persistence.tables import (
     user_task_candidates,
     user_tasks,
 )
-from persistence.tables import incidents as incident_table
+from dormant.persistence.tables import incidents as incident_table
 
 __all__ = ["Queries"]
 
@@ -312,7 +318,7 @@ def _task_view(r: Any, names: dict[str, list[str]]) -> UserTaskView:
 def _unreadable(conn: Connection, row: Any, exc: Exception) -> InstanceView:
     """An instance whose checkpoint this dormant cannot read, from its row alone:
     status ``flagged`` and its checkpoint incident (persistence/failed_triggers.py)."""
-    from persistence.failed_triggers import CHECKPOINT_INCIDENT, FLAGGED
+    from dormant.persistence.failed_triggers import CHECKPOINT_INCIDENT, FLAGGED
 
     incident_id = f"{row.id}.{CHECKPOINT_INCIDENT}"
     found = conn.execute(select(incident_table).where(incident_table.c.id == incident_id)).first()

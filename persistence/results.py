@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from persistence.outbox_queue import OutboxRow
+from dormant.persistence.outbox_queue import OutboxRow
 
 if TYPE_CHECKING:
-    from persistence.store import Applied
+    from dormant.persistence.store import Applied
 
 __all__ = ["TriggerResult", "outcome_word", "raised_incidents"]
 

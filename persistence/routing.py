@@ -48,7 +48,7 @@ from typing import Any
 from sqlalchemy import Connection, and_, bindparam, exists, insert, literal, select, true
 from sqlalchemy.exc import OperationalError
 
-from engine_core.correlation import (
+from dormant.engine_core.correlation import (
     Holder,
     JoinRunning,
     buffer_it,
@@ -56,25 +56,25 @@ from engine_core.correlation import (
     start_or_join,
     waits_to_wake,
 )
-from engine_core.effects import Fact
-from engine_core.errors import InvalidMessage
-from engine_core.inputs import check_name, check_text, check_ttl, check_variables
-from engine_core.triggers import MessageReceived, SignalReceived, Trigger
-from persistence import round_trips
-from persistence.deployments import deployments_count_column
-from persistence.holds import lock_message_key
-from persistence.inbox import mark_processed_statement, queue_mark_processed
-from persistence.outbox_queue import OutboxRow
-from persistence.results import outcome_word
-from persistence.store import Applied, Found, StartKeyTaken, Store, locking_instance
-from persistence.tables import (
+from dormant.engine_core.effects import Fact
+from dormant.engine_core.errors import InvalidMessage
+from dormant.engine_core.inputs import check_name, check_text, check_ttl, check_variables
+from dormant.engine_core.triggers import MessageReceived, SignalReceived, Trigger
+from dormant.persistence import round_trips
+from dormant.persistence.deployments import deployments_count_column
+from dormant.persistence.holds import lock_message_key
+from dormant.persistence.inbox import mark_processed_statement, queue_mark_processed
+from dormant.persistence.outbox_queue import OutboxRow
+from dormant.persistence.results import outcome_word
+from dormant.persistence.store import Applied, Found, StartKeyTaken, Store, locking_instance
+from dormant.persistence.tables import (
     ACTIVE_STATUSES,
     instances,
     message_correlations,
     messages,
     subscriptions,
 )
-from persistence.writes import Writes
+from dormant.persistence.writes import Writes
 
 __all__ = ["NAMESPACE", "MessageOutcome", "Router", "SignalOutcome"]
 

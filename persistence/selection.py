@@ -13,10 +13,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import Connection, select
 
-from engine_core.checkpoint import decode
-from engine_core.errors import InvalidOperation
-from persistence.tables import ACTIVE_STATUSES, OPEN_INCIDENT_STATES, instances
-from persistence.tables import incidents as incident_table
+from dormant.engine_core.checkpoint import decode
+from dormant.engine_core.errors import InvalidOperation
+from dormant.persistence.tables import ACTIVE_STATUSES, OPEN_INCIDENT_STATES, instances
+from dormant.persistence.tables import incidents as incident_table
 
 __all__ = [
     "INCIDENT_OPERATIONS",

@@ -23,10 +23,10 @@ from pydantic import (
     model_validator,
 )
 
-from engine_core.errors import InvalidSetting
-from engine_core.inputs import DEFAULT_LIMITS, Limits
-from engine_core.model import RetryPolicy
-from engine_core.services import JobTypeSettings
+from dormant.engine_core.errors import InvalidSetting
+from dormant.engine_core.inputs import DEFAULT_LIMITS, Limits
+from dormant.engine_core.model import RetryPolicy
+from dormant.engine_core.services import JobTypeSettings
 
 __all__ = ["ENV_VARS", "Settings", "normalise_database_url"]
 

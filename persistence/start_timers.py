@@ -24,11 +24,11 @@ from datetime import datetime
 
 from sqlalchemy import Connection, delete, insert
 
-from engine_core.errors import InvalidModel
-from engine_core.expressions import TechnicalFailure
-from engine_core.model import ProcessDefinition
-from engine_core.timers import arm_timer
-from persistence.tables import start_timers
+from dormant.engine_core.errors import InvalidModel
+from dormant.engine_core.expressions import TechnicalFailure
+from dormant.engine_core.model import ProcessDefinition
+from dormant.engine_core.timers import arm_timer
+from dormant.persistence.tables import start_timers
 
 __all__ = ["START_TIMER_PREFIX", "is_start_timer", "replace_start_timers", "start_instance_id"]
 

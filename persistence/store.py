@@ -43,34 +43,34 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql.elements import ColumnElement
 
-from engine_core import engine as core
-from engine_core.checkpoint import Checkpoint, HoldState, decode, decode_holds, encode_json
-from engine_core.effects import DispatchJob, Fact, Step, encode_effect
-from engine_core.errors import (
+from dormant.engine_core import engine as core
+from dormant.engine_core.checkpoint import Checkpoint, HoldState, decode, decode_holds, encode_json
+from dormant.engine_core.effects import DispatchJob, Fact, Step, encode_effect
+from dormant.engine_core.errors import (
     CheckpointTooNew,
     CorruptCheckpoint,
     InvalidOperation,
     UnknownInstance,
 )
-from engine_core.inputs import check_text, check_variables
-from engine_core.model import ProcessDefinition
-from engine_core.operations import projected_waits
-from engine_core.triggers import MigrateInstance, Start, Trigger
-from persistence import clock, migrate, round_trips
-from persistence.db import make_engine, read_only
-from persistence.decisions import DecisionCache
-from persistence.deployments import Deployment, Deployments
-from persistence.failed_triggers import FLAGGED, FailedTriggers
-from persistence.holds import sync_holds
-from persistence.inbox import queue_mark_processed
-from persistence.incident_rows import sync_incidents
-from persistence.outbox_queue import OutboxQueue, OutboxRow
-from persistence.published_jobs import FLUSH_AFTER_SECONDS, PublishedJobs, Ride
-from persistence.queries import Queries
-from persistence.results import outcome_word
-from persistence.settings import Settings
-from persistence.tables import facts, instances, outbox, processed_triggers
-from persistence.writes import Writes
+from dormant.engine_core.inputs import check_text, check_variables
+from dormant.engine_core.model import ProcessDefinition
+from dormant.engine_core.operations import projected_waits
+from dormant.engine_core.triggers import MigrateInstance, Start, Trigger
+from dormant.persistence import clock, migrate, round_trips
+from dormant.persistence.db import make_engine, read_only
+from dormant.persistence.decisions import DecisionCache
+from dormant.persistence.deployments import Deployment, Deployments
+from dormant.persistence.failed_triggers import FLAGGED, FailedTriggers
+from dormant.persistence.holds import sync_holds
+from dormant.persistence.inbox import queue_mark_processed
+from dormant.persistence.incident_rows import sync_incidents
+from dormant.persistence.outbox_queue import OutboxQueue, OutboxRow
+from dormant.persistence.published_jobs import FLUSH_AFTER_SECONDS, PublishedJobs, Ride
+from dormant.persistence.queries import Queries
+from dormant.persistence.results import outcome_word
+from dormant.persistence.settings import Settings
+from dormant.persistence.tables import facts, instances, outbox, processed_triggers
+from dormant.persistence.writes import Writes
 
 __all__ = [
     "LOCK_WAIT_OBSERVERS",

@@ -33,7 +33,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.types import TypeDecorator
 
-from engine_core.checkpoint import IncidentState, InstanceStatus
+from dormant.engine_core.checkpoint import IncidentState, InstanceStatus
 
 __all__ = [
     "ACTIVE_STATUSES",

@@ -55,7 +55,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.sql.dml import UpdateBase
 
-from persistence import round_trips
+from dormant.persistence import round_trips
 
 __all__ = ["Writes"]
 

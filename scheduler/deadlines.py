@@ -41,14 +41,14 @@ from typing import Any
 
 from sqlalchemy import Connection, Table, and_, delete, insert, select, tuple_, update
 
-from engine_core.arming import next_repetition
-from engine_core.model import TimerSpec
-from engine_core.triggers import Start, TimerFired
-from persistence.outbox_queue import OutboxRow
-from persistence.results import outcome_word
-from persistence.start_timers import START_TIMER_PREFIX, is_start_timer, start_instance_id
-from persistence.store import Applied, Store, log_raised_incidents
-from persistence.tables import deadlines, facts, instances, start_timers
+from dormant.engine_core.arming import next_repetition
+from dormant.engine_core.model import TimerSpec
+from dormant.engine_core.triggers import Start, TimerFired
+from dormant.persistence.outbox_queue import OutboxRow
+from dormant.persistence.results import outcome_word
+from dormant.persistence.start_timers import START_TIMER_PREFIX, is_start_timer, start_instance_id
+from dormant.persistence.store import Applied, Store, log_raised_incidents
+from dormant.persistence.tables import deadlines, facts, instances, start_timers
 
 __all__ = ["Claim", "ClaimKind", "FireOutcome", "FireStatus", "claim_due", "fire"]
 

@@ -62,10 +62,10 @@ from celery.app import trace as celery_trace
 from celery.signals import beat_init, worker_init, worker_process_init
 from kombu.entity import Exchange, Queue, binding
 
-from persistence import clock
-from persistence.settings import Settings
-from persistence.store import Store
-from tasks.tracing import publish_headers
+from dormant.persistence import clock
+from dormant.persistence.settings import Settings
+from dormant.persistence.store import Store
+from dormant.tasks.tracing import publish_headers
 
 __all__ = [
     "BINDING_KEYS",
@@ -171,7 +171,7 @@ def broker_transport(broker_url: str) -> str | None:
     """dormant's own Redis transport for a ``redis://`` URL (tasks/redis_transport.py:
     the exchanges known to a channel at birth, bindings written again when Redis lost
     them), for the app's connections and for a producer's pool on any broker URL."""
-    return "tasks.redis_transport:Transport" if broker_url.startswith("redis://") else None
+    return "dormant.tasks.redis_transport:Transport" if broker_url.startswith("redis://") else None
 
 
 def _conf(s: Settings) -> dict[str, Any]:
@@ -233,7 +233,13 @@ def _conf(s: Settings) -> dict[str, Any]:
 settings: Settings = Settings.from_env()
 app = Celery(
     "dormant",
-    include=["tasks.triggers", "tasks.timers", "tasks.jobs", "tasks.operations", "tasks.failed"],
+    include=[
+        "dormant.tasks.triggers",
+        "dormant.tasks.timers",
+        "dormant.tasks.jobs",
+        "dormant.tasks.operations",
+        "dormant.tasks.failed",
+    ],
 )
 app.conf.update(_conf(settings))
 
@@ -291,7 +297,7 @@ def ensure_database(s: Settings | None = None) -> None:
 
     Raises ``NotMigrated`` naming the URL and the fix (``dormant db upgrade``).
     """
-    from persistence import migrate
+    from dormant.persistence import migrate
 
     s = s or settings
     if s.is_sqlite:
@@ -301,7 +307,7 @@ def ensure_database(s: Settings | None = None) -> None:
 
 
 def _check_or_exit(**_: Any) -> None:
-    from engine_core.errors import DormantError
+    from dormant.engine_core.errors import DormantError
 
     try:
         ensure_database()

@@ -16,12 +16,12 @@ from typing import Any
 
 import click
 
-from engine_core.errors import DormantError, InvalidVariables
-from persistence import clock
-from tasks.cli_deployments import register as register_deployments
-from tasks.cli_operations import register as register_operations
-from tasks.display import emit as _emit
-from tasks.display import output_options as _output
+from dormant.engine_core.errors import DormantError, InvalidVariables
+from dormant.persistence import clock
+from dormant.tasks.cli_deployments import register as register_deployments
+from dormant.tasks.cli_operations import register as register_operations
+from dormant.tasks.display import emit as _emit
+from dormant.tasks.display import output_options as _output
 
 __all__ = ["cli", "main", "parse_vars"]
 
@@ -46,7 +46,7 @@ def parse_vars(pairs: tuple[str, ...]) -> dict[str, Any]:
 
 
 def _client() -> Any:
-    from tasks.client import Client
+    from dormant.tasks.client import Client
 
     return Client()
 
@@ -72,8 +72,8 @@ def db() -> None:
 @db.command("upgrade")
 def db_upgrade() -> None:
     """Apply the migrations to DORMANT_DATABASE_URL."""
-    from persistence import migrate
-    from persistence.settings import Settings
+    from dormant.persistence import migrate
+    from dormant.persistence.settings import Settings
 
     url = Settings.from_env().database_url
     migrate.upgrade(url)
@@ -143,9 +143,9 @@ def tasks_list(
 ) -> None:
     """Open user tasks: id, instance, node, name, assignee, candidates, due date,
     priority, state, age."""
-    from engine_core.views import to_dict
-    from tasks.cli_operations import when
-    from tasks.display import task_columns
+    from dormant.engine_core.views import to_dict
+    from dormant.tasks.cli_operations import when
+    from dormant.tasks.display import task_columns
 
     columns = task_columns(clock.now())
     found = _client().user_tasks(
@@ -274,8 +274,8 @@ def instances_list(
     as_json: bool,
 ) -> None:
     """Instances, newest first, filtered as the console filters them."""
-    from persistence.console_queries import ConsoleQueries, InstanceFilter
-    from tasks.display import instance_columns, instance_summary, when
+    from dormant.persistence.console_queries import ConsoleQueries, InstanceFilter
+    from dormant.tasks.display import instance_columns, instance_summary, when
 
     now = clock.now()
     page = ConsoleQueries(_client()._store.engine).instance_page(
@@ -302,10 +302,10 @@ def instances_list(
 @click.option("--json", "as_json", is_flag=True)
 def instances_show(instance_id: str, as_json: bool) -> None:
     """One instance: status, where each token is and what it waits for, incidents, variables."""
-    from engine_core.errors import UnknownInstance
-    from engine_core.views import to_dict
-    from persistence import inbox
-    from tasks.display import instance_lines, queued
+    from dormant.engine_core.errors import UnknownInstance
+    from dormant.engine_core.views import to_dict
+    from dormant.persistence import inbox
+    from dormant.tasks.display import instance_lines, queued
 
     client, now = _client(), clock.now()
     try:
@@ -349,8 +349,8 @@ def incidents_list(
     as_json: bool,
 ) -> None:
     """One row per incident: id, instance, node, state, attempts, cause class, last failure."""
-    from engine_core.views import to_dict
-    from tasks.display import incident_columns
+    from dormant.engine_core.views import to_dict
+    from dormant.tasks.display import incident_columns
 
     columns = incident_columns(clock.now())
     found = _client().incidents(instance_id, state, key=key, node_id=node_id)
@@ -361,7 +361,7 @@ def incidents_list(
 @click.argument("incident_id")
 def incidents_show(incident_id: str) -> None:
     """Every field as JSON: the cause, the snapshot (``data``), attempts and times."""
-    from engine_core.views import to_dict
+    from dormant.engine_core.views import to_dict
 
     click.echo(json.dumps(to_dict(_client().incident(incident_id)), indent=2, sort_keys=True))
 
@@ -386,8 +386,8 @@ def triggers() -> None:
 @_output
 def triggers_list(failed: bool, instance_id: str | None, fmt: str, as_json: bool) -> None:
     """Failed triggers, oldest failure first: id, instance, task, error, attempts."""
-    from engine_core.views import to_dict
-    from tasks.display import failed_trigger_columns
+    from dormant.engine_core.views import to_dict
+    from dormant.tasks.display import failed_trigger_columns
 
     views = _client().failed_triggers(instance_id)
     _emit(views, failed_trigger_columns(clock.now()), fmt, as_json, to_dict, "no failed triggers")
@@ -397,7 +397,7 @@ def triggers_list(failed: bool, instance_id: str | None, fmt: str, as_json: bool
 @click.argument("failed_id")
 def triggers_show(failed_id: str) -> None:
     """Every field as JSON, the whole body included."""
-    from engine_core.views import to_dict
+    from dormant.engine_core.views import to_dict
 
     view = _client()._store.failed_trigger(failed_id)
     click.echo(json.dumps(to_dict(view), indent=2, sort_keys=True))
@@ -423,7 +423,7 @@ def triggers_drop(failed_id: str) -> None:
 
 
 def _ensure_database() -> None:
-    from tasks.app import ensure_database
+    from dormant.tasks.app import ensure_database
 
     ensure_database()
 
@@ -449,7 +449,7 @@ def _warn_without_timers(queues: str | None) -> None:
     unless another worker reads ``dormant.timers``. One line at start, not a refusal:
     a pool kept off the timers on purpose (they have a worker of their own) is fine.
     """
-    from tasks.app import QUEUE, TIMER_QUEUE
+    from dormant.tasks.app import QUEUE, TIMER_QUEUE
 
     names = [q.strip() for q in (queues or "").split(",")]
     if QUEUE.name in names and TIMER_QUEUE.name not in names:
@@ -480,7 +480,7 @@ def _serve_metrics(port: int | None, host: str) -> None:
                 os.unlink(os.path.join(path, name))
     else:
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="dormant-metrics-")
-    from tasks.metrics import serve
+    from dormant.tasks.metrics import serve
 
     serve(port, host)
 
@@ -525,7 +525,7 @@ def worker(
     _stop_promptly_on_sigterm()
     _serve_metrics(metrics_port, metrics_host)
     _ensure_database()
-    from tasks.app import WORKER_QUEUES, app
+    from dormant.tasks.app import WORKER_QUEUES, app
 
     _warn_without_timers(queues)
     argv = [
@@ -552,7 +552,7 @@ def worker(
 def beat(loglevel: str) -> None:
     """Run beat: the deadline scan every half second and the outbox/inbox sweep."""
     _ensure_database()
-    from tasks.app import app
+    from dormant.tasks.app import app
 
     app.start(["beat", f"--loglevel={loglevel}", "--scheduler=celery.beat:Scheduler"])
 
@@ -574,7 +574,7 @@ def dev(
     _stop_promptly_on_sigterm()
     _serve_metrics(metrics_port, metrics_host)
     _ensure_database()
-    from tasks.app import WORKER_QUEUES, app
+    from dormant.tasks.app import WORKER_QUEUES, app
 
     schedule = tempfile.mkdtemp(prefix="dormant-beat-") + "/schedule"
     argv = [
@@ -603,7 +603,7 @@ def dev(
 @click.option("--root-path", default="", help="the path prefix a reverse proxy serves it under")
 def console(host: str, port: int, read_only: bool, root_path: str) -> None:
     """The web console (DORMANT_CONSOLE_AUTH=user:password or DORMANT_CONSOLE_TOKEN)."""
-    from tasks.console.serve import serve
+    from dormant.tasks.console.serve import serve
 
     serve(host=host, port=port, read_only=read_only, root_path=root_path)
 
@@ -613,7 +613,7 @@ def console(host: str, port: int, read_only: bool, root_path: str) -> None:
 @click.option("--timeout", type=float, default=60.0)
 def demo(count: int, timeout: float) -> None:
     """Run the order example end to end on a fresh embedded database."""
-    from tasks.demo import run
+    from dormant.tasks.demo import run
 
     sys.exit(run(count=count, timeout=timeout))
 

@@ -9,18 +9,18 @@ from typing import Any
 
 import click
 
-from engine_core.errors import DormantError
-from persistence import clock
-from persistence.deployments import DeploymentRecord, Resource
-from tasks.display import Column, ago, iso
-from tasks.display import emit as _emit
-from tasks.display import output_options as _output
+from dormant.engine_core.errors import DormantError
+from dormant.persistence import clock
+from dormant.persistence.deployments import DeploymentRecord, Resource
+from dormant.tasks.display import Column, ago, iso
+from dormant.tasks.display import emit as _emit
+from dormant.tasks.display import output_options as _output
 
 __all__ = ["register"]
 
 
 def _client() -> Any:
-    from tasks.cli import _client as make
+    from dormant.tasks.cli import _client as make
 
     return make()
 
@@ -49,7 +49,7 @@ def register(cli: click.Group) -> None:
     def deploy(files: tuple[str, ...]) -> None:
         """Deploy FILE.bpmn / FILE.dmn ... as one deployment; prints each process key
         (decision id) and version, then the deployment key on stderr."""
-        from tasks.client import _read_source
+        from dormant.tasks.client import _read_source
 
         client = _client()
         store = client._store

@@ -17,16 +17,16 @@ from typing import Any
 
 import click
 
-from engine_core.checkpoint import ROOT_SCOPE
-from engine_core.errors import InvalidOperation
-from persistence.batches import BatchView
-from persistence.selection import Selector
+from dormant.engine_core.checkpoint import ROOT_SCOPE
+from dormant.engine_core.errors import InvalidOperation
+from dormant.persistence.batches import BatchView
+from dormant.persistence.selection import Selector
 
 __all__ = ["register", "when"]
 
 
 def _client() -> Any:
-    from tasks.cli import _client as make
+    from dormant.tasks.cli import _client as make
 
     return make()
 
@@ -210,7 +210,7 @@ def register(cli: click.Group, instances: click.Group, incidents: click.Group) -
         instance_id: str, vars_: tuple[str, ...], unset: tuple[str, ...], scope: str, retry: bool
     ) -> None:
         """Set or remove variables of an instance (validated as a start's are)."""
-        from tasks.cli import parse_vars
+        from dormant.tasks.cli import parse_vars
 
         variables = parse_vars(vars_)
         _client().set_variables(instance_id, variables, unset, scope=scope, retry_incidents=retry)

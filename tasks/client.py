@@ -1,4 +1,4 @@
-"""The producer's door: ``from tasks.client import Client``.
+"""The producer's door: ``from dormant.tasks.client import Client``.
 
 What the Client can check it checks *before* anything is written or sent, and raises
 the named error (unknown process key, variables that are not a JSON object or exceed
@@ -22,8 +22,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from engine_core.checkpoint import IncidentState, InstanceStatus
-from engine_core.errors import (
+from dormant.engine_core.checkpoint import IncidentState, InstanceStatus
+from dormant.engine_core.errors import (
     InvalidField,
     InvalidMessage,
     InvalidModel,
@@ -34,7 +34,7 @@ from engine_core.errors import (
     UnknownProcess,
     UnknownTask,
 )
-from engine_core.inputs import (
+from dormant.engine_core.inputs import (
     DEFAULT_LIMITS,
     Limits,
     check_name,
@@ -42,20 +42,20 @@ from engine_core.inputs import (
     check_ttl,
     check_variables,
 )
-from engine_core.task_attributes import UPDATABLE, check_changes
-from engine_core.views import (
+from dormant.engine_core.task_attributes import UPDATABLE, check_changes
+from dormant.engine_core.views import (
     FactView,
     FailedTriggerView,
     IncidentView,
     InstanceView,
     UserTaskView,
 )
-from persistence import clock, inbox
-from persistence.deployments import Deployment, DeploymentRecord
-from persistence.failed_triggers import CHECKPOINT_INCIDENT
-from persistence.settings import Settings
-from persistence.store import Store
-from tasks.client_operations import Operations
+from dormant.persistence import clock, inbox
+from dormant.persistence.deployments import Deployment, DeploymentRecord
+from dormant.persistence.failed_triggers import CHECKPOINT_INCIDENT
+from dormant.persistence.settings import Settings
+from dormant.persistence.store import Store
+from dormant.tasks.client_operations import Operations
 
 __all__ = ["Client"]
 
@@ -107,7 +107,7 @@ class Client(Operations):
         """Durable first (every inbox row in one transaction), then all published on one
         pooled producer; returns the inbox ids. A crash between the two leaves rows the
         sweep publishes, so nothing returned here can be lost."""
-        from tasks.app import pooled_producer, publish
+        from dormant.tasks.app import pooled_producer, publish
 
         inbox_ids = inbox.record_many(self._store.engine, triggers)
         with pooled_producer(self.settings.broker_url) as producer:
@@ -500,8 +500,8 @@ class Client(Operations):
     def retry_trigger(self, failed_id: str) -> None:
         """Send a failed trigger again: back into the inbox, then published (its
         trigger id unchanged, so a retry of one that did apply meanwhile is a duplicate)."""
-        from tasks.app import app, broker_transport
-        from tasks.failed import resend
+        from dormant.tasks.app import app, broker_transport
+        from dormant.tasks.failed import resend
 
         url = self.settings.broker_url
         with app.connection_for_write(url, transport=broker_transport(url)) as conn:

@@ -12,16 +12,16 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from engine_core.checkpoint import ROOT_SCOPE, InstanceStatus
-from engine_core.errors import InvalidOperation, InvalidVariables
-from engine_core.inputs import DEFAULT_LIMITS, Limits, check_text, check_variables
-from engine_core.migration import problems
-from engine_core.views import InstanceView
-from persistence import batches, clock, job_pause
-from persistence.batches import BatchItemView, BatchState, BatchView
-from persistence.selection import INCIDENT_OPERATIONS, Selector, Target
-from persistence.settings import Settings
-from persistence.store import Store
+from dormant.engine_core.checkpoint import ROOT_SCOPE, InstanceStatus
+from dormant.engine_core.errors import InvalidOperation, InvalidVariables
+from dormant.engine_core.inputs import DEFAULT_LIMITS, Limits, check_text, check_variables
+from dormant.engine_core.migration import problems
+from dormant.engine_core.views import InstanceView
+from dormant.persistence import batches, clock, job_pause
+from dormant.persistence.batches import BatchItemView, BatchState, BatchView
+from dormant.persistence.selection import INCIDENT_OPERATIONS, Selector, Target
+from dormant.persistence.settings import Settings
+from dormant.persistence.store import Store
 
 __all__ = ["Operations", "variables_params"]
 
@@ -148,8 +148,8 @@ class Operations:
     ) -> BatchView:
         """Write a batch for ``operation`` (``incident_retry|resolve|drop``, ``cancel``,
         ``suspend``, ``resume``, ``migrate``, ``set_variables``) and start it."""
-        from tasks.app import pooled_producer
-        from tasks.operations import enqueue_batch
+        from dormant.tasks.app import pooled_producer
+        from dormant.tasks.operations import enqueue_batch
 
         params = dict(params or {})
         if operation == "set_variables":

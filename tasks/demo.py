@@ -21,11 +21,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from engine_core.checkpoint import InstanceStatus
+from dormant.engine_core.checkpoint import InstanceStatus
 
 __all__ = ["ORDER_BPMN", "run"]
 
-ORDER_BPMN = resources.files("tasks.examples").joinpath("order.bpmn")
+ORDER_BPMN = resources.files("dormant.tasks.examples").joinpath("order.bpmn")
 ORDERS = (("order-1", 40), ("order-2", 250), ("order-3", 75))
 # Facts about the machinery rather than the order: not worth a line in the demo.
 _QUIET_FACTS = {"Hydrated", "Dehydrated", "hydrated", "dehydrated"}
@@ -69,8 +69,8 @@ def _fact_line(fact: Any) -> str:
 
 
 def run(count: int = 3, timeout: float = 60.0) -> int:
-    from engine_core.errors import UnknownInstance
-    from tasks.client import Client
+    from dormant.engine_core.errors import UnknownInstance
+    from dormant.tasks.client import Client
 
     tmp = Path(tempfile.mkdtemp(prefix="dormant-demo-"))
     db_url = f"sqlite:///{tmp / 'dormant.sqlite3'}"
@@ -90,10 +90,10 @@ def run(count: int = 3, timeout: float = 60.0) -> int:
             [
                 sys.executable,
                 "-m",
-                "tasks.cli",
+                "dormant.tasks.cli",
                 "dev",
                 "--include",
-                "tasks.examples.order_jobs",
+                "dormant.tasks.examples.order_jobs",
                 "--loglevel",
                 "WARNING",
             ],

@@ -335,7 +335,7 @@ def when(text: str | None, now: datetime, option: str) -> datetime | None:
     """``2h`` (that long ago), or an ISO 8601 time (UTC unless it names a zone)."""
     from datetime import UTC, timedelta
 
-    from engine_core.errors import InvalidOperation
+    from dormant.engine_core.errors import InvalidOperation
 
     if text is None:
         return None

@@ -14,9 +14,9 @@ from typing import Any
 
 from celery import Task
 
-from engine_core.errors import DormantError
-from persistence import clock
-from tasks.app import app, publish, store
+from dormant.engine_core.errors import DormantError
+from dormant.persistence import clock
+from dormant.tasks.app import app, publish, store
 
 __all__ = ["drop", "resend", "retry"]
 

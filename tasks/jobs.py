@@ -70,15 +70,15 @@ from celery import Task
 from celery.signals import task_failure, task_success, task_unknown
 from kombu.entity import Exchange, Queue
 
-from engine_core.effects import DispatchJob, job_idempotency_key
-from engine_core.errors import BpmnError
-from engine_core.job_types import reserved_job_type
-from engine_core.triggers import JobCompleted, JobErrorThrown, JobFailed, JobHeartbeat
-from persistence import clock
-from persistence.store import JobRun
-from tasks import app as app_module
-from tasks import metrics, tracing
-from tasks.app import QUEUE, app, publish, store
+from dormant.engine_core.effects import DispatchJob, job_idempotency_key
+from dormant.engine_core.errors import BpmnError
+from dormant.engine_core.job_types import reserved_job_type
+from dormant.engine_core.triggers import JobCompleted, JobErrorThrown, JobFailed, JobHeartbeat
+from dormant.persistence import clock
+from dormant.persistence.store import JobRun
+from dormant.tasks import app as app_module
+from dormant.tasks import metrics, tracing
+from dormant.tasks.app import QUEUE, app, publish, store
 
 __all__ = [
     "HEADER_ATTEMPT",
@@ -312,7 +312,7 @@ def report(instance_id: str, trigger: Any, trigger_id: str) -> None:
     Three quick tries cover a database restart; after that the trigger is published as
     ``dormant.apply_trigger`` (which retries with backoff) rather than dropped.
     """
-    from tasks.outbox import publish_rows
+    from dormant.tasks.outbox import publish_rows
 
     last: Exception | None = None
     delays = (0.0, 0.5, 2.0)
@@ -323,7 +323,7 @@ def report(instance_id: str, trigger: Any, trigger_id: str) -> None:
         try:
             applied = store().apply(instance_id, trigger, clock.now(), trigger_id=trigger_id)
         except Exception as exc:  # mapped below: the result must not be lost
-            from engine_core.errors import DormantError, UnknownInstance
+            from dormant.engine_core.errors import DormantError, UnknownInstance
 
             # Retrying cannot help a refusal: keep it for an operator. An unknown
             # instance gets the quick tries first: it may be a start still being

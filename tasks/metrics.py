@@ -38,10 +38,10 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from engine_core.checkpoint import IncidentState
-from persistence import store as store_module
-from persistence.results import TriggerResult, raised_incidents
-from persistence.store import Applied
+from dormant.engine_core.checkpoint import IncidentState
+from dormant.persistence import store as store_module
+from dormant.persistence.results import TriggerResult, raised_incidents
+from dormant.persistence.store import Applied
 
 __all__ = [
     "DatabaseCollector",
@@ -126,7 +126,7 @@ def _outcome_of_exception(exc: BaseException) -> str:
     """The shell's own mapping (tasks/triggers.py), seen from outside it."""
     from sqlalchemy.exc import OperationalError
 
-    from engine_core.errors import DormantError
+    from dormant.engine_core.errors import DormantError
 
     if isinstance(exc, DormantError):
         return "refused"
@@ -159,7 +159,7 @@ def summary(result: TriggerResult | None) -> str:
 
 def record_trigger(kind: str, result: TriggerResult | None, seconds: float | None = None) -> str:
     """Count one finished trigger and what its committed step(s) raised and timed out."""
-    from tasks import tracing
+    from dormant.tasks import tracing
 
     outcome = outcome_of(result)
     TRIGGERS_APPLIED.labels(kind, outcome).inc()
@@ -185,7 +185,7 @@ def observe_trigger(run: Callable[..., None]) -> Callable[..., str | None]:
     The shell's ``call`` is wrapped to see its result or exception: the shell itself
     maps exceptions (retry, drop, re-raise) and must keep doing so unchanged.
     """
-    from tasks import tracing
+    from dormant.tasks import tracing
 
     @functools.wraps(run)
     def wrapper(
@@ -274,9 +274,9 @@ class DatabaseCollector(Collector):
     def _read(self) -> list[Metric]:
         from sqlalchemy import func, select
 
-        from persistence import clock
-        from persistence.tables import deadlines, inbox, outbox, start_timers
-        from persistence.tables import incidents as incident_table
+        from dormant.persistence import clock
+        from dormant.persistence.tables import deadlines, inbox, outbox, start_timers
+        from dormant.persistence.tables import incidents as incident_table
 
         now = clock.now()
 
@@ -369,7 +369,7 @@ def registry(database_url: str | None = None) -> CollectorRegistry:
     from prometheus_client import REGISTRY
 
     if database_url is None:
-        from persistence.settings import Settings
+        from dormant.persistence.settings import Settings
 
         database_url = Settings.from_env().database_url
     if os.environ.get(MULTIPROC_ENV):

@@ -18,9 +18,9 @@ from typing import Any
 
 from celery import Task
 
-from engine_core.checkpoint import ROOT_SCOPE
-from engine_core.errors import DormantError
-from engine_core.triggers import (
+from dormant.engine_core.checkpoint import ROOT_SCOPE
+from dormant.engine_core.errors import DormantError
+from dormant.engine_core.triggers import (
     MigrateInstance,
     ModifyInstance,
     Resume,
@@ -28,12 +28,12 @@ from engine_core.triggers import (
     Suspend,
     Trigger,
 )
-from persistence import batches, clock, job_pause
-from persistence.selection import Selector
-from tasks import app as app_module
-from tasks.app import app, publish, store
-from tasks.client_operations import variables_params
-from tasks.triggers import _run
+from dormant.persistence import batches, clock, job_pause
+from dormant.persistence.selection import Selector
+from dormant.tasks import app as app_module
+from dormant.tasks.app import app, publish, store
+from dormant.tasks.client_operations import variables_params
+from dormant.tasks.triggers import _run
 
 __all__ = [
     "batch_run",

@@ -26,8 +26,8 @@ from typing import Any
 
 from celery.signals import worker_process_shutdown
 
-from engine_core.calls import parent_trigger
-from engine_core.effects import (
+from dormant.engine_core.calls import parent_trigger
+from dormant.engine_core.effects import (
     CancelChild,
     ContinueInstance,
     DeliverBuffered,
@@ -38,12 +38,12 @@ from engine_core.effects import (
     ThrowSignal,
     parse_effect,
 )
-from engine_core.errors import StoredDataError
-from engine_core.triggers import Continue, Trigger
-from persistence import clock, job_pause
-from persistence.published_jobs import flush_every
-from tasks.app import publish, store
-from tasks.jobs import dispatch, runs_here
+from dormant.engine_core.errors import StoredDataError
+from dormant.engine_core.triggers import Continue, Trigger
+from dormant.persistence import clock, job_pause
+from dormant.persistence.published_jobs import flush_every
+from dormant.tasks.app import publish, store
+from dormant.tasks.jobs import dispatch, runs_here
 
 __all__ = [
     "HEADER_OUTBOX",

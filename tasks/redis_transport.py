@@ -52,7 +52,7 @@ class Channel(redis.Channel):
         # may already publish (the restore of a dead worker's messages)
         self._tables: dict[str, tuple[float, list[Any]]] = {}
         super().__init__(*args, **kwargs)
-        from tasks.app import EXCHANGE, app
+        from dormant.tasks.app import EXCHANGE, app
 
         exchanges = {str(EXCHANGE.name): EXCHANGE}
         for queue in app.amqp.queues.values():
@@ -68,7 +68,7 @@ class Channel(redis.Channel):
         found = super()._lookup(exchange, routing_key, default)
         if found or not exchange:
             return found
-        from tasks.app import app
+        from dormant.tasks.app import app
 
         bound = False
         for queue in app.amqp.queues.values():

@@ -67,13 +67,13 @@ from celery import Task
 from celery.exceptions import SoftTimeLimitExceeded
 from sqlalchemy.exc import OperationalError
 
-from persistence import clock
-from scheduler.deadlines import Claim
-from tasks import app as app_module
-from tasks.app import TIMER_FIRE_KEY, app, publish
-from tasks.metrics import observe_trigger
-from tasks.outbox import consumed, publish_rows
-from tasks.triggers import (
+from dormant.persistence import clock
+from dormant.scheduler.deadlines import Claim
+from dormant.tasks import app as app_module
+from dormant.tasks.app import TIMER_FIRE_KEY, app, publish
+from dormant.tasks.metrics import observe_trigger
+from dormant.tasks.outbox import consumed, publish_rows
+from dormant.tasks.triggers import (
     MAX_TRANSIENT_RETRIES,
     describe_result,
     fire_call,

@@ -134,7 +134,7 @@ _JOB_SPANS: dict[str, tuple[Any, Any]] = {}
 
 def job_span(task: Any) -> None:
     """Open the job's span if ``task`` is running as a dormant job (its headers say so)."""
-    from tasks.jobs import HEADER_ATTEMPT, HEADER_INSTANCE, _header
+    from dormant.tasks.jobs import HEADER_ATTEMPT, HEADER_INSTANCE, _header
 
     request = getattr(task, "request", None)
     if trace is None or request is None or not _header(request, HEADER_INSTANCE):

@@ -42,12 +42,12 @@ from typing import Any
 from celery import Task
 from sqlalchemy.exc import OperationalError
 
-from engine_core.calls import missing_child
-from engine_core.effects import DispatchJob
-from engine_core.errors import DormantError, OperatorError, UnknownProcess, UnknownTask
-from engine_core.inputs import check_variables
-from engine_core.task_attributes import check_changes
-from engine_core.triggers import (
+from dormant.engine_core.calls import missing_child
+from dormant.engine_core.effects import DispatchJob
+from dormant.engine_core.errors import DormantError, OperatorError, UnknownProcess, UnknownTask
+from dormant.engine_core.inputs import check_variables
+from dormant.engine_core.task_attributes import check_changes
+from dormant.engine_core.triggers import (
     Cancel,
     IncidentDrop,
     IncidentResolve,
@@ -57,16 +57,22 @@ from engine_core.triggers import (
     TaskUpdate,
     parse_trigger,
 )
-from persistence import clock, inbox, job_pause
-from persistence.failed_triggers import call_kwargs, one_line
-from persistence.outbox_queue import OutboxRow
-from persistence.results import TriggerResult
-from persistence.store import JobRun
-from tasks import app as app_module
-from tasks.app import TIMER_FIRE_KEY, app, marks_redeliveries, publish, store
-from tasks.jobs import dispatch, run_before_start, run_here, runs_here, some_job_type_is_eager
-from tasks.metrics import observe_trigger, timer_fired
-from tasks.outbox import consumed, publish_keeping_a_job, publish_row, publish_rows
+from dormant.persistence import clock, inbox, job_pause
+from dormant.persistence.failed_triggers import call_kwargs, one_line
+from dormant.persistence.outbox_queue import OutboxRow
+from dormant.persistence.results import TriggerResult
+from dormant.persistence.store import JobRun
+from dormant.tasks import app as app_module
+from dormant.tasks.app import TIMER_FIRE_KEY, app, marks_redeliveries, publish, store
+from dormant.tasks.jobs import (
+    dispatch,
+    run_before_start,
+    run_here,
+    runs_here,
+    some_job_type_is_eager,
+)
+from dormant.tasks.metrics import observe_trigger, timer_fired
+from dormant.tasks.outbox import consumed, publish_keeping_a_job, publish_row, publish_rows
 
 __all__ = [
     "apply_trigger",
@@ -361,7 +367,7 @@ def message(
     trigger_id: str | None = None,
 ) -> str | None:
     """Correlate a message to its holders, start a message start, or buffer it (TTL)."""
-    from persistence.routing import Router
+    from dormant.persistence.routing import Router
 
     def call(tid: str, now: datetime) -> Any:
         return Router(store()).message(
@@ -388,7 +394,7 @@ def signal(
     trigger_id: str | None = None,
 ) -> str | None:
     """Broadcast a signal to every holder (and signal starts)."""
-    from persistence.routing import Router
+    from dormant.persistence.routing import Router
 
     def call(tid: str, now: datetime) -> Any:
         return Router(store()).signal(name, variables or {}, signal_id=signal_id or tid, now=now)
@@ -575,7 +581,7 @@ def fire_call(
     instance_id: str, wait_id: str, claim_token: str, due_at: str | None, kind: str
 ) -> Callable[[str, datetime], TriggerResult | None]:
     """The shell's ``call`` for one claimed fire: one locked transaction (``fire``)."""
-    from scheduler.deadlines import ClaimKind, fire
+    from dormant.scheduler.deadlines import ClaimKind, fire
 
     def call(tid: str, now: datetime) -> Any:
         outcome = fire(store(), instance_id, wait_id, claim_token, now, ClaimKind(kind))
@@ -593,7 +599,7 @@ def fire_trigger_id(instance_id: str, wait_id: str, claim_token: str) -> str:
 def fire_owner(instance_id: Any, kind: Any) -> str | None:
     """The instance a failed fire is kept under: the claim's own, unless it is a timer
     start's (no instance yet: its ``instance_id`` is the process key)."""
-    from persistence.start_timers import is_start_timer
+    from dormant.persistence.start_timers import is_start_timer
 
     if kind == "start_timer" or not isinstance(instance_id, str) or is_start_timer(instance_id):
         return None
@@ -610,14 +616,14 @@ def scan_deadlines(self: Task) -> int:
     publisher of timer work. A claim whose batch is lost simply expires and is claimed
     again.
     """
-    from scheduler.deadlines import claim_due
+    from dormant.scheduler.deadlines import claim_due
 
     try:
         claims = claim_due(store(), clock.now(), SCAN_BATCH)
     except OperationalError as exc:
         log.info("scan_deadlines: database unavailable (%s); next tick retries", type(exc).__name__)
         return 0
-    from tasks.timers import FIRE_BATCH_TASK, claim_kwargs, fire_batches
+    from dormant.tasks.timers import FIRE_BATCH_TASK, claim_kwargs, fire_batches
 
     for batch in fire_batches(claims):
         publish(

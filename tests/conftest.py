@@ -71,7 +71,7 @@ def pg_empty_database() -> Iterator[Callable[[], str]]:
 @pytest.fixture(scope="session")
 def pg_url(pg_empty_database: Callable[[], str]) -> str:
     """A migrated PostgreSQL database for the session."""
-    from persistence import migrate
+    from dormant.persistence import migrate
 
     url = pg_empty_database()
     migrate.upgrade(url)
@@ -105,8 +105,8 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 @pytest.fixture
 def store(db_url: str) -> Iterator[object]:
     """A Store on each backend (SQLite file, real PostgreSQL), clean for each test."""
-    from persistence.settings import Settings
-    from persistence.store import Store
+    from dormant.persistence.settings import Settings
+    from dormant.persistence.store import Store
 
     s = Store(settings=Settings(database_url=db_url, deadline_claim_seconds=30))
     yield s
@@ -149,8 +149,8 @@ def clock(now: datetime) -> Clock:
 def fake_core(monkeypatch: pytest.MonkeyPatch) -> None:
     from pydantic import TypeAdapter
 
-    from engine_core import engine
-    from engine_core.checkpoint import (
+    from dormant.engine_core import engine
+    from dormant.engine_core.checkpoint import (
         CURRENT_SCHEMA,
         Checkpoint,
         InstanceStatus,
@@ -159,8 +159,8 @@ def fake_core(monkeypatch: pytest.MonkeyPatch) -> None:
         copy_checkpoint,
         decode,
     )
-    from engine_core.effects import DispatchJob, Fact, Step
-    from engine_core.triggers import Cancel, Start
+    from dormant.engine_core.effects import DispatchJob, Fact, Step
+    from dormant.engine_core.triggers import Cancel, Start
 
     def new_checkpoint(definition, instance_id, version, now):  # type: ignore[no-untyped-def]
         return Checkpoint(

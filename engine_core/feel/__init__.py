@@ -32,7 +32,7 @@ results back.
 
 from __future__ import annotations
 
-from engine_core.feel.api import (
+from dormant.engine_core.feel.api import (
     CompiledExpression,
     compile_expression,
     evaluate,
@@ -40,10 +40,10 @@ from engine_core.feel.api import (
     parse_duration,
     to_json,
 )
-from engine_core.feel.limits import DEFAULT_LIMITS, Limits
-from engine_core.feel.scope import id_source
-from engine_core.feel.temporal import YearsMonthsDuration
-from engine_core.feel.values import FeelFunction, Range
+from dormant.engine_core.feel.limits import DEFAULT_LIMITS, Limits
+from dormant.engine_core.feel.scope import id_source
+from dormant.engine_core.feel.temporal import YearsMonthsDuration
+from dormant.engine_core.feel.values import FeelFunction, Range
 
 __all__ = [
     "DEFAULT_LIMITS",

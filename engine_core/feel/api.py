@@ -10,11 +10,11 @@ from typing import Any
 
 from lark import Tree
 
-from engine_core.errors import ExpressionError, ExpressionLimitExceeded
+from dormant.engine_core.errors import ExpressionError, ExpressionLimitExceeded
 
 # The fn_* modules are imported for what they do on import: each registers its
 # functions in ``builtins.BUILTINS``, which the compiler reads when it compiles a call.
-from engine_core.feel import (
+from dormant.engine_core.feel import (
     fn_camunda,  # noqa: F401
     fn_lists,  # noqa: F401
     fn_range,  # noqa: F401
@@ -23,12 +23,18 @@ from engine_core.feel import (
     fn_temporal,  # noqa: F401
     ops,
 )
-from engine_core.feel.compiler import Node, compile_tree
-from engine_core.feel.far import FarMoment
-from engine_core.feel.limits import DEFAULT_LIMITS, Budget, Limits, budget
-from engine_core.feel.scope import MISSING, Scope
-from engine_core.feel.syntax import keyword_names, name_of, parse, quote_keyword_names, uses_input
-from engine_core.feel.temporal import (
+from dormant.engine_core.feel.compiler import Node, compile_tree
+from dormant.engine_core.feel.far import FarMoment
+from dormant.engine_core.feel.limits import DEFAULT_LIMITS, Budget, Limits, budget
+from dormant.engine_core.feel.scope import MISSING, Scope
+from dormant.engine_core.feel.syntax import (
+    keyword_names,
+    name_of,
+    parse,
+    quote_keyword_names,
+    uses_input,
+)
+from dormant.engine_core.feel.temporal import (
     YearsMonthsDuration,
     format_date,
     format_datetime,
@@ -36,7 +42,7 @@ from engine_core.feel.temporal import (
     format_time,
     parse_duration_text,
 )
-from engine_core.feel.values import to_feel
+from dormant.engine_core.feel.values import to_feel
 
 __all__ = [
     "CompiledExpression",

@@ -18,9 +18,9 @@ from datetime import date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Any, TypeVar
 
-from engine_core.feel.far import FarMoment
-from engine_core.feel.temporal import YearsMonthsDuration
-from engine_core.feel.values import FeelFunction, Range
+from dormant.engine_core.feel.far import FarMoment
+from dormant.engine_core.feel.temporal import YearsMonthsDuration
+from dormant.engine_core.feel.values import FeelFunction, Range
 
 __all__ = ["BUILTINS", "CLOCK_FUNCTIONS", "builtin", "feel_property"]
 

@@ -13,13 +13,13 @@ from typing import Any
 
 from lark import Token, Tree
 
-from engine_core.errors import ExpressionError
-from engine_core.feel import limits, ops
-from engine_core.feel.builtins import BUILTINS, CLOCK_FUNCTIONS, feel_property
-from engine_core.feel.iteration import domain
-from engine_core.feel.scope import MISSING, Scope, invoke, invoke_overloads
-from engine_core.feel.syntax import name_of, temporal_literal, unquote
-from engine_core.feel.values import FeelFunction, Range, UnaryTest, kind_of
+from dormant.engine_core.errors import ExpressionError
+from dormant.engine_core.feel import limits, ops
+from dormant.engine_core.feel.builtins import BUILTINS, CLOCK_FUNCTIONS, feel_property
+from dormant.engine_core.feel.iteration import domain
+from dormant.engine_core.feel.scope import MISSING, Scope, invoke, invoke_overloads
+from dormant.engine_core.feel.syntax import name_of, temporal_literal, unquote
+from dormant.engine_core.feel.values import FeelFunction, Range, UnaryTest, kind_of
 
 __all__ = ["Node", "compile_tree"]
 

@@ -26,13 +26,13 @@ from decimal import (
 )
 from typing import Any
 
-from engine_core.errors import ExpressionError
-from engine_core.feel import limits, ops
-from engine_core.feel.builtins import builtin
-from engine_core.feel.far import FarMoment
-from engine_core.feel.fn_scalars import _rounded, context_merge, context_put, to_string
-from engine_core.feel.temporal import YearsMonthsDuration
-from engine_core.feel.values import DECIMAL, FeelFunction, Range, to_feel
+from dormant.engine_core.errors import ExpressionError
+from dormant.engine_core.feel import limits, ops
+from dormant.engine_core.feel.builtins import builtin
+from dormant.engine_core.feel.far import FarMoment
+from dormant.engine_core.feel.fn_scalars import _rounded, context_merge, context_put, to_string
+from dormant.engine_core.feel.temporal import YearsMonthsDuration
+from dormant.engine_core.feel.values import DECIMAL, FeelFunction, Range, to_feel
 
 __all__: list[str] = []
 

@@ -11,10 +11,10 @@ from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
-from engine_core.feel import limits, ops
-from engine_core.feel.builtins import builtin
-from engine_core.feel.scope import invoke
-from engine_core.feel.values import DECIMAL, FeelFunction, Range
+from dormant.engine_core.feel import limits, ops
+from dormant.engine_core.feel.builtins import builtin
+from dormant.engine_core.feel.scope import invoke
+from dormant.engine_core.feel.values import DECIMAL, FeelFunction, Range
 
 __all__: list[str] = []
 

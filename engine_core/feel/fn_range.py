@@ -6,13 +6,13 @@ from typing import Any
 
 from lark import Token, Tree
 
-from engine_core.errors import ExpressionError
-from engine_core.feel import ops
-from engine_core.feel.builtins import builtin
-from engine_core.feel.compiler import compile_tree
-from engine_core.feel.scope import Scope
-from engine_core.feel.syntax import name_of, parse
-from engine_core.feel.values import Range, kind_of
+from dormant.engine_core.errors import ExpressionError
+from dormant.engine_core.feel import ops
+from dormant.engine_core.feel.builtins import builtin
+from dormant.engine_core.feel.compiler import compile_tree
+from dormant.engine_core.feel.scope import Scope
+from dormant.engine_core.feel.syntax import name_of, parse
+from dormant.engine_core.feel.values import Range, kind_of
 
 __all__: list[str] = []
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from engine_core.feel import limits
-from engine_core.feel.builtins import builtin
-from engine_core.feel.xpath_regex import compile_xpath
+from dormant.engine_core.feel import limits
+from dormant.engine_core.feel.builtins import builtin
+from dormant.engine_core.feel.xpath_regex import compile_xpath
 
 __all__: list[str] = []
 

@@ -22,17 +22,17 @@ from decimal import (
 )
 from typing import Any
 
-from engine_core.feel import limits, ops
-from engine_core.feel.builtins import builtin
-from engine_core.feel.far import FarMoment
-from engine_core.feel.temporal import (
+from dormant.engine_core.feel import limits, ops
+from dormant.engine_core.feel.builtins import builtin
+from dormant.engine_core.feel.far import FarMoment
+from dormant.engine_core.feel.temporal import (
     YearsMonthsDuration,
     format_date,
     format_datetime,
     format_duration,
     format_time,
 )
-from engine_core.feel.values import DECIMAL, Range
+from dormant.engine_core.feel.values import DECIMAL, Range
 
 __all__ = ["format_number", "to_string"]
 

@@ -6,9 +6,9 @@ from datetime import UTC, date, datetime, time, timedelta, timezone
 from decimal import Decimal
 from typing import Any
 
-from engine_core.feel.builtins import builtin
-from engine_core.feel.far import FarMoment, make_date, rebase, split
-from engine_core.feel.temporal import (
+from dormant.engine_core.feel.builtins import builtin
+from dormant.engine_core.feel.far import FarMoment, make_date, rebase, split
+from dormant.engine_core.feel.temporal import (
     YearsMonthsDuration,
     parse_date,
     parse_datetime,

@@ -12,7 +12,7 @@ from datetime import date, timedelta
 from decimal import Decimal
 from typing import Any
 
-from engine_core.feel.values import Range
+from dormant.engine_core.feel.values import Range
 
 __all__ = ["domain"]
 

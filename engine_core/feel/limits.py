@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 
-from engine_core.errors import ExpressionLimitExceeded
+from dormant.engine_core.errors import ExpressionLimitExceeded
 
 __all__ = [
     "DEFAULT_LIMITS",

@@ -12,10 +12,10 @@ from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from engine_core.feel import limits
-from engine_core.feel.far import FarMoment, difference, rebase
-from engine_core.feel.temporal import YearsMonthsDuration, add_months
-from engine_core.feel.values import DECIMAL, FeelFunction, Range, UnaryTest, kind_of
+from dormant.engine_core.feel import limits
+from dormant.engine_core.feel.far import FarMoment, difference, rebase
+from dormant.engine_core.feel.temporal import YearsMonthsDuration, add_months
+from dormant.engine_core.feel.values import DECIMAL, FeelFunction, Range, UnaryTest, kind_of
 
 __all__ = [
     "add",

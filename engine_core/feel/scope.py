@@ -8,9 +8,9 @@ from contextvars import ContextVar, Token
 from datetime import datetime
 from typing import Any
 
-from engine_core.errors import ExpressionError
-from engine_core.feel import limits
-from engine_core.feel.values import FeelFunction, to_feel
+from dormant.engine_core.errors import ExpressionError
+from dormant.engine_core.feel import limits
+from dormant.engine_core.feel.values import FeelFunction, to_feel
 
 __all__ = [
     "MISSING",

@@ -10,9 +10,14 @@ from typing import Any
 from lark import Lark, Token, Tree
 from lark.exceptions import UnexpectedInput
 
-from engine_core.errors import ExpressionError, ExpressionLimitExceeded
-from engine_core.feel.limits import DEFAULT_LIMITS, Limits
-from engine_core.feel.temporal import parse_date, parse_datetime, parse_duration_text, parse_time
+from dormant.engine_core.errors import ExpressionError, ExpressionLimitExceeded
+from dormant.engine_core.feel.limits import DEFAULT_LIMITS, Limits
+from dormant.engine_core.feel.temporal import (
+    parse_date,
+    parse_datetime,
+    parse_duration_text,
+    parse_time,
+)
 
 __all__ = [
     "keyword_names",
@@ -25,7 +30,7 @@ __all__ = [
 ]
 
 _PARSER = Lark(
-    resources.files("engine_core.feel").joinpath("feel.lark").read_text(encoding="utf-8"),
+    resources.files("dormant.engine_core.feel").joinpath("feel.lark").read_text(encoding="utf-8"),
     parser="lalr",
     lexer="contextual",
     start=["start", "unary_tests"],

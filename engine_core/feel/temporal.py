@@ -16,7 +16,7 @@ from decimal import Decimal
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from engine_core.feel.far import FarMoment, format_year, make_date, rebase
+from dormant.engine_core.feel.far import FarMoment, format_year, make_date, rebase
 
 __all__ = [
     "YearsMonthsDuration",

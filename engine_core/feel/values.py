@@ -14,8 +14,8 @@ from datetime import date, datetime, time, timedelta
 from decimal import ROUND_HALF_EVEN, Context, Decimal
 from typing import Any
 
-from engine_core.feel.far import FarMoment
-from engine_core.feel.temporal import YearsMonthsDuration
+from dormant.engine_core.feel.far import FarMoment
+from dormant.engine_core.feel.temporal import YearsMonthsDuration
 
 __all__ = [
     "DECIMAL",

@@ -25,7 +25,7 @@ from typing import Any
 
 import re2
 
-from engine_core.errors import ExpressionError
+from dormant.engine_core.errors import ExpressionError
 
 __all__ = ["compile_xpath"]
 

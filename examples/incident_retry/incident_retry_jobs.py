@@ -15,8 +15,8 @@ from typing import Any
 
 from celery import Task
 
-from tasks.app import app
-from tasks.jobs import idempotency_key
+from dormant.tasks.app import app
+from dormant.tasks.jobs import idempotency_key
 
 
 class GatewayNotConfigured(RuntimeError):

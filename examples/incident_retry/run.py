@@ -55,15 +55,15 @@ def main() -> int:
         p for p in (str(REPO), str(HERE), os.environ.get("PYTHONPATH")) if p
     )
 
-    from engine_core.views import to_dict
-    from tasks.client import Client
+    from dormant.engine_core.views import to_dict
+    from dormant.tasks.client import Client
 
     client = Client()
     deployment = client.deploy(HERE / "payment.bpmn")
     say(f"deployed {deployment.key} v{deployment.version}; embedded default in {tmp}")
     log = open(tmp / "worker.log", "wb")
     worker = subprocess.Popen(
-        [sys.executable, "-m", "tasks.cli", "dev", "--include", "incident_retry_jobs"],
+        [sys.executable, "-m", "dormant.tasks.cli", "dev", "--include", "incident_retry_jobs"],
         env=env,
         cwd=tmp,
         stdout=log,
@@ -90,8 +90,8 @@ def main() -> int:
 
         flag.touch()
         say(f"configured the gateway ({flag.name}); retrying {incident.id} via the task API")
-        import tasks.triggers  # noqa: F401 - registers the dormant.* tasks
-        from tasks.app import app
+        import dormant.tasks.triggers  # noqa: F401 - registers the dormant.* tasks
+        from dormant.tasks.app import app
 
         app.tasks["dormant.incident.retry"].apply_async(args=[incident.id])
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import create_engine
 
-from persistence.tables import metadata
+from dormant.persistence.tables import metadata
 
 config = context.config
 target_metadata = metadata
@@ -28,7 +28,9 @@ def run_migrations_online() -> None:
         return
     url = config.attributes.get("url") or config.get_main_option("sqlalchemy.url")
     if not url:
-        raise RuntimeError("persistence.migrate passes a connection or a url; neither was given")
+        raise RuntimeError(
+            "dormant.persistence.migrate passes a connection or a url; neither was given"
+        )
     engine = create_engine(url)
     with engine.connect() as conn:
         context.configure(connection=conn, target_metadata=target_metadata)

@@ -35,13 +35,18 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from engine_core.checkpoint import IncidentState, InstanceStatus
-from engine_core.errors import DormantError, InvalidOperation, StoredDataError, UnknownInstance
-from engine_core.views import instance_view
-from persistence.console_queries import ConsoleQueries, IncidentFilter, InstanceFilter
-from tasks.console import presenters
-from tasks.console.config import ConsoleConfig
-from tasks.console.security import AccessLog, authenticated, csrf_ok, csrf_token, sign_in
+from dormant.engine_core.checkpoint import IncidentState, InstanceStatus
+from dormant.engine_core.errors import (
+    DormantError,
+    InvalidOperation,
+    StoredDataError,
+    UnknownInstance,
+)
+from dormant.engine_core.views import instance_view
+from dormant.persistence.console_queries import ConsoleQueries, IncidentFilter, InstanceFilter
+from dormant.tasks.console import presenters
+from dormant.tasks.console.config import ConsoleConfig
+from dormant.tasks.console.security import AccessLog, authenticated, csrf_ok, csrf_token, sign_in
 
 __all__ = ["create_app", "instance_reads"]
 
@@ -406,7 +411,7 @@ def healthz(_: Request) -> Response:
 
 
 def routes() -> list[BaseRoute]:
-    from tasks.console import operations
+    from dormant.tasks.console import operations
 
     return [
         *operations.routes(),
@@ -437,7 +442,7 @@ def create_app(
     page templates, and are listed before them so they win a path clash."""
     config.check()
     if client is None:
-        from tasks.client import Client
+        from dormant.tasks.client import Client
 
         client = Client()
     app = Starlette(

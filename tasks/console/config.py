@@ -14,7 +14,7 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from engine_core.errors import InvalidSetting
+from dormant.engine_core.errors import InvalidSetting
 
 __all__ = ["ENV_AUTH", "ENV_SECRET", "ENV_TOKEN", "ConsoleConfig", "is_loopback"]
 

@@ -21,11 +21,11 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from engine_core.checkpoint import ROOT_SCOPE
-from engine_core.errors import InvalidOperation
-from persistence.batches import ItemOutcome
-from persistence.selection import Selector
-from tasks.console.app import _act, _client, _render
+from dormant.engine_core.checkpoint import ROOT_SCOPE
+from dormant.engine_core.errors import InvalidOperation
+from dormant.persistence.batches import ItemOutcome
+from dormant.persistence.selection import Selector
+from dormant.tasks.console.app import _act, _client, _render
 
 __all__ = ["routes"]
 
@@ -62,7 +62,7 @@ def _field(form: Any, name: str) -> str:
 
 async def set_variables(request: Request) -> Response:
     """``name=value`` lines as the CLI's ``--var`` reads them (JSON, else a string)."""
-    from tasks.cli import parse_vars
+    from dormant.tasks.cli import parse_vars
 
     instance_id = request.path_params["instance_id"]
     form = await request.form()
@@ -87,7 +87,7 @@ def _words(form: Any, name: str) -> list[str]:
 
 async def migrate(request: Request) -> Response:
     """``old=new`` node maps as the CLI's ``--map``; the Client checks the plan first."""
-    from tasks.cli_operations import _pairs
+    from dormant.tasks.cli_operations import _pairs
 
     instance_id = request.path_params["instance_id"]
     form = await request.form()
@@ -149,7 +149,7 @@ async def incidents_matching(request: Request) -> Response:
 
 def _migrate_params(form: Any) -> dict[str, Any]:
     """``--to VERSION --map old=new...`` of ``dormant instances migrate``."""
-    from tasks.cli_operations import _pairs
+    from dormant.tasks.cli_operations import _pairs
 
     raw_version = _field(form, "version_to")
     if not raw_version.isdigit():
@@ -160,7 +160,7 @@ def _migrate_params(form: Any) -> dict[str, Any]:
 def _variables_params(form: Any) -> dict[str, Any]:
     """``name=value`` lines, names to unset, a scope and "then retry", as on the
     instance page; the Client checks them as a start's variables."""
-    from tasks.cli import parse_vars
+    from dormant.tasks.cli import parse_vars
 
     lines = tuple(line for line in _field(form, "vars").splitlines() if line.strip())
     return {
@@ -180,7 +180,7 @@ _BULK_PARAMS: dict[str, Callable[[Any], dict[str, Any]]] = {
 async def instances_matching(request: Request) -> Response:
     """Every instance the instances list's filter selects, cancelled, suspended,
     resumed, migrated or given variables as a batch."""
-    from tasks.console.app import _when
+    from dormant.tasks.console.app import _when
 
     op = request.path_params["op"]
     if op not in _INSTANCE_BULK:

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from engine_core.checkpoint import ROOT_SCOPE, Checkpoint, Wait, WaitKind
-from engine_core.views import FactView
+from dormant.engine_core.checkpoint import ROOT_SCOPE, Checkpoint, Wait, WaitKind
+from dormant.engine_core.views import FactView
 
 __all__ = ["NodeOverlay", "ScopeVariables", "describe_wait", "overlays", "scopes"]
 

@@ -26,7 +26,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from tasks.console.config import ConsoleConfig
+from dormant.tasks.console.config import ConsoleConfig
 
 __all__ = ["AccessLog", "authenticated", "csrf_ok", "csrf_token", "sign_in"]
 

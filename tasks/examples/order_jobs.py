@@ -1,7 +1,7 @@
 # mypy: disable-error-code="untyped-decorator"
 """The job of the order example: an ordinary Celery task named like the job type.
 
-Load it into a worker with ``dormant worker --include tasks.examples.order_jobs``.
+Load it into a worker with ``dormant worker --include dormant.tasks.examples.order_jobs``.
 Jobs are delivered at least once: the idempotency key (``instance:wait:attempt``) is
 what a real payment API would be given so that a repeated run charges only once.
 """
@@ -12,8 +12,8 @@ from typing import Any
 
 from celery import Task
 
-from tasks.app import app
-from tasks.jobs import idempotency_key
+from dormant.tasks.app import app
+from dormant.tasks.jobs import idempotency_key
 
 
 @app.task(name="charge-card", bind=True)

@@ -17,13 +17,13 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
-from engine_core.bpmn import read_bpmn
-from engine_core.builder import ProcessBuilder, compensate, timer
-from engine_core.checkpoint import encode
-from engine_core.errors import DormantError
-from engine_core.model import LoopSpec, TimerKind
-from engine_core.services import Services
-from engine_core.triggers import Resume, Start, Suspend, TaskCompleted
+from dormant.engine_core.bpmn import read_bpmn
+from dormant.engine_core.builder import ProcessBuilder, compensate, timer
+from dormant.engine_core.checkpoint import encode
+from dormant.engine_core.errors import DormantError
+from dormant.engine_core.model import LoopSpec, TimerKind
+from dormant.engine_core.services import Services
+from dormant.engine_core.triggers import Resume, Start, Suspend, TaskCompleted
 from tests.core.enginekit import T0, Run
 
 CORPUS = Path(__file__).resolve().parents[2].parent / "shared" / "conformance" / "camunda8"

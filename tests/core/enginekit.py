@@ -23,11 +23,11 @@ from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from engine_core.checkpoint import Checkpoint, Token, Wait, decode, encode
-from engine_core.effects import Effect, Fact, Step
-from engine_core.engine import Services, apply, new_checkpoint
-from engine_core.model import ProcessDefinition
-from engine_core.triggers import (
+from dormant.engine_core.checkpoint import Checkpoint, Token, Wait, decode, encode
+from dormant.engine_core.effects import Effect, Fact, Step
+from dormant.engine_core.engine import Services, apply, new_checkpoint
+from dormant.engine_core.model import ProcessDefinition
+from dormant.engine_core.triggers import (
     Cancel,
     ChildCompleted,
     ChildFailed,

@@ -9,9 +9,9 @@ from collections.abc import Callable
 
 import pytest
 
-from engine_core.builder import ProcessBuilder, message
-from engine_core.effects import DispatchJob
-from engine_core.model import IoMapping, LoopSpec, ProcessDefinition
+from dormant.engine_core.builder import ProcessBuilder, message
+from dormant.engine_core.effects import DispatchJob
+from dormant.engine_core.model import IoMapping, LoopSpec, ProcessDefinition
 from tests.core.enginekit import Run
 
 _INPUTS = (IoMapping("=amount * 2", "doubled"), IoMapping("=who", "order.customer"))

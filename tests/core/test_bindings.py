@@ -8,19 +8,19 @@ from typing import Any
 
 import pytest
 
-from engine_core.bindings import (
+from dormant.engine_core.bindings import (
     Binding,
     DecisionVersion,
     ProcessVersion,
     bind_decision,
     bind_process,
 )
-from engine_core.builder import ProcessBuilder, timer
-from engine_core.dmn import read_dmn
-from engine_core.effects import StartChild
-from engine_core.expressions import TechnicalFailure
-from engine_core.model import ProcessDefinition
-from engine_core.services import Services
+from dormant.engine_core.builder import ProcessBuilder, timer
+from dormant.engine_core.dmn import read_dmn
+from dormant.engine_core.effects import StartChild
+from dormant.engine_core.expressions import TechnicalFailure
+from dormant.engine_core.model import ProcessDefinition
+from dormant.engine_core.services import Services
 from tests.core.enginekit import Run
 
 CATALOG = {

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from engine_core.bpmn import MAX_SCOPE_DEPTH, read_bpmn
-from engine_core.builder import ProcessBuilder, error, message, timer
-from engine_core.errors import InvalidModel, UnsupportedElement
-from engine_core.model import (
+from dormant.engine_core.bpmn import MAX_SCOPE_DEPTH, read_bpmn
+from dormant.engine_core.builder import ProcessBuilder, error, message, timer
+from dormant.engine_core.errors import InvalidModel, UnsupportedElement
+from dormant.engine_core.model import (
     EventDefinition,
     EventKind,
     IoMapping,

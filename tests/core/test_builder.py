@@ -8,9 +8,9 @@ from collections.abc import Callable
 
 import pytest
 
-from engine_core.builder import ProcessBuilder
-from engine_core.effects import DispatchJob
-from engine_core.errors import InvalidModel
+from dormant.engine_core.builder import ProcessBuilder
+from dormant.engine_core.effects import DispatchJob
+from dormant.engine_core.errors import InvalidModel
 from tests.core.enginekit import Run
 
 

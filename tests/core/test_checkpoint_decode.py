@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from engine_core.builder import ProcessBuilder, message, timer
-from engine_core.checkpoint import Checkpoint, decode, encode
-from engine_core.errors import CheckpointTooNew, CorruptCheckpoint, StoredDataError
+from dormant.engine_core.builder import ProcessBuilder, message, timer
+from dormant.engine_core.checkpoint import Checkpoint, decode, encode
+from dormant.engine_core.errors import CheckpointTooNew, CorruptCheckpoint, StoredDataError
 from tests.core.enginekit import Run
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from engine_core.bpmn import read_bpmn
-from engine_core.errors import InvalidModel, ModelError, UnsupportedElement
+from dormant.engine_core.bpmn import read_bpmn
+from dormant.engine_core.errors import InvalidModel, ModelError, UnsupportedElement
 
 CORPUS = Path(__file__).resolve().parents[2].parent / "shared" / "conformance" / "camunda8"
 MODELS = sorted(CORPUS.glob("*.bpmn"))

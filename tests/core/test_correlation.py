@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine_core.correlation import (
+from dormant.engine_core.correlation import (
     Holder,
     JoinRunning,
     StartProcess,

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from engine_core import timers
-from engine_core.bpmn import read_bpmn
-from engine_core.errors import DormantError
-from engine_core.feel.api import compile_expression
-from engine_core.feel.scope import MISSING
-from engine_core.model import EventKind, NodeKind, ProcessDefinition
+from dormant.engine_core import timers
+from dormant.engine_core.bpmn import read_bpmn
+from dormant.engine_core.errors import DormantError
+from dormant.engine_core.feel.api import compile_expression
+from dormant.engine_core.feel.scope import MISSING
+from dormant.engine_core.model import EventKind, NodeKind, ProcessDefinition
 
 CORPUS = Path(__file__).resolve().parents[2].parent / "shared" / "conformance" / "camunda8"
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from engine_core.dmn import evaluate_decision, is_dmn, read_dmn
-from engine_core.errors import (
+from dormant.engine_core.dmn import evaluate_decision, is_dmn, read_dmn
+from dormant.engine_core.errors import (
     DecisionEvaluationError,
     DecisionNotDeployed,
     InvalidModel,

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine_core.dmn import evaluate_decision, read_dmn
-from engine_core.errors import DecisionEvaluationError, InvalidModel, UnsupportedElement
+from dormant.engine_core.dmn import evaluate_decision, read_dmn
+from dormant.engine_core.errors import DecisionEvaluationError, InvalidModel, UnsupportedElement
 from tests.core.test_dmn import definitions, literal, run, table
 
 _OUT = '<output id="o0" name="y" typeRef="string"/>'

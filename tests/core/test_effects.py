@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from engine_core.calls import missing_child, parent_trigger
-from engine_core.effects import (
+from dormant.engine_core.calls import missing_child, parent_trigger
+from dormant.engine_core.effects import (
     EFFECT_KINDS,
     CancelChild,
     ContinueInstance,
@@ -24,8 +24,8 @@ from engine_core.effects import (
     job_idempotency_key,
     parse_effect,
 )
-from engine_core.errors import CorruptEffect, UnknownEffect
-from engine_core.triggers import ChildCompleted, ChildFailed, MessageReceived
+from dormant.engine_core.errors import CorruptEffect, UnknownEffect
+from dormant.engine_core.triggers import ChildCompleted, ChildFailed, MessageReceived
 
 EXAMPLES: list[Effect] = [
     DispatchJob("i1", "w1", "charge", "charge-card", 2, {"amount": 10}, {"region": "eu"}),

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from engine_core.bpmn import read_bpmn
-from engine_core.builder import ProcessBuilder, error, timer
-from engine_core.errors import InvalidModel, UnsupportedElement
-from engine_core.model import IoMapping, LoopSpec, ProcessDefinition
-from engine_core.services import Services
-from engine_core.triggers import JobCompleted
+from dormant.engine_core.bpmn import read_bpmn
+from dormant.engine_core.builder import ProcessBuilder, error, timer
+from dormant.engine_core.errors import InvalidModel, UnsupportedElement
+from dormant.engine_core.model import IoMapping, LoopSpec, ProcessDefinition
+from dormant.engine_core.services import Services
+from dormant.engine_core.triggers import JobCompleted
 from tests.core.enginekit import Run
 
 

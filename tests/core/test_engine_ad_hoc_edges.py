@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine_core.builder import ProcessBuilder, signal
-from engine_core.model import ProcessDefinition
+from dormant.engine_core.builder import ProcessBuilder, signal
+from dormant.engine_core.model import ProcessDefinition
 from tests.core.enginekit import Run
 
 

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from engine_core.builder import ProcessBuilder, error
-from engine_core.effects import CancelChild, NotifyParent, StartChild
-from engine_core.model import IoMapping, ProcessDefinition
-from engine_core.triggers import ChildCompleted, ChildFailed
+from dormant.engine_core.builder import ProcessBuilder, error
+from dormant.engine_core.effects import CancelChild, NotifyParent, StartChild
+from dormant.engine_core.model import IoMapping, ProcessDefinition
+from dormant.engine_core.triggers import ChildCompleted, ChildFailed
 from tests.core.enginekit import Run
 
 
@@ -172,7 +172,7 @@ def test_a_child_fails_instead_of_raising_an_incident(failure: str) -> None:
 
 
 def test_interrupting_boundary_on_the_call_activity_cancels_the_child() -> None:
-    from engine_core.builder import timer
+    from dormant.engine_core.builder import timer
 
     b = ProcessBuilder("parent")
     b.start_event("s").call_activity("call", "child").end_event("e")
@@ -203,7 +203,7 @@ def test_a_child_outcome_for_a_call_wait_that_is_gone_is_stale(
 ) -> None:
     """A child's late or redelivered outcome (its call was cancelled by a boundary, or
     already answered) changes nothing in the parent."""
-    from engine_core.builder import timer
+    from dormant.engine_core.builder import timer
 
     b = ProcessBuilder("parent")
     b.start_event("s").call_activity("call", "child").end_event("e")

@@ -3,8 +3,8 @@ test_conformance_camunda8.py), each pinned here in the pure core."""
 
 from __future__ import annotations
 
-from engine_core.builder import ProcessBuilder, message, timer
-from engine_core.model import ProcessDefinition
+from dormant.engine_core.builder import ProcessBuilder, message, timer
+from dormant.engine_core.model import ProcessDefinition
 from tests.core.enginekit import Run
 
 

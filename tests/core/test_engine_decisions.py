@@ -12,11 +12,11 @@ import dataclasses
 
 import pytest
 
-from engine_core.bpmn import read_bpmn
-from engine_core.dmn import Decision, read_dmn
-from engine_core.engine import Services
-from engine_core.errors import InvalidModel
-from engine_core.model import ProcessDefinition
+from dormant.engine_core.bpmn import read_bpmn
+from dormant.engine_core.dmn import Decision, read_dmn
+from dormant.engine_core.engine import Services
+from dormant.engine_core.errors import InvalidModel
+from dormant.engine_core.model import ProcessDefinition
 from tests.core.enginekit import Run
 
 DMN = """<?xml version="1.0" encoding="UTF-8"?>

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from engine_core.builder import ProcessBuilder, signal, terminate
-from engine_core.effects import NotifyParent
-from engine_core.model import ProcessDefinition
-from engine_core.triggers import Cancel
+from dormant.engine_core.builder import ProcessBuilder, signal, terminate
+from dormant.engine_core.effects import NotifyParent
+from dormant.engine_core.model import ProcessDefinition
+from dormant.engine_core.triggers import Cancel
 from tests.core.enginekit import Run
 
 

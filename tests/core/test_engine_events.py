@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine_core.builder import (
+from dormant.engine_core.builder import (
     ProcessBuilder,
     compensate,
     error,
@@ -16,8 +16,8 @@ from engine_core.builder import (
     terminate,
     timer,
 )
-from engine_core.effects import ThrowMessage
-from engine_core.model import EventDefinition, ProcessDefinition
+from dormant.engine_core.effects import ThrowMessage
+from dormant.engine_core.model import EventDefinition, ProcessDefinition
 from tests.core.enginekit import Run
 
 # -- errors caught by boundaries -------------------------------------------------------
@@ -162,7 +162,7 @@ def test_compensation_throw_all_runs_handlers_in_reverse_then_continues() -> Non
     assert [
         d.job_type
         for d in run.effects_of(
-            __import__("engine_core.effects", fromlist=["DispatchJob"]).DispatchJob, step
+            __import__("dormant.engine_core.effects", fromlist=["DispatchJob"]).DispatchJob, step
         )
     ] == ["undo-flight", "undo-hotel"]
     assert run.tokens("throw")[0].state.value == "waiting"
@@ -196,7 +196,7 @@ def test_compensation_end_event_ends_after_the_handlers() -> None:
 
 def test_failed_then_retried_activity_enters_the_ledger_once() -> None:
     """T-12: fail -> incident -> retry -> complete: one ledger entry."""
-    from engine_core.effects import DispatchJob
+    from dormant.engine_core.effects import DispatchJob
 
     run = Run(compensable(compensate()))
     run.start()

@@ -8,19 +8,19 @@ from typing import Any
 
 import pytest
 
-from engine_core.builder import ProcessBuilder, message, terminate, timer
-from engine_core.checkpoint import (
+from dormant.engine_core.builder import ProcessBuilder, message, terminate, timer
+from dormant.engine_core.checkpoint import (
     CURRENT_SCHEMA,
     Checkpoint,
     InstanceStatus,
     decode,
     encode,
 )
-from engine_core.effects import DispatchJob
-from engine_core.engine import apply, new_checkpoint
-from engine_core.errors import CheckpointTooNew, CorruptCheckpoint, InvalidOperation
-from engine_core.model import ProcessDefinition, TimerKind
-from engine_core.triggers import (
+from dormant.engine_core.effects import DispatchJob
+from dormant.engine_core.engine import apply, new_checkpoint
+from dormant.engine_core.errors import CheckpointTooNew, CorruptCheckpoint, InvalidOperation
+from dormant.engine_core.model import ProcessDefinition, TimerKind
+from dormant.engine_core.triggers import (
     Cancel,
     JobCompleted,
     MessageReceived,

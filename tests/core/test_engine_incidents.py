@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from engine_core.builder import ProcessBuilder, error, message, timer
-from engine_core.checkpoint import encode
-from engine_core.effects import DispatchJob
-from engine_core.engine import Services
-from engine_core.errors import InvalidModel, InvalidOperation, UnknownIncident
-from engine_core.model import IoMapping, ProcessDefinition, RetryPolicy
-from engine_core.triggers import IncidentDrop, IncidentResolve, IncidentRetry, TimerFired
+from dormant.engine_core.builder import ProcessBuilder, error, message, timer
+from dormant.engine_core.checkpoint import encode
+from dormant.engine_core.effects import DispatchJob
+from dormant.engine_core.engine import Services
+from dormant.engine_core.errors import InvalidModel, InvalidOperation, UnknownIncident
+from dormant.engine_core.model import IoMapping, ProcessDefinition, RetryPolicy, TimerKind
+from dormant.engine_core.triggers import IncidentDrop, IncidentResolve, IncidentRetry, TimerFired
 from tests.core.enginekit import T0, Run
 
 
@@ -52,7 +52,7 @@ def test_a_job_with_no_result_within_its_timeout_is_dispatched_again() -> None:
     """A job message lost with a broker, or a worker that vanished: the job's timeout
     dispatches it again as the next attempt (retries untouched); a late result of the
     old attempt is stale, the new attempt's result completes the task."""
-    from engine_core.triggers import JobCompleted
+    from dormant.engine_core.triggers import JobCompleted
 
     run = Run(with_sibling(job_branch("3")), services=Services(job_timeout_seconds=60))
     run.start({})
@@ -107,7 +107,7 @@ def test_result_for_an_old_attempt_is_stale() -> None:
     run.start()
     old = run.wait("bad", "job")
     run.fail_job("bad")
-    from engine_core.triggers import JobCompleted
+    from dormant.engine_core.triggers import JobCompleted
 
     assert run.send(JobCompleted(wait_id=old.id, attempt=1)).changed is False
     run.fire("bad", kind="job")
@@ -260,7 +260,7 @@ def test_retry_runs_a_fresh_token_from_the_failed_one_and_a_repeat_updates_the_i
     assert again.last_at == T0 + timedelta(minutes=1) and again.first_at == T0
     assert run.facts_of("Incident", action="retried", incident=incident.id)
     side = run.wait("side")
-    from engine_core.triggers import TaskCompleted
+    from dormant.engine_core.triggers import TaskCompleted
 
     run.send(TaskCompleted(wait_id=side.id, variables={"fix": True}))
     run.retry(incident.id)
@@ -414,9 +414,7 @@ def boundary_over_job(interrupting: bool) -> ProcessDefinition:
     b.boundary_event(
         "remind",
         "bad",
-        timer(
-            "R2/PT1H", kind=__import__("engine_core.model", fromlist=["TimerKind"]).TimerKind.CYCLE
-        ),
+        timer("R2/PT1H", kind=TimerKind.CYCLE),
         cancel_activity=interrupting,
     )
     b.user_task("reminded").end_event("re")
@@ -512,7 +510,7 @@ def test_incident_at_an_end_event_resolves_when_its_retry_succeeds() -> None:
     run.complete_task("side", orderId="o-9")
     assert run.status == "active_incidents"
     step = run.retry(incident.id)
-    from engine_core.effects import ThrowMessage
+    from dormant.engine_core.effects import ThrowMessage
 
     assert [(m.name, m.correlation_key) for m in run.effects_of(ThrowMessage, step)] == [
         ("notify", "o-9")

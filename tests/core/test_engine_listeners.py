@@ -6,12 +6,20 @@ from __future__ import annotations
 
 import pytest
 
-from engine_core.bpmn import read_bpmn
-from engine_core.builder import ProcessBuilder, compensate, error, link, message, terminate, timer
-from engine_core.effects import DispatchJob
-from engine_core.errors import InvalidModel, UnsupportedElement
-from engine_core.model import ExecutionListener, IoMapping, LoopSpec, ProcessDefinition
-from engine_core.triggers import JobCompleted, JobErrorThrown, JobFailed, MessageReceived
+from dormant.engine_core.bpmn import read_bpmn
+from dormant.engine_core.builder import (
+    ProcessBuilder,
+    compensate,
+    error,
+    link,
+    message,
+    terminate,
+    timer,
+)
+from dormant.engine_core.effects import DispatchJob
+from dormant.engine_core.errors import InvalidModel, UnsupportedElement
+from dormant.engine_core.model import ExecutionListener, IoMapping, LoopSpec, ProcessDefinition
+from dormant.engine_core.triggers import JobCompleted, JobErrorThrown, JobFailed, MessageReceived
 from tests.core.enginekit import Run
 
 

@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from engine_core.builder import ProcessBuilder, timer
-from engine_core.checkpoint import Wait
-from engine_core.effects import DispatchJob, Step
-from engine_core.model import LoopSpec, ProcessDefinition
+from dormant.engine_core.builder import ProcessBuilder, timer
+from dormant.engine_core.checkpoint import Wait
+from dormant.engine_core.effects import DispatchJob, Step
+from dormant.engine_core.model import LoopSpec, ProcessDefinition
 from tests.core.enginekit import Run
 
 
@@ -43,14 +43,14 @@ def jobs_by_item(run: Run) -> dict[Any, Wait]:
 
 
 def complete(run: Run, wait: Wait, **variables: Any) -> Step:
-    from engine_core.triggers import JobCompleted
+    from dormant.engine_core.triggers import JobCompleted
 
     return run.send(JobCompleted(wait_id=wait.id, attempt=wait.attempt, variables=variables))
 
 
 def exhaust(run: Run, item: str) -> None:
     """Fail the job of one inner instance until its retries (3) are spent."""
-    from engine_core.triggers import JobFailed, TimerFired
+    from dormant.engine_core.triggers import JobFailed, TimerFired
 
     for attempt in (1, 2, 3):
         wait = jobs_by_item(run)[item]
@@ -200,7 +200,7 @@ def test_multi_instance_sub_process(sequential: bool) -> None:
             if not sequential
             else None
         )
-        from engine_core.triggers import TaskCompleted
+        from dormant.engine_core.triggers import TaskCompleted
 
         run.send(TaskCompleted(wait_id=wait.id))
     assert run.variables["results"] == [2, 4, 6]

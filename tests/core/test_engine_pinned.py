@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from engine_core.builder import ProcessBuilder
-from engine_core.checkpoint import Wait
-from engine_core.effects import DispatchJob
-from engine_core.model import LoopSpec
-from engine_core.triggers import JobCompleted
+from dormant.engine_core.builder import ProcessBuilder
+from dormant.engine_core.checkpoint import Wait
+from dormant.engine_core.effects import DispatchJob
+from dormant.engine_core.model import LoopSpec
+from dormant.engine_core.triggers import JobCompleted
 from tests.core.enginekit import Run
 
 

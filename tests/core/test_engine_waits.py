@@ -11,11 +11,11 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from engine_core.builder import ProcessBuilder, message, signal, timer
-from engine_core.checkpoint import encode
-from engine_core.effects import ThrowSignal
-from engine_core.model import EventDefinition, ProcessDefinition, TimerKind
-from engine_core.triggers import (
+from dormant.engine_core.builder import ProcessBuilder, message, signal, timer
+from dormant.engine_core.checkpoint import encode
+from dormant.engine_core.effects import ThrowSignal
+from dormant.engine_core.model import EventDefinition, ProcessDefinition, TimerKind
+from dormant.engine_core.triggers import (
     MessageReceived,
     SignalReceived,
     TaskCompleted,
@@ -398,7 +398,7 @@ def test_sub_process_locals_stay_local_and_outer_writes_propagate() -> None:
 
 
 def test_sub_process_input_mapping_makes_a_local_variable() -> None:
-    from engine_core.model import IoMapping
+    from dormant.engine_core.model import IoMapping
 
     b = ProcessBuilder("p")
     b.start_event("s")

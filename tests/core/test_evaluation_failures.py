@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
-from engine_core import feel
-from engine_core.builder import ProcessBuilder, error, message, signal, timer
-from engine_core.checkpoint import IncidentState, TokenState
-from engine_core.errors import ExpressionError
-from engine_core.model import IoMapping, LoopSpec, ProcessDefinition
+from dormant.engine_core import feel
+from dormant.engine_core.builder import ProcessBuilder, error, message, signal, timer
+from dormant.engine_core.checkpoint import IncidentState, TokenState
+from dormant.engine_core.errors import ExpressionError
+from dormant.engine_core.model import IoMapping, LoopSpec, ProcessDefinition
 from tests.core.enginekit import Run
 
 _real_evaluate = feel.evaluate
@@ -39,7 +39,7 @@ def _failing_evaluate(source: str, variables: Any, **kw: Any) -> Any:
 
 @pytest.fixture(autouse=True)
 def failing_feel(monkeypatch: pytest.MonkeyPatch) -> None:
-    from engine_core import dmn
+    from dormant.engine_core import dmn
 
     monkeypatch.setattr(feel, "evaluate", _failing_evaluate)
     monkeypatch.setattr(dmn, "evaluate", _failing_evaluate)
@@ -424,8 +424,8 @@ _DMN = (
 
 @pytest.mark.parametrize("literal", ["boom", "crash"])
 def test_a_decision_whose_expression_fails_is_an_incident_at_its_task(literal: str) -> None:
-    from engine_core.dmn import read_dmn
-    from engine_core.engine import Services
+    from dormant.engine_core.dmn import read_dmn
+    from dormant.engine_core.engine import Services
 
     decisions = {d.id: d for d in read_dmn(_DMN.format(literal))}
     definition = _one(lambda b: b.business_rule_task("n", decision_id="greet", result_variable="r"))
@@ -445,8 +445,8 @@ def test_a_failure_not_of_dormants_making_names_its_class() -> None:
 def test_a_cycle_whose_next_repetition_is_past_the_last_date_ends() -> None:
     """``R/P3000Y`` fires in 5026 and 8026; the next would be after year 9999: the
     cycle ends there instead of an ``OverflowError`` out of ``apply``."""
-    from engine_core.builder import timer
-    from engine_core.model import TimerKind
+    from dormant.engine_core.builder import timer
+    from dormant.engine_core.model import TimerKind
 
     b = _p().start_event("start").user_task("u").end_event("end").end_event("e2")
     b.boundary_event("bt", "u", timer("R/P3000Y", TimerKind.CYCLE), cancel_activity=False)

@@ -50,7 +50,7 @@ def test_every_modules_all_names_what_it_has(package: str) -> None:
 
 
 def test_engine_core_exports_the_step_and_its_documents() -> None:
-    import engine_core
+    import dormant.engine_core
 
     for name in ("apply", "new_checkpoint", "Checkpoint", "Trigger", "Step", "read_bpmn"):
-        assert name in engine_core.__all__
+        assert name in dormant.engine_core.__all__

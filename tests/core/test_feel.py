@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-import engine_core.feel as feel
-from engine_core.errors import ExpressionError
-from engine_core.feel import (
+import dormant.engine_core.feel as feel
+from dormant.engine_core.errors import ExpressionError
+from dormant.engine_core.feel import (
     YearsMonthsDuration,
     compile_expression,
     evaluate,
@@ -437,7 +437,7 @@ def test_exported_members() -> None:
 def test_a_bare_name_reads_a_scalar_as_the_full_evaluation_does(
     variables: dict[str, Any], expected: Any
 ) -> None:
-    from engine_core.feel import compile_expression
+    from dormant.engine_core.feel import compile_expression
 
     assert compile_expression("x").evaluate(variables) == expected
     assert evaluate("x + 0", variables) == (expected + 0 if isinstance(expected, Decimal) else None)
@@ -449,7 +449,7 @@ def test_a_bare_name_with_a_scalar_sets_up_no_budget_and_a_list_still_does(
     """The short path reads a scalar straight from the variables; a list or a context
     (which the size bounds must see) and a name the variables lack (a built-in function
     by that name) take the whole evaluation."""
-    from engine_core.feel import api, limits
+    from dormant.engine_core.feel import api, limits
 
     entered: list[int] = []
     budget = limits.budget

@@ -10,10 +10,10 @@ import re
 
 import pytest
 
-from engine_core.builder import ProcessBuilder
-from engine_core.errors import ExpressionError
-from engine_core.feel import evaluate, id_source
-from engine_core.model import ProcessDefinition
+from dormant.engine_core.builder import ProcessBuilder
+from dormant.engine_core.errors import ExpressionError
+from dormant.engine_core.feel import evaluate, id_source
+from dormant.engine_core.model import ProcessDefinition
 from tests.core.enginekit import Run
 
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-5[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")

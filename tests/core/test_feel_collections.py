@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from engine_core.feel import evaluate, ops
-from engine_core.feel.fn_lists import distinct_values, duplicate_values, union
-from engine_core.feel.temporal import YearsMonthsDuration
-from engine_core.feel.values import Range
+from dormant.engine_core.feel import evaluate, ops
+from dormant.engine_core.feel.fn_lists import distinct_values, duplicate_values, union
+from dormant.engine_core.feel.temporal import YearsMonthsDuration
+from dormant.engine_core.feel.values import Range
 
 PLUS1 = timezone(timedelta(hours=1))
 

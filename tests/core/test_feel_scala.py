@@ -21,9 +21,9 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from engine_core.errors import ExpressionError
-from engine_core.feel import YearsMonthsDuration, evaluate, evaluate_unary_tests
-from engine_core.feel.temporal import (
+from dormant.engine_core.errors import ExpressionError
+from dormant.engine_core.feel import YearsMonthsDuration, evaluate, evaluate_unary_tests
+from dormant.engine_core.feel.temporal import (
     parse_date,
     parse_datetime,
     parse_duration_text,

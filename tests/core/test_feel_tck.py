@@ -14,9 +14,14 @@ from typing import Any
 
 import pytest
 
-from engine_core.errors import ExpressionError
-from engine_core.feel import YearsMonthsDuration, evaluate
-from engine_core.feel.temporal import parse_date, parse_datetime, parse_duration_text, parse_time
+from dormant.engine_core.errors import ExpressionError
+from dormant.engine_core.feel import YearsMonthsDuration, evaluate
+from dormant.engine_core.feel.temporal import (
+    parse_date,
+    parse_datetime,
+    parse_duration_text,
+    parse_time,
+)
 
 CONFORMANCE = Path(__file__).resolve().parents[2].parent / "shared" / "conformance" / "feel"
 FLOORS = {"camunda_subset.json": 2111, "tck_feel_cases.json": 3125}

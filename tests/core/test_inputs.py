@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from engine_core.builder import ProcessBuilder, message
-from engine_core.errors import InvalidField, InvalidMessage, InvalidVariables
-from engine_core.inputs import Limits, check_name, check_text, check_ttl, check_variables
-from engine_core.triggers import Start
+from dormant.engine_core.builder import ProcessBuilder, message
+from dormant.engine_core.errors import InvalidField, InvalidMessage, InvalidVariables
+from dormant.engine_core.inputs import Limits, check_name, check_text, check_ttl, check_variables
+from dormant.engine_core.triggers import Start
 from tests.core.enginekit import Run
 
 

@@ -40,6 +40,16 @@ def imported_top_levels(path: Path) -> set[str]:
             names.update(alias.name.split(".")[0] for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.add(node.module.split(".")[0])
+    # dormant's own packages are imported as dormant.<package>: count the package
+    if "dormant" in names:
+        names.discard("dormant")
+        for node in ast.walk(tree):
+            module = node.module if isinstance(node, ast.ImportFrom) else None
+            dotted = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            for name in [module or "", *dotted]:
+                parts = name.split(".")
+                if parts[0] == "dormant" and len(parts) > 1:
+                    names.add(parts[1])
     return names
 
 
@@ -145,7 +155,7 @@ def imported_names(path: Path) -> list[str]:
     ``from a.b import c`` counts as importing ``a.b.c`` (a module or a name of ``a.b``),
     not ``a.b``'s parent packages: Python runs those first, but a package's
     ``__init__`` re-exporting its own modules is no circle."""
-    package = path.relative_to(ROOT).with_suffix("").parts[:-1]
+    package = ("dormant", *path.relative_to(ROOT).with_suffix("").parts[:-1])
     targets: list[str] = []
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):
@@ -170,9 +180,9 @@ def core_import_graph() -> dict[str, set[str]]:
         here = core_module_name(path)
         for target in imported_names(path):
             parts = target.split(".")
-            if parts[0] != "engine_core":
+            if parts[:2] != ["dormant", "engine_core"]:
                 continue
-            inner = parts[1:]
+            inner = parts[2:]
             while inner and ".".join(inner) not in modules:
                 inner.pop()
             name = ".".join(inner)

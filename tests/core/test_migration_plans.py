@@ -12,13 +12,13 @@ from collections.abc import Callable
 
 import pytest
 
-from engine_core.builder import ProcessBuilder, compensate, message, timer
-from engine_core.checkpoint import encode
-from engine_core.engine import Services, apply
-from engine_core.errors import InvalidOperation
-from engine_core.migration import problems
-from engine_core.model import LoopSpec, ProcessDefinition
-from engine_core.triggers import MigrateInstance
+from dormant.engine_core.builder import ProcessBuilder, compensate, message, timer
+from dormant.engine_core.checkpoint import encode
+from dormant.engine_core.engine import Services, apply
+from dormant.engine_core.errors import InvalidOperation
+from dormant.engine_core.migration import problems
+from dormant.engine_core.model import LoopSpec, ProcessDefinition
+from dormant.engine_core.triggers import MigrateInstance
 from tests.core.enginekit import Run
 
 

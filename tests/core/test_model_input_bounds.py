@@ -11,12 +11,12 @@ from xml.etree.ElementTree import Element, SubElement
 
 import pytest
 
-from engine_core.builder import ProcessBuilder
-from engine_core.effects import DispatchJob
-from engine_core.errors import InvalidModel
-from engine_core.job_types import reserved_job_type
-from engine_core.model import ProcessDefinition
-from engine_core.xml_input import check_depth, model_text
+from dormant.engine_core.builder import ProcessBuilder
+from dormant.engine_core.effects import DispatchJob
+from dormant.engine_core.errors import InvalidModel
+from dormant.engine_core.job_types import reserved_job_type
+from dormant.engine_core.model import ProcessDefinition
+from dormant.engine_core.xml_input import check_depth, model_text
 from tests.core.enginekit import Run
 
 DOC = '<?xml version="1.0" encoding="{}"?><definitions name="caf\u00e9"/>'

@@ -7,11 +7,17 @@ from __future__ import annotations
 
 import pytest
 
-from engine_core.builder import ProcessBuilder, message, timer
-from engine_core.checkpoint import encode
-from engine_core.errors import InvalidOperation
-from engine_core.model import LoopSpec, ProcessDefinition
-from engine_core.triggers import ModifyInstance, Resume, SetVariables, Suspend, TaskCompleted
+from dormant.engine_core.builder import ProcessBuilder, message, timer
+from dormant.engine_core.checkpoint import encode
+from dormant.engine_core.errors import InvalidOperation
+from dormant.engine_core.model import LoopSpec, ProcessDefinition
+from dormant.engine_core.triggers import (
+    ModifyInstance,
+    Resume,
+    SetVariables,
+    Suspend,
+    TaskCompleted,
+)
 from tests.core.enginekit import Run
 
 

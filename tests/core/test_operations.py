@@ -11,15 +11,15 @@ from datetime import timedelta
 
 import pytest
 
-from engine_core.builder import ProcessBuilder, message, timer
-from engine_core.checkpoint import encode
-from engine_core.engine import Services, apply
-from engine_core.errors import InvalidOperation
-from engine_core.migration import problems
-from engine_core.model import ProcessDefinition
-from engine_core.operations import projected_waits
-from engine_core.services import JobTypeSettings
-from engine_core.triggers import (
+from dormant.engine_core.builder import ProcessBuilder, message, timer
+from dormant.engine_core.checkpoint import encode
+from dormant.engine_core.engine import Services, apply
+from dormant.engine_core.errors import InvalidOperation
+from dormant.engine_core.migration import problems
+from dormant.engine_core.model import ProcessDefinition
+from dormant.engine_core.operations import projected_waits
+from dormant.engine_core.services import JobTypeSettings
+from dormant.engine_core.triggers import (
     Cancel,
     IncidentRetry,
     JobHeartbeat,

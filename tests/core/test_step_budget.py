@@ -8,11 +8,11 @@ here is round-tripped through JSON by ``Run``.
 
 from __future__ import annotations
 
-from engine_core.builder import ProcessBuilder, message
-from engine_core.checkpoint import TokenState
-from engine_core.effects import ContinueInstance
-from engine_core.engine import Services
-from engine_core.triggers import Continue
+from dormant.engine_core.builder import ProcessBuilder, message
+from dormant.engine_core.checkpoint import TokenState
+from dormant.engine_core.effects import ContinueInstance
+from dormant.engine_core.engine import Services
+from dormant.engine_core.triggers import Continue
 from tests.core.enginekit import Run
 
 
@@ -124,7 +124,7 @@ def test_the_default_budget_is_a_thousand_entries() -> None:
 
 
 def test_a_multi_instance_asking_for_too_many_inner_instances_is_an_incident() -> None:
-    from engine_core.model import LoopSpec
+    from dormant.engine_core.model import LoopSpec
 
     for cardinality in ("=1e20", "=1000000000", "=11"):
         b = (
@@ -153,7 +153,7 @@ def test_a_multi_instance_asking_for_too_many_inner_instances_is_an_incident() -
 
 
 def test_a_suspended_loop_holds_its_continuation_until_resumed() -> None:
-    from engine_core.triggers import Resume, Suspend
+    from dormant.engine_core.triggers import Resume, Suspend
 
     run = Run(_counting_loop("=true").build(), services=_budget(10))
     run.start({"i": 0})

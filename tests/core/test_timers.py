@@ -11,11 +11,11 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from engine_core.builder import timer
-from engine_core.expressions import TechnicalFailure
-from engine_core.model import TimerKind, TimerSpec
-from engine_core.timers import arm_timer, next_cycle_due
-from engine_core.triggers import TimerFired
+from dormant.engine_core.builder import timer
+from dormant.engine_core.expressions import TechnicalFailure
+from dormant.engine_core.model import TimerKind, TimerSpec
+from dormant.engine_core.timers import arm_timer, next_cycle_due
+from dormant.engine_core.triggers import TimerFired
 from tests.core.enginekit import T0, Run
 from tests.core.test_engine_waits import approval
 

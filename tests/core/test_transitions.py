@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from engine_core.checkpoint import Incident, IncidentState, Token, TokenState
-from engine_core.errors import EngineInvariantError
-from engine_core.transitions import INCIDENT_MOVES, TOKEN_MOVES, move_incident, move_token
+from dormant.engine_core.checkpoint import Incident, IncidentState, Token, TokenState
+from dormant.engine_core.errors import EngineInvariantError
+from dormant.engine_core.transitions import INCIDENT_MOVES, TOKEN_MOVES, move_incident, move_token
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 

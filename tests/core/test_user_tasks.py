@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from engine_core.bpmn import read_bpmn
-from engine_core.checkpoint import TaskState, decode, encode
-from engine_core.effects import DispatchJob
-from engine_core.errors import InvalidModel, UnsupportedElement
-from engine_core.model import ProcessDefinition
-from engine_core.triggers import TaskAssign, TaskUpdate
+from dormant.engine_core.bpmn import read_bpmn
+from dormant.engine_core.checkpoint import TaskState, decode, encode
+from dormant.engine_core.effects import DispatchJob
+from dormant.engine_core.errors import InvalidModel, UnsupportedElement
+from dormant.engine_core.model import ProcessDefinition
+from dormant.engine_core.triggers import TaskAssign, TaskUpdate
 from tests.core.enginekit import Run
 
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from engine_core.builder import (
+from dormant.engine_core.builder import (
     ProcessBuilder,
     compensate,
     error,
@@ -16,8 +16,8 @@ from engine_core.builder import (
     signal,
     timer,
 )
-from engine_core.errors import InvalidModel, UnsupportedElement
-from engine_core.model import EventDefinition, EventKind, LoopSpec, NodeKind, RetryPolicy
+from dormant.engine_core.errors import InvalidModel, UnsupportedElement
+from dormant.engine_core.model import EventDefinition, EventKind, LoopSpec, NodeKind, RetryPolicy
 
 Build = Callable[[ProcessBuilder], object]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from engine_core.builder import ProcessBuilder, message, signal, timer
-from engine_core.views import instance_view, to_dict
+from dormant.engine_core.builder import ProcessBuilder, message, signal, timer
+from dormant.engine_core.views import instance_view, to_dict
 from tests.core.enginekit import T0, Run
 
 

@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from engine_core.bpmn import read_bpmn
-from engine_core.checkpoint import (
+from dormant.engine_core.bpmn import read_bpmn
+from dormant.engine_core.checkpoint import (
     CURRENT_SCHEMA,
     Checkpoint,
     CompensationEntry,
@@ -45,10 +45,10 @@ from engine_core.checkpoint import (
     encode_json,
     holds_of,
 )
-from engine_core.engine import apply
-from engine_core.errors import CheckpointTooNew, CorruptCheckpoint, DormantError
-from engine_core.model import ProcessDefinition
-from engine_core.triggers import (
+from dormant.engine_core.engine import apply
+from dormant.engine_core.errors import CheckpointTooNew, CorruptCheckpoint, DormantError
+from dormant.engine_core.model import ProcessDefinition
+from dormant.engine_core.triggers import (
     Cancel,
     JobCompleted,
     JobFailed,
@@ -364,9 +364,9 @@ def test_apply_keeps_the_state_before_the_step_only_when_asked() -> None:
     from datetime import UTC, datetime
 
     from bench.models import LOOP
-    from engine_core.bpmn import read_bpmn
-    from engine_core.engine import apply, new_checkpoint
-    from engine_core.triggers import Start, TaskCompleted
+    from dormant.engine_core.bpmn import read_bpmn
+    from dormant.engine_core.engine import apply, new_checkpoint
+    from dormant.engine_core.triggers import Start, TaskCompleted
 
     now = datetime(2026, 12, 1, tzinfo=UTC)
     (definition,) = read_bpmn(LOOP)

@@ -26,9 +26,9 @@ from typing import Any
 
 from celery import Task
 
-from tasks import jobs, triggers
-from tasks.app import app
-from tasks.jobs import idempotency_key
+from dormant.tasks import jobs, triggers
+from dormant.tasks.app import app
+from dormant.tasks.jobs import idempotency_key
 
 KILL_AT = os.environ.get("DORMANT_TEST_KILL_AT", "")
 LOG = os.environ.get("DORMANT_TEST_JOB_LOG", "")

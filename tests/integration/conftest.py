@@ -146,13 +146,13 @@ class Stack:
     @property
     def client(self) -> Any:
         if self._client is None:
-            from tasks.client import Client
+            from dormant.tasks.client import Client
 
             self._client = Client(self.database_url, self.broker_url)
         return self._client
 
     def dormant(self, *args: str) -> list[str]:
-        return [sys.executable, "-m", "tasks.cli", *args]
+        return [sys.executable, "-m", "dormant.tasks.cli", *args]
 
     def worker(self, name: str = "worker", concurrency: int = 2, queues: str | None = None) -> Proc:
         """A ``dormant worker``; ``queues``: its ``--queues`` (default: the CLI's)."""
@@ -282,7 +282,7 @@ def _urls(kind: str, tmp: Path, request: pytest.FixtureRequest) -> Iterator[tupl
             f"sqla+sqlite:///{tmp / 'broker.sqlite3'}",
         )
         return
-    from persistence import migrate
+    from dormant.persistence import migrate
 
     database_url = request.getfixturevalue("pg_empty_database")()
     migrate.upgrade(database_url)

@@ -14,8 +14,8 @@ from typing import Any
 
 from celery import Task
 
-from tasks.app import app
-from tasks.jobs import idempotency_key
+from dormant.tasks.app import app
+from dormant.tasks.jobs import idempotency_key
 
 
 def _run(task: Task, flag: str, item: str | None, fails: bool) -> dict[str, Any]:

@@ -8,8 +8,8 @@ from typing import Any
 
 from celery import Task
 
-from tasks.app import app
-from tasks.jobs import HEADER_ATTEMPT, _header
+from dormant.tasks.app import app
+from dormant.tasks.jobs import HEADER_ATTEMPT, _header
 
 
 @app.task(name="obs-slow", bind=True)

@@ -7,11 +7,11 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from engine_core.errors import InvalidOperation
-from engine_core.triggers import Suspend
-from persistence import batches
-from persistence.selection import Selector
-from persistence.store import Store
+from dormant.engine_core.errors import InvalidOperation
+from dormant.engine_core.triggers import Suspend
+from dormant.persistence import batches
+from dormant.persistence.selection import Selector
+from dormant.persistence.store import Store
 from tests.integration.opskit import gate, three_waits
 
 pytestmark = pytest.mark.integration

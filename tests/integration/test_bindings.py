@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
-from engine_core.checkpoint import decode
-from persistence.tables import deadlines, instances
+from dormant.engine_core.checkpoint import decode
+from dormant.persistence.tables import deadlines, instances
 from tests.integration.conftest import Stack, wait_for
 from tests.integration.test_breadth import children, process
 

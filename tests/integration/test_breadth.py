@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
-from persistence.tables import start_timers, subscriptions
+from dormant.persistence.tables import start_timers, subscriptions
 from tests.integration.conftest import Stack, wait_for
 
 pytestmark = pytest.mark.integration
@@ -436,7 +436,7 @@ def test_signal_end_event_wakes_another_instances_signal_catch(shared_stack: Sta
 def test_outbox_trigger_ids_are_never_reused(store: Any, now: Any) -> None:
     """SQLite reuses a deleted row's id; the trigger id each effect is published under
     must not follow it, or the child drops its CancelChild as a duplicate of its start."""
-    from engine_core.triggers import Cancel
+    from dormant.engine_core.triggers import Cancel
 
     store.deploy(child_with("ids-child", '<bpmn:userTask id="work"/>'), now)
     store.deploy(call_parent("ids-parent", "ids-child"), now)
@@ -451,7 +451,7 @@ def test_outbox_trigger_ids_are_never_reused(store: Any, now: Any) -> None:
 
 
 def test_version_tag_binding_starts_the_newest_tagged_version(store: Any, now: Any) -> None:
-    from engine_core.errors import UnknownProcess
+    from dormant.engine_core.errors import UnknownProcess
 
     def tagged(tag: str, end: str) -> str:
         xml = process(

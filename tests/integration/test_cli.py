@@ -95,7 +95,7 @@ def test_cli_incidents(shared_stack: Stack) -> None:
 @pytest.mark.timeout(900)  # a CLI process per step: slow on a loaded machine
 def test_dormant_demo_exits_zero(tmp_path: object) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "tasks.cli", "demo"],
+        [sys.executable, "-m", "dormant.tasks.cli", "demo"],
         cwd=tmp_path,
         capture_output=True,
         text=True,

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from engine_core.triggers import JobFailed, TimerFired
-from persistence import clock
-from tasks.cli import cli
-from tasks.display import describe_wait, due_in, duration, pick_format
+from dormant.engine_core.triggers import JobFailed, TimerFired
+from dormant.persistence import clock
+from dormant.tasks.cli import cli
+from dormant.tasks.display import describe_wait, due_in, duration, pick_format
 from tests.integration.test_tasks import USER, job, linear
 
 pytestmark = pytest.mark.integration
@@ -28,7 +28,7 @@ CHARGE = job("charge-card").replace('retries="1"', 'retries="3"')
 
 @pytest.fixture
 def env(tmp_path: Path) -> Iterator[dict[str, str]]:
-    from persistence.store import Store
+    from dormant.persistence.store import Store
 
     urls = {
         "DORMANT_DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}",
@@ -49,7 +49,7 @@ def run(env: dict[str, str], *args: str) -> str:
 
 def a_retried_charge(env: dict[str, str]) -> str:
     """An instance whose job charge-card failed once and runs its second attempt."""
-    from persistence.store import Store
+    from dormant.persistence.store import Store
 
     store = Store(env["DORMANT_DATABASE_URL"])
     try:
@@ -104,7 +104,7 @@ def test_lists_are_tables_on_a_terminal_and_tsv_or_json_when_piped(env: dict[str
 
 
 def test_show_says_a_queued_start_is_queued(env: dict[str, str]) -> None:
-    from tasks.client import Client
+    from dormant.tasks.client import Client
 
     client = Client(env["DORMANT_DATABASE_URL"], env["DORMANT_BROKER_URL"])
     try:
@@ -165,7 +165,7 @@ def test_the_words_for_times_and_waits() -> None:
 
 
 def test_instances_list_filters_as_the_console_does(env: dict[str, str]) -> None:
-    from persistence.store import Store
+    from dormant.persistence.store import Store
 
     a_retried_charge(env)
     store = Store(env["DORMANT_DATABASE_URL"])

@@ -10,7 +10,7 @@ from tests.integration.test_incident_projection import MODEL
 def test_deploy_returns_the_first_and_deploy_all_every_process(
     sqlite_url: str, tmp_path: Path
 ) -> None:
-    from tasks.client import Client
+    from dormant.tasks.client import Client
 
     client = Client(sqlite_url, f"sqla+sqlite:///{tmp_path / 'broker.sqlite3'}")
     path = tmp_path / "two.bpmn"

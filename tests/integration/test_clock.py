@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from engine_core.errors import InvalidSetting
-from persistence import clock
+from dormant.engine_core.errors import InvalidSetting
+from dormant.persistence import clock
 
 
 def test_no_setting_is_the_real_time(monkeypatch: pytest.MonkeyPatch) -> None:

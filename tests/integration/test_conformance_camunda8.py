@@ -25,22 +25,22 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from engine_core.checkpoint import TokenState
-from engine_core.errors import InvalidModel, InvalidOperation, UnsupportedElement
-from engine_core.model import NodeKind
-from engine_core.triggers import (
+from dormant.engine_core.checkpoint import TokenState
+from dormant.engine_core.errors import InvalidModel, InvalidOperation, UnsupportedElement
+from dormant.engine_core.model import NodeKind
+from dormant.engine_core.triggers import (
     Cancel,
     ChildCompleted,
     ChildFailed,
     JobCompleted,
     MessageReceived,
 )
-from persistence.routing import Router
-from persistence.settings import Settings
-from persistence.start_timers import start_instance_id
-from persistence.store import Store
-from persistence.tables import deadlines, facts, instances, start_timers
-from scheduler import claim_due, fire
+from dormant.persistence.routing import Router
+from dormant.persistence.settings import Settings
+from dormant.persistence.start_timers import start_instance_id
+from dormant.persistence.store import Store
+from dormant.persistence.tables import deadlines, facts, instances, start_timers
+from dormant.scheduler import claim_due, fire
 
 CORPUS = Path(__file__).resolve().parents[2].parent / "shared" / "conformance" / "camunda8"
 MODELS = sorted(CORPUS.glob("*.bpmn"))

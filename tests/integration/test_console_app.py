@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from engine_core.errors import InvalidSetting
-from tasks.console.config import ConsoleConfig, is_loopback
+from dormant.engine_core.errors import InvalidSetting
+from dormant.tasks.console.config import ConsoleConfig, is_loopback
 from tests.integration.console.kit import MODEL
 
 pytestmark = pytest.mark.integration
@@ -22,8 +22,8 @@ pytestmark = pytest.mark.integration
 def app_client(db_url: str) -> Iterator[Any]:
     from starlette.testclient import TestClient
 
-    from tasks.client import Client
-    from tasks.console import create_app
+    from dormant.tasks.client import Client
+    from dormant.tasks.console import create_app
 
     client = Client(db_url, "memory://")
     client.deploy(MODEL)
@@ -114,7 +114,7 @@ def test_an_unreadable_checkpoint_is_a_one_line_error_on_its_page(app_client: An
     """An unreadable checkpoint is an incident of its own: its page says so, never a 500."""
     from sqlalchemy import update
 
-    from persistence.tables import instances
+    from dormant.persistence.tables import instances
 
     engine = app_client.app.state.client._store.engine
     with engine.begin() as conn:

@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from persistence import job_pause
-from tasks.console import operations
+from dormant.persistence import job_pause
+from dormant.tasks.console import operations
 from tests.integration.conftest import Stack, _urls, wait_for
 from tests.integration.console.kit import (
     MODEL,
@@ -79,8 +79,8 @@ def _in_process(stack: Stack) -> Iterator[Any]:
     """The console app on the stack's database, in this process (to patch a bound)."""
     from starlette.testclient import TestClient
 
-    from tasks.console import create_app
-    from tasks.console.config import ConsoleConfig
+    from dormant.tasks.console import create_app
+    from dormant.tasks.console.config import ConsoleConfig
 
     with TestClient(create_app(ConsoleConfig(secret="s"), client=stack.client)) as tc:
         yield tc
@@ -445,7 +445,7 @@ def _held(stack: Stack, iid: str) -> bool:
     """Whether a job of ``iid`` is held by the pause (not sent, not in the outbox)."""
     from sqlalchemy import select
 
-    from persistence.tables import held_jobs
+    from dormant.persistence.tables import held_jobs
 
     with stack.client._store.engine.connect() as conn:
         payloads = conn.execute(

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from engine_core.checkpoint import WaitKind
-from engine_core.errors import InvalidOperation
-from engine_core.triggers import JobCompleted, JobFailed
-from persistence.console_queries import ConsoleQueries, IncidentFilter, InstanceFilter
+from dormant.engine_core.checkpoint import WaitKind
+from dormant.engine_core.errors import InvalidOperation
+from dormant.engine_core.triggers import JobCompleted, JobFailed
+from dormant.persistence.console_queries import ConsoleQueries, IncidentFilter, InstanceFilter
 from tests.integration.console.kit import MODEL
 
 pytestmark = pytest.mark.integration
@@ -35,8 +35,8 @@ def world(store: Any, now: datetime) -> dict[str, Any]:
 
 @pytest.fixture
 def pg_store(pg_empty_database: Any) -> Iterator[Any]:
-    from persistence import migrate
-    from persistence.store import Store
+    from dormant.persistence import migrate
+    from dormant.persistence.store import Store
 
     url = pg_empty_database()
     migrate.upgrade(url)

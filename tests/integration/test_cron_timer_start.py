@@ -14,7 +14,7 @@ from datetime import UTC
 import pytest
 from sqlalchemy import create_engine, select
 
-from persistence.tables import start_timers
+from dormant.persistence.tables import start_timers
 from tests.integration.conftest import Stack, wait_for
 
 CRON = """<?xml version="1.0" encoding="UTF-8"?>

@@ -9,12 +9,12 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from engine_core import engine
-from engine_core.checkpoint import decode
-from engine_core.errors import UnknownProcess
-from persistence.settings import Settings
-from persistence.store import Store
-from scheduler import claim_due, fire
+from dormant.engine_core import engine
+from dormant.engine_core.checkpoint import decode
+from dormant.engine_core.errors import UnknownProcess
+from dormant.persistence.settings import Settings
+from dormant.persistence.store import Store
+from dormant.scheduler import claim_due, fire
 from tests.integration.test_store import proc, timer_wait
 
 
@@ -106,7 +106,7 @@ def _unpin(store: Store, now: datetime) -> None:
     """Make the pinned version disappear from this database (as on a fresh worker DB)."""
     from sqlalchemy import delete
 
-    from persistence.tables import definitions
+    from dormant.persistence.tables import definitions
 
     with store.transaction() as conn:
         conn.execute(delete(definitions))

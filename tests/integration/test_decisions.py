@@ -14,9 +14,9 @@ from pathlib import Path
 from click.testing import CliRunner
 from sqlalchemy import select
 
-from engine_core.triggers import IncidentRetry
-from persistence.store import Store
-from persistence.tables import decisions
+from dormant.engine_core.triggers import IncidentRetry
+from dormant.persistence.store import Store
+from dormant.persistence.tables import decisions
 
 DMN = """<?xml version="1.0" encoding="UTF-8"?>
 <definitions xmlns="https://www.omg.org/spec/DMN/20191111/MODEL/" id="dish" name="Dish"
@@ -121,7 +121,7 @@ def test_undeployed_decision_is_an_incident_healed_by_deploy_and_retry(
 
 
 def test_cli_deploys_a_dmn_file(tmp_path: Path) -> None:
-    from tasks.cli import cli
+    from dormant.tasks.cli import cli
 
     model = tmp_path / "dish.dmn"
     model.write_text(DMN.replace("{fall}", "Stew"))

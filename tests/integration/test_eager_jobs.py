@@ -121,8 +121,8 @@ def test_of_two_parallel_jobs_one_runs_in_place_and_one_is_published(
 def eager_double(monkeypatch: pytest.MonkeyPatch) -> None:
     """This process's settings mark ``test-double`` eager (the job module is loaded)."""
     import tests.integration.test_tasks_jobs  # noqa: F401  (registers the job types)
-    from persistence.settings import JobTypeSetting
-    from tasks import app as app_module
+    from dormant.persistence.settings import JobTypeSetting
+    from dormant.tasks import app as app_module
 
     settings = app_module.settings.model_copy(
         update={"job_types": {"test-double": JobTypeSetting(eager=True)}}
@@ -134,8 +134,8 @@ def eager_double(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_only_a_marked_registered_type_on_a_queue_this_worker_reads_runs_here(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from tasks.app import QUEUE, TIMER_QUEUE, app
-    from tasks.jobs import runs_here
+    from dormant.tasks.app import QUEUE, TIMER_QUEUE, app
+    from dormant.tasks.jobs import runs_here
 
     queues = app.amqp.queues
     monkeypatch.setattr(queues, "_consume_from", {QUEUE.name: QUEUE})
@@ -148,9 +148,9 @@ def test_only_a_marked_registered_type_on_a_queue_this_worker_reads_runs_here(
 def test_a_marked_type_this_process_has_not_registered_is_published(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from persistence.settings import JobTypeSetting
-    from tasks import app as app_module
-    from tasks.jobs import runs_here
+    from dormant.persistence.settings import JobTypeSetting
+    from dormant.tasks import app as app_module
+    from dormant.tasks.jobs import runs_here
 
     settings = app_module.settings.model_copy(
         update={"job_types": {"nobody-has-this": JobTypeSetting(eager=True)}}

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from engine_core.errors import InvalidModel
+from dormant.engine_core.errors import InvalidModel
 
 EXPRESSION = '="PT" + string(count(for x in 1..1000000000 return x)) + "S"'
 HOSTILE = """<?xml version="1.0" encoding="UTF-8"?>
@@ -36,7 +36,7 @@ def test_hostile_timer_start_expression_is_refused_with_one_line(
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("DORMANT_DATABASE_URL", raising=False)
     monkeypatch.delenv("DORMANT_BROKER_URL", raising=False)
-    from tasks.client import Client
+    from dormant.tasks.client import Client
 
     client = Client()  # the embedded default: a SQLite file in the working directory
     with pytest.raises(InvalidModel) as info:

@@ -28,13 +28,13 @@ from prometheus_client import REGISTRY
 from sqlalchemy import select
 from sqlalchemy.exc import OperationalError
 
-from persistence.settings import Settings
-from persistence.store import Store
-from persistence.tables import deadlines, inbox
-from scheduler import deadlines as deadlines_module
-from scheduler.deadlines import Claim, claim_due
-from tasks import app as tasks_app
-from tasks import timers, triggers
+from dormant.persistence.settings import Settings
+from dormant.persistence.store import Store
+from dormant.persistence.tables import deadlines, inbox
+from dormant.scheduler import deadlines as deadlines_module
+from dormant.scheduler.deadlines import Claim, claim_due
+from dormant.tasks import app as tasks_app
+from dormant.tasks import timers, triggers
 from tests.integration.conftest import Stack, wait_for
 from tests.integration.waitkit import end, model, start, timer_catch
 from tests.security.kit import failed_for, overwrite_checkpoint, send_raw
@@ -209,7 +209,7 @@ def here(
     restore_app: None,
 ) -> Iterator[Store]:
     """This process's app on a fresh PostgreSQL database, three instances due."""
-    from persistence import migrate
+    from dormant.persistence import migrate
 
     url = pg_empty_database()
     migrate.upgrade(url)

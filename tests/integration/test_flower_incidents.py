@@ -57,7 +57,7 @@ def test_flower_lists_the_trigger_that_raised_an_incident_as_incident(
                     "-m",
                     "celery",
                     "-A",
-                    "tasks.app",
+                    "dormant.tasks.app",
                     "flower",
                     f"--port={port}",
                     "--address=127.0.0.1",

@@ -7,11 +7,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-from persistence import clock
+from dormant.persistence import clock
 
 
 def test_a_stuck_trigger_is_resent_once_per_window(store: Any, tmp_path: Path) -> None:
-    from persistence import inbox
+    from dormant.persistence import inbox
 
     offset = tmp_path / "offset"
     offset.write_text("0")

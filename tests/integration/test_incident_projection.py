@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from engine_core.errors import InvalidOperation, UnknownIncident
-from engine_core.triggers import IncidentResolve, JobFailed, TaskCompleted
+from dormant.engine_core.errors import InvalidOperation, UnknownIncident
+from dormant.engine_core.triggers import IncidentResolve, JobFailed, TaskCompleted
 
 MODEL = """<?xml version="1.0" encoding="UTF-8"?>
 <bpmn:definitions xmlns:bpmn="http://www.omg.org/spec/BPMN/20100524/MODEL"

@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select, update
 
-from engine_core.checkpoint import decode, encode
-from engine_core.errors import InvalidOperation, UnknownIncident
-from persistence.tables import deadlines, instances
+from dormant.engine_core.checkpoint import decode, encode
+from dormant.engine_core.errors import InvalidOperation, UnknownIncident
+from dormant.persistence.tables import deadlines, instances
 from tests.integration.conftest import Proc, Stack, wait_for
 
 pytestmark = pytest.mark.integration
@@ -375,7 +375,7 @@ def test_resolve_continues_without_rerunning_and_flower_retries(
             "-m",
             "celery",
             "-A",
-            "tasks.app",
+            "dormant.tasks.app",
             "flower",
             f"--port={port}",
             "--address=127.0.0.1",
@@ -407,7 +407,7 @@ def test_resolve_continues_without_rerunning_and_flower_retries(
 def test_unknown_or_closed_incident_is_refused_everywhere_and_changes_nothing(
     shared_stack: Stack, tmp_path: Path
 ) -> None:
-    from tasks.app import app, publish
+    from dormant.tasks.app import app, publish
 
     stack, c = shared_stack, shared_stack.client
     c.deploy(fork("inc-refuse"))
@@ -639,10 +639,10 @@ def test_scheduled_retries_survive_a_worker_and_beat_restart(
 
 
 def test_the_engine_default_retry_policy_setting_is_validated(tmp_path: Path) -> None:
-    from engine_core.errors import InvalidSetting
-    from engine_core.model import RetryPolicy
-    from persistence.settings import Settings
-    from persistence.store import Store
+    from dormant.engine_core.errors import InvalidSetting
+    from dormant.engine_core.model import RetryPolicy
+    from dormant.persistence.settings import Settings
+    from dormant.persistence.store import Store
 
     assert Settings.from_env({}).incident_retry_policy is None  # no automatic retry
     env = {

@@ -18,10 +18,10 @@ from sqlalchemy import func, select
 
 from bench import sqlcount
 from bench.models import SERVICE
-from engine_core.effects import DispatchJob
-from engine_core.triggers import JobCompleted, JobErrorThrown, JobFailed
-from persistence.store import JobRun, Store
-from persistence.tables import deadlines, facts, outbox
+from dormant.engine_core.effects import DispatchJob
+from dormant.engine_core.triggers import JobCompleted, JobErrorThrown, JobFailed
+from dormant.persistence.store import JobRun, Store
+from dormant.persistence.tables import deadlines, facts, outbox
 
 Outcome = JobCompleted | JobErrorThrown | JobFailed
 
@@ -193,8 +193,8 @@ def _task(redelivered: bool | None, retries: int = 0) -> Any:
 @pytest.fixture
 def eager_noop(monkeypatch: pytest.MonkeyPatch) -> Any:
     """This process's settings mark a job type eager, on a broker URL of the test's."""
-    from persistence.settings import JobTypeSetting
-    from tasks import app as app_module
+    from dormant.persistence.settings import JobTypeSetting
+    from dormant.tasks import app as app_module
 
     def on(broker_url: str) -> None:
         settings = app_module.settings.model_copy(
@@ -211,7 +211,7 @@ def eager_noop(monkeypatch: pytest.MonkeyPatch) -> Any:
 def test_only_a_first_try_on_a_broker_that_marks_redeliveries_runs_a_job_first(
     eager_noop: Any,
 ) -> None:
-    from tasks.triggers import _JobBeforeStart
+    from dormant.tasks.triggers import _JobBeforeStart
 
     eager_noop("redis://127.0.0.1:6379/0")
     assert _JobBeforeStart.for_task(_task(False)) is not None
@@ -225,8 +225,8 @@ def test_only_a_first_try_on_a_broker_that_marks_redeliveries_runs_a_job_first(
 
 
 def test_no_eager_type_no_job_first(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tasks import app as app_module
-    from tasks.triggers import _JobBeforeStart
+    from dormant.tasks import app as app_module
+    from dormant.tasks.triggers import _JobBeforeStart
 
     settings = app_module.settings.model_copy(
         update={"job_types": {}, "broker_url": "redis://127.0.0.1:6379/0"}

@@ -100,9 +100,9 @@ def test_triggers_apply_time_lock_waits_and_dispatched_jobs(metered: Metered) ->
     assert grew("dormant_row_lock_wait_seconds_count")  # the job's result locks the row
     assert grew("dormant_jobs_dispatched_total", job_type="obs-charge")
     # a duplicate start (the same instance id again) is counted as such
-    from tasks.app import publish
+    from dormant.tasks.app import publish
 
-    with __import__("tasks.app", fromlist=["app"]).app.connection_for_write(
+    with __import__("dormant.tasks.app", fromlist=["app"]).app.connection_for_write(
         metered.stack.broker_url
     ) as conn:
         publish(
@@ -163,7 +163,7 @@ SIGNAL_DEF = '<bpmn:signal id="s1" name="m-nobody"/>'
 def test_deadline_inbox_and_outbox_backlogs_rise_while_beat_is_away_then_drain(
     metered: Metered, tmp_path: Path
 ) -> None:
-    from persistence import clock, inbox
+    from dormant.persistence import clock, inbox
 
     stack, c = metered.stack, metered.stack.client
     c.deploy(linear("m-timer", TIMER))

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, insert, select
 
-from persistence import migrate
-from persistence.store import Store
-from persistence.tables import decisions, definitions
+from dormant.persistence import migrate
+from dormant.persistence.store import Store
+from dormant.persistence.tables import decisions, definitions
 from tests.integration.test_bindings import DMN, script_child
 
 pytestmark = pytest.mark.integration

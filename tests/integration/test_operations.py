@@ -156,7 +156,7 @@ def test_bulk_retry_of_200_incidents_with_20_refused_is_counted_exactly(ops: Sta
 
 
 def _selector(**kw: Any) -> Any:
-    from persistence.selection import Selector
+    from dormant.persistence.selection import Selector
 
     return Selector(**kw)
 

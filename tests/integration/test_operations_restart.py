@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from persistence import batches, clock
-from persistence.selection import Selector
+from dormant.persistence import batches, clock
+from dormant.persistence.selection import Selector
 from tests.integration.conftest import Stack, wait_for
 from tests.integration.opskit import pg_redis_stack
 from tests.integration.waitkit import end, model, user_task
@@ -71,8 +71,8 @@ def test_a_worker_killed_in_the_middle_of_a_batch_and_the_batch_completes_exactl
     with client._store.transaction() as conn:
         from sqlalchemy import update
 
-        from persistence.tables import batch_items
-        from persistence.tables import batches as batch_table
+        from dormant.persistence.tables import batch_items
+        from dormant.persistence.tables import batches as batch_table
 
         conn.execute(
             update(batch_items).where(batch_items.c.batch_id == view.id).values(outcome=None)

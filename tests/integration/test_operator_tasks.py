@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine_core.errors import UnknownIncident
-from persistence.settings import Settings
+from dormant.engine_core.errors import UnknownIncident
+from dormant.persistence.settings import Settings
 
 
 def test_a_refused_incident_action_fails_the_task_with_the_reason(
     sqlite_url: str, tmp_path: Path
 ) -> None:
-    from tasks import app as app_module
-    from tasks.triggers import incident_drop, incident_retry
+    from dormant.tasks import app as app_module
+    from dormant.tasks.triggers import incident_drop, incident_retry
 
     broker = f"sqla+sqlite:///{tmp_path / 'broker.sqlite3'}"
     app_module.configure(Settings.from_env(database_url=sqlite_url, broker_url=broker))

@@ -14,9 +14,9 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from persistence import clock
-from persistence.settings import Settings
-from persistence.tables import outbox
+from dormant.persistence import clock
+from dormant.persistence.settings import Settings
+from dormant.persistence.tables import outbox
 from tests.integration.conftest import Stack
 
 HEAD = (
@@ -57,8 +57,8 @@ def _lose_everything_queued(stack: Stack) -> None:
 
 
 def test_a_follow_up_lost_by_the_broker_is_published_again(bare_stack: Stack) -> None:
-    from tasks import app as app_module
-    from tasks.outbox import publish_ids
+    from dormant.tasks import app as app_module
+    from dormant.tasks.outbox import publish_ids
 
     s = bare_stack
     s.env["DORMANT_OUTBOX_REDELIVER_AFTER_SECONDS"] = "2"

@@ -15,7 +15,7 @@ import psycopg
 import pytest
 from sqlalchemy import Engine, text
 
-from persistence import db
+from dormant.persistence import db
 
 pytestmark = pytest.mark.integration
 

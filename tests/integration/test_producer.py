@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
-from engine_core.errors import InvalidMessage, InvalidVariables
-from persistence.tables import inbox
+from dormant.engine_core.errors import InvalidMessage, InvalidVariables
+from dormant.persistence.tables import inbox
 from tests.integration.conftest import Stack, wait_for
 from tests.integration.waitkit import end, message_catch, model, start
 
@@ -65,7 +65,7 @@ def test_the_client_publishes_on_a_pooled_connection(
     shared_stack: Stack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A new broker connection (and queue declaration) per call cost ~85 % of a call."""
-    from tasks import app as app_module
+    from dormant.tasks import app as app_module
 
     opened: list[Any] = []
     real = app_module.app.connection_for_write

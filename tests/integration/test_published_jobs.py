@@ -19,11 +19,11 @@ from sqlalchemy import func, select
 
 from bench import sqlcount
 from bench.models import SERVICE
-from engine_core.triggers import JobCompleted
-from persistence.published_jobs import PublishedJobs
-from persistence.settings import Settings
-from persistence.store import Store
-from persistence.tables import outbox
+from dormant.engine_core.triggers import JobCompleted
+from dormant.persistence.published_jobs import PublishedJobs
+from dormant.persistence.settings import Settings
+from dormant.persistence.store import Store
+from dormant.persistence.tables import outbox
 from tests.integration.conftest import wait_for
 
 pytestmark = pytest.mark.integration

@@ -11,10 +11,10 @@ import pytest
 import redis
 from kombu import Connection, Consumer
 
-from persistence.settings import Settings
-from tasks import redis_transport
-from tasks.app import EXCHANGE, QUEUE, _conf, pooled_producer
-from tasks.redis_transport import BINDINGS_TTL_SECONDS
+from dormant.persistence.settings import Settings
+from dormant.tasks import redis_transport
+from dormant.tasks.app import EXCHANGE, QUEUE, _conf, pooled_producer
+from dormant.tasks.redis_transport import BINDINGS_TTL_SECONDS
 from tests.integration.conftest import _redis_db
 
 pytestmark = pytest.mark.integration
@@ -46,7 +46,7 @@ def test_a_restore_before_any_declaration_keeps_the_message(broker_url: str) -> 
     assert r.hlen("unacked") == 1
     time.sleep(1.5)  # past the visibility timeout
     transport = _conf(Settings(broker_url=broker_url))["broker_transport"]
-    assert transport == "tasks.redis_transport:Transport"
+    assert transport == "dormant.tasks.redis_transport:Transport"
     fresh = Connection(broker_url, transport_options=opts, transport=transport)
     fresh.channel().qos.restore_visible(num=10, interval=1)
     assert r.hlen("unacked") == 0

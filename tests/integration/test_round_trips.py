@@ -22,11 +22,11 @@ from psycopg import pq
 from sqlalchemy import event, text
 
 from bench.models import MESSAGE, SERVICE
-from engine_core.triggers import JobCompleted
-from persistence import round_trips
-from persistence.routing import Router
-from persistence.settings import Settings
-from persistence.store import Store
+from dormant.engine_core.triggers import JobCompleted
+from dormant.persistence import round_trips
+from dormant.persistence.routing import Router
+from dormant.persistence.settings import Settings
+from dormant.persistence.store import Store
 from tests.conftest import _truncate
 
 pytestmark = pytest.mark.integration
@@ -230,8 +230,8 @@ def test_a_write_built_for_one_flush_commits_as_ever_and_is_not_compiled_per_obj
     commits it."""
     from sqlalchemy import insert
 
-    from persistence.tables import processed_triggers
-    from persistence.writes import Writes
+    from dormant.persistence.tables import processed_triggers
+    from dormant.persistence.writes import Writes
 
     before = round_trips._driven.cache_info().currsize
     with pg_store.transaction() as conn:
@@ -254,8 +254,8 @@ def test_a_start_whose_job_ran_first_is_a_read_then_one_round_trip(
     BEGIN, the one write statement and COMMIT together (Store._start_job_first)."""
     from sqlalchemy.engine import Connection
 
-    from engine_core.effects import DispatchJob
-    from persistence.store import JobRun
+    from dormant.engine_core.effects import DispatchJob
+    from dormant.persistence.store import JobRun
 
     class Runner:
         def may_run(self, job_type: str) -> bool:

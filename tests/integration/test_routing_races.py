@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from engine_core.correlation import Holder
-from persistence.routing import Router
-from persistence.store import Store
+from dormant.engine_core.correlation import Holder
+from dormant.persistence.routing import Router
+from dormant.persistence.store import Store
 
 LOOP = """<?xml version="1.0" encoding="UTF-8"?>
 <bpmn:definitions xmlns:bpmn="http://www.omg.org/spec/BPMN/20100524/MODEL"

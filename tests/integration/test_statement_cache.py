@@ -23,12 +23,12 @@ from sqlalchemy import event
 from sqlalchemy.engine import default
 
 from bench.models import MESSAGE, SERVICE
-from engine_core.triggers import JobCompleted, TaskCompleted
-from persistence import deployments, round_trips, routing, writes
-from persistence import store as store_module
-from persistence.routing import Router
-from persistence.settings import Settings
-from persistence.store import Store
+from dormant.engine_core.triggers import JobCompleted, TaskCompleted
+from dormant.persistence import deployments, round_trips, routing, writes
+from dormant.persistence import store as store_module
+from dormant.persistence.routing import Router
+from dormant.persistence.settings import Settings
+from dormant.persistence.store import Store
 from tests.conftest import _truncate
 
 pytestmark = pytest.mark.integration

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from engine_core.errors import NotMigrated, UnknownInstance, UnknownProcess, UnknownTask
-from engine_core.triggers import Cancel, MessageReceived, TaskCompleted, TimerFired
-from persistence import migrate
-from persistence.settings import Settings
-from persistence.store import Store
+from dormant.engine_core.errors import NotMigrated, UnknownInstance, UnknownProcess, UnknownTask
+from dormant.engine_core.triggers import Cancel, MessageReceived, TaskCompleted, TimerFired
+from dormant.persistence import migrate
+from dormant.persistence.settings import Settings
+from dormant.persistence.store import Store
 
 PROC = """<?xml version="1.0" encoding="UTF-8"?>
 <bpmn:definitions xmlns:bpmn="http://www.omg.org/spec/BPMN/20100524/MODEL"
@@ -53,7 +53,7 @@ def task_wait(wid: str) -> dict[str, Any]:
 
 
 def test_settings_from_env_normalises_and_validates() -> None:
-    from engine_core.errors import InvalidSetting
+    from dormant.engine_core.errors import InvalidSetting
 
     s = Settings.from_env(
         {"DORMANT_DATABASE_URL": "postgres://u@h/db", "DORMANT_DEADLINE_CLAIM_SECONDS": "10"}
@@ -81,7 +81,7 @@ def test_migration_matches_the_tables(db_url: str) -> None:
     from alembic.runtime.migration import MigrationContext
     from sqlalchemy import create_engine
 
-    from persistence.tables import metadata
+    from dormant.persistence.tables import metadata
 
     Store(db_url).close()  # sqlite migrates itself; postgres was migrated by the fixture
     engine = create_engine(db_url)
@@ -198,7 +198,7 @@ def test_outbox_rows_in_the_same_transaction(store: Store, now: datetime, fake_c
 def test_a_failing_step_writes_nothing(
     store: Store, now: datetime, fake_core: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from engine_core import engine
+    from dormant.engine_core import engine
 
     store.deploy(proc(), now)
     store.start("p", "i1", {"_arm": [task_wait("w1")]}, now=now)

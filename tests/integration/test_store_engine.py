@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from engine_core.triggers import Cancel, TaskCompleted
-from persistence.routing import Router
-from persistence.store import Store
-from scheduler import claim_due, fire
+from dormant.engine_core.triggers import Cancel, TaskCompleted
+from dormant.persistence.routing import Router
+from dormant.persistence.store import Store
+from dormant.scheduler import claim_due, fire
 
 NS = (
     'xmlns:bpmn="http://www.omg.org/spec/BPMN/20100524/MODEL" '

@@ -7,10 +7,10 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from engine_core.errors import InvalidMessage, InvalidVariables
-from engine_core.triggers import MessageReceived
-from persistence.routing import Router
-from persistence.store import Store
+from dormant.engine_core.errors import InvalidMessage, InvalidVariables
+from dormant.engine_core.triggers import MessageReceived
+from dormant.persistence.routing import Router
+from dormant.persistence.store import Store
 from tests.integration.test_store import msg_wait, proc, task_wait
 
 MSG_START = """<?xml version="1.0" encoding="UTF-8"?>

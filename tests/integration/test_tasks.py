@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from engine_core.errors import (
+from dormant.engine_core.errors import (
     InvalidMessage,
     InvalidModel,
     InvalidVariables,
@@ -207,7 +207,7 @@ UNSUPPORTED = (
 def _nothing_written(s: Stack) -> None:
     from sqlalchemy import func, select
 
-    from persistence.tables import definitions, inbox, instances
+    from dormant.persistence.tables import definitions, inbox, instances
 
     with s.client._store.engine.connect() as conn:
         counts = {
@@ -277,7 +277,7 @@ def test_inbox_sweep_republishes_a_trigger_whose_publish_was_lost(shared_stack: 
     """A trigger made durable in the inbox but never published (a broker that lost it)
     is re-published by beat's sweep and applied once."""
     stack = shared_stack
-    from persistence import inbox
+    from dormant.persistence import inbox
 
     c = stack.client
     c.deploy(linear("user", USER))

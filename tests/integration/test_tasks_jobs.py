@@ -10,9 +10,9 @@ from typing import Any
 
 from celery import Task
 
-from engine_core.errors import BpmnError
-from tasks.app import app
-from tasks.jobs import idempotency_key, task_headers
+from dormant.engine_core.errors import BpmnError
+from dormant.tasks.app import app
+from dormant.tasks.jobs import idempotency_key, task_headers
 
 
 @app.task(name="test-double", bind=True)

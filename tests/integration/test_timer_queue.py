@@ -20,8 +20,8 @@ import pytest
 from kombu.entity import Queue
 from kombu.transport.virtual.exchange import TopicExchange
 
-from tasks import app as tasks_app
-from tasks import triggers
+from dormant.tasks import app as tasks_app
+from dormant.tasks import triggers
 from tests.integration.conftest import Stack, wait_for
 from tests.integration.waitkit import end, model, start, timer_catch
 
@@ -40,8 +40,8 @@ def _routed(queue: Queue, routing_key: str) -> bool:
 
 def _scan_publishes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
     """Run the scan task in-process on one fake claim; the (task, routing key) it sends."""
-    from scheduler import deadlines
-    from scheduler.deadlines import Claim, ClaimKind
+    from dormant.scheduler import deadlines
+    from dormant.scheduler.deadlines import Claim, ClaimKind
 
     claim = Claim(
         instance_id="i-1",
@@ -99,7 +99,7 @@ def test_a_worker_reads_the_timer_queue_first_by_default() -> None:
 def test_a_queue_list_without_the_timers_is_named_at_start(
     queues: str | None, warned: bool, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from tasks.cli import _warn_without_timers
+    from dormant.tasks.cli import _warn_without_timers
 
     _warn_without_timers(queues)
     assert ("timers fire only if another worker reads" in capsys.readouterr().err) is warned
@@ -112,8 +112,8 @@ BACKLOG = 400
 def test_a_backlog_in_dormant_does_not_delay_a_timer(bare_stack: Stack) -> None:
     import redis
 
-    from persistence.settings import Settings
-    from persistence.store import Store
+    from dormant.persistence.settings import Settings
+    from dormant.persistence.store import Store
 
     stack = bare_stack
     r: Any = redis.Redis.from_url(stack.broker_url)

@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from sqlalchemy import delete, func, select, update
 
-from engine_core.errors import InvalidModel
-from persistence.start_timers import START_TIMER_PREFIX, start_instance_id
-from persistence.store import Store
-from persistence.tables import definitions, instances, start_timers
-from scheduler import ClaimKind, claim_due, fire
+from dormant.engine_core.errors import InvalidModel
+from dormant.persistence.start_timers import START_TIMER_PREFIX, start_instance_id
+from dormant.persistence.store import Store
+from dormant.persistence.tables import definitions, instances, start_timers
+from dormant.scheduler import ClaimKind, claim_due, fire
 
 NS = (
     'xmlns:bpmn="http://www.omg.org/spec/BPMN/20100524/MODEL" '

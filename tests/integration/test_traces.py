@@ -33,8 +33,8 @@ def traced_stack(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Sta
     from celery.contrib.testing.worker import start_worker
 
     import tests.integration.obs_jobs  # noqa: F401  (registers the job task)
-    from persistence.settings import Settings
-    from tasks import app as app_module
+    from dormant.persistence.settings import Settings
+    from dormant.tasks import app as app_module
 
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(EXPORTER))

@@ -4,12 +4,12 @@ the same word whichever operation ran."""
 
 from __future__ import annotations
 
-from engine_core.effects import Fact
-from persistence.results import TriggerResult, outcome_word
-from persistence.routing import MessageOutcome, SignalOutcome
-from persistence.store import Applied
-from scheduler.deadlines import FireOutcome, FireStatus
-from tasks.metrics import outcome_of, summary
+from dormant.engine_core.effects import Fact
+from dormant.persistence.results import TriggerResult, outcome_word
+from dormant.persistence.routing import MessageOutcome, SignalOutcome
+from dormant.persistence.store import Applied
+from dormant.scheduler.deadlines import FireOutcome, FireStatus
+from dormant.tasks.metrics import outcome_of, summary
 
 
 def step(changed: bool = True, **kw: object) -> Applied:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from engine_core.errors import InvalidField, InvalidOperation, TransitionDenied
+from dormant.engine_core.errors import InvalidField, InvalidOperation, TransitionDenied
 from tests.integration.conftest import Stack, wait_for
 
 pytestmark = pytest.mark.integration
@@ -220,8 +220,8 @@ def test_a_failing_task_listener_is_an_incident_on_the_user_task(shared_stack: S
 
 
 def test_the_console_describes_a_user_task_with_its_attributes() -> None:
-    from engine_core.checkpoint import TaskState, Wait, WaitKind, WaitRole
-    from tasks.console.presenters import describe_wait
+    from dormant.engine_core.checkpoint import TaskState, Wait, WaitKind, WaitRole
+    from dormant.tasks.console.presenters import describe_wait
 
     wait = Wait(
         id="w3",

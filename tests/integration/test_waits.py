@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from engine_core.errors import InvalidSetting
-from persistence.settings import Settings
+from dormant.engine_core.errors import InvalidSetting
+from dormant.persistence.settings import Settings
 from tests.integration.conftest import Stack, _urls, wait_for
 from tests.integration.waitkit import (
     boundary,
@@ -960,7 +960,7 @@ def test_fix027_the_backoff_setting_validates(tmp_path: Path) -> None:
         "DORMANT_WAKE_RETRY_BACKOFF_SECONDS": "0",
     }
     done = subprocess.run(
-        [sys.executable, "-m", "tasks.cli", "worker"],
+        [sys.executable, "-m", "dormant.tasks.cli", "worker"],
         env=env,
         cwd=tmp_path,
         capture_output=True,

@@ -44,7 +44,7 @@ from sqlalchemy import text
 from bench import sqlcount
 from bench.harness import EAGER_JOB_TYPES
 from bench.models import MESSAGE, SERVICE, SERVICE_EAGER
-from engine_core.triggers import MessageReceived
+from dormant.engine_core.triggers import MessageReceived
 from tests.integration.conftest import Proc, Stack, _urls, wait_for
 
 pytestmark = pytest.mark.integration
@@ -107,7 +107,7 @@ def _job_rows(s: Stack, ids: list[str]) -> int:
 
 def _publish_starts(s: Stack, key: str, ids: list[str]) -> None:
     """Bare ``dormant.start`` tasks (no inbox row), as a plain Celery producer sends."""
-    from tasks.app import pooled_producer, publish
+    from dormant.tasks.app import pooled_producer, publish
 
     with pooled_producer(s.broker_url) as producer:
         for instance_id in ids:
@@ -217,7 +217,7 @@ def test_an_instance_start_eager_job_end_costs_one_write_transaction(
 def test_a_duplicate_seen_from_an_older_snapshot_is_caught_at_the_write(
     pg_url: str,
 ) -> None:
-    from persistence.store import Store
+    from dormant.persistence.store import Store
 
     store = Store(pg_url)
     now = datetime.now(UTC)
@@ -285,9 +285,9 @@ def test_a_message_with_two_holders_costs_one_write_transaction_per_holder(
     two holders, two write transactions (the Client's inbox row is marked in the
     second), and the message is recorded as consumed. The holders are instances of two
     processes: a message correlates once per process id."""
-    from persistence import inbox
-    from persistence.routing import Router
-    from persistence.store import Store
+    from dormant.persistence import inbox
+    from dormant.persistence.routing import Router
+    from dormant.persistence.store import Store
 
     store = Store(pg_url)
     now = datetime.now(UTC)

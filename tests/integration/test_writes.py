@@ -13,8 +13,8 @@ from datetime import UTC, datetime
 import pytest
 from sqlalchemy import Engine, create_engine, select
 
-from persistence.tables import facts
-from persistence.writes import Writes
+from dormant.persistence.tables import facts
+from dormant.persistence.writes import Writes
 from tests.conftest import _truncate
 
 pytestmark = pytest.mark.integration

@@ -207,7 +207,7 @@ def checkpoint(stack: Any, instance_id: str) -> dict[str, Any]:
         ).scalar_one()
     from pydantic import TypeAdapter
 
-    from engine_core.checkpoint import Checkpoint, decode
+    from dormant.engine_core.checkpoint import Checkpoint, decode
 
     return TypeAdapter(Checkpoint).dump_python(decode(raw), mode="json")
 

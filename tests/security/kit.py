@@ -8,14 +8,14 @@ from typing import Any
 
 from sqlalchemy import select, update
 
-from persistence.tables import instances
+from dormant.persistence.tables import instances
 from tests.integration.conftest import Stack, wait_for
 
 
 def send_raw(stack: Stack, task: str, routing_key: str, **kwargs: Any) -> None:
     """Send ``task`` with these keyword arguments and nothing else: what a producer with
     only Celery sends (no Client, so none of its checks and no inbox row)."""
-    from tasks.app import app, publish
+    from dormant.tasks.app import app, publish
 
     with app.connection_for_write(stack.broker_url) as conn:
         publish(task, routing_key, kwargs, connection=conn)

@@ -7,8 +7,8 @@ from typing import Any
 
 from celery import Task
 
-from tasks.app import app
-from tasks.jobs import task_headers
+from dormant.tasks.app import app
+from dormant.tasks.jobs import task_headers
 
 
 @app.task(name="sec-echo-headers", bind=True)

@@ -83,8 +83,8 @@ def test_a_loop_that_never_waits_costs_throughput_not_a_worker(budget_stack: Sta
 
 @pytest.mark.parametrize("raw", ["0", "-5", "many"])
 def test_the_budget_setting_is_refused_naming_the_variable(raw: str) -> None:
-    from engine_core.errors import InvalidSetting
-    from persistence.settings import Settings
+    from dormant.engine_core.errors import InvalidSetting
+    from dormant.persistence.settings import Settings
 
     with pytest.raises(InvalidSetting, match="DORMANT_STEP_BUDGET"):
         Settings.from_env({"DORMANT_STEP_BUDGET": raw})
@@ -99,9 +99,9 @@ def test_the_continuation_is_an_outbox_row_kept_until_consumed_and_idempotent(
     ``ContinueInstance`` outbox row with its trigger id; the row stays (the sweep would
     publish it again after a crash) until consumed; the same trigger id applied twice
     runs the loop on once."""
-    from engine_core.triggers import Continue
-    from persistence.settings import Settings
-    from persistence.store import Store
+    from dormant.engine_core.triggers import Continue
+    from dormant.persistence.settings import Settings
+    from dormant.persistence.store import Store
 
     store = Store(settings=Settings(database_url=db_url, step_budget=20))
     try:

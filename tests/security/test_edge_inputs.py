@@ -14,9 +14,14 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
-from engine_core.errors import InvalidField, InvalidMessage, InvalidSetting, InvalidVariables
-from persistence.settings import Settings
-from persistence.tables import inbox
+from dormant.engine_core.errors import (
+    InvalidField,
+    InvalidMessage,
+    InvalidSetting,
+    InvalidVariables,
+)
+from dormant.persistence.settings import Settings
+from dormant.persistence.tables import inbox
 from tests.integration.conftest import Stack
 from tests.integration.waitkit import end, message_catch, model, start
 from tests.security.kit import failed_for, send_raw

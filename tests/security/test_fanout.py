@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from persistence.tables import message_correlations, messages
+from dormant.persistence.tables import message_correlations, messages
 from tests.integration.conftest import Stack, wait_for
 from tests.integration.waitkit import end, message_catch, model, signal_catch, start
 from tests.security.kit import failed_for, overwrite_checkpoint, stored_checkpoint

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from engine_core.builder import ProcessBuilder
-from engine_core.errors import ExpressionError, ExpressionLimitExceeded, InvalidModel
-from engine_core.expression_check import check_expressions
-from engine_core.feel import evaluate
-from engine_core.feel.limits import DEFAULT_LIMITS, Limits
+from dormant.engine_core.builder import ProcessBuilder
+from dormant.engine_core.errors import ExpressionError, ExpressionLimitExceeded, InvalidModel
+from dormant.engine_core.expression_check import check_expressions
+from dormant.engine_core.feel import evaluate
+from dormant.engine_core.feel.limits import DEFAULT_LIMITS, Limits
 from tests.core.enginekit import Run
 
 DOUBLING = (

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import pytest
 
-from engine_core.bpmn import read_bpmn
-from engine_core.effects import DispatchJob
-from engine_core.errors import InvalidModel
-from engine_core.job_types import reserved_job_type
-from engine_core.triggers import Start
+from dormant.engine_core.bpmn import read_bpmn
+from dormant.engine_core.effects import DispatchJob
+from dormant.engine_core.errors import InvalidModel
+from dormant.engine_core.job_types import reserved_job_type
+from dormant.engine_core.triggers import Start
 from tests.core.enginekit import Run
 from tests.integration.conftest import Stack, wait_for
 from tests.integration.waitkit import end, model, start, user_task
@@ -159,7 +159,7 @@ def test_dispatch_refuses_a_reserved_job_type_as_a_job_failure(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """An outbox row written before the deploy-time rule is refused by the shell too."""
-    import tasks.jobs as jobs
+    import dormant.tasks.jobs as jobs
 
     sent: list[tuple[str, str, dict[str, object]]] = []
     monkeypatch.setattr(

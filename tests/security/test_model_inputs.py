@@ -20,12 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from engine_core.bpmn import MAX_SCOPE_DEPTH, read_bpmn
-from engine_core.dmn import read_dmn
-from engine_core.errors import InvalidModel, InvalidSetting
-from engine_core.xml_input import MAX_XML_DEPTH, model_text
-from persistence.settings import Settings
-from persistence.store import Store
+from dormant.engine_core.bpmn import MAX_SCOPE_DEPTH, read_bpmn
+from dormant.engine_core.dmn import read_dmn
+from dormant.engine_core.errors import InvalidModel, InvalidSetting
+from dormant.engine_core.xml_input import MAX_XML_DEPTH, model_text
+from dormant.persistence.settings import Settings
+from dormant.persistence.store import Store
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -118,7 +118,7 @@ def test_the_store_deploys_an_encoded_file_and_keeps_its_names(
         # Read back from the stored text by a process that never saw the file.
         fresh = Store(f"sqlite:///{tmp_path / 'db.sqlite3'}")
         try:
-            from persistence import deployments
+            from dormant.persistence import deployments
 
             deployments._PARSED.clear()
             reread, _ = fresh.definition("enc", 1)
@@ -228,7 +228,7 @@ def test_the_model_size_limit_is_a_setting_with_a_default() -> None:
 def test_client_deploy_refuses_a_model_over_the_limit_before_reading_it_all(
     tmp_path: Path,
 ) -> None:
-    from tasks.client import Client
+    from dormant.tasks.client import Client
 
     big = tmp_path / "big.bpmn"
     big.write_text(bpmn("UTF-8", name="x" * 5000))
@@ -260,7 +260,7 @@ def test_dormant_deploy_dev_zero_is_a_one_line_error_naming_the_limit(tmp_path: 
         "DORMANT_MAX_MODEL_BYTES": "100000",
     }
     done = subprocess.run(
-        [sys.executable, "-m", "tasks.cli", "deploy", "/dev/zero"],
+        [sys.executable, "-m", "dormant.tasks.cli", "deploy", "/dev/zero"],
         env=env,
         cwd=tmp_path,
         capture_output=True,
@@ -274,7 +274,7 @@ def test_dormant_deploy_dev_zero_is_a_one_line_error_naming_the_limit(tmp_path: 
     latin = tmp_path / "latin.bpmn"
     latin.write_bytes(bpmn("ISO-8859-1").encode("latin-1"))
     ok = subprocess.run(
-        [sys.executable, "-m", "tasks.cli", "deploy", str(latin)],
+        [sys.executable, "-m", "dormant.tasks.cli", "deploy", str(latin)],
         env=env,
         cwd=tmp_path,
         capture_output=True,

@@ -199,9 +199,9 @@ def test_any_exception_class_in_an_apply_is_kept_not_acknowledged_away(
 ) -> None:
     """Whatever the apply raises, the task keeps the trigger (the embedded default, the
     trigger task run in this process with the Store failing on purpose)."""
-    from persistence.settings import Settings
-    from tasks import app as app_module
-    from tasks import triggers
+    from dormant.persistence.settings import Settings
+    from dormant.tasks import app as app_module
+    from dormant.tasks import triggers
 
     for var in ("DORMANT_DATABASE_URL", "DORMANT_BROKER_URL"):
         monkeypatch.setenv(var, os.environ.get(var, ""))

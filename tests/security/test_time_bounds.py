@@ -25,9 +25,9 @@ from celery import Celery
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import OperationalError
 
-from engine_core.errors import InvalidSetting
-from persistence.settings import Settings
-from persistence.store import Store
+from dormant.engine_core.errors import InvalidSetting
+from dormant.persistence.settings import Settings
+from dormant.persistence.store import Store
 from tests.integration.conftest import Stack, _urls, wait_for
 from tests.integration.waitkit import end, message_catch, model, script, start
 from tests.security.shellkit import start_worker

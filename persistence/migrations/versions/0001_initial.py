@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects.postgresql import JSONB
 
-from persistence.tables import UtcDateTime
+from dormant.persistence.tables import UtcDateTime
 
 revision = "0001"
 down_revision = None

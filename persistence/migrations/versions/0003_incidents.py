@@ -12,7 +12,7 @@ import json
 import sqlalchemy as sa
 from alembic import op
 
-from persistence.tables import UtcDateTime
+from dormant.persistence.tables import UtcDateTime
 
 revision = "0003"
 down_revision = "0002"
@@ -41,8 +41,8 @@ def upgrade() -> None:
 
 
 def _project_existing() -> None:
-    from engine_core.checkpoint import decode
-    from persistence.incident_rows import incident_rows
+    from dormant.engine_core.checkpoint import decode
+    from dormant.persistence.incident_rows import incident_rows
 
     conn = op.get_bind()
     rows = conn.execute(sa.text("SELECT checkpoint FROM instances")).scalars()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from persistence.tables import JsonDoc, UtcDateTime
+from dormant.persistence.tables import JsonDoc, UtcDateTime
 
 revision = "0008"
 down_revision = "0007"

@@ -20,7 +20,7 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 
-from persistence.tables import JsonDoc, UtcDateTime
+from dormant.persistence.tables import JsonDoc, UtcDateTime
 
 revision = "0010"
 down_revision = "0009"
@@ -49,8 +49,8 @@ def upgrade() -> None:
 
 
 def _backfill(conn: sa.Connection) -> None:
-    from engine_core.bpmn import read_bpmn
-    from engine_core.dmn import read_dmn
+    from dormant.engine_core.bpmn import read_bpmn
+    from dormant.engine_core.dmn import read_dmn
 
     meta = sa.MetaData()
     deployments = sa.Table("deployments", meta, autoload_with=conn)

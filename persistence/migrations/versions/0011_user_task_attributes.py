@@ -12,7 +12,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from persistence.tables import UtcDateTime
+from dormant.persistence.tables import UtcDateTime
 
 revision = "0011"
 down_revision = "0010"
