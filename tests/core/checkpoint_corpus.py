@@ -24,16 +24,16 @@ from dormant.engine_core.errors import DormantError
 from dormant.engine_core.model import LoopSpec, TimerKind
 from dormant.engine_core.services import Services
 from dormant.engine_core.triggers import Resume, Start, Suspend, TaskCompleted
+from tests.conformance import CAMUNDA8
 from tests.core.enginekit import T0, Run
 
-CORPUS = Path(__file__).resolve().parents[2].parent / "shared" / "conformance" / "camunda8"
 STORED = Path(__file__).resolve().parent / "data" / "stored_checkpoints.json"
 
-__all__ = ["CORPUS", "STORED", "live_documents"]
+__all__ = ["STORED", "live_documents"]
 
 
 def _conformance() -> Iterator[tuple[str, Run]]:
-    for path in sorted(CORPUS.glob("*.bpmn")):
+    for path in sorted(CAMUNDA8.glob("*.bpmn")):
         try:
             definitions = read_bpmn(path.read_bytes())
         except DormantError:

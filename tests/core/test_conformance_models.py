@@ -15,15 +15,15 @@ import pytest
 
 from dormant.engine_core.bpmn import read_bpmn
 from dormant.engine_core.errors import InvalidModel, ModelError, UnsupportedElement
+from tests.conformance import CAMUNDA8
 
-CORPUS = Path(__file__).resolve().parents[2].parent / "shared" / "conformance" / "camunda8"
-MODELS = sorted(CORPUS.glob("*.bpmn"))
+MODELS = sorted(CAMUNDA8.glob("*.bpmn"))
 PARSED_FLOOR = 73  # of 73: every file reads (business rule tasks call DMN decisions)
 
 
 def test_the_corpus_is_there() -> None:
     """A missing corpus fails loudly: a conformance test that skips proves nothing."""
-    assert len(MODELS) == 73, f"expected the 73 Camunda 8 models at {CORPUS}, found {len(MODELS)}"
+    assert len(MODELS) == 73, f"expected the 73 Camunda 8 models at {CAMUNDA8}, found {len(MODELS)}"
 
 
 def _ids(xml: str) -> set[str]:

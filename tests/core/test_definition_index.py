@@ -5,8 +5,6 @@ bounded."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from dormant.engine_core import timers
@@ -15,13 +13,12 @@ from dormant.engine_core.errors import DormantError
 from dormant.engine_core.feel.api import compile_expression
 from dormant.engine_core.feel.scope import MISSING
 from dormant.engine_core.model import EventKind, NodeKind, ProcessDefinition
-
-CORPUS = Path(__file__).resolve().parents[2].parent / "shared" / "conformance" / "camunda8"
+from tests.conformance import CAMUNDA8
 
 
 def _definitions() -> list[ProcessDefinition]:
     found: list[ProcessDefinition] = []
-    for path in sorted(CORPUS.glob("*.bpmn")):
+    for path in sorted(CAMUNDA8.glob("*.bpmn")):
         try:
             found.extend(read_bpmn(path.read_bytes()))
         except DormantError:

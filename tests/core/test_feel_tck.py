@@ -1,4 +1,4 @@
-"""The DMN TCK's FEEL cases (../shared/conformance/feel) against our evaluator.
+"""The DMN TCK's FEEL cases (tests/conformance/feel) against our evaluator.
 
 The floors sit just below today's pass counts, so a change that breaks conformance
 fails here even though single TCK cases are not individual tests.
@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,8 +21,8 @@ from dormant.engine_core.feel.temporal import (
     parse_duration_text,
     parse_time,
 )
+from tests.conformance import FEEL
 
-CONFORMANCE = Path(__file__).resolve().parents[2].parent / "shared" / "conformance" / "feel"
 FLOORS = {"camunda_subset.json": 2111, "tck_feel_cases.json": 3125}
 NOW = datetime(2026, 1, 1, 12, 0, 0)
 
@@ -111,7 +110,7 @@ def run_case(case: dict[str, Any]) -> tuple[str, Any]:
 
 
 def run_file(name: str) -> tuple[int, dict[str, int], list[tuple[str, str, Any, Any]]]:
-    with (CONFORMANCE / name).open(encoding="utf-8") as f:
+    with (FEEL / name).open(encoding="utf-8") as f:
         cases = json.load(f, parse_float=Decimal, parse_int=Decimal)
     counts: dict[str, int] = {}
     failures = []
@@ -125,8 +124,8 @@ def run_file(name: str) -> tuple[int, dict[str, int], list[tuple[str, str, Any, 
 
 @pytest.mark.parametrize("name", sorted(FLOORS))
 def test_tck_pass_count_holds(name: str) -> None:
-    if not CONFORMANCE.is_dir():
-        pytest.fail(f"conformance data missing at {CONFORMANCE}")
+    if not FEEL.is_dir():
+        pytest.fail(f"conformance data missing at {FEEL}")
     total, counts, _ = run_file(name)
     passed = total - counts.get("fail", 0)
     print(f"{name}: {passed}/{total} pass ({counts})")

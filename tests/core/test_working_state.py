@@ -58,7 +58,8 @@ from dormant.engine_core.triggers import (
     TimerFired,
     Trigger,
 )
-from tests.core.checkpoint_corpus import CORPUS, STORED, live_documents
+from tests.conformance import CAMUNDA8
+from tests.core.checkpoint_corpus import STORED, live_documents
 from tests.core.enginekit import T0
 
 STATE_CLASSES = (
@@ -111,7 +112,7 @@ def test_the_stored_corpus_covers_every_part_of_the_document() -> None:
         seen.update(k for k in ("tokens", "scopes", "waits", "incidents") if doc.get(k))
         seen.update(k for k in ("compensation", "parent", "held") if doc.get(k))
     assert seen == {"tokens", "scopes", "waits", "incidents", "compensation", "parent", "held"}
-    assert len(_STORED) >= 60, f"the conformance corpus at {CORPUS} went missing"
+    assert len(_STORED) >= 60, f"the conformance corpus at {CAMUNDA8} went missing"
 
 
 @pytest.mark.parametrize("name", sorted(_LIVE))
@@ -228,7 +229,7 @@ def test_the_copy_is_equal_and_shares_nothing_mutable(name: str) -> None:
 
 def _definitions() -> dict[str, ProcessDefinition]:
     found: dict[str, ProcessDefinition] = {}
-    for path in sorted(CORPUS.glob("*.bpmn")):
+    for path in sorted(CAMUNDA8.glob("*.bpmn")):
         try:
             for d in read_bpmn(path.read_bytes()):
                 found[f"{path.stem}/{d.key}"] = d

@@ -19,7 +19,6 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -41,9 +40,9 @@ from dormant.persistence.start_timers import start_instance_id
 from dormant.persistence.store import Store
 from dormant.persistence.tables import deadlines, facts, instances, start_timers
 from dormant.scheduler import claim_due, fire
+from tests.conformance import CAMUNDA8
 
-CORPUS = Path(__file__).resolve().parents[2].parent / "shared" / "conformance" / "camunda8"
-MODELS = sorted(CORPUS.glob("*.bpmn"))
+MODELS = sorted(CAMUNDA8.glob("*.bpmn"))
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
 HORIZON = timedelta(days=2)  # the longest R0 timer is P1D
 ROW_BUDGET = 200  # outbox rows per file: bounds a model that loops forever
@@ -280,7 +279,7 @@ _KEYS: dict[str, list[str]] = {}
 
 def _keys_of(name: str) -> list[str]:
     if name not in _KEYS:
-        text = (CORPUS / name).read_text(encoding="utf-8")
+        text = (CAMUNDA8 / name).read_text(encoding="utf-8")
         _KEYS[name] = re.findall(r'<bpmn:process id="([^"]+)"', text)
     return _KEYS[name]
 
