@@ -7,8 +7,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /app
 COPY pyproject.toml README.md ./
-# dormant/ is the import name's door; the wheel maps the four folders beneath it.
-COPY dormant ./dormant
+# The one door (dormant/__init__.py); pyproject.toml maps the four folders under it.
+COPY dormant/__init__.py dormant/py.typed ./dormant/
 COPY engine_core ./engine_core
 COPY persistence ./persistence
 COPY scheduler ./scheduler

@@ -8,7 +8,7 @@ the engine takes), on two kinds of items: numbers (half of them repeated, ``1`` 
 ``1.0`` both present) and small contexts ``{id: n, tag: "t<n % 7>"}``. The limits are
 raised for the 100k run (the default collection bound is 100,000 items).
 
-Targets (DESIGN.md, issue 10): 10k items in < 50 ms; per-item time at 100k at most twice the
+Targets (bench/README.md): 10k items in < 50 ms; per-item time at 100k at most twice the
 per-item time at 1k ("flat"). The median of five rounds is reported, each started
 after a garbage collection, the expression compiled beforehand.
 

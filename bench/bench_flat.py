@@ -5,7 +5,7 @@ scan as waiting timers pile up, and worker memory as waiting instances pile up.
 1. The loop model (bench/models.py): 1,000 iterations of decode → apply (complete the
    user task, loop back) → encode; the first and last 100 iterations' mean step time
    and checkpoint size, and their ratio. SpiffWorkflow 3.2 runs the same XML beside it
-   for reference (its history lives in its document; DESIGN.md: 30x over 330).
+   for reference (its step time grows about 30x over 330 iterations).
 2. ``scheduler.deadlines.claim_due`` on PostgreSQL with 1,000 vs 100,000 (and, without
    --quick, 1,000,000) waiting timers, of which the same 10 are due; rows bulk-inserted.
 3. RSS of a real ``dormant worker`` (prefork x2) after triggers for a few instances vs

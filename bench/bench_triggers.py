@@ -542,7 +542,7 @@ def main() -> int:
             0.70,
         )
         common.line(
-            "ratio locked-JSONB / no-op (for reference; CELERY-NOTES: 747/1561 = 0.48)",
+            "ratio locked-JSONB / no-op (for reference; plain Celery on an idle host: 0.48)",
             f"{rates['locked 2 KB JSONB update'] / rates['no-op Celery task']:.2f}",
         )
         common.ratio_line(

@@ -1,6 +1,6 @@
 """The floor dormant is measured against: plain Celery tasks on the same broker and database.
 
-Configured like dormant's app (and the CELERY-NOTES baselines): JSON, acks late,
+Configured like dormant's app (tasks/app.py): JSON, acks late,
 reject on worker lost, prefetch 1. Started by bench_triggers.py as
 ``celery -A bench.celery_baseline worker -P prefork -c 2 -Q <queue>``; reads
 ``BENCH_BROKER_URL`` and ``BENCH_DATABASE_URL``.

@@ -1,6 +1,6 @@
 """Worker subprocesses and queue-drain timing for the broker benchmarks.
 
-Every throughput figure is measured the same way, like the CELERY-NOTES baselines:
+Every throughput figure is measured the same way:
 the tasks are queued first, then ONE worker process (prefork x2, acks late,
 prefetch 1) is started and drains them. The clock starts when the queue first
 shrinks (worker start-up is not counted) and stops when the queue and Redis' unacked

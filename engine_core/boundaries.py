@@ -1,6 +1,6 @@
 """Boundary events: armed with their activity, unarmed, fired, interrupting it.
 
-A boundary is a wait of its host token (SRD-071 §4.8), keyed by boundary node and
+A boundary is a wait of its host token (docs/waits.md, Boundaries), keyed by boundary node and
 event definition index, armed when the token first enters the activity (the
 multi-instance body, not each inner instance). Whatever makes a boundary fire — its
 own timer, message or signal wait, or an error or escalation caught on the host —

@@ -9,7 +9,7 @@ redelivered start is the same child). Withdrawing the wait by any path cancels t
 child (``Runtime.withdraw``); the child's completion or failure comes back as a
 trigger: completed, the token leaves with the child's variables; failed with a BPMN
 error, the error is thrown at the call activity; failed otherwise, an incident opens
-there (SRD-079 FR-2).
+there (docs/incidents.md, What raises an incident).
 """
 
 from __future__ import annotations

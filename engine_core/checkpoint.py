@@ -198,7 +198,7 @@ class Wait:
     # The node whose event this wait is for: the catch event, the task, the boundary
     # event, the event-based gateway's target event, the event sub-process start.
     node_id: str
-    # Index of the event definition within ``node_id`` (SRD-071: keyed by index).
+    # Index of the event definition within ``node_id`` (a node may hold several).
     def_index: int = 0
     # The waiting token (None for an event sub-process start armed on a scope).
     token_id: str | None = None
@@ -282,7 +282,7 @@ class Incident:
     job_type: str | None = None
     # False when the node failed while activating: its boundaries were never armed, so
     # a retry arms them. True once armed: a retry never arms them again, even after a
-    # one-shot boundary fired and left no wait behind (SRD-079 FR-6).
+    # one-shot boundary fired and left no wait behind (docs/incidents.md).
     boundaries_armed: bool = True
 
 

@@ -2,7 +2,7 @@
 
 The ledger (``checkpoint.compensation``) lists completed activities that have a
 compensation boundary, in completion order. A failed attempt never completes, so it
-never enters the ledger (SRD-079 T-12). A compensation throw runs the handlers of the
+never enters the ledger (docs/incidents.md). A compensation throw runs the handlers of the
 entries in its scope (all, or the one named activity) in reverse order of completion,
 each as its own token; the thrower waits until they have all finished, then moves on
 (or ends, for a compensation end event).

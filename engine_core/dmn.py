@@ -104,7 +104,6 @@ _IGNORED_IN_DECISION = frozenset(
         "usingTask",
     }
 )
-_LOGIC = {"decisionTable", "literalExpression"}
 
 
 @dataclass(frozen=True, slots=True)

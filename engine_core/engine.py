@@ -151,7 +151,7 @@ def apply(
             rt.fact("StepBudgetReached", entries=rt.entries, pending=len(rt.queue))
             rt.effects.append(ContinueInstance(cp.instance_id))
     except EngineInvariantError as exc:
-        # A bug in dormant, not the user's: the one failure that stays fatal (SRD-079).
+        # A bug in dormant, not the user's: the one failure that stays fatal (docs/incidents.md).
         cp = private()
         rt = Runtime(definition, cp, now, services or DEFAULT_SERVICES)
         fail_instance(rt, f"internal invariant broken: {exc}")

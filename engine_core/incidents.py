@@ -2,14 +2,14 @@
 
 The incident lives in the checkpoint; operator actions (retry, resolve, drop) are
 triggers applied in the same locked transaction as any other, and a scheduled retry
-is a wait with a deadline, so it survives any restart (SRD-079).
+is a wait with a deadline, so it survives any restart (docs/incidents.md).
 
 * Raising withdraws the token's own waits but keeps its armed boundaries: a
   non-interrupting timer still fires while the incident is open, and an interrupting
   one overtakes it.
 * A repeated failure at the same node after a retry updates the same incident.
 * Inside a child instance (call activity) nothing is raised locally: the child fails
-  and the caller's call-activity node raises the incident (SRD-079 FR-2).
+  and the caller's call-activity node raises the incident (docs/incidents.md).
 * An incident closes with its token: resolved when the token moves on, overtaken
   when it is withdrawn (``Runtime.close_incidents``, called wherever a token goes).
 """

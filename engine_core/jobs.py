@@ -9,7 +9,7 @@ wait's deadline is the backoff), then opens an incident; a BPMN error is thrown 
 the task, where its boundaries may catch it.
 
 A job type may have its own timeout and backoff (``Services.job_types``, from
-``DORMANT_JOB_TYPES``). A long job calls the heartbeat (``tasks.jobs.heartbeat``): a
+``DORMANT_JOB_TYPES``). A long job calls the heartbeat (``dormant.heartbeat``): a
 ``JobHeartbeat`` moves its running attempt's deadline to now + ``extend_seconds``
 (default: the type's timeout), so it is not taken for lost.
 """

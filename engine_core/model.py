@@ -10,7 +10,7 @@ the engine in step. Fields that a kind does not use stay at their defaults.
 
 Ids are the modeller's ids. Event definitions are addressed by their INDEX within
 their node, never by their XML id: a definition id may be minted per save and is not
-a stable key across versions (SRD-071 §10.2), while the order of definitions is.
+a stable key across versions (docs/waits.md, Boundaries), while the order of definitions is.
 """
 
 from __future__ import annotations

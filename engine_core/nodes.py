@@ -338,7 +338,7 @@ def _joins(node: Node) -> bool:
 
 
 def _event_based(rt: Runtime, token: Token, node: Node) -> None:
-    """Arm every arm; the first to fire wins and withdraws the others (SRD-071 FR-3a)."""
+    """Arm every arm; the first to fire wins and withdraws the others (docs/waits.md)."""
     context = rt.token_vars(token)
     for flow_id in node.outgoing:
         target = rt.node(rt.defn.flows[flow_id].target)

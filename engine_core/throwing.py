@@ -4,7 +4,7 @@ The search starts at the throwing activity's own boundaries, then walks the scop
 chain: at each scope an event sub-process start that catches, then the boundaries of
 the (sub-process) activity that owns the scope. A specific code beats a catch-all.
 
-Uncaught, an error follows SRD-079: an error end event reaching the root is the
+Uncaught, an error follows docs/incidents.md: an error end event reaching the root is the
 modelled outcome (the instance fails); an error thrown by an activity opens an
 incident at that activity; inside a child instance the child fails and the caller's
 call activity gets the error (its boundaries may catch it). An uncaught escalation

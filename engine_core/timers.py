@@ -1,7 +1,7 @@
 """Timer arithmetic: from a timer definition and "now" to an ABSOLUTE due time.
 
 The due time is computed once, when the wait is armed, and recorded in the checkpoint;
-nothing ever re-evaluates it (SRD-071 FR-9a): re-evaluating a duration on every load
+nothing ever re-evaluates it (docs/waits.md, Timers): re-evaluating a duration on every load
 would restart a "within 24 h" boundary on every unrelated trigger.
 
 Cycles (``R3/PT10M``, ``R/PT1H``, ``R2/2026-12-01T09:00:00Z/P1D``) fire, then arm the

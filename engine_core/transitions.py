@@ -3,7 +3,7 @@
 Every change of a token's or an incident's state goes through ``move_token`` /
 ``move_incident``, which look the move up in the tables below; a move the tables do
 not list is a bug in dormant and raises ``EngineInvariantError`` (the instance fails
-with the reason, SRD-079: the one failure that stays fatal). Read the tables as the
+with the reason, docs/incidents.md: the one failure that stays fatal). Read the tables as the
 state diagrams of docs/internals.md.
 
 Tokens: a live token is ``active`` (queued to enter its node), ``waiting`` (on a wait

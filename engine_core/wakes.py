@@ -5,7 +5,7 @@ changes nothing. That one rule settles every race (a timer and a message for one
 gateway: the second finds the arms withdrawn) and every redelivery.
 
 A fired wait is removed from the checkpoint in the same step that runs its
-continuation, so its hold row disappears in the same commit (SRD-071 FR-3b); a
+continuation, so its hold row disappears in the same commit (docs/waits.md); a
 cycle timer instead gets its next due time recorded. What a fired wait continues
 depends on its role, the second table here (``_FIRE``).
 """

@@ -94,7 +94,7 @@ class Settings(BaseModel):
     # How long a claimed deadline belongs to its claimer; after that another scan may
     # claim it again (the claimer died between claim and fire).
     deadline_claim_seconds: float = 30.0
-    # How far a failed fire pushes the deadline (FIX-027); default: half the claim.
+    # How far a failed fire pushes the deadline (docs/waits.md); default: half the claim.
     wake_retry_backoff_seconds: float | None = None
     # Outbox rows older than this are published by the sweeper (the publisher died).
     outbox_sweep_after_seconds: float = 5.0
@@ -108,7 +108,7 @@ class Settings(BaseModel):
     job_timeout_seconds: float = 300.0
     # The engine-wide incident retry policy, for activities without their own
     # <dormant:retryPolicy>: 0 attempts (the default) means no automatic retry, so every
-    # incident waits for an operator (SRD-079 FR-6).
+    # incident waits for an operator (docs/incidents.md, Retry policies).
     incident_retry_attempts: int = 0
     incident_retry_backoff_seconds: float = 60.0
     # Wall-clock bounds on every trigger task (Celery soft/hard limits, prefork pool).
@@ -256,7 +256,7 @@ class Settings(BaseModel):
     @model_validator(mode="after")
     def _derive_backoff(self) -> Settings:
         # Derived from the claim rather than a constant, so an operator who lengthens
-        # the claim does not get a retry cadence that fights it (FIX-027 §3.2.3).
+        # the claim does not get a retry cadence that fights it.
         if self.wake_retry_backoff_seconds is None:
             object.__setattr__(self, "wake_retry_backoff_seconds", self.deadline_claim_seconds / 2)
         return self

@@ -1,6 +1,6 @@
 """The Store: the one transaction, and nothing else that changes an instance.
 
-``Store.apply`` is DESIGN.md's one rule in code: lock the instance row, load the
+``Store.apply`` is the one transaction of docs/internals.md in code: lock the instance row, load the
 checkpoint, let ``engine_core`` apply one trigger, then write the new checkpoint AND
 every row it implies (hold rows, facts, outbox, the processed trigger id) before the
 one commit. Anything the shell must do afterwards (publish jobs, follow-up triggers) is
@@ -214,7 +214,7 @@ def _document(cp: Checkpoint | str, postgres: bool) -> ColumnElement[Any]:
 
 
 def log_raised_incidents(applied: Applied) -> None:
-    """Log every incident a committed step raised, once, at ERROR (SRD-079 FR-2).
+    """Log every incident a committed step raised, once, at ERROR (docs/incidents.md).
 
     Called after the commit, so a transaction that rolled back (and is retried) logs
     nothing; a duplicate or stale trigger carries no ``raised`` fact. Names only: the

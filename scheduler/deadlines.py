@@ -1,6 +1,6 @@
 """The deadline table: claim due rows, fire them, settle failures (beat-driven).
 
-Three steps, and the order is the point (FIX-027):
+Three steps, and the order is the point (docs/waits.md, A failed wake keeps its hold):
 
 1. ``claim_due`` marks due rows as taken for ``deadline_claim_seconds`` with a fresh
    claim token — it never deletes. A claimer that dies leaves a claim that simply

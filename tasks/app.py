@@ -1,7 +1,7 @@
 # mypy: disable-error-code="untyped-decorator,no-untyped-call"
 """The Celery app ``app`` and everything about how dormant uses the broker.
 
-Why each setting is what it is (see ../shared/CELERY-NOTES.md for the measurements):
+Why each setting is what it is (bench/README.md has the measurements):
 
 * ``task_acks_late`` + ``task_reject_on_worker_lost``: a trigger is acknowledged only
   after its transaction committed; a killed pool child's trigger is requeued, never

@@ -19,7 +19,7 @@ from dormant.engine_core.migration import problems
 from dormant.engine_core.views import InstanceView
 from dormant.persistence import batches, clock, job_pause
 from dormant.persistence.batches import BatchItemView, BatchState, BatchView
-from dormant.persistence.selection import INCIDENT_OPERATIONS, Selector, Target
+from dormant.persistence.selection import Selector, Target
 from dormant.persistence.settings import Settings
 from dormant.persistence.store import Store
 
@@ -199,10 +199,6 @@ class Operations:
             ):
                 return view
             time.sleep(poll)
-
-
-def is_incident_operation(operation: str) -> bool:
-    return operation in INCIDENT_OPERATIONS
 
 
 def variables_params(

@@ -30,7 +30,7 @@ idempotent, and may use ``idempotency_key(self)`` (a bound task) to detect a rep
 e.g. as the idempotency key of a payment API.
 
 * return a dict → ``JobCompleted`` (merged into the variables; anything else → ``{}``);
-* raise ``engine_core.errors.BpmnError`` → ``JobErrorThrown`` (a modelled BPMN error);
+* raise ``dormant.BpmnError`` → ``JobErrorThrown`` (a modelled BPMN error);
 * any other exception → ``JobFailed`` — only the *final* failure: a task declaring
   Celery ``autoretry_for`` reports only when Celery gives up (a retry is not a failure).
 

@@ -3,7 +3,7 @@
 ``pg_url`` creates a fresh database on the real PostgreSQL at 127.0.0.1:5432 for the
 session, migrates it and drops it at the end. If PostgreSQL is unreachable the test
 FAILS, loudly: an integration test that skips when its service is missing proves
-nothing (STYLE.md §8). ``DORMANT_TEST_PG`` overrides the server URL.
+nothing. ``DORMANT_TEST_PG`` overrides the server URL.
 """
 
 from __future__ import annotations

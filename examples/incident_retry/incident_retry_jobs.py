@@ -15,8 +15,7 @@ from typing import Any
 
 from celery import Task
 
-from dormant.tasks.app import app
-from dormant.tasks.jobs import idempotency_key
+from dormant import app, idempotency_key
 
 
 class GatewayNotConfigured(RuntimeError):

@@ -55,8 +55,8 @@ def main() -> int:
         p for p in (str(REPO), str(HERE), os.environ.get("PYTHONPATH")) if p
     )
 
+    from dormant import Client
     from dormant.engine_core.views import to_dict
-    from dormant.tasks.client import Client
 
     client = Client()
     deployment = client.deploy(HERE / "payment.bpmn")
@@ -91,7 +91,7 @@ def main() -> int:
         flag.touch()
         say(f"configured the gateway ({flag.name}); retrying {incident.id} via the task API")
         import dormant.tasks.triggers  # noqa: F401 - registers the dormant.* tasks
-        from dormant.tasks.app import app
+        from dormant import app
 
         app.tasks["dormant.incident.retry"].apply_async(args=[incident.id])
 

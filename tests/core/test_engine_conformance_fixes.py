@@ -62,7 +62,7 @@ def test_retry_after_failed_activation_arms_the_boundaries() -> None:
 
 def test_a_job_incident_keeps_its_boundary_armed() -> None:
     """Only ACTIVATION failures un-arm: a job that failed after activation keeps its
-    timeout boundary, which may still interrupt the incident (SRD-079)."""
+    timeout boundary, which may still interrupt the incident (docs/incidents.md)."""
     b = ProcessBuilder("job")
     b.start_event("s").service_task("charge", "charge", job_retries="1").end_event("ok")
     b.boundary_event("late", "charge", timer("PT1H")).end_event("timeout")

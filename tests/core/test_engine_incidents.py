@@ -1,4 +1,4 @@
-"""Incidents (SRD-079 T-1..T-16, the parts the pure core can show).
+"""Incidents (docs/incidents.md; tests/README.md maps each, the parts the pure core can show).
 
 A technical failure parks its token in an incident; siblings keep running; operator
 actions (retry, resolve, drop) and scheduled retries are triggers like any other.

@@ -1,4 +1,4 @@
-"""Waits the seeds name (SRD-071): boundaries, cycles, event-based gateways, signals,
+"""Waits docs/waits.md names: boundaries, cycles, event-based gateways, signals,
 stale triggers, bounded lineage and the Hydrated/Dehydrated facts.
 
 Every checkpoint is round-tripped through JSON between triggers (``enginekit.Run``).

@@ -1,4 +1,4 @@
-"""The deadline table against real PostgreSQL and SQLite (FIX-027 regression canaries)."""
+"""The deadline table against real PostgreSQL and SQLite (docs/waits.md)."""
 
 from __future__ import annotations
 

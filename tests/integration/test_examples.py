@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_incident_retry_example_completes_after_the_fix_and_a_retry(tmp_path: Path) -> None:
-    """SRD-079 T-16: failure → incident visible → flag set → dormant.incident.retry →
+    """docs/incidents.md: failure → incident visible → flag set → dormant.incident.retry →
     completed, on the embedded default (the script's own asserts decide its exit)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("DORMANT_")}
     done = subprocess.run(

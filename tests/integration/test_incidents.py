@@ -1,4 +1,4 @@
-"""Incidents on the real services (SRD-079 §6; the mapping is in tests/README.md).
+"""Incidents on the real services (docs/incidents.md; the mapping is in tests/README.md).
 
 Client / CLI / Flower → broker → ``dormant worker`` (jobs in
 ``tests.integration.incident_jobs``: they fail until a flag file exists and count their

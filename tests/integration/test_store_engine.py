@@ -1,8 +1,8 @@
 """The Store with the real step function and real BPMN, on PostgreSQL and SQLite.
 
 What is asserted is the shell's half: the hold rows follow the checkpoint the core
-returns, through timers, messages (incl. the same name as a keyed start, FIX-027
-§4.1.2), user tasks and cancellation.
+returns, through timers, messages (incl. the same name as a keyed start, docs/waits.md
+Messages), user tasks and cancellation.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def test_cancel_withdraws_every_hold(store: Store, now: datetime) -> None:
 
 
 def test_same_message_name_starts_and_wakes(store: Store, now: datetime) -> None:
-    """FIX-027 §4.1.2: key K wakes the waiting instance (no second one); K2 starts one."""
+    """docs/waits.md (Messages): key K wakes the waiting instance (no second one); K2 starts one."""
     store.deploy(ORDER, now)
     router = Router(store)
     first = router.message(

@@ -1,9 +1,9 @@
-"""Every wait the seeds name, held durably — through a real ``dormant worker`` and
-``dormant beat`` on PostgreSQL + Redis and on the embedded default (SRD-071 §6,
-FIX-027 §4.1 / §4.1.2; the mapping table is in tests/README.md).
+"""Every wait docs/waits.md names, held durably — through a real ``dormant worker`` and
+``dormant beat`` on PostgreSQL + Redis and on the embedded default (the mapping
+table is in tests/README.md).
 
 "Dehydrated" here is the only state an instance has between triggers: its
-``instances`` row (the checkpoint) and its hold rows. So SRD-071's residency tests
+``instances`` row (the checkpoint) and its hold rows. So residency tests
 become assertions on those rows, read straight from the database, and on the facts.
 
 The module's stack (``wstack``, one worker + beat per shape) runs with a short
@@ -479,7 +479,7 @@ def test_t13_interrupting_boundary_withdraws_every_hold_of_the_cancelled_wait(
 
 
 def test_t14_a_24h_boundary_survives_many_triggers_then_escalates(wstack: Stack) -> None:
-    """The SRD-071 v.1 probe inverted: approve within 24 h or escalate. Twenty
+    """A 24-hour boundary, probed: approve within 24 h or escalate. Twenty
     unrelated triggers (a non-interrupting 'ping' boundary on the same task) rewrite
     the checkpoint; the deadline does not move. Then the clock passes it."""
     k = f"t14_{uid()}"
@@ -711,7 +711,7 @@ def test_signal_catch_throw_and_end_broadcast(wstack: Stack) -> None:
 
 
 def test_same_message_name_keyed_start_and_catch_one_instance_per_key(wstack: Stack) -> None:
-    """FIX-027 §4.1.2: key K wakes K's waiting instance (or joins it), an unseen key
+    """docs/waits.md (Messages): key K wakes K's waiting instance (or joins it), an unseen key
     starts a new one; exactly one instance per key."""
     k = f"smn_{uid()}"
     name = f"order-{k}"
@@ -870,7 +870,7 @@ def test_many_cycles_no_hold_table_grows_and_lineage_stays_flat(wstack: Stack) -
     assert len(checkpoint(wstack, iid)["tokens"]) <= 2  # history lives in facts
 
 
-# -- FIX-027 §4.1: a failed wake keeps its hold ----------------------------------------
+# -- docs/waits.md: a failed wake keeps its hold ----------------------------------------
 
 
 def _pin_missing_version(stack: Stack, iid: str, version: int) -> None:
