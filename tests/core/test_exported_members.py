@@ -12,7 +12,7 @@ from types import ModuleType
 
 import pytest
 
-PACKAGES = ["engine_core", "persistence", "scheduler", "tasks"]
+PACKAGES = ["dormant.engine_core", "dormant.persistence", "dormant.scheduler", "dormant.tasks"]
 
 
 def _public_members(module: ModuleType) -> set[str]:
@@ -36,7 +36,9 @@ def _modules(package: str) -> list[str]:
     return sorted(info.name for info in pkgutil.walk_packages(root.__path__, prefix=f"{package}."))
 
 
-@pytest.mark.parametrize("package", ["engine_core", "persistence", "scheduler"])
+@pytest.mark.parametrize(
+    "package", ["dormant.engine_core", "dormant.persistence", "dormant.scheduler"]
+)
 def test_every_modules_all_names_what_it_has(package: str) -> None:
     missing: dict[str, list[str]] = {}
     for name in _modules(package):
