@@ -148,6 +148,7 @@ def profile_paths(store: Any, base_url: str, now: datetime) -> None:
     from bench.celery_baseline import document
     from dormant.engine_core.triggers import JobCompleted
     from dormant.persistence.routing import Router
+    from dormant.tasks.wire import redelivery
 
     eng = create_engine(base_url)
     floor = SqlCounter(eng)
@@ -174,7 +175,7 @@ def profile_paths(store: Any, base_url: str, now: datetime) -> None:
             lambda i: store.start("bench_message", f"p-{i}", {"orderId": f"p-{i}"}, now=now), k
         ),
     )
-    router = Router(store)
+    router = Router(store, redelivery)
     common.line(
         "  (c) message -> Router.message",
         counter.measure(

@@ -140,6 +140,7 @@ def main() -> int:
     from dormant.persistence.routing import Router
     from dormant.persistence.settings import Settings
     from dormant.persistence.store import Store
+    from dormant.tasks.wire import redelivery
 
     results: dict[str, dict[str, float]] = {}
     with common.scratch_database() as url:
@@ -168,7 +169,7 @@ def main() -> int:
             {"n": f"bench_pg_cost_{dboid}"},
         )
         probes = {id(store.engine): Probe(store.engine), id(floor_engine): Probe(floor_engine)}
-        router = Router(store)
+        router = Router(store, redelivery)
 
         def floor(i: int) -> None:
             with floor_engine.begin() as conn:

@@ -29,6 +29,7 @@ import inspect
 import json
 import sys
 import uuid
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
@@ -249,10 +250,14 @@ class FailedTriggers:
             )
         return _view(row)
 
-    def take_failed(self, failed_id: str, now: datetime) -> tuple[str, str, dict[str, Any], str]:
+    def take_failed(
+        self, failed_id: str, now: datetime, *, takes_trigger_id: Callable[[str], bool]
+    ) -> tuple[str, str, dict[str, Any], str]:
         """Move a kept trigger back into the inbox (one transaction) for a retry:
         returns (task, routing key, kwargs, inbox id) for the caller to publish. Its
-        trigger id travels with it, so the retry is idempotent like the first send."""
+        trigger id travels with it, so the retry is idempotent like the first send;
+        ``takes_trigger_id``: whether the kept task accepts one (the shell's wire
+        module knows, tasks/wire.py)."""
         view = self.failed_trigger(failed_id)
         kwargs = dict(view.body.get("kwargs") or {})
         if "text" in view.body:
@@ -261,7 +266,7 @@ class FailedTriggers:
                 "JSON any worker can read); drop it with `dormant triggers drop`"
             )
         kwargs.pop("inbox_id", None)
-        if view.trigger_id and "trigger_id" not in kwargs and _takes_trigger_id(view.task):
+        if view.trigger_id and "trigger_id" not in kwargs and takes_trigger_id(view.task):
             kwargs["trigger_id"] = view.trigger_id
         inbox_id = uuid.uuid4().hex
         payload = {
@@ -354,7 +359,3 @@ class FailedTriggers:
             delete(incidents).where(incidents.c.id == f"{instance_id}.{CHECKPOINT_INCIDENT}")
         )
         conn.execute(update(instances).where(instances.c.id == instance_id).values(status=status))
-
-
-def _takes_trigger_id(task: str) -> bool:
-    return task not in ("dormant.fire_deadline",)

@@ -15,6 +15,7 @@ at-least-once publishing, exactly-once effect.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -59,7 +60,7 @@ def record(
 
 def record_many(
     engine: Engine,
-    triggers: list[tuple[str, str, dict[str, Any]]],
+    triggers: Sequence[tuple[str, str, dict[str, Any]]],
     inbox_ids: list[str] | None = None,
 ) -> list[str]:
     """Write many triggers ``(task, routing_key, kwargs)`` in ONE transaction and one
@@ -163,14 +164,15 @@ def unprocessed(
     ]
 
 
-def queued_start(engine: Engine, instance_id: str) -> datetime | None:
+def queued_start(engine: Engine, instance_id: str, task: str) -> datetime | None:
     """When a Client wrote the still unprocessed start of ``instance_id``, if it did:
-    the instance does not exist yet because no worker has applied its start."""
+    the instance does not exist yet because no worker has applied its start. ``task``:
+    the start's task name, as the Client stored it (tasks/wire.py ``START``)."""
     with engine.connect() as conn:
         return conn.execute(
             select(inbox.c.created_at)
             .where(
-                inbox.c.kind == "dormant.start",
+                inbox.c.kind == task,
                 inbox.c.processed_at.is_(None),
                 inbox.c.payload["kwargs"]["instance_id"].as_string() == instance_id,
             )

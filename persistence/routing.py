@@ -29,7 +29,8 @@ join, buffer or not); this module executes it against the database. Order, and w
 
 Every holder on its own: each delivery (and each start) is its own transaction, and
 one that raises is kept for that holder alone as a failed trigger
-(``dormant.apply_trigger`` to that instance, the same trigger id) while the others
+(that delivery to that instance, the same trigger id; ``Router``'s ``redeliver`` names
+the message that sends it again) while the others
 are served; the message counts as taken by its process, so no second instance of that
 process takes it from the buffer. Only a database that is unavailable
 (``OperationalError``) stops the round: the task retries it, and the holders already
@@ -58,7 +59,14 @@ from dormant.engine_core.correlation import (
 )
 from dormant.engine_core.effects import Fact
 from dormant.engine_core.errors import InvalidMessage
-from dormant.engine_core.inputs import check_name, check_text, check_ttl, check_variables
+from dormant.engine_core.inputs import (
+    DEFAULT_LIMITS,
+    Limits,
+    check_name,
+    check_text,
+    check_ttl,
+    check_variables,
+)
 from dormant.engine_core.triggers import MessageReceived, SignalReceived, Trigger
 from dormant.persistence import round_trips
 from dormant.persistence.deployments import deployments_count_column
@@ -76,7 +84,83 @@ from dormant.persistence.tables import (
 )
 from dormant.persistence.writes import Writes
 
-__all__ = ["NAMESPACE", "MessageOutcome", "Router", "SignalOutcome"]
+__all__ = [
+    "NAMESPACE",
+    "CheckedMessage",
+    "MessageOutcome",
+    "Redeliver",
+    "Router",
+    "SignalOutcome",
+    "Undelivered",
+    "UndeliveredApply",
+    "UndeliveredStart",
+    "check_message",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class CheckedMessage:
+    """A message's fields as ``check_message`` passed them."""
+
+    name: str
+    correlation_key: str | None
+    variables: dict[str, Any]
+    message_id: str
+    ttl: float | None
+
+
+def check_message(
+    name: str,
+    correlation_key: Any = None,
+    variables: dict[str, Any] | None = None,
+    message_id: str | None = None,
+    ttl: float | None = None,
+    *,
+    limits: Limits = DEFAULT_LIMITS,
+) -> CheckedMessage:
+    """The one check of a message's fields (engine_core/inputs.py's limits), run by the
+    Client before its inbox row and by the Router before any lookup, so both refuse the
+    same message with the same error. A correlation key is compared as text; a message
+    without an id gets a uuid4 hex, the one default format (a resend with the id
+    returned is then a duplicate)."""
+    check_name(name, "message name", limits)
+    key = None if correlation_key is None else str(correlation_key)
+    if key is not None:
+        check_text(key, f"message {name!r} correlation key", limits, InvalidMessage)
+    return CheckedMessage(
+        name=name,
+        correlation_key=key,
+        variables=check_variables(variables, f"message {name!r} variables", limits),
+        message_id=check_text(message_id or uuid.uuid4().hex, "message id", limits, InvalidMessage),
+        ttl=check_ttl(ttl, f"message {name!r} ttl", limits),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class UndeliveredApply:
+    """A delivery to one holder that raised: ``trigger`` to ``instance_id``."""
+
+    instance_id: str
+    trigger: Trigger
+    trigger_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class UndeliveredStart:
+    """A message or signal start that raised; ``options``: the start's own (version,
+    start node, start key)."""
+
+    process_key: str
+    instance_id: str
+    variables: dict[str, Any]
+    trigger_id: str
+    options: dict[str, Any]
+
+
+Undelivered = UndeliveredApply | UndeliveredStart
+# What sends a kept delivery again: (task, routing key, kwargs). The shell's wire
+# module (tasks/wire.py ``redelivery``) is the one that knows the messages.
+Redeliver = Callable[[Undelivered], tuple[str, str, dict[str, Any]]]
 
 
 # "The first matching subscription" of a process: the oldest instance's, then by
@@ -240,18 +324,15 @@ class SignalOutcome(_FanOut):
 
 
 class Router:
-    def __init__(self, store: Store) -> None:
+    """Routes messages and signals; ``redeliver`` names the message that sends a
+    delivery kept as a failed trigger again (the Router names no task itself)."""
+
+    def __init__(self, store: Store, redeliver: Redeliver) -> None:
         self.store = store
+        self.redeliver = redeliver
 
     def _isolated(
-        self,
-        instance_id: str,
-        task: str,
-        routing_key: str,
-        kwargs: dict[str, Any],
-        trigger_id: str,
-        now: datetime,
-        call: Callable[[], Applied],
+        self, undelivered: Undelivered, now: datetime, call: Callable[[], Applied]
     ) -> Applied | None:
         """Run one holder's delivery; if it raises, keep it for that holder (None)."""
         try:
@@ -259,37 +340,26 @@ class Router:
         except (OperationalError, StartKeyTaken):
             raise  # the round is retried / the caller joins the running instance
         except Exception as exc:
-            self._keep(instance_id, task, routing_key, kwargs, trigger_id, now, exc)
+            self._keep(undelivered, now, exc)
             return None
 
-    def _keep(
-        self,
-        instance_id: str,
-        task: str,
-        routing_key: str,
-        kwargs: dict[str, Any],
-        trigger_id: str,
-        now: datetime,
-        exc: Exception,
-    ) -> None:
+    def _keep(self, undelivered: Undelivered, now: datetime, exc: Exception) -> None:
+        task, routing_key, kwargs = self.redeliver(undelivered)
         failed_id = self.store.keep_failed(
-            task, routing_key, kwargs, exc, now, trigger_id=trigger_id, instance_id=instance_id
+            task,
+            routing_key,
+            kwargs,
+            exc,
+            now,
+            trigger_id=undelivered.trigger_id,
+            instance_id=undelivered.instance_id,
         )
         log.error(
             "delivery to instance %s failed, kept as failed trigger %s: %s",
-            instance_id,
+            undelivered.instance_id,
             failed_id,
             type(exc).__name__,
         )
-
-    @staticmethod
-    def _apply_kwargs(instance_id: str, trigger: Trigger, trigger_id: str) -> dict[str, Any]:
-        """A kept delivery's ``dormant.apply_trigger`` arguments."""
-        return {
-            "instance_id": instance_id,
-            "trigger_json": trigger.model_dump(mode="json"),
-            "trigger_id": trigger_id,
-        }
 
     def _apply_isolated(
         self,
@@ -300,11 +370,7 @@ class Router:
         also: Callable[[Writes], None] | None = None,
     ) -> Applied | None:
         return self._isolated(
-            instance_id,
-            "dormant.apply_trigger",
-            f"trigger.{trigger.kind}",
-            self._apply_kwargs(instance_id, trigger, trigger_id),
-            trigger_id,
+            UndeliveredApply(instance_id, trigger, trigger_id),
             now,
             lambda: self.store.apply(instance_id, trigger, now, trigger_id=trigger_id, also=also),
         )
@@ -318,19 +384,8 @@ class Router:
         now: datetime,
         **start: Any,
     ) -> Applied | None:
-        kwargs = {
-            "key": process_key,
-            "instance_id": instance_id,
-            "variables": variables,
-            "trigger_id": trigger_id,
-            **start,
-        }
         return self._isolated(
-            instance_id,
-            "dormant.start",
-            "trigger.start",
-            kwargs,
-            trigger_id,
+            UndeliveredStart(process_key, instance_id, variables, trigger_id, start),
             now,
             lambda: self.store.start(
                 process_key, instance_id, variables, now=now, trigger_id=trigger_id, **start
@@ -368,15 +423,16 @@ class Router:
     ) -> MessageOutcome:
         """Route one message (the module docstring's order); ``inbox_id``: the Client's
         inbox row, marked processed in the transaction that records the message."""
-        limits = self.store.settings.limits
-        check_name(name, "message name", limits)
-        if correlation_key is not None:
-            check_text(correlation_key, f"message {name!r} correlation key", limits, InvalidMessage)
-        ttl_seconds = check_ttl(ttl_seconds, f"message {name!r} ttl", limits)
-        variables = check_variables(variables, f"message {name!r} variables", limits)
-        message_id = check_text(
-            message_id or str(uuid.uuid4()), "message id", limits, InvalidMessage
+        checked = check_message(
+            name,
+            correlation_key,
+            variables,
+            message_id,
+            ttl_seconds,
+            limits=self.store.settings.limits,
         )
+        correlation_key, variables = checked.correlation_key, checked.variables
+        message_id, ttl_seconds = checked.message_id, checked.ttl
         out = MessageOutcome(message_id, ttl_seconds=ttl_seconds)
         look = self._deliver_first(out, name, correlation_key, variables, now, inbox_id)
         if out.duplicate:
@@ -448,10 +504,8 @@ class Router:
         except Exception as exc:
             if look.holder is None or look.trigger is None:
                 raise  # the lookup itself failed: nobody was delivered to
-            iid = look.holder.instance_id
-            kwargs = self._apply_kwargs(iid, look.trigger, out.message_id)
-            task, routing_key = "dormant.apply_trigger", f"trigger.{look.trigger.kind}"
-            self._keep(iid, task, routing_key, kwargs, out.message_id, now, exc)
+            undelivered = UndeliveredApply(look.holder.instance_id, look.trigger, out.message_id)
+            self._keep(undelivered, now, exc)
             applied = None
         if look.holder is not None and self._delivered(
             out, look.holder, applied, look.record, inbox_id

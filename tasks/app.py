@@ -65,6 +65,7 @@ from kombu.entity import Exchange, Queue, binding
 from dormant.persistence import clock
 from dormant.persistence.settings import Settings
 from dormant.persistence.store import Store
+from dormant.tasks import wire
 from dormant.tasks.tracing import publish_headers
 
 __all__ = [
@@ -199,8 +200,8 @@ def _conf(s: Settings) -> dict[str, Any]:
         "task_default_routing_key": "trigger.default",
         "task_create_missing_queues": True,
         "beat_schedule": {
-            "dormant.scan_deadlines": {
-                "task": "dormant.scan_deadlines",
+            wire.SCAN_DEADLINES: {
+                "task": wire.SCAN_DEADLINES,
                 "schedule": SCAN_DEADLINES_EVERY,
                 "options": {
                     "queue": TIMER_QUEUE.name,
@@ -208,8 +209,8 @@ def _conf(s: Settings) -> dict[str, Any]:
                     "routing_key": TIMER_SCAN_KEY,
                 },
             },
-            "dormant.relay_outbox": {
-                "task": "dormant.relay_outbox",
+            wire.RELAY_OUTBOX: {
+                "task": wire.RELAY_OUTBOX,
                 "schedule": RELAY_OUTBOX_EVERY,
                 "options": {
                     "queue": "dormant",
@@ -217,8 +218,8 @@ def _conf(s: Settings) -> dict[str, Any]:
                     "routing_key": "trigger.relay_outbox",
                 },
             },
-            "dormant.batches.sweep": {
-                "task": "dormant.batches.sweep",
+            wire.BATCHES_SWEEP: {
+                "task": wire.BATCHES_SWEEP,
                 "schedule": BATCH_SWEEP_EVERY,
                 "options": {
                     "queue": "dormant",

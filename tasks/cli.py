@@ -305,13 +305,14 @@ def instances_show(instance_id: str, as_json: bool) -> None:
     from dormant.engine_core.errors import UnknownInstance
     from dormant.engine_core.views import to_dict
     from dormant.persistence import inbox
+    from dormant.tasks import wire
     from dormant.tasks.display import instance_lines, queued
 
     client, now = _client(), clock.now()
     try:
         view = client.instance(instance_id)
     except UnknownInstance:
-        queued_at = inbox.queued_start(client._store.engine, instance_id)
+        queued_at = inbox.queued_start(client._store.engine, instance_id, wire.START)
         if queued_at is None:
             raise
         click.echo(queued(instance_id, queued_at, now, as_json))

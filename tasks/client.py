@@ -34,14 +34,7 @@ from dormant.engine_core.errors import (
     UnknownProcess,
     UnknownTask,
 )
-from dormant.engine_core.inputs import (
-    DEFAULT_LIMITS,
-    Limits,
-    check_name,
-    check_text,
-    check_ttl,
-    check_variables,
-)
+from dormant.engine_core.inputs import Limits, check_name, check_text, check_variables
 from dormant.engine_core.task_attributes import UPDATABLE, check_changes
 from dormant.engine_core.views import (
     FactView,
@@ -53,38 +46,30 @@ from dormant.engine_core.views import (
 from dormant.persistence import clock, inbox
 from dormant.persistence.deployments import Deployment, DeploymentRecord
 from dormant.persistence.failed_triggers import CHECKPOINT_INCIDENT
+from dormant.persistence.routing import check_message
 from dormant.persistence.settings import Settings
 from dormant.persistence.store import Store
+from dormant.tasks import wire
 from dormant.tasks.client_operations import Operations
+from dormant.tasks.wire import Send
 
 __all__ = ["Client"]
 
 _INCIDENT_STATES = tuple(state.value for state in IncidentState)
 
 
-def _message_kwargs(
+def _message(
     name: str,
     correlation_key: Any = None,
     variables: dict[str, Any] | None = None,
     message_id: str | None = None,
     ttl: float | None = None,
     *,
-    limits: Limits = DEFAULT_LIMITS,
-) -> dict[str, Any]:
-    """The checked keyword arguments of one ``dormant.message`` trigger."""
-    check_name(name, "message name", limits)
-    key = None if correlation_key is None else str(correlation_key)
-    if key is not None:
-        check_text(key, f"message {name!r} correlation key", limits, InvalidMessage)
-    return {
-        "name": name,
-        "correlation_key": key,
-        "variables": check_variables(variables, f"message {name!r} variables", limits),
-        "message_id": check_text(
-            message_id or uuid.uuid4().hex, "message id", limits, InvalidMessage
-        ),
-        "ttl": check_ttl(ttl, f"message {name!r} ttl", limits),
-    }
+    limits: Limits,
+) -> Send:
+    """One message, checked as the Router checks it (``check_message``)."""
+    m = check_message(name, correlation_key, variables, message_id, ttl, limits=limits)
+    return wire.message(m.name, m.correlation_key, m.variables, m.message_id, m.ttl)
 
 
 class Client(Operations):
@@ -99,11 +84,11 @@ class Client(Operations):
 
     # -- sending ---------------------------------------------------------------------
 
-    def _send(self, task: str, routing_key: str, kwargs: dict[str, Any]) -> str:
+    def _send(self, message: Send) -> str:
         """Durable first (the inbox row), then published; returns the inbox id."""
-        return self._send_many([(task, routing_key, kwargs)])[0]
+        return self._send_many([message])[0]
 
-    def _send_many(self, triggers: list[tuple[str, str, dict[str, Any]]]) -> list[str]:
+    def _send_many(self, triggers: list[Send]) -> list[str]:
         """Durable first (every inbox row in one transaction), then all published on one
         pooled producer; returns the inbox ids. A crash between the two leaves rows the
         sweep publishes, so nothing returned here can be lost."""
@@ -155,9 +140,9 @@ class Client(Operations):
         self, key: str, variables: dict[str, Any] | None = None, business_key: str | None = None
     ) -> str:
         """Enqueue the start of an instance of ``key``; returns its id at once."""
-        kwargs = self._start_kwargs(key, variables, business_key)
-        self._send("dormant.start", "trigger.start", kwargs)
-        return str(kwargs["instance_id"])
+        message = self._start_message(key, variables, business_key)
+        self._send(message)
+        return str(message.kwargs["instance_id"])
 
     def start_many(
         self,
@@ -177,15 +162,15 @@ class Client(Operations):
         batch = []
         for index, (variables, business_key) in enumerate(zip(many_variables, keys, strict=True)):
             try:
-                batch.append(self._start_kwargs(key, variables, business_key))
+                batch.append(self._start_message(key, variables, business_key))
             except InvalidVariables as exc:
                 raise InvalidVariables(f"start_many[{index}]: {exc}") from exc
-        self._send_many([("dormant.start", "trigger.start", kwargs) for kwargs in batch])
-        return [str(kwargs["instance_id"]) for kwargs in batch]
+        self._send_many(batch)
+        return [str(message.kwargs["instance_id"]) for message in batch]
 
-    def _start_kwargs(
+    def _start_message(
         self, key: str, variables: dict[str, Any] | None, business_key: str | None
-    ) -> dict[str, Any]:
+    ) -> Send:
         if not isinstance(key, str) or not key:
             raise UnknownProcess(f"process key must be a non-empty string, got {key!r}")
         variables = check_variables(variables, "variables", self._limits)
@@ -196,12 +181,7 @@ class Client(Operations):
             # A deployed key stays deployed (versions are never deleted): one lookup
             # per key and Client, not one per start.
             self._known_keys.add(key)
-        return {
-            "key": key,
-            "instance_id": uuid.uuid4().hex,
-            "variables": variables,
-            "business_key": business_key,
-        }
+        return wire.start(key, uuid.uuid4().hex, variables, business_key=business_key)
 
     def _definition(self, key: str) -> Any:
         try:
@@ -227,11 +207,9 @@ class Client(Operations):
         ttl: float | None = None,
     ) -> str:
         """Publish a message; returns its id (generated when None, so a resend is idempotent)."""
-        kwargs = _message_kwargs(
-            name, correlation_key, variables, message_id, ttl, limits=self._limits
-        )
-        self._send("dormant.message", f"message.{name}", kwargs)
-        return str(kwargs["message_id"])
+        message = _message(name, correlation_key, variables, message_id, ttl, limits=self._limits)
+        self._send(message)
+        return str(message.kwargs["message_id"])
 
     def send_messages(self, messages: list[dict[str, Any]]) -> list[str]:
         """Publish many messages in one inbox transaction; returns their ids.
@@ -249,23 +227,18 @@ class Client(Operations):
                     f"send_messages[{index}]: unknown field(s) {', '.join(sorted(unknown))}"
                 )
             try:
-                kwargs = _message_kwargs(**entry, limits=self._limits)
+                batch.append(_message(**entry, limits=self._limits))
             except (InvalidField, InvalidVariables) as exc:
                 raise type(exc)(f"send_messages[{index}]: {exc}") from exc
-            batch.append(("dormant.message", f"message.{kwargs['name']}", kwargs))
         self._send_many(batch)
-        return [str(kwargs["message_id"]) for _, _, kwargs in batch]
+        return [str(message.kwargs["message_id"]) for message in batch]
 
     def signal(self, name: str, variables: dict[str, Any] | None = None) -> str:
         """Broadcast a signal to every instance waiting for it; returns the signal id."""
         check_name(name, "signal name", self._limits)
         variables = check_variables(variables, f"signal {name!r} variables", self._limits)
         signal_id = uuid.uuid4().hex
-        self._send(
-            "dormant.signal",
-            f"signal.{name}",
-            {"name": name, "variables": variables, "signal_id": signal_id},
-        )
+        self._send(wire.signal(name, variables, signal_id))
         return signal_id
 
     # -- user tasks ------------------------------------------------------------------
@@ -324,11 +297,7 @@ class Client(Operations):
         variables = check_variables(variables, "task variables", self._limits)
         view = self._transition(task_id, "complete")
         seen = len(self._store.history(view.instance_id)) if wait is not None else 0
-        self._send(
-            "dormant.complete_task",
-            "trigger.task_completed",
-            {"task_id": task_id, "variables": variables},
-        )
+        self._send(wire.complete_task(task_id, variables))
         return self._completion(view, seen, wait) if wait is not None else False
 
     def _completion(self, view: UserTaskView, seen: int, wait: float) -> bool:
@@ -376,22 +345,14 @@ class Client(Operations):
 
     def unassign_task(self, task_id: str) -> None:
         self._transition(task_id, "unassign")
-        self._send(
-            "dormant.assign_task",
-            "trigger.task_assign",
-            {"task_id": task_id, "assignee": None, "claim": False},
-        )
+        self._send(wire.assign_task(task_id, None, claim=False))
 
     def _assign(self, task_id: str, assignee: str, *, claim: bool) -> None:
         who = check_changes({"assignee": assignee})["assignee"]
         if who is None:
             raise InvalidField("assignee must be a user name, not null; unassign instead")
         self._transition(task_id, "claim" if claim else "assign")
-        self._send(
-            "dormant.assign_task",
-            "trigger.task_assign",
-            {"task_id": task_id, "assignee": who, "claim": claim},
-        )
+        self._send(wire.assign_task(task_id, who, claim=claim))
 
     def update_task(self, task_id: str, **changes: Any) -> None:
         """Change the task's ``candidateUsers``, ``candidateGroups``, ``dueDate``,
@@ -408,11 +369,7 @@ class Client(Operations):
         check_changes(payload)
         payload = check_variables(payload, "task changes", self._limits)
         self._transition(task_id, "update")
-        self._send(
-            "dormant.update_task",
-            "trigger.task_update",
-            {"task_id": task_id, "changes": payload},
-        )
+        self._send(wire.update_task(task_id, payload))
 
     # -- instances -------------------------------------------------------------------
 
@@ -435,7 +392,7 @@ class Client(Operations):
             raise InvalidOperation(
                 f"instance {instance_id} ({view.key} v{view.version}) is already {view.status}"
             )
-        self._send("dormant.cancel", "trigger.cancel", {"instance_id": instance_id})
+        self._send(wire.cancel(instance_id))
 
     def history(self, instance_id: str) -> list[FactView]:
         self.instance(instance_id)
@@ -480,7 +437,7 @@ class Client(Operations):
                 f"cannot {op} incident {incident_id!r} of instance {incident.instance_id}: it is "
                 f"{incident.state}; open incidents there: {', '.join(open_ids) or 'none'}"
             )
-        self._send(f"dormant.incident.{op}", f"trigger.incident_{op}", {"incident_id": incident_id})
+        self._send(wire.incident(op, incident_id))
 
     def retry_incident(self, incident_id: str) -> None:
         self._operate(incident_id, "retry")

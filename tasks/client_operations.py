@@ -22,6 +22,8 @@ from dormant.persistence.batches import BatchItemView, BatchState, BatchView
 from dormant.persistence.selection import Selector, Target
 from dormant.persistence.settings import Settings
 from dormant.persistence.store import Store
+from dormant.tasks import wire
+from dormant.tasks.wire import Send
 
 __all__ = ["Operations", "variables_params"]
 
@@ -33,7 +35,7 @@ class Operations:
     _limits: Limits
     settings: Settings
 
-    def _send(self, task: str, routing_key: str, kwargs: dict[str, Any]) -> str:
+    def _send(self, message: Send) -> str:
         raise NotImplementedError  # pragma: no cover - the Client's
 
     def instance(self, instance_id: str) -> InstanceView:
@@ -54,13 +56,13 @@ class Operations:
         """Hold the instance's triggers (and timers) until ``resume``."""
         if self._running(instance_id, "suspend").suspended:
             raise InvalidOperation(f"instance {instance_id} is already suspended")
-        self._send("dormant.suspend", "trigger.suspend", {"instance_id": instance_id})
+        self._send(wire.suspend(instance_id))
 
     def resume(self, instance_id: str) -> None:
         """Apply the held triggers in arrival order; due timers fire once."""
         if not self._running(instance_id, "resume").suspended:
             raise InvalidOperation(f"instance {instance_id} is not suspended; nothing to resume")
-        self._send("dormant.resume", "trigger.resume", {"instance_id": instance_id})
+        self._send(wire.resume(instance_id))
 
     def set_variables(
         self,
@@ -75,9 +77,7 @@ class Operations:
         validated as a start's are; ``retry_incidents`` retries the open incidents after."""
         kwargs = variables_params(variables, unset, scope, retry_incidents, self._limits)
         self._running(instance_id, "change")
-        self._send(
-            "dormant.set_variables", "trigger.set_variables", {"instance_id": instance_id} | kwargs
-        )
+        self._send(wire.set_variables(instance_id, kwargs))
 
     def migration_problems(
         self, instance_id: str, version: int, mapping: Mapping[str, str] | None = None
@@ -99,11 +99,7 @@ class Operations:
             raise InvalidOperation(
                 f"instance {instance_id} cannot move to v{version}: " + "; ".join(found)
             )
-        self._send(
-            "dormant.migrate",
-            "trigger.migrate",
-            {"instance_id": instance_id, "version": version, "mapping": dict(mapping or {})},
-        )
+        self._send(wire.migrate(instance_id, version, dict(mapping or {})))
 
     def modify(
         self, instance_id: str, cancel_nodes: Iterable[str] = (), start_before: Iterable[str] = ()
@@ -117,11 +113,7 @@ class Operations:
         view = self._running(instance_id, "modify")
         if view.suspended:
             raise InvalidOperation(f"instance {instance_id} is suspended; resume it first")
-        self._send(
-            "dormant.modify",
-            "trigger.modify",
-            {"instance_id": instance_id, "cancel_nodes": cancel, "start_before": start},
-        )
+        self._send(wire.modify(instance_id, cancel, start))
 
     # -- job types -----------------------------------------------------------------
 

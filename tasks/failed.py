@@ -16,6 +16,7 @@ from celery import Task
 
 from dormant.engine_core.errors import DormantError
 from dormant.persistence import clock
+from dormant.tasks import wire
 from dormant.tasks.app import app, publish, store
 
 __all__ = ["drop", "resend", "retry"]
@@ -25,19 +26,21 @@ log = logging.getLogger("dormant.triggers")
 
 def resend(the_store: Any, failed_id: str, connection: Any = None) -> str:
     """Put failed trigger ``failed_id`` back in the inbox and publish it; its task name."""
-    task, routing_key, kwargs, inbox_id = the_store.take_failed(failed_id, clock.now())
+    task, routing_key, kwargs, inbox_id = the_store.take_failed(
+        failed_id, clock.now(), takes_trigger_id=wire.takes_trigger_id
+    )
     publish(task, routing_key, {**kwargs, "inbox_id": inbox_id}, connection=connection)
     log.info("failed trigger %s sent again as %s (inbox %s)", failed_id, task, inbox_id)
     return str(task)
 
 
-@app.task(name="dormant.triggers.retry", bind=True, throws=(DormantError,))
+@app.task(name=wire.TRIGGERS_RETRY, bind=True, throws=(DormantError,))
 def retry(self: Task, failed_id: str) -> None:
     """Send failed trigger ``failed_id`` again (same trigger id: idempotent)."""
     resend(store(), failed_id)
 
 
-@app.task(name="dormant.triggers.drop", bind=True, throws=(DormantError,))
+@app.task(name=wire.TRIGGERS_DROP, bind=True, throws=(DormantError,))
 def drop(self: Task, failed_id: str) -> None:
     """Delete failed trigger ``failed_id`` for good; its instance's history records it."""
     view = store().drop_failed(failed_id, clock.now())

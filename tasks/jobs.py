@@ -77,7 +77,7 @@ from dormant.engine_core.triggers import JobCompleted, JobErrorThrown, JobFailed
 from dormant.persistence import clock
 from dormant.persistence.store import JobRun
 from dormant.tasks import app as app_module
-from dormant.tasks import metrics, tracing
+from dormant.tasks import metrics, tracing, wire
 from dormant.tasks.app import QUEUE, app, publish, store
 
 __all__ = [
@@ -331,14 +331,11 @@ def report(instance_id: str, trigger: Any, trigger_id: str) -> None:
             # for a prompt retry.
             unknown = isinstance(exc, UnknownInstance)
             if isinstance(exc, DormantError) and (not unknown or attempt == len(delays)):
+                task, routing_key, kwargs = wire.apply_trigger(instance_id, trigger, trigger_id)
                 failed_id = store().keep_failed(
-                    "dormant.apply_trigger",
-                    f"trigger.{trigger.kind}",
-                    {
-                        "instance_id": instance_id,
-                        "trigger_json": trigger.model_dump(mode="json"),
-                        "trigger_id": trigger_id,
-                    },
+                    task,
+                    routing_key,
+                    kwargs,
                     exc,
                     clock.now(),
                     trigger_id=trigger_id,
@@ -373,15 +370,7 @@ def defer(instance_id: str, trigger: Any, trigger_id: str) -> None:
     Also the way out of places that must not touch the database themselves: the
     consumer's unknown-task hook runs in the worker's main process.
     """
-    publish(
-        "dormant.apply_trigger",
-        f"trigger.{trigger.kind}",
-        {
-            "instance_id": instance_id,
-            "trigger_json": trigger.model_dump(mode="json"),
-            "trigger_id": trigger_id,
-        },
-    )
+    publish(*wire.apply_trigger(instance_id, trigger, trigger_id))
 
 
 @task_success.connect(weak=False)

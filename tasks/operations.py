@@ -31,6 +31,7 @@ from dormant.engine_core.triggers import (
 from dormant.persistence import batches, clock, job_pause
 from dormant.persistence.selection import Selector
 from dormant.tasks import app as app_module
+from dormant.tasks import wire
 from dormant.tasks.app import app, publish, store
 from dormant.tasks.client_operations import variables_params
 from dormant.tasks.triggers import _run
@@ -74,7 +75,7 @@ def _operate(
 _OPERATOR: dict[str, Any] = {"bind": True, "throws": (DormantError,)}
 
 
-@app.task(name="dormant.suspend", **_OPERATOR)
+@app.task(name=wire.SUSPEND, **_OPERATOR)
 def suspend(
     self: Task, instance_id: str, *, inbox_id: str | None = None, trigger_id: str | None = None
 ) -> None:
@@ -82,7 +83,7 @@ def suspend(
     _operate(self, instance_id, "suspend", Suspend, inbox_id, trigger_id)
 
 
-@app.task(name="dormant.resume", **_OPERATOR)
+@app.task(name=wire.RESUME, **_OPERATOR)
 def resume(
     self: Task, instance_id: str, *, inbox_id: str | None = None, trigger_id: str | None = None
 ) -> None:
@@ -90,7 +91,7 @@ def resume(
     _operate(self, instance_id, "resume", Resume, inbox_id, trigger_id)
 
 
-@app.task(name="dormant.set_variables", **_OPERATOR)
+@app.task(name=wire.SET_VARIABLES, **_OPERATOR)
 def set_variables(
     self: Task,
     instance_id: str,
@@ -113,7 +114,7 @@ def set_variables(
     _operate(self, instance_id, "set_variables", make, inbox_id, trigger_id)
 
 
-@app.task(name="dormant.migrate", **_OPERATOR)
+@app.task(name=wire.MIGRATE, **_OPERATOR)
 def migrate(
     self: Task,
     instance_id: str,
@@ -131,7 +132,7 @@ def migrate(
     _operate(self, instance_id, "migrate", make, inbox_id, trigger_id)
 
 
-@app.task(name="dormant.modify", **_OPERATOR)
+@app.task(name=wire.MODIFY, **_OPERATOR)
 def modify(
     self: Task,
     instance_id: str,
@@ -152,22 +153,22 @@ def modify(
 def enqueue_batch(batch_id: str, producer: Any = None) -> None:
     """Enqueue a slice of the batch's runner. Not through the inbox: the batch row is
     the durable record, and the sweep enqueues a running batch that nobody holds."""
-    publish("dormant.batch.run", "trigger.batch", {"batch_id": batch_id}, producer=producer)
+    publish(*wire.batch_run(batch_id), producer=producer)
 
 
-@app.task(name="dormant.jobs.pause", bind=True, throws=(DormantError,))
+@app.task(name=wire.JOBS_PAUSE, bind=True, throws=(DormantError,))
 def pause_job_type(self: Task, job_type: str) -> None:
     """Stop sending jobs of ``job_type``: they are held until it is resumed."""
     job_pause.pause(store().engine, job_type, clock.now())
 
 
-@app.task(name="dormant.jobs.resume", bind=True, throws=(DormantError,))
+@app.task(name=wire.JOBS_RESUME, bind=True, throws=(DormantError,))
 def resume_job_type(self: Task, job_type: str) -> int:
     """Send the held jobs of ``job_type`` again (through the outbox)."""
     return job_pause.resume(store().engine, job_type, clock.now())
 
 
-@app.task(name="dormant.bulk", bind=True)
+@app.task(name=wire.BULK, bind=True)
 def bulk(
     self: Task,
     operation: str,
@@ -185,7 +186,7 @@ def bulk(
     return view.id
 
 
-@app.task(name="dormant.batch.run", bind=True, ignore_result=True)
+@app.task(name=wire.BATCH_RUN, bind=True, ignore_result=True)
 def batch_run(self: Task, batch_id: str) -> None:
     """Work on a batch for one slice; enqueue the next slice if there is more."""
     more = batches.run(
@@ -203,7 +204,7 @@ def batch_run(self: Task, batch_id: str) -> None:
         log.info("batch %s %s: %s", batch_id, view.operation, view.report())
 
 
-@app.task(name="dormant.batches.sweep", bind=True, ignore_result=True)
+@app.task(name=wire.BATCHES_SWEEP, bind=True, ignore_result=True)
 def batches_sweep(self: Task) -> int:
     """Enqueue every running batch that nobody holds."""
     ids = batches.stalled(store(), clock.now())

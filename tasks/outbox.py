@@ -42,6 +42,7 @@ from dormant.engine_core.errors import StoredDataError
 from dormant.engine_core.triggers import Continue, Trigger
 from dormant.persistence import clock, job_pause
 from dormant.persistence.published_jobs import flush_every
+from dormant.tasks import wire
 from dormant.tasks.app import publish, store
 from dormant.tasks.jobs import dispatch, runs_here
 
@@ -74,16 +75,7 @@ HEADER_OUTBOX = "dormant_outbox"
 def _apply_trigger(
     instance_id: str, trigger: Trigger, trigger_id: str, headers: dict[str, Any]
 ) -> None:
-    publish(
-        "dormant.apply_trigger",
-        f"trigger.{trigger.kind}",
-        {
-            "instance_id": instance_id,
-            "trigger_json": trigger.model_dump(mode="json"),
-            "trigger_id": trigger_id,
-        },
-        headers=headers,
-    )
+    publish(*wire.apply_trigger(instance_id, trigger, trigger_id), headers=headers)
 
 
 def _dispatch_job(job: DispatchJob, tid: str, headers: dict[str, Any]) -> None:
@@ -91,27 +83,14 @@ def _dispatch_job(job: DispatchJob, tid: str, headers: dict[str, Any]) -> None:
 
 
 def _throw_message(m: ThrowMessage, tid: str, headers: dict[str, Any]) -> None:
-    publish(
-        "dormant.message",
-        f"message.{m.name}",
-        {
-            "name": m.name,
-            "correlation_key": m.correlation_key,
-            "variables": m.variables,
-            "message_id": m.message_id or tid,
-            "ttl": m.ttl_seconds,
-        },
-        headers=headers,
+    message = wire.message(
+        m.name, m.correlation_key, m.variables, m.message_id or tid, m.ttl_seconds
     )
+    publish(*message, headers=headers)
 
 
 def _throw_signal(s: ThrowSignal, tid: str, headers: dict[str, Any]) -> None:
-    publish(
-        "dormant.signal",
-        f"signal.{s.name}",
-        {"name": s.name, "variables": s.variables, "signal_id": s.signal_id or tid},
-        headers=headers,
-    )
+    publish(*wire.signal(s.name, s.variables, s.signal_id or tid), headers=headers)
 
 
 def _start_child(c: StartChild, tid: str, headers: dict[str, Any]) -> None:
@@ -119,32 +98,19 @@ def _start_child(c: StartChild, tid: str, headers: dict[str, Any]) -> None:
     tagged: dict[str, Any] = {"version_tag": c.version_tag} if c.version_tag else {}
     if c.version is not None:
         tagged["version"] = c.version
-    publish(
-        "dormant.start",
-        "trigger.start",
-        {
-            **tagged,
-            "key": c.process_key,
-            "instance_id": c.child_instance_id,
-            "variables": c.variables,
-            "parent": {
-                "instance_id": c.parent_instance_id,
-                "wait_id": c.parent_wait_id,
-                "root_instance_id": c.root_instance_id,
-            },
-            "trigger_id": tid,
-        },
-        headers=headers,
+    parent = {
+        "instance_id": c.parent_instance_id,
+        "wait_id": c.parent_wait_id,
+        "root_instance_id": c.root_instance_id,
+    }
+    start = wire.start(
+        c.process_key, c.child_instance_id, c.variables, trigger_id=tid, parent=parent, **tagged
     )
+    publish(*start, headers=headers)
 
 
 def _cancel_child(c: CancelChild, tid: str, headers: dict[str, Any]) -> None:
-    publish(
-        "dormant.cancel",
-        "trigger.cancel",
-        {"instance_id": c.child_instance_id, "trigger_id": tid},
-        headers=headers,
-    )
+    publish(*wire.cancel(c.child_instance_id, trigger_id=tid), headers=headers)
 
 
 def _notify_parent(n: NotifyParent, tid: str, headers: dict[str, Any]) -> None:

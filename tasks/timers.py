@@ -70,6 +70,7 @@ from sqlalchemy.exc import OperationalError
 from dormant.persistence import clock
 from dormant.scheduler.deadlines import Claim
 from dormant.tasks import app as app_module
+from dormant.tasks import wire
 from dormant.tasks.app import TIMER_FIRE_KEY, app, publish
 from dormant.tasks.metrics import observe_trigger
 from dormant.tasks.outbox import consumed, publish_rows
@@ -98,8 +99,8 @@ __all__ = [
 
 log = logging.getLogger("dormant.triggers")
 
-FIRE_BATCH_TASK = "dormant.fire_deadlines"
-SINGLE_FIRE_TASK = "dormant.fire_deadline"
+FIRE_BATCH_TASK = wire.FIRE_DEADLINES
+SINGLE_FIRE_TASK = wire.FIRE_DEADLINE
 # At most this many claims in one batch (the soft time limit bounds a batch).
 FIRE_BATCH_MAX = 20
 # A scan's claims are split into about this many batches (processes sharing a burst).

@@ -63,6 +63,7 @@ from dormant.persistence.outbox_queue import OutboxRow
 from dormant.persistence.results import TriggerResult
 from dormant.persistence.store import JobRun
 from dormant.tasks import app as app_module
+from dormant.tasks import wire
 from dormant.tasks.app import TIMER_FIRE_KEY, app, marks_redeliveries, publish, store
 from dormant.tasks.jobs import (
     dispatch,
@@ -301,7 +302,7 @@ def _processed(inbox_id: str | None) -> None:
             log.exception("inbox row %s not marked processed", inbox_id)
 
 
-@app.task(name="dormant.start", bind=True)
+@app.task(name=wire.START, bind=True)
 def start(
     self: Task,
     key: str,
@@ -354,7 +355,7 @@ def start(
     )
 
 
-@app.task(name="dormant.message", bind=True)
+@app.task(name=wire.MESSAGE, bind=True)
 def message(
     self: Task,
     name: str,
@@ -370,7 +371,7 @@ def message(
     from dormant.persistence.routing import Router
 
     def call(tid: str, now: datetime) -> Any:
-        return Router(store()).message(
+        return Router(store(), wire.redelivery).message(
             name,
             correlation_key,
             variables or {},
@@ -383,7 +384,7 @@ def message(
     return _run(self, "message", call, inbox_id, trigger_id)
 
 
-@app.task(name="dormant.signal", bind=True)
+@app.task(name=wire.SIGNAL, bind=True)
 def signal(
     self: Task,
     name: str,
@@ -397,7 +398,9 @@ def signal(
     from dormant.persistence.routing import Router
 
     def call(tid: str, now: datetime) -> Any:
-        return Router(store()).signal(name, variables or {}, signal_id=signal_id or tid, now=now)
+        return Router(store(), wire.redelivery).signal(
+            name, variables or {}, signal_id=signal_id or tid, now=now
+        )
 
     return _run(self, "signal", call, inbox_id, trigger_id)
 
@@ -410,7 +413,7 @@ def _task_wait(task_id: str) -> tuple[str, str]:
     return str(instance_id), str(wait_id)
 
 
-@app.task(name="dormant.complete_task", bind=True)
+@app.task(name=wire.COMPLETE_TASK, bind=True)
 def complete_task(
     self: Task,
     task_id: str,
@@ -435,7 +438,7 @@ def _owner(task_id: Any) -> str | None:
     return task_id.rsplit(".", 1)[0] if isinstance(task_id, str) and "." in task_id else None
 
 
-@app.task(name="dormant.assign_task", bind=True)
+@app.task(name=wire.ASSIGN_TASK, bind=True)
 def assign_task(
     self: Task,
     task_id: str,
@@ -457,7 +460,7 @@ def assign_task(
     return _run(self, "task_assign", call, inbox_id, trigger_id, instance_id=_owner(task_id))
 
 
-@app.task(name="dormant.update_task", bind=True)
+@app.task(name=wire.UPDATE_TASK, bind=True)
 def update_task(
     self: Task,
     task_id: str,
@@ -477,7 +480,7 @@ def update_task(
     return _run(self, "task_update", call, inbox_id, trigger_id, instance_id=_owner(task_id))
 
 
-@app.task(name="dormant.cancel", bind=True)
+@app.task(name=wire.CANCEL, bind=True)
 def cancel(
     self: Task,
     instance_id: str,
@@ -526,12 +529,12 @@ def _incident_task(name: str, trigger_cls: Any) -> Any:
     return incident_op
 
 
-incident_retry = _incident_task("dormant.incident.retry", IncidentRetry)
-incident_resolve = _incident_task("dormant.incident.resolve", IncidentResolve)
-incident_drop = _incident_task("dormant.incident.drop", IncidentDrop)
+incident_retry = _incident_task(wire.INCIDENT_OPS["retry"], IncidentRetry)
+incident_resolve = _incident_task(wire.INCIDENT_OPS["resolve"], IncidentResolve)
+incident_drop = _incident_task(wire.INCIDENT_OPS["drop"], IncidentDrop)
 
 
-@app.task(name="dormant.apply_trigger", bind=True)
+@app.task(name=wire.APPLY_TRIGGER, bind=True)
 def apply_trigger(
     self: Task,
     instance_id: str,
@@ -552,7 +555,7 @@ def apply_trigger(
     return _run(self, str(kind or "trigger"), call, inbox_id, trigger_id, instance_id=instance_id)
 
 
-@app.task(name="dormant.fire_deadline", bind=True)
+@app.task(name=wire.FIRE_DEADLINE, bind=True)
 def fire_deadline(
     self: Task,
     instance_id: str,
@@ -606,7 +609,7 @@ def fire_owner(instance_id: Any, kind: Any) -> str | None:
     return instance_id
 
 
-@app.task(name="dormant.scan_deadlines", bind=True, ignore_result=True)
+@app.task(name=wire.SCAN_DEADLINES, bind=True, ignore_result=True)
 def scan_deadlines(self: Task) -> int:
     """Claim due deadlines (row-locking, with their own expiry) and enqueue their fires.
 
@@ -636,7 +639,7 @@ def scan_deadlines(self: Task) -> int:
     return len(claims)
 
 
-@app.task(name="dormant.relay_outbox", bind=True, ignore_result=True)
+@app.task(name=wire.RELAY_OUTBOX, bind=True, ignore_result=True)
 def relay_outbox(self: Task) -> int:
     """Sweep: publish outbox rows and re-publish inbox rows that their publisher left.
 

@@ -40,6 +40,7 @@ from dormant.persistence.start_timers import start_instance_id
 from dormant.persistence.store import Store
 from dormant.persistence.tables import deadlines, facts, instances, start_timers
 from dormant.scheduler import claim_due, fire
+from dormant.tasks.wire import redelivery
 from tests.conformance import CAMUNDA8
 
 MODELS = sorted(CAMUNDA8.glob("*.bpmn"))
@@ -101,7 +102,7 @@ class Driver:
     jobs: list[tuple[str, str]] = field(default_factory=list)  # (instance, job type)
 
     def __post_init__(self) -> None:
-        self.router = Router(self.store)
+        self.router = Router(self.store, redelivery)
 
     def pump(self, budget: int) -> int:
         """Carry out outbox rows until none is left or ``budget`` is spent."""

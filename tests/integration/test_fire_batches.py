@@ -34,7 +34,7 @@ from dormant.persistence.tables import deadlines, inbox
 from dormant.scheduler import deadlines as deadlines_module
 from dormant.scheduler.deadlines import Claim, claim_due
 from dormant.tasks import app as tasks_app
-from dormant.tasks import timers, triggers
+from dormant.tasks import timers, triggers, wire
 from tests.integration.conftest import Stack, wait_for
 from tests.integration.waitkit import end, model, start, timer_catch
 from tests.security.kit import failed_for, overwrite_checkpoint, send_raw
@@ -292,7 +292,9 @@ def test_a_claim_that_raises_is_kept_alone_and_an_operator_retry_fires_it(
     assert failed.body["kwargs"] == batch[1] and failed.error_class == "KeyError"
 
     # The fault has passed; the operator sends the kept claim again.
-    task, _key, kwargs, inbox_id = here.take_failed(failed.id, datetime.now(UTC))
+    task, _key, kwargs, inbox_id = here.take_failed(
+        failed.id, datetime.now(UTC), takes_trigger_id=wire.takes_trigger_id
+    )
     assert task == "dormant.fire_deadline"
     triggers.fire_deadline.apply(kwargs={**kwargs, "inbox_id": inbox_id})
     assert revisions(here) == [2, 2, 2]

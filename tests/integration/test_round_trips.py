@@ -27,6 +27,7 @@ from dormant.persistence import round_trips
 from dormant.persistence.routing import Router
 from dormant.persistence.settings import Settings
 from dormant.persistence.store import Store
+from dormant.tasks.wire import redelivery
 from tests.conftest import _truncate
 
 pytestmark = pytest.mark.integration
@@ -113,7 +114,7 @@ def test_a_message_trigger_is_two_round_trips(
     pg_store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     now = datetime.now(UTC)
-    router = Router(pg_store)
+    router = Router(pg_store, redelivery)
     for n in (0, 1):
         pg_store.start("bench_message", f"rt-{n}", {"orderId": f"rt-{n}"}, now=now)
     router.message("bench-go", "rt-0", {}, message_id="rt-0", ttl_seconds=None, now=now)

@@ -15,6 +15,7 @@ import pytest
 from dormant.engine_core.correlation import Holder
 from dormant.persistence.routing import Router
 from dormant.persistence.store import Store
+from dormant.tasks.wire import redelivery
 
 LOOP = """<?xml version="1.0" encoding="UTF-8"?>
 <bpmn:definitions xmlns:bpmn="http://www.omg.org/spec/BPMN/20100524/MODEL"
@@ -39,7 +40,7 @@ class LaggingRouter(Router):
     """Answers the first holder lookup with what it saw before the loop moved on."""
 
     def __init__(self, store: Store, stale: list[Holder]) -> None:
-        super().__init__(store)
+        super().__init__(store, redelivery)
         self.stale: list[Holder] | None = stale
 
     def _lagging(self, fresh: list[Holder]) -> list[Holder]:
@@ -61,7 +62,7 @@ def test_a_message_whose_wait_was_replaced_is_correlated_again(store: Any, now: 
     store.deploy(LOOP, now)
     store.start("loop", "i-1", {"key": "k", "hits": 0}, now=now)
     (old_wait,) = store.checkpoint("i-1").waits
-    Router(store).message("tick", "k", {}, message_id="m-1", ttl_seconds=None, now=now)
+    Router(store, redelivery).message("tick", "k", {}, message_id="m-1", ttl_seconds=None, now=now)
     assert store.instance("i-1").variables["hits"] == 1  # the loop re-armed a new wait
     lagging = LaggingRouter(store, [Holder("loop", "i-1", old_wait)])
     outcome = lagging.message("tick", "k", {}, message_id="m-2", ttl_seconds=None, now=now)
@@ -91,13 +92,19 @@ def test_a_crash_between_two_holders_is_healed_by_the_producers_retry(
     # (``Store.apply_found``), every later one by ``Store.apply``.
     monkeypatch.setattr(store, "apply", crash)
     with pytest.raises(SystemExit):
-        Router(store).message("tick", "k", {}, message_id="m-1", ttl_seconds=None, now=now)
+        Router(store, redelivery).message(
+            "tick", "k", {}, message_id="m-1", ttl_seconds=None, now=now
+        )
     assert sorted(store.instance(i).variables["hits"] for i in ("a", "b")) == [0, 1]
     monkeypatch.setattr(store, "apply", real_apply)
-    retry = Router(store).message("tick", "k", {}, message_id="m-1", ttl_seconds=None, now=now)
+    retry = Router(store, redelivery).message(
+        "tick", "k", {}, message_id="m-1", ttl_seconds=None, now=now
+    )
     assert not retry.duplicate
     assert [store.instance(i).variables["hits"] for i in ("a", "b")] == [1, 1]
-    again = Router(store).message("tick", "k", {}, message_id="m-1", ttl_seconds=None, now=now)
+    again = Router(store, redelivery).message(
+        "tick", "k", {}, message_id="m-1", ttl_seconds=None, now=now
+    )
     assert again.duplicate
     assert [store.instance(i).variables["hits"] for i in ("a", "b")] == [1, 1]
 
@@ -107,10 +114,12 @@ def test_a_single_holder_records_the_message_in_its_own_transaction(
 ) -> None:
     store.deploy(LOOP, now)
     store.start("loop", "solo", {"key": "s", "hits": 0}, now=now)
-    first = Router(store).message("tick", "s", {}, message_id="m-9", ttl_seconds=None, now=now)
+    first = Router(store, redelivery).message(
+        "tick", "s", {}, message_id="m-9", ttl_seconds=None, now=now
+    )
     assert first.recorded and first.delivered_to == ["solo"]
     assert (
-        Router(store)
+        Router(store, redelivery)
         .message("tick", "s", {}, message_id="m-9", ttl_seconds=None, now=now)
         .duplicate
     )

@@ -29,6 +29,7 @@ from dormant.persistence import store as store_module
 from dormant.persistence.routing import Router
 from dormant.persistence.settings import Settings
 from dormant.persistence.store import Store
+from dormant.tasks.wire import redelivery
 from tests.conftest import _truncate
 
 pytestmark = pytest.mark.integration
@@ -87,7 +88,7 @@ def test_a_second_round_of_triggers_compiles_nothing(pg_store: Store) -> None:
     now = datetime.now(UTC)
     for model in (MESSAGE, SERVICE, TASKS):
         pg_store.deploy(model, now)
-    router = Router(pg_store)
+    router = Router(pg_store, redelivery)
     pg_store.published_jobs.bound_seconds = 600  # no timer's delete in between
     _round(pg_store, router, 0, now)  # warm-up: each shape compiled once
 
@@ -147,7 +148,7 @@ def test_a_message_with_one_holder_is_two_statements_in_one_transaction(
     write statement (with BEGIN and COMMIT, two round trips: test_round_trips.py)."""
     now = datetime.now(UTC)
     pg_store.deploy(MESSAGE, now)
-    router = Router(pg_store)
+    router = Router(pg_store, redelivery)
     for n in (0, 1):
         pg_store.start("bench_message", f"one-{n}", {"orderId": f"one-{n}"}, now=now)
     router.message("bench-go", "one-0", {}, message_id="one-0", ttl_seconds=None, now=now)

@@ -13,6 +13,7 @@ from dormant.engine_core.triggers import Cancel, TaskCompleted
 from dormant.persistence.routing import Router
 from dormant.persistence.store import Store
 from dormant.scheduler import claim_due, fire
+from dormant.tasks.wire import redelivery
 
 NS = (
     'xmlns:bpmn="http://www.omg.org/spec/BPMN/20100524/MODEL" '
@@ -85,7 +86,7 @@ def test_cancel_withdraws_every_hold(store: Store, now: datetime) -> None:
 def test_same_message_name_starts_and_wakes(store: Store, now: datetime) -> None:
     """docs/waits.md (Messages): key K wakes the waiting instance (no second one); K2 starts one."""
     store.deploy(ORDER, now)
-    router = Router(store)
+    router = Router(store, redelivery)
     first = router.message(
         "order", "K", {"orderId": "K"}, message_id="1", ttl_seconds=None, now=now
     )

@@ -11,6 +11,7 @@ from dormant.engine_core.errors import InvalidMessage, InvalidVariables
 from dormant.engine_core.triggers import MessageReceived
 from dormant.persistence.routing import Router
 from dormant.persistence.store import Store
+from dormant.tasks.wire import redelivery
 from tests.integration.test_store import msg_wait, proc, task_wait
 
 MSG_START = """<?xml version="1.0" encoding="UTF-8"?>
@@ -31,7 +32,7 @@ MSG_START = """<?xml version="1.0" encoding="UTF-8"?>
 @pytest.fixture
 def router(store: Store, now: datetime, fake_core: None) -> Router:
     store.deploy(proc(), now)
-    return Router(store)
+    return Router(store, redelivery)
 
 
 def test_key_match_and_mismatch(store: Store, router: Router, now: datetime) -> None:
@@ -152,7 +153,7 @@ def test_racing_keyed_starts_make_one_instance(store: Store, router: Router, now
 
     def send(k: int) -> None:
         outs.append(
-            Router(store).message(
+            Router(store, redelivery).message(
                 "order-placed",
                 "o-1",
                 {"_arm": [task_wait("w1")]},
@@ -187,7 +188,7 @@ def test_a_message_start_deployed_after_a_message_was_routed_is_seen_by_the_next
     """The Store's index of message starts is rebuilt when a deployment is added: a
     process deployed after a message was routed (nothing started it) is started by the
     next message."""
-    router = Router(store)
+    router = Router(store, redelivery)
     first = router.message("order-placed", "o-1", {}, message_id="m-a", ttl_seconds=None, now=now)
     assert first.started == [] and not first.buffered
     store.deploy(MSG_START, now)

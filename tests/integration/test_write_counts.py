@@ -288,6 +288,7 @@ def test_a_message_with_two_holders_costs_one_write_transaction_per_holder(
     from dormant.persistence import inbox
     from dormant.persistence.routing import Router
     from dormant.persistence.store import Store
+    from dormant.tasks.wire import redelivery
 
     store = Store(pg_url)
     now = datetime.now(UTC)
@@ -300,7 +301,7 @@ def test_a_message_with_two_holders_costs_one_write_transaction_per_holder(
         inbox_id = inbox.record(store.engine, "dormant.message", "message.bench-go", {})
         counter = sqlcount.TxCounter(store.engine)
         try:
-            out = Router(store).message(
+            out = Router(store, redelivery).message(
                 "bench-go", key, {}, message_id=key, ttl_seconds=None, now=now, inbox_id=inbox_id
             )
             counts = counter.snapshot()

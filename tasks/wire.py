@@ -1,0 +1,281 @@
+"""The wire: every message dormant sends on the broker, spelled in one place.
+
+A trigger travels as a Celery task: a task name (``dormant.*``), a routing key on the
+``dormant`` topic exchange (``trigger.*``, ``message.<name>``, ``signal.<name>``; the
+queues' bindings are ``tasks/app.py``'s ``BINDING_KEYS``) and keyword arguments, the
+body. This module owns all three: the names, the keys, and each body's shape (one
+builder per trigger), so the Client, the trigger tasks, the outbox relay, job results,
+the inbox sweep and a failed trigger's retry send the same thing for the same fact.
+
+These are a contract with every worker and every row already written: an inbox row or
+a failed trigger stores the task name and routing key it will be sent with, and a
+worker of an earlier release consumes what a newer producer sends. So a name or key
+here never changes; a new trigger adds its own.
+
+``persistence/`` names no task: what it keeps for a later send is a neutral fact (a
+delivery to an instance, or a start: ``persistence/routing.py``), and ``redelivery``
+turns it into its message here.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from dormant.engine_core.triggers import Trigger
+from dormant.persistence.routing import Undelivered, UndeliveredStart
+
+__all__ = [
+    "APPLY_TRIGGER",
+    "ASSIGN_TASK",
+    "BATCHES_SWEEP",
+    "BATCH_RUN",
+    "BULK",
+    "CANCEL",
+    "COMPLETE_TASK",
+    "FIRE_DEADLINE",
+    "FIRE_DEADLINES",
+    "INCIDENT_OPS",
+    "JOBS_PAUSE",
+    "JOBS_RESUME",
+    "MANAGEMENT",
+    "MESSAGE",
+    "MIGRATE",
+    "MODIFY",
+    "RELAY_OUTBOX",
+    "RESUME",
+    "SCAN_DEADLINES",
+    "SET_VARIABLES",
+    "SIGNAL",
+    "START",
+    "SUSPEND",
+    "TASK_NAMES",
+    "TRIGGERS",
+    "TRIGGERS_DROP",
+    "TRIGGERS_RETRY",
+    "UPDATE_TASK",
+    "Send",
+    "apply_trigger",
+    "assign_task",
+    "batch_run",
+    "cancel",
+    "complete_task",
+    "incident",
+    "message",
+    "migrate",
+    "modify",
+    "redelivery",
+    "resume",
+    "set_variables",
+    "signal",
+    "start",
+    "suspend",
+    "takes_trigger_id",
+    "update_task",
+]
+
+
+class Send(NamedTuple):
+    """One message: the task to run, its routing key, its keyword arguments."""
+
+    task: str
+    routing_key: str
+    kwargs: dict[str, Any]
+
+
+# -- the trigger tasks: each applies one trigger to one instance (or routes one) --------
+START = "dormant.start"
+MESSAGE = "dormant.message"
+SIGNAL = "dormant.signal"
+COMPLETE_TASK = "dormant.complete_task"
+ASSIGN_TASK = "dormant.assign_task"
+UPDATE_TASK = "dormant.update_task"
+CANCEL = "dormant.cancel"
+SUSPEND = "dormant.suspend"
+RESUME = "dormant.resume"
+SET_VARIABLES = "dormant.set_variables"
+MIGRATE = "dormant.migrate"
+MODIFY = "dormant.modify"
+APPLY_TRIGGER = "dormant.apply_trigger"
+FIRE_DEADLINE = "dormant.fire_deadline"
+FIRE_DEADLINES = "dormant.fire_deadlines"
+BATCH_RUN = "dormant.batch.run"
+# operator action on an incident -> its task
+INCIDENT_OPS: dict[str, str] = {
+    "retry": "dormant.incident.retry",
+    "resolve": "dormant.incident.resolve",
+    "drop": "dormant.incident.drop",
+}
+TRIGGERS: frozenset[str] = frozenset(
+    {
+        START,
+        MESSAGE,
+        SIGNAL,
+        COMPLETE_TASK,
+        ASSIGN_TASK,
+        UPDATE_TASK,
+        CANCEL,
+        SUSPEND,
+        RESUME,
+        SET_VARIABLES,
+        MIGRATE,
+        MODIFY,
+        APPLY_TRIGGER,
+        FIRE_DEADLINE,
+        FIRE_DEADLINES,
+        BATCH_RUN,
+        *INCIDENT_OPS.values(),
+    }
+)
+# -- the engine's housekeeping, sent by beat or by an operator's command ----------------
+SCAN_DEADLINES = "dormant.scan_deadlines"
+RELAY_OUTBOX = "dormant.relay_outbox"
+BATCHES_SWEEP = "dormant.batches.sweep"
+BULK = "dormant.bulk"
+JOBS_PAUSE = "dormant.jobs.pause"
+JOBS_RESUME = "dormant.jobs.resume"
+TRIGGERS_RETRY = "dormant.triggers.retry"
+TRIGGERS_DROP = "dormant.triggers.drop"
+MANAGEMENT: frozenset[str] = frozenset(
+    {
+        SCAN_DEADLINES,
+        RELAY_OUTBOX,
+        BATCHES_SWEEP,
+        BULK,
+        JOBS_PAUSE,
+        JOBS_RESUME,
+        TRIGGERS_RETRY,
+        TRIGGERS_DROP,
+    }
+)
+# Every task dormant registers: a model's job type may take none of them
+# (engine_core/job_types.py reserves the ``dormant.`` prefix).
+TASK_NAMES: frozenset[str] = TRIGGERS | MANAGEMENT
+
+
+def takes_trigger_id(task: str) -> bool:
+    """Whether ``task`` accepts a ``trigger_id`` argument: a fire carries its claim
+    instead (the deadline row and claim token identify it)."""
+    return task not in (FIRE_DEADLINE, FIRE_DEADLINES)
+
+
+def _with_id(kwargs: dict[str, Any], trigger_id: str | None) -> dict[str, Any]:
+    return kwargs if trigger_id is None else {**kwargs, "trigger_id": trigger_id}
+
+
+# -- the bodies ------------------------------------------------------------------------
+
+
+def start(
+    key: str,
+    instance_id: str,
+    variables: dict[str, Any],
+    *,
+    trigger_id: str | None = None,
+    **start_options: Any,
+) -> Send:
+    """Start ``instance_id`` of process ``key``; ``start_options`` are ``dormant.start``'s
+    keyword arguments (``business_key``, ``version``, ``start_node_id``, ``start_key``,
+    ``parent``, ``version_tag``)."""
+    body = {"key": key, "instance_id": instance_id, "variables": variables, **start_options}
+    return Send(START, "trigger.start", _with_id(body, trigger_id))
+
+
+def message(
+    name: str,
+    correlation_key: str | None,
+    variables: dict[str, Any],
+    message_id: str,
+    ttl: float | None,
+) -> Send:
+    """A message, on ``message.<name>`` so each name can have a queue of its own; the
+    fields as ``persistence/routing.py``'s ``check_message`` returns them."""
+    body = {
+        "name": name,
+        "correlation_key": correlation_key,
+        "variables": variables,
+        "message_id": message_id,
+        "ttl": ttl,
+    }
+    return Send(MESSAGE, f"message.{name}", body)
+
+
+def signal(name: str, variables: dict[str, Any], signal_id: str) -> Send:
+    """A signal broadcast, on ``signal.<name>``; its id is its trigger id's prefix."""
+    body = {"name": name, "variables": variables, "signal_id": signal_id}
+    return Send(SIGNAL, f"signal.{name}", body)
+
+
+def complete_task(task_id: str, variables: dict[str, Any]) -> Send:
+    return Send(
+        COMPLETE_TASK, "trigger.task_completed", {"task_id": task_id, "variables": variables}
+    )
+
+
+def assign_task(task_id: str, assignee: str | None, *, claim: bool) -> Send:
+    body = {"task_id": task_id, "assignee": assignee, "claim": claim}
+    return Send(ASSIGN_TASK, "trigger.task_assign", body)
+
+
+def update_task(task_id: str, changes: dict[str, Any]) -> Send:
+    return Send(UPDATE_TASK, "trigger.task_update", {"task_id": task_id, "changes": changes})
+
+
+def cancel(instance_id: str, *, trigger_id: str | None = None) -> Send:
+    return Send(CANCEL, "trigger.cancel", _with_id({"instance_id": instance_id}, trigger_id))
+
+
+def incident(op: str, incident_id: str) -> Send:
+    """An operator's ``op`` (a key of ``INCIDENT_OPS``) on one incident."""
+    return Send(INCIDENT_OPS[op], f"trigger.incident_{op}", {"incident_id": incident_id})
+
+
+def suspend(instance_id: str) -> Send:
+    return Send(SUSPEND, "trigger.suspend", {"instance_id": instance_id})
+
+
+def resume(instance_id: str) -> Send:
+    return Send(RESUME, "trigger.resume", {"instance_id": instance_id})
+
+
+def set_variables(instance_id: str, params: dict[str, Any]) -> Send:
+    """``params``: ``tasks/client_operations.py``'s ``variables_params``."""
+    return Send(SET_VARIABLES, "trigger.set_variables", {"instance_id": instance_id} | params)
+
+
+def migrate(instance_id: str, version: int, mapping: dict[str, str]) -> Send:
+    body = {"instance_id": instance_id, "version": version, "mapping": mapping}
+    return Send(MIGRATE, "trigger.migrate", body)
+
+
+def modify(instance_id: str, cancel_nodes: list[str], start_before: list[str]) -> Send:
+    body = {"instance_id": instance_id, "cancel_nodes": cancel_nodes, "start_before": start_before}
+    return Send(MODIFY, "trigger.modify", body)
+
+
+def batch_run(batch_id: str) -> Send:
+    return Send(BATCH_RUN, "trigger.batch", {"batch_id": batch_id})
+
+
+def apply_trigger(instance_id: str, trigger: Trigger, trigger_id: str) -> Send:
+    """Any trigger the engine made itself (a job's result, a child's end for its parent,
+    a follow-up past the step budget, a buffered message taken), to one instance; the
+    routing key names the trigger's kind so a kind can have a queue of its own."""
+    body = {
+        "instance_id": instance_id,
+        "trigger_json": trigger.model_dump(mode="json"),
+        "trigger_id": trigger_id,
+    }
+    return Send(APPLY_TRIGGER, f"trigger.{trigger.kind}", body)
+
+
+def redelivery(undelivered: Undelivered) -> Send:
+    """The message that sends a delivery the Router kept again (its failed trigger)."""
+    if isinstance(undelivered, UndeliveredStart):
+        return start(
+            undelivered.process_key,
+            undelivered.instance_id,
+            undelivered.variables,
+            trigger_id=undelivered.trigger_id,
+            **undelivered.options,
+        )
+    return apply_trigger(undelivered.instance_id, undelivered.trigger, undelivered.trigger_id)
