@@ -113,7 +113,7 @@ def job_queue(job_type: str) -> Queue:
     name = routed.name if isinstance(routed, Queue) else routed
     if not name or name == QUEUE.name:
         return QUEUE
-    return Queue(name, Exchange(name, type="direct"), routing_key=f"job.{job_type}")
+    return Queue(name, Exchange(name, type="direct"), routing_key=wire.job_routing_key(job_type))
 
 
 def dispatch(job: DispatchJob) -> None:
@@ -129,13 +129,13 @@ def dispatch(job: DispatchJob) -> None:
             JobFailed(
                 wait_id=wait_id, attempt=attempt, error=reserved, error_class="ReservedJobType"
             ),
-            f"{key}:done",
+            wire.job_result_id(key),
         )
         return
     queue = job_queue(job_type)
     publish(
         job_type,
-        f"job.{job_type}",
+        wire.job_routing_key(job_type),
         dict(job.variables),
         queue=queue,
         exchange=queue.exchange.name if queue.exchange else None,
@@ -204,7 +204,7 @@ def run_here(job: DispatchJob, hostname: str | None) -> None:
         "retries": 0,
         "delivery_info": {
             "exchange": queue.exchange.name if queue.exchange else "",
-            "routing_key": f"job.{job.job_type}",
+            "routing_key": wire.job_routing_key(job.job_type),
             "priority": None,
             "redelivered": False,
         },
@@ -286,7 +286,7 @@ def heartbeat(task: Task, extend_seconds: float | None = None) -> bool:
     if key in _kept_outcomes:  # run before its start was written: no timeout runs yet
         return True
     trigger = JobHeartbeat(wait_id=wait_id, attempt=attempt, extend_seconds=extend_seconds)
-    report(instance_id, trigger, f"{key}:heartbeat:{uuid.uuid4().hex}")
+    report(instance_id, trigger, wire.job_heartbeat_id(key))
     return True
 
 
@@ -382,7 +382,7 @@ def _on_success(sender: Any = None, result: Any = None, **_: Any) -> None:
     variables = result if isinstance(result, dict) else {}
     outcome = JobCompleted(wait_id=wait_id, attempt=attempt, variables=variables)
     if not _kept(key, outcome):
-        report(instance_id, outcome, f"{key}:done")
+        report(instance_id, outcome, wire.job_result_id(key))
 
 
 @task_failure.connect(weak=False)
@@ -409,7 +409,7 @@ def _on_failure(sender: Any = None, exception: BaseException | None = None, **_:
             error_class=type(exception).__name__,
         )
     if not _kept(key, trigger):
-        report(instance_id, trigger, f"{key}:done")
+        report(instance_id, trigger, wire.job_result_id(key))
 
 
 @task_unknown.connect(weak=False)
@@ -439,7 +439,7 @@ def _on_unknown(sender: Any = None, message: Any = None, name: str | None = None
             JobFailed(
                 wait_id=str(wait_id), attempt=attempt, error=error, error_class="NotRegistered"
             ),
-            f"{key}:done",
+            wire.job_result_id(key),
         )
     except Exception:  # the job timeout dispatches it again
         log.exception("unknown job type %r not reported; its job timeout will retry it", name)

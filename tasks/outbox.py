@@ -53,15 +53,9 @@ __all__ = [
     "publish_keeping_a_job",
     "publish_row",
     "publish_rows",
-    "trigger_id_for",
 ]
 
 log = logging.getLogger("dormant.outbox")
-
-
-def trigger_id_for(row_id: Any) -> str:
-    """The trigger id of everything published for outbox row ``row_id``."""
-    return f"outbox:{row_id}"
 
 
 def _field(row: Any, name: str) -> Any:
@@ -160,7 +154,7 @@ def publish_row(row: Any) -> None:
     if isinstance(effect, DispatchJob) and _held_by_a_pause(int(row_id), effect.job_type):
         return
     follow_up = not isinstance(effect, DispatchJob)
-    tid = payload.get("trigger_id") or trigger_id_for(row_id)
+    tid = payload.get("trigger_id") or wire.outbox_trigger_id(row_id)
     headers = {HEADER_OUTBOX: {"id": row_id, "trigger_id": tid}} if follow_up else {}
     PUBLISHERS[type(effect)](effect, tid, headers)
     if follow_up:

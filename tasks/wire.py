@@ -5,7 +5,9 @@ A trigger travels as a Celery task: a task name (``dormant.*``), a routing key o
 queues' bindings are ``tasks/app.py``'s ``BINDING_KEYS``) and keyword arguments, the
 body. This module owns all three: the names, the keys, and each body's shape (one
 builder per trigger), so the Client, the trigger tasks, the outbox relay, job results,
-the inbox sweep and a failed trigger's retry send the same thing for the same fact.
+the inbox sweep and a failed trigger's retry send the same thing for the same fact;
+and the grammar of the trigger ids the shell makes (an outbox row's, a job result's),
+which is what lets a redelivered trigger be recognised as a duplicate.
 
 These are a contract with every worker and every row already written: an inbox row or
 a failed trigger stores the task name and routing key it will be sent with, and a
@@ -19,6 +21,7 @@ turns it into its message here.
 
 from __future__ import annotations
 
+import uuid
 from typing import Any, NamedTuple
 
 from dormant.engine_core.triggers import Trigger
@@ -60,9 +63,13 @@ __all__ = [
     "cancel",
     "complete_task",
     "incident",
+    "job_heartbeat_id",
+    "job_result_id",
+    "job_routing_key",
     "message",
     "migrate",
     "modify",
+    "outbox_trigger_id",
     "redelivery",
     "resume",
     "set_variables",
@@ -266,6 +273,31 @@ def apply_trigger(instance_id: str, trigger: Trigger, trigger_id: str) -> Send:
         "trigger_id": trigger_id,
     }
     return Send(APPLY_TRIGGER, f"trigger.{trigger.kind}", body)
+
+
+def job_routing_key(job_type: str) -> str:
+    """A job's routing key: its task is the job type itself (a user's task, never a
+    ``dormant.`` one), on ``job.<type>`` so each type can have its own queue."""
+    return f"job.{job_type}"
+
+
+# -- trigger ids: what makes a redelivered trigger a recognised duplicate ---------------
+
+
+def outbox_trigger_id(row_id: Any) -> str:
+    """The trigger id of everything the relay publishes for outbox row ``row_id``."""
+    return f"outbox:{row_id}"
+
+
+def job_result_id(idempotency_key: str) -> str:
+    """The trigger id of a job's outcome (done, failed, error thrown): one per job
+    attempt, so a result reported twice is applied once."""
+    return f"{idempotency_key}:done"
+
+
+def job_heartbeat_id(idempotency_key: str) -> str:
+    """A heartbeat's trigger id: each one is new (a heartbeat is never a duplicate)."""
+    return f"{idempotency_key}:heartbeat:{uuid.uuid4().hex}"
 
 
 def redelivery(undelivered: Undelivered) -> Send:

@@ -192,3 +192,13 @@ def test_a_failed_delivery_is_kept_as_the_wires_apply_trigger(
     assert (kept.task, kept.routing_key, kept.trigger_id) == (sent.task, sent.routing_key, "m-1")
     assert kept.body["kwargs"]["trigger_json"]["wait_id"] == "w1"
     assert kept.body["kwargs"].keys() == sent.kwargs.keys()
+
+
+def test_trigger_ids_the_shell_makes() -> None:
+    # A redelivered outbox row or job result must carry the same id (a duplicate);
+    # a heartbeat never does (each one is applied).
+    assert wire.outbox_trigger_id(7) == wire.outbox_trigger_id("7") == "outbox:7"
+    assert wire.job_result_id("i-1:w-1:2") == wire.job_result_id("i-1:w-1:2") == "i-1:w-1:2:done"
+    assert wire.job_heartbeat_id("k") != wire.job_heartbeat_id("k")
+    assert wire.job_heartbeat_id("k").startswith("k:heartbeat:")
+    assert wire.takes_trigger_id(wire.START) and not wire.takes_trigger_id(wire.FIRE_DEADLINE)
