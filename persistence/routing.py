@@ -86,7 +86,6 @@ from dormant.persistence.writes import Writes
 
 __all__ = [
     "NAMESPACE",
-    "CheckedMessage",
     "MessageOutcome",
     "Redeliver",
     "Router",
@@ -98,17 +97,6 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
-class CheckedMessage:
-    """A message's fields as ``check_message`` passed them."""
-
-    name: str
-    correlation_key: str | None
-    variables: dict[str, Any]
-    message_id: str
-    ttl: float | None
-
-
 def check_message(
     name: str,
     correlation_key: Any = None,
@@ -117,22 +105,22 @@ def check_message(
     ttl: float | None = None,
     *,
     limits: Limits = DEFAULT_LIMITS,
-) -> CheckedMessage:
+) -> tuple[str | None, dict[str, Any], str, float | None]:
     """The one check of a message's fields (engine_core/inputs.py's limits), run by the
     Client before its inbox row and by the Router before any lookup, so both refuse the
-    same message with the same error. A correlation key is compared as text; a message
-    without an id gets a uuid4 hex, the one default format (a resend with the id
-    returned is then a duplicate)."""
+    same message with the same error; returns the fields after the name as they are
+    sent (correlation key, variables, message id, ttl). A correlation key is compared
+    as text; a message without an id gets a uuid4 hex, the one default format (a
+    resend with the id returned is then a duplicate)."""
     check_name(name, "message name", limits)
     key = None if correlation_key is None else str(correlation_key)
     if key is not None:
         check_text(key, f"message {name!r} correlation key", limits, InvalidMessage)
-    return CheckedMessage(
-        name=name,
-        correlation_key=key,
-        variables=check_variables(variables, f"message {name!r} variables", limits),
-        message_id=check_text(message_id or uuid.uuid4().hex, "message id", limits, InvalidMessage),
-        ttl=check_ttl(ttl, f"message {name!r} ttl", limits),
+    return (
+        key,
+        check_variables(variables, f"message {name!r} variables", limits),
+        check_text(message_id or uuid.uuid4().hex, "message id", limits, InvalidMessage),
+        check_ttl(ttl, f"message {name!r} ttl", limits),
     )
 
 
@@ -423,7 +411,7 @@ class Router:
     ) -> MessageOutcome:
         """Route one message (the module docstring's order); ``inbox_id``: the Client's
         inbox row, marked processed in the transaction that records the message."""
-        checked = check_message(
+        correlation_key, variables, message_id, ttl_seconds = check_message(
             name,
             correlation_key,
             variables,
@@ -431,8 +419,6 @@ class Router:
             ttl_seconds,
             limits=self.store.settings.limits,
         )
-        correlation_key, variables = checked.correlation_key, checked.variables
-        message_id, ttl_seconds = checked.message_id, checked.ttl
         out = MessageOutcome(message_id, ttl_seconds=ttl_seconds)
         look = self._deliver_first(out, name, correlation_key, variables, now, inbox_id)
         if out.duplicate:

@@ -34,7 +34,7 @@ from dormant.engine_core.errors import (
     UnknownProcess,
     UnknownTask,
 )
-from dormant.engine_core.inputs import Limits, check_name, check_text, check_variables
+from dormant.engine_core.inputs import check_name, check_text, check_variables
 from dormant.engine_core.task_attributes import UPDATABLE, check_changes
 from dormant.engine_core.views import (
     FactView,
@@ -56,20 +56,6 @@ from dormant.tasks.wire import Send
 __all__ = ["Client"]
 
 _INCIDENT_STATES = tuple(state.value for state in IncidentState)
-
-
-def _message(
-    name: str,
-    correlation_key: Any = None,
-    variables: dict[str, Any] | None = None,
-    message_id: str | None = None,
-    ttl: float | None = None,
-    *,
-    limits: Limits,
-) -> Send:
-    """One message, checked as the Router checks it (``check_message``)."""
-    m = check_message(name, correlation_key, variables, message_id, ttl, limits=limits)
-    return wire.message(m.name, m.correlation_key, m.variables, m.message_id, m.ttl)
 
 
 class Client(Operations):
@@ -207,7 +193,10 @@ class Client(Operations):
         ttl: float | None = None,
     ) -> str:
         """Publish a message; returns its id (generated when None, so a resend is idempotent)."""
-        message = _message(name, correlation_key, variables, message_id, ttl, limits=self._limits)
+        checked = check_message(
+            name, correlation_key, variables, message_id, ttl, limits=self._limits
+        )
+        message = wire.message(name, *checked)
         self._send(message)
         return str(message.kwargs["message_id"])
 
@@ -227,7 +216,8 @@ class Client(Operations):
                     f"send_messages[{index}]: unknown field(s) {', '.join(sorted(unknown))}"
                 )
             try:
-                batch.append(_message(**entry, limits=self._limits))
+                checked = check_message(**entry, limits=self._limits)
+                batch.append(wire.message(entry["name"], *checked))
             except (InvalidField, InvalidVariables) as exc:
                 raise type(exc)(f"send_messages[{index}]: {exc}") from exc
         self._send_many(batch)

@@ -195,7 +195,7 @@ def message(
     ttl: float | None,
 ) -> Send:
     """A message, on ``message.<name>`` so each name can have a queue of its own; the
-    fields as ``persistence/routing.py``'s ``check_message`` returns them."""
+    fields after the name as ``persistence/routing.py``'s ``check_message`` returns them."""
     body = {
         "name": name,
         "correlation_key": correlation_key,
