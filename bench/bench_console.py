@@ -150,9 +150,9 @@ def populate(url: str, rows: int) -> str:
 
     store = Store(url)
     now = datetime.now(UTC)
-    store.deploy(MODEL.read_bytes(), now)
+    store.deployments.deploy(MODEL.read_bytes(), now)
     store.start("payment", "real-instance", {"flag": "/nope", "card": "x" * 40}, now=now)
-    tpl = store.checkpoint("real-instance")
+    tpl = store.queries.checkpoint("real-instance")
     token = next(iter(tpl.tokens))
     from dormant.engine_core.checkpoint import encode
 

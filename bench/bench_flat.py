@@ -185,7 +185,7 @@ def memory_flatness(few: int, many: int) -> None:
 
         tasks_app.configure(Settings.from_env(database_url=database_url, broker_url=broker_url))
         store = Store(settings=tasks_app.settings)
-        store.deploy(TIMER, datetime.now(UTC))
+        store.deployments.deploy(TIMER, datetime.now(UTC))
         r = redis.Redis.from_url(broker_url)
 
         def starts(lo: int, hi: int) -> None:

@@ -212,8 +212,8 @@ def main() -> int:
         tasks_app.configure(Settings.from_env(database_url=database_url, broker_url=broker_url))
         store = Store(settings=tasks_app.settings)
         now = datetime.now(UTC)
-        store.deploy(TIMER_AT, now)
-        store.deploy(SERVICE, now)
+        store.deployments.deploy(TIMER_AT, now)
+        store.deployments.deploy(SERVICE, now)
         with store.engine.begin() as conn:
             conn.execute(text(PROBES))
 

@@ -371,9 +371,9 @@ def main() -> int:
         os.environ[ENV_LOG] = str(sql_log)  # the workers below inherit it (bench.jobs)
         store = Store(settings=tasks_app.settings)
         now = datetime.now(UTC)
-        store.deploy(MESSAGE, now)
-        store.deploy(SERVICE, now)
-        store.deploy(SERVICE_EAGER, now)
+        store.deployments.deploy(MESSAGE, now)
+        store.deployments.deploy(SERVICE, now)
+        store.deployments.deploy(SERVICE_EAGER, now)
         from bench.sqlcount import TxCounter
         from dormant.tasks.client import Client
 

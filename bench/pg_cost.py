@@ -146,8 +146,8 @@ def main() -> int:
     with common.scratch_database() as url:
         store = Store(settings=Settings.from_env(database_url=url, broker_url="memory://"))
         now = datetime.now(UTC)
-        store.deploy(MESSAGE, now)
-        store.deploy(SERVICE, now)
+        store.deployments.deploy(MESSAGE, now)
+        store.deployments.deploy(SERVICE, now)
         floor_engine = create_engine(url)
         with floor_engine.begin() as c:
             c.execute(text("CREATE EXTENSION IF NOT EXISTS pg_walinspect"))

@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any, Protocol
 
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import ExceptionContext
@@ -39,7 +39,21 @@ from sqlalchemy.exc import DisconnectionError, OperationalError
 
 from dormant.persistence import round_trips
 
-__all__ = ["READ", "make_engine", "read_only"]
+__all__ = ["READ", "Transactions", "make_engine", "read_only"]
+
+
+class Transactions(Protocol):
+    """What the Store's parts (persistence/queries.py, deployments.py, outbox_queue.py,
+    failed_triggers.py) need of the Store: its two ways to open a connection. The Store
+    owns the one transaction and passes itself; a part never opens one on its own."""
+
+    @property
+    def is_postgres(self) -> bool: ...
+
+    def transaction(self) -> AbstractContextManager[Connection]: ...
+
+    def read(self) -> AbstractContextManager[Connection]: ...
+
 
 # Execution options for a read-only transaction (no write lock on SQLite).
 READ: dict[str, Any] = {"sqlite_deferred": True}

@@ -1,5 +1,5 @@
 """Deploying processes and decisions, and finding the deployed model an instance is
-pinned to. A mixin of the Store: the same engine and transactions, kept apart because
+pinned to. The Store's part ``store.deployments``: its transactions, kept apart because
 deployment changes definitions, never instances.
 """
 
@@ -10,7 +10,6 @@ import hashlib
 import logging
 import threading
 from collections.abc import Sequence
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -20,6 +19,7 @@ from sqlalchemy import Connection, bindparam, func, insert, select, update
 from dormant.engine_core.errors import UnknownDeployment, UnknownProcess
 from dormant.engine_core.model import ProcessDefinition
 from dormant.persistence import round_trips
+from dormant.persistence.db import Transactions
 from dormant.persistence.decisions import (
     ParsedDecisions,
     insert_decisions,
@@ -165,20 +165,28 @@ def _starts_index(conn: Connection) -> dict[tuple[str, str], list[tuple[str, int
 
 
 class Deployments:
-    """Definitions and decisions: deploy, look up, route starts."""
+    """Definitions and decisions: deploy, look up, route starts (``store.deployments``).
 
-    _definitions: dict[tuple[str, int], ProcessDefinition]
-    # The latest version of each key this process has looked up (a guess for a start
-    # to come: ``Store._may_run_a_job_first``).
-    _latest_seen: dict[str, ProcessDefinition]
-    # (count of deployments, (kind, name) -> the processes it starts): latest_starts.
-    _starts_index: tuple[int, dict[tuple[str, str], list[tuple[str, int, list[str]]]]] | None = None
+    Holds this process's cache of parsed definitions: a deployed version never
+    changes, so a definition is parsed once per process."""
 
-    def transaction(self) -> AbstractContextManager[Connection]:  # pragma: no cover - Store's
-        raise NotImplementedError
+    def __init__(self, db: Transactions) -> None:
+        self._db = db
+        self._definitions: dict[tuple[str, int], ProcessDefinition] = {}
+        # The latest version of each key this process has looked up (a guess for a
+        # start to come: ``Store._may_run_a_job_first``).
+        self._latest_seen: dict[str, ProcessDefinition] = {}
+        # (count of deployments, (kind, name) -> the processes it starts): latest_starts.
+        self._starts_index: (
+            tuple[int, dict[tuple[str, str], list[tuple[str, int, list[str]]]]] | None
+        ) = None
 
-    def read(self) -> AbstractContextManager[Connection]:  # pragma: no cover - Store's
-        raise NotImplementedError
+    def seen(self, key: str, version: int | None) -> ProcessDefinition | None:
+        """The definition of ``key`` this process has already parsed: ``version``'s,
+        else (no version asked, or not parsed) the latest it has looked up; None when
+        it has parsed none. A guess for a start to come, never a lookup."""
+        known = self._definitions.get((key, version)) if version is not None else None
+        return known if known is not None else self._latest_seen.get(key)
 
     def deploy(self, source: str | bytes, now: datetime) -> list[Deployment]:
         """Deploy every executable process in ``source``, or every decision of a DMN
@@ -206,7 +214,7 @@ class Deployments:
         parsed = [_parse(source, name) for source, name in zip(sources, names, strict=True)]
         if not any(p.processes or (p.decisions and p.decisions.decisions) for p in parsed):
             return []
-        with self.transaction() as conn:
+        with self._db.transaction() as conn:
             resources, changed = self._unchanged(conn, parsed)
             key = int(
                 conn.execute(
@@ -297,16 +305,16 @@ class Deployments:
                     out.append(Resource("decision", decision_id, version, True, doc.name))
         return out
 
-    def deployments(self, limit: int = 100) -> list[DeploymentRecord]:
+    def records(self, limit: int = 100) -> list[DeploymentRecord]:
         """The newest deployments first."""
-        with self.read() as conn:
+        with self._db.read() as conn:
             rows = conn.execute(
                 select(deployments).order_by(deployments.c.key.desc()).limit(limit)
             ).all()
         return [DeploymentRecord(int(r.key), r.deployed_at, _resources(r.resources)) for r in rows]
 
-    def deployment(self, key: int) -> DeploymentRecord:
-        with self.read() as conn:
+    def record(self, key: int) -> DeploymentRecord:
+        with self._db.read() as conn:
             row = conn.execute(select(deployments).where(deployments.c.key == key)).first()
         if row is None:
             raise UnknownDeployment(f"no deployment {key}; `dormant deployments list` lists them")
@@ -319,7 +327,7 @@ class Deployments:
         if version is not None and (key, version) in self._definitions:
             return self._definitions[(key, version)], version
         if conn is None:
-            with self.read() as c:
+            with self._db.read() as c:
                 return self.definition(key, version, conn=c)
         # A start's first statement: with its transaction's BEGIN (round_trips.first).
         rows = (
@@ -388,7 +396,7 @@ class Deployments:
         not a scan of every definition's starts. A caller that read the count in a
         statement of its own (``deployments_count_column()``) passes it and saves the trip."""
         if conn is None:
-            with self.read() as c:
+            with self._db.read() as c:
                 return self.latest_starts(kind, name, conn=c, deployments_count=deployments_count)
         count = (
             deployments_count
@@ -401,7 +409,7 @@ class Deployments:
             self._starts_index = seen
         return [(k, v, list(nodes)) for k, v, nodes in seen[1].get((kind, name), ())]
 
-    def _tagged_version(self, conn: Connection, key: str, tag: str) -> int:
+    def tagged_version(self, conn: Connection, key: str, tag: str) -> int:
         """The newest deployed version of ``key`` whose model carries ``tag``."""
         rows = conn.execute(
             select(definitions.c.version)

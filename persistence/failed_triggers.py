@@ -30,7 +30,6 @@ import json
 import sys
 import uuid
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
@@ -40,6 +39,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from dormant.engine_core.checkpoint import IncidentState
 from dormant.engine_core.errors import InvalidOperation, UnknownFailedTrigger
 from dormant.engine_core.views import FailedTriggerView
+from dormant.persistence.db import Transactions
 from dormant.persistence.tables import facts, failed_triggers, inbox, incidents, instances
 
 __all__ = [
@@ -151,13 +151,11 @@ def _view(row: Any) -> FailedTriggerView:
 
 
 class FailedTriggers:
-    """Mixed into ``Store``; needs its ``transaction`` and ``read`` transactions."""
+    """Triggers kept for an operator, and instances flagged for a checkpoint this
+    dormant cannot read (``store.failed``)."""
 
-    def transaction(self) -> AbstractContextManager[Connection]:  # pragma: no cover - Store's
-        raise NotImplementedError
-
-    def read(self) -> AbstractContextManager[Connection]:  # pragma: no cover - Store's
-        raise NotImplementedError
+    def __init__(self, db: Transactions) -> None:
+        self._db = db
 
     def keep_failed(
         self,
@@ -188,7 +186,7 @@ class FailedTriggers:
         }
         for _ in range(3):
             try:
-                with self.transaction() as conn:
+                with self._db.transaction() as conn:
                     found = conn.execute(
                         select(failed_triggers.c.attempts).where(failed_triggers.c.id == row_id)
                     ).first()
@@ -235,12 +233,12 @@ class FailedTriggers:
         q = select(failed_triggers)
         if instance_id is not None:
             q = q.where(failed_triggers.c.instance_id == instance_id)
-        with self.read() as conn:
+        with self._db.read() as conn:
             rows = list(conn.execute(q.order_by(failed_triggers.c.last_at).limit(limit)))
         return [_view(r) for r in rows]
 
     def failed_trigger(self, failed_id: str) -> FailedTriggerView:
-        with self.read() as conn:
+        with self._db.read() as conn:
             row = conn.execute(
                 select(failed_triggers).where(failed_triggers.c.id == failed_id)
             ).first()
@@ -275,7 +273,7 @@ class FailedTriggers:
             "failed": {"attempts": view.attempts, "first_at": view.first_at.isoformat()},
         }
         try:
-            with self.transaction() as conn:
+            with self._db.transaction() as conn:
                 gone = conn.execute(
                     delete(failed_triggers).where(failed_triggers.c.id == failed_id)
                 ).rowcount
@@ -296,7 +294,7 @@ class FailedTriggers:
     def drop_failed(self, failed_id: str, now: datetime) -> FailedTriggerView:
         """Delete a kept trigger for good; its instance's history records the drop."""
         view = self.failed_trigger(failed_id)
-        with self.transaction() as conn:
+        with self._db.transaction() as conn:
             conn.execute(delete(failed_triggers).where(failed_triggers.c.id == failed_id))
             if view.instance_id is not None:
                 rev = conn.execute(
@@ -318,7 +316,7 @@ class FailedTriggers:
         """An undecodable checkpoint: the instance is ``flagged`` and an incident of the
         error's own class opens (or counts one more attempt). Its own transaction."""
         incident_id = f"{instance_id}.{CHECKPOINT_INCIDENT}"
-        with self.transaction() as conn:
+        with self._db.transaction() as conn:
             key = conn.execute(
                 select(instances.c.key).where(instances.c.id == instance_id)
             ).scalar()

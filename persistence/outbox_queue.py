@@ -1,5 +1,5 @@
 """The outbox seen from the shell: rows to publish after a commit, kept until
-published (jobs) or until consumed (follow-up triggers). A mixin of the Store.
+published (jobs) or until consumed (follow-up triggers). The Store's part ``store.outbox``.
 
 A published job's row is deleted on PostgreSQL by the process's next write
 transaction, as one more CTE of its one write statement, or by a timer within half a
@@ -9,7 +9,6 @@ at once. A follow-up's row is stamped published and kept until its consumer appl
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 from sqlalchemy import Connection, select, update
 
 from dormant.persistence import clock
+from dormant.persistence.db import Transactions
 from dormant.persistence.published_jobs import PublishedJobs
 from dormant.persistence.tables import outbox
 
@@ -32,19 +32,18 @@ class OutboxRow:
 
 
 class OutboxQueue:
-    is_postgres: bool
-    published_jobs: PublishedJobs
+    """The outbox's rows after their commit (``store.outbox``). Owns
+    ``published_jobs``: the ids of published job rows waiting for a write
+    transaction of the Store's to carry their DELETE."""
 
-    def transaction(self) -> AbstractContextManager[Connection]:  # pragma: no cover - Store's
-        raise NotImplementedError
-
-    def read(self) -> AbstractContextManager[Connection]:  # pragma: no cover - Store's
-        raise NotImplementedError
+    def __init__(self, db: Transactions, flush_after_seconds: float) -> None:
+        self._db = db
+        self.published_jobs = PublishedJobs(self.delete_published_jobs, flush_after_seconds)
 
     def outbox_rows(self, ids: list[int]) -> list[OutboxRow]:
         if not ids:
             return []
-        with self.read() as conn:
+        with self._db.read() as conn:
             rows = conn.execute(select(outbox).where(outbox.c.id.in_(ids)).order_by(outbox.c.id))
             return [OutboxRow(int(r.id), r.kind, r.payload, r.created_at) for r in rows]
 
@@ -70,7 +69,7 @@ class OutboxQueue:
         if redeliver_after_seconds is not None:
             lost = outbox.c.published_at <= moment - timedelta(seconds=redeliver_after_seconds)
             condition = or_(unpublished, lost)
-        with self.read() as conn:
+        with self._db.read() as conn:
             rows = conn.execute(select(outbox).where(condition).order_by(outbox.c.id).limit(limit))
             return [OutboxRow(int(r.id), r.kind, r.payload, r.created_at) for r in rows]
 
@@ -80,7 +79,7 @@ class OutboxQueue:
         again by the sweep instead of stranding the instance that waits for it."""
         from sqlalchemy import delete
 
-        with self.transaction() as conn:
+        with self._db.transaction() as conn:
             self._no_flush_needed(conn)
             if until_consumed:
                 conn.execute(
@@ -95,7 +94,7 @@ class OutboxQueue:
         write transaction, which carries the DELETE in its one write statement, or for
         the timer that deletes whatever no transaction took (persistence/published_jobs.py).
         SQLite, one local file with nothing to save, deletes it now."""
-        if self.is_postgres:
+        if self._db.is_postgres:
             self.published_jobs.add(outbox_id)
         else:
             self.mark_published(outbox_id)
@@ -104,7 +103,7 @@ class OutboxQueue:
         """The timer's transaction: the published job rows no trigger's write took."""
         from sqlalchemy import delete
 
-        with self.transaction() as conn:
+        with self._db.transaction() as conn:
             self._no_flush_needed(conn)
             conn.execute(delete(outbox).where(outbox.c.id.in_(ids)))
 
@@ -114,7 +113,7 @@ class OutboxQueue:
         job idempotency keys). Saves one WAL fsync per effect (bench_triggers)."""
         from sqlalchemy import text
 
-        if self.is_postgres:
+        if self._db.is_postgres:
             conn.execute(text("SET LOCAL synchronous_commit TO OFF"))
 
     def consume_outbox(self, outbox_id: int, trigger_id: str) -> None:
@@ -124,7 +123,7 @@ class OutboxQueue:
         row: a late consumer must never delete somebody else's follow-up."""
         from sqlalchemy import delete
 
-        with self.transaction() as conn:
+        with self._db.transaction() as conn:
             row = conn.execute(select(outbox.c.payload).where(outbox.c.id == outbox_id)).first()
             if row is not None and (row.payload or {}).get("trigger_id") == trigger_id:
                 conn.execute(delete(outbox).where(outbox.c.id == outbox_id))

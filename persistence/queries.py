@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
@@ -30,6 +29,7 @@ from dormant.engine_core.views import (
     UserTaskView,
     instance_view,
 )
+from dormant.persistence.db import Transactions
 from dormant.persistence.tables import (
     deadlines,
     definitions,
@@ -78,13 +78,14 @@ _ROW = (
 
 
 class Queries:
-    """Mixed into ``Store``; needs only its ``read`` transaction factory."""
+    """What the operator and the Client read (``store.queries``): views of instances,
+    tasks, incidents and history. Reads only, each on the Store's ``read``."""
 
-    def read(self) -> AbstractContextManager[Connection]:  # pragma: no cover - Store's
-        raise NotImplementedError
+    def __init__(self, db: Transactions) -> None:
+        self._db = db
 
     def checkpoint(self, instance_id: str) -> Checkpoint:
-        with self.read() as conn:
+        with self._db.read() as conn:
             raw = conn.execute(
                 select(instances.c.checkpoint).where(instances.c.id == instance_id)
             ).scalar()
@@ -93,7 +94,7 @@ class Queries:
         return decode(raw)
 
     def instance(self, instance_id: str) -> InstanceView:
-        with self.read() as conn:
+        with self._db.read() as conn:
             row = conn.execute(select(*_ROW).where(instances.c.id == instance_id)).first()
             if row is None:
                 raise UnknownInstance(f"no instance has id {instance_id!r}")
@@ -109,7 +110,7 @@ class Queries:
             q = q.where(instances.c.status == status)
         if key is not None:
             q = q.where(instances.c.key == key)
-        with self.read() as conn:
+        with self._db.read() as conn:
             rows = list(
                 conn.execute(q.order_by(instances.c.created_at, instances.c.id).limit(limit))
             )
@@ -164,7 +165,7 @@ class Queries:
                     )
                     .exists()
                 )
-        with self.read() as conn:
+        with self._db.read() as conn:
             rows = list(conn.execute(q.order_by(user_tasks.c.created_at, user_tasks.c.task_id)))
             names = _candidates(conn, {r.instance_id for r in rows}) if rows else {}
         return [_task_view(r, names.get((r.instance_id, r.wait_id), {})) for r in rows]
@@ -176,7 +177,7 @@ class Queries:
 
     def task_view(self, task_id: str) -> UserTaskView:
         """One open user task, as listed."""
-        with self.read() as conn:
+        with self._db.read() as conn:
             row = conn.execute(select(user_tasks).where(user_tasks.c.task_id == task_id)).first()
             if row is None:
                 raise UnknownTask(
@@ -187,7 +188,7 @@ class Queries:
         return _task_view(row, names.get((row.instance_id, row.wait_id), {}))
 
     def history(self, instance_id: str) -> list[FactView]:
-        with self.read() as conn:
+        with self._db.read() as conn:
             rows = list(
                 conn.execute(
                     select(facts).where(facts.c.instance_id == instance_id).order_by(facts.c.id)
@@ -225,7 +226,7 @@ class Queries:
             q = q.where(incident_table.c.process_key == key)
         if node_id is not None:
             q = q.where(incident_table.c.node_id == node_id)
-        with self.read() as conn:
+        with self._db.read() as conn:
             rows = list(conn.execute(q.order_by(incident_table.c.last_at).limit(limit)))
         views: dict[str, InstanceView] = {}
         out: list[IncidentView] = []
@@ -237,7 +238,7 @@ class Queries:
 
     def incident(self, incident_id: str) -> IncidentView:
         """One incident by id, whatever its state (UnknownIncident if none has it)."""
-        with self.read() as conn:
+        with self._db.read() as conn:
             instance_id = conn.execute(
                 select(incident_table.c.instance_id).where(incident_table.c.id == incident_id)
             ).scalar()
@@ -251,7 +252,7 @@ class Queries:
 
     def counts(self) -> dict[str, int]:
         """Rows per table: what the tests assert hold syncs against."""
-        with self.read() as conn:
+        with self._db.read() as conn:
             return {
                 name: int(conn.execute(select(func.count()).select_from(t)).scalar_one())
                 for name, t in _COUNTED.items()
@@ -259,7 +260,7 @@ class Queries:
 
     def holds(self, instance_id: str) -> dict[str, list[dict[str, Any]]]:
         """The hold rows of one instance, for tests and `instances show`."""
-        with self.read() as conn:
+        with self._db.read() as conn:
             return {
                 name: [
                     dict(r._mapping)

@@ -333,7 +333,7 @@ class Router:
 
     def _keep(self, undelivered: Undelivered, now: datetime, exc: Exception) -> None:
         task, routing_key, kwargs = self.redeliver(undelivered)
-        failed_id = self.store.keep_failed(
+        failed_id = self.store.failed.keep_failed(
             task,
             routing_key,
             kwargs,
@@ -465,7 +465,7 @@ class Router:
                 out.duplicate = True
                 return None
             look.holders = self._first_holders(rows)
-            look.starts = self.store.latest_starts(
+            look.starts = self.store.deployments.latest_starts(
                 "message", name, conn=conn, deployments_count=int(head.deployments)
             )
             if not look.holders:
@@ -781,7 +781,7 @@ class Router:
             out.applied.append(applied)
             if instance_id not in out.delivered_to:
                 out.delivered_to.append(instance_id)
-        for process_key, version, nodes in self.store.latest_starts("signal", name):
+        for process_key, version, nodes in self.store.deployments.latest_starts("signal", name):
             instance_id = str(uuid.uuid5(NAMESPACE, f"{process_key}:{signal_id}"))
             started = self._start_isolated(
                 instance_id,

@@ -10,6 +10,14 @@ No BPMN semantics live here: the Store locks, stores, projects and asks the core
 Operational database errors (connection lost, serialisation failure) propagate as
 SQLAlchemy errors so the calling Celery task retries the whole trigger; the trigger id
 makes that retry idempotent.
+
+The Store is composed, not mixed: what is not the transaction lives in parts that
+borrow the Store's connections (``persistence.db.Transactions``) — ``store.queries``
+(reads for the Client, the CLI and the console), ``store.deployments`` (deploy, the
+definition cache, start routing), ``store.outbox`` (rows to publish after a commit) and
+``store.failed`` (failed triggers, flagged checkpoints). The transaction itself —
+``transaction()``, ``read()``, ``start``, ``apply`` — stays on the Store: one owner,
+so how a transaction is opened can change in one place.
 """
 
 from __future__ import annotations
@@ -53,7 +61,6 @@ from dormant.engine_core.errors import (
     UnknownInstance,
 )
 from dormant.engine_core.inputs import check_text, check_variables
-from dormant.engine_core.model import ProcessDefinition
 from dormant.engine_core.operations import projected_waits
 from dormant.engine_core.triggers import MigrateInstance, Start, Trigger
 from dormant.persistence import clock, migrate, round_trips
@@ -65,7 +72,7 @@ from dormant.persistence.holds import sync_holds
 from dormant.persistence.inbox import queue_mark_processed
 from dormant.persistence.incident_rows import sync_incidents
 from dormant.persistence.outbox_queue import OutboxQueue, OutboxRow
-from dormant.persistence.published_jobs import FLUSH_AFTER_SECONDS, PublishedJobs, Ride
+from dormant.persistence.published_jobs import FLUSH_AFTER_SECONDS, Ride
 from dormant.persistence.queries import Queries
 from dormant.persistence.results import outcome_word
 from dormant.persistence.settings import Settings
@@ -334,8 +341,9 @@ _PROCESSED = insert(processed_triggers).values(
 )
 
 
-class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
-    """One database, one SQLAlchemy Engine, the one transaction."""
+class Store:
+    """One database, one SQLAlchemy Engine, the one transaction; the rest in its parts
+    (the module docstring)."""
 
     def __init__(
         self,
@@ -368,14 +376,14 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
             max_loop_items=settings.max_loop_items,
         )
         self._decisions = DecisionCache(self.services)
-        # Published job rows waiting for a write to carry their DELETE; the timer's
+        self.queries = Queries(self)
+        self.deployments = Deployments(self)
+        self.failed = FailedTriggers(self)
+        # Published job rows wait there for a write to carry their DELETE; the timer's
         # bound stays well under the sweep's age, which would send them again.
-        self.published_jobs = PublishedJobs(
-            self.delete_published_jobs,
-            min(FLUSH_AFTER_SECONDS, settings.outbox_sweep_after_seconds / 4),
+        self.outbox = OutboxQueue(
+            self, min(FLUSH_AFTER_SECONDS, settings.outbox_sweep_after_seconds / 4)
         )
-        self._definitions: dict[tuple[str, int], ProcessDefinition] = {}
-        self._latest_seen: dict[str, ProcessDefinition] = {}
         if check_schema:
             if self.is_postgres:
                 migrate.check(self.engine)  # never auto-migrate a shared database
@@ -383,7 +391,7 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
                 migrate.upgrade(self.engine)  # the embedded default just works
 
     def close(self) -> None:
-        self.published_jobs.flush()  # before the pool goes: nothing left for the sweep
+        self.outbox.published_jobs.flush()  # before the pool goes: nothing left for the sweep
         self.engine.dispose()
 
     def database_time(self) -> clock.ClockReading | None:
@@ -484,9 +492,9 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
                     job_first,
                 )
             else:
-                with self.published_jobs.riding() as ride, self._tx() as conn:
+                with self.outbox.published_jobs.riding() as ride, self._tx() as conn:
                     if version_tag is not None and version is None:
-                        version = self._tagged_version(conn, key, version_tag)
+                        version = self.deployments.tagged_version(conn, key, version_tag)
                     applied = self.start_in(
                         conn,
                         key,
@@ -546,7 +554,7 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
             existing = self._existing(conn, instance_id)
             if existing is not None:
                 return existing
-        definition, ver = self.definition(key, version, conn=conn)
+        definition, ver = self.deployments.definition(key, version, conn=conn)
         first = core.new_checkpoint(definition, instance_id, ver, now)
         services = self._decisions.services(conn, definition)
         step = core.apply(definition, first, trigger, now=now, services=services)
@@ -622,9 +630,7 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
         (the version asked for, else the latest it has seen) that names a job type
         ``job_first`` may run. A guess, never a rule: either path ends the same, only
         its cost differs."""
-        known = self._definitions.get((key, version)) if version is not None else None
-        if known is None:
-            known = self._latest_seen.get(key)
+        known = self.deployments.seen(key, version)
         return known is not None and any(job_first.may_run(t) for t in known.index.job_types)
 
     def _start_job_first(
@@ -662,8 +668,8 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
         and its dispatch is not."""
         with self._read() as conn:
             if version_tag is not None and version is None:
-                version = self._tagged_version(conn, key, version_tag)
-            definition, ver = self.definition(key, version, conn=conn)
+                version = self.deployments.tagged_version(conn, key, version_tag)
+            definition, ver = self.deployments.definition(key, version, conn=conn)
             services = self._decisions.services(conn, definition)
         first = core.new_checkpoint(definition, instance_id, ver, now)
         step = core.apply(definition, first, trigger, now=now, services=services)
@@ -683,7 +689,7 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
                 step = dataclasses.replace(then, effects=rest + then.effects, holds_before=None)
             else:
                 step = dataclasses.replace(step, effects=rest)
-        with self.published_jobs.riding() as ride, self._tx() as conn:
+        with self.outbox.published_jobs.riding() as ride, self._tx() as conn:
             checked = not self.is_postgres
             if checked and (existing := self._existing(conn, instance_id)) is not None:
                 return existing
@@ -757,7 +763,7 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
         found: list[Found] = []
 
         def run() -> Applied | None:
-            with self.published_jobs.riding() as ride, self._tx() as conn:
+            with self.outbox.published_jobs.riding() as ride, self._tx() as conn:
                 what = find(conn)
                 if what is None:
                     return None
@@ -792,7 +798,7 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
         except (CorruptCheckpoint, CheckpointTooNew) as exc:
             instance_id = instance()
             if instance_id is not None:
-                self.flag_checkpoint(instance_id, exc, now)
+                self.failed.flag_checkpoint(instance_id, exc, now)
             raise
         except _Duplicate:
             instance_id = instance()
@@ -838,7 +844,7 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
         more writes into the same statement after a step that changed the instance (the
         router records a delivered message there, saving a commit per message).
         """
-        with self.published_jobs.riding() as ride, self._tx() as conn:
+        with self.outbox.published_jobs.riding() as ride, self._tx() as conn:
             row = self._lock(conn, instance_id, trigger_id)
             if precondition is not None and not precondition(conn):
                 return Applied(
@@ -881,11 +887,11 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
         # refused there with its classified error.
         stored: str = row.checkpoint
         if row.status == FLAGGED:
-            self.unflag_in(conn, instance_id, decode(stored).status.value)
-        definition, _ = self.definition(row.key, row.version, conn=conn)
+            self.failed.unflag_in(conn, instance_id, decode(stored).status.value)
+        definition, _ = self.deployments.definition(row.key, row.version, conn=conn)
         services = self._decisions.services(conn, definition)
         if isinstance(trigger, MigrateInstance):
-            target, _ = self.definition(row.key, trigger.version, conn=conn)
+            target, _ = self.deployments.definition(row.key, trigger.version, conn=conn)
             services = dataclasses.replace(services, migration_target=target)
         step = core.apply(definition, stored, trigger, now=now, services=services, keep_holds=True)
         if not step.changed:
@@ -1081,5 +1087,3 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
             writes = Writes(conn)
             self._queue_facts(writes, instance_id, int(rev or 0), (fact,), now)
             writes.flush()
-
-    # -- outbox -------------------------------------------------------------------

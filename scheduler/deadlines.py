@@ -357,7 +357,7 @@ def _fire_start_timer(
                 now=now,
                 version=row.version,
             )
-            definition, _ = store.definition(key, row.version, conn=conn)
+            definition, _ = store.deployments.definition(key, row.version, conn=conn)
             node = definition.nodes.get(node_id)
             _arm_next(conn, row, where, now, node.event.timer if node is not None else None)
     except Exception as exc:

@@ -400,7 +400,7 @@ def triggers_show(failed_id: str) -> None:
     """Every field as JSON, the whole body included."""
     from dormant.engine_core.views import to_dict
 
-    view = _client()._store.failed_trigger(failed_id)
+    view = _client()._store.failed.failed_trigger(failed_id)
     click.echo(json.dumps(to_dict(view), indent=2, sort_keys=True))
 
 

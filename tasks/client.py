@@ -11,18 +11,25 @@ trigger survives a broker restart: the beat sweep re-publishes inbox rows that w
 never processed. The trigger itself runs asynchronously on a worker.
 
 Reads (``instance``, ``instances``, ``user_tasks``, ``incidents``, ``history``) go
-straight to the Store.
+straight to the Store's ``queries``.
+
+The operator's operations on running instances (suspend, resume, set variables,
+migrate, modify, bulk, batches, job types) are methods of the Client because
+docs/operations.md documents them so (``client.suspend(id)``); they live in a part the
+Client composes (``tasks/client_operations.py``), not a class it inherits, and each
+method here hands its call on.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from dormant.engine_core.checkpoint import IncidentState, InstanceStatus
+from dormant.engine_core.checkpoint import ROOT_SCOPE, IncidentState, InstanceStatus
 from dormant.engine_core.errors import (
     InvalidField,
     InvalidMessage,
@@ -44,13 +51,15 @@ from dormant.engine_core.views import (
     UserTaskView,
 )
 from dormant.persistence import clock, inbox
+from dormant.persistence.batches import BatchItemView, BatchState, BatchView
 from dormant.persistence.deployments import Deployment, DeploymentRecord
 from dormant.persistence.failed_triggers import CHECKPOINT_INCIDENT
 from dormant.persistence.routing import check_message
+from dormant.persistence.selection import Selector, Target
 from dormant.persistence.settings import Settings
 from dormant.persistence.store import Store
 from dormant.tasks import wire
-from dormant.tasks.client_operations import Operations
+from dormant.tasks.client_operations import Operations, variables_params
 from dormant.tasks.wire import Send
 
 __all__ = ["Client"]
@@ -58,7 +67,7 @@ __all__ = ["Client"]
 _INCIDENT_STATES = tuple(state.value for state in IncidentState)
 
 
-class Client(Operations):
+class Client:
     """Deploy processes, start instances, send messages and signals, operate incidents
     and running instances (``tasks/client_operations.py``)."""
 
@@ -67,6 +76,9 @@ class Client(Operations):
         self._store = Store(settings=self.settings)
         self._known_keys: set[str] = set()
         self._limits = self.settings.limits
+        self._operations = Operations(
+            self._store, self._send, self.instance, self._limits, self.settings.broker_url
+        )
 
     # -- sending ---------------------------------------------------------------------
 
@@ -109,18 +121,18 @@ class Client(Operations):
         given = (path_or_xml, *more)
         sources = [_read_source(p, limit) for p in given]
         names = [str(p) if isinstance(p, Path) or _is_path(p) else None for p in given]
-        deployments = list(self._store.deploy_many(sources, clock.now(), names))
+        deployments = list(self._store.deployments.deploy_many(sources, clock.now(), names))
         if not deployments:
             raise InvalidModel("the document defines no executable process")
         return deployments
 
     def deployments(self, limit: int = 100) -> list[DeploymentRecord]:
         """The newest deployments first: key, time, resources."""
-        return self._store.deployments(limit)
+        return self._store.deployments.records(limit)
 
     def deployment(self, key: int) -> DeploymentRecord:
         """One deployment; ``UnknownDeployment`` when no deployment has that key."""
-        return self._store.deployment(key)
+        return self._store.deployments.record(key)
 
     def start(
         self, key: str, variables: dict[str, Any] | None = None, business_key: str | None = None
@@ -171,7 +183,7 @@ class Client(Operations):
 
     def _definition(self, key: str) -> Any:
         try:
-            found = self._store.definition(key)
+            found = self._store.deployments.definition(key)
         except UnknownProcess:
             raise
         except LookupError:
@@ -247,7 +259,7 @@ class Client(Operations):
         if due_before is not None and due_before.utcoffset() is None:
             raise InvalidField("due_before needs a time zone (e.g. 2026-10-02T08:00:00+00:00)")
         return list(
-            self._store.user_tasks(
+            self._store.queries.user_tasks(
                 instance_id,
                 assignee=assignee,
                 candidate_user=candidate_user,
@@ -258,12 +270,12 @@ class Client(Operations):
 
     def user_task(self, task_id: str) -> UserTaskView:
         """One open user task (``UnknownTask`` when none has this id)."""
-        return self._store.task_view(task_id)
+        return self._store.queries.task_view(task_id)
 
     def _transition(self, task_id: str, what: str) -> UserTaskView:
         """The task, if it can take a transition now: refused while the listeners of
         another one run (``InvalidOperation``), as the engine would refuse it."""
-        view = self._store.task_view(task_id)
+        view = self._store.queries.task_view(task_id)
         if view.state != "created":
             raise InvalidOperation(
                 f"user task {task_id} is {view.state} (its task listeners run); "
@@ -286,7 +298,7 @@ class Client(Operations):
         completed; False without ``wait``, or past it with the completion under way."""
         variables = check_variables(variables, "task variables", self._limits)
         view = self._transition(task_id, "complete")
-        seen = len(self._store.history(view.instance_id)) if wait is not None else 0
+        seen = len(self._store.queries.history(view.instance_id)) if wait is not None else 0
         self._send(wire.complete_task(task_id, variables))
         return self._completion(view, seen, wait) if wait is not None else False
 
@@ -295,7 +307,7 @@ class Client(Operations):
         wait_id = view.id.rsplit(".", 1)[1]
         deadline = time.monotonic() + wait
         while True:
-            for fact in self._store.history(view.instance_id)[seen:]:
+            for fact in self._store.queries.history(view.instance_id)[seen:]:
                 d = fact.details
                 if fact.kind == "TaskCompleted" and d.get("task") == view.id:
                     return True
@@ -315,7 +327,7 @@ class Client(Operations):
 
     def _denial(self, task_id: str) -> str:
         try:
-            return self._store.task_view(task_id).denied_reason or "no reason given"
+            return self._store.queries.task_view(task_id).denied_reason or "no reason given"
         except UnknownTask:
             return "no reason given (the task is gone since)"
 
@@ -364,7 +376,7 @@ class Client(Operations):
     # -- instances -------------------------------------------------------------------
 
     def instance(self, instance_id: str) -> InstanceView:
-        found = self._store.instance(instance_id)
+        found = self._store.queries.instance(instance_id)
         if found is None:
             raise UnknownInstance(
                 f"no instance {instance_id!r}; list them with `dormant instances list`"
@@ -374,7 +386,7 @@ class Client(Operations):
     def instances(
         self, status: str | None = None, key: str | None = None, limit: int = 1000
     ) -> list[InstanceView]:
-        return list(self._store.instances(status, key, limit))
+        return list(self._store.queries.instances(status, key, limit))
 
     def cancel(self, instance_id: str) -> None:
         view = self.instance(instance_id)
@@ -386,7 +398,102 @@ class Client(Operations):
 
     def history(self, instance_id: str) -> list[FactView]:
         self.instance(instance_id)
-        return list(self._store.history(instance_id))
+        return list(self._store.queries.history(instance_id))
+
+    # -- operations on running instances (docs/operations.md) ------------------------
+
+    def suspend(self, instance_id: str) -> None:
+        """Hold the instance's triggers (and timers) until ``resume``."""
+        self._operations.suspend(instance_id)
+
+    def resume(self, instance_id: str) -> None:
+        """Apply the held triggers in arrival order; due timers fire once."""
+        self._operations.resume(instance_id)
+
+    def set_variables(
+        self,
+        instance_id: str,
+        variables: Mapping[str, Any] | None = None,
+        unset: Iterable[str] = (),
+        *,
+        scope: str = ROOT_SCOPE,
+        retry_incidents: bool = False,
+    ) -> None:
+        """Set or remove variables in ``scope`` (a scope id or a sub-process node id),
+        validated as a start's are; ``retry_incidents`` retries the open incidents after."""
+        checked = variables_params(variables, unset, scope, retry_incidents, self._limits)
+        self._operations.set_variables(instance_id, checked)
+
+    def migration_problems(
+        self, instance_id: str, version: int, mapping: Mapping[str, str] | None = None
+    ) -> list[str]:
+        """Why the instance cannot move to ``version`` (empty: the plan fits). Read-only."""
+        return self._operations.migration_problems(instance_id, version, mapping)
+
+    def migrate(
+        self, instance_id: str, version: int, mapping: Mapping[str, str] | None = None
+    ) -> None:
+        """Move the instance to ``version``; the plan is checked first (and again under
+        the instance lock), and refused with every reason."""
+        self._operations.migrate(instance_id, version, mapping)
+
+    def modify(
+        self, instance_id: str, cancel_nodes: Iterable[str] = (), start_before: Iterable[str] = ()
+    ) -> None:
+        """Cancel the tokens at ``cancel_nodes`` and start a token before each of
+        ``start_before``; refused when it would leave the instance inconsistent."""
+        self._operations.modify(instance_id, cancel_nodes, start_before)
+
+    def pause_job_type(self, job_type: str) -> None:
+        """Stop sending jobs of ``job_type``; they are held until ``resume_job_type``."""
+        self._operations.pause_job_type(job_type)
+
+    def resume_job_type(self, job_type: str) -> int:
+        """Send the held jobs of ``job_type`` again; returns how many were held."""
+        return self._operations.resume_job_type(job_type)
+
+    def paused_job_types(self) -> dict[str, int]:
+        """Paused job types and how many jobs each holds."""
+        return self._operations.paused_job_types()
+
+    def select(self, operation: str, selector: Selector) -> list[Target]:
+        """What a bulk operation would act on (a dry run)."""
+        return self._operations.select(operation, selector)
+
+    def bulk(
+        self, operation: str, selector: Selector, params: Mapping[str, Any] | None = None
+    ) -> BatchView:
+        """Write a batch for ``operation`` (``incident_retry|resolve|drop``, ``cancel``,
+        ``suspend``, ``resume``, ``migrate``, ``set_variables``) and start it."""
+        return self._operations.bulk(operation, selector, params)
+
+    def batches(self, limit: int = 100) -> list[BatchView]:
+        return self._operations.batches(limit)
+
+    def batch(self, batch_id: str) -> BatchView:
+        return self._operations.batch(batch_id)
+
+    def batch_items(self, batch_id: str) -> list[BatchItemView]:
+        return self._operations.batch_items(batch_id)
+
+    def wait_batch(
+        self,
+        batch_id: str,
+        timeout: float | None = None,
+        progress: Callable[[BatchView], None] | None = None,
+        poll: float = 0.5,
+    ) -> BatchView:
+        """Poll until the batch completes (or ``timeout``), calling ``progress`` each time."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            view = self.batch(batch_id)
+            if progress is not None:
+                progress(view)
+            if view.state == BatchState.COMPLETED or (
+                deadline is not None and time.monotonic() > deadline
+            ):
+                return view
+            time.sleep(poll)
 
     # -- incidents -------------------------------------------------------------------
 
@@ -403,10 +510,10 @@ class Client(Operations):
             raise InvalidOperation(
                 f"no incident state {state!r}; states: {', '.join(_INCIDENT_STATES)}"
             )
-        return list(self._store.incidents(instance_id, state, key=key, node_id=node_id))
+        return list(self._store.queries.incidents(instance_id, state, key=key, node_id=node_id))
 
     def incident(self, incident_id: str) -> IncidentView:
-        return self._store.incident(incident_id)
+        return self._store.queries.incident(incident_id)
 
     def _operate(self, incident_id: str, op: str) -> None:
         incident = self.incident(incident_id)
@@ -420,7 +527,7 @@ class Client(Operations):
         if IncidentState(incident.state).closed:
             open_ids = [
                 i.id
-                for i in self._store.incidents(incident.instance_id, None)
+                for i in self._store.queries.incidents(incident.instance_id, None)
                 if not IncidentState(i.state).closed
             ]
             raise InvalidOperation(
@@ -442,7 +549,7 @@ class Client(Operations):
 
     def failed_triggers(self, instance_id: str | None = None) -> list[FailedTriggerView]:
         """Triggers that could not be applied, kept for an operator (docs/limits.md)."""
-        return list(self._store.failed_triggers(instance_id))
+        return list(self._store.failed.failed_triggers(instance_id))
 
     def retry_trigger(self, failed_id: str) -> None:
         """Send a failed trigger again: back into the inbox, then published (its
@@ -456,7 +563,7 @@ class Client(Operations):
 
     def drop_trigger(self, failed_id: str) -> FailedTriggerView:
         """Delete a failed trigger for good (its instance's history records it)."""
-        return self._store.drop_failed(failed_id, clock.now())
+        return self._store.failed.drop_failed(failed_id, clock.now())
 
 
 def _is_path(path_or_xml: str | bytes | Path) -> bool:

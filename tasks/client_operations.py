@@ -1,4 +1,11 @@
-"""The Client's operations on running instances (mixed into ``tasks.client.Client``).
+"""The Client's operations on running instances: a part of ``tasks.client.Client``.
+
+docs/operations.md documents every operation as a method of the Client
+(``client.suspend(id)``, ``client.bulk(...)``, ...), and the console calls them so; they
+stay there. The Client composes this object rather than inheriting it: it is given what
+it needs (the Store, the Client's durable send, its instance read, the limits and the
+broker) instead of assuming the attributes of the class it is mixed into, and the
+Client's methods hand each call on to it.
 
 Same door as the rest of the Client: what can be checked is checked before anything is
 written (an ended instance, a suspend of a suspended one, variables that are not JSON,
@@ -8,7 +15,6 @@ operations write a batch (persistence/batches.py) and enqueue its runner.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -20,7 +26,6 @@ from dormant.engine_core.views import InstanceView
 from dormant.persistence import batches, clock, job_pause
 from dormant.persistence.batches import BatchItemView, BatchState, BatchView
 from dormant.persistence.selection import Selector, Target
-from dormant.persistence.settings import Settings
 from dormant.persistence.store import Store
 from dormant.tasks import wire
 from dormant.tasks.wire import Send
@@ -29,20 +34,27 @@ __all__ = ["Operations", "variables_params"]
 
 
 class Operations:
-    """Suspend, resume, set variables, migrate, modify; in bulk; and the batches."""
+    """Suspend, resume, set variables, migrate, modify; in bulk; and the batches.
 
-    _store: Store
-    _limits: Limits
-    settings: Settings
+    ``send``: the Client's durable send (inbox row first, then published); ``instance``:
+    its read of one instance (``UnknownInstance`` with the hint of the Client's)."""
 
-    def _send(self, message: Send) -> str:
-        raise NotImplementedError  # pragma: no cover - the Client's
-
-    def instance(self, instance_id: str) -> InstanceView:
-        raise NotImplementedError  # pragma: no cover - the Client's
+    def __init__(
+        self,
+        store: Store,
+        send: Callable[[Send], str],
+        instance: Callable[[str], InstanceView],
+        limits: Limits,
+        broker_url: str,
+    ) -> None:
+        self._store = store
+        self._send = send
+        self._instance = instance
+        self._limits = limits
+        self._broker_url = broker_url
 
     def _running(self, instance_id: str, what: str) -> InstanceView:
-        view = self.instance(instance_id)
+        view = self._instance(instance_id)
         if InstanceStatus(view.status).ended:
             raise InvalidOperation(
                 f"instance {instance_id} ({view.key} v{view.version}) is {view.status}; "
@@ -53,39 +65,27 @@ class Operations:
     # -- one instance --------------------------------------------------------------
 
     def suspend(self, instance_id: str) -> None:
-        """Hold the instance's triggers (and timers) until ``resume``."""
         if self._running(instance_id, "suspend").suspended:
             raise InvalidOperation(f"instance {instance_id} is already suspended")
         self._send(wire.suspend(instance_id))
 
     def resume(self, instance_id: str) -> None:
-        """Apply the held triggers in arrival order; due timers fire once."""
         if not self._running(instance_id, "resume").suspended:
             raise InvalidOperation(f"instance {instance_id} is not suspended; nothing to resume")
         self._send(wire.resume(instance_id))
 
-    def set_variables(
-        self,
-        instance_id: str,
-        variables: Mapping[str, Any] | None = None,
-        unset: Iterable[str] = (),
-        *,
-        scope: str = ROOT_SCOPE,
-        retry_incidents: bool = False,
-    ) -> None:
-        """Set or remove variables in ``scope`` (a scope id or a sub-process node id),
-        validated as a start's are; ``retry_incidents`` retries the open incidents after."""
-        kwargs = variables_params(variables, unset, scope, retry_incidents, self._limits)
+    def set_variables(self, instance_id: str, checked: dict[str, Any]) -> None:
+        """``Client.set_variables`` with its arguments already checked
+        (``variables_params``: the Client checks them before it reads the instance)."""
         self._running(instance_id, "change")
-        self._send(wire.set_variables(instance_id, kwargs))
+        self._send(wire.set_variables(instance_id, checked))
 
     def migration_problems(
         self, instance_id: str, version: int, mapping: Mapping[str, str] | None = None
     ) -> list[str]:
-        """Why the instance cannot move to ``version`` (empty: the plan fits). Read-only."""
-        cp = self._store.checkpoint(instance_id)
-        source, _ = self._store.definition(cp.process_key, cp.version)
-        target, _ = self._store.definition(cp.process_key, version)
+        cp = self._store.queries.checkpoint(instance_id)
+        source, _ = self._store.deployments.definition(cp.process_key, cp.version)
+        target, _ = self._store.deployments.definition(cp.process_key, version)
         return problems(source, target, cp, dict(mapping or {}), version)
 
     def migrate(
@@ -118,28 +118,22 @@ class Operations:
     # -- job types -----------------------------------------------------------------
 
     def pause_job_type(self, job_type: str) -> None:
-        """Stop sending jobs of ``job_type``; they are held until ``resume_job_type``."""
         job_pause.pause(self._store.engine, job_type, clock.now())
 
     def resume_job_type(self, job_type: str) -> int:
-        """Send the held jobs of ``job_type`` again; returns how many were held."""
         return job_pause.resume(self._store.engine, job_type, clock.now())
 
     def paused_job_types(self) -> dict[str, int]:
-        """Paused job types and how many jobs each holds."""
         return job_pause.paused(self._store.engine)
 
     # -- in bulk -------------------------------------------------------------------
 
     def select(self, operation: str, selector: Selector) -> list[Target]:
-        """What a bulk operation would act on (a dry run)."""
         return batches.preview(self._store, operation, selector)
 
     def bulk(
         self, operation: str, selector: Selector, params: Mapping[str, Any] | None = None
     ) -> BatchView:
-        """Write a batch for ``operation`` (``incident_retry|resolve|drop``, ``cancel``,
-        ``suspend``, ``resume``, ``migrate``, ``set_variables``) and start it."""
         from dormant.tasks.app import pooled_producer
         from dormant.tasks.operations import enqueue_batch
 
@@ -153,10 +147,10 @@ class Operations:
                 self._limits,
             )
         if operation == "migrate" and selector.key is not None:
-            self._store.definition(selector.key, int(params.get("version", 0)))
+            self._store.deployments.definition(selector.key, int(params.get("version", 0)))
         view = batches.create(self._store, operation, selector, params, clock.now())
         if view.state == BatchState.RUNNING:
-            with pooled_producer(self.settings.broker_url) as producer:
+            with pooled_producer(self._broker_url) as producer:
                 enqueue_batch(view.id, producer=producer)
         return view
 
@@ -172,25 +166,6 @@ class Operations:
     def batch_items(self, batch_id: str) -> list[BatchItemView]:
         self.batch(batch_id)
         return batches.items(self._store, batch_id)
-
-    def wait_batch(
-        self,
-        batch_id: str,
-        timeout: float | None = None,
-        progress: Callable[[BatchView], None] | None = None,
-        poll: float = 0.5,
-    ) -> BatchView:
-        """Poll until the batch completes (or ``timeout``), calling ``progress`` each time."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            view = self.batch(batch_id)
-            if progress is not None:
-                progress(view)
-            if view.state == BatchState.COMPLETED or (
-                deadline is not None and time.monotonic() > deadline
-            ):
-                return view
-            time.sleep(poll)
 
 
 def variables_params(

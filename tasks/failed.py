@@ -26,7 +26,7 @@ log = logging.getLogger("dormant.triggers")
 
 def resend(the_store: Any, failed_id: str, connection: Any = None) -> str:
     """Put failed trigger ``failed_id`` back in the inbox and publish it; its task name."""
-    task, routing_key, kwargs, inbox_id = the_store.take_failed(
+    task, routing_key, kwargs, inbox_id = the_store.failed.take_failed(
         failed_id, clock.now(), takes_trigger_id=wire.takes_trigger_id
     )
     publish(task, routing_key, {**kwargs, "inbox_id": inbox_id}, connection=connection)
@@ -43,5 +43,5 @@ def retry(self: Task, failed_id: str) -> None:
 @app.task(name=wire.TRIGGERS_DROP, bind=True, throws=(DormantError,))
 def drop(self: Task, failed_id: str) -> None:
     """Delete failed trigger ``failed_id`` for good; its instance's history records it."""
-    view = store().drop_failed(failed_id, clock.now())
+    view = store().failed.drop_failed(failed_id, clock.now())
     log.info("failed trigger %s (%s) dropped", failed_id, view.task)

@@ -332,7 +332,7 @@ def report(instance_id: str, trigger: Any, trigger_id: str) -> None:
             unknown = isinstance(exc, UnknownInstance)
             if isinstance(exc, DormantError) and (not unknown or attempt == len(delays)):
                 task, routing_key, kwargs = wire.apply_trigger(instance_id, trigger, trigger_id)
-                failed_id = store().keep_failed(
+                failed_id = store().failed.keep_failed(
                     task,
                     routing_key,
                     kwargs,

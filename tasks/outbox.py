@@ -5,7 +5,7 @@ marked published; a publisher that died in between leaves the row for the beat s
 (``dormant.relay_outbox``). So a row can be published twice, never zero times. A job's
 row is deleted once published, on PostgreSQL by this process's next write transaction
 (one more CTE of its write statement) or within half a second by a timer
-(``Store.job_published``): a process that dies in that window leaves the row for the
+(``store.outbox.job_published``): a process that dies in that window leaves the row for the
 sweep, which sends the job once more. That is
 harmless because every trigger published here carries the row's trigger id (the Store
 writes ``<instance>@<revision>.<index>`` into the payload; ``outbox:<id>`` for rows of
@@ -137,7 +137,7 @@ PUBLISHERS: dict[type, Callable[[Any, str, dict[str, Any]], None]] = {
 def publish_row(row: Any) -> None:
     """Publish one outbox row and mark it published (after, never before, the send).
 
-    A job's row is deleted once published (``Store.job_published``: on PostgreSQL by
+    A job's row is deleted once published (``store.outbox.job_published``: on PostgreSQL by
     this process's next write transaction, or a timer, not a transaction of its own):
     a job the broker loses is dispatched again by its timeout in the engine. Every
     other row (a follow-up trigger) is kept, stamped published, until its consumer
@@ -158,9 +158,9 @@ def publish_row(row: Any) -> None:
     headers = {HEADER_OUTBOX: {"id": row_id, "trigger_id": tid}} if follow_up else {}
     PUBLISHERS[type(effect)](effect, tid, headers)
     if follow_up:
-        store().mark_published(row_id, until_consumed=True)
+        store().outbox.mark_published(row_id, until_consumed=True)
     else:
-        store().job_published(int(row_id))
+        store().outbox.job_published(int(row_id))
 
 
 def _held_by_a_pause(row_id: int, job_type: str) -> bool:
@@ -176,7 +176,7 @@ def _held_by_a_pause(row_id: int, job_type: str) -> bool:
 
 def publish_keeping_a_job(rows: Iterable[Any]) -> DispatchJob | None:
     """Publish what a trigger committed, except the first job this process may run
-    itself (``runs_here``): that job's row counts as published (``Store.job_published``:
+    itself (``runs_here``): that job's row counts as published (``store.outbox.job_published``:
     deleted with the next write) and the job is returned for the trigger task to run
     once its own bookkeeping is done (``tasks.jobs.run_here``)."""
     kept: DispatchJob | None = None
@@ -190,7 +190,7 @@ def publish_keeping_a_job(rows: Iterable[Any]) -> DispatchJob | None:
             if isinstance(job, DispatchJob) and runs_here(job.job_type):
                 row_id = int(_field(row, "id"))
                 if not _held_by_a_pause(row_id, job.job_type):
-                    store().job_published(row_id)
+                    store().outbox.job_published(row_id)
                     kept = job
                 continue
         rest.append(row)
@@ -206,7 +206,7 @@ def consumed(request: Any) -> None:
     if not isinstance(marker, dict) or "id" not in marker:
         return
     try:
-        store().consume_outbox(int(marker["id"]), str(marker.get("trigger_id")))
+        store().outbox.consume_outbox(int(marker["id"]), str(marker.get("trigger_id")))
     except Exception:  # left in place, the row is published again: harmless, idempotent
         log.exception("outbox row %s not acknowledged", marker.get("id"))
 
@@ -214,7 +214,7 @@ def consumed(request: Any) -> None:
 def publish_ids(ids: Iterable[Any]) -> int:
     """Publish outbox rows known only by id (read back first)."""
     ids = list(ids)
-    return publish_rows(store().outbox_rows(ids)) if ids else 0
+    return publish_rows(store().outbox.outbox_rows(ids)) if ids else 0
 
 
 def publish_rows(rows: Iterable[Any]) -> int:

@@ -280,7 +280,7 @@ def keep_as(
 
     ``_keep`` keeps a whole task this way; a batch of fires keeps one claim of it, as
     the single ``dormant.fire_deadline`` it would have been (tasks/timers.py)."""
-    failed_id = store().keep_failed(
+    failed_id = store().failed.keep_failed(
         task_name, routing_key, kwargs, exc, clock.now(), trigger_id=tid, instance_id=instance_id
     )
     log.error(
@@ -406,7 +406,7 @@ def signal(
 
 
 def _task_wait(task_id: str) -> tuple[str, str]:
-    found = store().task(task_id)
+    found = store().queries.task(task_id)
     if found is None:
         raise UnknownTask(f"no open user task {task_id!r}; list them with `dormant tasks list`")
     instance_id, wait_id = found
@@ -498,7 +498,7 @@ def cancel(
 
 def incident_instance(incident_id: str) -> str:
     """The instance holding incident ``incident_id`` (UnknownIncident if none does)."""
-    return str(store().incident(incident_id).instance_id)
+    return str(store().queries.incident(incident_id).instance_id)
 
 
 def _incident_task(name: str, trigger_cls: Any) -> Any:
@@ -650,7 +650,7 @@ def relay_outbox(self: Task) -> int:
     after = settings.outbox_sweep_after_seconds
     count = 0
     try:
-        rows = store().pending_outbox(
+        rows = store().outbox.pending_outbox(
             after, SCAN_BATCH, redeliver_after_seconds=settings.outbox_redeliver_after_seconds
         )
         stuck = inbox.unprocessed(

@@ -274,50 +274,86 @@ STORE = ROOT / "persistence" / "store.py"
 PRIVATE_TRANSACTIONS = {"_tx", "_read"}
 
 
-def store_bases() -> set[str]:
-    """The names of the classes mixed into ``Store``, as its ``class`` line lists them."""
+def store_class() -> ast.ClassDef:
     for node in ast.walk(ast.parse(STORE.read_text(), filename=str(STORE))):
         if isinstance(node, ast.ClassDef) and node.name == "Store":
-            return {base.id for base in node.bases if isinstance(base, ast.Name)}
+            return node
     raise AssertionError("persistence/store.py defines no class Store")
 
 
-def private_transaction_uses(path: Path, mixins: set[str]) -> list[str]:
+def store_parts() -> dict[str, str]:
+    """The Store's parts, attribute -> class, as its ``__init__`` builds them: every
+    ``self.NAME = Class(self, ...)`` (a part given the Store's transactions)."""
+    init = next(
+        n for n in store_class().body if isinstance(n, ast.FunctionDef) and n.name == "__init__"
+    )
+    parts: dict[str, str] = {}
+    for node in ast.walk(init):
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(target := node.targets[0], ast.Attribute)
+            and isinstance(target.value, ast.Name)
+            and target.value.id == "self"
+            and isinstance(call := node.value, ast.Call)
+            and isinstance(call.func, ast.Name)
+            and call.args
+            and isinstance(first := call.args[0], ast.Name)
+            and first.id == "self"
+        ):
+            parts[target.attr] = call.func.id
+    return parts
+
+
+def test_the_store_is_composed_not_mixed() -> None:
+    """The Store inherits nothing: what is not the transaction is a part reached by
+    name (``store.queries.instance``), so its public surface is the transaction alone
+    and each part can be read, and replaced, on its own (persistence/store.py)."""
+    assert store_class().bases == []
+    assert store_parts() == {
+        "queries": "Queries",
+        "deployments": "Deployments",
+        "failed": "FailedTriggers",
+        "outbox": "OutboxQueue",
+    }
+
+
+def private_transaction_uses(path: Path, parts: set[str]) -> list[str]:
     """Where ``path`` reaches for the Store's private ``_tx`` / ``_read``: on anything
-    but ``self``, or anywhere inside one of the Store's mixins. A class's own ``_read``
+    but ``self``, or anywhere inside one of the Store's parts. A class's own ``_read``
     (the console's autocommit reads, a metrics collector) is its business."""
     found: list[str] = []
     where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name
     tree = ast.parse(path.read_text(), filename=str(path))
-    in_mixin = {
+    in_part = {
         id(inner)
         for node in ast.walk(tree)
-        if isinstance(node, ast.ClassDef) and node.name in mixins
+        if isinstance(node, ast.ClassDef) and node.name in parts
         for inner in ast.walk(node)
     }
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and node.attr in PRIVATE_TRANSACTIONS:
             on_self = isinstance(node.value, ast.Name) and node.value.id == "self"
-            if not on_self or id(node) in in_mixin:
+            if not on_self or id(node) in in_part:
                 found.append(f"{where}:{node.lineno} {node.attr}")
         elif isinstance(node, ast.FunctionDef) and node.name in PRIVATE_TRANSACTIONS:
-            if id(node) in in_mixin:
+            if id(node) in in_part:
                 found.append(f"{where}:{node.lineno} {node.name}")
     return found
 
 
 def test_only_the_store_uses_its_private_transactions() -> None:
-    """The Store owns the transaction: every other module, its own mixins included,
+    """The Store owns the transaction: every other module, its own parts included,
     opens one through the public ``store.transaction()`` / ``store.read()``, so the
     Store can change how it opens them in one place."""
-    mixins = store_bases()
-    assert {"Deployments", "Queries"} <= mixins
+    parts = set(store_parts().values())
+    assert {"Deployments", "Queries"} <= parts
     offenders = [
         use
         for folder in ("engine_core", "persistence", "scheduler", "tasks", "tests", "bench")
         for path in sorted((ROOT / folder).rglob("*.py"))
         if path != STORE
-        for use in private_transaction_uses(path, mixins)
+        for use in private_transaction_uses(path, parts)
     ]
     assert offenders == []
 

@@ -29,9 +29,9 @@ def _start(store: Store, key: str, n: int, now: datetime, **variables: object) -
 
 
 def test_filters_select_what_they_name(store: Store, now: datetime) -> None:
-    store.deploy(three_waits("sel"), now)
+    store.deployments.deploy(three_waits("sel"), now)
     ids = _start(store, "sel", 4, now, orderId="o")
-    store.deploy(gate("other"), now)
+    store.deployments.deploy(gate("other"), now)
     _start(store, "other", 2, now)
 
     def pick(operation: str = "cancel", **kw: object) -> list[str]:
@@ -58,7 +58,7 @@ def test_filters_select_what_they_name(store: Store, now: datetime) -> None:
 def test_a_batch_counts_exactly_and_a_rerun_applies_nothing_twice(
     store: Store, now: datetime
 ) -> None:
-    store.deploy(three_waits("bat"), now)
+    store.deployments.deploy(three_waits("bat"), now)
     ids = _start(store, "bat", 5, now, orderId="o")
     store.apply(ids[0], Suspend(), now)
     view = batches.create(store, "suspend", Selector(ids=[*ids, "ghost"]), {}, now)
@@ -73,17 +73,17 @@ def test_a_batch_counts_exactly_and_a_rerun_applies_nothing_twice(
     )
     assert any("bat-0 (bat v1) is already suspended" in r for r in done.refusals)
     assert any("no instance has id 'ghost'" in r for r in done.refusals)
-    revisions = {i: store.checkpoint(i).revision for i in ids}
+    revisions = {i: store.queries.checkpoint(i).revision for i in ids}
     # Nothing left to do: a second run finds the batch completed and changes nothing.
     assert batches.run(store, view.id, clock, claim_seconds=30) is False
-    assert {i: store.checkpoint(i).revision for i in ids} == revisions
+    assert {i: store.queries.checkpoint(i).revision for i in ids} == revisions
     assert batches.stalled(store, now) == []
 
 
 def test_a_held_claim_keeps_a_second_runner_out_until_it_expires(
     store: Store, now: datetime
 ) -> None:
-    store.deploy(three_waits("claim"), now)
+    store.deployments.deploy(three_waits("claim"), now)
     ids = _start(store, "claim", 3, now, orderId="o")
     view = batches.create(store, "cancel", Selector(key="claim"), {}, now)
     assert batches._claim(store, view.id, "someone", now, 30)
@@ -93,4 +93,4 @@ def test_a_held_claim_keeps_a_second_runner_out_until_it_expires(
     assert batches.stalled(store, later) == [view.id]
     assert batches.run(store, view.id, lambda: later, claim_seconds=30) is False
     assert batches.batch(store, view.id).report() == "selected 3, cancelled 3, refused 0"  # type: ignore[union-attr]
-    assert all(store.checkpoint(i).status.value == "terminated" for i in ids)
+    assert all(store.queries.checkpoint(i).status.value == "terminated" for i in ids)

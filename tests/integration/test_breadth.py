@@ -438,13 +438,13 @@ def test_outbox_trigger_ids_are_never_reused(store: Any, now: Any) -> None:
     must not follow it, or the child drops its CancelChild as a duplicate of its start."""
     from dormant.engine_core.triggers import Cancel
 
-    store.deploy(child_with("ids-child", '<bpmn:userTask id="work"/>'), now)
-    store.deploy(call_parent("ids-parent", "ids-child"), now)
+    store.deployments.deploy(child_with("ids-child", '<bpmn:userTask id="work"/>'), now)
+    store.deployments.deploy(call_parent("ids-parent", "ids-child"), now)
     started = store.start("ids-parent", "p-1", {}, now=now)
-    [start_row] = store.outbox_rows(started.outbox_ids)
-    store.mark_published(start_row.id)  # published: the row is deleted
+    [start_row] = store.outbox.outbox_rows(started.outbox_ids)
+    store.outbox.mark_published(start_row.id)  # published: the row is deleted
     cancelled = store.apply("p-1", Cancel(), now)
-    [cancel_row] = store.outbox_rows(cancelled.outbox_ids)
+    [cancel_row] = store.outbox.outbox_rows(cancelled.outbox_ids)
     assert (start_row.kind, cancel_row.kind) == ("StartChild", "CancelChild")
     assert start_row.payload["trigger_id"] == "p-1@1.0"
     assert cancel_row.payload["trigger_id"] == "p-1@2.0"
@@ -460,10 +460,10 @@ def test_version_tag_binding_starts_the_newest_tagged_version(store: Any, now: A
         ext = f'<bpmn:extensionElements><zeebe:versionTag value="{tag}"/></bpmn:extensionElements>'
         return xml.replace('isExecutable="true">', f'isExecutable="true">{ext}', 1)
 
-    store.deploy(tagged("v1", "a"), now)
-    store.deploy(tagged("v1", "b"), now)
-    store.deploy(tagged("v2", "c"), now)
+    store.deployments.deploy(tagged("v1", "a"), now)
+    store.deployments.deploy(tagged("v1", "b"), now)
+    store.deployments.deploy(tagged("v2", "c"), now)
     assert store.start("vt-child", "i-1", {}, now=now, version_tag="v1").instance_id == "i-1"
-    assert store.instance("i-1").version == 2  # the newest of the two tagged v1
+    assert store.queries.instance("i-1").version == 2  # the newest of the two tagged v1
     with pytest.raises(UnknownProcess, match="'v3'"):
         store.start("vt-child", "i-2", {}, now=now, version_tag="v3")

@@ -35,8 +35,8 @@ def env(tmp_path: Path) -> Iterator[dict[str, str]]:
         "DORMANT_BROKER_URL": f"sqla+sqlite:///{tmp_path / 'broker.sqlite3'}",
     }
     store = Store(urls["DORMANT_DATABASE_URL"])
-    store.deploy(linear("cli-pay", CHARGE), clock.now())
-    store.deploy(linear("cli-approve", USER), clock.now())
+    store.deployments.deploy(linear("cli-pay", CHARGE), clock.now())
+    store.deployments.deploy(linear("cli-approve", USER), clock.now())
     yield urls
     store.close()
 
@@ -55,7 +55,7 @@ def a_retried_charge(env: dict[str, str]) -> str:
     try:
         now = clock.now()
         store.start("cli-pay", "pay-1", {"n": 1}, now=now, business_key="order-7")
-        (wait,) = store.instance("pay-1").waits
+        (wait,) = store.queries.instance("pay-1").waits
         store.apply("pay-1", JobFailed(wait_id=wait.id, attempt=1, error="card declined"), now)
         store.apply("pay-1", TimerFired(wait_id=wait.id), now + timedelta(seconds=2))
         store.start("cli-approve", "approve-1", {}, now=now)
@@ -170,9 +170,9 @@ def test_instances_list_filters_as_the_console_does(env: dict[str, str]) -> None
     a_retried_charge(env)
     store = Store(env["DORMANT_DATABASE_URL"])
     try:
-        store.deploy(linear("cli-fail", job("x")), clock.now())
+        store.deployments.deploy(linear("cli-fail", job("x")), clock.now())
         store.start("cli-fail", "fail-1", {}, now=clock.now())
-        (wait,) = store.instance("fail-1").waits
+        (wait,) = store.queries.instance("fail-1").waits
         store.apply("fail-1", JobFailed(wait_id=wait.id, attempt=1, error="no"), clock.now())
     finally:
         store.close()

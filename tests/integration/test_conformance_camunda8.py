@@ -108,12 +108,12 @@ class Driver:
         """Carry out outbox rows until none is left or ``budget`` is spent."""
         done_rows = 0
         while done_rows < budget:
-            rows = self.store.pending_outbox(0, 50, now=self.now)
+            rows = self.store.outbox.pending_outbox(0, 50, now=self.now)
             if not rows:
                 break
             for row in rows:
                 self._carry_out(row.kind, dict(row.payload), row.id)
-                self.store.mark_published(row.id)
+                self.store.outbox.mark_published(row.id)
                 done_rows += 1
         return done_rows
 
@@ -200,7 +200,7 @@ class Driver:
         while budget > 0:
             budget -= self.pump(budget)
             self.scan()
-            if self.store.pending_outbox(0, 1, now=self.now):
+            if self.store.outbox.pending_outbox(0, 1, now=self.now):
                 continue
             due = self._next_due(root)
             if due is None or due > until or budget <= 0:
@@ -216,7 +216,7 @@ class Driver:
         return due
 
     def outcome(self, instance_id: str) -> Outcome:
-        cp = self.store.checkpoint(instance_id)
+        cp = self.store.queries.checkpoint(instance_id)
         with self.store.engine.connect() as conn:
             reached = {
                 d["node"]
@@ -226,7 +226,7 @@ class Driver:
                     )
                 )
             }
-        defn, _ = self.store.definition(cp.process_key, cp.version)
+        defn, _ = self.store.deployments.definition(cp.process_key, cp.version)
         leaf = {
             t.node_id
             for t in cp.tokens.values()
@@ -410,7 +410,7 @@ def corpus_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Result]:
     for path in MODELS:
         xml = path.read_text(encoding="utf-8")
         try:
-            store.deploy(xml, T0)
+            store.deployments.deploy(xml, T0)
         except (UnsupportedElement, InvalidModel) as exc:
             ids = set(re.findall(r'\bid="([^"]+)"', xml))
             named = getattr(exc, "element_id", None) or next(
@@ -432,12 +432,12 @@ def corpus_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Result]:
             result.outcomes[name] = driver.outcome(root)
             result.causes[name] = {
                 i.cause_class
-                for i in store.checkpoint(root).incidents.values()
+                for i in store.queries.checkpoint(root).incidents.values()
                 if not i.state.closed
             }
             result.jobs[name] = len(driver.jobs) - jobs_before
             result.started_by_signal[name] = _signal_started(store) - signal_starts
-            if store.pending_outbox(0, 1, now=driver.now):
+            if store.outbox.pending_outbox(0, 1, now=driver.now):
                 # The step budget ran out (a model that loops forever): stop it, so
                 # its jobs do not eat the next file's budget.
                 store.apply(root, Cancel(), driver.now)

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.integration
 
 
 def _job_wait(store: Any, iid: str) -> str:
-    cp = store.checkpoint(iid)
+    cp = store.queries.checkpoint(iid)
     return next(w.id for w in cp.waits.values() if w.kind is WaitKind.JOB)
 
 
@@ -48,7 +48,7 @@ def pg_store(pg_empty_database: Any) -> Iterator[Any]:
 def _world(store: Any, now: datetime) -> dict[str, Any]:
     """30 instances, one second apart: 0-9 fail at 'charge' (an open incident), 10-19
     wait at 'paid' for their message, 20-29 still wait for their job at 'charge'."""
-    store.deploy(MODEL.read_bytes(), now)
+    store.deployments.deploy(MODEL.read_bytes(), now)
     ids = []
     for i in range(30):
         iid = f"inst-{i:02d}"

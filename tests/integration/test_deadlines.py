@@ -19,7 +19,7 @@ from tests.integration.test_store import proc, timer_wait
 
 
 def _arm(store: Store, now: datetime, n: int, due: datetime) -> None:
-    store.deploy(proc(), now)
+    store.deployments.deploy(proc(), now)
     for k in range(n):
         store.start(
             "p",
@@ -69,10 +69,10 @@ def test_expired_claim_is_reclaimed(store: Store, now: datetime, fake_core: None
     assert again.claim_token != first.claim_token
     # The first claimer's late fire does nothing: the claim is no longer its own.
     assert fire(store, "i0", "w1", first.claim_token, now).status == "skipped"
-    assert store.checkpoint("i0").revision == 1
+    assert store.queries.checkpoint("i0").revision == 1
     out = fire(store, "i0", "w1", again.claim_token, now + timedelta(seconds=30))
     assert out.status == "fired" and out.applied is not None and out.applied.revision == 2
-    assert [r["wait_id"] for r in store.holds("i0")["deadlines"]] == ["w2"]
+    assert [r["wait_id"] for r in store.queries.holds("i0")["deadlines"]] == ["w2"]
     assert fire(store, "i0", "w1", again.claim_token, now).status == "skipped"
 
 
@@ -94,7 +94,7 @@ def test_cycle_gets_its_next_due_unclaimed(
     monkeypatch.setattr(engine, "apply", cycle)
     [c] = claim_due(store, now)
     assert fire(store, "i0", "w1", c.claim_token, now).status == "fired"
-    [row] = [r for r in store.holds("i0")["deadlines"] if r["wait_id"] == "w1"]
+    [row] = [r for r in store.queries.holds("i0")["deadlines"] if r["wait_id"] == "w1"]
     assert (row["due_at"], row["claim_token"], row["claimed_until"]) == (
         now + timedelta(minutes=1),
         None,
@@ -123,12 +123,15 @@ def test_failed_fire_keeps_the_row(
         out = fire(store, "i0", "w1", c.claim_token, now)
     assert out.status == "failed" and "UnknownProcess" in (out.error or "")
     backoff = store.settings.wake_backoff
-    [row] = [r for r in store.holds("i0")["deadlines"] if r["wait_id"] == "w1"]
+    [row] = [r for r in store.queries.holds("i0")["deadlines"] if r["wait_id"] == "w1"]
     assert row["due_at"] == now + timedelta(seconds=backoff)
     assert (row["claim_token"], row["claimed_until"], row["attempts"]) == (None, None, 1)
     assert "UnknownProcess" in row["last_error"]
-    assert store.instance("i0").status == "active" and store.checkpoint("i0").revision == 1
-    [fact] = [f for f in store.history("i0") if f.kind == "WakeFailed"]
+    assert (
+        store.queries.instance("i0").status == "active"
+        and store.queries.checkpoint("i0").revision == 1
+    )
+    [fact] = [f for f in store.queries.history("i0") if f.kind == "WakeFailed"]
     assert fact.details == {"wait_id": "w1", "cause_class": "UnknownProcess", "attempt": 1}
     assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 1
 
@@ -144,7 +147,7 @@ def test_failed_fire_backs_off(store: Store, now: datetime, fake_core: None) -> 
     [c2] = claim_due(store, now + timedelta(seconds=backoff))
     out = fire(store, "i0", "w1", c2.claim_token, now + timedelta(seconds=backoff))
     assert out.status == "failed"
-    [row] = [r for r in store.holds("i0")["deadlines"] if r["wait_id"] == "w1"]
+    [row] = [r for r in store.queries.holds("i0")["deadlines"] if r["wait_id"] == "w1"]
     assert row["attempts"] == 2 and row["due_at"] == now + timedelta(seconds=2 * backoff)
 
 
@@ -155,13 +158,13 @@ def test_failed_fire_heals_after_deploying_the_missing_version(
     _unpin(store, now)
     [c] = claim_due(store, now)
     assert fire(store, "i0", "w1", c.claim_token, now).status == "failed"
-    store.deploy(proc(), now)  # version 1 again: the same Store heals, no restart
+    store.deployments.deploy(proc(), now)  # version 1 again: the same Store heals, no restart
     t = now + timedelta(seconds=store.settings.wake_backoff)
     [c2] = claim_due(store, t)
     out = fire(store, "i0", "w1", c2.claim_token, t)
     assert out.status == "fired"
-    assert [r["wait_id"] for r in store.holds("i0")["deadlines"]] == ["w2"]
-    assert store.checkpoint("i0").revision == 2
+    assert [r["wait_id"] for r in store.queries.holds("i0")["deadlines"]] == ["w2"]
+    assert store.queries.checkpoint("i0").revision == 2
 
 
 def test_backoff_defaults_to_half_the_claim(db_url: str) -> None:
@@ -169,4 +172,4 @@ def test_backoff_defaults_to_half_the_claim(db_url: str) -> None:
     assert s.settings.wake_backoff == 4
     s.close()
     with pytest.raises(UnknownProcess):
-        Store(db_url).definition("nothing")
+        Store(db_url).deployments.definition("nothing")

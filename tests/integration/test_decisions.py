@@ -66,33 +66,35 @@ BPMN = """<?xml version="1.0" encoding="UTF-8"?>
 
 
 def test_deploy_dmn_and_bpmn_then_run(store: Store, now: datetime) -> None:
-    deployed = store.deploy(DMN.replace("{fall}", "Stew"), now)
+    deployed = store.deployments.deploy(DMN.replace("{fall}", "Stew"), now)
     assert [(d.key, d.version, d.created, d.kind) for d in deployed] == [
         ("dish", 1, True, "decision"),
         ("season", 1, True, "decision"),
     ]
-    again = store.deploy(DMN.replace("{fall}", "Stew"), now)
+    again = store.deployments.deploy(DMN.replace("{fall}", "Stew"), now)
     assert [(d.key, d.version, d.created) for d in again] == [
         ("dish", 1, False),
         ("season", 1, False),
     ], "identical content bumps no version"
     assert again[0].deployment_key != deployed[0].deployment_key, "but it is a deployment"
-    assert store.deploy(BPMN, now)[0].key == "dinner"
+    assert store.deployments.deploy(BPMN, now)[0].key == "dinner"
 
     store.start("dinner", "i1", {"month": 10}, now=now)
-    view = store.instance("i1")
+    view = store.queries.instance("i1")
     assert view.status == "completed"
     assert view.variables["dish"] == "Stew"
 
     # One changed decision: every resource of the deployment gets a new version (so a
     # binding by deployment finds them together); the next instance uses it.
-    redeployed = store.deploy(DMN.replace("{fall}", "Goulash"), now + timedelta(seconds=1))
+    redeployed = store.deployments.deploy(
+        DMN.replace("{fall}", "Goulash"), now + timedelta(seconds=1)
+    )
     assert [(d.key, d.version, d.created) for d in redeployed] == [
         ("dish", 2, True),
         ("season", 2, True),
     ]
     store.start("dinner", "i2", {"month": 10}, now=now)
-    assert store.instance("i2").variables["dish"] == "Goulash"
+    assert store.queries.instance("i2").variables["dish"] == "Goulash"
     with store.engine.connect() as conn:
         rows = conn.execute(
             select(decisions.c.decision_id, decisions.c.version).order_by(
@@ -105,17 +107,17 @@ def test_deploy_dmn_and_bpmn_then_run(store: Store, now: datetime) -> None:
 def test_undeployed_decision_is_an_incident_healed_by_deploy_and_retry(
     store: Store, now: datetime
 ) -> None:
-    store.deploy(BPMN, now)
+    store.deployments.deploy(BPMN, now)
     store.start("dinner", "i1", {"month": 3}, now=now)
-    view = store.instance("i1")
+    view = store.queries.instance("i1")
     assert view.status == "active_incidents"
     [incident] = view.incidents
     assert (incident.node_id, incident.cause_class) == ("choose", "DecisionNotDeployed")
     assert "'dish'" in incident.cause
 
-    store.deploy(DMN.replace("{fall}", "Stew"), now)
+    store.deployments.deploy(DMN.replace("{fall}", "Stew"), now)
     store.apply("i1", IncidentRetry(incident_id=incident.id), now + timedelta(seconds=5))
-    view = store.instance("i1")
+    view = store.queries.instance("i1")
     assert view.status == "completed"
     assert view.variables["dish"] == "Salad"
 

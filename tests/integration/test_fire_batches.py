@@ -138,7 +138,7 @@ def test_a_scan_sends_batches_and_every_instance_fires_once(
     for iid in ids:
         stack.wait_status(iid, "completed")
     store = stack.client._store
-    assert {store.checkpoint(iid).revision for iid in ids} == {2}  # advanced exactly once
+    assert {store.queries.checkpoint(iid).revision for iid in ids} == {2}  # advanced exactly once
 
     # The single fire of earlier releases, on the timer key and on the old key.
     park(store, "fb", ["fb-old-1", "fb-old-2"])
@@ -146,7 +146,7 @@ def test_a_scan_sends_batches_and_every_instance_fires_once(
         send_raw(stack, "dormant.fire_deadline", key, **timers.claim_kwargs(claim))
     for iid in ("fb-old-1", "fb-old-2"):
         stack.wait_status(iid, "completed")
-        assert store.checkpoint(iid).revision == 2
+        assert store.queries.checkpoint(iid).revision == 2
 
 
 @pytest.mark.parametrize("stack_urls", ["pg_redis"], indirect=True)
@@ -186,7 +186,7 @@ def test_a_failing_claim_in_a_batch_is_kept_alone_and_the_others_fire(
     bad = wait_for(lambda: row("fb-bad") if row("fb-bad").attempts else None, what="fb-bad")
     assert bad.claim_token is None and "CorruptCheckpoint" in bad.last_error
     assert row("fb-odd").claim_token == token  # left claimed: it expires, is claimed again
-    assert store.checkpoint("fb-odd").revision == 1
+    assert store.queries.checkpoint("fb-odd").revision == 1
 
     # The operator's retry sends it as one fire_deadline (with an inbox id): it runs
     # through the shell again and is kept again, one attempt more.
@@ -215,7 +215,7 @@ def here(
     migrate.upgrade(url)
     _configured(monkeypatch, url, f"sqla+sqlite:///{tmp_path / 'broker.sqlite3'}")
     store = tasks_app.store()
-    store.deploy(timed("fb"), datetime.now(UTC))
+    store.deployments.deploy(timed("fb"), datetime.now(UTC))
     park(store, "fb", ["a", "b", "c"])
     yield store
 
@@ -245,7 +245,7 @@ def fault_at(
 
 
 def revisions(store: Store) -> list[int]:
-    return [store.checkpoint(i).revision for i in ("a", "b", "c")]
+    return [store.queries.checkpoint(i).revision for i in ("a", "b", "c")]
 
 
 def counted(outcome: str) -> float:
@@ -270,7 +270,7 @@ def test_database_unavailable_retries_only_the_rest_and_a_redelivery_is_harmless
     timers.fire_deadlines.apply(kwargs={"claims": batch})
     assert revisions(here) == [2, 2, 2]
     assert counted("applied") == applied
-    assert here.failed_triggers() == []
+    assert here.failed.failed_triggers() == []
 
 
 def test_a_claim_that_raises_is_kept_alone_and_an_operator_retry_fires_it(
@@ -283,7 +283,7 @@ def test_a_claim_that_raises_is_kept_alone_and_an_operator_retry_fires_it(
     assert revisions(here) == [2, 1, 2]
     # One count per fire, not per batch: two applied, one error.
     assert (counted("applied") - applied, counted("error") - errors) == (2, 1)
-    [failed] = here.failed_triggers()
+    [failed] = here.failed.failed_triggers()
     assert (failed.task, failed.routing_key, failed.instance_id) == (
         "dormant.fire_deadline",
         "timer.fire",
@@ -292,7 +292,7 @@ def test_a_claim_that_raises_is_kept_alone_and_an_operator_retry_fires_it(
     assert failed.body["kwargs"] == batch[1] and failed.error_class == "KeyError"
 
     # The fault has passed; the operator sends the kept claim again.
-    task, _key, kwargs, inbox_id = here.take_failed(
+    task, _key, kwargs, inbox_id = here.failed.take_failed(
         failed.id, datetime.now(UTC), takes_trigger_id=wire.takes_trigger_id
     )
     assert task == "dormant.fire_deadline"
@@ -300,7 +300,7 @@ def test_a_claim_that_raises_is_kept_alone_and_an_operator_retry_fires_it(
     assert revisions(here) == [2, 2, 2]
     with here.engine.connect() as conn:
         done = conn.execute(select(inbox.c.processed_at).where(inbox.c.id == inbox_id)).scalar()
-    assert done is not None and here.failed_triggers() == []
+    assert done is not None and here.failed.failed_triggers() == []
 
 
 def test_the_soft_time_limit_mid_batch_keeps_that_claim_and_leaves_the_rest_claimed(
@@ -311,7 +311,7 @@ def test_the_soft_time_limit_mid_batch_keeps_that_claim_and_leaves_the_rest_clai
     timers.fire_deadlines.apply(kwargs={"claims": batch})
     assert calls == ["a", "b"]  # c was never started
     assert revisions(here) == [2, 1, 1]
-    assert [f.instance_id for f in here.failed_triggers()] == ["b"]
+    assert [f.instance_id for f in here.failed.failed_triggers()] == ["b"]
     with here.engine.connect() as conn:
         token = conn.execute(
             select(deadlines.c.claim_token).where(deadlines.c.instance_id == "c")
@@ -331,4 +331,4 @@ def test_a_batch_past_its_time_share_republishes_the_rest(
     assert sent == [(timers.FIRE_BATCH_TASK, "timer.fire", {"claims": batch[1:]})]
     timers.fire_deadlines.apply(kwargs=sent[0][2])  # the re-published batch fires them
     assert revisions(here)[1] == 2
-    assert here.failed_triggers() == []
+    assert here.failed.failed_triggers() == []

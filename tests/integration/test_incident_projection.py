@@ -38,34 +38,34 @@ MODEL = """<?xml version="1.0" encoding="UTF-8"?>
 
 
 def test_incidents_are_found_by_filter_and_id_in_every_state(store: Any, now: datetime) -> None:
-    store.deploy(MODEL, now)
+    store.deployments.deploy(MODEL, now)
     store.start("charge", "i-1", {}, now=now)
     store.start("charge", "i-2", {}, now=now)
-    (job_wait,) = store.checkpoint("i-1").waits
+    (job_wait,) = store.queries.checkpoint("i-1").waits
     store.apply("i-1", JobFailed(wait_id=job_wait, error="card declined"), now)
-    (open_incident,) = store.incidents(state="open")
+    (open_incident,) = store.queries.incidents(state="open")
     assert (open_incident.instance_id, open_incident.node_id) == ("i-1", "job")
-    assert store.incidents(key="charge", node_id="job") == [open_incident]
-    assert store.incidents(instance_id="i-2") == []
+    assert store.queries.incidents(key="charge", node_id="job") == [open_incident]
+    assert store.queries.incidents(instance_id="i-2") == []
     store.apply("i-1", IncidentResolve(incident_id=open_incident.id), now)
-    assert store.incidents(state="open") == []
-    assert store.incident(open_incident.id).state == "resolved"
-    (task,) = store.user_tasks("i-1")
-    _, wait_id = store.task(task.id)
+    assert store.queries.incidents(state="open") == []
+    assert store.queries.incident(open_incident.id).state == "resolved"
+    (task,) = store.queries.user_tasks("i-1")
+    _, wait_id = store.queries.task(task.id)
     store.apply("i-1", TaskCompleted(wait_id=wait_id), now)
-    assert store.instance("i-1").status == "completed"
-    assert store.incident(open_incident.id).state == "resolved"  # kept after the end
+    assert store.queries.instance("i-1").status == "completed"
+    assert store.queries.incident(open_incident.id).state == "resolved"  # kept after the end
     with pytest.raises(UnknownIncident, match="no incident 'nope'"):
-        store.incident("nope")
+        store.queries.incident("nope")
 
 
 def test_resolving_a_gateway_that_still_has_no_flow_changes_nothing(
     store: Any, now: datetime
 ) -> None:
-    store.deploy(MODEL, now)
+    store.deployments.deploy(MODEL, now)
     store.start("gate", "g-1", {"amount": 1}, now=now)
-    (incident,) = store.incidents(instance_id="g-1")
-    before = store.checkpoint("g-1")
+    (incident,) = store.queries.incidents(instance_id="g-1")
+    before = store.queries.checkpoint("g-1")
     with pytest.raises(InvalidOperation, match="cannot be resolved: no outgoing flow"):
         store.apply("g-1", IncidentResolve(incident_id=incident.id), now)
-    assert store.checkpoint("g-1") == before
+    assert store.queries.checkpoint("g-1") == before

@@ -266,8 +266,8 @@ def test_a_broken_invariant_fails_the_instance_instead_of_raising(shared_stack: 
     c.complete_task(task.id)
     view = stack.wait_status(iid, "failed")
     assert view.incidents == []
-    assert "internal invariant broken" in c._store.checkpoint(iid).failure
-    assert "'ghost'" in c._store.checkpoint(iid).failure
+    assert "internal invariant broken" in c._store.queries.checkpoint(iid).failure
+    assert "'ghost'" in c._store.queries.checkpoint(iid).failure
 
 
 # -- T-4 ------------------------------------------------------------------------------

@@ -44,8 +44,8 @@ class Runner:
 def _deployed(store: Store, now: datetime) -> None:
     """SERVICE deployed, and its latest version looked up once, as a worker's first
     start of a key does (``Store._may_run_a_job_first`` guesses from it)."""
-    store.deploy(SERVICE, now)
-    store.definition("bench_service")
+    store.deployments.deploy(SERVICE, now)
+    store.deployments.definition("bench_service")
 
 
 def _outcome(kind: str, job: DispatchJob) -> Outcome:
@@ -75,7 +75,7 @@ def _ordinary(store: Store, instance_id: str, kind: str, now: datetime) -> Any:
     [row] = [r for r in started.outbox_rows if r.kind == "DispatchJob"]
     job = DispatchJob(**{k: v for k, v in row.payload.items() if k != "trigger_id"})
     store.apply(instance_id, _outcome(kind, job), now + timedelta(seconds=1), trigger_id="done")
-    return store.instance(instance_id)
+    return store.queries.instance(instance_id)
 
 
 @pytest.mark.parametrize("kind", ["completed", "bpmn_error", "failed"])
@@ -95,7 +95,7 @@ def test_a_job_run_before_its_start_ends_where_the_ordinary_path_does(
     assert counts.write_transactions == 1  # the ordinary path: two, and two more rows each
     assert not [r for r in applied.outbox_rows if r.kind == "DispatchJob"]
 
-    view = store.instance("first")
+    view = store.queries.instance("first")
     other = _ordinary(store, "other", kind, now)
     assert (view.status, view.variables, view.revision) == (
         other.status,
@@ -131,8 +131,8 @@ def test_a_job_that_sent_itself_to_the_broker_leaves_its_wait_and_no_dispatch(
     applied = store.start(
         "bench_service", "retried", {}, now=now, job_first=Runner(lambda job: JobRun(None, now))
     )
-    assert store.instance("retried").status == "active"
-    assert [w.kind for w in store.instance("retried").waits] == ["job"]
+    assert store.queries.instance("retried").status == "active"
+    assert [w.kind for w in store.queries.instance("retried").waits] == ["job"]
     assert _rows(store, deadlines, "retried") == 1  # its timeout still guards it
     assert _rows(store, outbox, "retried") == 0  # its Celery retry is the dispatch
     assert not applied.outbox_rows
@@ -153,7 +153,7 @@ def test_a_second_delivery_of_a_start_is_a_duplicate(store: Store, now: datetime
     store.start("bench_service", "twice", {}, now=now, trigger_id="t", job_first=run)
     again = store.start("bench_service", "twice", {}, now=now, trigger_id="t", job_first=run)
     assert again.duplicate and not again.changed
-    assert store.instance("twice").status == "completed"
+    assert store.queries.instance("twice").status == "completed"
 
 
 def test_a_model_naming_no_job_it_may_run_is_started_in_its_own_transaction(
@@ -167,7 +167,7 @@ def test_a_model_naming_no_job_it_may_run_is_started_in_its_own_transaction(
         def may_run(self, job_type: str) -> bool:
             return job_type != "bench-noop-job"
 
-    store.deploy(SERVICE, now)
+    store.deployments.deploy(SERVICE, now)
     run = Runner(lambda job: None)
     store.start("bench_service", "unseen", {}, now=now, job_first=run)
     never = Never(lambda job: None)

@@ -54,7 +54,7 @@ def test_rows_deployed_before_0010_get_a_deployment_and_their_tags(
     migrate.upgrade(url)
     store = Store(url)
     try:
-        records = sorted(store.deployments(), key=lambda d: d.key)
+        records = sorted(store.deployments.records(), key=lambda d: d.key)
         assert [[(r.kind, r.id, r.version) for r in d.resources] for d in records] == [
             [("process", "legacy", 1)],
             [("decision", "legacy-rate", 1)],

@@ -94,15 +94,15 @@ def test_a_published_follow_up_is_kept_until_its_own_consumer_acknowledges_it(
 ) -> None:
     from datetime import timedelta
 
-    store.deploy(MODELS, now)
+    store.deployments.deploy(MODELS, now)
     (row_id,) = store.start("parent", "p-2", {"n": 1}, now=now).outbox_ids
-    (row,) = store.outbox_rows([row_id])
-    store.mark_published(row_id, until_consumed=True)
-    assert store.pending_outbox(0, now=now) == []  # published: not the sweeper's, yet
+    (row,) = store.outbox.outbox_rows([row_id])
+    store.outbox.mark_published(row_id, until_consumed=True)
+    assert store.outbox.pending_outbox(0, now=now) == []  # published: not the sweeper's, yet
     later = clock.now() + timedelta(seconds=61)
-    redo = store.pending_outbox(0, now=later, redeliver_after_seconds=60)
+    redo = store.outbox.pending_outbox(0, now=later, redeliver_after_seconds=60)
     assert [r.id for r in redo] == [row_id]  # not consumed in time: published again
-    store.consume_outbox(row_id, "someone-else's-trigger")  # a reused id, another row
-    assert store.outbox_rows([row_id]) != []
-    store.consume_outbox(row_id, row.payload["trigger_id"])
-    assert store.outbox_rows([row_id]) == []
+    store.outbox.consume_outbox(row_id, "someone-else's-trigger")  # a reused id, another row
+    assert store.outbox.outbox_rows([row_id]) != []
+    store.outbox.consume_outbox(row_id, row.payload["trigger_id"])
+    assert store.outbox.outbox_rows([row_id]) == []

@@ -32,7 +32,7 @@ pytestmark = pytest.mark.integration
 @pytest.fixture
 def pg_store(pg_url: str) -> Iterator[Store]:
     store = Store(settings=Settings(database_url=pg_url, broker_url="memory://"))
-    store.deploy(SERVICE, datetime.now(UTC))
+    store.deployments.deploy(SERVICE, datetime.now(UTC))
     try:
         yield store
     finally:
@@ -59,13 +59,13 @@ def test_an_idle_process_deletes_its_published_job_rows_without_another_trigger(
     counter = sqlcount.TxCounter(pg_store.engine)
     try:
         for row_id in rows:
-            pg_store.job_published(row_id)  # as tasks/outbox.py does after the send
+            pg_store.outbox.job_published(row_id)  # as tasks/outbox.py does after the send
         assert all(_exists(pg_store, r) for r in rows)  # not deleted by the publish
         wait_for(lambda: not any(_exists(pg_store, r) for r in rows), 30, 0.1, "the rows deleted")
         counts = counter.snapshot()
     finally:
         counter.close()
-    assert pg_store.published_jobs.pending() == []
+    assert pg_store.outbox.published_jobs.pending() == []
     # The timer's own transactions (usually one for all three; never one per trigger
     # more than the rows it had to delete).
     assert 1 <= counts.write_transactions <= len(rows), counts
@@ -74,15 +74,15 @@ def test_an_idle_process_deletes_its_published_job_rows_without_another_trigger(
 def test_the_next_write_carries_the_delete_and_a_rollback_gives_the_ids_back(
     pg_store: Store,
 ) -> None:
-    pg_store.published_jobs.bound_seconds = 600  # no timer before this test is done
+    pg_store.outbox.published_jobs.bound_seconds = 600  # no timer before this test is done
     tag = uuid.uuid4().hex[:6]
     first = _job_row(pg_store, f"ride-{tag}-a")
-    pg_store.job_published(first)
+    pg_store.outbox.job_published(first)
 
     # A redelivered start: its write statement meets the instance and rolls back.
     again = pg_store.start("bench_service", f"ride-{tag}-a", {}, now=datetime.now(UTC))
     assert again.duplicate
-    assert pg_store.published_jobs.pending() == [first]  # given back by the rollback
+    assert pg_store.outbox.published_jobs.pending() == [first]  # given back by the rollback
     assert _exists(pg_store, first)
 
     # The next start carries the DELETE: one write transaction, no second one.
@@ -93,13 +93,13 @@ def test_the_next_write_carries_the_delete_and_a_rollback_gives_the_ids_back(
     finally:
         counter.close()
     assert counts.write_transactions == 1, counts
-    assert pg_store.published_jobs.pending() == []
+    assert pg_store.outbox.published_jobs.pending() == []
     assert not _exists(pg_store, first)
     assert _exists(pg_store, second)  # its own job row, written by the same statement
 
     # A job's result carries it as well (Store.apply, the job's own task).
-    pg_store.job_published(second)
-    [job] = pg_store.holds(f"ride-{tag}-b")["deadlines"]
+    pg_store.outbox.job_published(second)
+    [job] = pg_store.queries.holds(f"ride-{tag}-b")["deadlines"]
     applied = pg_store.apply(
         f"ride-{tag}-b",
         JobCompleted(wait_id=job["wait_id"], variables={}),
@@ -107,25 +107,25 @@ def test_the_next_write_carries_the_delete_and_a_rollback_gives_the_ids_back(
         trigger_id=f"ride-{tag}-b:done",
     )
     assert applied.status == "completed"
-    assert pg_store.published_jobs.pending() == []
+    assert pg_store.outbox.published_jobs.pending() == []
     assert not _exists(pg_store, second)
 
 
 def test_a_forked_child_starts_with_nothing_pending(pg_store: Store) -> None:
-    pg_store.published_jobs.bound_seconds = 600
+    pg_store.outbox.published_jobs.bound_seconds = 600
     row_id = _job_row(pg_store, f"fork-{uuid.uuid4().hex[:6]}")
-    pg_store.job_published(row_id)
+    pg_store.outbox.job_published(row_id)
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: report what it has pending, and leave at once
-        os.write(write, repr(pg_store.published_jobs.pending()).encode())
+        os.write(write, repr(pg_store.outbox.published_jobs.pending()).encode())
         os._exit(0)
     os.close(write)
     with os.fdopen(read) as pipe:
         seen = pipe.read()
     os.waitpid(pid, 0)
     assert seen == "[]"
-    assert pg_store.published_jobs.pending() == [row_id]  # still the parent's to delete
+    assert pg_store.outbox.published_jobs.pending() == [row_id]  # still the parent's to delete
 
 
 def test_the_timer_waits_for_the_oldest_id_s_bound_not_for_its_own_schedule() -> None:

@@ -38,8 +38,8 @@ def pg_store(pg_url: str) -> Iterator[Store]:
     _truncate(pg_url)
     store = Store(settings=Settings(database_url=pg_url, broker_url="memory://"))
     now = datetime.now(UTC)
-    store.deploy(MESSAGE, now)
-    store.deploy(SERVICE, now)
+    store.deployments.deploy(MESSAGE, now)
+    store.deployments.deploy(SERVICE, now)
     try:
         yield store
     finally:
@@ -138,7 +138,7 @@ def test_a_start_and_a_job_result_are_two_round_trips_each(
     assert started.changed and started.outbox_rows
     assert sent.groups == [["BEGIN", "SELECT"], ["WITH", "COMMIT"]]  # definition, write
 
-    [job] = pg_store.holds("rt-s")["deadlines"]
+    [job] = pg_store.queries.holds("rt-s")["deadlines"]
     sent.groups.clear()
     sent.outside.clear()
     done = pg_store.apply(
@@ -161,7 +161,7 @@ def test_a_redelivered_start_and_a_repeated_trigger_change_nothing(pg_store: Sto
         rows = conn.execute(text("SELECT count(*) FROM outbox")).scalar_one()
         facts = conn.execute(text("SELECT count(*) FROM facts")).scalar_one()
     assert rows == len(first.outbox_rows)  # the second start wrote no job row
-    [job] = pg_store.holds("rt-dup")["deadlines"]
+    [job] = pg_store.queries.holds("rt-dup")["deadlines"]
     trigger = JobCompleted(wait_id=job["wait_id"], variables={})
     pg_store.apply("rt-dup", trigger, now, trigger_id="rt-dup:j")
     repeated = pg_store.apply("rt-dup", trigger, now, trigger_id="rt-dup:j")
@@ -201,7 +201,7 @@ def test_an_exception_inside_a_pipeline_rolls_back_and_never_pools_the_connectio
     invalidated, so no later trigger reads the answers it left on the wire."""
     now = datetime.now(UTC)
     pg_store.start("bench_service", "rt-int", {}, now=now)
-    [job] = pg_store.holds("rt-int")["deadlines"]
+    [job] = pg_store.queries.holds("rt-int")["deadlines"]
     trigger = JobCompleted(wait_id=job["wait_id"], variables={})
     invalidated: list[object] = []
     event.listen(pg_store.engine, "invalidate", lambda *a: invalidated.append(a))
@@ -218,7 +218,7 @@ def test_an_exception_inside_a_pipeline_rolls_back_and_never_pools_the_connectio
         pg_store.apply("rt-int", trigger, now, trigger_id="rt-int:j")
     monkeypatch.setattr(psycopg.Cursor, "execute", execute)
     assert len(invalidated) == 1
-    assert pg_store.instance("rt-int").status == "active"  # nothing of it committed
+    assert pg_store.queries.instance("rt-int").status == "active"  # nothing of it committed
     done = pg_store.apply("rt-int", trigger, now, trigger_id="rt-int:j")
     assert done.changed and done.status == "completed"
 

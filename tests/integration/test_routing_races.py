@@ -59,16 +59,16 @@ class LaggingRouter(Router):
 
 
 def test_a_message_whose_wait_was_replaced_is_correlated_again(store: Any, now: datetime) -> None:
-    store.deploy(LOOP, now)
+    store.deployments.deploy(LOOP, now)
     store.start("loop", "i-1", {"key": "k", "hits": 0}, now=now)
-    (old_wait,) = store.checkpoint("i-1").waits
+    (old_wait,) = store.queries.checkpoint("i-1").waits
     Router(store, redelivery).message("tick", "k", {}, message_id="m-1", ttl_seconds=None, now=now)
-    assert store.instance("i-1").variables["hits"] == 1  # the loop re-armed a new wait
+    assert store.queries.instance("i-1").variables["hits"] == 1  # the loop re-armed a new wait
     lagging = LaggingRouter(store, [Holder("loop", "i-1", old_wait)])
     outcome = lagging.message("tick", "k", {}, message_id="m-2", ttl_seconds=None, now=now)
     assert lagging.stale is None, "the stale answer was never given"
     assert outcome.delivered_to == ["i-1"]
-    assert store.instance("i-1").variables["hits"] == 2
+    assert store.queries.instance("i-1").variables["hits"] == 2
 
 
 def test_a_crash_between_two_holders_is_healed_by_the_producers_retry(
@@ -79,8 +79,8 @@ def test_a_crash_between_two_holders_is_healed_by_the_producers_retry(
     first leaves it unrecorded, and the retry serves the rest, once each. (A process
     going down, not an exception of one holder's delivery: that one is kept for its
     holder alone, tests/security/test_fanout.py.)"""
-    store.deploy(LOOP, now)
-    store.deploy(LOOP.replace('id="loop"', 'id="loop2"'), now)
+    store.deployments.deploy(LOOP, now)
+    store.deployments.deploy(LOOP.replace('id="loop"', 'id="loop2"'), now)
     store.start("loop", "a", {"key": "k", "hits": 0}, now=now)
     store.start("loop2", "b", {"key": "k", "hits": 0}, now=now)
     real_apply = store.apply
@@ -95,24 +95,24 @@ def test_a_crash_between_two_holders_is_healed_by_the_producers_retry(
         Router(store, redelivery).message(
             "tick", "k", {}, message_id="m-1", ttl_seconds=None, now=now
         )
-    assert sorted(store.instance(i).variables["hits"] for i in ("a", "b")) == [0, 1]
+    assert sorted(store.queries.instance(i).variables["hits"] for i in ("a", "b")) == [0, 1]
     monkeypatch.setattr(store, "apply", real_apply)
     retry = Router(store, redelivery).message(
         "tick", "k", {}, message_id="m-1", ttl_seconds=None, now=now
     )
     assert not retry.duplicate
-    assert [store.instance(i).variables["hits"] for i in ("a", "b")] == [1, 1]
+    assert [store.queries.instance(i).variables["hits"] for i in ("a", "b")] == [1, 1]
     again = Router(store, redelivery).message(
         "tick", "k", {}, message_id="m-1", ttl_seconds=None, now=now
     )
     assert again.duplicate
-    assert [store.instance(i).variables["hits"] for i in ("a", "b")] == [1, 1]
+    assert [store.queries.instance(i).variables["hits"] for i in ("a", "b")] == [1, 1]
 
 
 def test_a_single_holder_records_the_message_in_its_own_transaction(
     store: Any, now: datetime
 ) -> None:
-    store.deploy(LOOP, now)
+    store.deployments.deploy(LOOP, now)
     store.start("loop", "solo", {"key": "s", "hits": 0}, now=now)
     first = Router(store, redelivery).message(
         "tick", "s", {}, message_id="m-9", ttl_seconds=None, now=now
@@ -123,4 +123,4 @@ def test_a_single_holder_records_the_message_in_its_own_transaction(
         .message("tick", "s", {}, message_id="m-9", ttl_seconds=None, now=now)
         .duplicate
     )
-    assert store.instance("solo").variables["hits"] == 1
+    assert store.queries.instance("solo").variables["hits"] == 1

@@ -68,28 +68,28 @@ def _round(store: Store, router: Router, n: int, now: datetime) -> None:
         store.start("bench_service", f"s-{n}-{k}", {"i": n}, now=now).outbox_ids[0]
         for k in range(n + 2)
     ]
-    store.job_published(rows[0])
+    store.outbox.job_published(rows[0])
     store.start("bench_message", f"m-{n}-b", {"orderId": f"m-{n}-b"}, now=now)
-    assert store.published_jobs.pending() == []  # the start's statement took it
+    assert store.outbox.published_jobs.pending() == []  # the start's statement took it
     for row_id in rows[1:]:
-        store.job_published(row_id)
-    [job] = store.holds(f"s-{n}-0")["deadlines"]
+        store.outbox.job_published(row_id)
+    [job] = store.queries.holds(f"s-{n}-0")["deadlines"]
     store.apply(
         f"s-{n}-0", JobCompleted(wait_id=job["wait_id"], variables={}), now, trigger_id=f"s-{n}:j"
     )
-    assert store.published_jobs.pending() == []  # the result's statement took them
+    assert store.outbox.published_jobs.pending() == []  # the result's statement took them
     store.start("cached_tasks", f"t-{n}", {"team": ["x", "y"]}, now=now)
-    [task] = store.user_tasks(f"t-{n}")
-    _, wait_id = store.task(task.id)
+    [task] = store.queries.user_tasks(f"t-{n}")
+    _, wait_id = store.queries.task(task.id)
     store.apply(f"t-{n}", TaskCompleted(wait_id=wait_id), now, trigger_id=f"t-{n}:done")
 
 
 def test_a_second_round_of_triggers_compiles_nothing(pg_store: Store) -> None:
     now = datetime.now(UTC)
     for model in (MESSAGE, SERVICE, TASKS):
-        pg_store.deploy(model, now)
+        pg_store.deployments.deploy(model, now)
     router = Router(pg_store, redelivery)
-    pg_store.published_jobs.bound_seconds = 600  # no timer's delete in between
+    pg_store.outbox.published_jobs.bound_seconds = 600  # no timer's delete in between
     _round(pg_store, router, 0, now)  # warm-up: each shape compiled once
 
     seen: list[tuple[Any, list[str]]] = []
@@ -147,7 +147,7 @@ def test_a_message_with_one_holder_is_two_statements_in_one_transaction(
     no read before the write transaction, whose statements are that one and the one
     write statement (with BEGIN and COMMIT, two round trips: test_round_trips.py)."""
     now = datetime.now(UTC)
-    pg_store.deploy(MESSAGE, now)
+    pg_store.deployments.deploy(MESSAGE, now)
     router = Router(pg_store, redelivery)
     for n in (0, 1):
         pg_store.start("bench_message", f"one-{n}", {"orderId": f"one-{n}"}, now=now)

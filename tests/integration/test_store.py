@@ -95,29 +95,33 @@ def test_migration_matches_the_tables(db_url: str) -> None:
 
 
 def test_deploy_versions(store: Store, now: datetime, fake_core: None) -> None:
-    assert [(d.key, d.version, d.created) for d in store.deploy(proc(), now)] == [("p", 1, True)]
-    assert [(d.version, d.created) for d in store.deploy(proc().encode(), now)] == [(1, False)]
-    store.start("p", "i1", {"_arm": [task_wait("w1")]}, now=now)
-    assert [(d.version, d.created) for d in store.deploy(proc(extra=' name="End"'), now)] == [
-        (2, True)
+    assert [(d.key, d.version, d.created) for d in store.deployments.deploy(proc(), now)] == [
+        ("p", 1, True)
     ]
-    assert store.definition("p")[1] == 2
-    assert store.instance("i1").version == 1  # pinned
+    assert [(d.version, d.created) for d in store.deployments.deploy(proc().encode(), now)] == [
+        (1, False)
+    ]
+    store.start("p", "i1", {"_arm": [task_wait("w1")]}, now=now)
+    assert [
+        (d.version, d.created) for d in store.deployments.deploy(proc(extra=' name="End"'), now)
+    ] == [(2, True)]
+    assert store.deployments.definition("p")[1] == 2
+    assert store.queries.instance("i1").version == 1  # pinned
     store.start("p", "i2", {"_arm": [task_wait("w1")]}, now=now)
-    assert store.instance("i2").version == 2
+    assert store.queries.instance("i2").version == 2
     with pytest.raises(
         UnknownProcess, match="process 'p' has no version 3; deployed versions: 1, 2"
     ):
-        store.definition("p", 3)
+        store.deployments.definition("p", 3)
     with pytest.raises(UnknownProcess, match="no process 'x' is deployed; deployed: p"):
-        store.definition("x")
+        store.deployments.definition("x")
 
 
 # -- the one transaction ----------------------------------------------------------
 
 
 def test_start_apply_round_trip_and_hold_sync(store: Store, now: datetime, fake_core: None) -> None:
-    store.deploy(proc(), now)
+    store.deployments.deploy(proc(), now)
     due = now + timedelta(minutes=5)
     a = store.start(
         "p",
@@ -127,11 +131,11 @@ def test_start_apply_round_trip_and_hold_sync(store: Store, now: datetime, fake_
         business_key="b1",
     )
     assert (a.revision, a.status, a.changed) == (1, "active", True)
-    holds = store.holds("i1")
+    holds = store.queries.holds("i1")
     assert [(r["wait_id"], r["due_at"]) for r in holds["deadlines"]] == [("w1", due)]
     assert [(r["name"], r["correlation_key"]) for r in holds["subscriptions"]] == [("paid", "o-1")]
-    assert [t.id for t in store.user_tasks("i1")] == ["i1.w3"]
-    assert store.task("i1.w3") == ("i1", "w3")
+    assert [t.id for t in store.queries.user_tasks("i1")] == ["i1.w3"]
+    assert store.queries.task("i1.w3") == ("i1", "w3")
 
     # The message arrives: its wait goes, a new timer is armed; rows follow the checkpoint.
     b = store.apply(
@@ -145,25 +149,25 @@ def test_start_apply_round_trip_and_hold_sync(store: Store, now: datetime, fake_
         now,
     )
     assert b.revision == 2
-    holds = store.holds("i1")
+    holds = store.queries.holds("i1")
     assert [r["wait_id"] for r in holds["deadlines"]] == ["w1", "w4"]
     assert holds["subscriptions"] == []
     store.apply("i1", TaskCompleted(wait_id="w3"), now)
     with pytest.raises(UnknownTask):
-        store.task("i1.w3")
+        store.queries.task("i1.w3")
     store.apply("i1", Cancel(), now)
-    assert store.instance("i1").status == "terminated"
-    c = store.counts()
+    assert store.queries.instance("i1").status == "terminated"
+    c = store.queries.counts()
     assert (c["deadlines"], c["subscriptions"], c["user_tasks"]) == (0, 0, 0)
-    assert [f.revision for f in store.history("i1")] == [1, 2, 3, 4]
+    assert [f.revision for f in store.queries.history("i1")] == [1, 2, 3, 4]
 
 
 def test_start_is_idempotent_on_instance_id(store: Store, now: datetime, fake_core: None) -> None:
-    store.deploy(proc(), now)
+    store.deployments.deploy(proc(), now)
     store.start("p", "i1", {"_arm": [task_wait("w1")]}, now=now)
     again = store.start("p", "i1", {"_arm": [task_wait("w9")]}, now=now)
     assert (again.changed, again.duplicate, again.revision) == (False, True, 1)
-    assert store.counts()["user_tasks"] == 1
+    assert store.queries.counts()["user_tasks"] == 1
 
 
 def test_unknown_instance(store: Store, now: datetime) -> None:
@@ -172,27 +176,29 @@ def test_unknown_instance(store: Store, now: datetime) -> None:
 
 
 def test_processed_trigger_id_dedup_and_stale(store: Store, now: datetime, fake_core: None) -> None:
-    store.deploy(proc(), now)
+    store.deployments.deploy(proc(), now)
     store.start("p", "i1", {"_arm": [task_wait("w1"), task_wait("w2")]}, now=now)
     first = store.apply("i1", TaskCompleted(wait_id="w1"), now, trigger_id="t-1")
     dup = store.apply("i1", TaskCompleted(wait_id="w2"), now, trigger_id="t-1")
     assert first.changed and (dup.changed, dup.duplicate, dup.revision) == (False, True, 2)
     stale = store.apply("i1", TaskCompleted(wait_id="w1"), now, trigger_id="t-2")
     assert (stale.changed, stale.duplicate, stale.revision) == (False, False, 2)
-    assert [f.kind for f in store.history("i1")][-1] == "StaleTrigger"
+    assert [f.kind for f in store.queries.history("i1")][-1] == "StaleTrigger"
 
 
 def test_outbox_rows_in_the_same_transaction(store: Store, now: datetime, fake_core: None) -> None:
-    store.deploy(proc(), now)
+    store.deployments.deploy(proc(), now)
     a = store.start("p", "i1", {"_job": "charge", "_arm": [task_wait("w1")]}, now=now)
-    rows = store.outbox_rows(a.outbox_ids)
+    rows = store.outbox.outbox_rows(a.outbox_ids)
     assert [(r.kind, r.payload["job_type"], r.payload["instance_id"]) for r in rows] == [
         ("DispatchJob", "charge", "i1")
     ]
-    assert store.pending_outbox(5, now=now) == []
-    assert [r.id for r in store.pending_outbox(5, now=now + timedelta(seconds=6))] == a.outbox_ids
-    store.mark_published(a.outbox_ids[0])
-    assert store.counts()["outbox"] == 0
+    assert store.outbox.pending_outbox(5, now=now) == []
+    assert [
+        r.id for r in store.outbox.pending_outbox(5, now=now + timedelta(seconds=6))
+    ] == a.outbox_ids
+    store.outbox.mark_published(a.outbox_ids[0])
+    assert store.queries.counts()["outbox"] == 0
 
 
 def test_a_failing_step_writes_nothing(
@@ -200,9 +206,9 @@ def test_a_failing_step_writes_nothing(
 ) -> None:
     from dormant.engine_core import engine
 
-    store.deploy(proc(), now)
+    store.deployments.deploy(proc(), now)
     store.start("p", "i1", {"_arm": [task_wait("w1")]}, now=now)
-    before = store.counts()
+    before = store.queries.counts()
 
     def boom(*a: Any, **k: Any) -> Any:
         raise RuntimeError("core exploded")
@@ -210,8 +216,8 @@ def test_a_failing_step_writes_nothing(
     monkeypatch.setattr(engine, "apply", boom)
     with pytest.raises(RuntimeError):
         store.apply("i1", TaskCompleted(wait_id="w1"), now, trigger_id="t")
-    assert store.counts() == before
-    assert store.checkpoint("i1").revision == 1
+    assert store.queries.counts() == before
+    assert store.queries.checkpoint("i1").revision == 1
 
 
 def test_row_lock_serialises_concurrent_triggers(
@@ -219,7 +225,7 @@ def test_row_lock_serialises_concurrent_triggers(
 ) -> None:
     """N threads each apply one trigger to ONE instance: revisions 1..N+1, none lost."""
     n = 24
-    store.deploy(proc(), now)
+    store.deployments.deploy(proc(), now)
     store.start(
         "p", "i1", {"_arm": [task_wait(f"w{k}") for k in range(n)] + [task_wait("keep")]}, now=now
     )
@@ -237,8 +243,8 @@ def test_row_lock_serialises_concurrent_triggers(
     for t in threads:
         t.join()
     assert errors == []
-    cp = store.checkpoint("i1")
+    cp = store.queries.checkpoint("i1")
     assert cp.revision == n + 1
     assert set(cp.waits) == {"keep"}
     assert cp.scopes["s0"].variables == {f"v{k}": k for k in range(n)}
-    assert sorted(f.revision for f in store.history("i1")) == list(range(1, n + 2))
+    assert sorted(f.revision for f in store.queries.history("i1")) == list(range(1, n + 2))

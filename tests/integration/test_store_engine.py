@@ -57,46 +57,46 @@ ORDER = f"""<?xml version="1.0" encoding="UTF-8"?>
 
 
 def test_timer_then_user_task(store: Store, now: datetime) -> None:
-    store.deploy(TIMER_THEN_TASK, now)
+    store.deployments.deploy(TIMER_THEN_TASK, now)
     a = store.start("wait", "i1", {"x": 1}, now=now)
     assert a.status == "active"
-    [dl] = store.holds("i1")["deadlines"]
+    [dl] = store.queries.holds("i1")["deadlines"]
     assert dl["due_at"] == now + timedelta(hours=1)
     later = now + timedelta(hours=1)
     [claim] = claim_due(store, later)
     assert fire(store, "i1", claim.wait_id, claim.claim_token, later).status == "fired"
-    assert store.holds("i1")["deadlines"] == []
-    [task] = store.user_tasks("i1")
-    instance_id, wait_id = store.task(task.id)
+    assert store.queries.holds("i1")["deadlines"] == []
+    [task] = store.queries.user_tasks("i1")
+    instance_id, wait_id = store.queries.task(task.id)
     store.apply(instance_id, TaskCompleted(wait_id=wait_id, variables={"ok": True}), later)
-    view = store.instance("i1")
+    view = store.queries.instance("i1")
     assert view.status == "completed" and view.variables == {"x": 1, "ok": True}
-    c = store.counts()
+    c = store.queries.counts()
     assert (c["deadlines"], c["subscriptions"], c["user_tasks"]) == (0, 0, 0)
 
 
 def test_cancel_withdraws_every_hold(store: Store, now: datetime) -> None:
-    store.deploy(TIMER_THEN_TASK, now)
+    store.deployments.deploy(TIMER_THEN_TASK, now)
     store.start("wait", "i1", {}, now=now)
     store.apply("i1", Cancel(), now)
-    assert store.instance("i1").status == "terminated"
-    assert store.counts()["deadlines"] == 0
+    assert store.queries.instance("i1").status == "terminated"
+    assert store.queries.counts()["deadlines"] == 0
 
 
 def test_same_message_name_starts_and_wakes(store: Store, now: datetime) -> None:
     """docs/waits.md (Messages): key K wakes the waiting instance (no second one); K2 starts one."""
-    store.deploy(ORDER, now)
+    store.deployments.deploy(ORDER, now)
     router = Router(store, redelivery)
     first = router.message(
         "order", "K", {"orderId": "K"}, message_id="1", ttl_seconds=None, now=now
     )
     [iid] = first.started
-    assert [s["correlation_key"] for s in store.holds(iid)["subscriptions"]] == ["K"]
+    assert [s["correlation_key"] for s in store.queries.holds(iid)["subscriptions"]] == ["K"]
     wake = router.message("order", "K", {}, message_id="2", ttl_seconds=None, now=now)
     assert (wake.delivered_to, wake.started) == ([iid], [])
-    assert store.instance(iid).status == "completed"
+    assert store.queries.instance(iid).status == "completed"
     other = router.message(
         "order", "K2", {"orderId": "K2"}, message_id="3", ttl_seconds=None, now=now
     )
     assert len(other.started) == 1
-    assert len(store.instances(key="order")) == 2
+    assert len(store.queries.instances(key="order")) == 2

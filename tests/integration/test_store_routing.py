@@ -31,7 +31,7 @@ MSG_START = """<?xml version="1.0" encoding="UTF-8"?>
 
 @pytest.fixture
 def router(store: Store, now: datetime, fake_core: None) -> Router:
-    store.deploy(proc(), now)
+    store.deployments.deploy(proc(), now)
     return Router(store, redelivery)
 
 
@@ -40,8 +40,8 @@ def test_key_match_and_mismatch(store: Store, router: Router, now: datetime) -> 
     store.start("p", "i2", {"_arm": [msg_wait("w1", "paid", "o-2")]}, now=now)
     out = router.message("paid", "o-1", {"amount": 3}, message_id="m-1", ttl_seconds=None, now=now)
     assert out.delivered_to == ["i1"] and not out.buffered
-    assert store.instance("i1").status == "completed"
-    assert store.instance("i2").status == "active"
+    assert store.queries.instance("i1").status == "completed"
+    assert store.queries.instance("i2").status == "active"
     miss = router.message("paid", "o-9", {}, message_id="m-2", ttl_seconds=None, now=now)
     assert (miss.delivered_to, miss.started, miss.buffered) == ([], [], False)
 
@@ -53,7 +53,7 @@ def test_message_id_is_idempotent(store: Store, router: Router, now: datetime) -
     router.message("paid", "o-1", {}, message_id="m-1", ttl_seconds=None, now=now)
     again = router.message("paid", "o-1", {}, message_id="m-1", ttl_seconds=None, now=now)
     assert again.duplicate and again.delivered_to == []
-    assert len(store.checkpoint("i1").waits) == 1  # one message wakes one wait per instance
+    assert len(store.queries.checkpoint("i1").waits) == 1  # one message wakes one wait per instance
 
 
 def test_bad_messages(router: Router, now: datetime) -> None:
@@ -70,7 +70,7 @@ def test_buffered_message_is_delivered_to_a_later_subscription(
     assert out.buffered
     later = now + timedelta(seconds=30)
     a = store.start("p", "i1", {"_arm": [msg_wait("w1", "paid", "o-1")]}, now=later)
-    [row] = store.outbox_rows(a.outbox_ids)
+    [row] = store.outbox.outbox_rows(a.outbox_ids)
     assert row.kind == "DeliverBuffered"
     assert (row.payload["instance_id"], row.payload["wait_id"], row.payload["message_id"]) == (
         "i1",
@@ -91,7 +91,7 @@ def test_buffered_message_is_delivered_to_a_later_subscription(
     )
     assert store.apply("i1", trigger, later, trigger_id=p["trigger_id"]).changed
     assert store.apply("i1", trigger, later, trigger_id=p["trigger_id"]).duplicate
-    assert store.instance("i1").variables == {"amount": 5}
+    assert store.queries.instance("i1").variables == {"amount": 5}
 
 
 def test_expired_buffered_message_is_not_delivered(
@@ -114,7 +114,7 @@ def test_no_ttl_is_not_buffered(store: Store, router: Router, now: datetime) -> 
 def test_keyed_message_start_joins_never_duplicates(
     store: Store, router: Router, now: datetime
 ) -> None:
-    store.deploy(MSG_START, now)
+    store.deployments.deploy(MSG_START, now)
     # The fake core keeps the instance running (one user task) so a join is observable.
     first = router.message(
         "order-placed",
@@ -134,7 +134,7 @@ def test_keyed_message_start_joins_never_duplicates(
         now=now,
     )
     assert (second.started, second.joined) == ([], first.started)
-    assert "DuplicateStart" in [f.kind for f in store.history(first.started[0])]
+    assert "DuplicateStart" in [f.kind for f in store.queries.history(first.started[0])]
     other = router.message(
         "order-placed",
         "o-2",
@@ -144,11 +144,11 @@ def test_keyed_message_start_joins_never_duplicates(
         now=now,
     )
     assert len(other.started) == 1 and other.started != first.started
-    assert len(store.instances(key="order")) == 2
+    assert len(store.queries.instances(key="order")) == 2
 
 
 def test_racing_keyed_starts_make_one_instance(store: Store, router: Router, now: datetime) -> None:
-    store.deploy(MSG_START, now)
+    store.deployments.deploy(MSG_START, now)
     outs = []
 
     def send(k: int) -> None:
@@ -168,7 +168,7 @@ def test_racing_keyed_starts_make_one_instance(store: Store, router: Router, now
         t.start()
     for t in threads:
         t.join()
-    assert len(store.instances(key="order")) == 1
+    assert len(store.queries.instances(key="order")) == 1
     assert sum(len(o.started) for o in outs) == 1
     assert sum(len(o.joined) for o in outs) == 7
 
@@ -179,7 +179,7 @@ def test_signal_broadcast(store: Store, router: Router, now: datetime) -> None:
     store.start("p", "i2", {"_arm": [sig]}, now=now)
     out = router.signal("go", {}, signal_id="s-1", now=now)
     assert sorted(out.delivered_to) == ["i1", "i2"]
-    assert store.counts()["subscriptions"] == 0
+    assert store.queries.counts()["subscriptions"] == 0
 
 
 def test_a_message_start_deployed_after_a_message_was_routed_is_seen_by_the_next(
@@ -191,7 +191,7 @@ def test_a_message_start_deployed_after_a_message_was_routed_is_seen_by_the_next
     router = Router(store, redelivery)
     first = router.message("order-placed", "o-1", {}, message_id="m-a", ttl_seconds=None, now=now)
     assert first.started == [] and not first.buffered
-    store.deploy(MSG_START, now)
+    store.deployments.deploy(MSG_START, now)
     second = router.message("order-placed", "o-2", {}, message_id="m-b", ttl_seconds=None, now=now)
     assert len(second.started) == 1
-    assert store.instance(second.started[0]).status == "completed"
+    assert store.queries.instance(second.started[0]).status == "completed"

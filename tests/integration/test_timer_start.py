@@ -74,7 +74,7 @@ def scan(store: Store, at: datetime) -> list[str]:
 
 
 def test_past_time_date_fires_right_after_deploy_once(store: Store, now: datetime) -> None:
-    store.deploy(timer_start("timeDate", "2025-03-08T00:00:00Z"), now)
+    store.deployments.deploy(timer_start("timeDate", "2025-03-08T00:00:00Z"), now)
     [row] = timers(store)
     assert row.due_at == datetime(2025, 3, 8, tzinfo=UTC) and row.interval_seconds is None
     assert scan(store, now) == ["fired"]
@@ -86,7 +86,7 @@ def test_past_time_date_fires_right_after_deploy_once(store: Store, now: datetim
 
 
 def test_cycle_fires_one_period_after_deploy_and_rearms(store: Store, now: datetime) -> None:
-    store.deploy(timer_start("timeCycle", "R/P1D"), now)
+    store.deployments.deploy(timer_start("timeCycle", "R/P1D"), now)
     assert timers(store)[0].due_at == now + timedelta(days=1)
     assert scan(store, now + timedelta(hours=23)) == []
     assert started(store) == []
@@ -99,7 +99,7 @@ def test_cycle_fires_one_period_after_deploy_and_rearms(store: Store, now: datet
 
 
 def test_bounded_cycle_stops_after_its_repetitions(store: Store, now: datetime) -> None:
-    store.deploy(timer_start("timeCycle", "R2/PT1H"), now)
+    store.deployments.deploy(timer_start("timeCycle", "R2/PT1H"), now)
     assert scan(store, now + timedelta(hours=1)) == ["fired"]
     assert scan(store, now + timedelta(hours=2)) == ["fired"]
     assert timers(store) == []
@@ -108,7 +108,7 @@ def test_bounded_cycle_stops_after_its_repetitions(store: Store, now: datetime) 
 
 
 def test_overdue_cycle_fires_once_then_continues_from_now(store: Store, now: datetime) -> None:
-    store.deploy(timer_start("timeCycle", "R/PT1H"), now)
+    store.deployments.deploy(timer_start("timeCycle", "R/PT1H"), now)
     back = now + timedelta(hours=10, minutes=30)  # beat was down for ten periods
     assert scan(store, back) == ["fired"]
     assert timers(store)[0].due_at == back + timedelta(hours=1)
@@ -117,7 +117,7 @@ def test_overdue_cycle_fires_once_then_continues_from_now(store: Store, now: dat
 
 
 def test_duration_start_is_one_shot_after_deploy(store: Store, now: datetime) -> None:
-    store.deploy(timer_start("timeDuration", "PT30M"), now)
+    store.deployments.deploy(timer_start("timeDuration", "PT30M"), now)
     assert timers(store)[0].due_at == now + timedelta(minutes=30)
     assert scan(store, now + timedelta(minutes=29)) == []
     assert scan(store, now + timedelta(minutes=30)) == ["fired"]
@@ -125,24 +125,26 @@ def test_duration_start_is_one_shot_after_deploy(store: Store, now: datetime) ->
 
 
 def test_new_version_replaces_old_start_timers(store: Store, now: datetime) -> None:
-    store.deploy(timer_start("timeCycle", "R/P1D"), now)
+    store.deployments.deploy(timer_start("timeCycle", "R/P1D"), now)
     later = now + timedelta(hours=5)
-    store.deploy(timer_start("timeCycle", "R/PT2H", end="done"), later)
+    store.deployments.deploy(timer_start("timeCycle", "R/PT2H", end="done"), later)
     [row] = timers(store)
     assert row.version == 2 and row.due_at == later + timedelta(hours=2)
     assert scan(store, later + timedelta(hours=2)) == ["fired"]
     assert [i.version for i in started(store)] == [2]
     # A redeploy of identical content is no new version and keeps the armed row.
-    store.deploy(timer_start("timeCycle", "R/PT2H", end="done"), later + timedelta(hours=3))
+    store.deployments.deploy(
+        timer_start("timeCycle", "R/PT2H", end="done"), later + timedelta(hours=3)
+    )
     assert timers(store)[0].due_at == later + timedelta(hours=4)
     # A version without a timer start removes the timers altogether.
-    store.deploy(NONE_START_ONLY, later + timedelta(hours=3))
+    store.deployments.deploy(NONE_START_ONLY, later + timedelta(hours=3))
     assert timers(store) == []
     assert scan(store, now + timedelta(days=30)) == []
 
 
 def test_repeated_fire_never_starts_twice(store: Store, now: datetime) -> None:
-    store.deploy(timer_start("timeCycle", "R/P1D"), now)
+    store.deployments.deploy(timer_start("timeCycle", "R/P1D"), now)
     day1 = now + timedelta(days=1)
     [claim] = claim_due(store, day1)
     args = (claim.instance_id, claim.wait_id, claim.claim_token, day1, claim.kind)
@@ -161,7 +163,7 @@ def test_repeated_fire_never_starts_twice(store: Store, now: datetime) -> None:
 
 
 def test_failed_fire_keeps_the_row_and_backs_off(store: Store, now: datetime) -> None:
-    store.deploy(timer_start("timeDate", "2025-03-08T00:00:00Z"), now)
+    store.deployments.deploy(timer_start("timeDate", "2025-03-08T00:00:00Z"), now)
     with store.engine.begin() as conn:  # the pinned version is not deployed here
         conn.execute(delete(definitions))
     store._definitions.clear()
@@ -178,7 +180,7 @@ def test_failed_fire_keeps_the_row_and_backs_off(store: Store, now: datetime) ->
 
 def test_timer_start_needing_variables_refuses_the_deploy(store: Store, now: datetime) -> None:
     with pytest.raises(InvalidModel, match="'ts'"):
-        store.deploy(timer_start("timeDate", "=date and time(when)"), now)
+        store.deployments.deploy(timer_start("timeDate", "=date and time(when)"), now)
     assert timers(store) == []
     with store.engine.connect() as conn:
         assert conn.execute(select(func.count()).select_from(definitions)).scalar() == 0
@@ -187,7 +189,7 @@ def test_timer_start_needing_variables_refuses_the_deploy(store: Store, now: dat
 def test_a_fire_queued_with_the_old_in_band_id_still_fires(store: Store, now: datetime) -> None:
     """Before claims had a kind, a timer start's claim travelled as
     ``"start-timer:" + key``; such a fire_deadline still in a queue must not be lost."""
-    store.deploy(timer_start("timeCycle", "R/P1D"), now)
+    store.deployments.deploy(timer_start("timeCycle", "R/P1D"), now)
     day1 = now + timedelta(days=1)
     [claim] = claim_due(store, day1)
     legacy = START_TIMER_PREFIX + claim.instance_id

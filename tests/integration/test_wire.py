@@ -168,7 +168,7 @@ def test_a_message_without_an_id_gets_the_one_default_format(store: Store, now: 
 def test_a_failed_delivery_is_kept_as_the_wires_apply_trigger(
     store: Store, now: datetime, fake_core: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store.deploy(proc(), now)
+    store.deployments.deploy(proc(), now)
     store.start("p", "i1", {"_arm": [msg_wait("w1", "paid", "o-1")]}, now=now)
 
     real_apply_found = store.apply_found
@@ -185,7 +185,7 @@ def test_a_failed_delivery_is_kept_as_the_wires_apply_trigger(
         "paid", "o-1", {"a": 1}, message_id="m-1", ttl_seconds=None, now=now
     )
     assert out.failed == ["i1"]
-    [kept] = store.failed_triggers("i1")
+    [kept] = store.failed.failed_triggers("i1")
     sent = wire.apply_trigger(
         "i1", MessageReceived(wait_id="w1", name="paid", variables={"a": 1}), "m-1"
     )

@@ -222,7 +222,7 @@ def test_a_duplicate_seen_from_an_older_snapshot_is_caught_at_the_write(
     store = Store(pg_url)
     now = datetime.now(UTC)
     try:
-        store.deploy(MESSAGE, now)
+        store.deployments.deploy(MESSAGE, now)
         iid = f"dup-{uuid.uuid4().hex[:6]}"
         store.start("bench_message", iid, {"orderId": iid}, now=now)
         with store.read() as conn:
@@ -293,8 +293,8 @@ def test_a_message_with_two_holders_costs_one_write_transaction_per_holder(
     store = Store(pg_url)
     now = datetime.now(UTC)
     try:
-        store.deploy(MESSAGE, now)
-        store.deploy(MESSAGE.replace('id="bench_message"', 'id="bench_message_b"'), now)
+        store.deployments.deploy(MESSAGE, now)
+        store.deployments.deploy(MESSAGE.replace('id="bench_message"', 'id="bench_message_b"'), now)
         key = f"two-{uuid.uuid4().hex[:6]}"
         for i, process in enumerate(("bench_message", "bench_message_b")):
             store.start(process, f"{key}-{i}", {"orderId": key}, now=now)

@@ -105,21 +105,21 @@ def test_the_continuation_is_an_outbox_row_kept_until_consumed_and_idempotent(
 
     store = Store(settings=Settings(database_url=db_url, step_budget=20))
     try:
-        store.deploy(LOOP, now)
+        store.deployments.deploy(LOOP, now)
         first = store.start("spin", "spin-1", {"i": 0}, now=now)
-        (row,) = store.outbox_rows(first.outbox_ids)
+        (row,) = store.outbox.outbox_rows(first.outbox_ids)
         assert row.kind == "ContinueInstance"
         assert row.payload["instance_id"] == "spin-1"
         tid = row.payload["trigger_id"]
-        assert [r.id for r in store.pending_outbox(0, now=now)] == [row.id]
+        assert [r.id for r in store.outbox.pending_outbox(0, now=now)] == [row.id]
 
         second = store.apply("spin-1", Continue(), now, trigger_id=tid)
         assert second.changed and second.revision == first.revision + 1
         again = store.apply("spin-1", Continue(), now, trigger_id=tid)
         assert again.duplicate and again.revision == second.revision
-        store.consume_outbox(row.id, tid)
-        assert store.outbox_rows([row.id]) == []
-        (next_row,) = store.outbox_rows(second.outbox_ids)
+        store.outbox.consume_outbox(row.id, tid)
+        assert store.outbox.outbox_rows([row.id]) == []
+        (next_row,) = store.outbox.outbox_rows(second.outbox_ids)
         assert next_row.kind == "ContinueInstance" and next_row.payload["trigger_id"] != tid
     finally:
         store.close()

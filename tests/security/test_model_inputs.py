@@ -109,11 +109,11 @@ def test_the_store_deploys_an_encoded_file_and_keeps_its_names(
     store = Store(f"sqlite:///{tmp_path / 'db.sqlite3'}")
     now = datetime(2026, 1, 5, tzinfo=UTC)
     try:
-        (first,) = store.deploy(bpmn(declared).encode(codec), now)
-        (again,) = store.deploy(bpmn(declared).encode(codec), now)
+        (first,) = store.deployments.deploy(bpmn(declared).encode(codec), now)
+        (again,) = store.deployments.deploy(bpmn(declared).encode(codec), now)
         assert (first.key, first.version) == ("enc", 1)
         assert again.version == 1  # the same document, decoded the same way
-        definition, _ = store.definition("enc", 1)
+        definition, _ = store.deployments.definition("enc", 1)
         assert definition.node("u").name == "Café crème"
         # Read back from the stored text by a process that never saw the file.
         fresh = Store(f"sqlite:///{tmp_path / 'db.sqlite3'}")
@@ -121,11 +121,11 @@ def test_the_store_deploys_an_encoded_file_and_keeps_its_names(
             from dormant.persistence import deployments
 
             deployments._PARSED.clear()
-            reread, _ = fresh.definition("enc", 1)
+            reread, _ = fresh.deployments.definition("enc", 1)
             assert reread.node("u").name == "Café crème"
         finally:
             fresh.close()
-        (decision,) = store.deploy(dmn(declared).encode(codec), now)
+        (decision,) = store.deployments.deploy(dmn(declared).encode(codec), now)
         assert decision.key == "greeting"
     finally:
         store.close()

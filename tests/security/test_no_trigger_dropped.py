@@ -221,7 +221,7 @@ def test_any_exception_class_in_an_apply_is_kept_not_acknowledged_away(
 
         monkeypatch.setattr(the_store, "apply", failing)
         triggers.cancel.apply(kwargs={"instance_id": "victim", "trigger_id": "t-1"})
-        [failed] = the_store.failed_triggers("victim")
+        [failed] = the_store.failed.failed_triggers("victim")
         assert failed.error_class == type(error).__name__
         assert failed.task == "dormant.cancel" and failed.trigger_id == "t-1"
         assert failed.body["kwargs"] == {"instance_id": "victim", "trigger_id": "t-1"}
