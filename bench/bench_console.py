@@ -146,12 +146,14 @@ def populate(url: str, rows: int) -> str:
     """The real instance and the generated ones; returns the real one's id."""
     import psycopg
 
-    from dormant.persistence.store import Store
+    from dormant.persistence.store import NewInstance, Store
 
     store = Store(url)
     now = datetime.now(UTC)
     store.deployments.deploy(MODEL.read_bytes(), now)
-    store.start("payment", "real-instance", {"flag": "/nope", "card": "x" * 40}, now=now)
+    store.start(
+        NewInstance("payment", "real-instance", {"flag": "/nope", "card": "x" * 40}), now=now
+    )
     tpl = store.queries.checkpoint("real-instance")
     token = next(iter(tpl.tokens))
     from dormant.engine_core.checkpoint import encode

@@ -200,7 +200,7 @@ def main() -> int:
     from sqlalchemy import text
 
     from dormant.persistence.settings import Settings
-    from dormant.persistence.store import Store
+    from dormant.persistence.store import NewInstance, Store
     from dormant.tasks import app as tasks_app
     from dormant.tasks import triggers
 
@@ -229,9 +229,9 @@ def main() -> int:
             dues += [at] * args.burst
         for j, due in enumerate(dues):
             store.start(
-                "bench_timer_at",
-                f"t-{j}",
-                {"dueAt": due.isoformat().replace("+00:00", "Z")},
+                NewInstance(
+                    "bench_timer_at", f"t-{j}", {"dueAt": due.isoformat().replace("+00:00", "Z")}
+                ),
                 now=datetime.now(UTC),
             )
         common.line(

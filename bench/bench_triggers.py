@@ -148,6 +148,7 @@ def profile_paths(store: Any, base_url: str, now: datetime) -> None:
     from bench.celery_baseline import document
     from dormant.engine_core.triggers import JobCompleted
     from dormant.persistence.routing import Router
+    from dormant.persistence.store import NewInstance
     from dormant.tasks.wire import redelivery
 
     eng = create_engine(base_url)
@@ -172,7 +173,10 @@ def profile_paths(store: Any, base_url: str, now: datetime) -> None:
     common.line(
         "  start, message wait",
         counter.measure(
-            lambda i: store.start("bench_message", f"p-{i}", {"orderId": f"p-{i}"}, now=now), k
+            lambda i: store.start(
+                NewInstance("bench_message", f"p-{i}", {"orderId": f"p-{i}"}), now=now
+            ),
+            k,
         ),
     )
     router = Router(store, redelivery)
@@ -187,7 +191,9 @@ def profile_paths(store: Any, base_url: str, now: datetime) -> None:
     )
     common.line(
         "  start, service task",
-        counter.measure(lambda i: store.start("bench_service", f"q-{i}", {"i": i}, now=now), k),
+        counter.measure(
+            lambda i: store.start(NewInstance("bench_service", f"q-{i}", {"i": i}), now=now), k
+        ),
     )
 
     def job_done(i: int) -> None:

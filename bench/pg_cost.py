@@ -139,7 +139,7 @@ def main() -> int:
     from dormant.engine_core.triggers import JobCompleted
     from dormant.persistence.routing import Router
     from dormant.persistence.settings import Settings
-    from dormant.persistence.store import Store
+    from dormant.persistence.store import NewInstance, Store
     from dormant.tasks.wire import redelivery
 
     results: dict[str, dict[str, float]] = {}
@@ -205,7 +205,9 @@ def main() -> int:
             (
                 "start, parks on a message",
                 store.engine,
-                lambda i: store.start("bench_message", f"p-{i}", {"orderId": f"p-{i}"}, now=now),
+                lambda i: store.start(
+                    NewInstance("bench_message", f"p-{i}", {"orderId": f"p-{i}"}), now=now
+                ),
                 None,
             ),
             (
@@ -219,7 +221,7 @@ def main() -> int:
             (
                 "start, dispatches a job",
                 store.engine,
-                lambda i: store.start("bench_service", f"q-{i}", {"i": i}, now=now),
+                lambda i: store.start(NewInstance("bench_service", f"q-{i}", {"i": i}), now=now),
                 read_waits,
             ),
             ("job result, Store.apply", store.engine, job_done, None),

@@ -74,7 +74,14 @@ from dormant.persistence.holds import lock_message_key
 from dormant.persistence.inbox import mark_processed_statement, queue_mark_processed
 from dormant.persistence.outbox_queue import OutboxRow
 from dormant.persistence.results import outcome_word
-from dormant.persistence.store import Applied, Found, StartKeyTaken, Store, locking_instance
+from dormant.persistence.store import (
+    Applied,
+    Found,
+    NewInstance,
+    StartKeyTaken,
+    Store,
+    locking_instance,
+)
 from dormant.persistence.tables import (
     ACTIVE_STATUSES,
     instances,
@@ -376,7 +383,8 @@ class Router:
             UndeliveredStart(process_key, instance_id, variables, trigger_id, start),
             now,
             lambda: self.store.start(
-                process_key, instance_id, variables, now=now, trigger_id=trigger_id, **start
+                NewInstance(process_key, instance_id, variables, trigger_id=trigger_id, **start),
+                now=now,
             ),
         )
 

@@ -85,6 +85,7 @@ __all__ = [
     "Deployment",
     "Found",
     "JobRun",
+    "NewInstance",
     "OutboxRow",
     "RunJobFirst",
     "StartKeyTaken",
@@ -141,12 +142,69 @@ class Applied:
 
 
 @dataclass(frozen=True, slots=True)
+class NewInstance:
+    """What one start transaction writes: instance ``instance_id`` of process ``key``
+    with its Start (``Store.start``, ``Store.start_in``).
+
+    ``version``: the version to start (default the latest); ``version_tag``: the newest
+    version with that ``zeebe:versionTag`` instead (a call activity's
+    ``bindingType="versionTag"``). ``start_node_id``: the start event (a timer or message
+    start's); ``start_key``: a keyed message start's key, unique among running
+    instances; ``parent``: the calling instance of a call activity's child.
+    ``trigger_id``: the start's trigger id; ``inbox_id``: the Client's inbox row behind
+    it, marked processed in the same transaction."""
+
+    key: str
+    instance_id: str
+    variables: dict[str, Any] = field(default_factory=dict)
+    business_key: str | None = None
+    version: int | None = None
+    version_tag: str | None = None
+    start_node_id: str | None = None
+    start_key: str | None = None
+    parent: dict[str, str] | None = None
+    trigger_id: str | None = None
+    inbox_id: str | None = None
+
+    def trigger(self) -> Start:
+        return Start(
+            variables=self.variables,
+            business_key=self.business_key,
+            start_node_id=self.start_node_id,
+            start_key=self.start_key,
+            parent=self.parent,
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class _Earlier:
     """A start's own step that is written only together with the step after it (its
     first job's outcome: ``Store._start_job_first``), and when it was taken."""
 
     step: Step
     at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class _StepWrite:
+    """What one transaction writes for a step, behind its checkpoint's own write
+    (``Store._write_step``): the holds, incidents and facts ``step`` implies against
+    ``old`` (the state before it), its outbox rows, ``trigger_id`` as processed and
+    ``inbox_id`` as marked. ``also``: more writes of the caller's; ``ride``: published
+    job rows this statement deletes too; ``last``: the statement ends the transaction
+    (its COMMIT may go with it); ``earlier``: a step before ``step`` never written on
+    its own, whose facts go with these at its own revision and time."""
+
+    instance_id: str
+    old: Checkpoint | HoldState
+    step: Step
+    now: datetime
+    trigger_id: str | None = None
+    inbox_id: str | None = None
+    also: Callable[[Writes], None] | None = None
+    ride: Ride | None = None
+    last: bool = False
+    earlier: _Earlier | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -438,103 +496,59 @@ class Store:
     # -- the one transaction ------------------------------------------------------
 
     def start(
-        self,
-        key: str,
-        instance_id: str,
-        variables: dict[str, Any],
-        *,
-        now: datetime,
-        business_key: str | None = None,
-        version: int | None = None,
-        start_node_id: str | None = None,
-        start_key: str | None = None,
-        parent: dict[str, str] | None = None,
-        trigger_id: str | None = None,
-        version_tag: str | None = None,
-        inbox_id: str | None = None,
-        job_first: RunJobFirst | None = None,
+        self, new: NewInstance, *, now: datetime, job_first: RunJobFirst | None = None
     ) -> Applied:
-        """Create ``instance_id`` and apply its Start, in one transaction; ``version_tag``
-        picks the newest version with that ``zeebe:versionTag`` (a call activity's
-        ``bindingType="versionTag"``), ``UnknownProcess`` if none has it.
+        """Create ``new.instance_id`` and apply its Start, in one transaction; with
+        ``new.version_tag``, of the newest version carrying it (``UnknownProcess`` if
+        none has it).
 
         Idempotent on the instance id: a redelivered start finds the row and returns
         ``changed=False``. A keyed start racing another with the same key loses on the
         partial unique index and raises ``StartKeyTaken`` (the router joins instead).
-        ``inbox_id``: the Client's inbox row, marked processed in the same transaction.
 
         ``job_first``: the caller may run the first job the start dispatches before
         anything is written (``_start_job_first``).
         """
         limits = self.settings.limits
-        check_text(instance_id, "instance id", limits)
-        variables = check_variables(variables, "variables", limits)
-        if business_key is not None:
-            check_text(business_key, "business key", limits)
-        trigger = Start(
-            variables=variables,
-            business_key=business_key,
-            start_node_id=start_node_id,
-            start_key=start_key,
-            parent=parent,
+        check_text(new.instance_id, "instance id", limits)
+        new = dataclasses.replace(
+            new, variables=check_variables(new.variables, "variables", limits)
         )
+        if new.business_key is not None:
+            check_text(new.business_key, "business key", limits)
         try:
-            if job_first is not None and self._may_run_a_job_first(key, version, job_first):
-                applied = self._start_job_first(
-                    key,
-                    instance_id,
-                    trigger,
-                    now,
-                    version,
-                    version_tag,
-                    trigger_id,
-                    inbox_id,
-                    job_first,
-                )
+            if job_first is not None and self._may_run_a_job_first(new.key, new.version, job_first):
+                applied = self._start_job_first(new, now, job_first)
             else:
                 with self.outbox.published_jobs.riding() as ride, self._tx() as conn:
-                    if version_tag is not None and version is None:
-                        version = self.deployments.tagged_version(conn, key, version_tag)
+                    if new.version_tag is not None and new.version is None:
+                        tagged = self.deployments.tagged_version(conn, new.key, new.version_tag)
+                        new = dataclasses.replace(new, version=tagged)
                     applied = self.start_in(
-                        conn,
-                        key,
-                        instance_id,
-                        trigger,
-                        now=now,
-                        version=version,
-                        trigger_id=trigger_id,
-                        inbox_id=inbox_id,
-                        checked=not self.is_postgres,
-                        ride=ride,
-                        last=True,
+                        conn, new, now=now, checked=not self.is_postgres, ride=ride, last=True
                     )
             log_raised_incidents(applied)
             return applied
         except _Duplicate:
             with self._read() as conn:
-                existing = self._existing(conn, instance_id)
+                existing = self._existing(conn, new.instance_id)
             assert existing is not None  # its INSERT met the row
             return existing
         except IntegrityError as exc:
             with self._read() as conn:
-                existing = self._existing(conn, instance_id)
+                existing = self._existing(conn, new.instance_id)
             if existing is not None:
                 return existing
-            if start_key is not None:
-                raise StartKeyTaken(key, start_key) from exc
+            if new.start_key is not None:
+                raise StartKeyTaken(new.key, new.start_key) from exc
             raise
 
     def start_in(
         self,
         conn: Connection,
-        key: str,
-        instance_id: str,
-        trigger: Start,
+        new: NewInstance,
         *,
         now: datetime,
-        version: int | None = None,
-        trigger_id: str | None = None,
-        inbox_id: str | None = None,
         checked: bool = True,
         ride: Ride | None = None,
         last: bool = False,
@@ -551,53 +565,41 @@ class Store:
 
         ``ride``: published job rows this transaction deletes too (``_write_step``)."""
         if checked:
-            existing = self._existing(conn, instance_id)
+            existing = self._existing(conn, new.instance_id)
             if existing is not None:
                 return existing
-        definition, ver = self.deployments.definition(key, version, conn=conn)
-        first = core.new_checkpoint(definition, instance_id, ver, now)
+        definition, ver = self.deployments.definition(new.key, new.version, conn=conn)
+        first = core.new_checkpoint(definition, new.instance_id, ver, now)
         services = self._decisions.services(conn, definition)
-        step = core.apply(definition, first, trigger, now=now, services=services)
-        return self._write_start(
-            conn, key, trigger, first, step, now, trigger_id, inbox_id, checked, ride, last
+        step = core.apply(definition, first, new.trigger(), now=now, services=services)
+        written = _StepWrite(
+            new.instance_id, first, step, now, new.trigger_id, new.inbox_id, ride=ride, last=last
         )
+        return self._write_start(conn, new, written, checked)
 
     def _write_start(
-        self,
-        conn: Connection,
-        key: str,
-        trigger: Start,
-        first: Checkpoint,
-        step: Step,
-        now: datetime,
-        trigger_id: str | None,
-        inbox_id: str | None,
-        checked: bool,
-        ride: Ride | None,
-        last: bool,
-        earlier: _Earlier | None = None,
+        self, conn: Connection, new: NewInstance, written: _StepWrite, checked: bool
     ) -> Applied:
         """The new instance's row and everything its first step implies, as one write
-        statement (``start_in``'s; ``checked``, ``ride`` and ``last`` as there).
-        ``earlier``: the start's own step, never written on its own, before ``step``
-        (``_start_job_first``): the instance was created at its time, and its facts
-        are recorded at its revision and time."""
-        instance_id = first.instance_id
-        cp = step.checkpoint
+        statement (``start_in``'s; ``checked`` as there). ``written.old`` is the new
+        instance's first checkpoint; with ``written.earlier`` (``_start_job_first``)
+        the instance was created at that step's time."""
+        earlier, now = written.earlier, written.now
+        cp = written.step.checkpoint
         writes = Writes(conn)
         document = encode_json(cp)
         row = {
-            "id": instance_id,
-            "key": key,
-            "version": first.version,
+            "id": new.instance_id,
+            "key": new.key,
+            "version": cp.version,  # the pin, as the checkpoint it writes carries it
             "status": cp.status.value,
-            "business_key": trigger.business_key,
-            "start_key": trigger.start_key,
+            "business_key": new.business_key,
+            "start_key": new.start_key,
             "revision": cp.revision,
             "checkpoint": document,
             "created_at": earlier.at if earlier is not None else now,
             "updated_at": now,
-            "parent_id": (trigger.parent or {}).get("instance_id"),
+            "parent_id": (new.parent or {}).get("instance_id"),
         }
         if not checked:
             writes.add_prebuilt(
@@ -610,18 +612,7 @@ class Store:
             writes.add(
                 insert(instances).values({**row, "checkpoint": _document(document, postgres)})
             )
-        return self._write_step(
-            writes,
-            instance_id,
-            first,
-            step,
-            now,
-            trigger_id,
-            inbox_id,
-            ride=ride,
-            last=last,
-            earlier=earlier,
-        )
+        return self._write_step(writes, written)
 
     def _may_run_a_job_first(self, key: str, version: int | None, job_first: RunJobFirst) -> bool:
         """Is ``_start_job_first`` worth it? When no job runs first, its definition read
@@ -633,18 +624,7 @@ class Store:
         known = self.deployments.seen(key, version)
         return known is not None and any(job_first.may_run(t) for t in known.index.job_types)
 
-    def _start_job_first(
-        self,
-        key: str,
-        instance_id: str,
-        trigger: Start,
-        now: datetime,
-        version: int | None,
-        version_tag: str | None,
-        trigger_id: str | None,
-        inbox_id: str | None,
-        job_first: RunJobFirst,
-    ) -> Applied:
+    def _start_job_first(self, new: NewInstance, now: datetime, job_first: RunJobFirst) -> Applied:
         """A start whose first job runs before the instance is written: the start is
         stepped in memory, ``job_first`` may run the first job it dispatches, its
         outcome is stepped onto that state, and both are written in ONE transaction —
@@ -666,13 +646,14 @@ class Store:
         written and published as usual), else a ``JobRun``: its outcome is applied,
         or with no outcome (a Celery retry sent it to the broker) its wait is written
         and its dispatch is not."""
+        version = new.version
         with self._read() as conn:
-            if version_tag is not None and version is None:
-                version = self.deployments.tagged_version(conn, key, version_tag)
-            definition, ver = self.deployments.definition(key, version, conn=conn)
+            if new.version_tag is not None and version is None:
+                version = self.deployments.tagged_version(conn, new.key, new.version_tag)
+            definition, ver = self.deployments.definition(new.key, version, conn=conn)
             services = self._decisions.services(conn, definition)
-        first = core.new_checkpoint(definition, instance_id, ver, now)
-        step = core.apply(definition, first, trigger, now=now, services=services)
+        first = core.new_checkpoint(definition, new.instance_id, ver, now)
+        step = core.apply(definition, first, new.trigger(), now=now, services=services)
         job = next((e for e in step.effects if isinstance(e, DispatchJob)), None)
         run = job_first(job) if job is not None else None
         earlier: _Earlier | None = None
@@ -691,22 +672,20 @@ class Store:
                 step = dataclasses.replace(step, effects=rest)
         with self.outbox.published_jobs.riding() as ride, self._tx() as conn:
             checked = not self.is_postgres
-            if checked and (existing := self._existing(conn, instance_id)) is not None:
+            if checked and (existing := self._existing(conn, new.instance_id)) is not None:
                 return existing
-            return self._write_start(
-                conn,
-                key,
-                trigger,
+            written = _StepWrite(
+                new.instance_id,
                 first,
                 step,
                 written_at,
-                trigger_id,
-                inbox_id,
-                checked,
-                ride,
-                True,
+                new.trigger_id,
+                new.inbox_id,
+                ride=ride,
+                last=True,
                 earlier=earlier,
             )
+            return self._write_start(conn, new, written, checked)
 
     def _existing(self, conn: Connection, instance_id: str) -> Applied | None:
         row = conn.execute(
@@ -911,7 +890,8 @@ class Store:
         self._queue_checkpoint(writes, instance_id, cp, now)
         before = step.holds_before if step.holds_before is not None else decode_holds(stored)
         return self._write_step(
-            writes, instance_id, before, step, now, trigger_id, None, also, ride, last=True
+            writes,
+            _StepWrite(instance_id, before, step, now, trigger_id, also=also, ride=ride, last=True),
         )
 
     def _queue_checkpoint(
@@ -955,25 +935,9 @@ class Store:
         queue_mark_processed(writes, inbox_id, now)
         return True
 
-    def _write_step(
-        self,
-        writes: Writes,
-        instance_id: str,
-        old: Checkpoint | HoldState,
-        step: Step,
-        now: datetime,
-        trigger_id: str | None,
-        inbox_id: str | None = None,
-        also: Callable[[Writes], None] | None = None,
-        ride: Ride | None = None,
-        *,
-        last: bool = False,
-        earlier: _Earlier | None = None,
-    ) -> Applied:
+    def _write_step(self, writes: Writes, written: _StepWrite) -> Applied:
         """Everything the new checkpoint implies, queued on ``writes`` behind the
-        checkpoint's own write and sent as one statement. ``earlier``: a step before
-        ``step`` never written on its own (``_start_job_first``); its facts go with
-        these, at its own revision and time.
+        checkpoint's own write and sent as one statement (``_StepWrite``).
 
         With ``ride``, the statement also deletes the job rows this process published
         since its last write (persistence/published_jobs.py): no transaction of their
@@ -982,6 +946,13 @@ class Store:
         They are other rows than the ones this statement inserts, so one snapshot for
         every CTE is no obstacle; ``= ANY`` of one array parameter keeps the
         statement's compiled form cached (and unrewritten) whatever their number."""
+        instance_id, step, now, trigger_id = (
+            written.instance_id,
+            written.step,
+            written.now,
+            written.trigger_id,
+        )
+        old, earlier, ride = written.old, written.earlier, written.ride
         cp = step.checkpoint
         buffered = sync_holds(
             writes, instance_id, cp.process_key, projected_waits(old), projected_waits(cp), now
@@ -1014,9 +985,9 @@ class Store:
                     instance_id=instance_id, trigger_id=trigger_id, at=now
                 ),
             )
-        marked = self._mark_inbox(writes, inbox_id, now)
-        if also is not None:
-            also(writes)
+        marked = self._mark_inbox(writes, written.inbox_id, now)
+        if written.also is not None:
+            written.also(writes)
         if ride is not None and (published := ride.take()):
             writes.add_prebuilt(
                 _DELETE_PUBLISHED,
@@ -1024,7 +995,7 @@ class Store:
                 lambda: delete(outbox).where(outbox.c.id.in_(published)),
             )
         try:
-            returned = writes.flush(last=last)
+            returned = writes.flush(last=written.last)
         except IntegrityError as exc:
             if trigger_id is not None and _is_processed_conflict(exc):
                 raise _Duplicate(trigger_id) from exc

@@ -43,11 +43,11 @@ from sqlalchemy import Connection, Table, and_, delete, insert, select, tuple_, 
 
 from dormant.engine_core.arming import next_repetition
 from dormant.engine_core.model import TimerSpec
-from dormant.engine_core.triggers import Start, TimerFired
+from dormant.engine_core.triggers import TimerFired
 from dormant.persistence.outbox_queue import OutboxRow
 from dormant.persistence.results import outcome_word
 from dormant.persistence.start_timers import START_TIMER_PREFIX, is_start_timer, start_instance_id
-from dormant.persistence.store import Applied, Store, log_raised_incidents
+from dormant.persistence.store import Applied, NewInstance, Store, log_raised_incidents
 from dormant.persistence.tables import deadlines, facts, instances, start_timers
 
 __all__ = ["Claim", "ClaimKind", "FireOutcome", "FireStatus", "claim_due", "fire"]
@@ -349,14 +349,8 @@ def _fire_start_timer(
             if row is None:
                 return FireOutcome(key, node_id, FireStatus.SKIPPED)
             instance_id = start_instance_id(key, row.version, node_id, row.due_at)
-            applied = store.start_in(
-                conn,
-                key,
-                instance_id,
-                Start(start_node_id=node_id),
-                now=now,
-                version=row.version,
-            )
+            new = NewInstance(key, instance_id, version=row.version, start_node_id=node_id)
+            applied = store.start_in(conn, new, now=now)
             definition, _ = store.deployments.definition(key, row.version, conn=conn)
             node = definition.nodes.get(node_id)
             _arm_next(conn, row, where, now, node.event.timer if node is not None else None)

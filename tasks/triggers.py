@@ -61,7 +61,7 @@ from dormant.persistence import clock, inbox, job_pause
 from dormant.persistence.failed_triggers import call_kwargs, one_line
 from dormant.persistence.outbox_queue import OutboxRow
 from dormant.persistence.results import TriggerResult
-from dormant.persistence.store import JobRun
+from dormant.persistence.store import JobRun, NewInstance
 from dormant.tasks import app as app_module
 from dormant.tasks import wire
 from dormant.tasks.app import TIMER_FIRE_KEY, app, marks_redeliveries, publish, store
@@ -330,18 +330,20 @@ def start(
     def call(tid: str, now: datetime) -> Any:
         try:
             return store().start(
-                key,
-                instance_id,
-                variables or {},
+                NewInstance(
+                    key,
+                    instance_id,
+                    variables or {},
+                    business_key=business_key,
+                    version=version,
+                    start_node_id=start_node_id,
+                    start_key=start_key,
+                    parent=parent,
+                    trigger_id=tid,
+                    version_tag=version_tag,
+                    inbox_id=inbox_id,
+                ),
                 now=now,
-                business_key=business_key,
-                version=version,
-                start_node_id=start_node_id,
-                start_key=start_key,
-                parent=parent,
-                trigger_id=tid,
-                version_tag=version_tag,
-                inbox_id=inbox_id,
                 job_first=job_before,
             )
         except UnknownProcess as exc:

@@ -11,7 +11,7 @@ from dormant.engine_core.errors import InvalidOperation
 from dormant.engine_core.triggers import Suspend
 from dormant.persistence import batches
 from dormant.persistence.selection import Selector
-from dormant.persistence.store import Store
+from dormant.persistence.store import NewInstance, Store
 from tests.integration.opskit import gate, three_waits
 
 pytestmark = pytest.mark.integration
@@ -22,7 +22,8 @@ def _start(store: Store, key: str, n: int, now: datetime, **variables: object) -
     for i in range(n):
         iid = f"{key}-{i}"
         store.start(
-            key, iid, dict(variables), now=now + timedelta(seconds=i), business_key=f"bk-{i}"
+            NewInstance(key, iid, dict(variables), business_key=f"bk-{i}"),
+            now=now + timedelta(seconds=i),
         )
         ids.append(iid)
     return ids

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
+from dormant.persistence.store import NewInstance
 from dormant.persistence.tables import start_timers, subscriptions
 from tests.integration.conftest import Stack, wait_for
 
@@ -440,7 +441,7 @@ def test_outbox_trigger_ids_are_never_reused(store: Any, now: Any) -> None:
 
     store.deployments.deploy(child_with("ids-child", '<bpmn:userTask id="work"/>'), now)
     store.deployments.deploy(call_parent("ids-parent", "ids-child"), now)
-    started = store.start("ids-parent", "p-1", {}, now=now)
+    started = store.start(NewInstance("ids-parent", "p-1", {}), now=now)
     [start_row] = store.outbox.outbox_rows(started.outbox_ids)
     store.outbox.mark_published(start_row.id)  # published: the row is deleted
     cancelled = store.apply("p-1", Cancel(), now)
@@ -463,7 +464,10 @@ def test_version_tag_binding_starts_the_newest_tagged_version(store: Any, now: A
     store.deployments.deploy(tagged("v1", "a"), now)
     store.deployments.deploy(tagged("v1", "b"), now)
     store.deployments.deploy(tagged("v2", "c"), now)
-    assert store.start("vt-child", "i-1", {}, now=now, version_tag="v1").instance_id == "i-1"
+    assert (
+        store.start(NewInstance("vt-child", "i-1", {}, version_tag="v1"), now=now).instance_id
+        == "i-1"
+    )
     assert store.queries.instance("i-1").version == 2  # the newest of the two tagged v1
     with pytest.raises(UnknownProcess, match="'v3'"):
-        store.start("vt-child", "i-2", {}, now=now, version_tag="v3")
+        store.start(NewInstance("vt-child", "i-2", {}, version_tag="v3"), now=now)

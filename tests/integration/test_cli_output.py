@@ -49,16 +49,16 @@ def run(env: dict[str, str], *args: str) -> str:
 
 def a_retried_charge(env: dict[str, str]) -> str:
     """An instance whose job charge-card failed once and runs its second attempt."""
-    from dormant.persistence.store import Store
+    from dormant.persistence.store import NewInstance, Store
 
     store = Store(env["DORMANT_DATABASE_URL"])
     try:
         now = clock.now()
-        store.start("cli-pay", "pay-1", {"n": 1}, now=now, business_key="order-7")
+        store.start(NewInstance("cli-pay", "pay-1", {"n": 1}, business_key="order-7"), now=now)
         (wait,) = store.queries.instance("pay-1").waits
         store.apply("pay-1", JobFailed(wait_id=wait.id, attempt=1, error="card declined"), now)
         store.apply("pay-1", TimerFired(wait_id=wait.id), now + timedelta(seconds=2))
-        store.start("cli-approve", "approve-1", {}, now=now)
+        store.start(NewInstance("cli-approve", "approve-1", {}), now=now)
     finally:
         store.close()
     return "pay-1"
@@ -165,13 +165,13 @@ def test_the_words_for_times_and_waits() -> None:
 
 
 def test_instances_list_filters_as_the_console_does(env: dict[str, str]) -> None:
-    from dormant.persistence.store import Store
+    from dormant.persistence.store import NewInstance, Store
 
     a_retried_charge(env)
     store = Store(env["DORMANT_DATABASE_URL"])
     try:
         store.deployments.deploy(linear("cli-fail", job("x")), clock.now())
-        store.start("cli-fail", "fail-1", {}, now=clock.now())
+        store.start(NewInstance("cli-fail", "fail-1", {}), now=clock.now())
         (wait,) = store.queries.instance("fail-1").waits
         store.apply("fail-1", JobFailed(wait_id=wait.id, attempt=1, error="no"), clock.now())
     finally:

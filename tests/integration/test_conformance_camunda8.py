@@ -37,7 +37,7 @@ from dormant.engine_core.triggers import (
 from dormant.persistence.routing import Router
 from dormant.persistence.settings import Settings
 from dormant.persistence.start_timers import start_instance_id
-from dormant.persistence.store import Store
+from dormant.persistence.store import NewInstance, Store
 from dormant.persistence.tables import deadlines, facts, instances, start_timers
 from dormant.scheduler import claim_due, fire
 from dormant.tasks.wire import redelivery
@@ -255,7 +255,7 @@ def start_root(driver: Driver, name: str, how: str) -> str | None:
     key = arg or _keys_of(name)[0]
     if kind == "none":
         instance_id = f"r0-{name}"
-        store.start(key, instance_id, {}, now=driver.now)
+        store.start(NewInstance(key, instance_id, {}), now=driver.now)
         return instance_id
     if kind == "message":
         out = driver.router.message(

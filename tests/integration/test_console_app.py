@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from dormant.engine_core.errors import InvalidSetting
+from dormant.persistence.store import NewInstance
 from dormant.tasks.console.config import ConsoleConfig, is_loopback
 from tests.integration.console.kit import MODEL
 
@@ -28,7 +29,8 @@ def app_client(db_url: str) -> Iterator[Any]:
     client = Client(db_url, "memory://")
     client.deploy(MODEL)
     client._store.start(
-        "payment", "inst-1", {"flag": "/nope"}, now=datetime.now(UTC), business_key="bk"
+        NewInstance("payment", "inst-1", {"flag": "/nope"}, business_key="bk"),
+        now=datetime.now(UTC),
     )
     app = create_app(ConsoleConfig(secret="s"), client=client)
     with TestClient(app, root_path="/ops") as tc:

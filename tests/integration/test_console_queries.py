@@ -18,6 +18,7 @@ from dormant.engine_core.checkpoint import WaitKind
 from dormant.engine_core.errors import InvalidOperation
 from dormant.engine_core.triggers import JobCompleted, JobFailed
 from dormant.persistence.console_queries import ConsoleQueries, IncidentFilter, InstanceFilter
+from dormant.persistence.store import NewInstance
 from tests.integration.console.kit import MODEL
 
 pytestmark = pytest.mark.integration
@@ -56,7 +57,7 @@ def _world(store: Any, now: datetime) -> dict[str, Any]:
         variables: dict[str, Any] = {"flag": "/nonexistent"}
         if 10 <= i < 20:
             variables["order"] = f"o-{i}"
-        store.start("payment", iid, variables, now=at, business_key=f"bk-{i % 3}")
+        store.start(NewInstance("payment", iid, variables, business_key=f"bk-{i % 3}"), now=at)
         if i < 10:
             store.apply(iid, JobFailed(wait_id=_job_wait(store, iid), error="boom"), at)
         elif i < 20:

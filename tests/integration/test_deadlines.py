@@ -13,7 +13,7 @@ from dormant.engine_core import engine
 from dormant.engine_core.checkpoint import decode
 from dormant.engine_core.errors import UnknownProcess
 from dormant.persistence.settings import Settings
-from dormant.persistence.store import Store
+from dormant.persistence.store import NewInstance, Store
 from dormant.scheduler import claim_due, fire
 from tests.integration.test_store import proc, timer_wait
 
@@ -22,9 +22,11 @@ def _arm(store: Store, now: datetime, n: int, due: datetime) -> None:
     store.deployments.deploy(proc(), now)
     for k in range(n):
         store.start(
-            "p",
-            f"i{k}",
-            {"_arm": [timer_wait("w1", due), timer_wait("w2", due + timedelta(days=1))]},
+            NewInstance(
+                "p",
+                f"i{k}",
+                {"_arm": [timer_wait("w1", due), timer_wait("w2", due + timedelta(days=1))]},
+            ),
             now=now,
         )
 
@@ -110,7 +112,7 @@ def _unpin(store: Store, now: datetime) -> None:
 
     with store.transaction() as conn:
         conn.execute(delete(definitions))
-    store._definitions.clear()
+    store.deployments._definitions.clear()
 
 
 def test_failed_fire_keeps_the_row(

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from sqlalchemy import select
 
 from dormant.engine_core.triggers import IncidentRetry
-from dormant.persistence.store import Store
+from dormant.persistence.store import NewInstance, Store
 from dormant.persistence.tables import decisions
 
 DMN = """<?xml version="1.0" encoding="UTF-8"?>
@@ -79,7 +79,7 @@ def test_deploy_dmn_and_bpmn_then_run(store: Store, now: datetime) -> None:
     assert again[0].deployment_key != deployed[0].deployment_key, "but it is a deployment"
     assert store.deployments.deploy(BPMN, now)[0].key == "dinner"
 
-    store.start("dinner", "i1", {"month": 10}, now=now)
+    store.start(NewInstance("dinner", "i1", {"month": 10}), now=now)
     view = store.queries.instance("i1")
     assert view.status == "completed"
     assert view.variables["dish"] == "Stew"
@@ -93,7 +93,7 @@ def test_deploy_dmn_and_bpmn_then_run(store: Store, now: datetime) -> None:
         ("dish", 2, True),
         ("season", 2, True),
     ]
-    store.start("dinner", "i2", {"month": 10}, now=now)
+    store.start(NewInstance("dinner", "i2", {"month": 10}), now=now)
     assert store.queries.instance("i2").variables["dish"] == "Goulash"
     with store.engine.connect() as conn:
         rows = conn.execute(
@@ -108,7 +108,7 @@ def test_undeployed_decision_is_an_incident_healed_by_deploy_and_retry(
     store: Store, now: datetime
 ) -> None:
     store.deployments.deploy(BPMN, now)
-    store.start("dinner", "i1", {"month": 3}, now=now)
+    store.start(NewInstance("dinner", "i1", {"month": 3}), now=now)
     view = store.queries.instance("i1")
     assert view.status == "active_incidents"
     [incident] = view.incidents

@@ -29,7 +29,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import OperationalError
 
 from dormant.persistence.settings import Settings
-from dormant.persistence.store import Store
+from dormant.persistence.store import NewInstance, Store
 from dormant.persistence.tables import deadlines, inbox
 from dormant.scheduler import deadlines as deadlines_module
 from dormant.scheduler.deadlines import Claim, claim_due
@@ -51,7 +51,7 @@ def park(store: Store, key: str, ids: list[str]) -> None:
     """Start instances whose timer is already due (started 5 s ago, in this process)."""
     past = datetime.now(UTC) - timedelta(seconds=5)
     for iid in ids:
-        store.start(key, iid, {}, now=past)
+        store.start(NewInstance(key, iid, {}), now=past)
 
 
 def claims_of(store: Store, n: int) -> list[Claim]:

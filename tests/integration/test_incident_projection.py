@@ -10,6 +10,7 @@ import pytest
 
 from dormant.engine_core.errors import InvalidOperation, UnknownIncident
 from dormant.engine_core.triggers import IncidentResolve, JobFailed, TaskCompleted
+from dormant.persistence.store import NewInstance
 
 MODEL = """<?xml version="1.0" encoding="UTF-8"?>
 <bpmn:definitions xmlns:bpmn="http://www.omg.org/spec/BPMN/20100524/MODEL"
@@ -39,8 +40,8 @@ MODEL = """<?xml version="1.0" encoding="UTF-8"?>
 
 def test_incidents_are_found_by_filter_and_id_in_every_state(store: Any, now: datetime) -> None:
     store.deployments.deploy(MODEL, now)
-    store.start("charge", "i-1", {}, now=now)
-    store.start("charge", "i-2", {}, now=now)
+    store.start(NewInstance("charge", "i-1", {}), now=now)
+    store.start(NewInstance("charge", "i-2", {}), now=now)
     (job_wait,) = store.queries.checkpoint("i-1").waits
     store.apply("i-1", JobFailed(wait_id=job_wait, error="card declined"), now)
     (open_incident,) = store.queries.incidents(state="open")
@@ -63,7 +64,7 @@ def test_resolving_a_gateway_that_still_has_no_flow_changes_nothing(
     store: Any, now: datetime
 ) -> None:
     store.deployments.deploy(MODEL, now)
-    store.start("gate", "g-1", {"amount": 1}, now=now)
+    store.start(NewInstance("gate", "g-1", {"amount": 1}), now=now)
     (incident,) = store.queries.incidents(instance_id="g-1")
     before = store.queries.checkpoint("g-1")
     with pytest.raises(InvalidOperation, match="cannot be resolved: no outgoing flow"):

@@ -20,7 +20,7 @@ from bench import sqlcount
 from bench.models import SERVICE
 from dormant.engine_core.effects import DispatchJob
 from dormant.engine_core.triggers import JobCompleted, JobErrorThrown, JobFailed
-from dormant.persistence.store import JobRun, Store
+from dormant.persistence.store import JobRun, NewInstance, Store
 from dormant.persistence.tables import deadlines, facts, outbox
 
 Outcome = JobCompleted | JobErrorThrown | JobFailed
@@ -71,7 +71,9 @@ def _rows(store: Store, table: Any, instance_id: str) -> int:
 
 def _ordinary(store: Store, instance_id: str, kind: str, now: datetime) -> Any:
     """Start, then the job's outcome in a transaction of its own (the broker's way)."""
-    started = store.start("bench_service", instance_id, {"n": 1}, now=now, trigger_id=instance_id)
+    started = store.start(
+        NewInstance("bench_service", instance_id, {"n": 1}, trigger_id=instance_id), now=now
+    )
     [row] = [r for r in started.outbox_rows if r.kind == "DispatchJob"]
     job = DispatchJob(**{k: v for k, v in row.payload.items() if k != "trigger_id"})
     store.apply(instance_id, _outcome(kind, job), now + timedelta(seconds=1), trigger_id="done")
@@ -86,7 +88,9 @@ def test_a_job_run_before_its_start_ends_where_the_ordinary_path_does(
     run = Runner(lambda job: JobRun(_outcome(kind, job), now + timedelta(seconds=1)))
     counter = sqlcount.TxCounter(store.engine)
     try:
-        applied = store.start("bench_service", "first", {"n": 1}, now=now, job_first=run)
+        applied = store.start(
+            NewInstance("bench_service", "first", {"n": 1}), now=now, job_first=run
+        )
         counts = counter.snapshot()
     finally:
         counter.close()
@@ -129,7 +133,9 @@ def test_a_job_that_sent_itself_to_the_broker_leaves_its_wait_and_no_dispatch(
 ) -> None:
     _deployed(store, now)
     applied = store.start(
-        "bench_service", "retried", {}, now=now, job_first=Runner(lambda job: JobRun(None, now))
+        NewInstance("bench_service", "retried", {}),
+        now=now,
+        job_first=Runner(lambda job: JobRun(None, now)),
     )
     assert store.queries.instance("retried").status == "active"
     assert [w.kind for w in store.queries.instance("retried").waits] == ["job"]
@@ -141,7 +147,7 @@ def test_a_job_that_sent_itself_to_the_broker_leaves_its_wait_and_no_dispatch(
 def test_a_job_not_run_is_dispatched_as_usual(store: Store, now: datetime) -> None:
     _deployed(store, now)
     run = Runner(lambda job: None)
-    applied = store.start("bench_service", "later", {}, now=now, job_first=run)
+    applied = store.start(NewInstance("bench_service", "later", {}), now=now, job_first=run)
     assert len(run.asked) == 1
     assert [r.kind for r in applied.outbox_rows] == ["DispatchJob"]
     assert _rows(store, outbox, "later") == 1
@@ -150,8 +156,10 @@ def test_a_job_not_run_is_dispatched_as_usual(store: Store, now: datetime) -> No
 def test_a_second_delivery_of_a_start_is_a_duplicate(store: Store, now: datetime) -> None:
     _deployed(store, now)
     run = Runner(lambda job: JobRun(_outcome("completed", job), now))
-    store.start("bench_service", "twice", {}, now=now, trigger_id="t", job_first=run)
-    again = store.start("bench_service", "twice", {}, now=now, trigger_id="t", job_first=run)
+    store.start(NewInstance("bench_service", "twice", {}, trigger_id="t"), now=now, job_first=run)
+    again = store.start(
+        NewInstance("bench_service", "twice", {}, trigger_id="t"), now=now, job_first=run
+    )
     assert again.duplicate and not again.changed
     assert store.queries.instance("twice").status == "completed"
 
@@ -169,11 +177,13 @@ def test_a_model_naming_no_job_it_may_run_is_started_in_its_own_transaction(
 
     store.deployments.deploy(SERVICE, now)
     run = Runner(lambda job: None)
-    store.start("bench_service", "unseen", {}, now=now, job_first=run)
+    store.start(NewInstance("bench_service", "unseen", {}), now=now, job_first=run)
     never = Never(lambda job: None)
     counter = sqlcount.TxCounter(store.engine)
     try:
-        applied = store.start("bench_service", "no-eager", {}, now=now, job_first=never)
+        applied = store.start(
+            NewInstance("bench_service", "no-eager", {}), now=now, job_first=never
+        )
         counts = counter.snapshot()
     finally:
         counter.close()

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from dormant.persistence.store import NewInstance
 from tests.integration.conftest import JOBS_MODULE, Proc, Stack, _urls, wait_for
 from tests.integration.test_tasks import MESSAGE_DEF, TIMER, job, linear
 
@@ -182,7 +183,7 @@ def test_deadline_inbox_and_outbox_backlogs_rise_while_beat_is_away_then_drain(
         # a producer that died between its inbox write and its publish
         inbox.record(c._store.engine, "dormant.signal", "signal.m-nobody", {"name": "m-nobody"})
         # a committed step whose publisher died before publishing its outbox row
-        c._store.start("m-throw", "m-throw-1", {}, now=clock.now())
+        c._store.start(NewInstance("m-throw", "m-throw-1", {}), now=clock.now())
         wait_for(lambda: metered.value("dormant_deadlines_due") == 1, what="the timer due")
         scraped = metered.scrape()
         assert scraped[("dormant_inbox_backlog", frozenset())] == 1

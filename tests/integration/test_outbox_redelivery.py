@@ -16,6 +16,7 @@ from sqlalchemy import func, select
 
 from dormant.persistence import clock
 from dormant.persistence.settings import Settings
+from dormant.persistence.store import NewInstance
 from dormant.persistence.tables import outbox
 from tests.integration.conftest import Stack
 
@@ -66,7 +67,7 @@ def test_a_follow_up_lost_by_the_broker_is_published_again(bare_stack: Stack) ->
     store: Any = s.client._store
     app_module.configure(Settings.from_env(database_url=s.database_url, broker_url=s.broker_url))
     try:
-        started = store.start("parent", "p-1", {"n": 21}, now=clock.now())
+        started = store.start(NewInstance("parent", "p-1", {"n": 21}), now=clock.now())
         assert publish_ids(started.outbox_ids) == 1  # the child's start is on the broker...
     finally:
         app_module.configure(Settings.from_env())
@@ -95,7 +96,7 @@ def test_a_published_follow_up_is_kept_until_its_own_consumer_acknowledges_it(
     from datetime import timedelta
 
     store.deployments.deploy(MODELS, now)
-    (row_id,) = store.start("parent", "p-2", {"n": 1}, now=now).outbox_ids
+    (row_id,) = store.start(NewInstance("parent", "p-2", {"n": 1}), now=now).outbox_ids
     (row,) = store.outbox.outbox_rows([row_id])
     store.outbox.mark_published(row_id, until_consumed=True)
     assert store.outbox.pending_outbox(0, now=now) == []  # published: not the sweeper's, yet

@@ -22,7 +22,7 @@ from bench.models import SERVICE
 from dormant.engine_core.triggers import JobCompleted
 from dormant.persistence.published_jobs import PublishedJobs
 from dormant.persistence.settings import Settings
-from dormant.persistence.store import Store
+from dormant.persistence.store import NewInstance, Store
 from dormant.persistence.tables import outbox
 from tests.integration.conftest import wait_for
 
@@ -41,7 +41,9 @@ def pg_store(pg_url: str) -> Iterator[Store]:
 
 def _job_row(store: Store, instance_id: str) -> int:
     """Start ``instance_id``: the id of the job row its start wrote."""
-    (row_id,) = store.start("bench_service", instance_id, {}, now=datetime.now(UTC)).outbox_ids
+    (row_id,) = store.start(
+        NewInstance("bench_service", instance_id, {}), now=datetime.now(UTC)
+    ).outbox_ids
     return row_id
 
 
@@ -80,7 +82,7 @@ def test_the_next_write_carries_the_delete_and_a_rollback_gives_the_ids_back(
     pg_store.outbox.job_published(first)
 
     # A redelivered start: its write statement meets the instance and rolls back.
-    again = pg_store.start("bench_service", f"ride-{tag}-a", {}, now=datetime.now(UTC))
+    again = pg_store.start(NewInstance("bench_service", f"ride-{tag}-a", {}), now=datetime.now(UTC))
     assert again.duplicate
     assert pg_store.outbox.published_jobs.pending() == [first]  # given back by the rollback
     assert _exists(pg_store, first)

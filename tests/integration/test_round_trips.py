@@ -26,7 +26,7 @@ from dormant.engine_core.triggers import JobCompleted
 from dormant.persistence import round_trips
 from dormant.persistence.routing import Router
 from dormant.persistence.settings import Settings
-from dormant.persistence.store import Store
+from dormant.persistence.store import NewInstance, Store
 from dormant.tasks.wire import redelivery
 from tests.conftest import _truncate
 
@@ -116,7 +116,7 @@ def test_a_message_trigger_is_two_round_trips(
     now = datetime.now(UTC)
     router = Router(pg_store, redelivery)
     for n in (0, 1):
-        pg_store.start("bench_message", f"rt-{n}", {"orderId": f"rt-{n}"}, now=now)
+        pg_store.start(NewInstance("bench_message", f"rt-{n}", {"orderId": f"rt-{n}"}), now=now)
     router.message("bench-go", "rt-0", {}, message_id="rt-0", ttl_seconds=None, now=now)
 
     sent = Sent(monkeypatch)
@@ -132,9 +132,9 @@ def test_a_start_and_a_job_result_are_two_round_trips_each(
     pg_store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     now = datetime.now(UTC)
-    pg_store.start("bench_service", "warm", {}, now=now)  # the definition is cached
+    pg_store.start(NewInstance("bench_service", "warm", {}), now=now)  # the definition is cached
     sent = Sent(monkeypatch)
-    started = pg_store.start("bench_service", "rt-s", {}, now=now)
+    started = pg_store.start(NewInstance("bench_service", "rt-s", {}), now=now)
     assert started.changed and started.outbox_rows
     assert sent.groups == [["BEGIN", "SELECT"], ["WITH", "COMMIT"]]  # definition, write
 
@@ -154,8 +154,8 @@ def test_a_redelivered_start_and_a_repeated_trigger_change_nothing(pg_store: Sto
     trigger id applied meanwhile, must fail the write itself: a unique violation rolls
     the whole statement back (never written-then-committed, then noticed)."""
     now = datetime.now(UTC)
-    first = pg_store.start("bench_service", "rt-dup", {}, now=now)
-    again = pg_store.start("bench_service", "rt-dup", {}, now=now)
+    first = pg_store.start(NewInstance("bench_service", "rt-dup", {}), now=now)
+    again = pg_store.start(NewInstance("bench_service", "rt-dup", {}), now=now)
     assert first.changed and not again.changed and again.duplicate
     with pg_store.read() as conn:
         rows = conn.execute(text("SELECT count(*) FROM outbox")).scalar_one()
@@ -200,7 +200,7 @@ def test_an_exception_inside_a_pipeline_rolls_back_and_never_pools_the_connectio
     half sent or half read: the transaction is rolled back and the connection
     invalidated, so no later trigger reads the answers it left on the wire."""
     now = datetime.now(UTC)
-    pg_store.start("bench_service", "rt-int", {}, now=now)
+    pg_store.start(NewInstance("bench_service", "rt-int", {}), now=now)
     [job] = pg_store.queries.holds("rt-int")["deadlines"]
     trigger = JobCompleted(wait_id=job["wait_id"], variables={})
     invalidated: list[object] = []
@@ -266,7 +266,7 @@ def test_a_start_whose_job_ran_first_is_a_read_then_one_round_trip(
             return JobRun(JobCompleted(wait_id=job.wait_id, variables={}), now)
 
     now = datetime.now(UTC)
-    pg_store.start("bench_service", "warm", {}, now=now)  # the model is loaded
+    pg_store.start(NewInstance("bench_service", "warm", {}), now=now)  # the model is loaded
     executed: list[str] = []
     execute = Connection.execute
 
@@ -276,7 +276,7 @@ def test_a_start_whose_job_ran_first_is_a_read_then_one_round_trip(
 
     monkeypatch.setattr(Connection, "execute", counted)
     sent = Sent(monkeypatch)
-    done = pg_store.start("bench_service", "rt-first", {}, now=now, job_first=Runner())
+    done = pg_store.start(NewInstance("bench_service", "rt-first", {}), now=now, job_first=Runner())
     assert done.status == "completed"
     assert sent.outside == ["SELECT"]  # the definition, on its own
     assert sent.groups == [["BEGIN", "WITH", "COMMIT"]]

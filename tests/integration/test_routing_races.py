@@ -14,7 +14,7 @@ import pytest
 
 from dormant.engine_core.correlation import Holder
 from dormant.persistence.routing import Router
-from dormant.persistence.store import Store
+from dormant.persistence.store import NewInstance, Store
 from dormant.tasks.wire import redelivery
 
 LOOP = """<?xml version="1.0" encoding="UTF-8"?>
@@ -60,7 +60,7 @@ class LaggingRouter(Router):
 
 def test_a_message_whose_wait_was_replaced_is_correlated_again(store: Any, now: datetime) -> None:
     store.deployments.deploy(LOOP, now)
-    store.start("loop", "i-1", {"key": "k", "hits": 0}, now=now)
+    store.start(NewInstance("loop", "i-1", {"key": "k", "hits": 0}), now=now)
     (old_wait,) = store.queries.checkpoint("i-1").waits
     Router(store, redelivery).message("tick", "k", {}, message_id="m-1", ttl_seconds=None, now=now)
     assert store.queries.instance("i-1").variables["hits"] == 1  # the loop re-armed a new wait
@@ -81,8 +81,8 @@ def test_a_crash_between_two_holders_is_healed_by_the_producers_retry(
     holder alone, tests/security/test_fanout.py.)"""
     store.deployments.deploy(LOOP, now)
     store.deployments.deploy(LOOP.replace('id="loop"', 'id="loop2"'), now)
-    store.start("loop", "a", {"key": "k", "hits": 0}, now=now)
-    store.start("loop2", "b", {"key": "k", "hits": 0}, now=now)
+    store.start(NewInstance("loop", "a", {"key": "k", "hits": 0}), now=now)
+    store.start(NewInstance("loop2", "b", {"key": "k", "hits": 0}), now=now)
     real_apply = store.apply
 
     def crash(*args: Any, **kwargs: Any) -> Any:
@@ -113,7 +113,7 @@ def test_a_single_holder_records_the_message_in_its_own_transaction(
     store: Any, now: datetime
 ) -> None:
     store.deployments.deploy(LOOP, now)
-    store.start("loop", "solo", {"key": "s", "hits": 0}, now=now)
+    store.start(NewInstance("loop", "solo", {"key": "s", "hits": 0}), now=now)
     first = Router(store, redelivery).message(
         "tick", "s", {}, message_id="m-9", ttl_seconds=None, now=now
     )

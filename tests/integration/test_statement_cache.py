@@ -28,7 +28,7 @@ from dormant.persistence import deployments, round_trips, routing, writes
 from dormant.persistence import store as store_module
 from dormant.persistence.routing import Router
 from dormant.persistence.settings import Settings
-from dormant.persistence.store import Store
+from dormant.persistence.store import NewInstance, Store
 from dormant.tasks.wire import redelivery
 from tests.conftest import _truncate
 
@@ -60,16 +60,16 @@ def pg_store(pg_url: str) -> Iterator[Store]:
 
 
 def _round(store: Store, router: Router, n: int, now: datetime) -> None:
-    store.start("bench_message", f"m-{n}", {"orderId": f"m-{n}"}, now=now)
+    store.start(NewInstance("bench_message", f"m-{n}", {"orderId": f"m-{n}"}), now=now)
     router.message("bench-go", f"m-{n}", {}, message_id=f"msg-{n}", ttl_seconds=None, now=now)
     # Job rows published (as tasks/outbox.py does) before a write that carries their
     # DELETE: a start carries one, the first job's result n + 1 (1, then 2).
     rows = [
-        store.start("bench_service", f"s-{n}-{k}", {"i": n}, now=now).outbox_ids[0]
+        store.start(NewInstance("bench_service", f"s-{n}-{k}", {"i": n}), now=now).outbox_ids[0]
         for k in range(n + 2)
     ]
     store.outbox.job_published(rows[0])
-    store.start("bench_message", f"m-{n}-b", {"orderId": f"m-{n}-b"}, now=now)
+    store.start(NewInstance("bench_message", f"m-{n}-b", {"orderId": f"m-{n}-b"}), now=now)
     assert store.outbox.published_jobs.pending() == []  # the start's statement took it
     for row_id in rows[1:]:
         store.outbox.job_published(row_id)
@@ -78,7 +78,7 @@ def _round(store: Store, router: Router, n: int, now: datetime) -> None:
         f"s-{n}-0", JobCompleted(wait_id=job["wait_id"], variables={}), now, trigger_id=f"s-{n}:j"
     )
     assert store.outbox.published_jobs.pending() == []  # the result's statement took them
-    store.start("cached_tasks", f"t-{n}", {"team": ["x", "y"]}, now=now)
+    store.start(NewInstance("cached_tasks", f"t-{n}", {"team": ["x", "y"]}), now=now)
     [task] = store.queries.user_tasks(f"t-{n}")
     _, wait_id = store.queries.task(task.id)
     store.apply(f"t-{n}", TaskCompleted(wait_id=wait_id), now, trigger_id=f"t-{n}:done")
@@ -150,7 +150,7 @@ def test_a_message_with_one_holder_is_two_statements_in_one_transaction(
     pg_store.deployments.deploy(MESSAGE, now)
     router = Router(pg_store, redelivery)
     for n in (0, 1):
-        pg_store.start("bench_message", f"one-{n}", {"orderId": f"one-{n}"}, now=now)
+        pg_store.start(NewInstance("bench_message", f"one-{n}", {"orderId": f"one-{n}"}), now=now)
     router.message("bench-go", "one-0", {}, message_id="one-0", ttl_seconds=None, now=now)
 
     statements: list[tuple[str, bool]] = []

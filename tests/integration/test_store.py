@@ -12,7 +12,7 @@ from dormant.engine_core.errors import NotMigrated, UnknownInstance, UnknownProc
 from dormant.engine_core.triggers import Cancel, MessageReceived, TaskCompleted, TimerFired
 from dormant.persistence import migrate
 from dormant.persistence.settings import Settings
-from dormant.persistence.store import Store
+from dormant.persistence.store import NewInstance, Store
 
 PROC = """<?xml version="1.0" encoding="UTF-8"?>
 <bpmn:definitions xmlns:bpmn="http://www.omg.org/spec/BPMN/20100524/MODEL"
@@ -101,13 +101,13 @@ def test_deploy_versions(store: Store, now: datetime, fake_core: None) -> None:
     assert [(d.version, d.created) for d in store.deployments.deploy(proc().encode(), now)] == [
         (1, False)
     ]
-    store.start("p", "i1", {"_arm": [task_wait("w1")]}, now=now)
+    store.start(NewInstance("p", "i1", {"_arm": [task_wait("w1")]}), now=now)
     assert [
         (d.version, d.created) for d in store.deployments.deploy(proc(extra=' name="End"'), now)
     ] == [(2, True)]
     assert store.deployments.definition("p")[1] == 2
     assert store.queries.instance("i1").version == 1  # pinned
-    store.start("p", "i2", {"_arm": [task_wait("w1")]}, now=now)
+    store.start(NewInstance("p", "i2", {"_arm": [task_wait("w1")]}), now=now)
     assert store.queries.instance("i2").version == 2
     with pytest.raises(
         UnknownProcess, match="process 'p' has no version 3; deployed versions: 1, 2"
@@ -124,11 +124,16 @@ def test_start_apply_round_trip_and_hold_sync(store: Store, now: datetime, fake_
     store.deployments.deploy(proc(), now)
     due = now + timedelta(minutes=5)
     a = store.start(
-        "p",
-        "i1",
-        {"x": 1, "_arm": [timer_wait("w1", due), msg_wait("w2", "paid", "o-1"), task_wait("w3")]},
+        NewInstance(
+            "p",
+            "i1",
+            {
+                "x": 1,
+                "_arm": [timer_wait("w1", due), msg_wait("w2", "paid", "o-1"), task_wait("w3")],
+            },
+            business_key="b1",
+        ),
         now=now,
-        business_key="b1",
     )
     assert (a.revision, a.status, a.changed) == (1, "active", True)
     holds = store.queries.holds("i1")
@@ -164,8 +169,8 @@ def test_start_apply_round_trip_and_hold_sync(store: Store, now: datetime, fake_
 
 def test_start_is_idempotent_on_instance_id(store: Store, now: datetime, fake_core: None) -> None:
     store.deployments.deploy(proc(), now)
-    store.start("p", "i1", {"_arm": [task_wait("w1")]}, now=now)
-    again = store.start("p", "i1", {"_arm": [task_wait("w9")]}, now=now)
+    store.start(NewInstance("p", "i1", {"_arm": [task_wait("w1")]}), now=now)
+    again = store.start(NewInstance("p", "i1", {"_arm": [task_wait("w9")]}), now=now)
     assert (again.changed, again.duplicate, again.revision) == (False, True, 1)
     assert store.queries.counts()["user_tasks"] == 1
 
@@ -177,7 +182,7 @@ def test_unknown_instance(store: Store, now: datetime) -> None:
 
 def test_processed_trigger_id_dedup_and_stale(store: Store, now: datetime, fake_core: None) -> None:
     store.deployments.deploy(proc(), now)
-    store.start("p", "i1", {"_arm": [task_wait("w1"), task_wait("w2")]}, now=now)
+    store.start(NewInstance("p", "i1", {"_arm": [task_wait("w1"), task_wait("w2")]}), now=now)
     first = store.apply("i1", TaskCompleted(wait_id="w1"), now, trigger_id="t-1")
     dup = store.apply("i1", TaskCompleted(wait_id="w2"), now, trigger_id="t-1")
     assert first.changed and (dup.changed, dup.duplicate, dup.revision) == (False, True, 2)
@@ -188,7 +193,7 @@ def test_processed_trigger_id_dedup_and_stale(store: Store, now: datetime, fake_
 
 def test_outbox_rows_in_the_same_transaction(store: Store, now: datetime, fake_core: None) -> None:
     store.deployments.deploy(proc(), now)
-    a = store.start("p", "i1", {"_job": "charge", "_arm": [task_wait("w1")]}, now=now)
+    a = store.start(NewInstance("p", "i1", {"_job": "charge", "_arm": [task_wait("w1")]}), now=now)
     rows = store.outbox.outbox_rows(a.outbox_ids)
     assert [(r.kind, r.payload["job_type"], r.payload["instance_id"]) for r in rows] == [
         ("DispatchJob", "charge", "i1")
@@ -207,7 +212,7 @@ def test_a_failing_step_writes_nothing(
     from dormant.engine_core import engine
 
     store.deployments.deploy(proc(), now)
-    store.start("p", "i1", {"_arm": [task_wait("w1")]}, now=now)
+    store.start(NewInstance("p", "i1", {"_arm": [task_wait("w1")]}), now=now)
     before = store.queries.counts()
 
     def boom(*a: Any, **k: Any) -> Any:
@@ -227,7 +232,10 @@ def test_row_lock_serialises_concurrent_triggers(
     n = 24
     store.deployments.deploy(proc(), now)
     store.start(
-        "p", "i1", {"_arm": [task_wait(f"w{k}") for k in range(n)] + [task_wait("keep")]}, now=now
+        NewInstance(
+            "p", "i1", {"_arm": [task_wait(f"w{k}") for k in range(n)] + [task_wait("keep")]}
+        ),
+        now=now,
     )
     errors: list[BaseException] = []
 

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 
 from dormant.engine_core.triggers import Cancel, TaskCompleted
 from dormant.persistence.routing import Router
-from dormant.persistence.store import Store
+from dormant.persistence.store import NewInstance, Store
 from dormant.scheduler import claim_due, fire
 from dormant.tasks.wire import redelivery
 
@@ -58,7 +58,7 @@ ORDER = f"""<?xml version="1.0" encoding="UTF-8"?>
 
 def test_timer_then_user_task(store: Store, now: datetime) -> None:
     store.deployments.deploy(TIMER_THEN_TASK, now)
-    a = store.start("wait", "i1", {"x": 1}, now=now)
+    a = store.start(NewInstance("wait", "i1", {"x": 1}), now=now)
     assert a.status == "active"
     [dl] = store.queries.holds("i1")["deadlines"]
     assert dl["due_at"] == now + timedelta(hours=1)
@@ -77,7 +77,7 @@ def test_timer_then_user_task(store: Store, now: datetime) -> None:
 
 def test_cancel_withdraws_every_hold(store: Store, now: datetime) -> None:
     store.deployments.deploy(TIMER_THEN_TASK, now)
-    store.start("wait", "i1", {}, now=now)
+    store.start(NewInstance("wait", "i1", {}), now=now)
     store.apply("i1", Cancel(), now)
     assert store.queries.instance("i1").status == "terminated"
     assert store.queries.counts()["deadlines"] == 0

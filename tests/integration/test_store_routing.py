@@ -10,7 +10,7 @@ import pytest
 from dormant.engine_core.errors import InvalidMessage, InvalidVariables
 from dormant.engine_core.triggers import MessageReceived
 from dormant.persistence.routing import Router
-from dormant.persistence.store import Store
+from dormant.persistence.store import NewInstance, Store
 from dormant.tasks.wire import redelivery
 from tests.integration.test_store import msg_wait, proc, task_wait
 
@@ -36,8 +36,8 @@ def router(store: Store, now: datetime, fake_core: None) -> Router:
 
 
 def test_key_match_and_mismatch(store: Store, router: Router, now: datetime) -> None:
-    store.start("p", "i1", {"_arm": [msg_wait("w1", "paid", "o-1")]}, now=now)
-    store.start("p", "i2", {"_arm": [msg_wait("w1", "paid", "o-2")]}, now=now)
+    store.start(NewInstance("p", "i1", {"_arm": [msg_wait("w1", "paid", "o-1")]}), now=now)
+    store.start(NewInstance("p", "i2", {"_arm": [msg_wait("w1", "paid", "o-2")]}), now=now)
     out = router.message("paid", "o-1", {"amount": 3}, message_id="m-1", ttl_seconds=None, now=now)
     assert out.delivered_to == ["i1"] and not out.buffered
     assert store.queries.instance("i1").status == "completed"
@@ -48,7 +48,10 @@ def test_key_match_and_mismatch(store: Store, router: Router, now: datetime) -> 
 
 def test_message_id_is_idempotent(store: Store, router: Router, now: datetime) -> None:
     store.start(
-        "p", "i1", {"_arm": [msg_wait("w1", "paid", "o-1"), msg_wait("w2", "paid", "o-1")]}, now=now
+        NewInstance(
+            "p", "i1", {"_arm": [msg_wait("w1", "paid", "o-1"), msg_wait("w2", "paid", "o-1")]}
+        ),
+        now=now,
     )
     router.message("paid", "o-1", {}, message_id="m-1", ttl_seconds=None, now=now)
     again = router.message("paid", "o-1", {}, message_id="m-1", ttl_seconds=None, now=now)
@@ -69,7 +72,7 @@ def test_buffered_message_is_delivered_to_a_later_subscription(
     out = router.message("paid", "o-1", {"amount": 5}, message_id="m-1", ttl_seconds=60, now=now)
     assert out.buffered
     later = now + timedelta(seconds=30)
-    a = store.start("p", "i1", {"_arm": [msg_wait("w1", "paid", "o-1")]}, now=later)
+    a = store.start(NewInstance("p", "i1", {"_arm": [msg_wait("w1", "paid", "o-1")]}), now=later)
     [row] = store.outbox.outbox_rows(a.outbox_ids)
     assert row.kind == "DeliverBuffered"
     assert (row.payload["instance_id"], row.payload["wait_id"], row.payload["message_id"]) == (
@@ -78,7 +81,7 @@ def test_buffered_message_is_delivered_to_a_later_subscription(
         "m-1",
     )
     # A second subscriber does not get the same message: delivered exactly once.
-    b = store.start("p", "i2", {"_arm": [msg_wait("w1", "paid", "o-1")]}, now=later)
+    b = store.start(NewInstance("p", "i2", {"_arm": [msg_wait("w1", "paid", "o-1")]}), now=later)
     assert b.outbox_ids == []
     # The relay applies it (twice, as a redelivery would): once only.
     p = row.payload
@@ -99,7 +102,8 @@ def test_expired_buffered_message_is_not_delivered(
 ) -> None:
     router.message("paid", "o-1", {}, message_id="m-1", ttl_seconds=10, now=now)
     a = store.start(
-        "p", "i1", {"_arm": [msg_wait("w1", "paid", "o-1")]}, now=now + timedelta(seconds=11)
+        NewInstance("p", "i1", {"_arm": [msg_wait("w1", "paid", "o-1")]}),
+        now=now + timedelta(seconds=11),
     )
     assert a.outbox_ids == []
 
@@ -107,7 +111,7 @@ def test_expired_buffered_message_is_not_delivered(
 def test_no_ttl_is_not_buffered(store: Store, router: Router, now: datetime) -> None:
     out = router.message("paid", "o-1", {}, message_id="m-1", ttl_seconds=0, now=now)
     assert not out.buffered
-    a = store.start("p", "i1", {"_arm": [msg_wait("w1", "paid", "o-1")]}, now=now)
+    a = store.start(NewInstance("p", "i1", {"_arm": [msg_wait("w1", "paid", "o-1")]}), now=now)
     assert a.outbox_ids == []
 
 
@@ -175,8 +179,8 @@ def test_racing_keyed_starts_make_one_instance(store: Store, router: Router, now
 
 def test_signal_broadcast(store: Store, router: Router, now: datetime) -> None:
     sig = {"id": "w1", "kind": "signal", "role": "node", "node_id": "s", "signal_name": "go"}
-    store.start("p", "i1", {"_arm": [sig]}, now=now)
-    store.start("p", "i2", {"_arm": [sig]}, now=now)
+    store.start(NewInstance("p", "i1", {"_arm": [sig]}), now=now)
+    store.start(NewInstance("p", "i2", {"_arm": [sig]}), now=now)
     out = router.signal("go", {}, signal_id="s-1", now=now)
     assert sorted(out.delivered_to) == ["i1", "i2"]
     assert store.queries.counts()["subscriptions"] == 0

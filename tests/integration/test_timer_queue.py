@@ -113,7 +113,7 @@ def test_a_backlog_in_dormant_does_not_delay_a_timer(bare_stack: Stack) -> None:
     import redis
 
     from dormant.persistence.settings import Settings
-    from dormant.persistence.store import Store
+    from dormant.persistence.store import NewInstance, Store
 
     stack = bare_stack
     r: Any = redis.Redis.from_url(stack.broker_url)
@@ -126,7 +126,7 @@ def test_a_backlog_in_dormant_does_not_delay_a_timer(bare_stack: Stack) -> None:
         settings=Settings.from_env(database_url=stack.database_url, broker_url=stack.broker_url)
     )
     try:
-        store.start(key, "timed", {}, now=datetime.now(UTC))
+        store.start(NewInstance(key, "timed", {}), now=datetime.now(UTC))
     finally:
         store.close()
     # The backlog: messages nobody waits for, cheap to apply, queued before any worker.

@@ -166,7 +166,7 @@ def test_failed_fire_keeps_the_row_and_backs_off(store: Store, now: datetime) ->
     store.deployments.deploy(timer_start("timeDate", "2025-03-08T00:00:00Z"), now)
     with store.engine.begin() as conn:  # the pinned version is not deployed here
         conn.execute(delete(definitions))
-    store._definitions.clear()
+    store.deployments._definitions.clear()
     [claim] = claim_due(store, now)
     outcome = fire(store, claim.instance_id, claim.wait_id, claim.claim_token, now, claim.kind)
     assert outcome.status == "failed" and outcome.retry_at is not None

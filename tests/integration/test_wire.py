@@ -20,7 +20,7 @@ from dormant.engine_core.errors import DormantError
 from dormant.engine_core.inputs import DEFAULT_LIMITS
 from dormant.engine_core.triggers import Continue, MessageReceived
 from dormant.persistence.routing import Router
-from dormant.persistence.store import Store
+from dormant.persistence.store import NewInstance, Store
 from dormant.tasks import wire
 from dormant.tasks.app import BINDING_KEYS, app
 from dormant.tasks.client import Client
@@ -169,7 +169,7 @@ def test_a_failed_delivery_is_kept_as_the_wires_apply_trigger(
     store: Store, now: datetime, fake_core: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store.deployments.deploy(proc(), now)
-    store.start("p", "i1", {"_arm": [msg_wait("w1", "paid", "o-1")]}, now=now)
+    store.start(NewInstance("p", "i1", {"_arm": [msg_wait("w1", "paid", "o-1")]}), now=now)
 
     real_apply_found = store.apply_found
 

@@ -217,14 +217,14 @@ def test_an_instance_start_eager_job_end_costs_one_write_transaction(
 def test_a_duplicate_seen_from_an_older_snapshot_is_caught_at_the_write(
     pg_url: str,
 ) -> None:
-    from dormant.persistence.store import Store
+    from dormant.persistence.store import NewInstance, Store
 
     store = Store(pg_url)
     now = datetime.now(UTC)
     try:
         store.deployments.deploy(MESSAGE, now)
         iid = f"dup-{uuid.uuid4().hex[:6]}"
-        store.start("bench_message", iid, {"orderId": iid}, now=now)
+        store.start(NewInstance("bench_message", iid, {"orderId": iid}), now=now)
         with store.read() as conn:
             (wait_id,) = conn.execute(
                 text("SELECT wait_id FROM subscriptions WHERE instance_id = :i"), {"i": iid}
@@ -287,7 +287,7 @@ def test_a_message_with_two_holders_costs_one_write_transaction_per_holder(
     processes: a message correlates once per process id."""
     from dormant.persistence import inbox
     from dormant.persistence.routing import Router
-    from dormant.persistence.store import Store
+    from dormant.persistence.store import NewInstance, Store
     from dormant.tasks.wire import redelivery
 
     store = Store(pg_url)
@@ -297,7 +297,7 @@ def test_a_message_with_two_holders_costs_one_write_transaction_per_holder(
         store.deployments.deploy(MESSAGE.replace('id="bench_message"', 'id="bench_message_b"'), now)
         key = f"two-{uuid.uuid4().hex[:6]}"
         for i, process in enumerate(("bench_message", "bench_message_b")):
-            store.start(process, f"{key}-{i}", {"orderId": key}, now=now)
+            store.start(NewInstance(process, f"{key}-{i}", {"orderId": key}), now=now)
         inbox_id = inbox.record(store.engine, "dormant.message", "message.bench-go", {})
         counter = sqlcount.TxCounter(store.engine)
         try:

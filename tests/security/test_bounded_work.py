@@ -101,12 +101,12 @@ def test_the_continuation_is_an_outbox_row_kept_until_consumed_and_idempotent(
     runs the loop on once."""
     from dormant.engine_core.triggers import Continue
     from dormant.persistence.settings import Settings
-    from dormant.persistence.store import Store
+    from dormant.persistence.store import NewInstance, Store
 
     store = Store(settings=Settings(database_url=db_url, step_budget=20))
     try:
         store.deployments.deploy(LOOP, now)
-        first = store.start("spin", "spin-1", {"i": 0}, now=now)
+        first = store.start(NewInstance("spin", "spin-1", {"i": 0}), now=now)
         (row,) = store.outbox.outbox_rows(first.outbox_ids)
         assert row.kind == "ContinueInstance"
         assert row.payload["instance_id"] == "spin-1"
