@@ -16,44 +16,17 @@ from typing import Any
 
 import click
 
-from dormant.engine_core.errors import DormantError, InvalidVariables
+from dormant.engine_core.errors import DormantError
 from dormant.persistence import clock
+from dormant.tasks.cli_common import make_client as _client
+from dormant.tasks.cli_common import parse_vars
+from dormant.tasks.cli_common import var_option as _var
 from dormant.tasks.cli_deployments import register as register_deployments
 from dormant.tasks.cli_operations import register as register_operations
 from dormant.tasks.display import emit as _emit
 from dormant.tasks.display import output_options as _output
 
-__all__ = ["cli", "main", "parse_vars"]
-
-
-def parse_vars(pairs: tuple[str, ...]) -> dict[str, Any]:
-    """``("a=1", "b=x")`` → ``{"a": 1, "b": "x"}``."""
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        name, sep, raw = pair.partition("=")
-        if not sep or not name:
-            raise InvalidVariables(f"--var {pair!r} is not of the form name=value")
-        try:
-            out[name] = json.loads(raw)
-        except ValueError:
-            out[name] = raw
-        except RecursionError:
-            raise InvalidVariables(
-                f"--var {name[:60]}: the value is nested too deep to read "
-                "(DORMANT_MAX_VARIABLES_DEPTH)"
-            ) from None
-    return out
-
-
-def _client() -> Any:
-    from dormant.tasks.client import Client
-
-    return Client()
-
-
-_var = click.option(
-    "--var", "vars_", multiple=True, metavar="K=V", help="a variable (JSON value or string)"
-)
+__all__ = ["cli", "main"]
 
 
 @click.group()
@@ -144,7 +117,7 @@ def tasks_list(
     """Open user tasks: id, instance, node, name, assignee, candidates, due date,
     priority, state, age."""
     from dormant.engine_core.views import to_dict
-    from dormant.tasks.cli_operations import when
+    from dormant.tasks.cli_common import parse_when as when
     from dormant.tasks.display import task_columns
 
     columns = task_columns(clock.now())

@@ -12,44 +12,19 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
 import click
 
 from dormant.engine_core.checkpoint import ROOT_SCOPE
-from dormant.engine_core.errors import InvalidOperation
 from dormant.persistence.batches import BatchView
 from dormant.persistence.selection import Selector
+from dormant.tasks.cli_common import make_client as _client
+from dormant.tasks.cli_common import parse_node_pairs as _pairs
+from dormant.tasks.cli_common import parse_vars
+from dormant.tasks.cli_common import parse_when as when
 
-__all__ = ["register", "when"]
-
-
-def _client() -> Any:
-    from dormant.tasks.cli import _client as make
-
-    return make()
-
-
-def when(value: str | None) -> datetime | None:
-    """An ISO 8601 option; a time without a zone is UTC."""
-    if value is None:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError as exc:
-        raise InvalidOperation(f"{value!r} is not an ISO 8601 date-time") from exc
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
-
-
-def _pairs(values: tuple[str, ...], option: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for pair in values:
-        old, sep, new = pair.partition("=")
-        if not sep or not old or not new:
-            raise InvalidOperation(f"{option} {pair!r} is not of the form old_node=new_node")
-        out[old] = new
-    return out
+__all__ = ["register"]
 
 
 def _common(kind: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -210,8 +185,6 @@ def register(cli: click.Group, instances: click.Group, incidents: click.Group) -
         instance_id: str, vars_: tuple[str, ...], unset: tuple[str, ...], scope: str, retry: bool
     ) -> None:
         """Set or remove variables of an instance (validated as a start's are)."""
-        from dormant.tasks.cli import parse_vars
-
         variables = parse_vars(vars_)
         _client().set_variables(instance_id, variables, unset, scope=scope, retry_incidents=retry)
         names = ", ".join([*variables, *(f"-{n}" for n in unset)])
