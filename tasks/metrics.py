@@ -42,6 +42,7 @@ from dormant.engine_core.checkpoint import IncidentState
 from dormant.persistence import store as store_module
 from dormant.persistence.results import TriggerResult, raised_incidents
 from dormant.persistence.store import Applied
+from dormant.tasks import tracing
 
 __all__ = [
     "DatabaseCollector",
@@ -159,8 +160,6 @@ def summary(result: TriggerResult | None) -> str:
 
 def record_trigger(kind: str, result: TriggerResult | None, seconds: float | None = None) -> str:
     """Count one finished trigger and what its committed step(s) raised and timed out."""
-    from dormant.tasks import tracing
-
     outcome = outcome_of(result)
     TRIGGERS_APPLIED.labels(kind, outcome).inc()
     tracing.annotate(outcome, applied_of(result))
@@ -185,7 +184,6 @@ def observe_trigger(run: Callable[..., None]) -> Callable[..., str | None]:
     The shell's ``call`` is wrapped to see its result or exception: the shell itself
     maps exceptions (retry, drop, re-raise) and must keep doing so unchanged.
     """
-    from dormant.tasks import tracing
 
     @functools.wraps(run)
     def wrapper(

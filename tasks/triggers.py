@@ -65,7 +65,7 @@ from dormant.persistence.store import JobRun
 from dormant.tasks import app as app_module
 from dormant.tasks import wire
 from dormant.tasks.app import app, marks_redeliveries, publish, store
-from dormant.tasks.jobs import (
+from dormant.tasks.job_dispatch import (
     dispatch,
     run_before_start,
     run_here,
