@@ -13,12 +13,13 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, func, select
+from sqlalchemy import Connection, Engine, func, select
 
 from dormant.engine_core.checkpoint import Checkpoint, IncidentState, decode
 from dormant.engine_core.errors import (
     CheckpointTooNew,
     CorruptCheckpoint,
+    InvalidOperation,
     UnknownIncident,
     UnknownInstance,
     UnknownTask,
@@ -30,6 +31,8 @@ from dormant.engine_core.views import (
     UserTaskView,
     instance_view,
 )
+from dormant.persistence.db import read_only
+from dormant.persistence.failed_triggers import CHECKPOINT_INCIDENT, FLAGGED
 from dormant.persistence.tables import (
     deadlines,
     definitions,
@@ -46,7 +49,9 @@ from dormant.persistence.tables import (
 )
 from dormant.persistence.tables import incidents as incident_table
 
-__all__ = ["Queries"]
+INCIDENT_STATES = tuple(state.value for state in IncidentState)
+
+__all__ = ["INCIDENT_STATES", "EngineQueries", "Queries"]
 
 _COUNTED = {
     "definitions": definitions,
@@ -78,7 +83,8 @@ _ROW = (
 
 
 class Queries:
-    """Mixed into ``Store``; needs only its ``read`` transaction factory."""
+    """Mixed into ``Store``; needs only its ``read`` transaction factory (``EngineQueries``
+    below: the same reads over an engine alone)."""
 
     def read(self) -> AbstractContextManager[Connection]:  # pragma: no cover - Store's
         raise NotImplementedError
@@ -216,6 +222,10 @@ class Queries:
         limit: int = 1000,
     ) -> list[IncidentView]:
         """Incidents, open and closed, newest failure last; filtered on the projection."""
+        if state is not None and state not in INCIDENT_STATES:
+            raise InvalidOperation(
+                f"no incident state {state!r}; states: {', '.join(INCIDENT_STATES)}"
+            )
         q = select(incident_table.c.id, incident_table.c.instance_id)
         if instance_id is not None:
             q = q.where(incident_table.c.instance_id == instance_id)
@@ -315,11 +325,21 @@ def _task_view(r: Any, names: dict[str, list[str]]) -> UserTaskView:
     )
 
 
+class EngineQueries(Queries):
+    """The reads alone, over an engine: what ``dormant instances list`` and
+    ``incidents list`` use, without the Store's step machinery (and the FEEL grammar it
+    imports) or Celery."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def read(self) -> AbstractContextManager[Connection]:
+        return read_only(self.engine)
+
+
 def _unreadable(conn: Connection, row: Any, exc: Exception) -> InstanceView:
     """An instance whose checkpoint this dormant cannot read, from its row alone:
     status ``flagged`` and its checkpoint incident (persistence/failed_triggers.py)."""
-    from dormant.persistence.failed_triggers import CHECKPOINT_INCIDENT, FLAGGED
-
     incident_id = f"{row.id}.{CHECKPOINT_INCIDENT}"
     found = conn.execute(select(incident_table).where(incident_table.c.id == incident_id)).first()
     incident = IncidentView(

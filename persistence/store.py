@@ -336,10 +336,7 @@ class Store(Deployments, OutboxQueue, Queries, FailedTriggers):
         self._definitions: dict[tuple[str, int], ProcessDefinition] = {}
         self._latest_seen: dict[str, ProcessDefinition] = {}
         if check_schema:
-            if self.is_postgres:
-                migrate.check(self.engine)  # never auto-migrate a shared database
-            else:
-                migrate.upgrade(self.engine)  # the embedded default just works
+            migrate.ensure_schema(self.engine)
 
     def close(self) -> None:
         self.published_jobs.flush()  # before the pool goes: nothing left for the sweep

@@ -5,14 +5,27 @@ option itself, and the one way a command gets its Client."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from dormant.engine_core.errors import InvalidOperation, InvalidVariables
 
-__all__ = ["make_client", "parse_node_pairs", "parse_vars", "parse_when", "var_option"]
+if TYPE_CHECKING:
+    from dormant.persistence.queries import EngineQueries
+
+T = TypeVar("T")
+
+__all__ = [
+    "make_client",
+    "parse_node_pairs",
+    "parse_vars",
+    "parse_when",
+    "read_database",
+    "var_option",
+]
 
 
 def parse_vars(pairs: tuple[str, ...]) -> dict[str, Any]:
@@ -40,6 +53,40 @@ def make_client() -> Any:
     from dormant.tasks.client import Client
 
     return Client()
+
+
+def read_database(reading: Callable[[EngineQueries], T]) -> T:
+    """``reading`` over the database's reads alone, without the Store or the Client: the
+    read-only lists need SQLAlchemy and the checkpoint documents, never Celery, kombu or
+    the FEEL grammar.
+
+    The schema is readied only when a read fails (an embedded database not made yet, a
+    schema behind this code), as the Store readies it (persistence/migrate.py
+    ``ensure_schema``): alembic alone costs a list more than the rest of its start-up.
+    """
+    # Late on purpose, as ``make_client``: SQLAlchemy and pydantic are for the
+    # commands that read the database, not for ``dormant --help``.
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from dormant.persistence.db import make_engine
+    from dormant.persistence.queries import EngineQueries
+    from dormant.persistence.settings import Settings
+
+    settings = Settings.from_env()
+    queries = EngineQueries(
+        make_engine(
+            settings.database_url,
+            statement_timeout_seconds=settings.db_statement_timeout_seconds,
+            idle_in_transaction_timeout_seconds=settings.db_idle_in_transaction_timeout_seconds,
+        )
+    )
+    try:
+        return reading(queries)
+    except SQLAlchemyError:
+        from dormant.persistence.migrate import ensure_schema
+
+        ensure_schema(queries.engine)  # NotMigrated names the fix; else read again
+        return reading(queries)
 
 
 var_option = click.option(

@@ -55,8 +55,6 @@ from dormant.tasks.wire import Send
 
 __all__ = ["Client"]
 
-_INCIDENT_STATES = tuple(state.value for state in IncidentState)
-
 
 class Client(Operations):
     """Deploy processes, start instances, send messages and signals, operate incidents
@@ -399,10 +397,6 @@ class Client(Operations):
         node_id: str | None = None,
     ) -> list[IncidentView]:
         """Incidents, open and closed, oldest last failure first; every filter is optional."""
-        if state is not None and state not in _INCIDENT_STATES:
-            raise InvalidOperation(
-                f"no incident state {state!r}; states: {', '.join(_INCIDENT_STATES)}"
-            )
         return list(self._store.incidents(instance_id, state, key=key, node_id=node_id))
 
     def incident(self, incident_id: str) -> IncidentView:

@@ -61,6 +61,7 @@ from dormant.persistence import clock, inbox, job_pause
 from dormant.persistence.failed_triggers import call_kwargs, one_line
 from dormant.persistence.outbox_queue import OutboxRow
 from dormant.persistence.results import TriggerResult
+from dormant.persistence.routing import Router
 from dormant.persistence.store import JobRun
 from dormant.tasks import app as app_module
 from dormant.tasks import wire
@@ -363,7 +364,6 @@ def message(
     trigger_id: str | None = None,
 ) -> str | None:
     """Correlate a message to its holders, start a message start, or buffer it (TTL)."""
-    from dormant.persistence.routing import Router
 
     def call(tid: str, now: datetime) -> Any:
         return Router(store(), wire.redelivery).message(
@@ -390,7 +390,6 @@ def signal(
     trigger_id: str | None = None,
 ) -> str | None:
     """Broadcast a signal to every holder (and signal starts)."""
-    from dormant.persistence.routing import Router
 
     def call(tid: str, now: datetime) -> Any:
         return Router(store(), wire.redelivery).signal(

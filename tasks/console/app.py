@@ -40,6 +40,7 @@ from dormant.engine_core.errors import (
 )
 from dormant.engine_core.views import instance_view
 from dormant.persistence.console_queries import ConsoleQueries, IncidentFilter, InstanceFilter
+from dormant.tasks.client import Client
 from dormant.tasks.console import operations, presenters
 from dormant.tasks.console.config import ConsoleConfig
 from dormant.tasks.console.pages import (
@@ -316,8 +317,6 @@ def create_app(
     page templates, and are listed before them so they win a path clash."""
     config.check()
     if client is None:
-        from dormant.tasks.client import Client
-
         client = Client()
     app = Starlette(
         routes=[*extra_routes, *routes()],
