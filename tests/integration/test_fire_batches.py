@@ -240,7 +240,7 @@ def fault_at(
             raise error()
         return real(store, instance_id, *args, **kwargs)
 
-    monkeypatch.setattr(deadlines_module, "fire", fire)
+    monkeypatch.setattr(timers, "fire", fire)  # the name the timer tasks call
     return calls
 
 
