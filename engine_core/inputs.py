@@ -22,11 +22,16 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dormant.engine_core.errors import InvalidField, InvalidMessage, InvalidVariables
+from dormant.engine_core.errors import (
+    InvalidField,
+    InvalidMessage,
+    InvalidOperation,
+    InvalidVariables,
+)
 
 __all__ = [
     "DEFAULT_LIMITS",
@@ -36,6 +41,7 @@ __all__ = [
     "check_ttl",
     "check_value",
     "check_variables",
+    "variables_params",
 ]
 
 # Python refuses to turn longer integers into text (sys.get_int_max_str_digits).
@@ -189,3 +195,25 @@ def check_variables(
     check_value(variables, what, limits)
     # Safe now: bounded depth, encodable integers, finite floats, string keys.
     return dict(json.loads(json.dumps(variables, allow_nan=False)))
+
+
+def variables_params(
+    variables: Mapping[str, Any] | None,
+    unset: Iterable[str],
+    scope: str,
+    retry: bool,
+    limits: Limits = DEFAULT_LIMITS,
+) -> dict[str, Any]:
+    """The checked arguments of a ``SetVariables`` (the Client checks them at the edge,
+    the batch and operation tasks again): the variables within the limits of
+    a start's, names that fit, something to do."""
+    checked = check_variables(
+        dict(variables) if variables is not None else None, "variables", limits
+    )
+    names = [check_text(n, "variable name to unset", limits) for n in unset]
+    if any(not n for n in names):
+        raise InvalidVariables("a variable name to unset must not be empty")
+    if not checked and not names and not retry:
+        raise InvalidOperation("nothing to change: give --var NAME=VALUE or --unset NAME")
+    check_text(scope, "scope", limits)
+    return {"variables": checked, "unset": names, "scope": scope, "retry_incidents": retry}

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from dormant.engine_core.bindings import DecisionVersion, ProcessVersion
-from dormant.engine_core.dmn import Decision
 from dormant.engine_core.inputs import DEFAULT_LIMITS, Limits
 from dormant.engine_core.model import ProcessDefinition, RetryPolicy
+
+if TYPE_CHECKING:
+    # annotations only: the decision and version types bring the FEEL grammar, which
+    # the shell's settings (persistence/settings.py) read without ever evaluating
+    from dormant.engine_core.bindings import DecisionVersion, ProcessVersion
+    from dormant.engine_core.dmn import Decision
 
 __all__ = ["DEFAULT_SERVICES", "JobTypeSettings", "Services"]
 

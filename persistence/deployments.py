@@ -16,8 +16,11 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, func, insert, select, update
 
+from dormant.engine_core.bpmn import read_bpmn  # the reader validates and refuses first
+from dormant.engine_core.dmn import is_dmn
 from dormant.engine_core.errors import UnknownDeployment, UnknownProcess
 from dormant.engine_core.model import ProcessDefinition
+from dormant.engine_core.xml_input import model_text
 from dormant.persistence import round_trips
 from dormant.persistence.db import Transactions
 from dormant.persistence.decisions import (
@@ -125,10 +128,6 @@ def _starts_of(definition: ProcessDefinition) -> dict[str, Any]:
 
 
 def _parse(source: str | bytes, name: str | None) -> _Parsed:
-    from dormant.engine_core.bpmn import read_bpmn  # the reader validates and refuses first
-    from dormant.engine_core.dmn import is_dmn
-    from dormant.engine_core.xml_input import model_text
-
     text = model_text(source)  # bytes decoded as their XML declaration says
     checksum = hashlib.sha256(text.encode("utf-8")).hexdigest()
     if is_dmn(text):  # told apart by the root element's namespace, never the file name
@@ -340,8 +339,6 @@ class Deployments:
             raise self._unknown_process(conn, key, version)
         cached = _PARSED.get((row.checksum, key))
         if cached is None:
-            from dormant.engine_core.bpmn import read_bpmn
-
             source = conn.execute(
                 select(definitions.c.source).where(
                     definitions.c.key == key, definitions.c.version == row.version

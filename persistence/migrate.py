@@ -88,5 +88,15 @@ def check(target: str | Engine) -> None:
         )
 
 
+def ensure_schema(engine: Engine) -> None:
+    """Ready ``engine``'s schema for use: a PostgreSQL database is checked and never
+    auto-migrated (it is shared: ``dormant db upgrade`` migrates it), the embedded
+    default is migrated in place, so it just works."""
+    if engine.dialect.name == "postgresql":
+        check(engine)
+    elif current_revision(engine) != head_revision():  # a run of alembic costs ~0.5 s
+        upgrade(engine)
+
+
 def _safe(engine: Engine) -> str:
     return engine.url.render_as_string(hide_password=True)

@@ -10,10 +10,10 @@ at once. A follow-up's row is stamped published and kept until its consumer appl
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, select, update
+from sqlalchemy import Connection, and_, delete, or_, select, text, update
 
 from dormant.persistence import clock
 from dormant.persistence.db import Transactions
@@ -58,10 +58,6 @@ class OutboxQueue:
         """The sweeper's work: rows a publisher left behind (it died after commit), and
         follow-ups published but not consumed within ``redeliver_after_seconds`` (the
         broker lost them)."""
-        from datetime import timedelta
-
-        from sqlalchemy import and_, or_
-
         moment = now or clock.now()
         cutoff = moment - timedelta(seconds=older_than_seconds)
         unpublished = and_(outbox.c.created_at <= cutoff, outbox.c.published_at.is_(None))
@@ -77,8 +73,6 @@ class OutboxQueue:
         """After a publish: delete the row, or (``until_consumed``) keep it, stamped,
         until its consumer applied it — a follow-up the broker loses is then published
         again by the sweep instead of stranding the instance that waits for it."""
-        from sqlalchemy import delete
-
         with self._db.transaction() as conn:
             self._no_flush_needed(conn)
             if until_consumed:
@@ -101,8 +95,6 @@ class OutboxQueue:
 
     def delete_published_jobs(self, ids: list[int]) -> None:
         """The timer's transaction: the published job rows no trigger's write took."""
-        from sqlalchemy import delete
-
         with self._db.transaction() as conn:
             self._no_flush_needed(conn)
             conn.execute(delete(outbox).where(outbox.c.id.in_(ids)))
@@ -111,8 +103,6 @@ class OutboxQueue:
         """Marking a row published needs no flush to disk before we go on: if a crash
         loses it, the sweep publishes the row again, which is harmless (trigger ids,
         job idempotency keys). Saves one WAL fsync per effect (bench_triggers)."""
-        from sqlalchemy import text
-
         if self._db.is_postgres:
             conn.execute(text("SET LOCAL synchronous_commit TO OFF"))
 
@@ -121,8 +111,6 @@ class OutboxQueue:
 
         Matched on the trigger id as well, because SQLite reuses the id of a deleted
         row: a late consumer must never delete somebody else's follow-up."""
-        from sqlalchemy import delete
-
         with self._db.transaction() as conn:
             row = conn.execute(select(outbox.c.payload).where(outbox.c.id == outbox_id)).first()
             if row is not None and (row.payload or {}).get("trigger_id") == trigger_id:

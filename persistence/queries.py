@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, func, select
+from sqlalchemy import Connection, Engine, func, select
 
 from dormant.engine_core.checkpoint import Checkpoint, IncidentState, decode
 from dormant.engine_core.errors import (
     CheckpointTooNew,
     CorruptCheckpoint,
+    InvalidOperation,
     UnknownIncident,
     UnknownInstance,
     UnknownTask,
@@ -29,7 +31,8 @@ from dormant.engine_core.views import (
     UserTaskView,
     instance_view,
 )
-from dormant.persistence.db import Transactions
+from dormant.persistence.db import Transactions, read_only
+from dormant.persistence.failed_triggers import CHECKPOINT_INCIDENT, FLAGGED
 from dormant.persistence.tables import (
     deadlines,
     definitions,
@@ -46,7 +49,9 @@ from dormant.persistence.tables import (
 )
 from dormant.persistence.tables import incidents as incident_table
 
-__all__ = ["Queries"]
+INCIDENT_STATES = tuple(state.value for state in IncidentState)
+
+__all__ = ["INCIDENT_STATES", "EngineQueries", "Queries"]
 
 _COUNTED = {
     "definitions": definitions,
@@ -79,7 +84,8 @@ _ROW = (
 
 class Queries:
     """What the operator and the Client read (``store.queries``): views of instances,
-    tasks, incidents and history. Reads only, each on the Store's ``read``."""
+    tasks, incidents and history. Reads only, each on the Store's ``read`` (or, for the
+    CLI's lists, on an engine alone: ``EngineQueries``)."""
 
     def __init__(self, db: Transactions) -> None:
         self._db = db
@@ -217,6 +223,10 @@ class Queries:
         limit: int = 1000,
     ) -> list[IncidentView]:
         """Incidents, open and closed, newest failure last; filtered on the projection."""
+        if state is not None and state not in INCIDENT_STATES:
+            raise InvalidOperation(
+                f"no incident state {state!r}; states: {', '.join(INCIDENT_STATES)}"
+            )
         q = select(incident_table.c.id, incident_table.c.instance_id)
         if instance_id is not None:
             q = q.where(incident_table.c.instance_id == instance_id)
@@ -316,11 +326,29 @@ def _task_view(r: Any, names: dict[str, list[str]]) -> UserTaskView:
     )
 
 
+class EngineQueries(Queries):
+    """The reads alone, over an engine: what ``dormant instances list`` and
+    ``incidents list`` use, without the Store's step machinery (and the FEEL grammar it
+    imports) or Celery. Reads only: it opens no write transaction."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        super().__init__(self)
+
+    @property
+    def is_postgres(self) -> bool:
+        return self.engine.dialect.name == "postgresql"
+
+    def read(self) -> AbstractContextManager[Connection]:
+        return read_only(self.engine)
+
+    def transaction(self) -> AbstractContextManager[Connection]:
+        raise TypeError("EngineQueries reads only: writes go through the Store")
+
+
 def _unreadable(conn: Connection, row: Any, exc: Exception) -> InstanceView:
     """An instance whose checkpoint this dormant cannot read, from its row alone:
     status ``flagged`` and its checkpoint incident (persistence/failed_triggers.py)."""
-    from dormant.persistence.failed_triggers import CHECKPOINT_INCIDENT, FLAGGED
-
     incident_id = f"{row.id}.{CHECKPOINT_INCIDENT}"
     found = conn.execute(select(incident_table).where(incident_table.c.id == incident_id)).first()
     incident = IncidentView(

@@ -10,14 +10,13 @@ so neither the task nor the metrics guess at attributes or know which operation 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
+from dormant.engine_core.effects import Fact
 from dormant.persistence.outbox_queue import OutboxRow
 
-if TYPE_CHECKING:
-    from dormant.persistence.store import Applied
-
-__all__ = ["TriggerResult", "outcome_word", "raised_incidents"]
+__all__ = ["Applied", "TriggerResult", "outcome_word", "raised_incidents"]
 
 
 def raised_incidents(step: Applied) -> list[dict[str, Any]]:
@@ -50,6 +49,47 @@ def outcome_word(
     if skipped or any(a.skipped for a in steps):
         return "skipped"
     return "stale" if steps else "none"
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """What one transaction did. ``outbox``: the rows it wrote, to publish after commit
+    (returned by the write itself, never read back)."""
+
+    instance_id: str
+    revision: int
+    status: str
+    changed: bool
+    duplicate: bool = False
+    outbox: list[OutboxRow] = field(default_factory=list)
+    facts: list[Fact] = field(default_factory=list)
+    # The caller's precondition failed under the lock: nothing was applied.
+    skipped: bool = False
+    # The process key, for metrics and trace attributes (bounded, unlike the id).
+    key: str | None = None
+    # The Client's inbox row was marked processed inside this transaction.
+    inbox_marked: bool = False
+
+    @property
+    def outbox_ids(self) -> list[int]:
+        return [row.id for row in self.outbox]
+
+    @property
+    def outbox_rows(self) -> list[OutboxRow]:
+        return list(self.outbox)
+
+    @property
+    def steps(self) -> list[Applied]:
+        return [self]
+
+    @property
+    def outcome(self) -> str:
+        return outcome_word([self])
+
+    def summary(self) -> str:
+        extra = " duplicate" if self.duplicate else ""
+        extra += " stale" if not self.changed and not extra else ""
+        return f"instance={self.instance_id} revision={self.revision}{extra}"
 
 
 class TriggerResult(Protocol):

@@ -74,7 +74,7 @@ from dormant.persistence.incident_rows import sync_incidents
 from dormant.persistence.outbox_queue import OutboxQueue, OutboxRow
 from dormant.persistence.published_jobs import FLUSH_AFTER_SECONDS, Ride
 from dormant.persistence.queries import Queries
-from dormant.persistence.results import outcome_word
+from dormant.persistence.results import Applied
 from dormant.persistence.settings import Settings
 from dormant.persistence.tables import facts, instances, outbox, processed_triggers
 from dormant.persistence.writes import Writes
@@ -98,47 +98,6 @@ log = logging.getLogger("dormant.store")
 # Called with the seconds each trigger waited for its instance's row lock. The shell
 # registers its metrics here (tasks/metrics.py): persistence must not import it.
 LOCK_WAIT_OBSERVERS: list[Callable[[float], None]] = []
-
-
-@dataclass(frozen=True, slots=True)
-class Applied:
-    """What one transaction did. ``outbox``: the rows it wrote, to publish after commit
-    (returned by the write itself, never read back)."""
-
-    instance_id: str
-    revision: int
-    status: str
-    changed: bool
-    duplicate: bool = False
-    outbox: list[OutboxRow] = field(default_factory=list)
-    facts: list[Fact] = field(default_factory=list)
-    # The caller's precondition failed under the lock: nothing was applied.
-    skipped: bool = False
-    # The process key, for metrics and trace attributes (bounded, unlike the id).
-    key: str | None = None
-    # The Client's inbox row was marked processed inside this transaction.
-    inbox_marked: bool = False
-
-    @property
-    def outbox_ids(self) -> list[int]:
-        return [row.id for row in self.outbox]
-
-    @property
-    def outbox_rows(self) -> list[OutboxRow]:
-        return list(self.outbox)
-
-    @property
-    def steps(self) -> list[Applied]:
-        return [self]
-
-    @property
-    def outcome(self) -> str:
-        return outcome_word([self])
-
-    def summary(self) -> str:
-        extra = " duplicate" if self.duplicate else ""
-        extra += " stale" if not self.changed and not extra else ""
-        return f"instance={self.instance_id} revision={self.revision}{extra}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -443,10 +402,7 @@ class Store:
             self, min(FLUSH_AFTER_SECONDS, settings.outbox_sweep_after_seconds / 4)
         )
         if check_schema:
-            if self.is_postgres:
-                migrate.check(self.engine)  # never auto-migrate a shared database
-            else:
-                migrate.upgrade(self.engine)  # the embedded default just works
+            migrate.ensure_schema(self.engine)
 
     def close(self) -> None:
         self.outbox.published_jobs.flush()  # before the pool goes: nothing left for the sweep

@@ -61,8 +61,11 @@ from celery import Celery
 from celery.app import trace as celery_trace
 from celery.signals import beat_init, worker_init, worker_process_init
 from kombu.entity import Exchange, Queue, binding
+from kombu.pools import producers
+from kombu.transport import sqlalchemy as sqla_transport
 
-from dormant.persistence import clock
+from dormant.engine_core.errors import DormantError
+from dormant.persistence import clock, migrate
 from dormant.persistence.settings import Settings
 from dormant.persistence.store import Store
 from dormant.tasks import wire
@@ -155,8 +158,6 @@ def _transport_options(broker_url: str, visibility_timeout: float) -> dict[str, 
         # The sqla transport polls its table once a second by default and takes its
         # interval from no option it can be given (its options go to create_engine):
         # poll every 0.1 s so a trigger on the embedded default waits ~0.1 s, not ~1 s.
-        from kombu.transport import sqlalchemy as sqla_transport
-
         sqla_transport.Transport.polling_interval = 0.1
     return {}
 
@@ -298,8 +299,6 @@ def ensure_database(s: Settings | None = None) -> None:
 
     Raises ``NotMigrated`` naming the URL and the fix (``dormant db upgrade``).
     """
-    from dormant.persistence import migrate
-
     s = s or settings
     if s.is_sqlite:
         migrate.upgrade(s.database_url)
@@ -308,8 +307,6 @@ def ensure_database(s: Settings | None = None) -> None:
 
 
 def _check_or_exit(**_: Any) -> None:
-    from dormant.engine_core.errors import DormantError
-
     try:
         ensure_database()
     except DormantError as exc:
@@ -362,8 +359,6 @@ def pooled_producer(broker_url: str) -> Iterator[Any]:
     name another broker than this process's app) and per process (forgotten in a
     forked child, whose inherited sockets belong to the parent).
     """
-    from kombu.pools import producers
-
     with _producer_pools_lock:
         pool = _producer_pools.get(broker_url)
         if pool is None:

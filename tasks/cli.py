@@ -16,44 +16,27 @@ from typing import Any
 
 import click
 
-from dormant.engine_core.errors import DormantError, InvalidVariables
+from dormant.engine_core.errors import DormantError, UnknownInstance
 from dormant.persistence import clock
+from dormant.tasks.cli_common import make_client as _client
+from dormant.tasks.cli_common import parse_vars, parse_when, read_database
+from dormant.tasks.cli_common import var_option as _var
 from dormant.tasks.cli_deployments import register as register_deployments
 from dormant.tasks.cli_operations import register as register_operations
 from dormant.tasks.display import emit as _emit
+from dormant.tasks.display import (
+    failed_trigger_columns,
+    incident_columns,
+    instance_columns,
+    instance_lines,
+    instance_summary,
+    queued,
+    task_columns,
+    when,
+)
 from dormant.tasks.display import output_options as _output
 
-__all__ = ["cli", "main", "parse_vars"]
-
-
-def parse_vars(pairs: tuple[str, ...]) -> dict[str, Any]:
-    """``("a=1", "b=x")`` → ``{"a": 1, "b": "x"}``."""
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        name, sep, raw = pair.partition("=")
-        if not sep or not name:
-            raise InvalidVariables(f"--var {pair!r} is not of the form name=value")
-        try:
-            out[name] = json.loads(raw)
-        except ValueError:
-            out[name] = raw
-        except RecursionError:
-            raise InvalidVariables(
-                f"--var {name[:60]}: the value is nested too deep to read "
-                "(DORMANT_MAX_VARIABLES_DEPTH)"
-            ) from None
-    return out
-
-
-def _client() -> Any:
-    from dormant.tasks.client import Client
-
-    return Client()
-
-
-_var = click.option(
-    "--var", "vars_", multiple=True, metavar="K=V", help="a variable (JSON value or string)"
-)
+__all__ = ["cli", "main"]
 
 
 @click.group()
@@ -144,8 +127,6 @@ def tasks_list(
     """Open user tasks: id, instance, node, name, assignee, candidates, due date,
     priority, state, age."""
     from dormant.engine_core.views import to_dict
-    from dormant.tasks.cli_operations import when
-    from dormant.tasks.display import task_columns
 
     columns = task_columns(clock.now())
     found = _client().user_tasks(
@@ -153,7 +134,7 @@ def tasks_list(
         assignee=assignee,
         candidate_user=candidate_user,
         candidate_group=candidate_group,
-        due_before=when(due_before),
+        due_before=parse_when(due_before),
     )
     _emit(found, columns, fmt, as_json, to_dict, "no open user tasks")
 
@@ -275,23 +256,19 @@ def instances_list(
 ) -> None:
     """Instances, newest first, filtered as the console filters them."""
     from dormant.persistence.console_queries import ConsoleQueries, InstanceFilter
-    from dormant.tasks.display import instance_columns, instance_summary, when
 
     now = clock.now()
-    page = ConsoleQueries(_client()._store.engine).instance_page(
-        InstanceFilter(
-            key=key,
-            version=version,
-            status=status,
-            business_key=business_key,
-            has_open_incident=has_incident,
-            waiting_at=waiting_at,
-            started_from=when(started_after, now, "--started-after"),
-            started_to=when(started_before, now, "--started-before"),
-        ),
-        cursor,
-        limit,
+    selected = InstanceFilter(
+        key=key,
+        version=version,
+        status=status,
+        business_key=business_key,
+        has_open_incident=has_incident,
+        waiting_at=waiting_at,
+        started_from=when(started_after, now, "--started-after"),
+        started_to=when(started_before, now, "--started-before"),
     )
+    page = read_database(lambda q: ConsoleQueries(q.engine).instance_page(selected, cursor, limit))
     _emit(page.rows, instance_columns(now), fmt, as_json, instance_summary, "no instances")
     if page.next_cursor:
         click.echo(f"more: add --after {page.next_cursor}", err=True)
@@ -302,11 +279,9 @@ def instances_list(
 @click.option("--json", "as_json", is_flag=True)
 def instances_show(instance_id: str, as_json: bool) -> None:
     """One instance: status, where each token is and what it waits for, incidents, variables."""
-    from dormant.engine_core.errors import UnknownInstance
     from dormant.engine_core.views import to_dict
     from dormant.persistence import inbox
     from dormant.tasks import wire
-    from dormant.tasks.display import instance_lines, queued
 
     client, now = _client(), clock.now()
     try:
@@ -351,10 +326,9 @@ def incidents_list(
 ) -> None:
     """One row per incident: id, instance, node, state, attempts, cause class, last failure."""
     from dormant.engine_core.views import to_dict
-    from dormant.tasks.display import incident_columns
 
     columns = incident_columns(clock.now())
-    found = _client().incidents(instance_id, state, key=key, node_id=node_id)
+    found = read_database(lambda q: q.incidents(instance_id, state, key=key, node_id=node_id))
     _emit(found, columns, fmt, as_json, to_dict, "no incidents")
 
 
@@ -388,7 +362,6 @@ def triggers() -> None:
 def triggers_list(failed: bool, instance_id: str | None, fmt: str, as_json: bool) -> None:
     """Failed triggers, oldest failure first: id, instance, task, error, attempts."""
     from dormant.engine_core.views import to_dict
-    from dormant.tasks.display import failed_trigger_columns
 
     views = _client().failed_triggers(instance_id)
     _emit(views, failed_trigger_columns(clock.now()), fmt, as_json, to_dict, "no failed triggers")
@@ -471,7 +444,6 @@ def _serve_metrics(port: int | None, host: str) -> None:
     """
     if port is None:
         return
-    import os
 
     path = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     if path:

@@ -5,24 +5,21 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from dormant.engine_core.errors import DormantError
 from dormant.persistence import clock
-from dormant.persistence.deployments import DeploymentRecord, Resource
+from dormant.tasks.cli_common import make_client as _client
 from dormant.tasks.display import Column, ago, iso
 from dormant.tasks.display import emit as _emit
 from dormant.tasks.display import output_options as _output
 
+if TYPE_CHECKING:
+    from dormant.persistence.deployments import DeploymentRecord, Resource
+
 __all__ = ["register"]
-
-
-def _client() -> Any:
-    from dormant.tasks.cli import _client as make
-
-    return make()
 
 
 def _resources(record: DeploymentRecord) -> str:

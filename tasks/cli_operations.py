@@ -12,44 +12,21 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
-from datetime import UTC, datetime
-from typing import Any
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from dormant.engine_core.checkpoint import ROOT_SCOPE
-from dormant.engine_core.errors import InvalidOperation
-from dormant.persistence.batches import BatchView
-from dormant.persistence.selection import Selector
+from dormant.tasks.cli_common import make_client as _client
+from dormant.tasks.cli_common import parse_node_pairs as _pairs
+from dormant.tasks.cli_common import parse_vars
+from dormant.tasks.cli_common import parse_when as when
 
-__all__ = ["register", "when"]
+if TYPE_CHECKING:
+    from dormant.persistence.batches import BatchView
+    from dormant.persistence.selection import Selector
 
-
-def _client() -> Any:
-    from dormant.tasks.cli import _client as make
-
-    return make()
-
-
-def when(value: str | None) -> datetime | None:
-    """An ISO 8601 option; a time without a zone is UTC."""
-    if value is None:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError as exc:
-        raise InvalidOperation(f"{value!r} is not an ISO 8601 date-time") from exc
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
-
-
-def _pairs(values: tuple[str, ...], option: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for pair in values:
-        old, sep, new = pair.partition("=")
-        if not sep or not old or not new:
-            raise InvalidOperation(f"{option} {pair!r} is not of the form old_node=new_node")
-        out[old] = new
-    return out
+__all__ = ["register"]
 
 
 def _common(kind: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -86,6 +63,10 @@ def _selector(ids: tuple[str, ...], key: str | None, **filters: Any) -> Selector
     for name in ("started_before", "started_after"):
         if name in filters:
             filters[name] = when(filters[name])
+    # Late on purpose: the selector's module brings SQLAlchemy, which only a bulk
+    # command uses, never ``dormant --help`` (bench/bench_cli.py).
+    from dormant.persistence.selection import Selector
+
     return Selector(ids=list(ids), key=key, **filters)
 
 
@@ -202,18 +183,21 @@ def register(cli: click.Group, instances: click.Group, incidents: click.Group) -
     @click.option("--unset", multiple=True, metavar="NAME")
     @click.option(
         "--scope",
-        default=ROOT_SCOPE,
-        help=f"a scope id or sub-process node id (root: {ROOT_SCOPE})",
+        default=None,
+        help="a scope id or sub-process node id (default: the instance's root scope)",
     )
     @click.option("--retry", is_flag=True, help="then retry the instance's open incidents")
     def instances_set_variables(
-        instance_id: str, vars_: tuple[str, ...], unset: tuple[str, ...], scope: str, retry: bool
+        instance_id: str,
+        vars_: tuple[str, ...],
+        unset: tuple[str, ...],
+        scope: str | None,
+        retry: bool,
     ) -> None:
         """Set or remove variables of an instance (validated as a start's are)."""
-        from dormant.tasks.cli import parse_vars
-
         variables = parse_vars(vars_)
-        _client().set_variables(instance_id, variables, unset, scope=scope, retry_incidents=retry)
+        in_scope = {} if scope is None else {"scope": scope}  # else the Client's: the root
+        _client().set_variables(instance_id, variables, unset, retry_incidents=retry, **in_scope)
         names = ", ".join([*variables, *(f"-{n}" for n in unset)])
         click.echo(f"setting {names} on {instance_id}" + (" and retrying" if retry else ""))
 
@@ -271,8 +255,6 @@ def register(cli: click.Group, instances: click.Group, incidents: click.Group) -
         client = _client()
         view = client.batch(batch_id)
         if as_json:
-            from dataclasses import asdict
-
             data = asdict(view) | {"report": view.report()}
             click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
             return

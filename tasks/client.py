@@ -41,7 +41,7 @@ from dormant.engine_core.errors import (
     UnknownProcess,
     UnknownTask,
 )
-from dormant.engine_core.inputs import check_name, check_text, check_variables
+from dormant.engine_core.inputs import check_name, check_text, check_variables, variables_params
 from dormant.engine_core.task_attributes import UPDATABLE, check_changes
 from dormant.engine_core.views import (
     FactView,
@@ -59,12 +59,10 @@ from dormant.persistence.selection import Selector, Target
 from dormant.persistence.settings import Settings
 from dormant.persistence.store import Store
 from dormant.tasks import wire
-from dormant.tasks.client_operations import Operations, variables_params
+from dormant.tasks.client_operations import Operations
 from dormant.tasks.wire import Send
 
 __all__ = ["Client"]
-
-_INCIDENT_STATES = tuple(state.value for state in IncidentState)
 
 
 class Client:
@@ -506,10 +504,6 @@ class Client:
         node_id: str | None = None,
     ) -> list[IncidentView]:
         """Incidents, open and closed, oldest last failure first; every filter is optional."""
-        if state is not None and state not in _INCIDENT_STATES:
-            raise InvalidOperation(
-                f"no incident state {state!r}; states: {', '.join(_INCIDENT_STATES)}"
-            )
         return list(self._store.queries.incidents(instance_id, state, key=key, node_id=node_id))
 
     def incident(self, incident_id: str) -> IncidentView:

@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from dormant.engine_core.checkpoint import ROOT_SCOPE, InstanceStatus
-from dormant.engine_core.errors import InvalidOperation, InvalidVariables
-from dormant.engine_core.inputs import DEFAULT_LIMITS, Limits, check_text, check_variables
+from dormant.engine_core.errors import InvalidOperation
+from dormant.engine_core.inputs import Limits, variables_params
 from dormant.engine_core.migration import problems
 from dormant.engine_core.views import InstanceView
 from dormant.persistence import batches, clock, job_pause
@@ -30,7 +30,7 @@ from dormant.persistence.store import Store
 from dormant.tasks import wire
 from dormant.tasks.wire import Send
 
-__all__ = ["Operations", "variables_params"]
+__all__ = ["Operations"]
 
 
 class Operations:
@@ -166,24 +166,3 @@ class Operations:
     def batch_items(self, batch_id: str) -> list[BatchItemView]:
         self.batch(batch_id)
         return batches.items(self._store, batch_id)
-
-
-def variables_params(
-    variables: Mapping[str, Any] | None,
-    unset: Iterable[str],
-    scope: str,
-    retry: bool,
-    limits: Limits = DEFAULT_LIMITS,
-) -> dict[str, Any]:
-    """The checked arguments of a ``SetVariables``: the variables within the limits of
-    a start's, names that fit, something to do."""
-    checked = check_variables(
-        dict(variables) if variables is not None else None, "variables", limits
-    )
-    names = [check_text(n, "variable name to unset", limits) for n in unset]
-    if any(not n for n in names):
-        raise InvalidVariables("a variable name to unset must not be empty")
-    if not checked and not names and not retry:
-        raise InvalidOperation("nothing to change: give --var NAME=VALUE or --unset NAME")
-    check_text(scope, "scope", limits)
-    return {"variables": checked, "unset": names, "scope": scope, "retry_incidents": retry}

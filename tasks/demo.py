@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from dormant.engine_core.checkpoint import InstanceStatus
+from dormant.engine_core.errors import UnknownInstance
+from dormant.tasks.client import Client
 
 __all__ = ["ORDER_BPMN", "run"]
 
@@ -69,9 +71,6 @@ def _fact_line(fact: Any) -> str:
 
 
 def run(count: int = 3, timeout: float = 60.0) -> int:
-    from dormant.engine_core.errors import UnknownInstance
-    from dormant.tasks.client import Client
-
     tmp = Path(tempfile.mkdtemp(prefix="dormant-demo-"))
     db_url = f"sqlite:///{tmp / 'dormant.sqlite3'}"
     broker_url = f"sqla+sqlite:///{tmp / 'broker.sqlite3'}"

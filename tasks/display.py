@@ -18,8 +18,12 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
+
+import click
+
+from dormant.engine_core.errors import InvalidOperation
 
 __all__ = [
     "Column",
@@ -56,8 +60,6 @@ class Column:
 
 def output_options(command: Any) -> Any:
     """A list command's ``--format auto|table|tsv|json`` and ``--json``."""
-    import click
-
     command = click.option("--json", "as_json", is_flag=True, help="a JSON array")(command)
     return click.option(
         "--format",
@@ -78,8 +80,6 @@ def emit(
     empty: str,
 ) -> None:
     """Print ``rows`` to stdout in the format picked for it (nothing for an empty TSV)."""
-    import click
-
     text = render(list(rows), columns, pick_format(fmt, as_json, sys.stdout), as_dict, empty=empty)
     if text:
         click.echo(text)
@@ -333,10 +333,6 @@ _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 def when(text: str | None, now: datetime, option: str) -> datetime | None:
     """``2h`` (that long ago), or an ISO 8601 time (UTC unless it names a zone)."""
-    from datetime import UTC, timedelta
-
-    from dormant.engine_core.errors import InvalidOperation
-
     if text is None:
         return None
     raw = text.strip()

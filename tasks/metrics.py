@@ -30,18 +30,37 @@ import functools
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+    make_asgi_app,
+    multiprocess,
+    start_http_server,
+)
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
+from sqlalchemy import create_engine, func, select
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.pool import NullPool
 
 from dormant.engine_core.checkpoint import IncidentState
+from dormant.engine_core.errors import DormantError
+from dormant.persistence import clock
 from dormant.persistence import store as store_module
 from dormant.persistence.results import TriggerResult, raised_incidents
+from dormant.persistence.settings import Settings
 from dormant.persistence.store import Applied
+from dormant.persistence.tables import deadlines, inbox, outbox, start_timers
+from dormant.persistence.tables import incidents as incident_table
+from dormant.tasks import tracing
 
 __all__ = [
     "DatabaseCollector",
@@ -124,10 +143,6 @@ def outcome_of(result: TriggerResult | None) -> str:
 
 def _outcome_of_exception(exc: BaseException) -> str:
     """The shell's own mapping (tasks/triggers.py), seen from outside it."""
-    from sqlalchemy.exc import OperationalError
-
-    from dormant.engine_core.errors import DormantError
-
     if isinstance(exc, DormantError):
         return "refused"
     if isinstance(exc, OperationalError):
@@ -159,8 +174,6 @@ def summary(result: TriggerResult | None) -> str:
 
 def record_trigger(kind: str, result: TriggerResult | None, seconds: float | None = None) -> str:
     """Count one finished trigger and what its committed step(s) raised and timed out."""
-    from dormant.tasks import tracing
-
     outcome = outcome_of(result)
     TRIGGERS_APPLIED.labels(kind, outcome).inc()
     tracing.annotate(outcome, applied_of(result))
@@ -185,7 +198,6 @@ def observe_trigger(run: Callable[..., None]) -> Callable[..., str | None]:
     The shell's ``call`` is wrapped to see its result or exception: the shell itself
     maps exceptions (retry, drop, re-raise) and must keep doing so unchanged.
     """
-    from dormant.tasks import tracing
 
     @functools.wraps(run)
     def wrapper(
@@ -250,9 +262,6 @@ class DatabaseCollector(Collector):
 
     def _connect(self) -> Any:
         if self._engine is None:
-            from sqlalchemy import create_engine
-            from sqlalchemy.pool import NullPool
-
             self._engine = create_engine(self.database_url, poolclass=NullPool)
         return self._engine.connect()
 
@@ -272,20 +281,12 @@ class DatabaseCollector(Collector):
         yield from families
 
     def _read(self) -> list[Metric]:
-        from sqlalchemy import func, select
-
-        from dormant.persistence import clock
-        from dormant.persistence.tables import deadlines, inbox, outbox, start_timers
-        from dormant.persistence.tables import incidents as incident_table
-
         now = clock.now()
 
         def age(oldest: datetime | None) -> float:
             if oldest is None:
                 return 0.0
             if oldest.tzinfo is None:  # SQLite through a plain engine: stored as UTC
-                from datetime import UTC
-
                 oldest = oldest.replace(tzinfo=UTC)
             return max(0.0, (now - oldest).total_seconds())
 
@@ -366,15 +367,9 @@ class DatabaseCollector(Collector):
 def registry(database_url: str | None = None) -> CollectorRegistry:
     """What a ``/metrics`` endpoint serves: this process's (or, in multiprocess mode,
     all pool children's) event metrics, plus the database state."""
-    from prometheus_client import REGISTRY
-
     if database_url is None:
-        from dormant.persistence.settings import Settings
-
         database_url = Settings.from_env().database_url
     if os.environ.get(MULTIPROC_ENV):
-        from prometheus_client import multiprocess
-
         reg = CollectorRegistry()
         multiprocess.MultiProcessCollector(reg)  # type: ignore[no-untyped-call]
     else:
@@ -402,7 +397,6 @@ def serve(port: int, host: str = "0.0.0.0", database_url: str | None = None) -> 
 def console_route(database_url: str | None = None) -> Any:
     """The console's ``/metrics`` (a Starlette route): the scrape's database read runs
     in a thread, off the console's event loop."""
-    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
     from starlette.concurrency import run_in_threadpool
     from starlette.requests import Request
     from starlette.responses import Response
@@ -419,6 +413,4 @@ def console_route(database_url: str | None = None) -> Any:
 
 def asgi_app(database_url: str | None = None) -> Any:
     """An ASGI app answering ``/metrics``, for the console (or any ASGI server) to mount."""
-    from prometheus_client import make_asgi_app
-
     return make_asgi_app(registry(database_url))

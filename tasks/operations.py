@@ -20,6 +20,7 @@ from celery import Task
 
 from dormant.engine_core.checkpoint import ROOT_SCOPE
 from dormant.engine_core.errors import DormantError
+from dormant.engine_core.inputs import variables_params
 from dormant.engine_core.triggers import (
     MigrateInstance,
     ModifyInstance,
@@ -33,7 +34,6 @@ from dormant.persistence.selection import Selector
 from dormant.tasks import app as app_module
 from dormant.tasks import wire
 from dormant.tasks.app import app, publish, store
-from dormant.tasks.client_operations import variables_params
 from dormant.tasks.triggers import _run
 
 __all__ = [

@@ -44,7 +44,7 @@ from dormant.persistence import clock, job_pause
 from dormant.persistence.published_jobs import flush_every
 from dormant.tasks import wire
 from dormant.tasks.app import publish, store
-from dormant.tasks.jobs import dispatch, runs_here
+from dormant.tasks.job_dispatch import dispatch, runs_here
 
 __all__ = [
     "HEADER_OUTBOX",
@@ -178,7 +178,7 @@ def publish_keeping_a_job(rows: Iterable[Any]) -> DispatchJob | None:
     """Publish what a trigger committed, except the first job this process may run
     itself (``runs_here``): that job's row counts as published (``store.outbox.job_published``:
     deleted with the next write) and the job is returned for the trigger task to run
-    once its own bookkeeping is done (``tasks.jobs.run_here``)."""
+    once its own bookkeeping is done (``tasks.job_dispatch.run_here``)."""
     kept: DispatchJob | None = None
     rest: list[Any] = []
     for row in rows:

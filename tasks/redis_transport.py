@@ -40,6 +40,8 @@ from typing import Any
 
 from kombu.transport import redis
 
+from dormant.tasks.app import EXCHANGE, app
+
 __all__ = ["BINDINGS_TTL_SECONDS", "Transport"]
 
 # How long a channel routes by the bindings it read, without reading them again.
@@ -52,7 +54,6 @@ class Channel(redis.Channel):
         # may already publish (the restore of a dead worker's messages)
         self._tables: dict[str, tuple[float, list[Any]]] = {}
         super().__init__(*args, **kwargs)
-        from dormant.tasks.app import EXCHANGE, app
 
         exchanges = {str(EXCHANGE.name): EXCHANGE}
         for queue in app.amqp.queues.values():
@@ -68,7 +69,6 @@ class Channel(redis.Channel):
         found = super()._lookup(exchange, routing_key, default)
         if found or not exchange:
             return found
-        from dormant.tasks.app import app
 
         bound = False
         for queue in app.amqp.queues.values():

@@ -60,7 +60,8 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import Any
 
 from celery import Task
@@ -68,18 +69,19 @@ from celery.exceptions import SoftTimeLimitExceeded
 from sqlalchemy.exc import OperationalError
 
 from dormant.persistence import clock
-from dormant.scheduler.deadlines import Claim
+from dormant.persistence.results import TriggerResult
+from dormant.persistence.start_timers import is_start_timer
+from dormant.scheduler.deadlines import Claim, ClaimKind, claim_due, fire
 from dormant.tasks import app as app_module
 from dormant.tasks import wire
-from dormant.tasks.app import TIMER_FIRE_KEY, app, publish
-from dormant.tasks.metrics import observe_trigger
+from dormant.tasks.app import TIMER_FIRE_KEY, app, publish, store
+from dormant.tasks.metrics import observe_trigger, timer_fired
 from dormant.tasks.outbox import consumed, publish_rows
 from dormant.tasks.triggers import (
     MAX_TRANSIENT_RETRIES,
+    SCAN_BATCH,
+    _run,
     describe_result,
-    fire_call,
-    fire_owner,
-    fire_trigger_id,
     keep_as,
     outbox_rows_of,
     retry_backoff,
@@ -94,7 +96,12 @@ __all__ = [
     "batch_size",
     "claim_kwargs",
     "fire_batches",
+    "fire_call",
+    "fire_deadline",
     "fire_deadlines",
+    "fire_owner",
+    "fire_trigger_id",
+    "scan_deadlines",
 ]
 
 log = logging.getLogger("dormant.triggers")
@@ -255,3 +262,80 @@ def fire_deadlines(self: Task, claims: list[dict[str, Any]]) -> str:
         done += 1
     consumed(self.request)
     return f"{done} of {len(items)} claim(s) done"
+
+
+@app.task(name=wire.FIRE_DEADLINE, bind=True)
+def fire_deadline(
+    self: Task,
+    instance_id: str,
+    wait_id: str,
+    claim_token: str,
+    due_at: str | None = None,
+    kind: str = "deadline",
+    *,
+    inbox_id: str | None = None,
+) -> str | None:
+    """Fire one claimed deadline. The row is deleted only by the transaction that
+    applied it; a failed fire leaves it (with its due time pushed back) for a later scan.
+    ``due_at`` (the claimed due time, ISO) measures the timer's lateness; ``kind`` is the
+    claim's (``scheduler.ClaimKind``: an instance deadline or a timer start).
+
+    The scan sends batches (``dormant.fire_deadlines``, tasks/timers.py); this one
+    task still serves fires queued by earlier releases and a failed fire an operator
+    sends again (``inbox_id``: the retry's inbox row, marked processed after)."""
+    call = fire_call(instance_id, wait_id, claim_token, due_at, kind)
+    tid = fire_trigger_id(instance_id, wait_id, claim_token)
+    owner = fire_owner(instance_id, kind)
+    return _run(self, "timer", call, inbox_id, tid, instance_id=owner)
+
+
+def fire_call(
+    instance_id: str, wait_id: str, claim_token: str, due_at: str | None, kind: str
+) -> Callable[[str, datetime], TriggerResult | None]:
+    """The shell's ``call`` for one claimed fire: one locked transaction (``fire``)."""
+
+    def call(tid: str, now: datetime) -> Any:
+        outcome = fire(store(), instance_id, wait_id, claim_token, now, ClaimKind(kind))
+        timer_fired(due_at, now, outcome.status)
+        return outcome
+
+    return call
+
+
+def fire_trigger_id(instance_id: str, wait_id: str, claim_token: str) -> str:
+    """The trigger id of one claim's fire, the same in a batch and alone."""
+    return f"deadline:{instance_id}:{wait_id}:{claim_token}"
+
+
+def fire_owner(instance_id: Any, kind: Any) -> str | None:
+    """The instance a failed fire is kept under: the claim's own, unless it is a timer
+    start's (no instance yet: its ``instance_id`` is the process key)."""
+    if kind == "start_timer" or not isinstance(instance_id, str) or is_start_timer(instance_id):
+        return None
+    return instance_id
+
+
+@app.task(name=wire.SCAN_DEADLINES, bind=True, ignore_result=True)
+def scan_deadlines(self: Task) -> int:
+    """Claim due deadlines (row-locking, with their own expiry) and enqueue their fires.
+
+    The claims go out in batches (``dormant.fire_deadlines``, sized and spread by
+    tasks/timers.py) on ``timer.fire`` into ``dormant.timers``: instance timers, timer
+    starts and scheduled incident retries are all rows claimed here, so this is the one
+    publisher of timer work. A claim whose batch is lost simply expires and is claimed
+    again.
+    """
+    try:
+        claims = claim_due(store(), clock.now(), SCAN_BATCH)
+    except OperationalError as exc:
+        log.info("scan_deadlines: database unavailable (%s); next tick retries", type(exc).__name__)
+        return 0
+    for batch in fire_batches(claims):
+        publish(
+            FIRE_BATCH_TASK,
+            TIMER_FIRE_KEY,  # the timers' own queue (tasks/app.py)
+            {"claims": [claim_kwargs(claim) for claim in batch]},
+        )
+    if claims:
+        log.info("scan_deadlines: %s due", len(claims))
+    return len(claims)

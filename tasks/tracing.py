@@ -31,6 +31,8 @@ from typing import Any
 
 from celery.signals import task_postrun, task_prerun
 
+from dormant.tasks.job_headers import HEADER_ATTEMPT, HEADER_INSTANCE, read_header
+
 try:
     from opentelemetry import context as otel_context
     from opentelemetry import propagate, trace
@@ -116,7 +118,7 @@ def annotate(outcome: str, applied: list[Any]) -> None:
 
 
 def report_span(report: Callable[..., None]) -> Callable[..., None]:
-    """Wrap ``tasks.jobs.report``: a job's result is a trigger span of its own."""
+    """Wrap ``tasks.job_results.report``: a job's result is a trigger span of its own."""
 
     @functools.wraps(report)
     def wrapper(instance_id: str, trigger: Any, *args: Any, **kwargs: Any) -> None:
@@ -134,19 +136,17 @@ _JOB_SPANS: dict[str, tuple[Any, Any]] = {}
 
 def job_span(task: Any) -> None:
     """Open the job's span if ``task`` is running as a dormant job (its headers say so)."""
-    from dormant.tasks.jobs import HEADER_ATTEMPT, HEADER_INSTANCE, _header
-
     request = getattr(task, "request", None)
-    if trace is None or request is None or not _header(request, HEADER_INSTANCE):
+    if trace is None or request is None or not read_header(request, HEADER_INSTANCE):
         return
     span = _TRACER.start_span(
         f"dormant job {task.name}",
         context=propagate.extract(_carrier(request)),
         kind=trace.SpanKind.CONSUMER,
         attributes={
-            INSTANCE: str(_header(request, HEADER_INSTANCE)),
+            INSTANCE: str(read_header(request, HEADER_INSTANCE)),
             JOB_TYPE: str(task.name),
-            ATTEMPT: int(_header(request, HEADER_ATTEMPT) or 1),
+            ATTEMPT: int(read_header(request, HEADER_ATTEMPT) or 1),
         },
     )
     token = otel_context.attach(trace.set_span_in_context(span))

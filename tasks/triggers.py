@@ -61,18 +61,19 @@ from dormant.persistence import clock, inbox, job_pause
 from dormant.persistence.failed_triggers import call_kwargs, one_line
 from dormant.persistence.outbox_queue import OutboxRow
 from dormant.persistence.results import TriggerResult
+from dormant.persistence.routing import Router
 from dormant.persistence.store import JobRun, NewInstance
 from dormant.tasks import app as app_module
 from dormant.tasks import wire
-from dormant.tasks.app import TIMER_FIRE_KEY, app, marks_redeliveries, publish, store
-from dormant.tasks.jobs import (
+from dormant.tasks.app import app, marks_redeliveries, publish, store
+from dormant.tasks.job_dispatch import (
     dispatch,
     run_before_start,
     run_here,
     runs_here,
     some_job_type_is_eager,
 )
-from dormant.tasks.metrics import observe_trigger, timer_fired
+from dormant.tasks.metrics import observe_trigger
 from dormant.tasks.outbox import consumed, publish_keeping_a_job, publish_row, publish_rows
 
 __all__ = [
@@ -81,10 +82,6 @@ __all__ = [
     "cancel",
     "complete_task",
     "describe_result",
-    "fire_call",
-    "fire_deadline",
-    "fire_owner",
-    "fire_trigger_id",
     "incident_drop",
     "incident_resolve",
     "incident_retry",
@@ -93,7 +90,6 @@ __all__ = [
     "outbox_rows_of",
     "relay_outbox",
     "retry_backoff",
-    "scan_deadlines",
     "signal",
     "start",
     "update_task",
@@ -370,7 +366,6 @@ def message(
     trigger_id: str | None = None,
 ) -> str | None:
     """Correlate a message to its holders, start a message start, or buffer it (TTL)."""
-    from dormant.persistence.routing import Router
 
     def call(tid: str, now: datetime) -> Any:
         return Router(store(), wire.redelivery).message(
@@ -397,7 +392,6 @@ def signal(
     trigger_id: str | None = None,
 ) -> str | None:
     """Broadcast a signal to every holder (and signal starts)."""
-    from dormant.persistence.routing import Router
 
     def call(tid: str, now: datetime) -> Any:
         return Router(store(), wire.redelivery).signal(
@@ -555,90 +549,6 @@ def apply_trigger(
 
     kind = trigger_json.get("kind") if isinstance(trigger_json, dict) else None
     return _run(self, str(kind or "trigger"), call, inbox_id, trigger_id, instance_id=instance_id)
-
-
-@app.task(name=wire.FIRE_DEADLINE, bind=True)
-def fire_deadline(
-    self: Task,
-    instance_id: str,
-    wait_id: str,
-    claim_token: str,
-    due_at: str | None = None,
-    kind: str = "deadline",
-    *,
-    inbox_id: str | None = None,
-) -> str | None:
-    """Fire one claimed deadline. The row is deleted only by the transaction that
-    applied it; a failed fire leaves it (with its due time pushed back) for a later scan.
-    ``due_at`` (the claimed due time, ISO) measures the timer's lateness; ``kind`` is the
-    claim's (``scheduler.ClaimKind``: an instance deadline or a timer start).
-
-    The scan sends batches (``dormant.fire_deadlines``, tasks/timers.py); this one
-    task still serves fires queued by earlier releases and a failed fire an operator
-    sends again (``inbox_id``: the retry's inbox row, marked processed after)."""
-    call = fire_call(instance_id, wait_id, claim_token, due_at, kind)
-    tid = fire_trigger_id(instance_id, wait_id, claim_token)
-    owner = fire_owner(instance_id, kind)
-    return _run(self, "timer", call, inbox_id, tid, instance_id=owner)
-
-
-def fire_call(
-    instance_id: str, wait_id: str, claim_token: str, due_at: str | None, kind: str
-) -> Callable[[str, datetime], TriggerResult | None]:
-    """The shell's ``call`` for one claimed fire: one locked transaction (``fire``)."""
-    from dormant.scheduler.deadlines import ClaimKind, fire
-
-    def call(tid: str, now: datetime) -> Any:
-        outcome = fire(store(), instance_id, wait_id, claim_token, now, ClaimKind(kind))
-        timer_fired(due_at, now, outcome.status)
-        return outcome
-
-    return call
-
-
-def fire_trigger_id(instance_id: str, wait_id: str, claim_token: str) -> str:
-    """The trigger id of one claim's fire, the same in a batch and alone."""
-    return f"deadline:{instance_id}:{wait_id}:{claim_token}"
-
-
-def fire_owner(instance_id: Any, kind: Any) -> str | None:
-    """The instance a failed fire is kept under: the claim's own, unless it is a timer
-    start's (no instance yet: its ``instance_id`` is the process key)."""
-    from dormant.persistence.start_timers import is_start_timer
-
-    if kind == "start_timer" or not isinstance(instance_id, str) or is_start_timer(instance_id):
-        return None
-    return instance_id
-
-
-@app.task(name=wire.SCAN_DEADLINES, bind=True, ignore_result=True)
-def scan_deadlines(self: Task) -> int:
-    """Claim due deadlines (row-locking, with their own expiry) and enqueue their fires.
-
-    The claims go out in batches (``dormant.fire_deadlines``, sized and spread by
-    tasks/timers.py) on ``timer.fire`` into ``dormant.timers``: instance timers, timer
-    starts and scheduled incident retries are all rows claimed here, so this is the one
-    publisher of timer work. A claim whose batch is lost simply expires and is claimed
-    again.
-    """
-    from dormant.scheduler.deadlines import claim_due
-
-    try:
-        claims = claim_due(store(), clock.now(), SCAN_BATCH)
-    except OperationalError as exc:
-        log.info("scan_deadlines: database unavailable (%s); next tick retries", type(exc).__name__)
-        return 0
-    from dormant.tasks.timers import FIRE_BATCH_TASK, claim_kwargs, fire_batches
-
-    for batch in fire_batches(claims):
-        publish(
-            FIRE_BATCH_TASK,
-            TIMER_FIRE_KEY,  # the timers' own queue (tasks/app.py)
-            {"claims": [claim_kwargs(claim) for claim in batch]},
-        )
-    if claims:
-        log.info("scan_deadlines: %s due", len(claims))
-    return len(claims)
 
 
 @app.task(name=wire.RELAY_OUTBOX, bind=True, ignore_result=True)

@@ -25,7 +25,9 @@ from dormant.engine_core.checkpoint import ROOT_SCOPE
 from dormant.engine_core.errors import InvalidOperation
 from dormant.persistence.batches import ItemOutcome
 from dormant.persistence.selection import Selector
-from dormant.tasks.console.app import _act, _client, _render
+from dormant.tasks.cli_common import parse_node_pairs as _pairs
+from dormant.tasks.cli_common import parse_vars
+from dormant.tasks.console.pages import _act, _client, _render, _when
 
 __all__ = ["routes"]
 
@@ -62,8 +64,6 @@ def _field(form: Any, name: str) -> str:
 
 async def set_variables(request: Request) -> Response:
     """``name=value`` lines as the CLI's ``--var`` reads them (JSON, else a string)."""
-    from dormant.tasks.cli import parse_vars
-
     instance_id = request.path_params["instance_id"]
     form = await request.form()
     lines = tuple(line for line in _field(form, "vars").splitlines() if line.strip())
@@ -87,8 +87,6 @@ def _words(form: Any, name: str) -> list[str]:
 
 async def migrate(request: Request) -> Response:
     """``old=new`` node maps as the CLI's ``--map``; the Client checks the plan first."""
-    from dormant.tasks.cli_operations import _pairs
-
     instance_id = request.path_params["instance_id"]
     form = await request.form()
     raw_version = _field(form, "version")
@@ -149,8 +147,6 @@ async def incidents_matching(request: Request) -> Response:
 
 def _migrate_params(form: Any) -> dict[str, Any]:
     """``--to VERSION --map old=new...`` of ``dormant instances migrate``."""
-    from dormant.tasks.cli_operations import _pairs
-
     raw_version = _field(form, "version_to")
     if not raw_version.isdigit():
         raise InvalidOperation(f"--to {raw_version!r} is not a version number")
@@ -160,8 +156,6 @@ def _migrate_params(form: Any) -> dict[str, Any]:
 def _variables_params(form: Any) -> dict[str, Any]:
     """``name=value`` lines, names to unset, a scope and "then retry", as on the
     instance page; the Client checks them as a start's variables."""
-    from dormant.tasks.cli import parse_vars
-
     lines = tuple(line for line in _field(form, "vars").splitlines() if line.strip())
     return {
         "variables": parse_vars(lines),
@@ -180,8 +174,6 @@ _BULK_PARAMS: dict[str, Callable[[Any], dict[str, Any]]] = {
 async def instances_matching(request: Request) -> Response:
     """Every instance the instances list's filter selects, cancelled, suspended,
     resumed, migrated or given variables as a batch."""
-    from dormant.tasks.console.app import _when
-
     op = request.path_params["op"]
     if op not in _INSTANCE_BULK:
         return PlainTextResponse(f"no bulk instance action {op!r}", status_code=404)

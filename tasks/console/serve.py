@@ -12,21 +12,20 @@ from __future__ import annotations
 import logging
 import os
 
+import uvicorn
+
+from dormant.tasks.console.app import create_app
 from dormant.tasks.console.config import ConsoleConfig
+from dormant.tasks.metrics import console_route
 
 __all__ = ["serve"]
 
 
 def serve(*, host: str, port: int, read_only: bool, root_path: str = "") -> None:
-    import uvicorn
-
-    from dormant.tasks.console.app import create_app
-
     config = ConsoleConfig.from_env(host=host, port=port, read_only=read_only)
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    from dormant.tasks.metrics import console_route
 
     app = create_app(config, extra_routes=[console_route()])  # Prometheus: docs/metrics.md
     mode = "read-only" if read_only else "actions enabled"

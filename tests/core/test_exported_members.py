@@ -16,10 +16,13 @@ PACKAGES = ["dormant.engine_core", "dormant.persistence", "dormant.scheduler", "
 
 
 def _public_members(module: ModuleType) -> set[str]:
+    """What the module offers, names it loads on first use (PEP 562) included."""
     return {
         name
-        for name, value in vars(module).items()
-        if not name.startswith("_") and not inspect.ismodule(value) and name != "annotations"
+        for name in dir(module)
+        if not name.startswith("_")
+        and not inspect.ismodule(getattr(module, name))
+        and name != "annotations"
     }
 
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from celery import Task
 
-from dormant.tasks import jobs, triggers
+from dormant.tasks import job_results, triggers
 from dormant.tasks.app import app
 from dormant.tasks.jobs import idempotency_key
 
@@ -68,7 +68,7 @@ def _publish_rows_then_maybe_not(rows: Iterable[Any]) -> int:
     return _publish_rows(rows)
 
 
-_report = jobs.report
+_report = job_results.report
 
 
 def _report_then_maybe_die(instance_id: str, trigger: Any, trigger_id: str) -> None:
@@ -78,7 +78,7 @@ def _report_then_maybe_die(instance_id: str, trigger: Any, trigger_id: str) -> N
 
 if KILL_AT:
     triggers.publish_rows = _publish_rows_then_maybe_not  # type: ignore[assignment]
-    jobs.report = _report_then_maybe_die  # type: ignore[assignment]
+    job_results.report = _report_then_maybe_die  # type: ignore[assignment]
 
 
 def runs(log: Path) -> dict[str, int]:

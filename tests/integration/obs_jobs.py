@@ -9,13 +9,13 @@ from typing import Any
 from celery import Task
 
 from dormant.tasks.app import app
-from dormant.tasks.jobs import HEADER_ATTEMPT, _header
+from dormant.tasks.job_headers import HEADER_ATTEMPT, read_header
 
 
 @app.task(name="obs-slow", bind=True)
 def slow_job(self: Task, **_: Any) -> dict[str, Any]:
     """Outlives a short job timeout on its first attempt, answers at once on the next."""
-    if int(_header(self.request, HEADER_ATTEMPT) or 1) == 1:
+    if int(read_header(self.request, HEADER_ATTEMPT) or 1) == 1:
         time.sleep(6)
     return {"slow": "done"}
 

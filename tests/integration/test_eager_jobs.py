@@ -135,7 +135,7 @@ def test_only_a_marked_registered_type_on_a_queue_this_worker_reads_runs_here(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from dormant.tasks.app import QUEUE, TIMER_QUEUE, app
-    from dormant.tasks.jobs import runs_here
+    from dormant.tasks.job_dispatch import runs_here
 
     queues = app.amqp.queues
     monkeypatch.setattr(queues, "_consume_from", {QUEUE.name: QUEUE})
@@ -150,7 +150,7 @@ def test_a_marked_type_this_process_has_not_registered_is_published(
 ) -> None:
     from dormant.persistence.settings import JobTypeSetting
     from dormant.tasks import app as app_module
-    from dormant.tasks.jobs import runs_here
+    from dormant.tasks.job_dispatch import runs_here
 
     settings = app_module.settings.model_copy(
         update={"job_types": {"nobody-has-this": JobTypeSetting(eager=True)}}

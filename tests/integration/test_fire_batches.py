@@ -34,7 +34,7 @@ from dormant.persistence.tables import deadlines, inbox
 from dormant.scheduler import deadlines as deadlines_module
 from dormant.scheduler.deadlines import Claim, claim_due
 from dormant.tasks import app as tasks_app
-from dormant.tasks import timers, triggers, wire
+from dormant.tasks import timers, wire
 from tests.integration.conftest import Stack, wait_for
 from tests.integration.waitkit import end, model, start, timer_catch
 from tests.security.kit import failed_for, overwrite_checkpoint, send_raw
@@ -126,7 +126,7 @@ def test_a_scan_sends_batches_and_every_instance_fires_once(
     ids = [f"fb-{k}" for k in range(N)]
     park(stack.client._store, "fb", ids)
     _configured(monkeypatch, stack.database_url, stack.broker_url)
-    assert triggers.scan_deadlines.run() == N  # the scan, in this process; no beat runs
+    assert timers.scan_deadlines.run() == N  # the scan, in this process; no beat runs
     sent = queued(r, tasks_app.TIMER_QUEUE.name)
     size = timers.batch_size(N)
     assert [t for t, _ in sent] == [timers.FIRE_BATCH_TASK] * math.ceil(N / size)
@@ -240,7 +240,7 @@ def fault_at(
             raise error()
         return real(store, instance_id, *args, **kwargs)
 
-    monkeypatch.setattr(deadlines_module, "fire", fire)
+    monkeypatch.setattr(timers, "fire", fire)  # the name the timer tasks call
     return calls
 
 
@@ -296,7 +296,7 @@ def test_a_claim_that_raises_is_kept_alone_and_an_operator_retry_fires_it(
         failed.id, datetime.now(UTC), takes_trigger_id=wire.takes_trigger_id
     )
     assert task == "dormant.fire_deadline"
-    triggers.fire_deadline.apply(kwargs={**kwargs, "inbox_id": inbox_id})
+    timers.fire_deadline.apply(kwargs={**kwargs, "inbox_id": inbox_id})
     assert revisions(here) == [2, 2, 2]
     with here.engine.connect() as conn:
         done = conn.execute(select(inbox.c.processed_at).where(inbox.c.id == inbox_id)).scalar()

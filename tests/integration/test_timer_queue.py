@@ -21,7 +21,7 @@ from kombu.entity import Queue
 from kombu.transport.virtual.exchange import TopicExchange
 
 from dormant.tasks import app as tasks_app
-from dormant.tasks import triggers
+from dormant.tasks import timers
 from tests.integration.conftest import Stack, wait_for
 from tests.integration.waitkit import end, model, start, timer_catch
 
@@ -40,7 +40,6 @@ def _routed(queue: Queue, routing_key: str) -> bool:
 
 def _scan_publishes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
     """Run the scan task in-process on one fake claim; the (task, routing key) it sends."""
-    from dormant.scheduler import deadlines
     from dormant.scheduler.deadlines import Claim, ClaimKind
 
     claim = Claim(
@@ -51,10 +50,10 @@ def _scan_publishes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
         kind=ClaimKind.DEADLINE,
     )
     sent: list[tuple[str, str]] = []
-    monkeypatch.setattr(deadlines, "claim_due", lambda *_a, **_k: [claim])
-    monkeypatch.setattr(triggers, "store", lambda: None)
-    monkeypatch.setattr(triggers, "publish", lambda task, key, *_a, **_k: sent.append((task, key)))
-    assert triggers.scan_deadlines.run() == 1
+    monkeypatch.setattr(timers, "claim_due", lambda *_a, **_k: [claim])
+    monkeypatch.setattr(timers, "store", lambda: None)
+    monkeypatch.setattr(timers, "publish", lambda task, key, *_a, **_k: sent.append((task, key)))
+    assert timers.scan_deadlines.run() == 1
     return sent
 
 

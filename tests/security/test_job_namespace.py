@@ -159,7 +159,7 @@ def test_dispatch_refuses_a_reserved_job_type_as_a_job_failure(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """An outbox row written before the deploy-time rule is refused by the shell too."""
-    import dormant.tasks.jobs as jobs
+    import dormant.tasks.job_dispatch as jobs
 
     sent: list[tuple[str, str, dict[str, object]]] = []
     monkeypatch.setattr(

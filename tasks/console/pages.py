@@ -1,0 +1,154 @@
+"""What every console page and action shares: the templates, reading a request's
+filters, rendering a page, and the one way an action runs (its guards, the Client call,
+a flash and a redirect). The page handlers (console/app.py) and the bulk operations
+(console/operations.py) both build on it, so neither imports the other's module."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, RedirectResponse, Response
+from starlette.templating import Jinja2Templates
+
+from dormant.engine_core.errors import DormantError, InvalidOperation
+from dormant.persistence.console_queries import ConsoleQueries
+from dormant.tasks.console.config import ConsoleConfig
+from dormant.tasks.console.security import authenticated, csrf_ok, csrf_token
+
+HERE = Path(__file__).resolve().parent
+_VALUE_CHARS = 4000  # longer variable values are cut on the page (the CLI shows them whole)
+
+templates = Jinja2Templates(directory=str(HERE / "templates"))
+
+
+def _pretty(value: Any) -> str:
+    text = json.dumps(value, indent=1, sort_keys=True, default=str)
+    return text if len(text) <= _VALUE_CHARS else text[:_VALUE_CHARS] + f" … ({len(text)} chars)"
+
+
+templates.env.filters["pretty"] = _pretty
+templates.env.filters["when"] = lambda d: d.strftime("%Y-%m-%d %H:%M:%S") if d else ""
+
+
+# -- helpers ---------------------------------------------------------------------------
+
+
+def _queries(request: Request) -> ConsoleQueries:
+    found: ConsoleQueries = request.app.state.queries
+    return found
+
+
+def _client(request: Request) -> Any:
+    return request.app.state.client
+
+
+def _render(request: Request, name: str, **context: Any) -> Response:
+    config: ConsoleConfig = request.app.state.config
+    context.update(
+        root=request.scope.get("root_path", ""),
+        config=config,
+        authed=authenticated(request),
+        csrf=csrf_token(request),
+        flashes=request.session.pop("flash", []),
+        path_qs=_here(request),
+    )
+    status = context.pop("status_code", 200)
+    if request.query_params.get("partial") == "1":
+        name = name.replace(".html", "_live.html")
+    return templates.TemplateResponse(request, name, context, status_code=status)
+
+
+def _here(request: Request, drop: tuple[str, ...] = ("partial",)) -> str:
+    """This page's path and query (a form's way back), without the given parameters."""
+    query = urlencode([(k, v) for k, v in request.query_params.multi_items() if k not in drop])
+    # request.url.path already holds the proxy's prefix (root_path).
+    return request.url.path + (f"?{query}" if query else "")
+
+
+def _flash(request: Request, kind: str, text: str) -> None:
+    request.session.setdefault("flash", []).append([kind, text])
+
+
+def _opt(request: Request, name: str) -> str | None:
+    value = request.query_params.get(name, "").strip()
+    return value or None
+
+
+def _moment(request: Request, name: str) -> datetime | None:
+    return _when(name, _opt(request, name))
+
+
+def _when(name: str, raw: str | None) -> datetime | None:
+    """A filter's date and time (naive: UTC), as the instances list reads it."""
+    if not raw:
+        return None
+    try:
+        moment = datetime.fromisoformat(raw)
+    except ValueError as exc:
+        raise InvalidOperation(
+            f"{name}: {raw!r} is not a date and time (2026-12-01T09:30)"
+        ) from exc
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
+
+
+def _safe_next(raw: Any, fallback: str) -> str:
+    """Only a path of this console: never an absolute or scheme-relative URL."""
+    if (
+        isinstance(raw, str)
+        and raw.startswith("/")
+        and not raw.startswith("//")
+        and "\\" not in raw
+    ):
+        return raw
+    return fallback
+
+
+def _refuse_action(request: Request, form: Any) -> Response | None:
+    """Read-only → 403; not signed in → 401; the form's CSRF token wrong → 403."""
+    config: ConsoleConfig = request.app.state.config
+    if config.read_only:
+        return PlainTextResponse("refused: this console runs read-only", status_code=403)
+    if not authenticated(request):
+        return PlainTextResponse(
+            "refused: actions need authentication (sign in, or send basic or bearer credentials)",
+            status_code=401,
+            headers={"WWW-Authenticate": 'Basic realm="dormant console"'},
+        )
+    if not csrf_ok(request, form):
+        return PlainTextResponse(
+            "refused: the form's CSRF token is missing or wrong; reload the page and try again",
+            status_code=403,
+        )
+    return None
+
+
+async def _act(
+    request: Request,
+    what: str | Callable[[Any], str],
+    call: Any,
+    *args: str,
+    then: Callable[[Any], str] | None = None,
+) -> Response:
+    """The one way an action runs: the guards, the Client call, a flash, a redirect.
+    ``what`` and ``then`` may read the call's result (a batch: its report, its page)."""
+    form = await request.form()
+    refused = _refuse_action(request, form)
+    if refused is not None:
+        return refused
+    back = _safe_next(form.get("next"), request.scope.get("root_path", "") + "/incidents")
+    try:
+        result = await run_in_threadpool(call, *args)
+    except DormantError as exc:
+        _flash(request, "error", f"error: {exc}")
+    else:
+        _flash(request, "ok", what(result) if callable(what) else what)
+        if then is not None:
+            back = then(result)
+    return RedirectResponse(back, status_code=303)

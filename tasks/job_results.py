@@ -1,0 +1,158 @@
+# mypy: disable-error-code="untyped-decorator,no-untyped-call"
+"""Job outcomes coming back: Celery's signals in the worker that ran a job, each applied
+at once in its own locked transaction (``report``), before the late acknowledgement;
+why that makes jobs at-least-once is in tasks/jobs.py."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from celery.signals import task_failure, task_success, task_unknown
+
+from dormant.engine_core.errors import BpmnError, DormantError, UnknownInstance
+from dormant.engine_core.triggers import JobCompleted, JobErrorThrown, JobFailed
+from dormant.persistence import clock
+from dormant.tasks import metrics, tracing, wire
+from dormant.tasks.app import store
+from dormant.tasks.job_dispatch import defer, keep_outcome
+from dormant.tasks.job_headers import (
+    HEADER_ATTEMPT,
+    HEADER_IDEMPOTENCY_KEY,
+    HEADER_INSTANCE,
+    HEADER_WAIT,
+    job_context,
+)
+from dormant.tasks.outbox import publish_rows
+
+__all__ = ["report"]
+
+log = logging.getLogger("dormant.jobs")
+
+
+@tracing.report_span
+def report(instance_id: str, trigger: Any, trigger_id: str) -> None:
+    """Apply a job's outcome now; if the database refuses, hand it to the broker.
+
+    Three quick tries cover a database restart; after that the trigger is published as
+    ``dormant.apply_trigger`` (which retries with backoff) rather than dropped.
+    """
+    last: Exception | None = None
+    delays = (0.0, 0.5, 2.0)
+    for attempt, delay in enumerate(delays, 1):
+        if delay:
+            time.sleep(delay)
+        began = time.perf_counter()
+        try:
+            applied = store().apply(instance_id, trigger, clock.now(), trigger_id=trigger_id)
+        except Exception as exc:  # mapped below: the result must not be lost
+            # Retrying cannot help a refusal: keep it for an operator. An unknown
+            # instance gets the quick tries first: it may be a start still being
+            # written, whose job ran before it (``run_before_start``) and asked Celery
+            # for a prompt retry.
+            unknown = isinstance(exc, UnknownInstance)
+            if isinstance(exc, DormantError) and (not unknown or attempt == len(delays)):
+                task, routing_key, kwargs = wire.apply_trigger(instance_id, trigger, trigger_id)
+                failed_id = store().failed.keep_failed(
+                    task,
+                    routing_key,
+                    kwargs,
+                    exc,
+                    clock.now(),
+                    trigger_id=trigger_id,
+                    instance_id=instance_id,
+                )
+                log.error(
+                    "job result for instance %s not applied, kept as failed trigger %s: %s",
+                    instance_id,
+                    failed_id,
+                    type(exc).__name__,
+                )
+                return
+            last = exc
+            continue
+        metrics.record_trigger(trigger.kind, applied, time.perf_counter() - began)
+        publish_rows(applied.outbox_rows)
+        log.info(
+            "instance=%s revision=%s trigger=%s%s",
+            instance_id,
+            applied.revision,
+            trigger.kind,
+            " duplicate" if applied.duplicate else "",
+        )
+        return
+    log.warning("job result for instance %s deferred to a worker: %r", instance_id, last)
+    defer(instance_id, trigger, trigger_id)
+
+
+@task_success.connect(weak=False)
+def _on_success(sender: Any = None, result: Any = None, **_: Any) -> None:
+    ctx = job_context(sender)
+    if ctx is None:
+        return
+    instance_id, wait_id, attempt, key = ctx
+    variables = result if isinstance(result, dict) else {}
+    outcome = JobCompleted(wait_id=wait_id, attempt=attempt, variables=variables)
+    if not keep_outcome(key, outcome):
+        report(instance_id, outcome, wire.job_result_id(key))
+
+
+@task_failure.connect(weak=False)
+def _on_failure(sender: Any = None, exception: BaseException | None = None, **_: Any) -> None:
+    ctx = job_context(sender)
+    if ctx is None or exception is None:
+        return
+    instance_id, wait_id, attempt, key = ctx
+    trigger: JobErrorThrown | JobFailed
+    if isinstance(exception, BpmnError):
+        trigger = JobErrorThrown(
+            wait_id=wait_id,
+            attempt=attempt,
+            code=exception.code,
+            message=exception.message,
+            variables=dict(exception.variables),
+        )
+    else:
+        metrics.job_failed(str(getattr(sender, "name", "")))
+        trigger = JobFailed(
+            wait_id=wait_id,
+            attempt=attempt,
+            error=str(exception)[:2000],
+            error_class=type(exception).__name__,
+        )
+    if not keep_outcome(key, trigger):
+        report(instance_id, trigger, wire.job_result_id(key))
+
+
+@task_unknown.connect(weak=False)
+def _on_unknown(sender: Any = None, message: Any = None, name: str | None = None, **_: Any) -> None:
+    """A job whose type this worker has not registered: a job failure, never a drop.
+
+    Celery has already rejected the message (it would otherwise be redelivered to the
+    same worker forever); if reporting fails too, the job's timeout in the engine
+    dispatches it again, so the job is late, never lost. Messages that are not dormant
+    jobs (no job headers) are left to Celery's own error line.
+    """
+    headers = getattr(message, "headers", None) or {}
+    instance_id, wait_id = headers.get(HEADER_INSTANCE), headers.get(HEADER_WAIT)
+    if not instance_id or not wait_id:
+        return
+    attempt = int(headers.get(HEADER_ATTEMPT) or 1)
+    key = headers.get(HEADER_IDEMPOTENCY_KEY) or f"{instance_id}:{wait_id}:{attempt}"
+    queue = (getattr(message, "delivery_info", None) or {}).get("routing_key") or "?"
+    error = (
+        f"job type {name!r} is not registered on the worker that received it "
+        f"(routing key {queue}); load its module with `dormant worker --include MODULE`"
+    )
+    log.error("job not run instance=%s wait=%s: %s", instance_id, wait_id, error)
+    try:
+        defer(
+            str(instance_id),
+            JobFailed(
+                wait_id=str(wait_id), attempt=attempt, error=error, error_class="NotRegistered"
+            ),
+            wire.job_result_id(key),
+        )
+    except Exception:  # the job timeout dispatches it again
+        log.exception("unknown job type %r not reported; its job timeout will retry it", name)
