@@ -130,13 +130,15 @@ class Driver:
             }
             try:
                 s.start(
-                    p["process_key"],
-                    p["child_instance_id"],
-                    p["variables"],
+                    NewInstance(
+                        p["process_key"],
+                        p["child_instance_id"],
+                        p["variables"],
+                        parent=parent,
+                        trigger_id=tid,
+                        version_tag=p.get("version_tag"),
+                    ),
                     now=now,
-                    parent=parent,
-                    trigger_id=tid,
-                    version_tag=p.get("version_tag"),
                 )
             except Exception as exc:  # an unknown called process: the parent hears of it
                 s.apply(
