@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields, is_dataclass
 from datetime import datetime
 from enum import StrEnum
+from functools import cache
 from itertools import repeat
 from operator import attrgetter
 from types import UnionType
@@ -132,7 +133,7 @@ _CLOSED = frozenset({IncidentState.RESOLVED, IncidentState.DEAD_LETTERED, Incide
 
 
 # Every class below is a plain, slotted dataclass: the working state ``apply`` mutates.
-# Pydantic meets them only at the edge, through ``_DOCUMENT`` (decode validates the
+# Pydantic meets them only at the edge, through ``_document()`` (decode validates the
 # stored JSON into these classes, encode dumps them), so the field list written here is
 # the one definition of the stored document too. A field added here with a default
 # keeps every stored checkpoint readable and leaves documents that do not set it
@@ -360,9 +361,13 @@ class Checkpoint:
         return any(not i.state.closed for i in self.incidents.values())
 
 
-# The stored document's schema: pydantic's validator and serializer for the classes
-# above, built once. The only place pydantic touches the working state.
-_DOCUMENT: TypeAdapter[Checkpoint] = TypeAdapter(Checkpoint)
+@cache
+def _document() -> TypeAdapter[Checkpoint]:
+    """The stored document's schema: pydantic's validator and serializer for the classes
+    above, built once, on the first decode or encode — building it costs a process
+    about 50 ms, which the CLI's read-only lists and ``dormant --help`` never need
+    (bench/bench_cli.py). The only place pydantic touches the working state."""
+    return TypeAdapter(Checkpoint)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -381,7 +386,10 @@ class HoldState:
     schema_version: Annotated[int, Field(alias="schema", strict=True)]
 
 
-_HOLDS: TypeAdapter[HoldState] = TypeAdapter(HoldState)
+@cache
+def _holds() -> TypeAdapter[HoldState]:
+    """``HoldState``'s validator, built on first use as ``_document``'s."""
+    return TypeAdapter(HoldState)
 
 
 def decode_holds(raw: str | bytes) -> HoldState | Checkpoint:
@@ -389,7 +397,7 @@ def decode_holds(raw: str | bytes) -> HoldState | Checkpoint:
     schema but the current one (or a text ``decode`` would refuse) takes ``decode``'s
     own path, upgrades and classified errors included."""
     try:
-        holds = _HOLDS.validate_json(raw)
+        holds = _holds().validate_json(raw)
     except ValidationError:
         return decode(raw)
     return holds if holds.schema_version == CURRENT_SCHEMA else decode(raw)
@@ -550,7 +558,7 @@ def decode(raw: str | bytes | dict[str, Any]) -> Checkpoint:
         # JSON text of the current schema: validated straight from the text, one pass
         # (no dict in between). Anything else takes the path below, which says why.
         try:
-            checkpoint = _DOCUMENT.validate_json(raw)
+            checkpoint = _document().validate_json(raw)
         except ValidationError:
             pass
         else:
@@ -576,14 +584,14 @@ def decode(raw: str | bytes | dict[str, Any]) -> Checkpoint:
         schema += 1
         data["schema"] = schema
     try:
-        return _DOCUMENT.validate_python(data)
+        return _document().validate_python(data)
     except ValidationError as exc:
         raise CorruptCheckpoint(f"stored checkpoint does not validate: {exc}") from exc
 
 
 def encode(checkpoint: Checkpoint) -> dict[str, Any]:
     """The JSON-ready document, with defaults left out to keep rows small."""
-    doc: dict[str, Any] = _DOCUMENT.dump_python(
+    doc: dict[str, Any] = _document().dump_python(
         checkpoint, mode="json", by_alias=True, exclude_defaults=True
     )
     return doc
@@ -592,4 +600,4 @@ def encode(checkpoint: Checkpoint) -> dict[str, Any]:
 def encode_json(checkpoint: Checkpoint) -> str:
     """``encode`` as JSON text in one pass (the same document, compact), for a caller
     that stores text."""
-    return _DOCUMENT.dump_json(checkpoint, by_alias=True, exclude_defaults=True).decode()
+    return _document().dump_json(checkpoint, by_alias=True, exclude_defaults=True).decode()
