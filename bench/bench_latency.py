@@ -1,0 +1,232 @@
+"""Latency beside throughput: start → completed for one-job instances (the job through
+the broker) at 25 %, 50 % and 90 % of the capacity measured in the same run, and send →
+completed for message triggers at 50 % of theirs.
+
+    .venv/bin/python bench/bench_latency.py [--seconds S] [--quick]
+
+One ``dormant worker -c 2`` (the real CLI, as bench_triggers starts it) runs on a
+scratch PostgreSQL database and a scratch Redis db. Capacity is the drain rate of a
+batch sent through ``Client.start_many`` (or ``Client.send_messages``) to the warm
+worker. Each load is then an open loop: ``Client.start`` (``Client.send_message``)
+called on a fixed schedule for ``--seconds``, whether or not earlier ones finished, so
+queueing shows in the figures as it would for a producer. A unit's latency is its
+instance row's last write (``updated_at``, the worker's clock on this machine) minus
+the moment the Client call began. Targets (issue 25): p50 ≤ 50 ms and p99 ≤ 250 ms at
+half of capacity; the other loads are printed beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench import common, harness
+from bench.models import MESSAGE, SERVICE
+
+LOADS = (0.25, 0.50, 0.90)
+JUDGED_LOAD = 0.50
+P50_TARGET_MS = 50.0
+P99_TARGET_MS = 250.0
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """The nearest-rank percentile of already sorted values."""
+    rank = max(1, min(len(sorted_values), round(q * len(sorted_values) + 0.5)))
+    return sorted_values[rank - 1]
+
+
+def completed_at(engine: Any, key: str, by: str = "id") -> dict[str, datetime]:
+    """Each completed instance of ``key``, named by ``by`` (its id or business key), with
+    the time of its row's last write."""
+    from sqlalchemy import text
+
+    named = {"id": "id", "business_key": "business_key"}[by]
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text(
+                f"SELECT {named} AS name, updated_at FROM instances "
+                "WHERE key = :k AND status = 'completed'"
+            ),
+            {"k": key},
+        ).all()
+    return {row.name: row.updated_at for row in rows}
+
+
+def wait_until(done: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{what}: not done in {timeout:.0f} s")
+        time.sleep(0.05)
+
+
+def count(engine: Any, key: str, status: str) -> int:
+    from sqlalchemy import text
+
+    with engine.connect() as conn:
+        return int(
+            conn.execute(
+                text("SELECT count(*) FROM instances WHERE key = :k AND status = :s"),
+                {"k": key, "s": status},
+            ).scalar_one()
+        )
+
+
+def paced(rate: float, seconds: float, send: Callable[[int], str]) -> dict[str, float]:
+    """Call ``send(i)`` at ``rate`` per second for ``seconds``: an open loop (a late call
+    is made at once, never skipped). Each returned id with the wall time its call began."""
+    sent: dict[str, float] = {}
+    total = max(1, int(rate * seconds))
+    began = time.perf_counter()
+    for i in range(total):
+        due = began + i / rate
+        pause = due - time.perf_counter()
+        if pause > 0:
+            time.sleep(pause)
+        at = time.time()
+        sent[send(i)] = at
+    return sent
+
+
+def latencies_ms(sent: dict[str, float], done: dict[str, datetime]) -> list[float]:
+    return sorted((done[i].timestamp() - at) * 1000.0 for i, at in sent.items() if i in done)
+
+
+def report(label: str, values: list[float], expected: int, judged: bool) -> None:
+    if not values:
+        common.line(label, "nothing completed")
+        return
+    p50, p90, p99 = (percentile(values, q) for q in (0.50, 0.90, 0.99))
+    common.line(
+        label,
+        f"p50 {p50:6.1f} ms  p90 {p90:6.1f} ms  p99 {p99:6.1f} ms  "
+        f"({len(values)} of {expected} completed)",
+    )
+    if judged:
+        common.ratio_line(f"{label}: p50 ms", p50, "<=", P50_TARGET_MS, "{:.1f}")
+        common.ratio_line(f"{label}: p99 ms", p99, "<=", P99_TARGET_MS, "{:.1f}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=None, help="each load's length (default 20)")
+    ap.add_argument("--quick", action="store_true", help="5 s loads, 500-unit capacity batches")
+    args = ap.parse_args()
+    seconds = args.seconds or (5.0 if args.quick else 20.0)
+    batch = 500 if args.quick else 2000
+    common.header(f"bench_latency: {seconds:.0f} s per load, one worker (prefork x2)")
+    logdir = Path(tempfile.mkdtemp(prefix="dormant-bench-latency-"))
+    common.line("worker logs", str(logdir))
+
+    with common.scratch_redis_db() as broker_url, common.scratch_database() as database_url:
+        from sqlalchemy import create_engine
+
+        from dormant import Client
+
+        engine = create_engine(database_url)
+        client = Client(database_url=database_url, broker_url=broker_url)
+        client.deploy(SERVICE)
+        client.deploy(MESSAGE)
+        worker = harness.dormant_worker(broker_url, database_url, logdir)
+        try:
+            # warm-up: the worker's pool is up and its first connections are made
+            client.start_many("bench_service", [{"i": i} for i in range(50)])
+            wait_until(lambda: count(engine, "bench_service", "completed") >= 50, 120, "warm-up")
+
+            def capacity() -> float:
+                before = count(engine, "bench_service", "completed")
+                began = time.perf_counter()
+                client.start_many("bench_service", [{"i": i} for i in range(batch)])
+                wait_until(
+                    lambda: count(engine, "bench_service", "completed") >= before + batch,
+                    600,
+                    "capacity batch",
+                )
+                return batch / (time.perf_counter() - began)
+
+            rate = capacity()
+            common.line(
+                "capacity: one-job instances through the Client, the job through the broker",
+                f"{rate:8.0f} completed/s ({batch} sent by Client.start_many)",
+            )
+            for load in LOADS:
+                before = count(engine, "bench_service", "completed")
+                sent = paced(
+                    rate * load, seconds, lambda i: client.start("bench_service", {"i": i})
+                )
+                wait_until(
+                    lambda: count(engine, "bench_service", "completed") >= before + len(sent),  # noqa: B023
+                    600,
+                    f"load {load:.0%}",
+                )
+                report(
+                    f"start -> completed at {load:.0%} of capacity ({rate * load:.0f}/s)",
+                    latencies_ms(sent, completed_at(engine, "bench_service")),
+                    len(sent),
+                    load == JUDGED_LOAD,
+                )
+
+            # message triggers: instances parked on the catch first (their business key
+            # names them), then woken
+            def park(tag: str, n: int) -> None:
+                before = count(engine, "bench_message", "active")
+                client.start_many(
+                    "bench_message",
+                    [{"orderId": f"{tag}-{i}"} for i in range(n)],
+                    business_keys=[f"{tag}-{i}" for i in range(n)],
+                )
+                wait_until(
+                    lambda: count(engine, "bench_message", "active") >= before + n,
+                    600,
+                    "parking",
+                )
+
+            park("cap", batch)
+            began = time.perf_counter()
+            client.send_messages(
+                [{"name": "bench-go", "correlation_key": f"cap-{i}"} for i in range(batch)]
+            )
+            wait_until(
+                lambda: count(engine, "bench_message", "completed") >= batch, 600, "messages"
+            )
+            message_rate = batch / (time.perf_counter() - began)
+            common.line(
+                "capacity: message triggers through the Client",
+                f"{message_rate:8.0f} triggers/s ({batch} sent by Client.send_messages)",
+            )
+            wake_rate = message_rate * JUDGED_LOAD
+            n = max(1, int(wake_rate * seconds))
+            park("lat", n)
+
+            def wake(i: int) -> str:
+                client.send_message("bench-go", f"lat-{i}")
+                return f"lat-{i}"
+
+            sent = paced(wake_rate, seconds, wake)
+            wait_until(
+                lambda: count(engine, "bench_message", "completed") >= batch + len(sent),
+                600,
+                "message load",
+            )
+            report(
+                f"send_message -> completed at {JUDGED_LOAD:.0%} of capacity ({wake_rate:.0f}/s)",
+                latencies_ms(sent, completed_at(engine, "bench_message", by="business_key")),
+                len(sent),
+                False,
+            )
+        finally:
+            worker.stop()
+            engine.dispose()
+    return common.summary()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
