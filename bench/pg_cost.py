@@ -100,30 +100,67 @@ def server_cpu_seconds(admin: Any) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
-def wal_of_database(admin: Any, dboid: int, start: str, end: str) -> tuple[int, int, int]:
-    """(bytes, full-page-image bytes, records) of one database's WAL records in a range."""
+# Heap WAL records that write a row (what pg_stat_database's tup_inserted, tup_updated
+# and tup_deleted count): a row-lock record (``SELECT … FOR UPDATE``) writes none.
+_ROW_WRITES = {"INSERT": "ins", "UPDATE": "upd", "HOT_UPDATE": "hot", "DELETE": "del"}
+
+
+class WalShare:
+    """One database's part of a WAL range: bytes, full-page-image bytes, records, and
+    the rows written per kind and per table (read from the heap records themselves, so
+    no statistics-collector delay and no neighbour's rows)."""
+
+    def __init__(self) -> None:
+        self.bytes = 0
+        self.fpi = 0
+        self.records = 0
+        self.rows: dict[str, int] = {"ins": 0, "upd": 0, "hot": 0, "del": 0}
+        self.by_table: dict[str, int] = {}
+
+
+def wal_of_database(admin: Any, dboid: int, start: str, end: str) -> WalShare:
     from sqlalchemy import text
 
     rows = admin.execute(
         text(
-            "SELECT xid, resource_manager, record_length, fpi_length, block_ref "
+            "SELECT xid, resource_manager, record_type, record_length, fpi_length, "
+            "description, block_ref "
             "FROM pg_get_wal_records_info(CAST(:s AS pg_lsn), CAST(:e AS pg_lsn))"
         ),
         {"s": start, "e": end},
     ).all()
     tag = f"/{dboid}/"
     ours = {r.xid for r in rows if r.block_ref and tag in r.block_ref and r.xid}
-    mine = [
-        r
-        for r in rows
-        if (r.block_ref and tag in r.block_ref)
-        or (r.resource_manager == "Transaction" and r.xid in ours)
-    ]
-    return (
-        sum(int(r.record_length) for r in mine),
-        sum(int(r.fpi_length) for r in mine),
-        len(mine),
-    )
+    share = WalShare()
+    names: dict[str, str] = {}
+    for r in rows:
+        if not (
+            (r.block_ref and tag in r.block_ref)
+            or (r.resource_manager == "Transaction" and r.xid in ours)
+        ):
+            continue
+        share.bytes += int(r.record_length)
+        share.fpi += int(r.fpi_length)
+        share.records += 1
+        kind = str(r.record_type).removesuffix("+INIT")
+        if r.resource_manager == "Heap" and kind in _ROW_WRITES:
+            count = 1
+        elif r.resource_manager == "Heap2" and kind == "MULTI_INSERT":
+            kind, count = "INSERT", int(str(r.description).split("ntuples: ")[1].split(",")[0])
+        else:
+            continue
+        share.rows[_ROW_WRITES[kind]] += count
+        node = str(r.block_ref).split(tag, 1)[1].split()[0]
+        if node not in names:
+            names[node] = (
+                admin.execute(
+                    text("SELECT pg_filenode_relation(0, CAST(:n AS oid))::text"),
+                    {"n": node},
+                ).scalar_one()
+                or f"filenode {node}"
+            )
+        share.by_table[names[node]] = share.by_table.get(names[node], 0) + count
+    return share
 
 
 def main() -> int:
@@ -143,6 +180,7 @@ def main() -> int:
     from dormant.tasks.wire import redelivery
 
     results: dict[str, dict[str, float]] = {}
+    where_rows: dict[str, str] = {}
     with common.scratch_database() as url:
         store = Store(settings=Settings.from_env(database_url=url, broker_url="memory://"))
         now = datetime.now(UTC)
@@ -237,16 +275,20 @@ def main() -> int:
             secs = time.perf_counter() - t0
             cpu = server_cpu_seconds(admin) - cpu0
             lsn1 = admin.execute(text("SELECT pg_current_wal_lsn()")).scalar_one()
-            wal, fpi, records = wal_of_database(admin, dboid, str(lsn0), str(lsn1))
+            share = wal_of_database(admin, dboid, str(lsn0), str(lsn1))
             holds = probe.holds[h0:]
+            where_rows[label] = ", ".join(
+                f"{table} {n / k:.1f}" for table, n in sorted(share.by_table.items())
+            )
             results[label] = {
                 "statements": (probe.statements - s0) / k,
                 "commits": (probe.commits - c0) / k,
                 "ms": secs / k * 1000,
                 "server_ms": cpu / k * 1000,
-                "wal": wal / k,
-                "fpi": fpi / k,
-                "records": records / k,
+                "wal": share.bytes / k,
+                "fpi": share.fpi / k,
+                "records": share.records / k,
+                **{f"rows_{kind}": n / k for kind, n in share.rows.items()},
                 "hold_p50": statistics.median(holds) * 1000 if holds else float("nan"),
                 "hold_max": max(holds) * 1000 if holds else float("nan"),
             }
@@ -257,15 +299,24 @@ def main() -> int:
         store.close()
 
     print(
-        "| path | statements | transactions | WAL bytes (of which FPI) | WAL records | row lock held p50 / max | PostgreSQL CPU | time |"
+        "| path | statements | transactions | rows written (ins + upd (HOT) + del) "
+        "| WAL bytes (of which FPI) | WAL records | row lock held p50 / max "
+        "| PostgreSQL CPU | time |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for label, r in results.items():
+        written = r["rows_ins"] + r["rows_upd"] + r["rows_hot"] + r["rows_del"]
         print(
             f"| {label} | {r['statements']:.1f} | {r['commits']:.1f} | "
+            f"{written:.1f} ({r['rows_ins']:.1f} + {r['rows_upd'] + r['rows_hot']:.1f} "
+            f"({r['rows_hot']:.1f}) + {r['rows_del']:.1f}) | "
             f"{r['wal']:,.0f} ({r['fpi']:,.0f}) | {r['records']:.1f} | "
             f"{r['hold_p50']:.2f} / {r['hold_max']:.2f} ms | {r['server_ms']:.2f} ms | {r['ms']:.2f} ms |"
         )
+    print()
+    print("rows written per trigger, by table:")
+    for label, tables in where_rows.items():
+        print(f"  {label}: {tables}")
     return common.summary()
 
 
