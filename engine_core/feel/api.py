@@ -102,24 +102,36 @@ def _sized(result: Any, spent: Budget) -> Any:
 
     A list may hold one value many times (``for i in 1..100 return b``), so a result of a
     few hundred steps can stand for 10^8 values once stored as JSON; walking it here,
-    each value one step, stops such a result inside the evaluation, where it is the
-    model's incident, instead of in the engine that writes it out.
+    each value one step and each string its length (``result_size``), stops such a
+    result inside the evaluation, where it is the model's incident, instead of in the
+    engine that writes it out.
     """
     stack = [result]
+    chars = 0
     while stack:
         value = stack.pop()
         if isinstance(value, list):
             spent.charge(len(value))
-            stack.extend(v for v in value if isinstance(v, (list, dict)))
+            items: Any = value
         elif isinstance(value, dict):
             spent.charge(len(value))
-            stack.extend(v for v in value.values() if isinstance(v, (list, dict)))
+            items = value.values()
+        else:
+            continue
+        for v in items:
+            if isinstance(v, (list, dict)):
+                stack.append(v)
+            elif isinstance(v, str):
+                # one big string referenced 90,000 times is 90,000 copies once written
+                chars += len(v)
+        spent.check_result_size(chars)
     return result
 
 
 def _bounded(text: str, run: Callable[[], Any]) -> Any:
     """``run()``, with a bound it passes quoting ``text``; Python's own recursion limit (a
-    path the budgets missed) is a classified error too, never a ``RecursionError``."""
+    path the budgets missed) and a calendar overflow are classified errors too, never a
+    ``RecursionError`` or an ``OverflowError``."""
     try:
         return run()
     except ExpressionLimitExceeded as exc:
@@ -127,6 +139,14 @@ def _bounded(text: str, run: Callable[[], Any]) -> Any:
     except RecursionError:
         raise ExpressionLimitExceeded(
             "FEEL evaluation nested too deeply", text[:200], limit="nesting_depth"
+        ) from None
+    except OverflowError:
+        # ``date + duration`` past year 9999, a duration past 999,999,999 days: Python's
+        # calendar ends there, and the model's expression is what went past it.
+        raise ExpressionError(
+            "FEEL evaluation went out of range of dates and durations (past year 9999 or "
+            "999,999,999 days)",
+            text[:200],
         ) from None
 
 

@@ -249,6 +249,8 @@ def _distinct(items: list[Any]) -> list[Any]:
     for v in items:
         key = ops.equality_key(v)
         if key is None:
+            # pairwise among the values without a key: quadratic, so each pass is paid for
+            limits.charge(len(others))
             if any(ops.equal(v, o) is True for o in others):
                 continue
             others.append(v)
@@ -286,6 +288,7 @@ def duplicate_values(xs: Any) -> Any:
         if key is not None:
             counts[key] = counts.get(key, 0) + 1
             continue
+        limits.charge(len(others))  # pairwise, as in ``_distinct``
         for entry in others:
             if ops.equal(v, entry[0]) is True:
                 entry[1] += 1
@@ -299,6 +302,7 @@ def duplicate_values(xs: Any) -> Any:
                 result.append(v)
                 counts[key] = 0  # emitted once
         else:
+            limits.charge(len(others))
             for entry in others:
                 if entry[1] > 1 and ops.equal(v, entry[0]) is True:
                     result.append(v)
@@ -347,6 +351,7 @@ def sort(xs: Any, precedes: Any = None) -> Any:
         return None
 
     def cmp(a: Any, b: Any) -> int:
+        limits.charge()  # n log n comparisons: more than the one pass ``invoke`` charged
         if precedes is None:
             lt = ops.less(a, b)
         else:

@@ -5,10 +5,11 @@ worker (and the instance's row lock) for hours or take gigabytes (``for x in
 1..1000000000 return x``, a string doubled 31 times). So every evaluation draws on a
 ``Budget``: evaluation steps (loop iterations, function calls, and the items a built-in
 walks), the length of any string it builds, the size of any list it builds, the depth
-of user function calls. Past a bound the evaluation stops at once with
-``ExpressionLimitExceeded`` (an ``ExpressionError``): at run time the engine turns it
-into an incident at the element, at deploy into a refusal. The bounds are counts, not
-time: the core reads no clock, and a count gives the same verdict on every machine.
+of user function calls, the written-out size of a result's strings. Past a bound the
+evaluation stops at once with ``ExpressionLimitExceeded`` (an ``ExpressionError``): at
+run time the engine turns it into an incident at the element, at deploy into a
+refusal. The bounds are counts, not time: the core reads no clock, and a count gives
+the same verdict on every machine.
 
 The budget travels in a context variable rather than through every built-in's
 signature: built-ins stay plain functions, and a built-in called outside an evaluation
@@ -47,6 +48,9 @@ class Limits:
     call_depth: int = 64
     nesting_depth: int = 100
     expression_length: int = 100_000
+    # Characters of the strings a result holds, counted once per reference: what the
+    # result costs written out (``for i in 1..90000 return s`` with a 1 MB ``s``).
+    result_size: int = 10_000_000
 
 
 DEFAULT_LIMITS = Limits()
@@ -86,6 +90,14 @@ class Budget:
                 f"FEEL evaluation built a list of {size:,} items, over the limit of "
                 f"{self.limits.collection_size:,}",
                 limit="collection_size",
+            )
+
+    def check_result_size(self, chars: int) -> None:
+        if chars > self.limits.result_size:
+            raise ExpressionLimitExceeded(
+                f"FEEL evaluation returned a value whose strings add up to {chars:,} "
+                f"characters once written out, over the limit of {self.limits.result_size:,}",
+                limit="result_size",
             )
 
     @contextmanager

@@ -8,11 +8,11 @@ from contextvars import ContextVar, Token
 from datetime import datetime
 from typing import Any
 
-from dormant.engine_core.errors import ExpressionError
 from dormant.engine_core.feel import limits
 from dormant.engine_core.feel.values import FeelFunction, to_feel
 
 __all__ = [
+    "INVALID_CALL",
     "MISSING",
     "Scope",
     "id_source",
@@ -95,6 +95,17 @@ class Scope:
         return Scope(variables, self)
 
 
+# What a built-in raises for arguments it cannot use (a wrong type, a value out of its
+# domain, a missing key): FEEL's answer to those is null.
+INVALID_CALL: tuple[type[Exception], ...] = (
+    TypeError,
+    ValueError,
+    ArithmeticError,
+    LookupError,
+    AttributeError,
+)
+
+
 def invoke(fn: FeelFunction, args: Sequence[Any] | Mapping[str, Any]) -> Any:
     """Call ``fn``; a wrong argument count or any failure inside is FEEL null, not an error.
 
@@ -118,9 +129,13 @@ def invoke(fn: FeelFunction, args: Sequence[Any] | Mapping[str, Any]) -> Any:
     limits.charge(1 + sum(len(a) for a in args if isinstance(a, (list, str, dict))))
     try:
         result = fn.call(*args)
-    except (ExpressionError, RecursionError, MemoryError):
-        raise  # a bound, or a refusal (a regex the engine cannot run): never a quiet null
-    except Exception:  # FEEL has no run-time exceptions: an invalid call is null.
+    except OverflowError:
+        raise  # past the calendar: classified where the evaluation ends (api._bounded)
+    except INVALID_CALL:
+        # FEEL has no run-time exceptions: an invalid call is null. Only these: anything
+        # else (a bound, the worker's soft time limit, a refusal such as a regex the
+        # engine cannot run) must stop the evaluation -- as a null, an instance would go
+        # on with a wrong value (issue 24, row 6).
         return None
     if isinstance(result, str):
         limits.check_string(len(result))
