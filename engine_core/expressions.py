@@ -15,7 +15,7 @@ from typing import Any
 
 from dormant.engine_core import feel
 from dormant.engine_core.errors import ExpressionError, InvalidField
-from dormant.engine_core.inputs import check_text
+from dormant.engine_core.inputs import check_text, shorten
 
 __all__ = [
     "TechnicalFailure",
@@ -148,11 +148,17 @@ def _key_text(raw: str, variables: Mapping[str, Any], element_id: str, now: date
 def non_empty_string(
     raw: str, variables: Mapping[str, Any], element_id: str, now: datetime, what: str
 ) -> str:
+    """A computed name (message, signal, job type): non-empty, and within its column
+    (``inputs.check_text``), else an incident at the element -- never a failed insert."""
     value = evaluate(raw, variables, element_id, now)
     if isinstance(value, str) and value.strip():
-        return value
+        try:
+            return check_text(value, f"{what} {shorten(raw)} of {element_id!r}")
+        except InvalidField as exc:
+            raise TechnicalFailure(str(exc)) from None
     raise TechnicalFailure(
-        f"{what} {raw!r} of {element_id!r} evaluated to {_kind(value)}, expected a non-empty string"
+        f"{what} {shorten(raw)} of {element_id!r} evaluated to {_kind(value)}, "
+        "expected a non-empty string"
     )
 
 

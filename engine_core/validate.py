@@ -15,9 +15,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
-from dormant.engine_core.errors import InvalidModel, UnsupportedElement
+from dormant.engine_core.errors import InvalidField, InvalidModel, UnsupportedElement
 from dormant.engine_core.expression_check import check_expressions
 from dormant.engine_core.expressions import is_expression
+from dormant.engine_core.inputs import check_text, shorten
 from dormant.engine_core.job_types import reserved_job_type
 from dormant.engine_core.model import (
     ACTIVITY_KINDS,
@@ -74,6 +75,7 @@ def assemble(
     """
     node_list = list(nodes)
     flow_list = list(flows)
+    _check_names(key, node_list)
     by_id: dict[str, Node] = {}
     for node in node_list:
         if node.id in by_id:
@@ -136,6 +138,36 @@ def assemble(
     _check_scopes(definition)
     check_expressions(definition)
     return definition
+
+
+def _check_names(key: str, nodes: list[Node]) -> None:
+    """Every literal name the shell writes to a ``VARCHAR(255)`` column
+    (persistence/tables.py) fits it. Refused here, first, in one line naming the element:
+    a 300-character message name would otherwise deploy, and every start would fail at
+    the insert -- a failed trigger whose retry can never succeed (issue 24, row 8). A
+    name computed by FEEL is checked where it is evaluated
+    (``expressions.non_empty_string``): an incident at the node."""
+    _fits(key, "process id")
+    for node in nodes:
+        where = f"{node.kind} {shorten(node.id, 40)}"
+        _fits(node.id, f"{where}: id")
+        _fits(node.job_type, f"{where}: job type")
+        _fits(node.called_process, f"{where}: called process id")
+        _fits(node.decision_id, f"{where}: called decision id")
+        if node.kind is K.USER_TASK:
+            _fits(node.name, f"{where}: name")
+        for event in node.events:
+            _fits(event.message_name, f"{where}: message name")
+            _fits(event.signal_name, f"{where}: signal name")
+
+
+def _fits(value: str | None, field: str) -> None:
+    if value is None or is_expression(value):
+        return
+    try:
+        check_text(value, field)
+    except InvalidField as exc:
+        raise _bad(str(exc)) from None
 
 
 def _check_flow(

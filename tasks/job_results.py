@@ -12,6 +12,7 @@ from typing import Any
 from celery.signals import task_failure, task_success, task_unknown
 
 from dormant.engine_core.errors import BpmnError, DormantError, UnknownInstance
+from dormant.engine_core.inputs import shorten
 from dormant.engine_core.triggers import JobCompleted, JobErrorThrown, JobFailed
 from dormant.persistence import clock
 from dormant.tasks import metrics, tracing, wire
@@ -155,4 +156,6 @@ def _on_unknown(sender: Any = None, message: Any = None, name: str | None = None
             wire.job_result_id(key),
         )
     except Exception:  # the job timeout dispatches it again
-        log.exception("unknown job type %r not reported; its job timeout will retry it", name)
+        log.exception(
+            "unknown job type %s not reported; its job timeout will retry it", shorten(name)
+        )
