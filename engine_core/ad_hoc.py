@@ -55,7 +55,7 @@ def start(rt: Runtime, token: Token, node: Node) -> None:
     elements = _elements(rt, node, context) if spec.active_elements else []
     if existing is not None and existing.node_id == node.id:
         scope = existing  # a multi-instance inner instance: its scope is the sub-process's
-        scope.variables.update(inputs)
+        rt.write_scope(scope, inputs)
     else:
         scope = rt.new_scope(node.id, token.scope_id, token.id, inputs)
         token.inner_scope = scope.id

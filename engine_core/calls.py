@@ -82,6 +82,7 @@ def start_child(rt: Runtime, token: Token, node: Node, child: ChildBinding | Non
     context = rt.token_vars(token)
     variables = dict(context) if node.propagate_all_parent_variables else {}
     variables.update(rt.mapped_inputs(node, context))
+    rt.bounded(variables, f"the inputs of call activity {node.label}")
     wait = rt.add_wait(WaitKind.CALL, WaitRole.NODE, node.id, token_id=token.id)
     child_id = f"{rt.cp.instance_id}.{wait.id}"
     wait.child_instance_id = child_id

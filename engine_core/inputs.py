@@ -41,6 +41,7 @@ __all__ = [
     "check_ttl",
     "check_value",
     "check_variables",
+    "encoded_size",
     "shorten",
     "variables_params",
 ]
@@ -57,6 +58,11 @@ class Limits:
     max_bytes: int = 1_048_576
     max_depth: int = 64
     max_name_length: int = 255
+    # What one instance may hold: the variables of all its scopes and its multi-
+    # instance outputs (about, as encoded), and its live tokens. Past either, the node
+    # that would grow it gets an incident (engine_core/runtime.py, ``charge_bytes``).
+    max_checkpoint_bytes: int = 16 * 1_048_576
+    max_tokens: int = 20_000
     # A buffered message lives at most this long: ten years.
     max_ttl_seconds: float = 315_576_000.0
 
@@ -136,9 +142,17 @@ def check_ttl(value: Any, field: str, limits: Limits = DEFAULT_LIMITS) -> float 
     return float(value)
 
 
-def check_value(value: Any, field: str, limits: Limits = DEFAULT_LIMITS, depth: int = 0) -> None:
+def encoded_size(value: Any) -> int:
+    """About how many bytes ``value`` (already checked: a stored value) takes encoded;
+    the counting of ``check_value``, run by the JSON encoder's C loop. A reference
+    shared many times is counted each time, as the encoder writes it."""
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str))
+
+
+def check_value(value: Any, field: str, limits: Limits = DEFAULT_LIMITS, depth: int = 0) -> int:
     """Raise ``InvalidVariables`` naming ``field`` (and the path inside it) unless
-    ``value`` is a JSON value within ``limits``; ``depth`` is how deep it sits."""
+    ``value`` is a JSON value within ``limits``; ``depth`` is how deep it sits. Returns
+    about how many bytes it takes encoded."""
     size = 0
     stack: list[tuple[Any, str, int]] = [(value, field, depth)]
     while stack:
@@ -189,6 +203,7 @@ def check_value(value: Any, field: str, limits: Limits = DEFAULT_LIMITS, depth: 
                 f"{field} is larger than the limit of {limits.max_bytes} bytes "
                 "(DORMANT_MAX_VARIABLES_BYTES)"
             )
+    return size
 
 
 def check_variables(

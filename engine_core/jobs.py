@@ -68,6 +68,9 @@ def open_job(
     timeout, retries and incidents."""
     context = rt.token_vars(token)
     job_type = non_empty_string(job_type_raw, context, node.id, rt.now, "job type")
+    # What the job is sent (its variables) is a message leaving the engine: bounded
+    # like a trigger's input, or a 2.5 GB job input ends its pool process.
+    rt.bounded(context, f"the job input of {node.label}")
     reserved = reserved_job_type(job_type)
     if reserved is not None:  # a FEEL job type: the deploy-time check cannot see it
         raise TechnicalFailure(f"{node.label}: {reserved}")

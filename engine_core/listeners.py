@@ -169,7 +169,7 @@ def _merge(rt: Runtime, token: Token, node: Node, event: str, variables: Mapping
         target = _event_sub(rt, token)
     else:
         target = local_scope(rt, token, node)
-    target.variables.update(variables)
+    rt.write_scope(target, variables)
 
 
 def error_thrown(rt: Runtime, wait: Wait, trigger: JobErrorThrown) -> Wake:

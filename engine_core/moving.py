@@ -525,9 +525,11 @@ def _inner_done(rt: Runtime, token: Token, node: Node) -> None:
     assert loop is not None and body is not None and body.mi_results is not None
     context = rt.token_vars(token)
     if loop.output_element:
-        body.mi_results[token.loop_index or 0] = json_value(
+        output = json_value(
             evaluate(always_expression(loop.output_element), context, node.id, rt.now)
         )
+        rt.hold_output(output, f"the output element of {node.label}")
+        body.mi_results[token.loop_index or 0] = output
     # Read while this inner instance is still live (counted as completed): a failing
     # condition is an incident on it, which a retry re-runs, never on an ended token.
     complete = bool(loop.completion_condition) and _condition_met(

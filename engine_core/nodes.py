@@ -113,7 +113,7 @@ def _open_own_scope(rt: Runtime, token: Token, node: Node) -> None:
     finds the scope open (``token.listener_phase`` "ran") and applies nothing twice."""
     scope = listeners.local_scope(rt, token, node)
     if node.inputs:
-        scope.variables.update(rt.mapped_inputs(node, rt.token_vars(token)))
+        rt.write_scope(scope, rt.mapped_inputs(node, rt.token_vars(token)))
 
 
 # Kinds that open their own scope (or a child instance) with the input mappings.
@@ -129,7 +129,7 @@ def _open_local_scope(rt: Runtime, token: Token, node: Node) -> None:
     values = rt.mapped_inputs(node, rt.token_vars(token))
     existing = rt.cp.scopes.get(token.inner_scope) if token.inner_scope else None
     if existing is not None and existing.node_id == node.id:
-        existing.variables.update(values)  # a multi-instance instance scope, or a retry
+        rt.write_scope(existing, values)  # a multi-instance instance scope, or a retry
         return
     scope = rt.new_scope(node.id, token.scope_id, token.id, values)
     token.inner_scope = scope.id
@@ -291,7 +291,7 @@ def _sub_process(rt: Runtime, token: Token, node: Node) -> None:
     inputs = rt.mapped_inputs(node, rt.token_vars(token)) if node.inputs and not ran else {}
     if existing is not None and existing.node_id == node.id:
         scope = existing  # a multi-instance inner instance, or opened for start listeners
-        scope.variables.update(inputs)
+        rt.write_scope(scope, inputs)
     else:
         scope = rt.new_scope(node.id, token.scope_id, token.id, inputs)
         token.inner_scope = scope.id

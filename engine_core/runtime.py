@@ -39,7 +39,7 @@ from dormant.engine_core.checkpoint import (
 from dormant.engine_core.effects import CancelChild, Effect, Fact
 from dormant.engine_core.errors import EngineInvariantError, InvalidVariables
 from dormant.engine_core.expressions import TechnicalFailure, evaluate, json_value
-from dormant.engine_core.inputs import check_value
+from dormant.engine_core.inputs import check_value, encoded_size
 from dormant.engine_core.model import ACTIVITY_KINDS, Node, ProcessDefinition
 from dormant.engine_core.services import Services
 from dormant.engine_core.transitions import move_incident, move_token
@@ -63,6 +63,10 @@ class Runtime:
         self.keep_boundaries: set[str] = set()
         # Node entries so far in this step, against ``services.step_budget``.
         self.entries = 0
+        # About how many bytes the scopes' variables and multi-instance outputs take,
+        # against ``limits.max_checkpoint_bytes``: measured on the first write of the
+        # step, then kept by every write (``charge_bytes``).
+        self._held: int | None = None
 
     # -- facts and ids -------------------------------------------------------------
 
@@ -116,18 +120,76 @@ class Runtime:
         chain = self.scope_chain(scope_id)
         if not chain:
             chain = [self.cp.scopes[ROOT_SCOPE]]
+        writes: list[tuple[Scope, str, Any]] = []
         for name, value in variables.items():
-            for scope in chain:
-                if name in scope.variables:
-                    scope.variables[name] = value
-                    break
-            else:
-                chain[-1].variables[name] = value
+            target = next((sc for sc in chain if name in sc.variables), chain[-1])
+            writes.append((target, name, value))
+        self.charge_bytes(sum(_growth(sc.variables, n, v) for sc, n, v in writes))
+        for target, name, value in writes:
+            target.variables[name] = value
+
+    def write_scope(self, scope: Scope, variables: Mapping[str, Any]) -> None:
+        """Write ``variables`` into ``scope`` itself (local variables: input mappings, a
+        listener's result), charged to what the instance holds."""
+        self.charge_bytes(sum(_growth(scope.variables, n, v) for n, v in variables.items()))
+        scope.variables.update(variables)
+
+    # -- what one instance holds (docs/limits.md, "Every bound at a glance") ---------
+
+    def bounded(self, values: Mapping[str, Any], what: str) -> None:
+        """``values`` entering the checkpoint or a message as one whole -- a mapping's
+        result, a job's input or result, a thrown payload, a child's inputs -- within
+        the limit of a trigger's variables (``DORMANT_MAX_VARIABLES_BYTES``), else an
+        incident at the node: each variable alone may fit while the whole does not
+        (issue 24, row 5; one home for the check: ``engine_core/inputs.py``)."""
+        limits = self.services.limits
+        total = 2
+        for name, value in values.items():
+            try:
+                total += check_value(value, f"variable {name[:60]!r}", limits, depth=1)
+            except InvalidVariables as exc:
+                raise TechnicalFailure(str(exc), "InvalidVariables") from None
+            total += len(name) + 4
+            if total > limits.max_bytes:
+                raise TechnicalFailure(
+                    f"{what} is larger than the limit of {limits.max_bytes} bytes "
+                    "(DORMANT_MAX_VARIABLES_BYTES)",
+                    "InvalidVariables",
+                )
+
+    def charge_bytes(self, growth: int) -> None:
+        """Account ``growth`` bytes about to be written to the checkpoint's scopes; past
+        ``limits.max_checkpoint_bytes`` the write is refused, an incident at the node
+        that made it, before anything is stored -- 400 inner instances each holding
+        1 MB would otherwise commit a 400 MB checkpoint."""
+        if self._held is None:
+            self._held = sum(_scope_size(sc) for sc in self.cp.scopes.values())
+        held = self._held + growth
+        limit = self.services.limits.max_checkpoint_bytes
+        if growth > 0 and held > limit:
+            raise TechnicalFailure(
+                f"instance {self.cp.instance_id} would hold about {held:,} bytes of "
+                f"variables, more than the limit of {limit:,} (DORMANT_MAX_CHECKPOINT_BYTES)",
+                "LimitExceeded",
+            )
+        self._held = held
+
+    def hold_output(self, value: Any, what: str) -> int:
+        """A value kept outside the variables (a multi-instance output element, until
+        the output collection is written): checked and charged like a variable."""
+        try:
+            check_value(value, what, self.services.limits, depth=1)
+        except InvalidVariables as exc:
+            raise TechnicalFailure(str(exc), "InvalidVariables") from None
+        size = encoded_size(value)
+        self.charge_bytes(size)
+        return size
 
     def apply_outputs(
         self, node: Node, token: Token, result: Mapping[str, Any], target_scope: str | None = None
     ) -> None:
         """Merge an activity's result: through its output mappings, or propagate all of it."""
+        self.bounded(result, f"the result of {node.label}")
         if not node.outputs:
             self.propagate(target_scope or self.token_scope(token), result)
             return
@@ -136,14 +198,18 @@ class Runtime:
             m.target: json_value(evaluate(m.source, context, node.id, self.now))
             for m in node.outputs
         }
-        self.propagate(target_scope or token.scope_id, _nest(mapped))
+        nested = _nest(mapped)
+        self.bounded(nested, f"the output mappings of {node.label}")
+        self.propagate(target_scope or token.scope_id, nested)
 
     def mapped_inputs(self, node: Node, context: Mapping[str, Any]) -> dict[str, Any]:
         values: dict[str, Any] = {}
         for m in node.inputs:
             scope = {**context, **values}
             values[m.target] = json_value(evaluate(m.source, scope, node.id, self.now))
-        return _nest(values)
+        nested = _nest(values)
+        self.bounded(nested, f"the input mappings of {node.label}")
+        return nested
 
     # -- scopes --------------------------------------------------------------------
 
@@ -155,6 +221,8 @@ class Runtime:
         variables: dict[str, Any] | None = None,
         loop_index: int | None = None,
     ) -> Scope:
+        if variables:
+            self.charge_bytes(encoded_size(variables))
         scope = Scope(
             id=self.cp.next_id("s"),
             node_id=node_id,
@@ -169,7 +237,9 @@ class Runtime:
     def drop_scope(self, scope_id: str) -> None:
         for wait in [w for w in self.cp.waits.values() if w.scope_id == scope_id]:
             self.withdraw(wait)
-        self.cp.scopes.pop(scope_id, None)
+        dropped = self.cp.scopes.pop(scope_id, None)
+        if dropped is not None and self._held is not None:
+            self._held -= _scope_size(dropped)
 
     def tokens_in(self, scope_id: str) -> list[Token]:
         return [t for t in self.cp.tokens.values() if t.scope_id == scope_id]
@@ -187,6 +257,15 @@ class Runtime:
         flow_id: str | None = None,
         loop_index: int | None = None,
     ) -> Token:
+        limit = self.services.limits.max_tokens
+        if len(self.cp.tokens) >= limit:
+            # A parallel fork in a loop doubles its tokens each turn: stopped here, at
+            # the node that would add one, as an incident (issue 24, row 5).
+            raise TechnicalFailure(
+                f"instance {self.cp.instance_id} has {len(self.cp.tokens):,} tokens, the "
+                f"limit of {limit:,} (DORMANT_MAX_TOKENS); a parallel fork in a loop?",
+                "LimitExceeded",
+            )
         token = Token(
             id=self.cp.next_id("t"),
             node_id=node_id,
@@ -332,3 +411,15 @@ def _nest(values: Mapping[str, Any]) -> dict[str, Any]:
             cursor = nxt
         cursor[parts[-1]] = value
     return result
+
+
+def _growth(variables: Mapping[str, Any], name: str, value: Any) -> int:
+    """How many bytes writing ``name`` into ``variables`` adds (negative: frees)."""
+    old = encoded_size(variables[name]) if name in variables else -len(name) - 4
+    return encoded_size(value) - old
+
+
+def _scope_size(scope: Scope) -> int:
+    return encoded_size(scope.variables) + (
+        encoded_size(scope.mi_results) if scope.mi_results else 0
+    )

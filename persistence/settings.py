@@ -68,6 +68,8 @@ ENV_VARS: dict[str, str] = {
     "step_budget": "DORMANT_STEP_BUDGET",
     "max_model_bytes": "DORMANT_MAX_MODEL_BYTES",
     "max_loop_items": "DORMANT_MAX_LOOP_ITEMS",
+    "max_checkpoint_bytes": "DORMANT_MAX_CHECKPOINT_BYTES",
+    "max_tokens": "DORMANT_MAX_TOKENS",
 }
 
 # Past this the JSON encoder and decoder themselves would recurse too deep.
@@ -149,6 +151,11 @@ class Settings(BaseModel):
     max_model_bytes: int = 4 * 1024 * 1024
     # Inner instances of one multi-instance activity; more is an incident there.
     max_loop_items: int = 10_000
+    # What one instance may hold: its variables and multi-instance outputs (about, as
+    # encoded), and its live tokens; past either, an incident at the node that would
+    # grow it (docs/limits.md, "Every bound at a glance").
+    max_checkpoint_bytes: int = DEFAULT_LIMITS.max_checkpoint_bytes
+    max_tokens: int = DEFAULT_LIMITS.max_tokens
 
     @field_validator("database_url", "broker_url")
     @classmethod
@@ -202,14 +209,14 @@ class Settings(BaseModel):
             for name, s in self.job_types.items()
         }
 
-    @field_validator("step_budget", "max_loop_items")
+    @field_validator("step_budget", "max_loop_items", "max_tokens")
     @classmethod
     def _budget(cls, value: int) -> int:
         if value < 1:
             raise ValueError("must be a whole number, 1 or more")
         return value
 
-    @field_validator("max_model_bytes")
+    @field_validator("max_model_bytes", "max_checkpoint_bytes")
     @classmethod
     def _model_bytes(cls, value: int) -> int:
         if value < 1:
@@ -240,7 +247,12 @@ class Settings(BaseModel):
     @property
     def limits(self) -> Limits:
         """The input bounds the core, the Store and the Client check against."""
-        return Limits(max_bytes=self.max_variables_bytes, max_depth=self.max_variables_depth)
+        return Limits(
+            max_bytes=self.max_variables_bytes,
+            max_depth=self.max_variables_depth,
+            max_checkpoint_bytes=self.max_checkpoint_bytes,
+            max_tokens=self.max_tokens,
+        )
 
     @model_validator(mode="after")
     def _hard_after_soft(self) -> Settings:
