@@ -528,7 +528,7 @@ def _inner_done(rt: Runtime, token: Token, node: Node) -> None:
         output = json_value(
             evaluate(always_expression(loop.output_element), context, node.id, rt.now)
         )
-        rt.hold_output(output, f"the output element of {node.label}")
+        rt.hold(output, f"the output element of {node.label}")
         body.mi_results[token.loop_index or 0] = output
     # Read while this inner instance is still live (counted as completed): a failing
     # condition is an incident on it, which a retry re-runs, never on an ended token.

@@ -59,6 +59,8 @@ def start_body(rt: Runtime, token: Token, node: Node) -> None:
             )
         _check_size(rt, node, len(value))
         items = [json_value(v) for v in value]
+        # kept in the checkpoint for the inner instances: bounded like a variable
+        rt.hold(items, f"the input collection of {node.label}")
     else:
         count = evaluate(always_expression(loop.cardinality or "0"), context, node.id, rt.now)
         if isinstance(count, bool) or not isinstance(count, int | float | Decimal) or count < 0:

@@ -174,9 +174,10 @@ class Runtime:
             )
         self._held = held
 
-    def hold_output(self, value: Any, what: str) -> int:
-        """A value kept outside the variables (a multi-instance output element, until
-        the output collection is written): checked and charged like a variable."""
+    def hold(self, value: Any, what: str) -> int:
+        """A value the checkpoint keeps outside the variables (a multi-instance
+        activity's input collection, its output elements until the output collection is
+        written): checked and charged like a variable."""
         try:
             check_value(value, what, self.services.limits, depth=1)
         except InvalidVariables as exc:
@@ -420,6 +421,8 @@ def _growth(variables: Mapping[str, Any], name: str, value: Any) -> int:
 
 
 def _scope_size(scope: Scope) -> int:
-    return encoded_size(scope.variables) + (
-        encoded_size(scope.mi_results) if scope.mi_results else 0
+    return (
+        encoded_size(scope.variables)
+        + (encoded_size(scope.mi_results) if scope.mi_results else 0)
+        + (encoded_size(scope.mi_items) if scope.mi_items else 0)
     )

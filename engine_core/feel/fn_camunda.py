@@ -159,8 +159,8 @@ def from_json_text(value: Any) -> Any:
         return None
     try:
         parsed = json.loads(value, parse_float=Decimal, parse_int=Decimal)
-    except (ValueError, RecursionError):
-        return None
+    except ValueError:
+        return None  # not JSON: null, as any invalid call (nested too deep is a bound)
     return to_feel(parsed)
 
 

@@ -111,3 +111,11 @@ def test_many_references_to_one_big_string_are_charged_by_their_size() -> None:
         evaluate("for i in 1..90000 return s", {"s": "x" * 1_000_000})
     assert info.value.limit == "result_size", str(info.value)
     assert len(evaluate("for i in 1..3 return s", {"s": "x" * 1_000})) == 3
+
+
+def test_json_nested_past_what_python_can_read_is_a_bound_not_a_null() -> None:
+    with pytest.raises(ExpressionLimitExceeded) as info:
+        evaluate("from json(text)", {"text": "[" * 100_000 + "]" * 100_000})
+    assert info.value.limit == "nesting_depth"
+    assert evaluate('from json("[1, [2]]")', {}) == [1, [2]]
+    assert evaluate('from json("[1, ")', {}) is None

@@ -181,3 +181,23 @@ def test_the_bounds_are_settings_with_defaults() -> None:
     assert s.limits.max_checkpoint_bytes == 16 * 1_048_576
     s = Settings.from_env({"DORMANT_MAX_TOKENS": "500", "DORMANT_MAX_CHECKPOINT_BYTES": "5000000"})
     assert s.limits.max_tokens == 500 and s.limits.max_checkpoint_bytes == 5_000_000
+
+
+def test_a_computed_multi_instance_collection_is_bounded_like_a_variable() -> None:
+    """``for i in 1..2000 return blob`` is 2,000 references to one string in FEEL and
+    2,000 copies in the checkpoint: held to DORMANT_MAX_VARIABLES_BYTES first."""
+    b = ProcessBuilder("coll")
+    b.start_event("s").service_task(
+        "each",
+        "work",
+        loop=LoopSpec(
+            sequential=True, input_collection="=for i in 1..2000 return blob", input_element="x"
+        ),
+    ).end_event("e")
+    b.sequence("s", "each", "e")
+    run = Run(b.build())
+    run.start({"blob": "q" * 1_000})
+    incident = run.incident("each")
+    assert incident.cause_class == "InvalidVariables"
+    assert "the input collection of" in incident.cause
+    assert not run.waits(kind="job")
