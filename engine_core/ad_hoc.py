@@ -24,6 +24,7 @@ from typing import Any
 
 from dormant.engine_core import event_subs
 from dormant.engine_core.checkpoint import Token, TokenState
+from dormant.engine_core.errors import shorten
 from dormant.engine_core.expressions import TechnicalFailure, always_expression, evaluate
 from dormant.engine_core.model import Node, NodeKind, ProcessDefinition
 from dormant.engine_core.runtime import Runtime
@@ -72,7 +73,7 @@ def _elements(rt: Runtime, node: Node, context: dict[str, Any]) -> list[str]:
     value = evaluate(always_expression(raw), context, node.id, rt.now)
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise TechnicalFailure(
-            f"activeElementsCollection {raw!r} of ad-hoc sub-process {node.label} evaluated "
+            f"activeElementsCollection {shorten(raw)} of ad-hoc sub-process {node.label} evaluated "
             f"to {_describe(value)}, expected a list of element ids (strings)",
             cause_class="ExpressionError",
         )
@@ -87,7 +88,7 @@ def _elements(rt: Runtime, node: Node, context: dict[str, Any]) -> list[str]:
     unknown = [v for v in value if v not in allowed]
     if unknown:
         raise TechnicalFailure(
-            f"activeElementsCollection {raw!r} of ad-hoc sub-process {node.label} names "
+            f"activeElementsCollection {shorten(raw)} of ad-hoc sub-process {node.label} names "
             f"{', '.join(repr(u[:80]) for u in unknown[:5])}, not an element of it that can "
             f"be activated (those are: {', '.join(allowed)})",
             cause_class="ExpressionError",

@@ -37,7 +37,8 @@ should do next:
 ``BpmnError`` is not a ``DormantError``: it is what a job raises on purpose to
 throw a modelled BPMN error, and the engine routes it like an event.
 
-Messages name the offending thing and, where there is one, the fix.
+Messages name the offending thing and, where there is one, the fix; a model's value or
+expression is quoted cut short (``shorten``), so a message stays one short line.
 """
 
 from __future__ import annotations
@@ -75,6 +76,16 @@ __all__ = [
     "UnknownTask",
     "UnsupportedElement",
 ]
+
+
+def shorten(value: object, limit: int = 80) -> str:
+    """``repr(value)`` for a log line or an error message, cut to about ``limit``
+    characters and saying how long the text was: a model's name or expression may be
+    100,000 characters, and a log line or an incident's cause must stay one short line."""
+    if isinstance(value, str) and len(value) > limit:
+        return f"{value[:limit]!r}... ({len(value):,} characters)"
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
 
 
 class DormantError(Exception):
@@ -206,7 +217,7 @@ class ExpressionError(DormantError):
         self.reason = message
         parts = [message]
         if expression is not None:
-            parts.append(f"in expression {expression!r}")
+            parts.append(f"in expression {shorten(expression, 200)}")
         if position is not None:
             parts.append(f"at position {position}")
         if element_id is not None:

@@ -100,7 +100,7 @@ def json_value(value: Any) -> Any:
 
 def _unexpected(exc: Exception, raw: str, element_id: str | None) -> TechnicalFailure:
     where = f" of {element_id!r}" if element_id is not None else ""
-    what = f"expression {raw!r}{where}" if raw else "a result"
+    what = f"expression {shorten(raw)}{where}" if raw else "a result"
     return TechnicalFailure(
         f"{what} could not be evaluated: {type(exc).__name__}: {exc}", type(exc).__name__
     )
@@ -111,8 +111,8 @@ def boolean(raw: str, variables: Mapping[str, Any], element_id: str, now: dateti
     if isinstance(value, bool):
         return value
     raise TechnicalFailure(
-        f"condition {raw!r} of {element_id!r} evaluated to {_kind(value)}, expected a boolean "
-        "(a variable it uses may be missing)"
+        f"condition {shorten(raw)} of {element_id!r} evaluated to {_kind(value)}, "
+        "expected a boolean (a variable it uses may be missing)"
     )
 
 
@@ -132,7 +132,7 @@ def _key_text(raw: str, variables: Mapping[str, Any], element_id: str, now: date
         return value
     if isinstance(value, bool) or value is None:
         raise TechnicalFailure(
-            f"correlation key {raw!r} of {element_id!r} evaluated to {_kind(value)}, "
+            f"correlation key {shorten(raw)} of {element_id!r} evaluated to {_kind(value)}, "
             "expected a string or a number"
         )
     if isinstance(value, Decimal):
@@ -140,7 +140,7 @@ def _key_text(raw: str, variables: Mapping[str, Any], element_id: str, now: date
     if isinstance(value, int | float):
         return str(int(value)) if float(value).is_integer() else str(value)
     raise TechnicalFailure(
-        f"correlation key {raw!r} of {element_id!r} evaluated to {_kind(value)}, "
+        f"correlation key {shorten(raw)} of {element_id!r} evaluated to {_kind(value)}, "
         "expected a string or a number"
     )
 

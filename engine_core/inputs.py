@@ -31,6 +31,7 @@ from dormant.engine_core.errors import (
     InvalidMessage,
     InvalidOperation,
     InvalidVariables,
+    shorten,
 )
 
 __all__ = [
@@ -85,16 +86,6 @@ def _join(path: str, step: str) -> str:
     if len(path) > 120:
         return path if path.endswith("...") else path + "..."
     return path + step
-
-
-def shorten(value: Any, limit: int = 80) -> str:
-    """``repr(value)`` for a log line or an error message, cut to about ``limit``
-    characters and saying how long the text was: a model's name or expression may be
-    100,000 characters, and a log line or an incident's cause must stay one short line."""
-    if isinstance(value, str) and len(value) > limit:
-        return f"{value[:limit]!r}... ({len(value):,} characters)"
-    text = repr(value)
-    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
 
 
 def check_text(

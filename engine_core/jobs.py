@@ -21,7 +21,7 @@ from typing import Any
 
 from dormant.engine_core.checkpoint import Token, TokenState, Wait, WaitKind, WaitRole
 from dormant.engine_core.effects import DispatchJob
-from dormant.engine_core.errors import EngineInvariantError
+from dormant.engine_core.errors import EngineInvariantError, shorten
 from dormant.engine_core.expressions import TechnicalFailure, evaluate, non_empty_string
 from dormant.engine_core.incidents import leave_or_raise, raise_incident
 from dormant.engine_core.job_types import reserved_job_type
@@ -81,7 +81,7 @@ def open_job(
             retries = int(str(value))
         except ValueError as exc:
             raise TechnicalFailure(
-                f"job retries {retries_raw!r} of {node.label} is not a number"
+                f"job retries {shorten(retries_raw)} of {node.label} is not a number"
             ) from exc
     retries = max(retries, 1)
     wait = rt.add_wait(

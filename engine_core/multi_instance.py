@@ -18,6 +18,7 @@ from decimal import Decimal
 from typing import Any
 
 from dormant.engine_core.checkpoint import Token, TokenState
+from dormant.engine_core.errors import shorten
 from dormant.engine_core.expressions import (
     TechnicalFailure,
     always_expression,
@@ -53,7 +54,7 @@ def start_body(rt: Runtime, token: Token, node: Node) -> None:
         value = evaluate(always_expression(loop.input_collection), context, node.id, rt.now)
         if not isinstance(value, list):
             raise TechnicalFailure(
-                f"input collection {loop.input_collection!r} of {node.label} evaluated to "
+                f"input collection {shorten(loop.input_collection)} of {node.label} evaluated to "
                 f"{'null' if value is None else type(value).__name__}, expected a list",
                 cause_class="ExpressionError",
             )
@@ -65,7 +66,7 @@ def start_body(rt: Runtime, token: Token, node: Node) -> None:
         count = evaluate(always_expression(loop.cardinality or "0"), context, node.id, rt.now)
         if isinstance(count, bool) or not isinstance(count, int | float | Decimal) or count < 0:
             raise TechnicalFailure(
-                f"loop cardinality {loop.cardinality!r} of {node.label} is not a "
+                f"loop cardinality {shorten(loop.cardinality)} of {node.label} is not a "
                 "non-negative number",
                 cause_class="ExpressionError",
             )

@@ -123,3 +123,26 @@ def test_shorten_cuts_a_value_and_says_how_long_it_was() -> None:
     cut = shorten("x" * 100_000)
     assert len(cut) < 120 and "100,000 characters" in cut
     assert shorten(None) == "None"
+
+
+def test_an_expression_error_quotes_a_long_expression_cut_short() -> None:
+    from dormant.engine_core.errors import ExpressionError
+    from dormant.engine_core.feel import evaluate
+
+    expression = " + ".join(['"a"'] * 10_000) + " +"
+    with pytest.raises(ExpressionError) as info:
+        evaluate(expression, {})
+    text = str(info.value)
+    assert len(text) < 600 and "characters)" in text, text[:300]
+
+
+def test_a_failing_long_condition_is_quoted_cut_short_in_its_incident() -> None:
+    b = ProcessBuilder("cond")
+    b.start_event("start").exclusive_gateway("x")
+    b.end_event("yes").end_event("no")
+    b.sequence("start", "x")
+    b.flow("x", "yes", condition="=" + " + ".join(["1"] * 10_000))
+    b.flow("x", "no", condition="=false")
+    run = Run(b.build())
+    run.start()
+    assert len(run.incident("x").cause) < 600
