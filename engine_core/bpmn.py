@@ -27,7 +27,8 @@ from dormant.engine_core.bpmn_extensions import (
     read_loop,
     truthy,
 )
-from dormant.engine_core.errors import InvalidModel, UnsupportedElement
+from dormant.engine_core.errors import InvalidModel, UnsupportedElement, shorten
+from dormant.engine_core.inputs import check_model_name
 from dormant.engine_core.model import (
     AdHocSpec,
     EventDefinition,
@@ -207,6 +208,7 @@ def _read_process(process: Element, refs: _Refs) -> ProcessDefinition:
     # The process's own extensions: its version tag and its execution listeners.
     extensions = read_extensions(process)
     tag = extensions.get("version_tag")
+    check_model_name(tag, f"process {shorten(key, 40)}: version tag")
     draft = _Draft()
     _read_scope(process, None, refs, draft)
     nodes = _link_compensation(draft)

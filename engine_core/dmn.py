@@ -45,8 +45,10 @@ from dormant.engine_core.errors import (
     ExpressionError,
     InvalidModel,
     UnsupportedElement,
+    shorten,
 )
 from dormant.engine_core.feel import compile_expression, evaluate, evaluate_unary_tests, to_json
+from dormant.engine_core.inputs import check_model_name
 from dormant.engine_core.xml_input import check_depth, model_text
 
 __all__ = [
@@ -243,6 +245,8 @@ def _read_decision(el: Element) -> Decision:
     did = el.get("id")
     if not did:
         raise InvalidModel("a DMN decision has no id")
+    check_model_name(did, "decision id")
+    check_model_name(el.get("name"), f"decision {shorten(did, 40)}: name")
     required: list[str] = []
     table: DecisionTable | None = None
     literal: str | None = None
@@ -254,6 +258,7 @@ def _read_decision(el: Element) -> Decision:
             for ext in child:
                 if _local(ext) == (_ZEEBE, "versionTag"):
                     version_tag = (ext.get("value") or "").strip() or None
+                    check_model_name(version_tag, f"decision {shorten(did, 40)}: version tag")
         elif kind == "informationRequirement":
             ref = _child(child, "requiredDecision")
             if ref is not None:

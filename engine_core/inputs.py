@@ -29,6 +29,7 @@ from typing import Any
 from dormant.engine_core.errors import (
     InvalidField,
     InvalidMessage,
+    InvalidModel,
     InvalidOperation,
     InvalidVariables,
     shorten,
@@ -37,6 +38,7 @@ from dormant.engine_core.errors import (
 __all__ = [
     "DEFAULT_LIMITS",
     "Limits",
+    "check_model_name",
     "check_name",
     "check_text",
     "check_ttl",
@@ -107,6 +109,19 @@ def check_text(
     if bad is not None:
         raise error(f"{field} {bad}")
     return value
+
+
+def check_model_name(value: str | None, field: str, limits: Limits = DEFAULT_LIMITS) -> None:
+    """A name a model declares that the shell writes to a column (an element id, a
+    message name, a decision id, a version tag): refused at deploy with
+    ``InvalidModel`` -- deployed, it would fail every insert that carries it. A FEEL
+    expression (``=...``) is checked where it is evaluated, not here."""
+    if value is None or value.lstrip().startswith("="):
+        return
+    try:
+        check_text(value, field, limits)
+    except InvalidField as exc:
+        raise InvalidModel(str(exc)) from None
 
 
 def check_name(value: Any, field: str, limits: Limits = DEFAULT_LIMITS) -> str:

@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
-from dormant.engine_core.errors import InvalidField, InvalidModel, UnsupportedElement
+from dormant.engine_core.errors import InvalidModel, UnsupportedElement
 from dormant.engine_core.expression_check import check_expressions
 from dormant.engine_core.expressions import is_expression
-from dormant.engine_core.inputs import check_text, shorten
+from dormant.engine_core.inputs import check_model_name, shorten
 from dormant.engine_core.job_types import reserved_job_type
 from dormant.engine_core.model import (
     ACTIVITY_KINDS,
@@ -147,27 +147,18 @@ def _check_names(key: str, nodes: list[Node]) -> None:
     the insert -- a failed trigger whose retry can never succeed (issue 24, row 8). A
     name computed by FEEL is checked where it is evaluated
     (``expressions.non_empty_string``): an incident at the node."""
-    _fits(key, "process id")
+    check_model_name(key, "process id")
     for node in nodes:
         where = f"{node.kind} {shorten(node.id, 40)}"
-        _fits(node.id, f"{where}: id")
-        _fits(node.job_type, f"{where}: job type")
-        _fits(node.called_process, f"{where}: called process id")
-        _fits(node.decision_id, f"{where}: called decision id")
+        check_model_name(node.id, f"{where}: id")
+        check_model_name(node.job_type, f"{where}: job type")
+        check_model_name(node.called_process, f"{where}: called process id")
+        check_model_name(node.decision_id, f"{where}: called decision id")
         if node.kind is K.USER_TASK:
-            _fits(node.name, f"{where}: name")
+            check_model_name(node.name, f"{where}: name")
         for event in node.events:
-            _fits(event.message_name, f"{where}: message name")
-            _fits(event.signal_name, f"{where}: signal name")
-
-
-def _fits(value: str | None, field: str) -> None:
-    if value is None or is_expression(value):
-        return
-    try:
-        check_text(value, field)
-    except InvalidField as exc:
-        raise _bad(str(exc)) from None
+            check_model_name(event.message_name, f"{where}: message name")
+            check_model_name(event.signal_name, f"{where}: signal name")
 
 
 def _check_flow(

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import pytest
 
+from dormant.engine_core.bpmn import read_bpmn
 from dormant.engine_core.builder import ProcessBuilder, message, signal
+from dormant.engine_core.dmn import read_dmn
 from dormant.engine_core.errors import InvalidModel
 from dormant.engine_core.inputs import shorten
 from dormant.engine_core.model import ProcessDefinition
@@ -146,3 +148,41 @@ def test_a_failing_long_condition_is_quoted_cut_short_in_its_incident() -> None:
     run = Run(b.build())
     run.start()
     assert len(run.incident("x").cause) < 600
+
+
+DMN = """<?xml version="1.0" encoding="UTF-8"?>
+<definitions xmlns="https://www.omg.org/spec/DMN/20191111/MODEL/"
+             xmlns:zeebe="http://camunda.org/schema/zeebe/1.0" id="d" name="d" namespace="x">
+  <decision id="{did}" name="Rate">
+    <extensionElements><zeebe:versionTag value="{tag}"/></extensionElements>
+    <literalExpression><text>1</text></literalExpression>
+  </decision>
+</definitions>"""
+
+BPMN = """<?xml version="1.0" encoding="UTF-8"?>
+<bpmn:definitions xmlns:bpmn="http://www.omg.org/spec/BPMN/20100524/MODEL"
+    xmlns:zeebe="http://camunda.org/schema/zeebe/1.0" id="d" targetNamespace="x">
+  <bpmn:process id="tagged" isExecutable="true">
+    <bpmn:extensionElements><zeebe:versionTag value="{tag}"/></bpmn:extensionElements>
+    <bpmn:startEvent id="s"/><bpmn:endEvent id="e"/>
+    <bpmn:sequenceFlow id="f" sourceRef="s" targetRef="e"/>
+  </bpmn:process>
+</bpmn:definitions>"""
+
+
+@pytest.mark.parametrize(
+    ("read", "names"),
+    [
+        (lambda: read_dmn(DMN.format(did=LONG, tag="v1")), "decision id"),
+        (lambda: read_dmn(DMN.format(did="rate", tag=LONG)), "decision 'rate': version tag"),
+        (lambda: read_bpmn(BPMN.format(tag=LONG)), "process 'tagged': version tag"),
+    ],
+)
+def test_decision_ids_and_version_tags_longer_than_their_columns_are_refused(
+    read: object, names: str
+) -> None:
+    with pytest.raises(InvalidModel) as info:
+        read()  # type: ignore[operator]
+    text = str(info.value)
+    assert names in text and "more than the limit of 255" in text and len(text) < 400, text
+    assert read_dmn(DMN.format(did="rate", tag="v1"))[0].version_tag == "v1"
