@@ -93,7 +93,7 @@ def raise_incident(
         return
     rt.withdraw_token_waits(token.id, keep_boundaries=True, keep_transition=True)
     move_token(token, TokenState.INCIDENT)
-    snapshot = rt.token_vars(token)
+    snapshot: dict[str, Any] = rt.token_vars(token)
     incident = next(
         (
             i
@@ -102,6 +102,12 @@ def raise_incident(
         ),
         None,
     )
+    if not rt.snapshot_fits(snapshot, incident.data if incident is not None else {}):
+        # Every incident keeps a copy of what its node saw: 20,000 incidents of a fork
+        # bomb would copy the variables 20,000 times. Past the checkpoint bound the
+        # copy is left out, and the cause says so (docs/incidents.md, the snapshot).
+        snapshot = {}
+        cause = f"{cause} (variables snapshot left out: DORMANT_MAX_CHECKPOINT_BYTES)"
     if incident is None:
         incident = Incident(
             id=f"{rt.cp.instance_id}.{rt.cp.next_id('i')}",

@@ -163,7 +163,9 @@ class Runtime:
         that made it, before anything is stored -- 400 inner instances each holding
         1 MB would otherwise commit a 400 MB checkpoint."""
         if self._held is None:
-            self._held = sum(_scope_size(sc) for sc in self.cp.scopes.values())
+            self._held = sum(_scope_size(sc) for sc in self.cp.scopes.values()) + sum(
+                encoded_size(i.data) for i in self.cp.incidents.values() if i.data
+            )
         held = self._held + growth
         limit = self.services.limits.max_checkpoint_bytes
         if growth > 0 and held > limit:
@@ -173,6 +175,19 @@ class Runtime:
                 "LimitExceeded",
             )
         self._held = held
+
+    def snapshot_fits(self, snapshot: Mapping[str, Any], replaced: Mapping[str, Any]) -> bool:
+        """Whether an incident's variables snapshot (replacing ``replaced``) stays within
+        the checkpoint bound; charged if it does. Never raises: an incident must be
+        recorded even when the instance is full."""
+        growth = encoded_size(snapshot) - (encoded_size(replaced) if replaced else 0)
+        try:
+            self.charge_bytes(growth)
+        except TechnicalFailure:
+            if replaced:
+                self.charge_bytes(-encoded_size(replaced))
+            return False
+        return True
 
     def hold(self, value: Any, what: str) -> int:
         """A value the checkpoint keeps outside the variables (a multi-instance

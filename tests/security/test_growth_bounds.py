@@ -201,3 +201,18 @@ def test_a_computed_multi_instance_collection_is_bounded_like_a_variable() -> No
     assert incident.cause_class == "InvalidVariables"
     assert "the input collection of" in incident.cause
     assert not run.waits(kind="job")
+
+
+def test_incident_snapshots_are_charged_and_left_out_past_the_checkpoint_bound() -> None:
+    """Each incident keeps a copy of the variables its node saw: the incidents of a
+    fork bomb would copy them once per token. Past the bound the copy is left out."""
+    from dormant.engine_core.inputs import encoded_size
+
+    run = Run(fork_bomb(), services=_services(max_tokens=50, max_checkpoint_bytes=100_000))
+    run.start({"blob": "w" * 5_000})
+    incidents = list(run.cp.incidents.values())
+    assert len(incidents) > 20, "enough incidents to pass the bound with their copies"
+    kept = sum(encoded_size(i.data) for i in incidents if i.data)
+    assert kept + encoded_size(run.variables) <= 100_000
+    left_out = [i for i in incidents if not i.data]
+    assert left_out and all("variables snapshot left out" in i.cause for i in left_out)
