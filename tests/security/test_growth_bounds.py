@@ -216,3 +216,14 @@ def test_incident_snapshots_are_charged_and_left_out_past_the_checkpoint_bound()
     assert kept + encoded_size(run.variables) <= 100_000
     left_out = [i for i in incidents if not i.data]
     assert left_out and all("variables snapshot left out" in i.cause for i in left_out)
+
+
+@pytest.mark.parametrize(
+    ("variable", "raw"),
+    [("DORMANT_MAX_TOKENS", "0"), ("DORMANT_MAX_CHECKPOINT_BYTES", "-1")],
+)
+def test_an_unusable_bound_setting_is_refused_naming_the_variable(variable: str, raw: str) -> None:
+    from dormant.engine_core.errors import InvalidSetting
+
+    with pytest.raises(InvalidSetting, match=variable):
+        Settings.from_env({variable: raw})
