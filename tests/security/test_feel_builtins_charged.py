@@ -119,3 +119,11 @@ def test_json_nested_past_what_python_can_read_is_a_bound_not_a_null() -> None:
     assert info.value.limit == "nesting_depth"
     assert evaluate('from json("[1, [2]]")', {}) == [1, [2]]
     assert evaluate('from json("[1, ")', {}) is None
+
+
+def test_to_json_is_held_to_the_string_bound_before_it_writes() -> None:
+    """5,000 references to one 1 MB string: 30 s and 5 GB to write out, before."""
+    with pytest.raises(ExpressionLimitExceeded) as info:
+        evaluate("to json(for i in 1..5000 return s)", {"s": "x" * 1_000_000})
+    assert info.value.limit == "string_length"
+    assert evaluate('to json({a: [1, "b"]})', {}) == '{"a":[1,"b"]}'
