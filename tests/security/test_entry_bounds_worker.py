@@ -1,10 +1,12 @@
-"""Issue 24 rows 5, 6 and 8 through a real worker on PostgreSQL + Redis.
+"""Issue 24 rows 5, 6 and 8 through a real worker, on PostgreSQL + Redis and on the
+embedded default.
 
 The pure tests (test_feel_builtins_charged.py, test_growth_bounds.py,
 test_name_bounds.py) pin each mechanism; these show what a user sees on a running
 engine: a greedy FEEL built-in ends as an incident, never an instance completed with a
 null; a parallel fork in a loop stops at ``DORMANT_MAX_TOKENS``; a name too long for
-its column is refused at deploy in one line, and nothing is stored.
+its column is refused at deploy in one line, and nothing is stored; a job input past
+the variables bound is an incident, and no job is sent.
 """
 
 from __future__ import annotations
@@ -20,10 +22,11 @@ from tests.integration.waitkit import end, message_start, model, script, start, 
 from tests.security.shellkit import start_worker
 
 
-@pytest.fixture
+@pytest.fixture(params=["pg_redis", "embedded"])
 def pg_stack(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Stack]:
-    """PostgreSQL + Redis, no processes: each test starts its worker with its settings."""
-    with _urls("pg_redis", tmp_path, request) as urls:
+    """PostgreSQL + Redis, and the embedded default; no processes: each test starts its
+    worker with its settings."""
+    with _urls(request.param, tmp_path, request) as urls:
         s = Stack(*urls, tmp_path)
         try:
             yield s
@@ -103,3 +106,30 @@ def test_a_message_name_too_long_for_its_column_is_refused_at_deploy(pg_stack: S
     assert "'start'" in text and "\n" not in text and len(text) < 400
     with pytest.raises(UnknownProcess):
         pg_stack.client.start("eb-long-name")
+
+
+BIG_INPUT = model(
+    "eb-big-input",
+    start()
+    + script("a", "=string join(for i in 1..600 return blob)", "a")
+    + script("b", "=string join(for i in 1..600 return blob)", "b")
+    + '<bpmn:serviceTask id="use"><bpmn:extensionElements>'
+    '<zeebe:taskDefinition type="eb-never-sent"/></bpmn:extensionElements></bpmn:serviceTask>'
+    + end(),
+    [("start", "a"), ("a", "b"), ("b", "use"), ("use", "end")],
+)
+
+
+def test_a_job_input_past_the_variables_bound_is_an_incident_and_no_job(
+    pg_stack: Stack,
+) -> None:
+    """Before: a 2.5 GB job input aborted the pool process that tried to send it, in a
+    crash loop. Now the job's input is held to DORMANT_MAX_VARIABLES_BYTES as a whole."""
+    start_worker(pg_stack, args=("--concurrency", "1"))
+    pg_stack.client.deploy(BIG_INPUT)
+    instance = pg_stack.client.start("eb-big-input", {"blob": "z" * 1_000})
+    view = pg_stack.wait_status(instance, "active_incidents", timeout=40)
+    [incident] = view.incidents
+    assert incident.node_id == "use" and incident.cause_class == "InvalidVariables"
+    assert "the job input of" in incident.cause
+    assert not [w for w in view.waits if w.kind == "job"]
