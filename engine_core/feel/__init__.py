@@ -22,8 +22,10 @@ range, function                ``Range``, ``FeelFunction`` (``to_json`` makes th
 A run-time type error or invalid operation is null, never an exception. ``ExpressionError``
 is raised for a syntax error (with the character ``position``), where feel-scala fails
 rather than answering null (``assert``, a regex back-reference the linear-time engine
-cannot run), and past a bound of ``limits.Limits`` (``ExpressionLimitExceeded``: steps,
-string length, list size, call and nesting depth; ``evaluate(..., limits=...)``).
+cannot run), for a date or duration past the calendar, and past a bound of
+``limits.Limits`` (``ExpressionLimitExceeded``: steps, string length, list size, call and
+nesting depth, result size; ``evaluate(..., limits=...)``). Anything else raised inside a
+built-in (the worker's soft time limit) is never turned into null: it ends the evaluation.
 ``uuid()`` answers from the ``ids`` source the caller passes (or ``id_source``'s), as
 ``now()`` from ``now``.
 Inputs may be JSON values: ints and floats are read as ``Decimal``; ``to_json`` turns

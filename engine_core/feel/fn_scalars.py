@@ -1,8 +1,8 @@
 """Built-ins over single values: conversion, strings, numbers, booleans, contexts.
 
 Each function trusts nothing about its arguments: a wrong kind is answered with None
-(the registry also turns any exception into None), because FEEL's answer to an invalid
-call is null, not an error.
+(the registry also turns an invalid-argument exception into None: ``scope.INVALID_CALL``),
+because FEEL's answer to an invalid call is null, not an error.
 """
 
 from __future__ import annotations
