@@ -127,3 +127,9 @@ def test_to_json_is_held_to_the_string_bound_before_it_writes() -> None:
         evaluate("to json(for i in 1..5000 return s)", {"s": "x" * 1_000_000})
     assert info.value.limit == "string_length"
     assert evaluate('to json({a: [1, "b"]})', {}) == '{"a":[1,"b"]}'
+    # Stopped as its text grows, a few values in: written first, the same value would
+    # have spent 2,000 steps (one per value) before its length was ever looked at.
+    tight = Limits(steps=1_500, string_length=10_000)
+    with pytest.raises(ExpressionLimitExceeded) as info:
+        evaluate("to json([xs])", {"xs": ["x" * 1_000] * 2_000}, limits=tight)
+    assert info.value.limit == "string_length", str(info.value)
