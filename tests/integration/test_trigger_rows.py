@@ -1,0 +1,91 @@
+"""The rows a trigger writes: what stays in place, and what is not written at all.
+
+Each test drives the real Store on a real PostgreSQL database and reads what the
+server itself recorded (page items, row versions), so it fails when the mechanism it
+names is removed: the checkpoint UPDATE kept HOT by ``instances.waiting_nodes``
+(migration 0015) and a hold row left as it was when its wait is unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+from dormant.engine_core.checkpoint import WaitKind
+from dormant.engine_core.triggers import JobCompleted, SetVariables
+from dormant.persistence.console_queries import ConsoleQueries, InstanceFilter
+from dormant.persistence.store import NewInstance, Store
+from tests.integration.console.kit import MODEL
+
+pytestmark = pytest.mark.integration
+
+# HEAP_HOT_UPDATED in a tuple's t_infomask2 (PostgreSQL's src/include/access/htup_details.h):
+# the row's next version was written on the same page with no index entry.
+_HEAP_HOT_UPDATED = 0x4000
+
+
+@pytest.fixture
+def pg_store(pg_empty_database: Any) -> Iterator[Store]:
+    from dormant.persistence import migrate
+
+    url = pg_empty_database()
+    migrate.upgrade(url)
+    s = Store(url)
+    yield s
+    s.close()
+
+
+def _waiting_at_paid(store: Store, now: datetime) -> str:
+    """An instance of the console's payment model whose token waits at 'paid' (its
+    message catch event, with a subscription row)."""
+    store.deployments.deploy(MODEL.read_bytes(), now)
+    store.start(NewInstance("payment", "i1", {"flag": "/nonexistent", "order": "o-1"}), now=now)
+    cp = store.queries.checkpoint("i1")
+    job = next(w.id for w in cp.waits.values() if w.kind is WaitKind.JOB)
+    store.apply("i1", JobCompleted(wait_id=job), now)
+    return "i1"
+
+
+def test_a_trigger_that_moves_no_token_updates_the_instance_row_hot(
+    pg_store: Store, now: datetime
+) -> None:
+    """Setting a variable rewrites the checkpoint but moves no token: the UPDATE is HOT
+    (no entry in any of the instance table's indexes), while the console's "waits at
+    node" filter still finds the instance."""
+    iid = _waiting_at_paid(pg_store, now)
+    with pg_store.engine.begin() as conn:
+        conn.execute(text("CREATE EXTENSION IF NOT EXISTS pageinspect"))
+        conn.execute(text("CHECKPOINT"))  # nothing pending: the pages read are the table's
+    pg_store.apply(iid, SetVariables(variables={"note": "x" * 100}), now)
+    with pg_store.engine.connect() as conn:
+        flags = list(
+            conn.execute(
+                text(
+                    "SELECT t_infomask2 FROM heap_page_items(get_raw_page('instances', 0)) "
+                    "WHERE t_infomask2 IS NOT NULL"
+                )
+            ).scalars()
+        )
+    assert any(f & _HEAP_HOT_UPDATED for f in flags), flags
+    page = ConsoleQueries(pg_store.engine).instance_page(InstanceFilter(waiting_at="paid"))
+    assert [r.id for r in page.rows] == [iid]
+
+
+def test_a_trigger_that_keeps_a_wait_leaves_its_hold_row_untouched(
+    pg_store: Store, now: datetime
+) -> None:
+    """The subscription of a wait the step keeps is neither updated nor deleted and
+    re-inserted: the same row version (``xmin``, ``ctid``) before and after."""
+    iid = _waiting_at_paid(pg_store, now)
+    query = text("SELECT xmin::text, ctid::text FROM subscriptions WHERE instance_id = :i")
+    with pg_store.engine.connect() as conn:
+        before = conn.execute(query, {"i": iid}).all()
+    pg_store.apply(iid, SetVariables(variables={"note": "x"}), now)
+    with pg_store.engine.connect() as conn:
+        after = conn.execute(query, {"i": iid}).all()
+    assert len(before) == 1
+    assert after == before
