@@ -36,6 +36,7 @@ from dormant.engine_core.checkpoint import Checkpoint, decode
 from dormant.engine_core.errors import InvalidOperation, UnknownInstance
 from dormant.engine_core.views import FactView
 from dormant.persistence.db import read_only
+from dormant.persistence.fact_rows import fact_views
 from dormant.persistence.tables import OPEN_INCIDENT_STATES, definitions, facts, instances
 from dormant.persistence.tables import incidents as incident_table
 
@@ -248,12 +249,11 @@ class ConsoleQueries:
             raw = conn.execute(select(c.checkpoint).where(c.id == instance_id)).scalar()
             if raw is None:
                 raise UnknownInstance(f"no instance has id {instance_id!r}")
-            history = [
-                FactView(at=r.at, kind=r.kind, details=dict(r.details), revision=r.revision)
-                for r in conn.execute(
+            history = fact_views(
+                conn.execute(
                     select(facts).where(facts.c.instance_id == instance_id).order_by(facts.c.id)
                 )
-            ]
+            )
             children = [
                 InstanceRow(**r._mapping)
                 for r in conn.execute(

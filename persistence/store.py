@@ -68,6 +68,7 @@ from dormant.persistence import clock, migrate, round_trips
 from dormant.persistence.db import make_engine, read_only
 from dormant.persistence.decisions import DecisionCache
 from dormant.persistence.deployments import Deployment, Deployments
+from dormant.persistence.fact_rows import fact_rows
 from dormant.persistence.failed_triggers import FLAGGED, FailedTriggers
 from dormant.persistence.holds import sync_holds
 from dormant.persistence.inbox import queue_mark_processed
@@ -1008,21 +1009,10 @@ class Store:
     def _queue_facts_at(
         writes: Writes, instance_id: str, new: list[tuple[int, datetime, Fact]]
     ) -> None:
-        """Facts, each at its revision and time, as one multi-row INSERT."""
+        """Facts, each at its revision and time: one row per step (persistence/fact_rows.py),
+        one INSERT."""
         if new:
-            writes.add_rows(
-                facts,
-                [
-                    {
-                        "instance_id": instance_id,
-                        "revision": revision,
-                        "at": at,
-                        "kind": f.kind,
-                        "details": dict(f.details),
-                    }
-                    for revision, at, f in new
-                ],
-            )
+            writes.add_rows(facts, fact_rows(instance_id, new))
 
     def record_fact(self, instance_id: str, fact: Fact, now: datetime) -> None:
         """History only (e.g. a joined keyed start, a failed wake): no state changes."""

@@ -1,9 +1,10 @@
 """The rows a trigger writes: what stays in place, and what is not written at all.
 
-Each test drives the real Store on a real PostgreSQL database and reads what the
-server itself recorded (page items, row versions), so it fails when the mechanism it
-names is removed: the checkpoint UPDATE kept HOT by ``instances.waiting_nodes``
-(migration 0015) and a hold row left as it was when its wait is unchanged.
+Each test drives the real Store on a real database and reads what the server itself
+recorded (page items, row versions, rows), so it fails when the mechanism it names is
+removed: the checkpoint UPDATE kept HOT by ``instances.waiting_nodes`` (migration
+0015), a hold row left as it was when its wait is unchanged, and the facts of one step
+written as one row (persistence/fact_rows.py).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from sqlalchemy import text
 from dormant.engine_core.checkpoint import WaitKind
 from dormant.engine_core.triggers import JobCompleted, SetVariables
 from dormant.persistence.console_queries import ConsoleQueries, InstanceFilter
+from dormant.persistence.results import Applied
 from dormant.persistence.store import NewInstance, Store
 from tests.integration.console.kit import MODEL
 
@@ -42,12 +44,16 @@ def pg_store(pg_empty_database: Any) -> Iterator[Store]:
 def _waiting_at_paid(store: Store, now: datetime) -> str:
     """An instance of the console's payment model whose token waits at 'paid' (its
     message catch event, with a subscription row)."""
+    return _job_done(store, now).instance_id
+
+
+def _job_done(store: Store, now: datetime) -> Applied:
+    """``_waiting_at_paid``'s instance, and what its job's result applied."""
     store.deployments.deploy(MODEL.read_bytes(), now)
     store.start(NewInstance("payment", "i1", {"flag": "/nonexistent", "order": "o-1"}), now=now)
     cp = store.queries.checkpoint("i1")
     job = next(w.id for w in cp.waits.values() if w.kind is WaitKind.JOB)
-    store.apply("i1", JobCompleted(wait_id=job), now)
-    return "i1"
+    return store.apply("i1", JobCompleted(wait_id=job), now)
 
 
 def test_a_trigger_that_moves_no_token_updates_the_instance_row_hot(
@@ -89,3 +95,27 @@ def test_a_trigger_that_keeps_a_wait_leaves_its_hold_row_untouched(
         after = conn.execute(query, {"i": iid}).all()
     assert len(before) == 1
     assert after == before
+
+
+def test_the_facts_of_one_step_are_one_row_and_read_back_one_by_one(
+    store: Store, now: datetime
+) -> None:
+    """A job's result records several facts at one revision: one ``facts`` row holds
+    them, and the history (the Client's, the CLI's, the console's) lists each one, in
+    the order recorded."""
+    applied = _job_done(store, now)
+    iid, revision = applied.instance_id, applied.revision
+    history = store.queries.history(iid)
+    of_step = [(f.kind, f.details) for f in history if f.revision == revision]
+    assert len(of_step) > 1, of_step
+    assert of_step == [(f.kind, dict(f.details)) for f in applied.facts]
+    with store.engine.connect() as conn:
+        rows = conn.execute(
+            text("SELECT count(*) FROM facts WHERE instance_id = :i AND revision = :r"),
+            {"i": iid, "r": revision},
+        ).scalar_one()
+    assert rows == 1
+    bundle = ConsoleQueries(store.engine).instance_bundle(iid)[1]
+    assert [(f.kind, f.revision, f.details) for f in bundle] == [
+        (f.kind, f.revision, f.details) for f in history
+    ]
