@@ -332,6 +332,10 @@ processed_triggers = Table(
     Column("instance_id", String(255), primary_key=True),
     Column("trigger_id", String(255), primary_key=True),
     Column("at", UtcDateTime, nullable=False),
+    # The retention sweep's range (persistence/processed.py, migration 0015): BRIN on
+    # PostgreSQL, whose summary of the growing end costs an insert nothing; a B-tree on
+    # the embedded SQLite.
+    Index("ix_processed_triggers_at", "at", postgresql_using="brin"),
 )
 
 messages = Table(

@@ -10,7 +10,8 @@ written as one row (persistence/fact_rows.py).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from sqlalchemy import text
 from dormant.engine_core.checkpoint import WaitKind
 from dormant.engine_core.triggers import JobCompleted, SetVariables
 from dormant.persistence.console_queries import ConsoleQueries, InstanceFilter
+from dormant.persistence.processed import sweep_processed
 from dormant.persistence.results import Applied
 from dormant.persistence.store import NewInstance, Store
 from tests.integration.console.kit import MODEL
@@ -119,3 +121,61 @@ def test_the_facts_of_one_step_are_one_row_and_read_back_one_by_one(
     assert [(f.kind, f.revision, f.details) for f in bundle] == [
         (f.kind, f.revision, f.details) for f in history
     ]
+
+
+def test_a_processed_trigger_id_is_kept_through_the_redelivery_window_then_swept(
+    store: Store, now: datetime
+) -> None:
+    """Within its retention a redelivered trigger is refused as a duplicate (its id is
+    still there after the sweep); past it the sweep deletes the id, slice by slice."""
+    iid = _waiting_at_paid(store, now)
+    retention = store.settings.processed_trigger_retention_seconds
+    first = store.apply(iid, SetVariables(variables={"n": 1}), now, trigger_id="t-1")
+    store.apply(iid, SetVariables(variables={"n": 2}), now, trigger_id="t-2")
+    assert first.changed
+    just_inside = now + timedelta(seconds=retention - 1)
+    assert sweep_processed(store.engine, just_inside, retention) == 0
+    again = store.apply(iid, SetVariables(variables={"n": 3}), just_inside, trigger_id="t-1")
+    assert again.duplicate and not again.changed
+    assert store.queries.instance(iid).variables["n"] == 2
+    past = now + timedelta(seconds=retention + 1)
+    assert sweep_processed(store.engine, past, retention, limit=1) == 1
+    assert sweep_processed(store.engine, past, retention, limit=1) == 1
+    assert sweep_processed(store.engine, past, retention, limit=1) == 0
+
+
+def test_the_retention_must_outlast_every_redelivery() -> None:
+    from dormant.engine_core.errors import InvalidSetting
+    from dormant.persistence.settings import Settings
+
+    assert Settings().processed_trigger_retention_seconds >= 10 * 60
+    with pytest.raises(InvalidSetting, match="DORMANT_PROCESSED_TRIGGER_RETENTION_SECONDS"):
+        Settings.from_env({"DORMANT_PROCESSED_TRIGGER_RETENTION_SECONDS": "300"})
+
+
+def test_beat_sweeps_processed_trigger_ids_past_their_retention(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    """The beat's ``dormant.processed.sweep`` deletes the ids past retention and keeps
+    the fresh ones."""
+    from dormant.persistence.settings import Settings
+    from dormant.tasks import app as app_module
+    from dormant.tasks import wire
+    from dormant.tasks.operations import processed_sweep
+
+    assert wire.PROCESSED_SWEEP in app_module.app.conf.beat_schedule
+    broker = f"sqla+sqlite:///{tmp_path / 'broker.sqlite3'}"
+    app_module.configure(Settings.from_env(database_url=sqlite_url, broker_url=broker))
+    try:
+        store = app_module.store()
+        fresh = datetime.now(UTC)
+        old = fresh - timedelta(seconds=store.settings.processed_trigger_retention_seconds + 60)
+        iid = _waiting_at_paid(store, old)
+        store.apply(iid, SetVariables(variables={"n": 1}), old, trigger_id="old")
+        store.apply(iid, SetVariables(variables={"n": 2}), fresh, trigger_id="fresh")
+        assert processed_sweep.apply().result == 1
+        with store.engine.connect() as conn:
+            kept = conn.execute(text("SELECT trigger_id FROM processed_triggers")).scalars()
+            assert list(kept) == ["fresh"]
+    finally:
+        app_module.configure(Settings.from_env())

@@ -10,6 +10,10 @@ were writes the same value, which PostgreSQL compares and keeps HOT. ``fillfacto
 leaves room on each page for the new version of a row (docs/console.md, "Measured,
 and what it costs the engine").
 
+Processed trigger ids are kept only as long as their trigger can be delivered again
+(persistence/processed.py): the retention sweep reads them by ``at``, through a BRIN
+index on PostgreSQL (a B-tree on SQLite).
+
 Revision ID: 0015
 Revises: 0012
 """
@@ -55,8 +59,13 @@ def upgrade() -> None:
         op.execute("DROP INDEX IF EXISTS ix_instances_waiting_nodes")
         op.create_index("ix_instances_waiting_nodes", "instances", ["waiting_nodes"])
 
+    op.create_index(
+        "ix_processed_triggers_at", "processed_triggers", ["at"], postgresql_using="brin"
+    )
+
 
 def downgrade() -> None:
+    op.drop_index("ix_processed_triggers_at", "processed_triggers")
     if op.get_bind().dialect.name == "postgresql":
         op.execute("ALTER TABLE instances RESET (fillfactor)")
         op.execute("DROP INDEX ix_instances_waiting_nodes")
