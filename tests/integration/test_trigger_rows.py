@@ -3,8 +3,10 @@
 Each test drives the real Store on a real database and reads what the server itself
 recorded (page items, row versions, rows), so it fails when the mechanism it names is
 removed: the checkpoint UPDATE kept HOT by ``instances.waiting_nodes`` (migration
-0015), a hold row left as it was when its wait is unchanged, and the facts of one step
-written as one row (persistence/fact_rows.py).
+0015), a hold row left as it was when its wait is unchanged, the facts of one step
+written as one row (persistence/fact_rows.py), processed trigger ids kept through the
+redelivery window and swept after it (persistence/processed.py), and no row inserted
+and deleted by one transaction (read off the WAL).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import pytest
 from sqlalchemy import text
 
 from dormant.engine_core.checkpoint import WaitKind
-from dormant.engine_core.triggers import JobCompleted, SetVariables
+from dormant.engine_core.triggers import JobCompleted, MessageReceived, SetVariables
 from dormant.persistence.console_queries import ConsoleQueries, InstanceFilter
 from dormant.persistence.processed import sweep_processed
 from dormant.persistence.results import Applied
@@ -179,3 +181,60 @@ def test_beat_sweeps_processed_trigger_ids_past_their_retention(
             assert list(kept) == ["fresh"]
     finally:
         app_module.configure(Settings.from_env())
+
+
+def _heap_writes(conn: Any, start: str) -> list[tuple[str, str, str]]:
+    """Every heap INSERT and DELETE PostgreSQL logged since ``start`` in this database
+    (the server is shared: a neighbour's records name another database's OID):
+    (transaction, kind, the tuple's place: relation, block and line pointer)."""
+    database = conn.execute(
+        text("SELECT oid FROM pg_database WHERE datname = current_database()")
+    ).scalar_one()
+    rows = conn.execute(
+        text(
+            "SELECT xid, record_type, description, block_ref FROM "
+            "pg_get_wal_records_info(CAST(:s AS pg_lsn), pg_current_wal_lsn()) "
+            "WHERE resource_manager = 'Heap'"
+        ),
+        {"s": start},
+    ).all()
+    found = []
+    for r in rows:
+        kind = str(r.record_type).removesuffix("+INIT")
+        if kind in ("INSERT", "DELETE") and f"/{database}/" in str(r.block_ref):
+            place = str(r.block_ref).split("rel ", 1)[1].split(" fork")[0]
+            block = str(r.block_ref).split(" blk ", 1)[1].split()[0]
+            line = str(r.description).split()[1].rstrip(",")
+            found.append((str(r.xid), kind, f"{place}/{block}/{line}"))
+    return found
+
+
+def test_no_trigger_writes_a_row_its_own_transaction_deletes(
+    pg_store: Store, now: datetime
+) -> None:
+    """A start, its job's result and the message after it: read off the WAL, no tuple
+    is inserted and deleted by one transaction (a row that would be both is one never
+    to write)."""
+    with pg_store.engine.begin() as conn:
+        conn.execute(text("CREATE EXTENSION IF NOT EXISTS pg_walinspect"))
+        start = str(conn.execute(text("SELECT pg_current_wal_lsn()")).scalar_one())
+    iid = _waiting_at_paid(pg_store, now)
+    wait = next(
+        w for w in pg_store.queries.checkpoint(iid).waits.values() if w.kind is WaitKind.MESSAGE
+    )
+    assert wait.message_name is not None
+    done = pg_store.apply(
+        iid,
+        MessageReceived(
+            wait_id=wait.id, name=wait.message_name, correlation_key=wait.correlation_key
+        ),
+        now,
+        trigger_id="m-1",
+    )
+    assert done.status == "completed"
+    with pg_store.engine.connect() as conn:
+        writes = _heap_writes(conn, start)
+    inserted = {(x, at) for x, kind, at in writes if kind == "INSERT"}
+    deleted = {(x, at) for x, kind, at in writes if kind == "DELETE"}
+    assert deleted, writes  # the job's deadline and the subscription went
+    assert inserted & deleted == set()
