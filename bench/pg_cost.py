@@ -3,8 +3,9 @@
 
 In this process (no broker, no worker), on a fresh migrated database, for k triggers of
 each path: the floor (lock a row + rewrite 2 KB JSONB + commit), a start that parks on a
-message, a message trigger through ``Router.message`` (one holder), a start that
-dispatches a job, and that job's result through ``Store.apply``.
+message, a variable set on that waiting instance (its token stays: the path whose
+instance UPDATE can be HOT), a message trigger through ``Router.message`` (one holder),
+a start that dispatches a job, and that job's result through ``Store.apply``.
 
 - statements and transactions: SQLAlchemy's cursor and commit events;
 - WAL bytes: ``pg_walinspect`` over the path's LSN range, keeping only the records of
@@ -173,7 +174,7 @@ def main() -> int:
     from sqlalchemy import create_engine, text
 
     from bench.celery_baseline import document
-    from dormant.engine_core.triggers import JobCompleted
+    from dormant.engine_core.triggers import JobCompleted, SetVariables
     from dormant.persistence.routing import Router
     from dormant.persistence.settings import Settings
     from dormant.persistence.store import NewInstance, Store
@@ -245,6 +246,14 @@ def main() -> int:
                 store.engine,
                 lambda i: store.start(
                     NewInstance("bench_message", f"p-{i}", {"orderId": f"p-{i}"}), now=now
+                ),
+                None,
+            ),
+            (
+                "variable set, the token stays (Store.apply)",
+                store.engine,
+                lambda i: store.apply(
+                    f"p-{i}", SetVariables(variables={"note": i}), now, trigger_id=f"pv-{i}"
                 ),
                 None,
             ),

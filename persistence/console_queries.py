@@ -3,7 +3,7 @@
 Every list is ordered newest first by ``(created_at, id)`` (instances) or
 ``(last_at, id)`` (incidents) and paginated by keyset: the next page starts strictly
 after the last row shown, so page 1,000 costs what page 1 costs and a row inserted
-meanwhile never shifts a page. Migration 0007 holds the indexes each filter needs. The
+meanwhile never shifts a page. Migrations 0007 and 0015 hold the indexes each filter needs. The
 list rows never carry a checkpoint: a page of 50 reads 50 narrow index-ordered rows.
 """
 
@@ -36,6 +36,7 @@ from dormant.engine_core.checkpoint import Checkpoint, decode
 from dormant.engine_core.errors import InvalidOperation, UnknownInstance
 from dormant.engine_core.views import FactView
 from dormant.persistence.db import read_only
+from dormant.persistence.fact_rows import fact_views
 from dormant.persistence.tables import OPEN_INCIDENT_STATES, definitions, facts, instances
 from dormant.persistence.tables import incidents as incident_table
 
@@ -51,12 +52,9 @@ __all__ = [
 
 T = TypeVar("T")
 
-# The very expression migration 0007 indexes (GIN) on PostgreSQL: the planner uses the
-# index only when the query spells it identically, path literal included.
-_PG_TOKEN_NODES = (
-    "jsonb_path_query_array(instances.checkpoint, '$.tokens.*.node_id') "
-    "@> CAST(:waiting_node AS jsonb)"
-)
+# ``waiting_nodes`` (the live tokens' node ids, written with each checkpoint) under its
+# GIN index on PostgreSQL (migration 0015): containment is what the index answers.
+_PG_TOKEN_NODES = "instances.waiting_nodes @> CAST(:waiting_node AS jsonb)"
 _INSTANCE_COLUMNS = tuple(
     instances.c[n]
     for n in (
@@ -72,8 +70,7 @@ _INCIDENT_COLUMNS = tuple(
     )
 )  # fmt: skip
 _SQLITE_TOKEN_NODES = (
-    "EXISTS (SELECT 1 FROM json_each(instances.checkpoint, '$.tokens') AS t "
-    "WHERE json_extract(t.value, '$.node_id') = :waiting_node)"
+    "EXISTS (SELECT 1 FROM json_each(instances.waiting_nodes) AS n WHERE n.value = :waiting_node)"
 )
 
 
@@ -252,12 +249,11 @@ class ConsoleQueries:
             raw = conn.execute(select(c.checkpoint).where(c.id == instance_id)).scalar()
             if raw is None:
                 raise UnknownInstance(f"no instance has id {instance_id!r}")
-            history = [
-                FactView(at=r.at, kind=r.kind, details=dict(r.details), revision=r.revision)
-                for r in conn.execute(
+            history = fact_views(
+                conn.execute(
                     select(facts).where(facts.c.instance_id == instance_id).order_by(facts.c.id)
                 )
-            ]
+            )
             children = [
                 InstanceRow(**r._mapping)
                 for r in conn.execute(

@@ -32,6 +32,7 @@ from dormant.engine_core.views import (
     instance_view,
 )
 from dormant.persistence.db import Transactions, read_only
+from dormant.persistence.fact_rows import fact_views
 from dormant.persistence.failed_triggers import CHECKPOINT_INCIDENT, FLAGGED
 from dormant.persistence.tables import (
     deadlines,
@@ -208,10 +209,7 @@ class Queries:
                 is None
             ):
                 raise UnknownInstance(f"no instance has id {instance_id!r}")
-        return [
-            FactView(at=r.at, kind=r.kind, details=dict(r.details), revision=r.revision)
-            for r in rows
-        ]
+        return fact_views(rows)
 
     def incidents(
         self,

@@ -64,6 +64,7 @@ ENV_VARS: dict[str, str] = {
     "max_variables_depth": "DORMANT_MAX_VARIABLES_DEPTH",
     "batch_claim_seconds": "DORMANT_BATCH_CLAIM_SECONDS",
     "redis_visibility_timeout": "DORMANT_REDIS_VISIBILITY_TIMEOUT",
+    "processed_trigger_retention_seconds": "DORMANT_PROCESSED_TRIGGER_RETENTION_SECONDS",
     "job_types": "DORMANT_JOB_TYPES",
     "step_budget": "DORMANT_STEP_BUDGET",
     "max_model_bytes": "DORMANT_MAX_MODEL_BYTES",
@@ -71,6 +72,10 @@ ENV_VARS: dict[str, str] = {
     "max_checkpoint_bytes": "DORMANT_MAX_CHECKPOINT_BYTES",
     "max_tokens": "DORMANT_MAX_TOKENS",
 }
+
+# The processed trigger ids' retention is at least this many times the longest
+# redelivery delay (the Redis visibility timeout, the outbox relay's re-send).
+PROCESSED_RETENTION_FACTOR = 10
 
 # Past this the JSON encoder and decoder themselves would recurse too deep.
 MAX_DEPTH_CEILING = 500
@@ -139,6 +144,11 @@ class Settings(BaseModel):
     # it (dead or paused) to another worker. A trigger running longer is delivered
     # twice, harmlessly (trigger ids); the fault suite shortens it to pause past it.
     redis_visibility_timeout: float = 60.0
+    # How long an applied trigger's id is kept to refuse its redelivery
+    # (persistence/processed.py): far past the longest a delivery of an applied trigger
+    # can arrive (the broker's redelivery after the visibility timeout, the outbox
+    # relay's re-send), at least PROCESSED_RETENTION_FACTOR times both (docs/limits.md).
+    processed_trigger_retention_seconds: float = 86_400.0
     # Per job type: {"charge-card": {"timeout_seconds": 600, "retry_backoff_seconds": 5,
     # "eager": true}} (JSON in the environment); a type not named uses the two settings
     # above and goes through the broker.
@@ -184,6 +194,7 @@ class Settings(BaseModel):
         "worker_shutdown_timeout_seconds",
         "batch_claim_seconds",
         "redis_visibility_timeout",
+        "processed_trigger_retention_seconds",
     )
     @classmethod
     def _positive(cls, value: float | None) -> float | None:
@@ -262,6 +273,21 @@ class Settings(BaseModel):
             raise ValueError(
                 "DORMANT_TRIGGER_TIME_LIMIT_SECONDS must be greater than "
                 "DORMANT_TRIGGER_SOFT_TIME_LIMIT_SECONDS"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _retention_past_redelivery(self) -> Settings:
+        # A trigger id swept while its trigger can still be delivered again would let
+        # that delivery apply twice: the retention must outlast every redelivery path.
+        floor = PROCESSED_RETENTION_FACTOR * max(
+            self.redis_visibility_timeout, self.outbox_redeliver_after_seconds
+        )
+        if self.processed_trigger_retention_seconds < floor:
+            raise ValueError(
+                "DORMANT_PROCESSED_TRIGGER_RETENTION_SECONDS must be at least "
+                f"{PROCESSED_RETENTION_FACTOR} times DORMANT_REDIS_VISIBILITY_TIMEOUT and "
+                f"DORMANT_OUTBOX_REDELIVER_AFTER_SECONDS ({floor:g} s here)"
             )
         return self
 

@@ -23,6 +23,7 @@ so how a transaction is opened can change in one place.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -67,6 +68,7 @@ from dormant.persistence import clock, migrate, round_trips
 from dormant.persistence.db import make_engine, read_only
 from dormant.persistence.decisions import DecisionCache
 from dormant.persistence.deployments import Deployment, Deployments
+from dormant.persistence.fact_rows import fact_rows
 from dormant.persistence.failed_triggers import FLAGGED, FailedTriggers
 from dormant.persistence.holds import sync_holds
 from dormant.persistence.inbox import queue_mark_processed
@@ -237,6 +239,13 @@ def _document(cp: Checkpoint | str, postgres: bool) -> ColumnElement[Any]:
     return cast(doc, JSONB) if postgres else doc
 
 
+def waiting_nodes(cp: Checkpoint) -> str:
+    """The ``waiting_nodes`` column's JSON text for ``cp``: its live tokens' node ids,
+    sorted and distinct, so a step whose tokens stay where they were writes the very
+    value already stored, and PostgreSQL keeps the UPDATE HOT (migration 0015)."""
+    return json.dumps(sorted({t.node_id for t in cp.tokens.values()}), separators=(",", ":"))
+
+
 def log_raised_incidents(applied: Applied) -> None:
     """Log every incident a committed step raised, once, at ERROR (docs/incidents.md).
 
@@ -314,6 +323,7 @@ _CHECKPOINT_PARAMS = (
     "checkpoint_revision",
     "checkpoint_version",
     "checkpoint_at",
+    "checkpoint_nodes",
 )
 _CHECKPOINT = (
     update(instances)
@@ -324,6 +334,7 @@ _CHECKPOINT = (
         revision=bindparam("checkpoint_revision"),
         version=bindparam("checkpoint_version"),
         updated_at=bindparam("checkpoint_at"),
+        waiting_nodes=cast(bindparam("checkpoint_nodes", type_=Text), JSONB),
     )
 )
 _DELETE_PUBLISHED = delete(outbox).where(
@@ -348,6 +359,7 @@ _START = insert(instances).values(
             )
         },
         "checkpoint": cast(bindparam("start_checkpoint", type_=Text), JSONB),
+        "waiting_nodes": cast(bindparam("start_waiting_nodes", type_=Text), JSONB),
     }
 )
 _PROCESSED_PARAMS = ("processed_instance", "processed_trigger", "processed_at")
@@ -556,18 +568,25 @@ class Store:
             "created_at": earlier.at if earlier is not None else now,
             "updated_at": now,
             "parent_id": (new.parent or {}).get("instance_id"),
+            "waiting_nodes": waiting_nodes(cp),
         }
+        postgres = conn.dialect.name == "postgresql"
+
+        def documents() -> dict[str, Any]:
+            return {
+                **row,
+                "checkpoint": _document(document, postgres),
+                "waiting_nodes": _document(str(row["waiting_nodes"]), postgres),
+            }
+
         if not checked:
             writes.add_prebuilt(
                 _START,
                 {f"start_{name}": value for name, value in row.items()},
-                lambda: insert(instances).values({**row, "checkpoint": _document(document, True)}),
+                lambda: insert(instances).values(documents()),
             )
         else:
-            postgres = conn.dialect.name == "postgresql"
-            writes.add(
-                insert(instances).values({**row, "checkpoint": _document(document, postgres)})
-            )
+            writes.add(insert(instances).values(documents()))
         return self._write_step(writes, written)
 
     def _may_run_a_job_first(self, key: str, version: int | None, job_first: RunJobFirst) -> bool:
@@ -854,8 +873,8 @@ class Store:
         self, writes: Writes, instance_id: str, cp: Checkpoint, now: datetime
     ) -> None:
         """The checkpoint's own write: the prebuilt UPDATE on PostgreSQL (``_CHECKPOINT``)."""
-        document = encode_json(cp)
-        values = (instance_id, document, cp.status.value, cp.revision, cp.version, now)
+        document, nodes = encode_json(cp), waiting_nodes(cp)
+        values = (instance_id, document, cp.status.value, cp.revision, cp.version, now, nodes)
         writes.add_prebuilt(
             _CHECKPOINT,
             dict(zip(_CHECKPOINT_PARAMS, values, strict=True)),
@@ -868,6 +887,7 @@ class Store:
                     revision=cp.revision,
                     version=cp.version,  # a migration moves the instance's pin
                     updated_at=now,
+                    waiting_nodes=_document(nodes, self.is_postgres),
                 )
             ),
         )
@@ -989,21 +1009,10 @@ class Store:
     def _queue_facts_at(
         writes: Writes, instance_id: str, new: list[tuple[int, datetime, Fact]]
     ) -> None:
-        """Facts, each at its revision and time, as one multi-row INSERT."""
+        """Facts, each at its revision and time: one row per step (persistence/fact_rows.py),
+        one INSERT."""
         if new:
-            writes.add_rows(
-                facts,
-                [
-                    {
-                        "instance_id": instance_id,
-                        "revision": revision,
-                        "at": at,
-                        "kind": f.kind,
-                        "details": dict(f.details),
-                    }
-                    for revision, at, f in new
-                ],
-            )
+            writes.add_rows(facts, fact_rows(instance_id, new))
 
     def record_fact(self, instance_id: str, fact: Fact, now: datetime) -> None:
         """History only (e.g. a joined keyed start, a failed wake): no state changes."""

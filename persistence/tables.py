@@ -37,6 +37,7 @@ from dormant.engine_core.checkpoint import IncidentState, InstanceStatus
 
 __all__ = [
     "ACTIVE_STATUSES",
+    "INSTANCES_FILLFACTOR",
     "OPEN_INCIDENT_STATES",
     "JsonDoc",
     "UtcDateTime",
@@ -159,6 +160,11 @@ decisions = Table(
     Column("version_tag", String(255)),
 )
 
+# Room left on each page of ``instances`` for the new version of a row, so a checkpoint
+# UPDATE that changes no indexed column stays on its page: a HOT update, with no entry
+# written in any of the table's indexes (migration 0015, docs/console.md).
+INSTANCES_FILLFACTOR = 70
+
 instances = Table(
     "instances",
     metadata,
@@ -173,6 +179,10 @@ instances = Table(
     Column("created_at", UtcDateTime, nullable=False),
     Column("updated_at", UtcDateTime, nullable=False),
     Column("parent_id", String(255), index=True),
+    # The live tokens' node ids, sorted and distinct, written by the Store with each
+    # checkpoint: the console's "a token waits at node X" (migration 0015). A trigger
+    # whose tokens stay put writes the same value, which keeps its UPDATE HOT.
+    Column("waiting_nodes", JsonDoc(), nullable=False, server_default=text("'[]'")),
     Index("ix_instances_key_start_key", "key", "start_key"),
     # Keyed message start joins, never duplicates: at most one RUNNING instance per
     # (process key, start key). Two racing starts: the second insert waits for the
@@ -190,15 +200,12 @@ instances = Table(
     Index("ix_instances_key_version_created_at_id", "key", "version", "created_at", "id"),
     Index("ix_instances_status_created_at_id", "status", "created_at", "id"),
     Index("ix_instances_business_key_created_at_id", "business_key", "created_at", "id"),
+    postgresql_with={"fillfactor": INSTANCES_FILLFACTOR},
 )
-# "A token waits at node X" (persistence/console_queries.py): GIN over the live tokens'
-# node ids, PostgreSQL only; the embedded SQLite scans instead.
-Index(
-    "ix_instances_waiting_nodes",
-    text("jsonb_path_query_array(checkpoint, '$.tokens.*.node_id')"),
-    postgresql_using="gin",
-    _table=instances,
-).ddl_if(dialect="postgresql")
+# "A token waits at node X" (persistence/console_queries.py): GIN over ``waiting_nodes``
+# on PostgreSQL; on the embedded SQLite a plain index the filter cannot use (it scans),
+# kept so both schemas have the same indexes.
+Index("ix_instances_waiting_nodes", instances.c.waiting_nodes, postgresql_using="gin")
 
 deadlines = Table(
     "deadlines",
@@ -325,6 +332,10 @@ processed_triggers = Table(
     Column("instance_id", String(255), primary_key=True),
     Column("trigger_id", String(255), primary_key=True),
     Column("at", UtcDateTime, nullable=False),
+    # The retention sweep's range (persistence/processed.py, migration 0015): BRIN on
+    # PostgreSQL, whose summary of the growing end costs an insert nothing; a B-tree on
+    # the embedded SQLite.
+    Index("ix_processed_triggers_at", "at", postgresql_using="brin"),
 )
 
 messages = Table(

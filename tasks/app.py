@@ -137,6 +137,8 @@ SCAN_DEADLINES_EVERY = 0.5
 RELAY_OUTBOX_EVERY = 3.0
 # How often beat looks for a bulk batch that nobody runs (never started, worker died).
 BATCH_SWEEP_EVERY = 5.0
+# How often beat deletes processed trigger ids past their retention (persistence/processed.py).
+PROCESSED_SWEEP_EVERY = 60.0
 
 
 _REDIS_SCHEMES = ("redis://", "rediss://", "redis+socket://")
@@ -226,6 +228,15 @@ def _conf(s: Settings) -> dict[str, Any]:
                     "queue": "dormant",
                     "exchange": "dormant",
                     "routing_key": "trigger.batches_sweep",
+                },
+            },
+            wire.PROCESSED_SWEEP: {
+                "task": wire.PROCESSED_SWEEP,
+                "schedule": PROCESSED_SWEEP_EVERY,
+                "options": {
+                    "queue": "dormant",
+                    "exchange": "dormant",
+                    "routing_key": "trigger.processed_sweep",
                 },
             },
         },

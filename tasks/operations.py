@@ -30,6 +30,7 @@ from dormant.engine_core.triggers import (
     Trigger,
 )
 from dormant.persistence import batches, clock, job_pause
+from dormant.persistence.processed import SWEEP_SLICE, sweep_processed
 from dormant.persistence.selection import Selector
 from dormant.tasks import app as app_module
 from dormant.tasks import wire
@@ -211,3 +212,19 @@ def batches_sweep(self: Task) -> int:
     for batch_id in ids:
         enqueue_batch(batch_id)
     return len(ids)
+
+
+@app.task(name=wire.PROCESSED_SWEEP, bind=True, ignore_result=True)
+def processed_sweep(self: Task) -> int:
+    """Delete processed trigger ids past their retention (persistence/processed.py), a
+    slice at a time until none is left or a few slices went (the next tick goes on)."""
+    retention = app_module.settings.processed_trigger_retention_seconds
+    swept = 0
+    for _ in range(10):
+        gone = sweep_processed(store().engine, clock.now(), retention, SWEEP_SLICE)
+        swept += gone
+        if gone < SWEEP_SLICE:
+            break
+    if swept:
+        log.info("processed_sweep: %s processed trigger id(s) past retention deleted", swept)
+    return swept

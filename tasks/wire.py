@@ -44,6 +44,7 @@ __all__ = [
     "MESSAGE",
     "MIGRATE",
     "MODIFY",
+    "PROCESSED_SWEEP",
     "RELAY_OUTBOX",
     "RESUME",
     "SCAN_DEADLINES",
@@ -137,6 +138,7 @@ TRIGGERS: frozenset[str] = frozenset(
 SCAN_DEADLINES = "dormant.scan_deadlines"
 RELAY_OUTBOX = "dormant.relay_outbox"
 BATCHES_SWEEP = "dormant.batches.sweep"
+PROCESSED_SWEEP = "dormant.processed.sweep"
 BULK = "dormant.bulk"
 JOBS_PAUSE = "dormant.jobs.pause"
 JOBS_RESUME = "dormant.jobs.resume"
@@ -147,6 +149,7 @@ MANAGEMENT: frozenset[str] = frozenset(
         SCAN_DEADLINES,
         RELAY_OUTBOX,
         BATCHES_SWEEP,
+        PROCESSED_SWEEP,
         BULK,
         JOBS_PAUSE,
         JOBS_RESUME,

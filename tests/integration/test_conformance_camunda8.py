@@ -38,7 +38,7 @@ from dormant.persistence.routing import Router
 from dormant.persistence.settings import Settings
 from dormant.persistence.start_timers import start_instance_id
 from dormant.persistence.store import NewInstance, Store
-from dormant.persistence.tables import deadlines, facts, instances, start_timers
+from dormant.persistence.tables import deadlines, instances, start_timers
 from dormant.scheduler import claim_due, fire
 from dormant.tasks.wire import redelivery
 from tests.conformance import CAMUNDA8
@@ -219,15 +219,11 @@ class Driver:
 
     def outcome(self, instance_id: str) -> Outcome:
         cp = self.store.queries.checkpoint(instance_id)
-        with self.store.engine.connect() as conn:
-            reached = {
-                d["node"]
-                for (d,) in conn.execute(
-                    select(facts.c.details).where(
-                        facts.c.instance_id == instance_id, facts.c.kind == "EndEventReached"
-                    )
-                )
-            }
+        reached = {
+            f.details["node"]
+            for f in self.store.queries.history(instance_id)
+            if f.kind == "EndEventReached"
+        }
         defn, _ = self.store.deployments.definition(cp.process_key, cp.version)
         leaf = {
             t.node_id

@@ -137,8 +137,8 @@ def test_incident_pages_filters_and_process_summary(world: dict[str, Any]) -> No
 
 def test_postgresql_answers_each_list_from_an_index(pg_store: Any, now: datetime) -> None:
     """With sequential scans priced out, each list query's plan is an index read: the
-    migration's indexes exist and the queries spell what they index (the GIN index
-    over the tokens' nodes is matched only when the expression is identical)."""
+    migrations' indexes exist and the queries spell what they index (the GIN index
+    over ``waiting_nodes`` answers the containment the query asks)."""
     world = _world(pg_store, now)
     cases = {
         "ix_instances_created_at_id": InstanceFilter(),

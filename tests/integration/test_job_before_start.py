@@ -21,7 +21,7 @@ from bench.models import SERVICE
 from dormant.engine_core.effects import DispatchJob
 from dormant.engine_core.triggers import JobCompleted, JobErrorThrown, JobFailed
 from dormant.persistence.store import JobRun, NewInstance, Store
-from dormant.persistence.tables import deadlines, facts, outbox
+from dormant.persistence.tables import deadlines, outbox
 
 Outcome = JobCompleted | JobErrorThrown | JobFailed
 
@@ -113,14 +113,10 @@ def test_a_job_run_before_its_start_ends_where_the_ordinary_path_does(
     assert _rows(store, outbox, "first") == 0
     # Both steps' facts, each at its own revision and time, as the ordinary path
     # records them; created at the start, updated when the job ended.
-    with store.read() as conn:
-        history = [
-            sorted(
-                (r.revision, r.kind, r.at.replace(tzinfo=None))
-                for r in conn.execute(select(facts).where(facts.c.instance_id == i))
-            )
-            for i in ("first", "other")
-        ]
+    history = [
+        sorted((f.revision, f.kind, f.at.replace(tzinfo=None)) for f in store.queries.history(i))
+        for i in ("first", "other")
+    ]
     assert history[0] == history[1]
     assert {r for _, _, r in history[0]} == {
         t.replace(tzinfo=None) for t in (now, now + timedelta(seconds=1))
