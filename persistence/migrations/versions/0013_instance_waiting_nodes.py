@@ -25,7 +25,7 @@ from alembic import op
 
 from dormant.persistence.tables import INSTANCES_FILLFACTOR, JsonDoc
 
-revision = "0015"
+revision = "0013"
 down_revision = "0012"
 branch_labels = None
 depends_on = None
