@@ -14,7 +14,7 @@ Processed trigger ids are kept only as long as their trigger can be delivered ag
 (persistence/processed.py): the retention sweep reads them by ``at``, through a BRIN
 index on PostgreSQL (a B-tree on SQLite).
 
-Revision ID: 0015
+Revision ID: 0013
 Revises: 0012
 """
 
