@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from dormant.engine_core.errors import DormantError, UnknownInstance
+from dormant.engine_core.states import INCIDENT_STATES, LISTED_STATUSES
 from dormant.persistence import clock
 from dormant.tasks.cli_common import make_client as _client
 from dormant.tasks.cli_common import parse_vars, parse_when, read_database
@@ -226,7 +227,10 @@ def instances() -> None:
 
 @instances.command("list")
 @click.option(
-    "--status", default=None, help="active, active_incidents, completed, terminated, failed"
+    "--status",
+    type=click.Choice(LISTED_STATUSES),
+    default=None,
+    help="queued: starts no worker has applied yet",
 )
 @click.option("--process", "key", default=None, metavar="KEY", help="only this process's")
 @click.option("--version", type=int, default=None, help="only this version (with --process)")
@@ -312,8 +316,9 @@ def incidents() -> None:
 @click.option("--node", "node_id", default=None, metavar="NODE", help="only at this node id")
 @click.option(
     "--state",
+    type=click.Choice(INCIDENT_STATES),
     default=None,
-    help="open, retry_scheduled, resolved, dead_lettered or overtaken",
+    help="the incident's state",
 )
 @_output
 def incidents_list(

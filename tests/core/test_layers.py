@@ -83,6 +83,7 @@ CORE_TIERS: list[set[str]] = [
     # documents and pure helpers: what a step reads and writes
     {
         "errors",
+        "states",
         "model",
         "checkpoint",
         "triggers",
