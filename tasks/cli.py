@@ -297,9 +297,38 @@ def instances_show(instance_id: str, as_json: bool) -> None:
         click.echo(queued(instance_id, queued_at, now, as_json))
         return
     if as_json:
-        click.echo(json.dumps(to_dict(view), indent=2, sort_keys=True))
+        # The history as docs/incidents.md promises it: in business terms (the raw
+        # facts: ``instances history ID --internal --json``).
+        shown = to_dict(view) | {"history": _business(client.history(instance_id))}
+        click.echo(json.dumps(shown, indent=2, sort_keys=True, default=str))
         return
     click.echo("\n".join(instance_lines(view, now)))
+
+
+def _business(facts: Any) -> list[dict[str, Any]]:
+    from dormant.engine_core.history import business_history
+    from dormant.engine_core.views import to_dict
+
+    return [to_dict(e) for e in business_history(facts)]
+
+
+@instances.command("history")
+@click.argument("instance_id")
+@click.option("--json", "as_json", is_flag=True, help="a JSON array")
+@click.option("--internal", is_flag=True, help="every fact as recorded, bookkeeping included")
+def instances_history(instance_id: str, as_json: bool, internal: bool) -> None:
+    """What happened to an instance, oldest first: elements reached, job attempts,
+    messages, timers, incidents, operator actions, and the end event it ended at."""
+    from dormant.engine_core.views import to_dict
+    from dormant.tasks.display import history_lines
+
+    facts = _client().history(instance_id)
+    rows = [to_dict(f) for f in facts] if internal else _business(facts)
+    if as_json:
+        click.echo(json.dumps(rows, indent=2, sort_keys=True, default=str))
+        return
+    for line in history_lines(rows, internal):
+        click.echo(line)
 
 
 # -- incidents -----------------------------------------------------------------------

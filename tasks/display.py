@@ -32,6 +32,7 @@ __all__ = [
     "due_in",
     "duration",
     "emit",
+    "history_lines",
     "incident_columns",
     "instance_columns",
     "instance_lines",
@@ -345,6 +346,20 @@ def when(text: str | None, now: datetime, option: str) -> datetime | None:
             f"{option} {text!r} is neither an ISO time (2026-12-01T09:00) nor an age (2h)"
         ) from None
     return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+
+
+def history_lines(rows: list[dict[str, Any]], internal: bool) -> list[str]:
+    """``instances history``: one line per event (or fact), its time and revision first."""
+    out = []
+    for row in rows:
+        at = str(row["at"])  # ISO 8601 already (``to_dict``)
+        revision = "" if row.get("revision") is None else f"r{row['revision']}"
+        if internal:
+            details = " ".join(f"{k}={v}" for k, v in sorted(row["details"].items()))
+            out.append(f"{at}  {revision:>4}  {row['kind']}  {details}".rstrip())
+        else:
+            out.append(f"{at}  {revision:>4}  {row['category']:<8}  {row['text']}")
+    return out
 
 
 def queued(instance_id: str, queued_at: datetime, now: datetime, as_json: bool) -> str:

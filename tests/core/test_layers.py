@@ -98,6 +98,7 @@ CORE_TIERS: list[set[str]] = [
         "correlation",
         "bindings",
         "views",
+        "history",
         "job_types",
         "inputs",
         "xml_input",

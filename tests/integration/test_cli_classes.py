@@ -5,6 +5,8 @@ caller as one line and exit code 2 instead of reaching only a worker's log."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.integration.conftest import Stack, wait_for
@@ -80,3 +82,29 @@ def test_operator_refusals_reach_the_caller(shared_stack: Stack) -> None:
     assert stack.client.history(iid)[-1].kind != "VariablesSet"
     ok(stack, "instances", "set-variables", iid, "--var", "a=1")
     wait_for(lambda: stack.client.instance(iid).variables.get("a") == 1, what="a set")
+
+
+@pytest.mark.timeout(600)
+def test_history_tells_which_end_event_was_reached(shared_stack: Stack) -> None:
+    stack = shared_stack
+    iid = waiting(stack, "cli-history", USER)
+    [task] = stack.client.user_tasks(iid)
+    ok(stack, "tasks", "complete", task.id)
+    stack.wait_status(iid, "completed")
+    text = ok(stack, "instances", "history", iid)
+    lines = [line.split(None, 3)[3] for line in text.splitlines()]
+    assert lines == [
+        "instance started at start",
+        "n1 entered: user task created",
+        "user task n1 completed",
+        "end event end reached",
+        "instance completed",
+    ], text
+    assert "Hydrated" not in text and "Dehydrated" not in text
+    events = json.loads(ok(stack, "instances", "history", iid, "--json"))
+    assert [e["fact"] for e in events][-2:] == ["EndEventReached", "Completed"]
+    assert events[-2]["node"] == "end" and events[-2]["category"] == "element"
+    shown = json.loads(ok(stack, "instances", "show", iid, "--json"))
+    assert shown["history"] == events
+    internal = ok(stack, "instances", "history", iid, "--internal")
+    assert "Dehydrated" in internal
