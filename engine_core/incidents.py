@@ -104,7 +104,7 @@ def raise_incident(
     )
     if incident is None:
         incident = Incident(
-            id=f"{rt.cp.instance_id}.{rt.cp.next_id('i')}",
+            id=_incident_id(rt),
             node_id=node.id,
             node_name=node.name,
             token_id=token.id,
@@ -155,6 +155,18 @@ def raise_incident(
             node=node.id,
             cause_class=cause_class,
         )
+
+
+def _incident_id(rt: Runtime) -> str:
+    """``<instance>.i1`` for the instance's first incident, ``.i2`` for its second: an
+    operator reads the number as "how many incidents so far" (issue 28: ids drawn from
+    the checkpoint's shared counter made the first one ``.i3``). The checkpoint keeps
+    closed incidents too, so the count never goes back; an id an older dormant drew from
+    the counter is skipped, never reused."""
+    n = len(rt.cp.incidents) + 1
+    while f"{rt.cp.instance_id}.i{n}" in rt.cp.incidents:
+        n += 1
+    return f"{rt.cp.instance_id}.i{n}"
 
 
 def leave_or_raise(rt: Runtime, token: Token, variables: Mapping[str, Any]) -> None:

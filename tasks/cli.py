@@ -27,6 +27,7 @@ from dormant.tasks.cli_operations import register as register_operations
 from dormant.tasks.display import emit as _emit
 from dormant.tasks.display import (
     failed_trigger_columns,
+    history_lines,
     incident_columns,
     instance_columns,
     instance_lines,
@@ -320,7 +321,6 @@ def instances_history(instance_id: str, as_json: bool, internal: bool) -> None:
     """What happened to an instance, oldest first: elements reached, job attempts,
     messages, timers, incidents, operator actions, and the end event it ended at."""
     from dormant.engine_core.views import to_dict
-    from dormant.tasks.display import history_lines
 
     facts = _client().history(instance_id)
     rows = [to_dict(f) for f in facts] if internal else _business(facts)

@@ -399,7 +399,7 @@ class Client:
             raise InvalidOperation(
                 f"instance {instance_id} ({view.key} v{view.version}) is already {view.status}"
             )
-        self._operations.rehearse(instance_id, Cancel())
+        self._store.rehearse(instance_id, Cancel(), clock.now())
         self._send(wire.cancel(instance_id))
 
     def history(self, instance_id: str) -> list[FactView]:
@@ -543,7 +543,7 @@ class Client:
             trigger = IncidentResolve(incident_id=incident_id)
         else:
             trigger = IncidentDrop(incident_id=incident_id)
-        self._operations.rehearse(incident.instance_id, trigger)
+        self._store.rehearse(incident.instance_id, trigger, clock.now())
         self._send(wire.incident(op, incident_id))
 
     def retry_incident(self, incident_id: str) -> None:

@@ -70,7 +70,7 @@ class Operations:
             )
         return view
 
-    def rehearse(self, instance_id: str, trigger: Trigger) -> None:
+    def _rehearse(self, instance_id: str, trigger: Trigger) -> None:
         """Raise here the refusal the worker would meet applying ``trigger`` now
         (``Store.rehearse``): every operator action is rehearsed before it is sent, so
         its refusal reaches the caller (the CLI: one line, exit 2), not a worker log."""
@@ -81,20 +81,20 @@ class Operations:
     def suspend(self, instance_id: str) -> None:
         if self._running(instance_id, "suspend").suspended:
             raise InvalidOperation(f"instance {instance_id} is already suspended")
-        self.rehearse(instance_id, Suspend())
+        self._rehearse(instance_id, Suspend())
         self._send(wire.suspend(instance_id))
 
     def resume(self, instance_id: str) -> None:
         if not self._running(instance_id, "resume").suspended:
             raise InvalidOperation(f"instance {instance_id} is not suspended; nothing to resume")
-        self.rehearse(instance_id, Resume())
+        self._rehearse(instance_id, Resume())
         self._send(wire.resume(instance_id))
 
     def set_variables(self, instance_id: str, checked: dict[str, Any]) -> None:
         """``Client.set_variables`` with its arguments already checked
         (``variables_params``: the Client checks them before it reads the instance)."""
         self._running(instance_id, "change")
-        self.rehearse(instance_id, SetVariables(**checked))
+        self._rehearse(instance_id, SetVariables(**checked))
         self._send(wire.set_variables(instance_id, checked))
 
     def migration_problems(
@@ -116,7 +116,7 @@ class Operations:
             raise InvalidOperation(
                 f"instance {instance_id} cannot move to v{version}: " + "; ".join(found)
             )
-        self.rehearse(instance_id, MigrateInstance(version=version, mapping=dict(mapping or {})))
+        self._rehearse(instance_id, MigrateInstance(version=version, mapping=dict(mapping or {})))
         self._send(wire.migrate(instance_id, version, dict(mapping or {})))
 
     def modify(
@@ -131,7 +131,7 @@ class Operations:
         view = self._running(instance_id, "modify")
         if view.suspended:
             raise InvalidOperation(f"instance {instance_id} is suspended; resume it first")
-        self.rehearse(instance_id, ModifyInstance(cancel_nodes=cancel, start_before=start))
+        self._rehearse(instance_id, ModifyInstance(cancel_nodes=cancel, start_before=start))
         self._send(wire.modify(instance_id, cancel, start))
 
     # -- job types -----------------------------------------------------------------

@@ -517,3 +517,21 @@ def test_incident_at_an_end_event_resolves_when_its_retry_succeeds() -> None:
     ]
     assert run.cp.incidents[incident.id].state.value == "resolved"
     assert run.status == "completed"
+
+
+def test_incidents_of_an_instance_are_numbered_from_one() -> None:
+    """``<instance>.i1`` is the first incident, ``.i2`` the second: ids drawn from the
+    checkpoint's shared counter made the first one ``.i3`` (issue 28)."""
+    b = ProcessBuilder("p")
+    b.start_event("s").parallel_gateway("fork")
+    b.service_task("a", job_type="charge", job_retries="1").end_event("a_end")
+    b.service_task("b", job_type="charge", job_retries="1").end_event("b_end")
+    b.sequence("s", "fork")
+    b.sequence("fork", "a", "a_end")
+    b.sequence("fork", "b", "b_end")
+    run = Run(b.build())
+    run.start({})
+    run.fail_job("a")
+    run.fail_job("b")
+    assert sorted(run.cp.incidents) == ["i1.i1", "i1.i2"]
+    assert run.incident("a").id == "i1.i1" and run.incident("b").id == "i1.i2"
