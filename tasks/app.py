@@ -409,4 +409,7 @@ def publish(
             headers=traced,
             connection=connection,
             producer=producer,
+            # What Flower shows of the arguments: no variable's value (tasks/wire.py).
+            argsrepr="()",
+            kwargsrepr=wire.shown_kwargs(task_name, kwargs),
         )

@@ -516,6 +516,13 @@ _metrics_host = click.option(
 @_metrics_port
 @_metrics_host
 @click.option("--events", "-E", is_flag=True, help="send task events (Flower's task list)")
+@click.option(
+    "--name",
+    default=None,
+    metavar="NAME",
+    help="the worker's name in Flower and `celery inspect`: NAME@<host> "
+    "(default celery@<host>; a NAME with @ is used as it is)",
+)
 @click.option("--loglevel", default="INFO", hidden=True)
 @click.option("--pool", default=None, hidden=True)
 def worker(
@@ -525,6 +532,7 @@ def worker(
     metrics_port: int | None,
     metrics_host: str,
     events: bool,
+    name: str | None,
     loglevel: str,
     pool: str | None,
 ) -> None:
@@ -551,6 +559,10 @@ def worker(
         argv.append(f"--pool={pool}")
     if events:
         argv.append("--task-events")
+    if name:
+        # Celery's node name: two workers on one host both default to celery@<host>,
+        # and Flower then shows one worker where two run (issue 28).
+        argv.append("--hostname=" + (name if "@" in name else f"{name}@%h"))
     app.worker_main(argv)
 
 
