@@ -68,7 +68,7 @@ from dormant.engine_core.errors import DormantError
 from dormant.persistence import clock, migrate
 from dormant.persistence.settings import Settings
 from dormant.persistence.store import Store
-from dormant.tasks import wire
+from dormant.tasks import quiet_logs, wire
 from dormant.tasks.tracing import publish_headers
 
 __all__ = [
@@ -244,6 +244,8 @@ app = Celery(
     ],
 )
 app.conf.update(_conf(settings))
+# An idle sweep writes no log line (tasks/quiet_logs.py).
+quiet_logs.install()
 
 _store: Store | None = None
 _store_lock = threading.Lock()
