@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from dormant.engine_core.errors import DormantError, UnknownInstance
-from dormant.engine_core.states import INCIDENT_STATES, LISTED_STATUSES
+from dormant.engine_core.states import INCIDENT_STATES, LISTED_STATUSES, QUEUED
 from dormant.persistence import clock
 from dormant.tasks.cli_common import make_client as _client
 from dormant.tasks.cli_common import parse_vars, parse_when, read_database
@@ -273,10 +273,32 @@ def instances_list(
         started_from=when(started_after, now, "--started-after"),
         started_to=when(started_before, now, "--started-before"),
     )
+    if status == QUEUED:
+        _queued_list(key, limit, now, fmt, as_json)
+        return
     page = read_database(lambda q: ConsoleQueries(q.engine).instance_page(selected, cursor, limit))
-    _emit(page.rows, instance_columns(now), fmt, as_json, instance_summary, "no instances")
+    rows = list(page.rows)
+    suspended = read_database(lambda q: q.suspended_among([r.id for r in rows]))
+    _emit(
+        rows,
+        instance_columns(now, suspended),
+        fmt,
+        as_json,
+        lambda r: instance_summary(r, suspended),
+        "no instances",
+    )
     if page.next_cursor:
         click.echo(f"more: add --after {page.next_cursor}", err=True)
+
+
+def _queued_list(key: str | None, limit: int, now: Any, fmt: str, as_json: bool) -> None:
+    """``--status queued``: the starts the Client wrote that no worker has applied yet
+    (they have no checkpoint, so no other list shows them)."""
+    from dormant.persistence import inbox
+    from dormant.tasks import wire
+
+    rows = read_database(lambda q: inbox.queued_starts(q.engine, wire.START, limit, key))
+    _emit(rows, instance_columns(now), fmt, as_json, instance_summary, "no queued starts")
 
 
 @instances.command("show")

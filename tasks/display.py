@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -235,11 +235,17 @@ def _status(view: Any) -> str:
     return f"{view.status} (flagged: {failed} failed)" if failed else str(view.status)
 
 
-def instance_columns(now: datetime) -> list[Column]:
+def instance_columns(now: datetime, suspended: Collection[str] = ()) -> list[Column]:
+    """``suspended``: the ids of the listed instances that are suspended, marked in the
+    STATUS column (``active (suspended)``); a queued start has no version yet."""
+
+    def status(i: Any) -> str:
+        return _status(i) + (" (suspended)" if i.id in suspended else "")
+
     return [
         Column("ID", lambda i: i.id),
-        Column("PROCESS", lambda i: f"{i.key} v{i.version}"),
-        Column("STATUS", _status),
+        Column("PROCESS", lambda i: i.key if i.version is None else f"{i.key} v{i.version}"),
+        Column("STATUS", status),
         Column("BUSINESS KEY", lambda i: i.business_key or ""),
         Column("STARTED", lambda i: ago(i.created_at, now), lambda i: iso(i.created_at)),
         Column("UPDATED", lambda i: ago(i.updated_at, now), lambda i: iso(i.updated_at)),
@@ -258,12 +264,13 @@ _SUMMARY_FIELDS = (
 )
 
 
-def instance_summary(row: Any) -> dict[str, Any]:
+def instance_summary(row: Any, suspended: Collection[str] = ()) -> dict[str, Any]:
     """An instance list row as JSON: the list's fields, never the variables."""
     out: dict[str, Any] = {}
     for name in _SUMMARY_FIELDS:
         value = getattr(row, name, None)
         out[name] = value.isoformat() if isinstance(value, datetime) else value
+    out["suspended"] = row.id in suspended
     return out
 
 

@@ -108,3 +108,33 @@ def test_history_tells_which_end_event_was_reached(shared_stack: Stack) -> None:
     assert shown["history"] == events
     internal = ok(stack, "instances", "history", iid, "--internal")
     assert "Dehydrated" in internal
+
+
+@pytest.mark.timeout(600)
+def test_suspended_instances_carry_a_marker_in_the_list(shared_stack: Stack) -> None:
+    stack = shared_stack
+    iid = waiting(stack, "cli-suspend", USER)
+    other = stack.client.start("cli-suspend")
+    ok(stack, "instances", "suspend", iid)
+    wait_for(lambda: stack.client.instance(iid).suspended, what="suspended")
+    lines = ok(stack, "instances", "list", "--process", "cli-suspend", "--format", "tsv")
+    status = {line.split("\t")[0]: line.split("\t")[2] for line in lines.splitlines()}
+    assert status[iid] == "active (suspended)" and status[other] == "active", lines
+    listed = json.loads(ok(stack, "instances", "list", "--process", "cli-suspend", "--json"))
+    assert {r["id"]: r["suspended"] for r in listed} == {iid: True, other: False}
+
+
+def test_starts_no_worker_applied_yet_are_listed_as_queued(bare_stack: Stack) -> None:
+    """No worker runs: the start is in the inbox only, and no other list shows it."""
+    stack = bare_stack
+    model = stack.tmp / "cli-queued.bpmn"
+    model.write_text(linear("cli-queued", USER))
+    stack.client.deploy(str(model))
+    iid = stack.client.start("cli-queued", business_key="B-7")
+    assert iid not in ok(stack, "instances", "list")
+    lines = ok(stack, "instances", "list", "--status", "queued", "--format", "tsv")
+    [line] = [row for row in lines.splitlines() if row.startswith(iid)]
+    assert line.split("\t")[1:4] == ["cli-queued", "queued", "B-7"], line
+    [row] = json.loads(ok(stack, "instances", "list", "--status", "queued", "--json"))
+    assert (row["id"], row["status"], row["version"]) == (iid, "queued", None)
+    assert "queued" in ok(stack, "instances", "show", iid)
