@@ -78,6 +78,7 @@ def _incident(d: Mapping[str, Any]) -> _Line:
         "raised": f"incident {_d(d, 'incident')} raised ({_d(d, 'cause_class')})",
         "retry-scheduled": f"incident {_d(d, 'incident')}: retry scheduled",
         "retried": f"incident {_d(d, 'incident')} retried",
+        "retry-succeeded": f"incident {_d(d, 'incident')} closed: the retry succeeded",
         "resolved": f"incident {_d(d, 'incident')} resolved",
         "dead-lettered": f"incident {_d(d, 'incident')} dropped (dead-lettered)",
         "overtaken": f"incident {_d(d, 'incident')} overtaken (its token was withdrawn)",

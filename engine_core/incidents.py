@@ -10,8 +10,9 @@ is a wait with a deadline, so it survives any restart (docs/incidents.md).
 * A repeated failure at the same node after a retry updates the same incident.
 * Inside a child instance (call activity) nothing is raised locally: the child fails
   and the caller's call-activity node raises the incident (docs/incidents.md).
-* An incident closes with its token: resolved when the token moves on, overtaken
-  when it is withdrawn (``Runtime.close_incidents``, called wherever a token goes).
+* An incident closes with its token: retried when the token moves on after a retry,
+  resolved by the operator's Resolve, overtaken when it is withdrawn
+  (``Runtime.close_incidents``, called wherever a token goes).
 """
 
 from __future__ import annotations
@@ -257,9 +258,12 @@ def resolve(rt: Runtime, incident_id: str) -> str:
     """Continue on the node's outgoing flows without running the node again."""
     incident, token = _open_incident(rt, incident_id)
     _withdraw_retry(rt, incident)
+    # Closed here as ``resolved`` before the token moves: moving on closes what is
+    # still open as ``retried`` (a retry's success), which this is not.
+    rt.close_incidents(token, IncidentState.RESOLVED)
     move_token(token, TokenState.ACTIVE)
     try:
-        leave_without_running(rt, token)  # closes the incident as resolved
+        leave_without_running(rt, token)
     except TechnicalFailure as failure:
         # A gateway chooses its flows by its conditions; if they still fail there is
         # no flow to continue on. The step is abandoned, so nothing changes.

@@ -49,8 +49,13 @@ class TokenState(StrEnum):
 
 
 class IncidentState(StrEnum):
+    """``retried``: closed because a retry succeeded (the node ran again and moved on);
+    ``resolved``: closed by the operator's Resolve, which skips the node's work. Two
+    words for two outcomes (issue 28: a successful retry used to read ``resolved``)."""
+
     OPEN = "open"
     RETRY_SCHEDULED = "retry_scheduled"
+    RETRIED = "retried"
     RESOLVED = "resolved"
     DEAD_LETTERED = "dead_lettered"
     OVERTAKEN = "overtaken"
@@ -60,7 +65,14 @@ class IncidentState(StrEnum):
         return self in _CLOSED
 
 
-_CLOSED = frozenset({IncidentState.RESOLVED, IncidentState.DEAD_LETTERED, IncidentState.OVERTAKEN})
+_CLOSED = frozenset(
+    {
+        IncidentState.RETRIED,
+        IncidentState.RESOLVED,
+        IncidentState.DEAD_LETTERED,
+        IncidentState.OVERTAKEN,
+    }
+)
 
 
 # The statuses of an instance that no checkpoint carries (see the module docstring).

@@ -264,7 +264,7 @@ def test_retry_runs_a_fresh_token_from_the_failed_one_and_a_repeat_updates_the_i
 
     run.send(TaskCompleted(wait_id=side.id, variables={"fix": True}))
     run.retry(incident.id)
-    assert run.cp.incidents[incident.id].state.value == "resolved"
+    assert run.cp.incidents[incident.id].state.value == "retried"
     assert run.tokens("after")[0].lineage[-1] == retried.id, "the second retry's token"
     assert run.status == "active"
     run.complete_task("after")
@@ -400,7 +400,7 @@ def test_manual_retry_withdraws_the_scheduled_one() -> None:
     scheduled = run.wait("bad", "retry")
     run.complete_task("side", fix=True)
     run.retry(incident.id)
-    assert run.cp.incidents[incident.id].state.value == "resolved"
+    assert run.cp.incidents[incident.id].state.value == "retried"
     assert scheduled.id not in run.cp.waits
     assert run.send(TimerFired(wait_id=scheduled.id), at=T0 + timedelta(hours=1)).changed is False
 
@@ -490,7 +490,7 @@ def test_incident_facts_carry_cause_class_never_payload() -> None:
     assert run.effects_of(DispatchJob, run.last), "the retry dispatches the job again"
     run.complete_job("bad")
     actions = [f.details["action"] for f in run.facts_of("Incident")]
-    assert actions == ["raised", "retry-scheduled", "retried", "resolved"]
+    assert actions == ["raised", "retry-scheduled", "retried", "retry-succeeded"]
     for fact in run.facts_of("Incident"):
         assert fact.details["cause_class"] == "Declined"
     for fact in run.facts:
@@ -515,7 +515,7 @@ def test_incident_at_an_end_event_resolves_when_its_retry_succeeds() -> None:
     assert [(m.name, m.correlation_key) for m in run.effects_of(ThrowMessage, step)] == [
         ("notify", "o-9")
     ]
-    assert run.cp.incidents[incident.id].state.value == "resolved"
+    assert run.cp.incidents[incident.id].state.value == "retried"
     assert run.status == "completed"
 
 
