@@ -30,6 +30,7 @@ from typing import Annotated, Any, ClassVar, Union, get_args, get_origin, get_ty
 from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
 
 from dormant.engine_core.errors import CheckpointTooNew, CorruptCheckpoint
+from dormant.engine_core.states import IncidentState, InstanceStatus, TokenState
 
 __all__ = [
     "CURRENT_SCHEMA",
@@ -63,30 +64,6 @@ CURRENT_SCHEMA = 3
 ROOT_SCOPE = "s0"
 
 
-class InstanceStatus(StrEnum):
-    ACTIVE = "active"
-    ACTIVE_INCIDENTS = "active_incidents"
-    COMPLETED = "completed"
-    TERMINATED = "terminated"
-    FAILED = "failed"
-
-    @property
-    def ended(self) -> bool:
-        return self in _ENDED
-
-
-# Read on every turn of the run loop: a set lookup, not three enum attribute reads.
-_ENDED = frozenset({InstanceStatus.COMPLETED, InstanceStatus.TERMINATED, InstanceStatus.FAILED})
-
-
-class TokenState(StrEnum):
-    ACTIVE = "active"
-    WAITING = "waiting"
-    INCIDENT = "incident"
-    COMPLETED = "completed"
-    WITHDRAWN = "withdrawn"
-
-
 class WaitKind(StrEnum):
     TIMER = "timer"
     MESSAGE = "message"
@@ -115,21 +92,6 @@ class WaitRole(StrEnum):
     ARM = "arm"  # one arm of an event-based gateway
     EVENT_SUB = "event_sub"  # an event sub-process start armed on a scope
     INCIDENT = "incident"  # a scheduled incident retry
-
-
-class IncidentState(StrEnum):
-    OPEN = "open"
-    RETRY_SCHEDULED = "retry_scheduled"
-    RESOLVED = "resolved"
-    DEAD_LETTERED = "dead_lettered"
-    OVERTAKEN = "overtaken"
-
-    @property
-    def closed(self) -> bool:
-        return self in _CLOSED
-
-
-_CLOSED = frozenset({IncidentState.RESOLVED, IncidentState.DEAD_LETTERED, IncidentState.OVERTAKEN})
 
 
 # Every class below is a plain, slotted dataclass: the working state ``apply`` mutates.

@@ -10,8 +10,9 @@ is a wait with a deadline, so it survives any restart (docs/incidents.md).
 * A repeated failure at the same node after a retry updates the same incident.
 * Inside a child instance (call activity) nothing is raised locally: the child fails
   and the caller's call-activity node raises the incident (docs/incidents.md).
-* An incident closes with its token: resolved when the token moves on, overtaken
-  when it is withdrawn (``Runtime.close_incidents``, called wherever a token goes).
+* An incident closes with its token: retried when the token moves on after a retry,
+  resolved by the operator's Resolve, overtaken when it is withdrawn
+  (``Runtime.close_incidents``, called wherever a token goes).
 """
 
 from __future__ import annotations
@@ -110,7 +111,7 @@ def raise_incident(
         cause = f"{cause} (variables snapshot left out: DORMANT_MAX_CHECKPOINT_BYTES)"
     if incident is None:
         incident = Incident(
-            id=f"{rt.cp.instance_id}.{rt.cp.next_id('i')}",
+            id=_incident_id(rt),
             node_id=node.id,
             node_name=node.name,
             token_id=token.id,
@@ -161,6 +162,18 @@ def raise_incident(
             node=node.id,
             cause_class=cause_class,
         )
+
+
+def _incident_id(rt: Runtime) -> str:
+    """``<instance>.i1`` for the instance's first incident, ``.i2`` for its second: an
+    operator reads the number as "how many incidents so far" (issue 28: ids drawn from
+    the checkpoint's shared counter made the first one ``.i3``). The checkpoint keeps
+    closed incidents too, so the count never goes back; an id an older dormant drew from
+    the counter is skipped, never reused."""
+    n = len(rt.cp.incidents) + 1
+    while f"{rt.cp.instance_id}.i{n}" in rt.cp.incidents:
+        n += 1
+    return f"{rt.cp.instance_id}.i{n}"
 
 
 def leave_or_raise(rt: Runtime, token: Token, variables: Mapping[str, Any]) -> None:
@@ -251,9 +264,12 @@ def resolve(rt: Runtime, incident_id: str) -> str:
     """Continue on the node's outgoing flows without running the node again."""
     incident, token = _open_incident(rt, incident_id)
     _withdraw_retry(rt, incident)
+    # Closed here as ``resolved`` before the token moves: moving on closes what is
+    # still open as ``retried`` (a retry's success), which this is not.
+    rt.close_incidents(token, IncidentState.RESOLVED)
     move_token(token, TokenState.ACTIVE)
     try:
-        leave_without_running(rt, token)  # closes the incident as resolved
+        leave_without_running(rt, token)
     except TechnicalFailure as failure:
         # A gateway chooses its flows by its conditions; if they still fail there is
         # no flow to continue on. The step is abandoned, so nothing changes.

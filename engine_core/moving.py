@@ -68,12 +68,13 @@ __all__ = [
 def arrive(rt: Runtime, token: Token, node_id: str, flow_id: str | None = None) -> None:
     """Put a token on a node, to be entered by the run loop.
 
-    Leaving its node is progress: an incident the token had there is resolved here,
+    Leaving its node is progress: an incident the token had there is closed here as
+    ``retried`` (an operator's Resolve closed its own before, engine_core/incidents.py),
     whatever kind of node it was (a gateway or event retried after an incident moves
     on by ``take_flows``, never through ``leave_activity``).
     """
     if token.node_id != node_id:
-        rt.close_incidents(token, IncidentState.RESOLVED)
+        rt.close_incidents(token, IncidentState.RETRIED)
     local = rt.cp.scopes.get(token.inner_scope) if token.inner_scope else None
     if local is not None and local.token_id == token.id and local.node_id == token.node_id:
         rt.drop_scope(local.id)  # what a gateway's or event's start listeners set locally
@@ -237,7 +238,7 @@ def _finish_at_node(rt: Runtime, token: Token) -> None:
     if token.inner_scope is not None:
         rt.drop_scope(token.inner_scope)
         token.inner_scope = None
-    rt.close_incidents(token, IncidentState.RESOLVED)
+    rt.close_incidents(token, IncidentState.RETRIED)
 
 
 def _record_compensable(rt: Runtime, token: Token) -> None:

@@ -46,6 +46,14 @@ from dormant.engine_core.transitions import move_incident, move_token
 
 __all__ = ["Runtime"]
 
+# The ``Incident`` fact's ``action`` for each way an incident closes (docs/incidents.md).
+_CLOSE_ACTIONS: Mapping[IncidentState, str] = {
+    IncidentState.RETRIED: "retry-succeeded",
+    IncidentState.RESOLVED: "resolved",
+    IncidentState.OVERTAKEN: "overtaken",
+    IncidentState.DEAD_LETTERED: "dead-lettered",
+}
+
 
 class Runtime:
     def __init__(
@@ -300,7 +308,7 @@ class Runtime:
 
         Withdrawn (a boundary, a terminate, a cancel took it away): the incident is
         overtaken. Completed (e.g. an end event that failed, then succeeded on retry):
-        it is resolved. Either way no open incident outlives its token, so the
+        it is retried. Either way no open incident outlives its token, so the
         instance's ``active_incidents`` status always names a real, actionable one.
         """
         self.withdraw_token_waits(token.id)
@@ -308,12 +316,15 @@ class Runtime:
         self.cp.tokens.pop(token.id, None)
         self.close_incidents(
             token,
-            IncidentState.OVERTAKEN if state is TokenState.WITHDRAWN else IncidentState.RESOLVED,
+            IncidentState.OVERTAKEN if state is TokenState.WITHDRAWN else IncidentState.RETRIED,
         )
 
     def close_incidents(self, token: Token, state: IncidentState) -> None:
-        """Close the open incidents of ``token`` (resolved or overtaken), with their facts."""
-        action = "overtaken" if state is IncidentState.OVERTAKEN else "resolved"
+        """Close the open incidents of ``token`` with their facts: ``retried`` when the
+        token moved on after a retry ran its node again (the progress paths pass it),
+        ``resolved`` by the operator's Resolve (engine_core/incidents.py closes those
+        itself, before the token moves), ``overtaken`` when the token was withdrawn."""
+        action = _CLOSE_ACTIONS[state]
         for incident in self.cp.incidents.values():
             if incident.token_id == token.id and not incident.state.closed:
                 move_incident(incident, state)

@@ -9,9 +9,10 @@ state diagrams of docs/internals.md.
 Tokens: a live token is ``active`` (queued to enter its node), ``waiting`` (on a wait
 of its own, at a join, or on its inner scope) or in ``incident``; ``completed`` and
 ``withdrawn`` are the states it leaves the checkpoint in (ended tokens are dropped).
-Incidents: ``open`` and ``retry_scheduled`` are open; ``resolved`` (the token moved
-on), ``dead_lettered`` (dropped by an operator, kept) and ``overtaken`` (the token was
-withdrawn) are closed for good.
+Incidents: ``open`` and ``retry_scheduled`` are open; ``retried`` (a retry ran the node
+again and the token moved on), ``resolved`` (an operator's Resolve moved the token on
+without running the node), ``dead_lettered`` (dropped by an operator, kept) and
+``overtaken`` (the token was withdrawn) are closed for good.
 """
 
 from __future__ import annotations
@@ -41,12 +42,14 @@ TOKEN_MOVES: Mapping[TokenState, frozenset[TokenState]] = {
 
 _OPEN, _SCHED = IncidentState.OPEN, IncidentState.RETRY_SCHEDULED
 _RES, _DEAD, _OVER = IncidentState.RESOLVED, IncidentState.DEAD_LETTERED, IncidentState.OVERTAKEN
+_RETRIED = IncidentState.RETRIED
 
 INCIDENT_MOVES: Mapping[IncidentState, frozenset[IncidentState]] = {
     # a retry is scheduled by policy, or the incident closes
-    _OPEN: frozenset({_OPEN, _SCHED, _RES, _DEAD, _OVER}),
+    _OPEN: frozenset({_OPEN, _SCHED, _RETRIED, _RES, _DEAD, _OVER}),
     # the scheduled retry (or an operator's) runs, or the incident closes
-    _SCHED: frozenset({_OPEN, _SCHED, _RES, _DEAD, _OVER}),
+    _SCHED: frozenset({_OPEN, _SCHED, _RETRIED, _RES, _DEAD, _OVER}),
+    _RETRIED: frozenset(),
     _RES: frozenset(),
     _DEAD: frozenset(),
     _OVER: frozenset(),

@@ -38,6 +38,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from dormant.engine_core.checkpoint import IncidentState
 from dormant.engine_core.errors import InvalidOperation, UnknownFailedTrigger
+from dormant.engine_core.states import FLAGGED
 from dormant.engine_core.views import FailedTriggerView
 from dormant.persistence.db import Transactions
 from dormant.persistence.tables import facts, failed_triggers, inbox, incidents, instances
@@ -51,8 +52,6 @@ __all__ = [
     "one_line",
 ]
 
-# The status of an instance whose checkpoint this dormant cannot read.
-FLAGGED = "flagged"
 # The node id, and the id suffix, of an undecodable checkpoint's incident.
 CHECKPOINT_INCIDENT = "checkpoint"
 

@@ -28,11 +28,13 @@ from dormant.persistence.writes import Writes
 
 __all__ = [
     "InboxRow",
+    "QueuedStart",
     "mark_processed",
     "mark_processed_statement",
     "mark_republished",
     "queue_mark_processed",
     "queued_start",
+    "queued_starts",
     "record",
     "record_many",
     "unprocessed",
@@ -162,6 +164,52 @@ def unprocessed(
         )
         for r in rows
     ]
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedStart:
+    """A start the Client wrote that no worker has applied yet: listed as ``queued``
+    (engine_core/states.py), with what the start names; no version until it applies."""
+
+    id: str
+    key: str
+    business_key: str | None
+    created_at: datetime
+    status: str = "queued"
+    version: int | None = None
+
+    @property
+    def updated_at(self) -> datetime:
+        return self.created_at
+
+
+def queued_starts(
+    engine: Engine, task: str, limit: int, key: str | None = None
+) -> list[QueuedStart]:
+    """The unprocessed starts (``task``: tasks/wire.py ``START``), newest first, at most
+    ``limit``; ``key``: of this process only. Read from the inbox's unprocessed rows
+    (the partial index the sweep reads), so a long processed history costs nothing."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(inbox.c.payload, inbox.c.created_at)
+            .where(inbox.c.kind == task, inbox.c.processed_at.is_(None))
+            .order_by(inbox.c.created_at.desc())
+            .limit(limit * 4 if key is not None else limit)
+        ).all()
+    out: list[QueuedStart] = []
+    for payload, created_at in rows:
+        kwargs = (payload or {}).get("kwargs") or {}
+        if key is not None and kwargs.get("key") != key:
+            continue
+        out.append(
+            QueuedStart(
+                id=str(kwargs.get("instance_id")),
+                key=str(kwargs.get("key")),
+                business_key=kwargs.get("business_key"),
+                created_at=created_at,
+            )
+        )
+    return out[:limit]
 
 
 def queued_start(engine: Engine, instance_id: str, task: str) -> datetime | None:

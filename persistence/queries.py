@@ -337,6 +337,18 @@ class EngineQueries(Queries):
     def is_postgres(self) -> bool:
         return self.engine.dialect.name == "postgresql"
 
+    def suspended_among(self, ids: Sequence[str]) -> set[str]:
+        """Which of ``ids`` are suspended: the marker of the instance lists (issue 28).
+        Read from the stored checkpoint's ``suspended`` field, for these rows only."""
+        if not ids:
+            return set()
+        flag = instances.c.checkpoint["suspended"].as_boolean()
+        with self.engine.connect() as conn:
+            found = conn.execute(
+                select(instances.c.id).where(instances.c.id.in_(list(ids)), flag.is_(True))
+            )
+            return {str(r[0]) for r in found}
+
     def read(self) -> AbstractContextManager[Connection]:
         return read_only(self.engine)
 

@@ -706,6 +706,33 @@ class Store:
         assert applied is not None
         return applied
 
+    def rehearse(self, instance_id: str, trigger: Trigger, now: datetime) -> None:
+        """Apply ``trigger`` to the instance as it is now and throw the result away: the
+        refusal an operator's action would meet on a worker (an unknown variable to
+        unset, a node that is not there, an incident already closed) is raised here, to
+        the caller who asked (issue 28: it used to reach only the worker's log).
+
+        Read without the lock and written nowhere, so it answers for the state it read;
+        the worker applies the trigger again under the lock and may still refuse it if
+        the instance moved in between (the refusal is then in its log and the
+        instance's history, as before). A rehearsal that fails for any reason other
+        than the action's own refusal (``DormantError``) says nothing about the action
+        and is left to the worker."""
+        with self._read() as conn:
+            row = conn.execute(
+                select(instances.c.key, instances.c.version, instances.c.checkpoint).where(
+                    instances.c.id == instance_id
+                )
+            ).first()
+            if row is None:
+                raise UnknownInstance(f"no instance has id {instance_id!r}")
+            definition, _ = self.deployments.definition(row.key, row.version, conn=conn)
+            services = self._decisions.services(conn, definition)
+            if isinstance(trigger, MigrateInstance):
+                target, _ = self.deployments.definition(row.key, trigger.version, conn=conn)
+                services = dataclasses.replace(services, migration_target=target)
+        core.apply(definition, decode(row.checkpoint), trigger, now=now, services=services)
+
     def apply_found(
         self, find: Callable[[Connection], Found | None], now: datetime
     ) -> Applied | None:

@@ -68,7 +68,7 @@ from dormant.engine_core.errors import DormantError
 from dormant.persistence import clock, migrate
 from dormant.persistence.settings import Settings
 from dormant.persistence.store import Store
-from dormant.tasks import wire
+from dormant.tasks import quiet_logs, wire
 from dormant.tasks.tracing import publish_headers
 
 __all__ = [
@@ -255,6 +255,8 @@ app = Celery(
     ],
 )
 app.conf.update(_conf(settings))
+# An idle sweep writes no log line (tasks/quiet_logs.py).
+quiet_logs.install()
 
 _store: Store | None = None
 _store_lock = threading.Lock()
@@ -420,4 +422,7 @@ def publish(
             headers=traced,
             connection=connection,
             producer=producer,
+            # What Flower shows of the arguments: no variable's value (tasks/wire.py).
+            argsrepr="()",
+            kwargsrepr=wire.shown_kwargs(task_name, kwargs),
         )

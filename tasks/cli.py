@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from dormant.engine_core.errors import DormantError, UnknownInstance
+from dormant.engine_core.states import INCIDENT_STATES, LISTED_STATUSES, QUEUED
 from dormant.persistence import clock
 from dormant.tasks.cli_common import make_client as _client
 from dormant.tasks.cli_common import parse_vars, parse_when, read_database
@@ -26,6 +27,7 @@ from dormant.tasks.cli_operations import register as register_operations
 from dormant.tasks.display import emit as _emit
 from dormant.tasks.display import (
     failed_trigger_columns,
+    history_lines,
     incident_columns,
     instance_columns,
     instance_lines,
@@ -226,7 +228,10 @@ def instances() -> None:
 
 @instances.command("list")
 @click.option(
-    "--status", default=None, help="active, active_incidents, completed, terminated, failed"
+    "--status",
+    type=click.Choice(LISTED_STATUSES),
+    default=None,
+    help="queued: starts no worker has applied yet",
 )
 @click.option("--process", "key", default=None, metavar="KEY", help="only this process's")
 @click.option("--version", type=int, default=None, help="only this version (with --process)")
@@ -268,10 +273,32 @@ def instances_list(
         started_from=when(started_after, now, "--started-after"),
         started_to=when(started_before, now, "--started-before"),
     )
+    if status == QUEUED:
+        _queued_list(key, limit, now, fmt, as_json)
+        return
     page = read_database(lambda q: ConsoleQueries(q.engine).instance_page(selected, cursor, limit))
-    _emit(page.rows, instance_columns(now), fmt, as_json, instance_summary, "no instances")
+    rows = list(page.rows)
+    suspended = read_database(lambda q: q.suspended_among([r.id for r in rows]))
+    _emit(
+        rows,
+        instance_columns(now, suspended),
+        fmt,
+        as_json,
+        lambda r: instance_summary(r, suspended),
+        "no instances",
+    )
     if page.next_cursor:
         click.echo(f"more: add --after {page.next_cursor}", err=True)
+
+
+def _queued_list(key: str | None, limit: int, now: Any, fmt: str, as_json: bool) -> None:
+    """``--status queued``: the starts the Client wrote that no worker has applied yet
+    (they have no checkpoint, so no other list shows them)."""
+    from dormant.persistence import inbox
+    from dormant.tasks import wire
+
+    rows = read_database(lambda q: inbox.queued_starts(q.engine, wire.START, limit, key))
+    _emit(rows, instance_columns(now), fmt, as_json, instance_summary, "no queued starts")
 
 
 @instances.command("show")
@@ -293,9 +320,37 @@ def instances_show(instance_id: str, as_json: bool) -> None:
         click.echo(queued(instance_id, queued_at, now, as_json))
         return
     if as_json:
-        click.echo(json.dumps(to_dict(view), indent=2, sort_keys=True))
+        # The history as docs/incidents.md promises it: in business terms (the raw
+        # facts: ``instances history ID --internal --json``).
+        shown = to_dict(view) | {"history": _business(client.history(instance_id))}
+        click.echo(json.dumps(shown, indent=2, sort_keys=True, default=str))
         return
     click.echo("\n".join(instance_lines(view, now)))
+
+
+def _business(facts: Any) -> list[dict[str, Any]]:
+    from dormant.engine_core.history import business_history
+    from dormant.engine_core.views import to_dict
+
+    return [to_dict(e) for e in business_history(facts)]
+
+
+@instances.command("history")
+@click.argument("instance_id")
+@click.option("--json", "as_json", is_flag=True, help="a JSON array")
+@click.option("--internal", is_flag=True, help="every fact as recorded, bookkeeping included")
+def instances_history(instance_id: str, as_json: bool, internal: bool) -> None:
+    """What happened to an instance, oldest first: elements reached, job attempts,
+    messages, timers, incidents, operator actions, and the end event it ended at."""
+    from dormant.engine_core.views import to_dict
+
+    facts = _client().history(instance_id)
+    rows = [to_dict(f) for f in facts] if internal else _business(facts)
+    if as_json:
+        click.echo(json.dumps(rows, indent=2, sort_keys=True, default=str))
+        return
+    for line in history_lines(rows, internal):
+        click.echo(line)
 
 
 # -- incidents -----------------------------------------------------------------------
@@ -312,8 +367,9 @@ def incidents() -> None:
 @click.option("--node", "node_id", default=None, metavar="NODE", help="only at this node id")
 @click.option(
     "--state",
+    type=click.Choice(INCIDENT_STATES),
     default=None,
-    help="open, retry_scheduled, resolved, dead_lettered or overtaken",
+    help="the incident's state",
 )
 @_output
 def incidents_list(
@@ -482,6 +538,13 @@ _metrics_host = click.option(
 @_metrics_port
 @_metrics_host
 @click.option("--events", "-E", is_flag=True, help="send task events (Flower's task list)")
+@click.option(
+    "--name",
+    default=None,
+    metavar="NAME",
+    help="the worker's name in Flower and `celery inspect`: NAME@<host> "
+    "(default celery@<host>; a NAME with @ is used as it is)",
+)
 @click.option("--loglevel", default="INFO", hidden=True)
 @click.option("--pool", default=None, hidden=True)
 def worker(
@@ -491,6 +554,7 @@ def worker(
     metrics_port: int | None,
     metrics_host: str,
     events: bool,
+    name: str | None,
     loglevel: str,
     pool: str | None,
 ) -> None:
@@ -517,6 +581,10 @@ def worker(
         argv.append(f"--pool={pool}")
     if events:
         argv.append("--task-events")
+    if name:
+        # Celery's node name: two workers on one host both default to celery@<host>,
+        # and Flower then shows one worker where two run (issue 28).
+        argv.append("--hostname=" + (name if "@" in name else f"{name}@%h"))
     app.worker_main(argv)
 
 

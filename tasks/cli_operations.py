@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from dormant.engine_core.states import LISTED_STATUSES, QUEUED
 from dormant.tasks.cli_common import make_client as _client
 from dormant.tasks.cli_common import parse_node_pairs as _pairs
 from dormant.tasks.cli_common import parse_vars
@@ -27,6 +28,9 @@ if TYPE_CHECKING:
     from dormant.persistence.selection import Selector
 
 __all__ = ["register"]
+
+# A batch acts on instances that have a checkpoint: a queued start has none yet.
+SELECTABLE_STATUSES = tuple(s for s in LISTED_STATUSES if s != QUEUED)
 
 
 def _common(kind: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -45,7 +49,12 @@ def _common(kind: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
             options.append(click.option("--cause-class", default=None, help="filter: cause"))
         else:
             options += [
-                click.option("--status", default=None, help="filter (default: running)"),
+                click.option(
+                    "--status",
+                    type=click.Choice(SELECTABLE_STATUSES),
+                    default=None,
+                    help="filter (default: running)",
+                ),
                 click.option(
                     "--business-key-like", default=None, metavar="PATTERN", help="SQL LIKE"
                 ),
@@ -156,11 +165,13 @@ def register(cli: click.Group, instances: click.Group, incidents: click.Group) -
         instance_op(op, verb)
 
     @instances.command("migrate")
-    @click.option("--to", "version", type=int, required=True, help="the target version")
+    # ``to_version``, not ``version``: ``--version`` is the selection filter of
+    # ``_common`` (both once bound one parameter and the filter was lost, issue 28).
+    @click.option("--to", "to_version", type=int, required=True, help="the target version")
     @click.option("--map", "maps", multiple=True, metavar="OLD=NEW", help="rename a node")
     @_common("instance")
     def instances_migrate(
-        version: int,
+        to_version: int,
         maps: tuple[str, ...],
         ids: tuple[str, ...],
         key: str | None,
@@ -171,10 +182,10 @@ def register(cli: click.Group, instances: click.Group, incidents: click.Group) -
         """Move instances to version --to: ID..., or --process KEY with filters."""
         mapping = _pairs(maps, "--map")
         if _single(ids, {"key": key, **filters}, dry_run):
-            _client().migrate(ids[0], version, mapping)
-            click.echo(f"migrating {ids[0]} to v{version}")
+            _client().migrate(ids[0], to_version, mapping)
+            click.echo(f"migrating {ids[0]} to v{to_version}")
             return
-        params = {"version": version, "mapping": mapping}
+        params = {"version": to_version, "mapping": mapping}
         _bulk("migrate", _selector(ids, key, **filters), params, dry_run, no_wait)
 
     @instances.command("set-variables")

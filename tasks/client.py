@@ -43,6 +43,13 @@ from dormant.engine_core.errors import (
 )
 from dormant.engine_core.inputs import check_name, check_text, check_variables, variables_params
 from dormant.engine_core.task_attributes import UPDATABLE, check_changes
+from dormant.engine_core.triggers import (
+    Cancel,
+    IncidentDrop,
+    IncidentResolve,
+    IncidentRetry,
+    Trigger,
+)
 from dormant.engine_core.views import (
     FactView,
     FailedTriggerView,
@@ -392,6 +399,7 @@ class Client:
             raise InvalidOperation(
                 f"instance {instance_id} ({view.key} v{view.version}) is already {view.status}"
             )
+        self._store.rehearse(instance_id, Cancel(), clock.now())
         self._send(wire.cancel(instance_id))
 
     def history(self, instance_id: str) -> list[FactView]:
@@ -528,6 +536,14 @@ class Client:
                 f"cannot {op} incident {incident_id!r} of instance {incident.instance_id}: it is "
                 f"{incident.state}; open incidents there: {', '.join(open_ids) or 'none'}"
             )
+        trigger: Trigger
+        if op == "retry":
+            trigger = IncidentRetry(incident_id=incident_id)
+        elif op == "resolve":
+            trigger = IncidentResolve(incident_id=incident_id)
+        else:
+            trigger = IncidentDrop(incident_id=incident_id)
+        self._store.rehearse(incident.instance_id, trigger, clock.now())
         self._send(wire.incident(op, incident_id))
 
     def retry_incident(self, incident_id: str) -> None:

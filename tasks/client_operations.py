@@ -22,6 +22,14 @@ from dormant.engine_core.checkpoint import ROOT_SCOPE, InstanceStatus
 from dormant.engine_core.errors import InvalidOperation
 from dormant.engine_core.inputs import Limits, variables_params
 from dormant.engine_core.migration import problems
+from dormant.engine_core.triggers import (
+    MigrateInstance,
+    ModifyInstance,
+    Resume,
+    SetVariables,
+    Suspend,
+    Trigger,
+)
 from dormant.engine_core.views import InstanceView
 from dormant.persistence import batches, clock, job_pause
 from dormant.persistence.batches import BatchItemView, BatchState, BatchView
@@ -62,22 +70,31 @@ class Operations:
             )
         return view
 
+    def _rehearse(self, instance_id: str, trigger: Trigger) -> None:
+        """Raise here the refusal the worker would meet applying ``trigger`` now
+        (``Store.rehearse``): every operator action is rehearsed before it is sent, so
+        its refusal reaches the caller (the CLI: one line, exit 2), not a worker log."""
+        self._store.rehearse(instance_id, trigger, clock.now())
+
     # -- one instance --------------------------------------------------------------
 
     def suspend(self, instance_id: str) -> None:
         if self._running(instance_id, "suspend").suspended:
             raise InvalidOperation(f"instance {instance_id} is already suspended")
+        self._rehearse(instance_id, Suspend())
         self._send(wire.suspend(instance_id))
 
     def resume(self, instance_id: str) -> None:
         if not self._running(instance_id, "resume").suspended:
             raise InvalidOperation(f"instance {instance_id} is not suspended; nothing to resume")
+        self._rehearse(instance_id, Resume())
         self._send(wire.resume(instance_id))
 
     def set_variables(self, instance_id: str, checked: dict[str, Any]) -> None:
         """``Client.set_variables`` with its arguments already checked
         (``variables_params``: the Client checks them before it reads the instance)."""
         self._running(instance_id, "change")
+        self._rehearse(instance_id, SetVariables(**checked))
         self._send(wire.set_variables(instance_id, checked))
 
     def migration_problems(
@@ -99,6 +116,7 @@ class Operations:
             raise InvalidOperation(
                 f"instance {instance_id} cannot move to v{version}: " + "; ".join(found)
             )
+        self._rehearse(instance_id, MigrateInstance(version=version, mapping=dict(mapping or {})))
         self._send(wire.migrate(instance_id, version, dict(mapping or {})))
 
     def modify(
@@ -113,6 +131,7 @@ class Operations:
         view = self._running(instance_id, "modify")
         if view.suspended:
             raise InvalidOperation(f"instance {instance_id} is suspended; resume it first")
+        self._rehearse(instance_id, ModifyInstance(cancel_nodes=cancel, start_before=start))
         self._send(wire.modify(instance_id, cancel, start))
 
     # -- job types -----------------------------------------------------------------

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -32,6 +32,7 @@ __all__ = [
     "due_in",
     "duration",
     "emit",
+    "history_lines",
     "incident_columns",
     "instance_columns",
     "instance_lines",
@@ -234,11 +235,17 @@ def _status(view: Any) -> str:
     return f"{view.status} (flagged: {failed} failed)" if failed else str(view.status)
 
 
-def instance_columns(now: datetime) -> list[Column]:
+def instance_columns(now: datetime, suspended: Collection[str] = ()) -> list[Column]:
+    """``suspended``: the ids of the listed instances that are suspended, marked in the
+    STATUS column (``active (suspended)``); a queued start has no version yet."""
+
+    def status(i: Any) -> str:
+        return _status(i) + (" (suspended)" if i.id in suspended else "")
+
     return [
         Column("ID", lambda i: i.id),
-        Column("PROCESS", lambda i: f"{i.key} v{i.version}"),
-        Column("STATUS", _status),
+        Column("PROCESS", lambda i: i.key if i.version is None else f"{i.key} v{i.version}"),
+        Column("STATUS", status),
         Column("BUSINESS KEY", lambda i: i.business_key or ""),
         Column("STARTED", lambda i: ago(i.created_at, now), lambda i: iso(i.created_at)),
         Column("UPDATED", lambda i: ago(i.updated_at, now), lambda i: iso(i.updated_at)),
@@ -257,12 +264,13 @@ _SUMMARY_FIELDS = (
 )
 
 
-def instance_summary(row: Any) -> dict[str, Any]:
+def instance_summary(row: Any, suspended: Collection[str] = ()) -> dict[str, Any]:
     """An instance list row as JSON: the list's fields, never the variables."""
     out: dict[str, Any] = {}
     for name in _SUMMARY_FIELDS:
         value = getattr(row, name, None)
         out[name] = value.isoformat() if isinstance(value, datetime) else value
+    out["suspended"] = row.id in suspended
     return out
 
 
@@ -345,6 +353,20 @@ def when(text: str | None, now: datetime, option: str) -> datetime | None:
             f"{option} {text!r} is neither an ISO time (2026-12-01T09:00) nor an age (2h)"
         ) from None
     return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+
+
+def history_lines(rows: list[dict[str, Any]], internal: bool) -> list[str]:
+    """``instances history``: one line per event (or fact), its time and revision first."""
+    out = []
+    for row in rows:
+        at = str(row["at"])  # ISO 8601 already (``to_dict``)
+        revision = "" if row.get("revision") is None else f"r{row['revision']}"
+        if internal:
+            details = " ".join(f"{k}={v}" for k, v in sorted(row["details"].items()))
+            out.append(f"{at}  {revision:>4}  {row['kind']}  {details}".rstrip())
+        else:
+            out.append(f"{at}  {revision:>4}  {row['category']:<8}  {row['text']}")
+    return out
 
 
 def queued(instance_id: str, queued_at: datetime, now: datetime, as_json: bool) -> str:

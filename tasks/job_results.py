@@ -16,7 +16,7 @@ from dormant.engine_core.inputs import shorten
 from dormant.engine_core.triggers import JobCompleted, JobErrorThrown, JobFailed
 from dormant.persistence import clock
 from dormant.tasks import metrics, tracing, wire
-from dormant.tasks.app import store
+from dormant.tasks.app import publish, store
 from dormant.tasks.job_dispatch import defer, keep_outcome
 from dormant.tasks.job_headers import (
     HEADER_ATTEMPT,
@@ -75,6 +75,7 @@ def report(instance_id: str, trigger: Any, trigger_id: str) -> None:
             continue
         metrics.record_trigger(trigger.kind, applied, time.perf_counter() - began)
         publish_rows(applied.outbox_rows)
+        _tell_flower(instance_id, applied)
         log.info(
             "instance=%s revision=%s trigger=%s%s",
             instance_id,
@@ -85,6 +86,22 @@ def report(instance_id: str, trigger: Any, trigger_id: str) -> None:
         return
     log.warning("job result for instance %s deferred to a worker: %r", instance_id, last)
     defer(instance_id, trigger, trigger_id)
+
+
+def _tell_flower(instance_id: str, applied: Any) -> None:
+    """A job's final failure that raised an incident: publish ``dormant.incident.raised``,
+    whose result starts with ``INCIDENT`` and names it, so searching Flower for
+    ``INCIDENT`` finds the most common incident too (issue 28). The job's own task shows
+    only its exception, which Flower does not search. Best effort: the incident is in
+    the database already; a notice the broker refuses is logged and skipped."""
+    head = metrics.incident_head([applied] if applied.changed else [])
+    if not head:
+        return
+    text = f"{head}instance={instance_id} revision={applied.revision}"
+    try:
+        publish(*wire.incident_raised(instance_id, text))
+    except Exception as exc:  # the notice only; the incident itself is committed
+        log.warning("incident notice for instance %s not published: %r", instance_id, exc)
 
 
 @task_success.connect(weak=False)

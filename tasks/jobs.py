@@ -65,6 +65,7 @@ from celery import Task
 
 from dormant.engine_core.triggers import JobHeartbeat
 from dormant.tasks import wire
+from dormant.tasks.app import app
 from dormant.tasks.job_dispatch import kept_for_a_start
 from dormant.tasks.job_headers import (
     HEADER_IDEMPOTENCY_KEY,
@@ -74,7 +75,14 @@ from dormant.tasks.job_headers import (
 )
 from dormant.tasks.job_results import report
 
-__all__ = ["heartbeat", "idempotency_key", "task_headers"]
+__all__ = ["heartbeat", "idempotency_key", "incident_raised", "task_headers"]
+
+
+@app.task(name=wire.INCIDENT_RAISED)
+def incident_raised(instance_id: str, summary: str) -> str:
+    """Nothing to do: the result is the notice Flower lists (``report``'s
+    ``_tell_flower``): ``INCIDENT <id> at <node> (<class>) instance=<id> ...``."""
+    return summary
 
 
 def idempotency_key(task: Task) -> str | None:

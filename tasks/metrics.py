@@ -67,6 +67,7 @@ __all__ = [
     "applied_of",
     "asgi_app",
     "console_route",
+    "incident_head",
     "job_dispatched",
     "job_failed",
     "observe_trigger",
@@ -150,6 +151,16 @@ def _outcome_of_exception(exc: BaseException) -> str:
     return "error"
 
 
+def incident_head(steps: list[Applied]) -> str:
+    """``INCIDENT <id> at <node> (<cause class>); ... `` for the incidents ``steps``
+    raised, or nothing: the word Flower's search finds (docs/incidents.md)."""
+    parts: list[str] = []
+    for a in steps:
+        for d in raised_incidents(a):
+            parts.append(f"{d.get('incident')} at {d.get('node')} ({d.get('cause_class')})")
+    return f"INCIDENT {'; '.join(parts)} " if parts else ""
+
+
 def summary(result: TriggerResult | None) -> str:
     """The trigger task's return value, which Flower shows in its task list.
 
@@ -158,11 +169,7 @@ def summary(result: TriggerResult | None) -> str:
     incident is the model's outcome — so the result is where Flower can show it
     (docs/incidents.md). Ids and classes only, never a variable value.
     """
-    parts: list[str] = []
-    for a in applied_of(result):
-        for d in raised_incidents(a):
-            parts.append(f"{d.get('incident')} at {d.get('node')} ({d.get('cause_class')})")
-    head = f"INCIDENT {'; '.join(parts)} " if parts else ""
+    head = incident_head(applied_of(result))
     return (
         head
         + outcome_of(result)

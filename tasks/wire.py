@@ -37,7 +37,9 @@ __all__ = [
     "COMPLETE_TASK",
     "FIRE_DEADLINE",
     "FIRE_DEADLINES",
+    "HIDDEN",
     "INCIDENT_OPS",
+    "INCIDENT_RAISED",
     "JOBS_PAUSE",
     "JOBS_RESUME",
     "MANAGEMENT",
@@ -64,6 +66,7 @@ __all__ = [
     "cancel",
     "complete_task",
     "incident",
+    "incident_raised",
     "job_heartbeat_id",
     "job_result_id",
     "job_routing_key",
@@ -74,6 +77,7 @@ __all__ = [
     "redelivery",
     "resume",
     "set_variables",
+    "shown_kwargs",
     "signal",
     "start",
     "suspend",
@@ -107,6 +111,9 @@ APPLY_TRIGGER = "dormant.apply_trigger"
 FIRE_DEADLINE = "dormant.fire_deadline"
 FIRE_DEADLINES = "dormant.fire_deadlines"
 BATCH_RUN = "dormant.batch.run"
+# A no-op whose result names the incidents a job's final failure raised, so Flower's
+# search finds them (the job task itself shows only its exception; tasks/jobs.py).
+INCIDENT_RAISED = "dormant.incident.raised"
 # operator action on an incident -> its task
 INCIDENT_OPS: dict[str, str] = {
     "retry": "dormant.incident.retry",
@@ -155,11 +162,63 @@ MANAGEMENT: frozenset[str] = frozenset(
         JOBS_RESUME,
         TRIGGERS_RETRY,
         TRIGGERS_DROP,
+        INCIDENT_RAISED,
     }
 )
 # Every task dormant registers: a model's job type may take none of them
 # (engine_core/job_types.py reserves the ``dormant.`` prefix).
 TASK_NAMES: frozenset[str] = TRIGGERS | MANAGEMENT
+
+
+# The keyword arguments of dormant's own tasks that name things (ids, names, versions)
+# rather than carry a process's data: Flower shows these as they are.
+_NAMING = frozenset(
+    {
+        "instance_id",
+        "incident_id",
+        "summary",
+        "task_id",
+        "batch_id",
+        "trigger_id",
+        "signal_id",
+        "message_id",
+        "name",
+        "key",
+        "version",
+        "ttl",
+        "claim",
+        "cancel_nodes",
+        "start_before",
+        "mapping",
+        "inbox_id",
+        "scope",
+        "retry_incidents",
+        "unset",
+    }
+)
+HIDDEN = "…"
+
+
+def shown_kwargs(task: str, kwargs: dict[str, Any]) -> str:
+    """The keyword arguments as Flower and the task events show them (``kwargsrepr``).
+
+    Values a process carries (variables, a job's inputs, a correlation key, a trigger's
+    body) are replaced by ``…``, as the console hides them from anyone not signed in
+    (docs/console.md): Flower has its own sign-in, and its task list outlives the
+    instance. A job's keyword arguments are all the job's variables; a dormant task's
+    names (ids, message and signal names, versions) stay readable, so an operator can
+    still find an instance's tasks in Flower."""
+    if not task.startswith("dormant."):
+        return repr({str(k): HIDDEN for k in kwargs})
+    shown: dict[str, Any] = {}
+    for k, v in kwargs.items():
+        if k in _NAMING:
+            shown[k] = v
+        elif isinstance(v, dict):
+            shown[k] = {str(name): HIDDEN for name in v}
+        else:
+            shown[k] = HIDDEN
+    return repr(shown)
 
 
 def takes_trigger_id(task: str) -> bool:
@@ -260,6 +319,11 @@ def migrate(instance_id: str, version: int, mapping: dict[str, str]) -> Send:
 def modify(instance_id: str, cancel_nodes: list[str], start_before: list[str]) -> Send:
     body = {"instance_id": instance_id, "cancel_nodes": cancel_nodes, "start_before": start_before}
     return Send(MODIFY, "trigger.modify", body)
+
+
+def incident_raised(instance_id: str, summary: str) -> Send:
+    body = {"instance_id": instance_id, "summary": summary}
+    return Send(INCIDENT_RAISED, "trigger.incident_raised", body)
 
 
 def batch_run(batch_id: str) -> Send:

@@ -84,7 +84,7 @@ def test_child_failed_raises_an_incident_at_the_call_activity() -> None:
     first = run.effects_of(StartChild, run.steps[0])[0]
     assert start.child_instance_id != first.child_instance_id
     run.child_completed("call")
-    assert run.cp.incidents[incident.id].state.value == "resolved"
+    assert run.cp.incidents[incident.id].state.value == "retried"
 
 
 def test_child_error_code_is_caught_by_the_call_activity_boundary() -> None:

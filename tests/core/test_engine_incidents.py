@@ -264,7 +264,7 @@ def test_retry_runs_a_fresh_token_from_the_failed_one_and_a_repeat_updates_the_i
 
     run.send(TaskCompleted(wait_id=side.id, variables={"fix": True}))
     run.retry(incident.id)
-    assert run.cp.incidents[incident.id].state.value == "resolved"
+    assert run.cp.incidents[incident.id].state.value == "retried"
     assert run.tokens("after")[0].lineage[-1] == retried.id, "the second retry's token"
     assert run.status == "active"
     run.complete_task("after")
@@ -400,7 +400,7 @@ def test_manual_retry_withdraws_the_scheduled_one() -> None:
     scheduled = run.wait("bad", "retry")
     run.complete_task("side", fix=True)
     run.retry(incident.id)
-    assert run.cp.incidents[incident.id].state.value == "resolved"
+    assert run.cp.incidents[incident.id].state.value == "retried"
     assert scheduled.id not in run.cp.waits
     assert run.send(TimerFired(wait_id=scheduled.id), at=T0 + timedelta(hours=1)).changed is False
 
@@ -490,7 +490,7 @@ def test_incident_facts_carry_cause_class_never_payload() -> None:
     assert run.effects_of(DispatchJob, run.last), "the retry dispatches the job again"
     run.complete_job("bad")
     actions = [f.details["action"] for f in run.facts_of("Incident")]
-    assert actions == ["raised", "retry-scheduled", "retried", "resolved"]
+    assert actions == ["raised", "retry-scheduled", "retried", "retry-succeeded"]
     for fact in run.facts_of("Incident"):
         assert fact.details["cause_class"] == "Declined"
     for fact in run.facts:
@@ -515,5 +515,23 @@ def test_incident_at_an_end_event_resolves_when_its_retry_succeeds() -> None:
     assert [(m.name, m.correlation_key) for m in run.effects_of(ThrowMessage, step)] == [
         ("notify", "o-9")
     ]
-    assert run.cp.incidents[incident.id].state.value == "resolved"
+    assert run.cp.incidents[incident.id].state.value == "retried"
     assert run.status == "completed"
+
+
+def test_incidents_of_an_instance_are_numbered_from_one() -> None:
+    """``<instance>.i1`` is the first incident, ``.i2`` the second: ids drawn from the
+    checkpoint's shared counter made the first one ``.i3`` (issue 28)."""
+    b = ProcessBuilder("p")
+    b.start_event("s").parallel_gateway("fork")
+    b.service_task("a", job_type="charge", job_retries="1").end_event("a_end")
+    b.service_task("b", job_type="charge", job_retries="1").end_event("b_end")
+    b.sequence("s", "fork")
+    b.sequence("fork", "a", "a_end")
+    b.sequence("fork", "b", "b_end")
+    run = Run(b.build())
+    run.start({})
+    run.fail_job("a")
+    run.fail_job("b")
+    assert sorted(run.cp.incidents) == ["i1.i1", "i1.i2"]
+    assert run.incident("a").id == "i1.i1" and run.incident("b").id == "i1.i2"

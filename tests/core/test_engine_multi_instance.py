@@ -146,7 +146,7 @@ def test_parallel_incident_in_one_instance_siblings_finish_retry_reruns_only_it(
     assert [d.variables["item"] for d in dispatched] == ["b"]
     complete(run, jobs_by_item(run)["b"], done="B")
     assert run.variables["results"] == ["A", "B", "C"]
-    assert run.cp.incidents[incident.id].state.value == "resolved"
+    assert run.cp.incidents[incident.id].state.value == "retried"
     assert run.status == "active"
     assert run.token_nodes() == ["after:waiting"]
 

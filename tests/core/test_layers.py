@@ -83,6 +83,7 @@ CORE_TIERS: list[set[str]] = [
     # documents and pure helpers: what a step reads and writes
     {
         "errors",
+        "states",
         "model",
         "checkpoint",
         "triggers",
@@ -97,6 +98,7 @@ CORE_TIERS: list[set[str]] = [
         "correlation",
         "bindings",
         "views",
+        "history",
         "job_types",
         "inputs",
         "xml_input",
@@ -284,6 +286,7 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     ("tasks.cli", "dormant.persistence.settings"): f"pydantic: {_CLI_FAST}",
     ("tasks.cli", "dormant.persistence.console_queries"): f"SQLAlchemy: {_CLI_FAST}",
     ("tasks.cli", "dormant.engine_core.views"): f"the checkpoint documents: {_CLI_FAST}",
+    ("tasks.cli", "dormant.engine_core.history"): f"the checkpoint documents: {_CLI_FAST}",
     ("tasks.cli_common", "dormant.tasks.client"): f"the Client and the Store: {_CLI_FAST}",
     ("tasks.cli_common", "dormant.persistence.db"): f"SQLAlchemy: {_CLI_FAST}",
     ("tasks.cli_common", "sqlalchemy.exc"): f"SQLAlchemy: {_CLI_FAST}",

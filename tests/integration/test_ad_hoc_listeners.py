@@ -57,7 +57,7 @@ def test_ad_hoc_with_a_bad_collection_is_an_incident_healed_by_retry(
     c.set_variables(iid, {"toRun": ["double"]}, retry_incidents=True)
     done = stack.wait_status(iid, "completed")
     assert done.variables["doubled"] == 4
-    assert c.incident(incident.id).state == "resolved"
+    assert c.incident(incident.id).state == "retried"
 
 
 def listener_model(key: str) -> str:
@@ -102,4 +102,4 @@ def test_execution_listeners_set_what_the_element_reads_and_fail_into_an_inciden
     listened = [d["job_type"] for d in facts(stack, iid, "ExecutionListener")]
     assert listened == ["test-listener-set-n", "inc-flag", "inc-flag", "test-listener-audit"]
     assert len(Path(f"{flag}.runs").read_text().splitlines()) == 2
-    assert c.incident(incident.id).state == "resolved"
+    assert c.incident(incident.id).state == "retried"

@@ -151,7 +151,7 @@ def test_child_failure_is_an_incident_at_the_call_activity_and_retry_runs_a_new_
     assert parent.variables["doubled"] == 8
     retried = [i for i in children(stack, pid, "cf-child") if i.id != first.id]
     assert [(i.status, i.version) for i in retried] == [("completed", 2)]
-    assert c.incident(incident.id).state == "resolved"
+    assert c.incident(incident.id).state == "retried"
 
 
 def test_calling_an_undeployed_process_is_an_incident_healed_by_deploy_and_retry(

@@ -171,7 +171,7 @@ def test_set_a_variable_then_retry_the_incident_and_the_instance_completes(
     view = ostack.wait_status(iid, "completed")
     assert view.variables["flag"] == str(flag) and view.variables["tries"] == 2
     assert "note" not in view.variables
-    assert ostack.client.incident(inc.id).state == "resolved"
+    assert ostack.client.incident(inc.id).state == "retried"
 
 
 def test_retry_all_matching_reports_exact_counts_on_the_batch_page(

@@ -29,5 +29,5 @@ def test_incident_retry_example_completes_after_the_fix_and_a_retry(tmp_path: Pa
     assert done.returncode == 0, done.stdout + done.stderr
     assert "instance status: active_incidents" in done.stdout
     assert '"cause_class": "GatewayNotConfigured"' in done.stdout
-    assert "incident history: raised, retried, resolved" in done.stdout
+    assert "incident history: raised, retried, retry-succeeded" in done.stdout
     assert done.stdout.rstrip().endswith("OK")

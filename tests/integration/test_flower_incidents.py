@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest import Proc, Stack, _urls, wait_for
+from tests.integration.conftest import JOBS_MODULE, Proc, Stack, _urls, wait_for
 from tests.integration.test_metrics import _free_port
-from tests.integration.test_tasks import HEAD
+from tests.integration.test_tasks import HEAD, job, linear
 
 pytestmark = pytest.mark.integration
 
@@ -91,5 +91,90 @@ def test_flower_lists_the_trigger_that_raised_an_incident_as_incident(
             assert f"instance={failing}" in flagged[0]
             (other,) = [r for r in results if "INCIDENT" not in r]
             assert f"instance={fine}" in other and other.strip("'\"").startswith("applied")
+        finally:
+            stack.close()
+
+
+def test_flower_finds_a_job_out_of_retries_hides_values_and_tells_workers_apart(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """Issue 28: searching Flower for ``INCIDENT`` found nothing for a job that ran out of
+    retries (its task shows only its exception, which Flower does not search); Flower
+    showed job variable values the console hides; two workers on one host were both
+    ``celery@<host>``."""
+    with _urls("pg_redis", tmp_path, request) as urls:
+        stack = Stack(*urls, tmp_path)
+        try:
+            workers = [
+                Proc(
+                    f"worker-{name}",
+                    stack.dormant(
+                        "worker",
+                        "--events",
+                        "--concurrency",
+                        "1",
+                        "--include",
+                        JOBS_MODULE,
+                        "--name",
+                        name,
+                    ),
+                    stack.env,
+                    tmp_path,
+                )
+                for name in ("alpha", "beta")
+            ]
+            stack.procs.extend(workers)
+            port = _free_port()
+            flower = Proc(
+                "flower",
+                [
+                    sys.executable,
+                    "-m",
+                    "celery",
+                    "-A",
+                    "dormant.tasks.app",
+                    "flower",
+                    f"--port={port}",
+                    "--address=127.0.0.1",
+                    "--basic-auth=ops:secret",
+                ],
+                stack.env,
+                tmp_path,
+            )
+            stack.procs.append(flower)
+            flower.start(ready="Visit me at")
+            for worker in workers:
+                worker.start()
+            c = stack.client
+            c.deploy(linear("fl-job", job("test-fail")))
+            iid = c.start("fl-job", {"card": "4111-secret-card"})
+            stack.wait_status(iid, "active_incidents")
+            (incident,) = c.incidents(iid)
+            base = f"http://127.0.0.1:{port}/api"
+
+            def found() -> dict[str, Any] | None:
+                hits = _get(f"{base}/tasks?search=INCIDENT")
+                return hits or None
+
+            hits = wait_for(found, timeout=30, what="INCIDENT in Flower's search")
+            [notice] = hits.values()
+            assert notice["name"] == "dormant.incident.raised"
+            assert incident.id in str(notice["result"]) and "ValueError" in str(notice["result"])
+            assert f"instance={iid}" in str(notice["result"])
+
+            jobs = wait_for(
+                lambda: _get(f"{base}/tasks?taskname=test-fail") or None,
+                timeout=30,
+                what="the job in Flower's task list",
+            )
+            shown = json.dumps(jobs) + json.dumps(_get(f"{base}/tasks?taskname=dormant.start"))
+            assert "'card'" in shown and "4111-secret-card" not in shown
+
+            names = wait_for(
+                lambda: (w := _get(f"{base}/workers?refresh=1")) and len(w) == 2 and sorted(w),
+                timeout=30,
+                what="both workers in Flower",
+            )
+            assert [n.split("@")[0] for n in names] == ["alpha", "beta"], names
         finally:
             stack.close()

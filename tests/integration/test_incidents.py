@@ -199,11 +199,11 @@ def test_failure_parks_its_token_siblings_run_and_retries_update_one_incident(
     assert done.returncode == 0, done.stderr
     final = stack.wait_status(iid, "completed")
     assert final.variables["charged"] is True
-    assert c.incident(inc.id).state == "resolved" and len(runs(flag)) == 3
+    assert c.incident(inc.id).state == "retried" and len(runs(flag)) == 3
     assert len({line.split()[1] for line in runs(flag)}) == 3  # a new idempotency key each
 
     # T-14: one fact per action, with the cause class and never a payload value.
-    assert actions(stack, iid) == ["raised", "retried", "raised", "retried", "resolved"]
+    assert actions(stack, iid) == ["raised", "retried", "raised", "retried", "retry-succeeded"]
     assert all(d["cause_class"] == "RuntimeError" for d in incident_facts(stack, iid))
     assert SECRET not in repr([f.details for f in c.history(iid)])
     # FR-2: every raise logged once at ERROR in the worker; no payload value in the log.
@@ -396,7 +396,7 @@ def test_resolve_continues_without_rerunning_and_flower_retries(
         flower_flag.touch()
         assert _post(url, {"args": [inc.id]}, "ops:secret") == 200
         assert stack.wait_status(by_flower, "completed").variables["charged"] is True
-        assert c.incident(inc.id).state == "resolved"
+        assert c.incident(inc.id).state == "retried"
     finally:
         flower.stop()
 
@@ -427,7 +427,7 @@ def test_unknown_or_closed_incident_is_refused_everywhere_and_changes_nothing(
     out = stack.run_cli("incidents", "drop", "inc-nope")
     assert out.returncode == 2 and "no incident 'inc-nope'" in out.stderr
     out = stack.run_cli("incidents", "list", "--state", "bogus")
-    assert out.returncode == 2 and "no incident state 'bogus'" in out.stderr
+    assert out.returncode == 2 and "'bogus' is not one of 'open'" in out.stderr
 
     # The management task sent by name (as Flower or a bare Celery producer would).
     with app.connection_for_write(stack.broker_url) as conn:
@@ -634,7 +634,7 @@ def test_scheduled_retries_survive_a_worker_and_beat_restart(
     stack.worker_and_beat()
     for iid in (by_activity, by_default):
         stack.wait_status(iid, "completed", timeout=40)
-        assert actions(stack, iid) == ["raised", "retry-scheduled", "retried", "resolved"]
+        assert actions(stack, iid) == ["raised", "retry-scheduled", "retried", "retry-succeeded"]
     assert len(runs(flag)) == 4
 
 
