@@ -287,11 +287,16 @@ class Runtime:
     # -- terminating ---------------------------------------------------------------
 
     def terminate_token(self, token: Token) -> None:
-        """Withdraw a token and everything it runs (its sub-process or multi-instance body)."""
+        """Withdraw a token and everything it runs (its sub-process or multi-instance body).
+
+        The ``Withdrawn`` fact names its node: a user task or job a cancel, a terminate
+        end or an interrupting boundary took away did not complete, and the history
+        (and the console's diagram) must be able to tell the two apart."""
         if token.inner_scope is not None and token.inner_scope in self.cp.scopes:
             self.terminate_scope(token.inner_scope)
             self.cp.scopes.pop(token.inner_scope, None)
         self.remove_token(token, TokenState.WITHDRAWN)
+        self.fact("Withdrawn", node=token.node_id, token=token.id)
 
     def terminate_scope(self, scope_id: str) -> None:
         """Withdraw every token and wait inside a scope, depth first; keep the scope."""

@@ -26,7 +26,13 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.sessions import SessionMiddleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.responses import (
+    FileResponse,
+    JSONResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+)
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -47,6 +53,7 @@ from dormant.tasks.console.pages import (
     HERE,
     _act,
     _client,
+    _confirmed,
     _flash,
     _here,
     _moment,
@@ -163,6 +170,7 @@ def instance_reads(q: ConsoleQueries, instance_id: str) -> dict[str, Any]:
         "children": children,
         "diagram": q.definition_source(checkpoint.process_key, checkpoint.version) or "",
         "ended": checkpoint.status.ended,
+        "internal_kinds": presenters.INTERNAL_FACTS,
     }
 
 
@@ -250,6 +258,14 @@ async def incident_action(request: Request) -> Response:
 
 async def cancel_instance(request: Request) -> Response:
     instance_id = request.path_params["instance_id"]
+    asked = await _confirmed(
+        request,
+        "Cancel instance",
+        f"Instance {instance_id} is terminated: every token and wait is withdrawn, its "
+        "open user tasks and jobs with them. This cannot be undone.",
+    )
+    if asked is not None:
+        return asked
     return await _act(request, f"cancelling {instance_id}", _client(request).cancel, instance_id)
 
 
@@ -287,6 +303,12 @@ def healthz(_: Request) -> Response:
     return PlainTextResponse("ok")
 
 
+def favicon(_: Request) -> Response:
+    """Browsers ask for /favicon.ico on every page whatever the page links: an icon,
+    not a 404 line in the access log per page view."""
+    return FileResponse(HERE / "static" / "favicon.ico", media_type="image/x-icon")
+
+
 def routes() -> list[BaseRoute]:
     return [
         *operations.routes(),
@@ -302,6 +324,7 @@ def routes() -> list[BaseRoute]:
         Route("/login", login, methods=["POST"]),
         Route("/logout", logout, methods=["POST"]),
         Route("/healthz", healthz),
+        Route("/favicon.ico", favicon),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
 

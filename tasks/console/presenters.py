@@ -3,7 +3,9 @@
 The overlays are keyed by BPMN node id, the ids bpmn-js draws the diagram with:
 ``waiting`` (each wait of a token there, spelled out: timer due at, message name and
 key, user task, job type and attempt), ``incidents`` (open ones), ``completed`` (the
-node appears in the history and no live token is at it). Facts record the nodes where
+node appears in the history and no live token is at it), ``withdrawn`` (the node's last
+fact is a ``Withdrawn``: a cancel, a terminate end or an interrupting boundary took its
+token before it finished, so it is not ticked completed). Facts record the nodes where
 something happened (a start, a wait woken, a job dispatched, an end reached, an
 incident); nodes a token passes straight through (gateways, script tasks) leave no
 fact, so they are not marked — the history stays one row per event, not per node.
@@ -21,10 +23,23 @@ from typing import Any
 from dormant.engine_core.checkpoint import ROOT_SCOPE, Checkpoint, Wait, WaitKind
 from dormant.engine_core.views import FactView
 
-__all__ = ["NodeOverlay", "ScopeVariables", "describe_wait", "overlays", "scopes"]
+__all__ = [
+    "INTERNAL_FACTS",
+    "NodeOverlay",
+    "ScopeVariables",
+    "describe_wait",
+    "overlays",
+    "scopes",
+]
 
 # Fact detail keys that name a node the instance reached.
 _NODE_KEYS = ("node", "start", "boundary", "arm", "host", "gateway")
+# The engine's bookkeeping rather than the process's story: one per trigger applied
+# (which token woke, what waits remain) or a trigger that found nothing to do. The
+# history hides them unless asked (issue 28: "internal facts behind a toggle").
+INTERNAL_FACTS = frozenset({"Hydrated", "Dehydrated", "Stale"})
+# A token taken away before it finished (engine_core/runtime.py ``terminate_token``).
+_WITHDRAWN = "Withdrawn"
 
 
 @dataclass(slots=True)
@@ -32,9 +47,15 @@ class NodeOverlay:
     waiting: list[str] = field(default_factory=list)
     incidents: list[str] = field(default_factory=list)
     completed: bool = False
+    withdrawn: bool = False
 
     def as_json(self) -> dict[str, Any]:
-        return {"waiting": self.waiting, "incidents": self.incidents, "completed": self.completed}
+        return {
+            "waiting": self.waiting,
+            "incidents": self.incidents,
+            "completed": self.completed,
+            "withdrawn": self.withdrawn,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,14 +136,20 @@ def overlays(checkpoint: Checkpoint, history: list[FactView]) -> dict[str, NodeO
                 f"{incident.cause_class}, attempts {incident.attempts}"
             )
     live = {t.node_id for t in checkpoint.tokens.values()}
+    # In fact order: a node's last word decides. Withdrawn (a cancel, a terminate end,
+    # an interrupting boundary took its token) is not completed; entered again later
+    # (a loop) and finished, it is.
     for fact in history:
+        withdrawn = fact.kind == _WITHDRAWN
         for key in _NODE_KEYS:
             node = fact.details.get(key)
             if isinstance(node, str) and node not in live:
-                at(node).completed = True
+                at(node).completed = not withdrawn
+                at(node).withdrawn = withdrawn
     for node_id in live:
         if node_id in out:
             out[node_id].completed = False
+            out[node_id].withdrawn = False
     return out
 
 

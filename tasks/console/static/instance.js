@@ -1,5 +1,5 @@
 // The instance page: the deployed XML drawn by bpmn-js as in the modeler, with the
-// overlays (waits, open incidents, completed nodes). /api/instances/<id> is polled;
+// overlays (waits, open incidents, completed nodes, nodes whose token was withdrawn). /api/instances/<id> is polled;
 // when the revision moves, the overlays are redrawn and the tables fetched again.
 (function () {
   "use strict";
@@ -23,7 +23,7 @@
   function draw(overlays) {
     if (!ready) return;
     var canvas = viewer.get("canvas"), ov = viewer.get("overlays"), reg = viewer.get("elementRegistry");
-    drawn.forEach(function (d) { canvas.removeMarker(d, "dm-waiting"); canvas.removeMarker(d, "dm-incident"); canvas.removeMarker(d, "dm-completed"); });
+    drawn.forEach(function (d) { canvas.removeMarker(d, "dm-waiting"); canvas.removeMarker(d, "dm-incident"); canvas.removeMarker(d, "dm-completed"); canvas.removeMarker(d, "dm-withdrawn"); });
     ov.remove({ type: "dormant" });
     drawn = [];
     var missing = [];
@@ -49,6 +49,14 @@
         done.setAttribute("data-node", node);
         done.appendChild(badge("completed", "\u2713"));
         ov.add(node, "dormant", { position: { top: -10, right: 6 }, html: done });
+      }
+      if (o.withdrawn && !o.incidents.length && !o.waiting.length) {
+        canvas.addMarker(node, "dm-withdrawn");
+        var gone = document.createElement("div");
+        gone.className = "dm-stack";
+        gone.setAttribute("data-node", node);
+        gone.appendChild(badge("withdrawn", "withdrawn"));
+        ov.add(node, "dormant", { position: { top: -10, right: 6 }, html: gone });
       }
       if (stack.childNodes.length) ov.add(node, "dormant", { position: { top: -26, left: 0 }, html: stack });
     });
