@@ -223,6 +223,20 @@ class ConsoleQueries:
         self._keys = (time.monotonic(), keys)
         return keys
 
+    def instance_processes(self, ids: Sequence[str]) -> dict[str, tuple[str, int]]:
+        """Each instance's process key and version (the tasklist's process column)."""
+        wanted = sorted(set(ids))
+        found: dict[str, tuple[str, int]] = {}
+        with self._read() as conn:
+            for start in range(0, len(wanted), 500):
+                rows = conn.execute(
+                    select(instances.c.id, instances.c.key, instances.c.version).where(
+                        instances.c.id.in_(wanted[start : start + 500])
+                    )
+                )
+                found.update({r.id: (r.key, r.version) for r in rows})
+        return found
+
     def definition_source(self, key: str, version: int) -> str | None:
         found = self._sources.get((key, version))
         if found is None:

@@ -47,7 +47,7 @@ from dormant.engine_core.errors import (
 from dormant.engine_core.views import instance_view
 from dormant.persistence.console_queries import ConsoleQueries, IncidentFilter, InstanceFilter
 from dormant.tasks.client import Client
-from dormant.tasks.console import operations, presenters
+from dormant.tasks.console import operations, presenters, tasklist
 from dormant.tasks.console.config import ConsoleConfig
 from dormant.tasks.console.pages import (
     HERE,
@@ -312,6 +312,7 @@ def favicon(_: Request) -> Response:
 def routes() -> list[BaseRoute]:
     return [
         *operations.routes(),
+        *tasklist.routes(),
         Route("/", home),
         Route("/processes", processes),
         Route("/instances", instance_list),
