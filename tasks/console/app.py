@@ -190,7 +190,21 @@ def instance_page(request: Request) -> Response:
             "checkpoint incident and `dormant triggers list --failed`",
             status_code=409,
         )
-    return _render(request, "instance.html", **reads)
+    marks = presenters.overlays(reads["cp"], reads["history"])
+    return _render(request, "instance.html", **reads, taken=_taken(request, reads["cp"], marks))
+
+
+def _taken(
+    request: Request, checkpoint: Any, marks: dict[str, presenters.NodeOverlay]
+) -> list[str]:
+    """The flows to draw as taken (presenters.taken_flows), from the pinned version."""
+    try:
+        definition, _ = _client(request)._store.deployments.definition(
+            checkpoint.process_key, checkpoint.version
+        )
+    except DormantError:
+        return []
+    return presenters.taken_flows(definition, marks)
 
 
 def instance_state(request: Request) -> Response:
@@ -202,14 +216,14 @@ def instance_state(request: Request) -> Response:
         return JSONResponse({"error": str(exc)}, status_code=404)
     except StoredDataError as exc:
         return JSONResponse({"error": str(exc)}, status_code=409)
+    marks = presenters.overlays(checkpoint, history)
     return JSONResponse(
         {
             "id": checkpoint.instance_id,
             "revision": checkpoint.revision,
             "status": checkpoint.status.value,
-            "overlays": {
-                k: v.as_json() for k, v in presenters.overlays(checkpoint, history).items()
-            },
+            "overlays": {k: v.as_json() for k, v in marks.items()},
+            "taken": _taken(request, checkpoint, marks),
         }
     )
 

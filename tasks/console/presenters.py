@@ -21,6 +21,7 @@ from datetime import datetime
 from typing import Any
 
 from dormant.engine_core.checkpoint import ROOT_SCOPE, Checkpoint, Wait, WaitKind
+from dormant.engine_core.model import NodeKind, ProcessDefinition
 from dormant.engine_core.views import FactView
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "describe_wait",
     "overlays",
     "scopes",
+    "taken_flows",
 ]
 
 # Fact detail keys that name a node the instance reached.
@@ -38,6 +40,20 @@ _NODE_KEYS = ("node", "start", "boundary", "arm", "host", "gateway")
 # (which token woke, what waits remain) or a trigger that found nothing to do. The
 # history hides them unless asked (issue 28: "internal facts behind a toggle").
 INTERNAL_FACTS = frozenset({"Hydrated", "Dehydrated", "Stale"})
+# Nodes a token passes in one step, recording no fact of their own (their flows are
+# inferred: ``taken_flows``); a node that waits or runs a job always leaves a fact.
+_PASS_THROUGH = frozenset(
+    {
+        NodeKind.EXCLUSIVE_GATEWAY,
+        NodeKind.PARALLEL_GATEWAY,
+        NodeKind.INCLUSIVE_GATEWAY,
+        NodeKind.EVENT_BASED_GATEWAY,
+        NodeKind.TASK,
+        NodeKind.MANUAL_TASK,
+        NodeKind.SCRIPT_TASK,
+        NodeKind.INTERMEDIATE_THROW_EVENT,
+    }
+)
 # A token taken away before it finished (engine_core/runtime.py ``terminate_token``).
 _WITHDRAWN = "Withdrawn"
 
@@ -157,3 +173,47 @@ def scopes(checkpoint: Checkpoint) -> list[ScopeVariables]:
     """Every scope with its own variables, the root first."""
     ordered = sorted(checkpoint.scopes.values(), key=lambda s: (s.id != ROOT_SCOPE, s.id))
     return [ScopeVariables(s.id, s.node_id, s.parent_id, dict(s.variables)) for s in ordered]
+
+
+def taken_flows(definition: ProcessDefinition, marks: dict[str, NodeOverlay]) -> list[str]:
+    """The sequence flows the instance took, as Operate draws them: both ends reached.
+
+    Reached: every node the overlays name (a fact named it, a token waits there, an
+    incident is open there). Nodes a token passes straight through (gateways, script
+    and plain tasks, throw events: ``_PASS_THROUGH``) record no fact; one counts as
+    passed when it lies on a path of such nodes from a reached node to a reached
+    node, so ``charge → gateway → done`` draws
+    both of its flows, and the branch to a node never reached is not drawn. An
+    inference from the facts, not a record of every flow: a gateway passed on the way
+    to a node reached again later by another path may draw a flow of both."""
+    reached = set(marks)
+    passable = {
+        node.id
+        for node in definition.nodes.values()
+        if node.kind in _PASS_THROUGH
+        or (node.kind is NodeKind.BUSINESS_RULE_TASK and node.job_type is None)
+    }
+    outgoing: dict[str, list[str]] = {}
+    incoming: dict[str, list[str]] = {}
+    for flow in definition.flows.values():
+        outgoing.setdefault(flow.source, []).append(flow.target)
+        incoming.setdefault(flow.target, []).append(flow.source)
+
+    def spread(edges: dict[str, list[str]]) -> set[str]:
+        seen: set[str] = set()
+        todo = [n for node in reached for n in edges.get(node, ()) if n not in reached]
+        while todo:
+            node = todo.pop()
+            if node in seen or node in reached or node not in passable:
+                continue
+            seen.add(node)
+            todo.extend(edges.get(node, ()))
+        return seen
+
+    passed = spread(outgoing) & spread(incoming)
+    on_path = reached | passed
+    return sorted(
+        flow.id
+        for flow in definition.flows.values()
+        if flow.source in on_path and flow.target in on_path
+    )

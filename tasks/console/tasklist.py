@@ -26,7 +26,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from dormant.engine_core.errors import InvalidVariables, UnknownTask
+from dormant.engine_core.errors import DormantError, InvalidVariables, UnknownTask
 from dormant.engine_core.views import UserTaskView
 from dormant.tasks.cli_common import parse_vars
 from dormant.tasks.console import forms
@@ -125,8 +125,11 @@ def task_page(request: Request) -> Response:
     # The form starts from the instance's variables: values, so only when signed in.
     data = dict(view.variables) if authed else {}
     if schema is not None:
-        names = {f.key for f in forms.fields_of(schema)}
-        data = {k: v for k, v in data.items() if k in names}
+        try:
+            names = {f.key for f in forms.fields_of(schema)}
+        except DormantError as exc:
+            schema, origin, names = None, f"the form cannot be used: {exc}", set()
+        data = {k: v for k, v in data.items() if k in names} if schema is not None else data
     return _render(
         request,
         "task.html",

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
-from dormant.engine_core.triggers import Cancel
+from dormant.engine_core.triggers import Cancel, JobCompleted
 from dormant.persistence.store import NewInstance
 from dormant.persistence.tables import batches, inbox
 from dormant.tasks.console.config import ConsoleConfig
@@ -142,3 +142,29 @@ def test_favicon_and_disabled_buttons(pages: Any) -> None:
     assert icon.content[:4] == b"\x00\x00\x01\x00"  # an ICO header
     assert 'rel="icon" href="/static/favicon.ico"' in pages.get("/processes").text
     assert "button:disabled" in pages.get("/static/console.css").text
+
+
+def test_the_flows_the_instance_took_are_drawn(pages: Any) -> None:
+    """Before the job: only the start's flow. After it, past the gateway to the message
+    wait: the gateway (which records no fact) is passed, so both of its flows on the
+    way are taken, and the branch not taken is not."""
+    assert pages.get("/api/instances/inst-2").json()["taken"] == ["f1"]
+    client = pages.app.state.client
+    client._store.start(
+        NewInstance("payment", "inst-3", {"flag": "/nope", "order": "o-3"}),
+        now=datetime.now(UTC),
+    )
+    job = next(w for w in client._store.queries.checkpoint("inst-3").waits.values() if w.job_type)
+    client._store.apply("inst-3", JobCompleted(wait_id=job.id), datetime.now(UTC))
+    state = pages.get("/api/instances/inst-3").json()
+    assert state["overlays"]["paid"]["waiting"]
+    assert state["taken"] == ["f1", "f2", "f4"]  # not f3 (to done), not f5 (not yet)
+    page = pages.get("/instances/inst-3").text
+    assert '<script type="application/json" id="diagram-taken">["f1", "f2", "f4"]</script>' in page
+    # Without an order the gateway takes its default to the end: the branch through
+    # the message wait (never reached: no fact names it) is not drawn.
+    client._store.start(NewInstance("payment", "inst-4", {"flag": "/nope"}), now=datetime.now(UTC))
+    job = next(w for w in client._store.queries.checkpoint("inst-4").waits.values() if w.job_type)
+    client._store.apply("inst-4", JobCompleted(wait_id=job.id), datetime.now(UTC))
+    done = pages.get("/api/instances/inst-4").json()
+    assert done["status"] == "completed" and done["taken"] == ["f1", "f2", "f3"]

@@ -8,6 +8,8 @@
   var note = document.getElementById("diagram-note");
   var xml = JSON.parse(document.getElementById("diagram-xml").textContent);
   var state = JSON.parse(document.getElementById("diagram-overlays").textContent);
+  var taken = JSON.parse(document.getElementById("diagram-taken").textContent);
+  var flows = [];
   var viewer = new BpmnJS({ container: box });
   var drawn = [];
   var ready = false;
@@ -18,6 +20,15 @@
     el.textContent = text;
     el.title = text;
     return el;
+  }
+
+  // The sequence flows the instance took, as Operate highlights them.
+  function drawTaken(ids) {
+    if (!ready) return;
+    var canvas = viewer.get("canvas"), reg = viewer.get("elementRegistry");
+    flows.forEach(function (f) { canvas.removeMarker(f, "dm-taken"); });
+    flows = (ids || []).filter(function (f) { return reg.get(f); });
+    flows.forEach(function (f) { canvas.addMarker(f, "dm-taken"); });
   }
 
   function draw(overlays) {
@@ -71,6 +82,7 @@
       ready = true;
       viewer.get("canvas").zoom("fit-viewport");
       draw(state);
+      drawTaken(taken);
       box.setAttribute("data-ready", "1");
     }).catch(function (err) {
       box.hidden = true; note.hidden = false;
@@ -95,6 +107,7 @@
         var cancel = document.getElementById("cancel-instance");
         if (cancel && ["completed", "terminated", "failed"].indexOf(s.status) >= 0) cancel.hidden = true;
         draw(s.overlays);
+        drawTaken(s.taken);
         return fetch(location.pathname + "?partial=1", { credentials: "same-origin" })
           .then(function (r) { return r.ok ? r.text() : null; })
           .then(function (html) { if (html !== null) { live.innerHTML = html; live.setAttribute("data-revision", revision); } });

@@ -23,7 +23,7 @@
     var bad = Object.keys(result.errors || {});
     if (bad.length) {
       event.preventDefault();
-      errors.textContent = "Fix the marked fields: " + bad.join(", ");
+      errors.textContent = "Fix the marked field" + (bad.length === 1 ? "" : "s (" + bad.length + ")") + " first.";
       return;
     }
     out.value = JSON.stringify(result.data);
