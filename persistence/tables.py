@@ -159,6 +159,19 @@ decisions = Table(
     Column("version_tag", String(255)),
 )
 
+# Camunda Forms (``.form`` files), one row per (form id, version); ``source`` is the
+# form's JSON as deployed (persistence/forms.py; migration 0018).
+forms = Table(
+    "forms",
+    metadata,
+    Column("form_id", String(255), primary_key=True),
+    Column("version", Integer, primary_key=True),
+    Column("checksum", String(64), nullable=False),
+    Column("source", Text, nullable=False),
+    Column("deployed_at", UtcDateTime, nullable=False),
+    Column("deployment_key", _Id(), index=True),
+)
+
 instances = Table(
     "instances",
     metadata,

@@ -9,8 +9,8 @@ values that pass become the completion's variables (docs/console.md, "Tasklist")
 
 Forms are found as Camunda 8 links them: ``zeebe:formDefinition formKey=
 "camunda-forms:bpmn:ID"`` names a ``zeebe:userTaskForm id="ID"`` embedded in the
-deployed BPMN (its text is the form's JSON). A ``formId`` names a form deployed on its
-own; the console shows that it has none to render and offers the variables form.
+deployed BPMN (its text is the form's JSON); ``formId="ID"`` names a ``.form`` file
+deployed on its own, whose latest version is used (persistence/forms.py).
 """
 
 from __future__ import annotations

@@ -106,7 +106,15 @@ def _form_of(request: Request, task: UserTaskView) -> tuple[dict[str, Any] | Non
             return schema, f"embedded form {task.form_key}"
         return None, f"form key {task.form_key} names no form embedded in the process"
     if task.form_id:
-        return None, f"linked form {task.form_id} is not deployed with the process"
+        linked = _queries(request).form_source(task.form_id)
+        if linked is None:
+            return None, f"linked form {task.form_id} is not deployed"
+        version, text = linked
+        try:
+            schema = json.loads(text)
+        except ValueError:
+            return None, f"linked form {task.form_id} v{version} is not JSON"
+        return schema, f"linked form {task.form_id} v{version}"
     if task.external_reference:
         return None, f"external form {task.external_reference}"
     return None, ""

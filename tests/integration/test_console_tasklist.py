@@ -193,3 +193,62 @@ def test_form_fields_and_rules() -> None:
     _, errors = forms.validate(schema, {"code": "abc", "ok": "yes", "tags": ["c"]})
     assert len(errors) == 3
     assert forms.validate(schema, [1])[1] == ["the submitted form data is not an object"]
+
+
+LINKED_FORM = json.dumps(
+    {
+        "id": "claim-form",
+        "type": "default",
+        "components": [
+            {"type": "number", "key": "refund", "label": "Refund", "validate": {"max": 100}}
+        ],
+    }
+)
+LINKED_MODEL = (
+    '<bpmn:definitions xmlns:bpmn="http://www.omg.org/spec/BPMN/20100524/MODEL" '
+    'xmlns:zeebe="http://camunda.org/schema/zeebe/1.0" id="d" targetNamespace="t">'
+    '<bpmn:process id="refund" isExecutable="true"><bpmn:startEvent id="s"/>'
+    '<bpmn:userTask id="decide" name="Decide the refund"><bpmn:extensionElements>'
+    '<zeebe:userTask/><zeebe:formDefinition formId="claim-form"/>'
+    '</bpmn:extensionElements></bpmn:userTask><bpmn:endEvent id="e"/>'
+    '<bpmn:sequenceFlow id="f1" sourceRef="s" targetRef="decide"/>'
+    '<bpmn:sequenceFlow id="f2" sourceRef="decide" targetRef="e"/>'
+    "</bpmn:process></bpmn:definitions>"
+)
+
+
+def test_a_linked_form_is_deployed_beside_the_process_and_used(console: Any) -> None:
+    """``formId`` names a .form deployed with the process: its latest version is drawn
+    and checked; deploying the same form again makes no new version."""
+    from dormant.engine_core.errors import InvalidModel
+
+    client = console.app.state.client
+    deployed = client.deploy_all(LINKED_MODEL, LINKED_FORM)
+    assert {(d.kind, d.key, d.version) for d in deployed} == {
+        ("process", "refund", 1),
+        ("form", "claim-form", 1),
+    }
+    again = client.deploy(LINKED_FORM)
+    assert (again.kind, again.key, again.version, again.created) == ("form", "claim-form", 1, False)
+    with pytest.raises(InvalidModel, match="needs an id"):
+        client.deploy('{"components": []}')
+    client._store.start(NewInstance("refund", "rf-1", {"refund": 5}), now=datetime.now(UTC))
+    page = console.get("/tasks/rf-1.w2", headers=BASIC).text
+    assert "linked form claim-form v1" in page and 'id="form-schema"' in page
+    token = _csrf(page)
+    refused = console.post(
+        "/tasks/rf-1.w2/complete",
+        data={"csrf": token, "data": json.dumps({"refund": 500})},
+        headers=BASIC,
+        follow_redirects=False,
+    )
+    assert refused.headers["location"] == "/tasks/rf-1.w2"
+    assert "field 'refund' (Refund): must be at most 100" in html.unescape(
+        console.get("/tasks/rf-1.w2", headers=BASIC).text
+    )
+    console.post(
+        "/tasks/rf-1.w2/complete",
+        data={"csrf": token, "data": json.dumps({"refund": 50})},
+        headers=BASIC,
+    )
+    assert _sent(console)[-1]["variables"] == {"refund": 50}
