@@ -63,6 +63,9 @@ class Runtime:
         self.keep_boundaries: set[str] = set()
         # Node entries so far in this step, against ``services.step_budget``.
         self.entries = 0
+        # This step's ``Withdrawn`` fact per node: a cancel of 10,000 inner instances
+        # of one multi-instance activity is one fact counting them, not 10,000.
+        self.withdrawn: dict[str, tuple[int, Fact]] = {}
 
     # -- facts and ids -------------------------------------------------------------
 
@@ -291,12 +294,24 @@ class Runtime:
 
         The ``Withdrawn`` fact names its node: a user task or job a cancel, a terminate
         end or an interrupting boundary took away did not complete, and the history
-        (and the console's diagram) must be able to tell the two apart."""
+        (and the console's diagram) must be able to tell the two apart. One fact per node
+        and step, with how many tokens there were withdrawn."""
         if token.inner_scope is not None and token.inner_scope in self.cp.scopes:
             self.terminate_scope(token.inner_scope)
             self.cp.scopes.pop(token.inner_scope, None)
         self.remove_token(token, TokenState.WITHDRAWN)
-        self.fact("Withdrawn", node=token.node_id, token=token.id)
+        node = token.node_id
+        seen = self.withdrawn.get(node)
+        if seen is not None:
+            at, fact = seen
+            # Counted in the same fact only while nothing since named the node (a node
+            # entered again and completed in between keeps its own order).
+            if all(f.details.get("node") != node for f in self.facts[at + 1 :]):
+                fact.details["tokens"] = int(fact.details.get("tokens") or 0) + 1
+                return
+        fact = Fact("Withdrawn", {"node": node, "tokens": 1})
+        self.withdrawn[node] = (len(self.facts), fact)
+        self.facts.append(fact)
 
     def terminate_scope(self, scope_id: str) -> None:
         """Withdraw every token and wait inside a scope, depth first; keep the scope."""
