@@ -70,15 +70,37 @@ def _opt(request: Request, name: str) -> str | None:
     return value or None
 
 
+def _may_work_on(request: Request, user: str) -> list[UserTaskView]:
+    """The tasks ``user`` may work on: assigned to them, or unassigned with them as a
+    candidate user or one of their groups (``DORMANT_CONSOLE_GROUPS``) a candidate
+    group, each of the other filters applied too."""
+    client = _client(request)
+    config: ConsoleConfig = request.app.state.config
+    narrow = {
+        "candidate_user": _opt(request, "candidate_user"),
+        "candidate_group": _opt(request, "candidate_group"),
+    }
+    found = {t.id: t for t in client.user_tasks(assignee=user, **narrow)}
+    offered = [client.user_tasks(**(narrow | {"candidate_user": user}))]
+    offered += [client.user_tasks(**(narrow | {"candidate_group": g})) for g in config.groups]
+    for tasks in offered:
+        found.update({t.id: t for t in tasks if t.assignee is None})
+    assignee = _opt(request, "assignee")
+    return [t for t in found.values() if assignee is None or t.assignee == assignee]
+
+
 def task_list(request: Request) -> Response:
     client = _client(request)
     user = user_of(request)
     mine = request.query_params.get("mine") == "1" and user is not None
-    tasks = client.user_tasks(
-        assignee=user if mine else _opt(request, "assignee"),
-        candidate_user=_opt(request, "candidate_user"),
-        candidate_group=_opt(request, "candidate_group"),
-    )
+    if request.query_params.get("may") == "1" and user is not None:
+        tasks = _may_work_on(request, user)
+    else:
+        tasks = client.user_tasks(
+            assignee=user if mine else _opt(request, "assignee"),
+            candidate_user=_opt(request, "candidate_user"),
+            candidate_group=_opt(request, "candidate_group"),
+        )
     keys = _queries(request).instance_processes([t.instance_id for t in tasks])
     process = _opt(request, "process")
     if process is not None:
@@ -91,6 +113,7 @@ def task_list(request: Request) -> Response:
         more=max(0, len(tasks) - _TASKS_SHOWN),
         keys=keys,
         user=user,
+        groups=request.app.state.config.groups,
         params=request.query_params,
         process_keys=_queries(request).process_keys(),
     )

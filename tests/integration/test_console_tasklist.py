@@ -43,7 +43,8 @@ def console(db_url: str) -> Iterator[Any]:
     now = datetime.now(UTC)
     for iid, priority in (("low", 10), ("high", 90)):
         client._store.start(NewInstance("review", iid, {"priority": priority}), now=now)
-    app = create_app(ConsoleConfig(secret="s", user="ann", password="secret"), client=client)
+    config = ConsoleConfig(secret="s", user="ann", password="secret", groups=("reviewers",))
+    app = create_app(config, client=client)
     with TestClient(app, base_url="http://127.0.0.1", client=("127.0.0.1", 50000)) as tc:
         yield tc
     client._store.close()
@@ -81,6 +82,29 @@ def test_the_list_filters_orders_and_offers_claim_to_the_signed_in(console: Any)
     )
     assert len(re.findall(r"<tr data-task=", console.get("/tasks?process=other").text)) == 0
     assert "<html" not in console.get("/tasks?partial=1").text  # the live fragment
+
+
+def test_the_tasks_i_may_work_on(console: Any) -> None:
+    """Assigned to me, or unassigned with one of my groups (DORMANT_CONSOLE_GROUPS) or
+    me as a candidate; not a task someone else holds, nor one for groups I am not in."""
+    import dataclasses
+
+    def shown() -> list[str]:
+        page = console.get("/tasks?may=1", headers=BASIC).text
+        return sorted(re.findall(r'<tr data-task="([^"]+)">', page))
+
+    assert shown() == ["high.w2", "low.w2"]  # both offered to the group reviewers
+    _apply(console, "low", TaskAssign(wait_id="w2", assignee="bob", claim=True))
+    assert shown() == ["high.w2"]  # bob holds low
+    _apply(console, "high", TaskAssign(wait_id="w2", assignee="ann", claim=True))
+    assert shown() == ["high.w2"]  # assigned to me
+    app = console.app
+    app.state.config = dataclasses.replace(app.state.config, groups=())
+    _apply(console, "high", TaskAssign(wait_id="w2", assignee=None, claim=False))
+    assert shown() == []  # not in the group any more, and nobody's task is mine
+    assert "I may work on (ann)" in console.get("/tasks", headers=BASIC).text
+    env = {"DORMANT_CONSOLE_AUTH": "ann:secret", "DORMANT_CONSOLE_GROUPS": "ops, reviewers,"}
+    assert ConsoleConfig.from_env(env).groups == ("ops", "reviewers")
 
 
 def test_claim_then_unclaim_as_the_signed_in_user(console: Any) -> None:
