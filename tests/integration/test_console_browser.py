@@ -238,6 +238,8 @@ def test_tasklist_claim_fill_the_camunda_form_with_an_error_then_complete(
 
     browser.find_element(By.CSS_SELECTOR, row + " td a").click()
     _wait(browser, lambda d: d.find_element(By.ID, "task-form").get_attribute("data-ready") == "1")
+    # The viewer's licence: its bpmn.io watermark stays visible on the form.
+    assert browser.find_element(By.CSS_SELECTOR, "#task-form .fjs-powered-by").is_displayed()
     _field(browser, "Comment").send_keys("looks right")
     _field(browser, "Approve").click()
     # Leaving the field shows its error under it (the button below moves down): the
