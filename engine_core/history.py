@@ -125,6 +125,12 @@ TRANSLATED: Mapping[str, _Reader] = {
         "instance failed" + (f" (error {d['error_code']})" if d.get("error_code") else ""),
     ),
     "Terminated": _terminated,
+    "Withdrawn": lambda d: (
+        "element",
+        d.get("node"),
+        f"{_d(d, 'node')} withdrawn before it finished"
+        + (f" ({d['tokens']} tokens)" if d.get("tokens") not in (None, 1) else ""),
+    ),
     "EndEventReached": lambda d: ("element", d.get("node"), f"end event {_d(d, 'node')} reached"),
     "BoundaryFired": lambda d: (
         "element",

@@ -75,6 +75,9 @@ class Runtime:
         # against ``limits.max_checkpoint_bytes``: measured on the first write of the
         # step, then kept by every write (``charge_bytes``).
         self._held: int | None = None
+        # This step's ``Withdrawn`` fact per node: a cancel of 10,000 inner instances
+        # of one multi-instance activity is one fact counting them, not 10,000.
+        self.withdrawn: dict[str, tuple[int, Fact]] = {}
 
     # -- facts and ids -------------------------------------------------------------
 
@@ -393,11 +396,28 @@ class Runtime:
     # -- terminating ---------------------------------------------------------------
 
     def terminate_token(self, token: Token) -> None:
-        """Withdraw a token and everything it runs (its sub-process or multi-instance body)."""
+        """Withdraw a token and everything it runs (its sub-process or multi-instance body).
+
+        The ``Withdrawn`` fact names its node: a user task or job a cancel, a terminate
+        end or an interrupting boundary took away did not complete, and the history
+        (and the console's diagram) must be able to tell the two apart. One fact per node
+        and step, with how many tokens there were withdrawn."""
         if token.inner_scope is not None and token.inner_scope in self.cp.scopes:
             self.terminate_scope(token.inner_scope)
             self.cp.scopes.pop(token.inner_scope, None)
         self.remove_token(token, TokenState.WITHDRAWN)
+        node = token.node_id
+        seen = self.withdrawn.get(node)
+        if seen is not None:
+            at, fact = seen
+            # Counted in the same fact only while nothing since named the node (a node
+            # entered again and completed in between keeps its own order).
+            if all(f.details.get("node") != node for f in self.facts[at + 1 :]):
+                fact.details["tokens"] = int(fact.details.get("tokens") or 0) + 1
+                return
+        fact = Fact("Withdrawn", {"node": node, "tokens": 1})
+        self.withdrawn[node] = (len(self.facts), fact)
+        self.facts.append(fact)
 
     def terminate_scope(self, scope_id: str) -> None:
         """Withdraw every token and wait inside a scope, depth first; keep the scope."""

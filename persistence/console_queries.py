@@ -37,6 +37,7 @@ from dormant.engine_core.errors import InvalidOperation, UnknownInstance
 from dormant.engine_core.views import FactView
 from dormant.persistence.db import read_only
 from dormant.persistence.fact_rows import fact_views
+from dormant.persistence.forms import latest_form
 from dormant.persistence.tables import OPEN_INCIDENT_STATES, definitions, facts, instances
 from dormant.persistence.tables import incidents as incident_table
 
@@ -219,6 +220,27 @@ class ConsoleQueries:
             ]
         self._keys = (time.monotonic(), keys)
         return keys
+
+    def instance_processes(self, ids: Sequence[str]) -> dict[str, tuple[str, int]]:
+        """Each instance's process key and version (the tasklist's process column)."""
+        wanted = sorted(set(ids))
+        found: dict[str, tuple[str, int]] = {}
+        with self._read() as conn:
+            for start in range(0, len(wanted), 500):
+                rows = conn.execute(
+                    select(instances.c.id, instances.c.key, instances.c.version).where(
+                        instances.c.id.in_(wanted[start : start + 500])
+                    )
+                )
+                found.update({r.id: (r.key, r.version) for r in rows})
+        return found
+
+    def form_source(self, form_id: str) -> tuple[int, str] | None:
+        """The latest deployed version of a Camunda Form and its JSON (the tasklist
+        draws it for a task linked by ``formId``)."""
+        with self._read() as conn:
+            found = latest_form(conn, form_id)
+        return None if found is None else (found[0], found[2])
 
     def definition_source(self, key: str, version: int) -> str | None:
         found = self._sources.get((key, version))

@@ -29,6 +29,7 @@ from dormant.persistence.decisions import (
     latest_decision,
     parse_decisions,
 )
+from dormant.persistence.forms import ParsedForm, insert_form, is_form, latest_form, parse_form
 from dormant.persistence.start_timers import replace_start_timers
 from dormant.persistence.tables import definitions, deployments
 
@@ -62,9 +63,10 @@ _DEFINITION_VERSION = select(definitions.c.version, definitions.c.checksum).wher
 
 @dataclass(frozen=True, slots=True)
 class Resource:
-    """One resource of a deployment: a process (``id`` is its key) or a decision."""
+    """One resource of a deployment: a process (``id`` is its key), a decision or a
+    form (``id``: the form's id)."""
 
-    kind: str  # "process" | "decision"
+    kind: str  # "process" | "decision" | "form"
     id: str
     version: int
     # False: unchanged, so this deployment made no new version; ``version`` is the
@@ -105,6 +107,7 @@ class _Parsed:
     checksum: str
     processes: tuple[ProcessDefinition, ...] = ()
     decisions: ParsedDecisions | None = None
+    form: ParsedForm | None = None
 
 
 def deployments_count_column() -> Any:
@@ -130,6 +133,8 @@ def _starts_of(definition: ProcessDefinition) -> dict[str, Any]:
 def _parse(source: str | bytes, name: str | None) -> _Parsed:
     text = model_text(source)  # bytes decoded as their XML declaration says
     checksum = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    if is_form(text):  # a Camunda Form (JSON): told apart by content, as DMN is
+        return _Parsed(name, text, checksum, form=parse_form(text, name))
     if is_dmn(text):  # told apart by the root element's namespace, never the file name
         return _Parsed(name, text, checksum, decisions=parse_decisions(text))
     return _Parsed(name, text, checksum, processes=tuple(read_bpmn(text)))
@@ -211,7 +216,9 @@ class Deployments:
         """
         names = list(names) if names is not None else [None] * len(sources)
         parsed = [_parse(source, name) for source, name in zip(sources, names, strict=True)]
-        if not any(p.processes or (p.decisions and p.decisions.decisions) for p in parsed):
+        if not any(
+            p.processes or p.form or (p.decisions and p.decisions.decisions) for p in parsed
+        ):
             return []
         with self._db.transaction() as conn:
             resources, changed = self._unchanged(conn, parsed)
@@ -260,6 +267,12 @@ class Deployments:
                 out.append(
                     Resource("process", definition.key, int(latest.version), False, doc.name)
                 )
+            if doc.form is not None:
+                found_form = latest_form(conn, doc.form.form_id)
+                if found_form is None or found_form[1] != doc.form.checksum:
+                    changed = True
+                else:
+                    out.append(Resource("form", doc.form.form_id, found_form[0], False, doc.name))
             if doc.decisions is not None:
                 for decision_id, checksum in doc.decisions.checksums().items():
                     found = latest_decision(conn, decision_id)
@@ -299,6 +312,9 @@ class Deployments:
                 # same transaction: a deploy never leaves both (or neither) armed.
                 replace_start_timers(conn, definition, version, now)
                 out.append(Resource("process", definition.key, version, True, doc.name))
+            if doc.form is not None:
+                version = insert_form(conn, doc.form, now, key)
+                out.append(Resource("form", doc.form.form_id, version, True, doc.name))
             if doc.decisions is not None:
                 for decision_id, version in insert_decisions(conn, doc.decisions, now, key):
                     out.append(Resource("decision", decision_id, version, True, doc.name))

@@ -162,8 +162,21 @@ decisions = Table(
 
 # Room left on each page of ``instances`` for the new version of a row, so a checkpoint
 # UPDATE that changes no indexed column stays on its page: a HOT update, with no entry
-# written in any of the table's indexes (migration 0015, docs/console.md).
+# written in any of the table's indexes (migration 0013, docs/console.md).
 INSTANCES_FILLFACTOR = 70
+
+# Camunda Forms (``.form`` files), one row per (form id, version); ``source`` is the
+# form's JSON as deployed (persistence/forms.py; migration 0014).
+forms = Table(
+    "forms",
+    metadata,
+    Column("form_id", String(255), primary_key=True),
+    Column("version", Integer, primary_key=True),
+    Column("checksum", String(64), nullable=False),
+    Column("source", Text, nullable=False),
+    Column("deployed_at", UtcDateTime, nullable=False),
+    Column("deployment_key", _Id(), index=True),
+)
 
 instances = Table(
     "instances",

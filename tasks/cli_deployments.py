@@ -44,8 +44,9 @@ def register(cli: click.Group) -> None:
     @cli.command()
     @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
     def deploy(files: tuple[str, ...]) -> None:
-        """Deploy FILE.bpmn / FILE.dmn ... as one deployment; prints each process key
-        (decision id) and version, then the deployment key on stderr."""
+        """Deploy FILE.bpmn / FILE.dmn / FILE.form ... as one deployment; prints each
+        process key (decision id, form id) and version, then the deployment key on
+        stderr."""
         from dormant.tasks.client import _read_source
 
         client = _client()

@@ -106,9 +106,10 @@ class Client:
     # -- processes -------------------------------------------------------------------
 
     def deploy(self, path_or_xml: str | bytes | Path, *more: str | bytes | Path) -> Deployment:
-        """Deploy BPMN and DMN files (paths) or documents (XML text) as one deployment;
-        returns ``Deployment(key, version, created, deployment_key, resources)``: the
-        first resource's key and version (a process key or decision id), the
+        """Deploy BPMN, DMN and Camunda Form (``.form``) files (paths) or documents (XML
+        or form JSON text) as one deployment; returns ``Deployment(key, version,
+        created, deployment_key, resources)``: the first resource's key and version (a
+        process key, decision id or form id), the
         deployment's own key, and every resource deployed with it.
 
         Resources deployed together are what a call activity or business rule task
@@ -577,7 +578,11 @@ class Client:
 
 
 def _is_path(path_or_xml: str | bytes | Path) -> bool:
-    return isinstance(path_or_xml, str) and not path_or_xml.lstrip("\ufeff \t\r\n").startswith("<")
+    """A path, not a document: text that opens neither XML (``<``) nor a form's JSON
+    (``{``)."""
+    return isinstance(path_or_xml, str) and not path_or_xml.lstrip("\ufeff \t\r\n").startswith(
+        ("<", "{")
+    )
 
 
 def _read_source(path_or_xml: str | bytes | Path, max_bytes: int) -> str | bytes:
@@ -585,7 +590,7 @@ def _read_source(path_or_xml: str | bytes | Path, max_bytes: int) -> str | bytes
     ``max_bytes`` (``DORMANT_MAX_MODEL_BYTES``): at most one byte more is ever read, so
     ``/dev/zero`` or a huge file costs nothing."""
     if isinstance(path_or_xml, bytes) or (
-        isinstance(path_or_xml, str) and path_or_xml.lstrip("\ufeff \t\r\n").startswith("<")
+        isinstance(path_or_xml, str) and not _is_path(path_or_xml)
     ):
         size = len(path_or_xml) if isinstance(path_or_xml, bytes) else len(path_or_xml.encode())
         if size > max_bytes:
@@ -597,7 +602,7 @@ def _read_source(path_or_xml: str | bytes | Path, max_bytes: int) -> str | bytes
             data = f.read(max_bytes + 1)
     except OSError as exc:
         raise InvalidModel(
-            f"cannot read BPMN/DMN file {str(path)!r}: {exc.strerror or exc}"
+            f"cannot read BPMN/DMN/form file {str(path)!r}: {exc.strerror or exc}"
         ) from exc
     if len(data) > max_bytes:
         raise _too_large(f"BPMN/DMN file {str(path)!r}", max_bytes)

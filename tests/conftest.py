@@ -21,9 +21,10 @@ PG_SERVER = os.environ.get("DORMANT_TEST_PG", "postgresql+psycopg://postgres@127
 
 # Tables a test may write; truncated between tests that share the session database.
 _TABLES = (
-    "definitions, instances, deadlines, subscriptions, user_tasks, facts, outbox, "
+    "definitions, instances, deadlines, subscriptions, user_tasks, user_task_candidates, "
+    "facts, outbox, "
     "processed_triggers, messages, inbox, start_timers, incidents, decisions, "
-    "batches, batch_items, job_type_pauses, held_jobs"
+    "batches, batch_items, job_type_pauses, held_jobs, forms"
 )
 
 

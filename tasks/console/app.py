@@ -26,7 +26,13 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.sessions import SessionMiddleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.responses import (
+    FileResponse,
+    JSONResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+)
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -41,12 +47,13 @@ from dormant.engine_core.errors import (
 from dormant.engine_core.views import instance_view
 from dormant.persistence.console_queries import ConsoleQueries, IncidentFilter, InstanceFilter
 from dormant.tasks.client import Client
-from dormant.tasks.console import operations, presenters
+from dormant.tasks.console import operations, presenters, tasklist
 from dormant.tasks.console.config import ConsoleConfig
 from dormant.tasks.console.pages import (
     HERE,
     _act,
     _client,
+    _confirmed,
     _flash,
     _here,
     _moment,
@@ -163,6 +170,7 @@ def instance_reads(q: ConsoleQueries, instance_id: str) -> dict[str, Any]:
         "children": children,
         "diagram": q.definition_source(checkpoint.process_key, checkpoint.version) or "",
         "ended": checkpoint.status.ended,
+        "internal_kinds": presenters.INTERNAL_FACTS,
     }
 
 
@@ -182,7 +190,21 @@ def instance_page(request: Request) -> Response:
             "checkpoint incident and `dormant triggers list --failed`",
             status_code=409,
         )
-    return _render(request, "instance.html", **reads)
+    marks = presenters.overlays(reads["cp"], reads["history"])
+    return _render(request, "instance.html", **reads, taken=_taken(request, reads["cp"], marks))
+
+
+def _taken(
+    request: Request, checkpoint: Any, marks: dict[str, presenters.NodeOverlay]
+) -> list[str]:
+    """The flows to draw as taken (presenters.taken_flows), from the pinned version."""
+    try:
+        definition, _ = _client(request)._store.deployments.definition(
+            checkpoint.process_key, checkpoint.version
+        )
+    except DormantError:
+        return []
+    return presenters.taken_flows(definition, marks)
 
 
 def instance_state(request: Request) -> Response:
@@ -194,14 +216,14 @@ def instance_state(request: Request) -> Response:
         return JSONResponse({"error": str(exc)}, status_code=404)
     except StoredDataError as exc:
         return JSONResponse({"error": str(exc)}, status_code=409)
+    marks = presenters.overlays(checkpoint, history)
     return JSONResponse(
         {
             "id": checkpoint.instance_id,
             "revision": checkpoint.revision,
             "status": checkpoint.status.value,
-            "overlays": {
-                k: v.as_json() for k, v in presenters.overlays(checkpoint, history).items()
-            },
+            "overlays": {k: v.as_json() for k, v in marks.items()},
+            "taken": _taken(request, checkpoint, marks),
         }
     )
 
@@ -250,6 +272,14 @@ async def incident_action(request: Request) -> Response:
 
 async def cancel_instance(request: Request) -> Response:
     instance_id = request.path_params["instance_id"]
+    asked = await _confirmed(
+        request,
+        "Cancel instance",
+        f"Instance {instance_id} is terminated: every token and wait is withdrawn, its "
+        "open user tasks and jobs with them. This cannot be undone.",
+    )
+    if asked is not None:
+        return asked
     return await _act(request, f"cancelling {instance_id}", _client(request).cancel, instance_id)
 
 
@@ -287,9 +317,16 @@ def healthz(_: Request) -> Response:
     return PlainTextResponse("ok")
 
 
+def favicon(_: Request) -> Response:
+    """Browsers ask for /favicon.ico on every page whatever the page links: an icon,
+    not a 404 line in the access log per page view."""
+    return FileResponse(HERE / "static" / "favicon.ico", media_type="image/x-icon")
+
+
 def routes() -> list[BaseRoute]:
     return [
         *operations.routes(),
+        *tasklist.routes(),
         Route("/", home),
         Route("/processes", processes),
         Route("/instances", instance_list),
@@ -302,6 +339,7 @@ def routes() -> list[BaseRoute]:
         Route("/login", login, methods=["POST"]),
         Route("/logout", logout, methods=["POST"]),
         Route("/healthz", healthz),
+        Route("/favicon.ico", favicon),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
 

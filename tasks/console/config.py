@@ -16,11 +16,14 @@ from dataclasses import dataclass
 
 from dormant.engine_core.errors import InvalidSetting
 
-__all__ = ["ENV_AUTH", "ENV_SECRET", "ENV_TOKEN", "ConsoleConfig", "is_loopback"]
+__all__ = ["ENV_AUTH", "ENV_GROUPS", "ENV_SECRET", "ENV_TOKEN", "ConsoleConfig", "is_loopback"]
 
 ENV_AUTH = "DORMANT_CONSOLE_AUTH"  # user:password (HTTP basic auth and the sign-in form)
 ENV_TOKEN = "DORMANT_CONSOLE_TOKEN"  # a bearer token (scripts, a proxy that injects it)
 ENV_SECRET = "DORMANT_CONSOLE_SECRET"  # signs the session cookie; random per process if unset
+# The signed-in user's candidate groups, comma separated: the tasklist's "tasks I may
+# work on" (docs/console.md, Tasks).
+ENV_GROUPS = "DORMANT_CONSOLE_GROUPS"
 
 
 def is_loopback(host: str) -> bool:
@@ -43,6 +46,8 @@ class ConsoleConfig:
     secret: str = ""
     # Set cookies with Secure (the console is served over HTTPS, e.g. behind a proxy).
     secure_cookies: bool = False
+    # The candidate groups of whoever signs in (the console has one user).
+    groups: tuple[str, ...] = ()
 
     @property
     def has_credentials(self) -> bool:
@@ -86,6 +91,7 @@ class ConsoleConfig:
             token=token,
             secret=env.get(ENV_SECRET) or secrets.token_urlsafe(32),
             secure_cookies=env.get("DORMANT_CONSOLE_SECURE_COOKIES", "") in ("1", "true"),
+            groups=tuple(g.strip() for g in env.get(ENV_GROUPS, "").split(",") if g.strip()),
         )
         config.check()
         return config

@@ -27,7 +27,7 @@ from dormant.persistence.batches import ItemOutcome
 from dormant.persistence.selection import Selector
 from dormant.tasks.cli_common import parse_node_pairs as _pairs
 from dormant.tasks.cli_common import parse_vars
-from dormant.tasks.console.pages import _act, _client, _render, _when
+from dormant.tasks.console.pages import _act, _client, _confirmed, _render, _when
 
 __all__ = ["routes"]
 
@@ -142,7 +142,41 @@ async def incidents_matching(request: Request) -> Response:
         return PlainTextResponse(f"no bulk incident action {op!r}", status_code=404)
     form = await request.form()
     filters = {attr: _field(form, name) or None for name, attr in _INCIDENT_FILTERS}
+    asked = await _confirm_bulk(request, f"incident_{op}", lambda: Selector(**filters))
+    if asked is not None:
+        return asked
     return await _bulk_act(request, f"incident_{op}", lambda: Selector(**filters))
+
+
+# What each bulk operation does, on its confirmation page.
+_CONSEQUENCES = {
+    "cancel": "Each selected running instance is terminated: its tokens, waits, user tasks "
+    "and jobs are withdrawn. This cannot be undone.",
+    "suspend": "Each selected instance holds its triggers until it is resumed.",
+    "resume": "Each selected suspended instance applies its held triggers in arrival order.",
+    "migrate": "Each selected instance moves to the target version (its plan is checked "
+    "in its own trigger; one that does not fit is refused).",
+    "set_variables": "The variables are set (and unset) on each selected instance.",
+    "incident_retry": "Each selected open incident is retried.",
+    "incident_resolve": "Each selected open incident is marked resolved and its work is "
+    "skipped: the token moves on as if it had succeeded.",
+    "incident_drop": "Each selected open incident is dead-lettered: it closes and is kept, "
+    "and its token stays where it is, blocking the instance's completion.",
+}
+
+
+def _confirm_bulk(
+    request: Request, operation: str, selector: Callable[[], Selector]
+) -> Awaitable[Response | None]:
+    """The confirmation page of a bulk action, with how many targets it selects now."""
+    client = _client(request)
+    title = operation.replace("incident_", "").replace("_", " ").capitalize() + " all matching"
+    return _confirmed(
+        request,
+        title,
+        _CONSEQUENCES[operation],
+        count=lambda: len(client.select(operation, selector())),
+    )
 
 
 def _migrate_params(form: Any) -> dict[str, Any]:
@@ -197,6 +231,9 @@ async def instances_matching(request: Request) -> Response:
             started_before=_when("started_to", _field(form, "started_to")),
         )
 
+    asked = await _confirm_bulk(request, op.replace("-", "_"), selector)
+    if asked is not None:
+        return asked
     read = _BULK_PARAMS.get(op)
     params: Callable[[], dict[str, Any]] = dict if read is None else (lambda: read(form))
     return await _bulk_act(request, op.replace("-", "_"), selector, params)

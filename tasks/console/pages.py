@@ -129,6 +129,41 @@ def _refuse_action(request: Request, form: Any) -> Response | None:
     return None
 
 
+async def _confirmed(
+    request: Request, title: str, consequence: str, count: Callable[[], int] | None = None
+) -> Response | None:
+    """None once the operator confirmed (the form carries ``confirm=1``); otherwise the
+    confirmation page, after the action's own guards, with the form's fields carried
+    over and, for a bulk action, how many targets it would act on now (the batch
+    selects again when it runs). A destructive POST never acts on one click
+    (issue 28: "the console's destructive actions confirm")."""
+    form = await request.form()
+    refused = _refuse_action(request, form)
+    if refused is not None:
+        return refused
+    if form.get("confirm") == "1":
+        return None
+    selected: int | None = None
+    if count is not None:
+        try:
+            selected = await run_in_threadpool(count)
+        except DormantError:
+            return None  # the action itself refuses it, in the CLI's words
+    fields = [
+        (k, v) for k, v in form.multi_items() if isinstance(v, str) and k not in ("csrf", "confirm")
+    ]
+    return _render(
+        request,
+        "confirm.html",
+        title=title,
+        consequence=consequence,
+        selected=selected,
+        action=request.url.path,
+        fields=fields,
+        back=_safe_next(form.get("next"), request.scope.get("root_path", "") + "/instances"),
+    )
+
+
 async def _act(
     request: Request,
     what: str | Callable[[Any], str],

@@ -222,3 +222,16 @@ def test_boundary_on_a_multi_instance_interrupts_the_whole_body() -> None:
     run.fire("late")
     assert run.status == "completed" and run.cp.waits == {}
     assert list(run.cp.scopes) == ["s0"]
+
+
+def test_a_cancel_withdraws_every_inner_instance_in_one_fact_per_node() -> None:
+    """The ``Withdrawn`` fact (engine_core/runtime.py ``terminate_token``) names the node
+    a cancel took tokens from, counting them: five inner instances and their body, six
+    tokens at one node, are one fact, not six."""
+    run = Run(mi_task(False, **ITEMS))
+    run.start({"items": [1, 2, 3, 4, 5]})
+    assert len(jobs_by_item(run)) == 5
+    step = run.cancel()
+    withdrawn = [f for f in step.facts if f.kind == "Withdrawn"]
+    assert [f.details["node"] for f in withdrawn] == ["each"]
+    assert withdrawn[0].details["tokens"] == 6  # the body and its five inner instances

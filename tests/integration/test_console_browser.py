@@ -59,9 +59,16 @@ def browser() -> Iterator[Any]:
 
 
 def _wait(driver: Any, condition: Any, timeout: float = 30) -> Any:
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(driver, timeout, poll_frequency=0.2).until(condition)
+    # A page that navigates or refreshes in place between two looks is looked at again.
+    return WebDriverWait(
+        driver,
+        timeout,
+        poll_frequency=0.2,
+        ignored_exceptions=[StaleElementReferenceException],
+    ).until(condition)
 
 
 def _css(driver: Any, selector: str) -> list[Any]:
@@ -135,6 +142,10 @@ def test_open_the_failing_instance_see_the_incident_on_the_diagram_retry_it_comp
     assert cstack.client.instance(failing).status == "completed"
     _wait(browser, lambda d: _overlay(d, "done", "completed"))
     assert not _overlay(browser, "charge", "incident")
+    # The flows it took are drawn (through the gateway to done), the other branch not.
+    _wait(browser, lambda d: _css(d, '.djs-element.dm-taken[data-element-id="f3"]'))
+    assert _css(browser, '.djs-element.dm-taken[data-element-id="f2"]')
+    assert not _css(browser, '.djs-element.dm-taken[data-element-id="f4"]')
     # The page follows in two requests (instance.js: the state and overlays, then the
     # tables): the incident's buttons go with the second, a moment after the overlays.
     _wait(browser, lambda d: not _css(d, f'button[data-incident="{incident.id}"]'))
@@ -169,3 +180,158 @@ def test_the_instance_list_refreshes_without_a_reload(
     iid = c.start("payment", {"flag": str(flag)}, business_key="live-1")
     _wait(browser, lambda d: _css(d, f'#instances tr[data-instance="{iid}"]'), timeout=40)
     assert browser.execute_script("return window.__sameDocument;") == 42
+
+
+# -- issue 28: a console that never surprises, and a tasklist -------------------------
+
+REVIEW = Path(__file__).parent / "console" / "review.bpmn"
+
+
+def _sign_in(driver: Any, console: Console) -> None:
+    from selenium.webdriver.common.by import By
+
+    driver.get(console.url + "/login")
+    driver.find_element(By.ID, "user").send_keys(USER)
+    driver.find_element(By.ID, "password").send_keys(PASSWORD)
+    driver.find_element(By.ID, "sign-in").click()
+    _wait(driver, lambda d: d.current_url.endswith("/processes"))
+
+
+def _field(driver: Any, label: str) -> Any:
+    """A form-js input by its label's text (form-js numbers its fields' ids itself)."""
+    from selenium.webdriver.common.by import By
+
+    found = driver.find_element(
+        By.XPATH, f"//div[@id='task-form']//label[starts-with(normalize-space(.), '{label}')]"
+    )
+    return driver.find_element(By.ID, found.get_attribute("for"))
+
+
+def test_tasklist_claim_fill_the_camunda_form_with_an_error_then_complete(
+    cstack: Stack, console: Console, browser: Any
+) -> None:
+    """A reviewer claims the task, the form-js viewer refuses an amount below its
+    minimum, a valid one completes the task, and the instance goes on with the form's
+    values as its variables."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    c = cstack.client
+    c.deploy(REVIEW)
+    iid = c.start("review", {"priority": 80})
+    task = _wait_task(cstack, iid, "check")
+    # The operator signs in as a member of the task's candidate group.
+    console = console_proc(
+        cstack, name="console-reviewer", extra_env={"DORMANT_CONSOLE_GROUPS": "reviewers"}
+    )
+    _sign_in(browser, console)
+    browser.get(console.url + "/tasks?may=1")
+    row = f'#tasks tr[data-task="{task}"]'
+    _wait(browser, lambda d: _css(d, row + ' button[data-action="claim"]'))
+    browser.find_element(By.CSS_SELECTOR, row + ' button[data-action="claim"]').click()
+    _wait(
+        browser, lambda d: f"claimed {task} as {USER}" in d.find_element(By.TAG_NAME, "main").text
+    )
+    # The list refreshes itself once the worker applied the claim.
+    _wait(browser, lambda d: _css(d, row + ' button[data-action="unclaim"]'), timeout=40)
+    screenshot(browser, "tasklist")
+
+    browser.find_element(By.CSS_SELECTOR, row + " td a").click()
+    _wait(browser, lambda d: d.find_element(By.ID, "task-form").get_attribute("data-ready") == "1")
+    # The viewer's licence: its bpmn.io watermark stays visible on the form.
+    assert browser.find_element(By.CSS_SELECTOR, "#task-form .fjs-powered-by").is_displayed()
+    _field(browser, "Comment").send_keys("looks right")
+    _field(browser, "Approve").click()
+    # Leaving the field shows its error under it (the button below moves down): the
+    # click on Complete comes after, as a user's would.
+    _field(browser, "Amount").send_keys("0", Keys.TAB)
+    _wait(browser, lambda d: _css(d, "#task-form .fjs-form-field-error"))
+    browser.find_element(By.ID, "complete-task").click()
+    # The viewer refuses it in the page: nothing is posted, the field is marked.
+    _wait(browser, lambda d: "Fix the marked field" in d.find_element(By.ID, "form-errors").text)
+    assert len(_css(browser, "#task-form .fjs-form-field-error")) == 1  # the amount only
+    assert browser.current_url.endswith(f"/tasks/{task}")
+    screenshot(browser, "task-form")
+    amount = _field(browser, "Amount")
+    amount.send_keys(Keys.BACKSPACE, "250", Keys.TAB)
+    _wait(browser, lambda d: not _css(d, "#task-form .fjs-form-field-error"))
+    browser.find_element(By.ID, "complete-task").click()
+    _wait(browser, lambda d: d.current_url.endswith("/tasks"))
+    assert f"completing {task}" in browser.find_element(By.TAG_NAME, "main").text
+    _wait_task(cstack, iid, "note")  # the gateway read the form's decision
+    variables = c.instance(iid).variables
+    assert (variables["comment"], variables["amount"], variables["decision"]) == (
+        "looks right",
+        250,
+        "approve",
+    )
+
+
+def _wait_task(stack: Stack, iid: str, node: str) -> str:
+    from tests.integration.conftest import wait_for
+
+    found: str = wait_for(
+        lambda: next((t.id for t in stack.client.user_tasks(iid) if t.node_id == node), None),
+        30,
+        what=f"the user task {node} of {iid}",
+    )
+    return found
+
+
+def test_cancel_confirms_then_the_task_is_withdrawn_and_internal_facts_toggle(
+    cstack: Stack, console: Console, browser: Any
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    c = cstack.client
+    c.deploy(REVIEW)
+    iid = c.start("review", {"priority": 1})
+    _wait_task(cstack, iid, "check")
+    _sign_in(browser, console)
+    browser.get(console.url + f"/instances/{iid}")
+    browser.find_element(By.ID, "cancel-instance").click()
+    _wait(browser, lambda d: _css(d, "#confirm"))
+    assert "Cancel instance?" in browser.find_element(By.TAG_NAME, "h1").text
+    assert c.instance(iid).status == "active"  # one click did not cancel it
+    browser.find_element(By.ID, "confirm-yes").click()
+    _wait(browser, lambda d: f"cancelling {iid}" in d.find_element(By.TAG_NAME, "main").text)
+    cstack.wait_status(iid, "terminated")
+    browser.get(console.url + f"/instances/{iid}")
+    _wait(browser, lambda d: d.find_element(By.ID, "diagram").get_attribute("data-ready") == "1")
+    api = browser.execute_script(
+        "return fetch(arguments[0]).then(function (r) { return r.json(); });",
+        console.url + f"/api/instances/{iid}",
+    )
+    assert api["overlays"]["check"]["withdrawn"] and not api["overlays"]["check"]["completed"]
+    # The history: internal facts hidden until the toggle is on.
+    internal = _css(browser, "#history li.internal")
+    assert internal and not any(li.is_displayed() for li in internal)
+    assert any(li.is_displayed() for li in _css(browser, '#history li[data-kind="Withdrawn"]'))
+    browser.find_element(By.CSS_SELECTOR, 'label[for="show-internal"]').click()
+    assert all(li.is_displayed() for li in _css(browser, "#history li.internal"))
+
+
+def test_bulk_buttons_look_disabled_until_a_process_is_chosen_then_confirm_with_a_count(
+    cstack: Stack, console: Console, browser: Any
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    c = cstack.client
+    c.deploy(REVIEW)
+    c.start("review", {"priority": 1}, business_key="bulk-look")
+    _sign_in(browser, console)
+    browser.get(console.url + "/instances")
+    button = browser.find_element(By.CSS_SELECTOR, 'button[data-action="cancel-matching"]')
+    assert not button.is_enabled()
+    assert float(button.value_of_css_property("opacity")) < 1
+    assert button.value_of_css_property("cursor") == "not-allowed"
+    browser.get(console.url + "/instances?process=review&business_key=bulk-look")
+    button = browser.find_element(By.CSS_SELECTOR, 'button[data-action="cancel-matching"]')
+    assert button.is_enabled() and float(button.value_of_css_property("opacity")) == 1
+    button.click()
+    count = _wait(browser, lambda d: _css(d, "#confirm-count"))
+    assert count[0].text == "1"
+    before = len(c.batches())
+    browser.find_element(By.ID, "confirm-no").click()
+    _wait(browser, lambda d: "/instances?" in d.current_url)
+    assert len(c.batches()) == before  # going back wrote no batch

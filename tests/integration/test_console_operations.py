@@ -188,6 +188,7 @@ def test_retry_all_matching_reports_exact_counts_on_the_batch_page(
         assert 'data-action="retry-matching"' in page
         form = {
             "csrf": _csrf(page),
+            "confirm": "1",  # past the confirmation page (test_console_pages.py)
             "next": listing,
             "process": BULK_KEY,
             "node": "charge",
@@ -225,7 +226,10 @@ def test_retry_all_matching_reports_exact_counts_on_the_batch_page(
         )
         # No process chosen: refused with the reason, no batch written.
         before = len(client.batches())
-        ops.post("/incidents/retry-matching", data={"csrf": form["csrf"], "next": "/incidents"})
+        ops.post(
+            "/incidents/retry-matching",
+            data={"csrf": form["csrf"], "confirm": "1", "next": "/incidents"},
+        )
         assert "error: nothing selected: give ids, or --process KEY with filters" in html.unescape(
             ops.get("/incidents").text
         )
@@ -305,7 +309,13 @@ def test_cancel_all_matching_reports_exact_counts_on_the_batch_page(
     with console.http(headers=BASIC) as ops:
         page = ops.get(listing).text
         assert 'data-action="cancel-matching"' in page
-        form = {"csrf": _csrf(page), "next": listing, "process": CANCEL_KEY, "node": "paid"}
+        form = {
+            "csrf": _csrf(page),
+            "confirm": "1",
+            "next": listing,
+            "process": CANCEL_KEY,
+            "node": "paid",
+        }
         # A filter the Selector does not have is refused, not dropped: nothing written.
         before = len(client.batches())
         ops.post("/instances/cancel-matching", data=form | {"has_incident": "1"})
@@ -341,7 +351,7 @@ def test_resolve_all_matching_on_the_incidents_list(
     with console.http(headers=BASIC) as ops:
         page = ops.get(listing).text
         assert 'data-action="resolve-matching"' in page and 'data-action="drop-matching"' in page
-        form = {"csrf": _csrf(page), "next": listing, "process": RESOLVE_KEY}
+        form = {"csrf": _csrf(page), "confirm": "1", "next": listing, "process": RESOLVE_KEY}
         started = ops.post("/incidents/resolve-matching", data=form)
         assert started.status_code == 303 and started.headers["location"].startswith("/batches/")
         batch_id = started.headers["location"].rsplit("/", 1)[1]
@@ -381,7 +391,13 @@ def test_migrate_all_matching_onto_a_renamed_node_then_they_go_on(
     with console.http(headers=BASIC) as ops:
         page = ops.get(listing).text
         assert 'data-action="migrate-matching"' in page
-        form = {"csrf": _csrf(page), "next": listing, "process": BULK_MIGRATE_KEY, "node": "paid"}
+        form = {
+            "csrf": _csrf(page),
+            "confirm": "1",
+            "next": listing,
+            "process": BULK_MIGRATE_KEY,
+            "node": "paid",
+        }
         # A malformed map and a target that is no version: refused as the CLI refuses them.
         before = len(client.batches())
         ops.post("/instances/migrate-matching", data=form | {"version_to": "2", "maps": "paid"})
@@ -420,7 +436,7 @@ def test_set_variables_on_all_matching_counted_on_the_batch_page(
     with console.http(headers=BASIC) as ops:
         page = ops.get(listing).text
         assert 'data-action="set-variables-matching"' in page
-        form = {"csrf": _csrf(page), "next": listing, "process": VARS_KEY}
+        form = {"csrf": _csrf(page), "confirm": "1", "next": listing, "process": VARS_KEY}
         before = len(client.batches())
         ops.post("/instances/set-variables-matching", data=form | {"vars": "=1"})
         assert "error: --var '=1' is not of the form name=value" in html.unescape(

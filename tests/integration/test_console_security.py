@@ -117,7 +117,9 @@ def test_sign_in_form_session_and_csrf(sstack: Stack, console: Console, tmp_path
         assert fresh != token  # signing in starts a new session, with a new token
         # The old, pre-sign-in token no longer opens a form.
         assert browser.post(f"/instances/{iid}/cancel", data={"csrf": token}).status_code == 403
-        cancel = browser.post(f"/instances/{iid}/cancel", data={"csrf": fresh, "next": "//evil"})
+        cancel = browser.post(
+            f"/instances/{iid}/cancel", data={"csrf": fresh, "confirm": "1", "next": "//evil"}
+        )
         assert cancel.headers["location"] == "/incidents"  # never an off-site redirect
     sstack.wait_status(iid, "terminated")
     assert sstack.client.incident(inc.id).state != "open"

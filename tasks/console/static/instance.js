@@ -1,5 +1,5 @@
 // The instance page: the deployed XML drawn by bpmn-js as in the modeler, with the
-// overlays (waits, open incidents, completed nodes). /api/instances/<id> is polled;
+// overlays (waits, open incidents, completed nodes, nodes whose token was withdrawn). /api/instances/<id> is polled;
 // when the revision moves, the overlays are redrawn and the tables fetched again.
 (function () {
   "use strict";
@@ -8,6 +8,8 @@
   var note = document.getElementById("diagram-note");
   var xml = JSON.parse(document.getElementById("diagram-xml").textContent);
   var state = JSON.parse(document.getElementById("diagram-overlays").textContent);
+  var taken = JSON.parse(document.getElementById("diagram-taken").textContent);
+  var flows = [];
   var viewer = new BpmnJS({ container: box });
   var drawn = [];
   var ready = false;
@@ -20,10 +22,19 @@
     return el;
   }
 
+  // The sequence flows the instance took, as Operate highlights them.
+  function drawTaken(ids) {
+    if (!ready) return;
+    var canvas = viewer.get("canvas"), reg = viewer.get("elementRegistry");
+    flows.forEach(function (f) { canvas.removeMarker(f, "dm-taken"); });
+    flows = (ids || []).filter(function (f) { return reg.get(f); });
+    flows.forEach(function (f) { canvas.addMarker(f, "dm-taken"); });
+  }
+
   function draw(overlays) {
     if (!ready) return;
     var canvas = viewer.get("canvas"), ov = viewer.get("overlays"), reg = viewer.get("elementRegistry");
-    drawn.forEach(function (d) { canvas.removeMarker(d, "dm-waiting"); canvas.removeMarker(d, "dm-incident"); canvas.removeMarker(d, "dm-completed"); });
+    drawn.forEach(function (d) { canvas.removeMarker(d, "dm-waiting"); canvas.removeMarker(d, "dm-incident"); canvas.removeMarker(d, "dm-completed"); canvas.removeMarker(d, "dm-withdrawn"); });
     ov.remove({ type: "dormant" });
     drawn = [];
     var missing = [];
@@ -50,6 +61,14 @@
         done.appendChild(badge("completed", "\u2713"));
         ov.add(node, "dormant", { position: { top: -10, right: 6 }, html: done });
       }
+      if (o.withdrawn && !o.incidents.length && !o.waiting.length) {
+        canvas.addMarker(node, "dm-withdrawn");
+        var gone = document.createElement("div");
+        gone.className = "dm-stack";
+        gone.setAttribute("data-node", node);
+        gone.appendChild(badge("withdrawn", "withdrawn"));
+        ov.add(node, "dormant", { position: { top: -10, right: 6 }, html: gone });
+      }
       if (stack.childNodes.length) ov.add(node, "dormant", { position: { top: -26, left: 0 }, html: stack });
     });
     if (missing.length) { note.hidden = false; note.textContent = "Not in the diagram: " + missing.join(", "); }
@@ -63,6 +82,7 @@
       ready = true;
       viewer.get("canvas").zoom("fit-viewport");
       draw(state);
+      drawTaken(taken);
       box.setAttribute("data-ready", "1");
     }).catch(function (err) {
       box.hidden = true; note.hidden = false;
@@ -87,6 +107,7 @@
         var cancel = document.getElementById("cancel-instance");
         if (cancel && ["completed", "terminated", "failed"].indexOf(s.status) >= 0) cancel.hidden = true;
         draw(s.overlays);
+        drawTaken(s.taken);
         return fetch(location.pathname + "?partial=1", { credentials: "same-origin" })
           .then(function (r) { return r.ok ? r.text() : null; })
           .then(function (html) { if (html !== null) { live.innerHTML = html; live.setAttribute("data-revision", revision); } });
