@@ -256,7 +256,8 @@ def _headers_then_wait(console: Console, head: str, sent: int) -> str:
     server that reads the body before answering would wait for the rest for ever."""
     host, port = console.url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=30) as sock:
-        sock.sendall(head.encode() + b"x" * sent)
+        part = b'--b\r\nContent-Disposition: form-data; name="f"; filename="f"\r\n\r\n'
+        sock.sendall(head.encode() + part + b"x" * sent)
         answer = b""
         while b"\r\n\r\n" not in answer:
             chunk = sock.recv(4096)
