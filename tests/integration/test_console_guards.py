@@ -327,3 +327,39 @@ def test_in_process_a_foreign_host_is_refused_before_routing(tmp_path: Path) -> 
             assert tc.get("/processes", headers={"Host": "[::1]:8080"}).status_code == 200
     finally:
         client._store.close()
+
+
+def test_the_throttle_grows_its_delay_then_locks_an_address_and_then_everyone(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The bounds of docs/limits.md, on the throttle itself with a clock of its own."""
+    from prometheus_client import REGISTRY
+
+    from dormant.tasks.console.throttle import SignInThrottle
+
+    def lockouts(scope: str) -> float:
+        found = REGISTRY.get_sample_value(
+            "dormant_console_sign_in_lockouts_total", {"scope": scope}
+        )
+        return found or 0.0
+
+    now = [1000.0]
+    throttle = SignInThrottle(clock=lambda: now[0])
+    before = lockouts("client"), lockouts("global")
+    delays = [throttle.failed("203.0.113.9") for _ in range(9)]
+    assert delays == [0.0, 0.0, 0.0, 0.25, 0.5, 1.0, 2.0, 2.0, 2.0]
+    assert throttle.refused_for("203.0.113.9") == 0.0
+    throttle.failed("203.0.113.9")  # the 10th
+    assert throttle.refused_for("203.0.113.9") == 300.0
+    assert throttle.refused_for("198.51.100.1") == 0.0  # another address is not locked
+    now[0] += 300.0
+    assert throttle.refused_for("203.0.113.9") == 0.0  # the lockout ends
+    throttle.failed("198.51.100.1")
+    throttle.succeeded("198.51.100.1")  # a success forgets the failures
+    assert [throttle.failed("198.51.100.1") for _ in range(4)][-1] == 0.25
+    # Guessing spread over many addresses: 100 failures within 10 minutes lock everyone.
+    for n in range(100 - 15):
+        throttle.failed(f"10.0.{n // 200}.{n % 200}")
+    assert throttle.refused_for("192.0.2.1") == 60.0
+    assert (lockouts("client"), lockouts("global")) == (before[0] + 1, before[1] + 1)
+    assert "every sign-in refused for 60 s" in caplog.text
