@@ -24,6 +24,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
 from starlette.middleware.sessions import SessionMiddleware
 from starlette.requests import Request
@@ -302,10 +303,10 @@ async def login(request: Request) -> Response:
         _flash(request, "error", "error: wrong user or password")
         return RedirectResponse(root + "/login", status_code=303)
     throttle.succeeded(client)
-    sessions.end(request.session.get("sid"))
+    await run_in_threadpool(sessions.end, request.session.get("sid"))
     request.session.clear()  # a fresh session (and CSRF token) for the signed-in user
     request.session["user"] = user or "token"
-    request.session["sid"] = sessions.start()
+    request.session["sid"] = await run_in_threadpool(sessions.start)
     return RedirectResponse(_safe_next(form.get("next"), root + "/processes"), status_code=303)
 
 
@@ -316,7 +317,7 @@ async def logout(request: Request) -> Response:
     if not csrf_ok(request, form):
         return PlainTextResponse("refused: the form's CSRF token is missing or wrong", 403)
     sessions: Sessions = request.app.state.sessions
-    sessions.end(request.session.get("sid"))
+    await run_in_threadpool(sessions.end, request.session.get("sid"))
     request.session.clear()
     return RedirectResponse(request.scope.get("root_path", "") + "/processes", status_code=303)
 
@@ -358,7 +359,7 @@ def create_app(
     config.check()
     if client is None:
         client = Client()
-    sessions = Sessions()
+    sessions = Sessions(client._store.engine)
     throttle = throttle or SignInThrottle()
     app = Starlette(
         routes=[*extra_routes, *routes()],

@@ -7,7 +7,7 @@
 * Authenticated means: an ``Authorization: Basic`` header with the configured user and
   password, an ``Authorization: Bearer`` header with the configured token, or a session
   signed in through the sign-in form (a signed, HttpOnly, SameSite=Lax cookie naming a
-  session this process started and has not ended: sign-out ends it). With no
+  session kept in the database that has not ended: sign-out ends it). With no
   credentials configured the console runs only on loopback (config.py) and a *direct*
   loopback request — one carrying no proxy header — counts as the operator's.
 * ``Guard`` decides all of that before a handler runs and before any body is read: an
@@ -30,14 +30,17 @@ import hmac
 import logging
 import secrets
 import time
-from collections import OrderedDict
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
+from sqlalchemy import Engine
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from dormant.persistence import console_sessions as session_rows
 from dormant.tasks.console.config import ENV_HOSTS, ConsoleConfig, is_loopback
 from dormant.tasks.console.throttle import SignInThrottle
 
@@ -104,36 +107,25 @@ def authenticated(request: Request) -> bool:
 
 
 class Sessions:
-    """The signed-in sessions this process started: a cookie is only a pointer to one,
-    so signing out (or a restart) ends it even where a copy of the cookie was kept.
-    At most ``limit`` at once, the oldest ended first."""
+    """The signed-in sessions, kept in the database (persistence/console_sessions.py):
+    a cookie is only a pointer to one, so signing out ends it in every console process
+    and for a copy of the cookie kept elsewhere. Blocking: called in a thread."""
 
-    def __init__(self, *, seconds: float = SESSION_SECONDS, limit: int = 10_000) -> None:
-        self.seconds = seconds
-        self.limit = limit
-        self._until: OrderedDict[str, float] = OrderedDict()
+    def __init__(self, engine: Engine, *, seconds: float = SESSION_SECONDS) -> None:
+        self.engine = engine
+        self.lifetime = timedelta(seconds=seconds)
 
     def start(self) -> str:
         sid = secrets.token_urlsafe(32)
-        self._until[sid] = time.monotonic() + self.seconds
-        while len(self._until) > self.limit:
-            self._until.popitem(last=False)
+        session_rows.start(self.engine, sid, datetime.now(UTC), self.lifetime)
         return sid
 
     def live(self, sid: object) -> bool:
-        if not isinstance(sid, str):
-            return False
-        until = self._until.get(sid)
-        if until is None:
-            return False
-        if until < time.monotonic():
-            del self._until[sid]
-            return False
-        return True
+        return isinstance(sid, str) and session_rows.is_live(self.engine, sid, datetime.now(UTC))
 
     def end(self, sid: object) -> None:
         if isinstance(sid, str):
-            self._until.pop(sid, None)
+            session_rows.end(self.engine, sid)
 
 
 def client_of(scope: Scope) -> str:
@@ -243,7 +235,8 @@ class Guard:
             self.throttle.succeeded(client)
             authed = True
         if not authed and config.has_credentials:
-            authed = self.sessions.live(scope.get("session", {}).get("sid"))
+            sid = scope.get("session", {}).get("sid")
+            authed = sid is not None and await run_in_threadpool(self.sessions.live, sid)
         scope[AUTHED] = authed
         if scope["method"] == "POST":
             if path in _OPEN_POSTS:
