@@ -28,6 +28,7 @@ there; past it, "database is locked" is an ``OperationalError`` and the trigger 
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -160,6 +161,30 @@ def _session_ended_is_operational(ctx: ExceptionContext) -> OperationalError | N
     return OperationalError(ctx.statement, ctx.parameters, orig)
 
 
+# How long a connection keeps asking for WAL while another process holds the file.
+_WAL_RETRY_SECONDS = 60.0
+
+
+def _switch_to_wal(cursor: Any, give_up_after: float = _WAL_RETRY_SECONDS) -> None:
+    """``PRAGMA journal_mode=WAL``, asked again while the file is locked. Switching the
+    journal mode needs the file to itself, and SQLite answers ``database is locked`` at
+    once in cases where the busy timeout is not consulted (two processes opening a fresh
+    file together: ``dormant dev`` and ``dormant console`` started at the same moment),
+    so the busy timeout alone does not cover it."""
+    deadline = time.monotonic() + give_up_after
+    pause = 0.01
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            text = str(exc)
+            if ("locked" not in text and "busy" not in text) or time.monotonic() >= deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.25)
+
+
 def _sqlite_engine(url: str, *, busy_timeout_ms: int = _BUSY_TIMEOUT_MS, **kwargs: Any) -> Engine:
     engine = create_engine(
         url, pool_pre_ping=True, connect_args={"timeout": busy_timeout_ms / 1000}, **kwargs
@@ -172,7 +197,7 @@ def _sqlite_engine(url: str, *, busy_timeout_ms: int = _BUSY_TIMEOUT_MS, **kwarg
         cursor = dbapi_connection.cursor()
         try:
             if ":memory:" not in url and url.rstrip("/") not in ("sqlite:", "sqlite:/"):
-                cursor.execute("PRAGMA journal_mode=WAL")
+                _switch_to_wal(cursor)
             cursor.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
             cursor.execute("PRAGMA synchronous=NORMAL")
         finally:

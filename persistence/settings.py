@@ -28,7 +28,7 @@ from dormant.engine_core.inputs import DEFAULT_LIMITS, Limits
 from dormant.engine_core.model import RetryPolicy
 from dormant.engine_core.services import JobTypeSettings
 
-__all__ = ["ENV_VARS", "Settings", "normalise_database_url"]
+__all__ = ["ENV_VARS", "Settings", "normalise_database_url", "parse_bool"]
 
 
 class JobTypeSetting(BaseModel):
@@ -41,6 +41,14 @@ class JobTypeSetting(BaseModel):
     # Run a job of this type in the worker that dispatched it, right after the trigger
     # commits, instead of through the broker (tasks/jobs.py, "Eager jobs").
     eager: bool = False
+
+    @field_validator("eager", mode="before")
+    @classmethod
+    def _eager(cls, value: Any) -> bool:
+        try:
+            return parse_bool("eager", value)
+        except InvalidSetting as exc:
+            raise ValueError(str(exc)) from exc
 
 
 # field name -> environment variable
@@ -76,6 +84,31 @@ ENV_VARS: dict[str, str] = {
 # The processed trigger ids' retention is at least this many times the longest
 # redelivery delay (the Redis visibility timeout, the outbox relay's re-send).
 PROCESSED_RETENTION_FACTOR = 10
+# The spellings a boolean setting may take (compared without case); anything else is
+# refused rather than read as false: ``True`` silently meaning "off" is how a Secure
+# cookie flag goes missing in production.
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off", ""})
+
+
+def parse_bool(name: str, raw: object) -> bool:
+    """The one reading of a boolean setting: ``1/true/yes/on`` or ``0/false/no/off``
+    (any case; empty is false), a JSON boolean as itself, anything else an
+    ``InvalidSetting`` naming the setting and the value."""
+    if isinstance(raw, bool):
+        return raw
+    if isinstance(raw, int) and raw in (0, 1):
+        return bool(raw)
+    if isinstance(raw, str):
+        word = raw.strip().lower()
+        if word in _TRUE:
+            return True
+        if word in _FALSE:
+            return False
+    raise InvalidSetting(
+        f"{name}={raw!r} is not a boolean: use one of 1, true, yes, on or 0, false, no, off"
+    )
+
 
 # Past this the JSON encoder and decoder themselves would recurse too deep.
 MAX_DEPTH_CEILING = 500

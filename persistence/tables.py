@@ -43,6 +43,7 @@ __all__ = [
     "UtcDateTime",
     "batch_items",
     "batches",
+    "console_sessions",
     "deadlines",
     "decisions",
     "definitions",
@@ -466,4 +467,14 @@ held_jobs = Table(
     Column("job_type", String(255), nullable=False, index=True),
     Column("payload", JsonDoc(), nullable=False),
     Column("held_at", UtcDateTime, nullable=False),
+)
+
+# The console's signed-in sessions (persistence/console_sessions.py): the cookie names a
+# row; signing out deletes it.
+console_sessions = Table(
+    "console_sessions",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("started_at", UtcDateTime, nullable=False),
+    Column("ends_at", UtcDateTime, nullable=False),
 )

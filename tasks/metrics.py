@@ -63,6 +63,7 @@ from dormant.persistence.tables import incidents as incident_table
 from dormant.tasks import tracing
 
 __all__ = [
+    "CONSOLE_SIGN_IN_LOCKOUTS",
     "DatabaseCollector",
     "applied_of",
     "asgi_app",
@@ -119,6 +120,11 @@ JOBS_TIMED_OUT = Counter(
     "dormant_jobs_timed_out",
     "Jobs with no result within their timeout, dispatched again, by job type.",
     ["job_type"],
+)
+CONSOLE_SIGN_IN_LOCKOUTS = Counter(
+    "dormant_console_sign_in_lockouts",
+    "Sign-in lockouts of the console, per client address or of every sign-in (global).",
+    ["scope"],
 )
 TIMER_LATENESS = Histogram(
     "dormant_timer_lateness_seconds",

@@ -18,11 +18,13 @@ blocking database and broker calls belong.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlencode
 
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
 from starlette.middleware.sessions import SessionMiddleware
 from starlette.requests import Request
@@ -62,7 +64,18 @@ from dormant.tasks.console.pages import (
     _render,
     _safe_next,
 )
-from dormant.tasks.console.security import AccessLog, csrf_ok, sign_in
+from dormant.tasks.console.security import (
+    SESSION_SECONDS,
+    AccessLog,
+    Guard,
+    Sessions,
+    authenticated,
+    client_of,
+    csrf_ok,
+    sign_in,
+    too_many,
+)
+from dormant.tasks.console.throttle import SignInThrottle
 
 __all__ = ["create_app", "instance_reads"]
 
@@ -156,16 +169,22 @@ def _next_qs(request: Request, cursor: str | None) -> str | None:
     return first + ("&" if "?" in first else "?") + urlencode([("after", cursor)])
 
 
-def instance_reads(q: ConsoleQueries, instance_id: str) -> dict[str, Any]:
+def instance_reads(q: ConsoleQueries, instance_id: str, *, values: bool = False) -> dict[str, Any]:
     """Everything the instance page shows, read once (UnknownInstance if there is none):
-    one checkpoint decoded, its facts, its children, its model's XML."""
+    one checkpoint decoded, its facts, its children, its model's XML. ``values``: the
+    reader may see values (correlation keys are values)."""
     checkpoint, history, children = q.instance_bundle(instance_id)
     return {
         "view": instance_view(checkpoint),
         "cp": checkpoint,
         "scopes": presenters.scopes(checkpoint),
-        "overlays": {k: v.as_json() for k, v in presenters.overlays(checkpoint, history).items()},
-        "waits": [(w, presenters.describe_wait(w)) for w in checkpoint.waits.values()],
+        "overlays": {
+            k: v.as_json()
+            for k, v in presenters.overlays(checkpoint, history, values=values).items()
+        },
+        "waits": [
+            (w, presenters.describe_wait(w, values=values)) for w in checkpoint.waits.values()
+        ],
         "history": history,
         "children": children,
         "diagram": q.definition_source(checkpoint.process_key, checkpoint.version) or "",
@@ -177,7 +196,7 @@ def instance_reads(q: ConsoleQueries, instance_id: str) -> dict[str, Any]:
 def instance_page(request: Request) -> Response:
     instance_id = request.path_params["instance_id"]
     try:
-        reads = instance_reads(_queries(request), instance_id)
+        reads = instance_reads(_queries(request), instance_id, values=authenticated(request))
     except UnknownInstance as exc:
         return _render(request, "error.html", message=f"error: {exc}", status_code=404)
     except StoredDataError as exc:
@@ -216,7 +235,7 @@ def instance_state(request: Request) -> Response:
         return JSONResponse({"error": str(exc)}, status_code=404)
     except StoredDataError as exc:
         return JSONResponse({"error": str(exc)}, status_code=409)
-    marks = presenters.overlays(checkpoint, history)
+    marks = presenters.overlays(checkpoint, history, values=authenticated(request))
     return JSONResponse(
         {
             "id": checkpoint.instance_id,
@@ -291,24 +310,41 @@ def login_form(request: Request) -> Response:
 
 
 async def login(request: Request) -> Response:
-    form = await request.form()
+    """The form's sign-in, throttled as a Basic or bearer one is (throttle.py): a locked
+    out client is refused before its password is compared."""
     config: ConsoleConfig = request.app.state.config
+    throttle: SignInThrottle = request.app.state.throttle
+    sessions: Sessions = request.app.state.sessions
+    client = client_of(request.scope)
+    wait = throttle.refused_for(client)
+    if wait > 0:
+        return too_many(wait)
+    form = await request.form()
     root = request.scope.get("root_path", "")
     if not csrf_ok(request, form):
         return PlainTextResponse("refused: the form's CSRF token is missing or wrong", 403)
     user, password = str(form.get("user", "")), str(form.get("password", ""))
     if not config.has_credentials or not sign_in(config, user, password):
+        if config.has_credentials:
+            await asyncio.sleep(throttle.failed(client))
         _flash(request, "error", "error: wrong user or password")
         return RedirectResponse(root + "/login", status_code=303)
+    throttle.succeeded(client)
+    await run_in_threadpool(sessions.end, request.session.get("sid"))
     request.session.clear()  # a fresh session (and CSRF token) for the signed-in user
     request.session["user"] = user or "token"
+    request.session["sid"] = await run_in_threadpool(sessions.start)
     return RedirectResponse(_safe_next(form.get("next"), root + "/processes"), status_code=303)
 
 
 async def logout(request: Request) -> Response:
+    """Ends the session where it lives (this process), not only in this browser: a copy
+    of the cookie kept elsewhere is refused from now on."""
     form = await request.form()
     if not csrf_ok(request, form):
         return PlainTextResponse("refused: the form's CSRF token is missing or wrong", 403)
+    sessions: Sessions = request.app.state.sessions
+    await run_in_threadpool(sessions.end, request.session.get("sid"))
     request.session.clear()
     return RedirectResponse(request.scope.get("root_path", "") + "/processes", status_code=303)
 
@@ -349,13 +385,17 @@ def create_app(
     *,
     client: Any = None,
     extra_routes: Sequence[BaseRoute] = (),
+    throttle: SignInThrottle | None = None,
 ) -> Starlette:
     """The console app. ``extra_routes`` is where other endpoints of the same process
     join it (Prometheus' ``/metrics``): they are served beside the pages, outside the
-    page templates, and are listed before them so they win a path clash."""
+    page templates, and are listed before them so they win a path clash. ``throttle``
+    replaces the default sign-in throttle (its bounds: throttle.py)."""
     config.check()
     if client is None:
         client = Client()
+    sessions = Sessions(client._store.engine)
+    throttle = throttle or SignInThrottle()
     app = Starlette(
         routes=[*extra_routes, *routes()],
         middleware=[
@@ -367,10 +407,13 @@ def create_app(
                 session_cookie="dormant_console",
                 same_site="lax",
                 https_only=config.secure_cookies,
-                max_age=12 * 3600,
+                max_age=SESSION_SECONDS,
             ),
+            Middleware(Guard, config=config, sessions=sessions, throttle=throttle),
         ],
     )
+    app.state.sessions = sessions
+    app.state.throttle = throttle
     app.state.config = config
     app.state.client = client
     app.state.queries = ConsoleQueries(client._store.engine)

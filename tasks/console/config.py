@@ -4,6 +4,9 @@ The one refusal that matters: a console that can act (not ``--read-only``) with 
 credentials would let anyone who reaches the port retry, resolve, drop and cancel.
 That is allowed only on a loopback address, where "anyone" is this machine's users
 (the developer's own console); anywhere else it is an ``InvalidSetting`` at start-up.
+Even there only a direct loopback request naming a trusted host is the operator
+(security.py): a web page reaching the port by DNS rebinding names its own host, and a
+proxied request is a remote user's.
 """
 
 from __future__ import annotations
@@ -15,8 +18,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from dormant.engine_core.errors import InvalidSetting
+from dormant.persistence.settings import parse_bool
 
-__all__ = ["ENV_AUTH", "ENV_GROUPS", "ENV_SECRET", "ENV_TOKEN", "ConsoleConfig", "is_loopback"]
+__all__ = [
+    "ENV_AUTH",
+    "ENV_GROUPS",
+    "ENV_HOSTS",
+    "ENV_SECRET",
+    "ENV_SECURE_COOKIES",
+    "ENV_TOKEN",
+    "LOOPBACK_NAMES",
+    "MIN_SECRET_CHARS",
+    "ConsoleConfig",
+    "is_loopback",
+]
 
 ENV_AUTH = "DORMANT_CONSOLE_AUTH"  # user:password (HTTP basic auth and the sign-in form)
 ENV_TOKEN = "DORMANT_CONSOLE_TOKEN"  # a bearer token (scripts, a proxy that injects it)
@@ -24,6 +39,22 @@ ENV_SECRET = "DORMANT_CONSOLE_SECRET"  # signs the session cookie; random per pr
 # The signed-in user's candidate groups, comma separated: the tasklist's "tasks I may
 # work on" (docs/console.md, Tasks).
 ENV_GROUPS = "DORMANT_CONSOLE_GROUPS"
+ENV_HOSTS = "DORMANT_CONSOLE_HOSTS"  # host names the console answers for, beside loopback
+ENV_SECURE_COOKIES = "DORMANT_CONSOLE_SECURE_COOKIES"
+
+# A password and a token alike: guessing either must cost the same (docs/limits.md).
+MIN_SECRET_CHARS = 16
+# The names a loopback console is reached by; any other Host is refused (400).
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+_WILDCARD_BINDS = ("0.0.0.0", "::", "")
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
 
 
 def is_loopback(host: str) -> bool:
@@ -48,6 +79,9 @@ class ConsoleConfig:
     secure_cookies: bool = False
     # The candidate groups of whoever signs in (the console has one user).
     groups: tuple[str, ...] = ()
+    # Host names (``Host`` / ``Origin``) answered beside the loopback names; ``*.x`` is
+    # every subdomain of x.
+    hosts: tuple[str, ...] = ()
 
     @property
     def has_credentials(self) -> bool:
@@ -55,10 +89,28 @@ class ConsoleConfig:
 
     @property
     def open_access(self) -> bool:
-        """No credentials configured on loopback: every local request is the operator.
-        Without credentials elsewhere (only possible read-only) nobody is: values stay
-        hidden."""
-        return not self.has_credentials and is_loopback(self.host)
+        """No credentials configured, actions enabled, on loopback: a direct local
+        request is the operator (security.py decides which requests are direct).
+        Read-only without credentials nobody is: values stay hidden from everyone."""
+        return not self.has_credentials and not self.read_only and is_loopback(self.host)
+
+    @property
+    def allowed_hosts(self) -> tuple[str, ...]:
+        """The loopback names, the bound address when it is one address, and
+        ``DORMANT_CONSOLE_HOSTS``."""
+        bound = () if self.host in _WILDCARD_BINDS else (self.host.strip("[]").lower(),)
+        return tuple(dict.fromkeys((*LOOPBACK_NAMES, *bound, *self.hosts)))
+
+    def host_allowed(self, name: str) -> bool:
+        """Whether a request's host name (no port, no brackets, any case) is ours."""
+        name = name.lower().rstrip(".")
+        for allowed in self.allowed_hosts:
+            if allowed.startswith("*."):
+                if name.endswith(allowed[1:]):
+                    return True
+            elif name == allowed:
+                return True
+        return False
 
     @classmethod
     def from_env(
@@ -79,9 +131,22 @@ class ConsoleConfig:
                     f"{ENV_AUTH} must be user:password with both parts non-empty, got "
                     f"{'a value without a colon' if not sep else 'an empty part'}"
                 )
+            if len(password) < MIN_SECRET_CHARS:
+                raise InvalidSetting(
+                    f"{ENV_AUTH}'s password must be at least {MIN_SECRET_CHARS} characters "
+                    f"long (as {ENV_TOKEN}), got {len(password)}"
+                )
         token = env.get(ENV_TOKEN) or None
-        if token is not None and len(token) < 16:
-            raise InvalidSetting(f"{ENV_TOKEN} must be at least 16 characters long")
+        if token is not None and len(token) < MIN_SECRET_CHARS:
+            raise InvalidSetting(f"{ENV_TOKEN} must be at least {MIN_SECRET_CHARS} characters long")
+        hosts = tuple(
+            h.strip().lower() for h in env.get(ENV_HOSTS, "").replace(" ", ",").split(",")
+        )
+        bad = [h for h in hosts if h and ("/" in h or (":" in h and not _is_ip(h.strip("[]"))))]
+        if bad:
+            raise InvalidSetting(
+                f"{ENV_HOSTS} lists host names without scheme or port, got {bad[0]!r}"
+            )
         config = cls(
             host=host,
             port=port,
@@ -90,7 +155,8 @@ class ConsoleConfig:
             password=password,
             token=token,
             secret=env.get(ENV_SECRET) or secrets.token_urlsafe(32),
-            secure_cookies=env.get("DORMANT_CONSOLE_SECURE_COOKIES", "") in ("1", "true"),
+            secure_cookies=parse_bool(ENV_SECURE_COOKIES, env.get(ENV_SECURE_COOKIES, "")),
+            hosts=tuple(h.strip("[]") for h in hosts if h),
             groups=tuple(g.strip() for g in env.get(ENV_GROUPS, "").split(",") if g.strip()),
         )
         config.check()

@@ -20,7 +20,7 @@ from starlette.templating import Jinja2Templates
 from dormant.engine_core.errors import DormantError, InvalidOperation
 from dormant.persistence.console_queries import ConsoleQueries
 from dormant.tasks.console.config import ConsoleConfig
-from dormant.tasks.console.security import authenticated, csrf_ok, csrf_token
+from dormant.tasks.console.security import authenticated, csrf_ok, csrf_token, refuse_anonymous
 
 HERE = Path(__file__).resolve().parent
 _VALUE_CHARS = 4000  # longer variable values are cut on the page (the CLI shows them whole)
@@ -111,16 +111,14 @@ def _safe_next(raw: Any, fallback: str) -> str:
 
 
 def _refuse_action(request: Request, form: Any) -> Response | None:
-    """Read-only → 403; not signed in → 401; the form's CSRF token wrong → 403."""
+    """Read-only → 403; not signed in → 401; the form's CSRF token wrong → 403. The
+    first two were already refused on the headers alone (security.Guard, before the
+    body was read); they are repeated here so no action depends on the middleware."""
     config: ConsoleConfig = request.app.state.config
     if config.read_only:
         return PlainTextResponse("refused: this console runs read-only", status_code=403)
     if not authenticated(request):
-        return PlainTextResponse(
-            "refused: actions need authentication (sign in, or send basic or bearer credentials)",
-            status_code=401,
-            headers={"WWW-Authenticate": 'Basic realm="dormant console"'},
-        )
+        return refuse_anonymous()
     if not csrf_ok(request, form):
         return PlainTextResponse(
             "refused: the form's CSRF token is missing or wrong; reload the page and try again",

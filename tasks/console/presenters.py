@@ -10,8 +10,10 @@ something happened (a start, a wait woken, a job dispatched, an end reached, an
 incident); nodes a token passes straight through (gateways, script tasks) leave no
 fact, so they are not marked — the history stays one row per event, not per node.
 
-Nothing here carries a variable value: the JSON endpoint that repeats the overlays is
-served to anyone who may see the page.
+Nothing here carries a variable value unless asked to (``values=True``, for a
+signed-in user): a message wait's correlation key is computed from variables, so it is
+left out for everyone else, as the JSON endpoint that repeats the overlays is served to
+anyone who may see the page.
 """
 
 from __future__ import annotations
@@ -86,11 +88,14 @@ def _at(moment: datetime | None) -> str:
     return moment.strftime("%Y-%m-%d %H:%M:%S UTC") if moment is not None else "?"
 
 
-def describe_wait(wait: Wait) -> str:
-    """One wait in an operator's words: what would wake it."""
+def describe_wait(wait: Wait, *, values: bool = True) -> str:
+    """One wait in an operator's words: what would wake it. Without ``values`` a
+    message's correlation key (a value) is only said to exist."""
     kind = wait.kind
     if kind is WaitKind.MESSAGE:
-        key = f" key {wait.correlation_key}" if wait.correlation_key is not None else ""
+        key = ""
+        if wait.correlation_key is not None:
+            key = f" key {wait.correlation_key}" if values else " key (hidden)"
         return f"message {wait.message_name}{key}"
     if kind is WaitKind.SIGNAL:
         return f"signal {wait.signal_name}"
@@ -137,7 +142,9 @@ def _task_parts(wait: Wait) -> list[str]:
     return parts
 
 
-def overlays(checkpoint: Checkpoint, history: list[FactView]) -> dict[str, NodeOverlay]:
+def overlays(
+    checkpoint: Checkpoint, history: list[FactView], *, values: bool = False
+) -> dict[str, NodeOverlay]:
     out: dict[str, NodeOverlay] = {}
 
     def at(node_id: str) -> NodeOverlay:
@@ -145,7 +152,7 @@ def overlays(checkpoint: Checkpoint, history: list[FactView]) -> dict[str, NodeO
 
     for wait in checkpoint.waits.values():
         if wait.kind is not WaitKind.RETRY:
-            at(wait.node_id).waiting.append(describe_wait(wait))
+            at(wait.node_id).waiting.append(describe_wait(wait, values=values))
     for incident in checkpoint.incidents.values():
         if not incident.state.closed:
             at(incident.node_id).incidents.append(

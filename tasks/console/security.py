@@ -1,10 +1,18 @@
 """Who is asking, whether a form is ours, and an access log that carries no payload.
 
+* Only our own hosts are answered: a ``Host`` (or an ``Origin``) that is not a loopback
+  name, the bound address or one of ``DORMANT_CONSOLE_HOSTS`` is refused (400 / 403)
+  before anything else — a page a developer visits that reaches the port by DNS
+  rebinding names its own host.
 * Authenticated means: an ``Authorization: Basic`` header with the configured user and
   password, an ``Authorization: Bearer`` header with the configured token, or a session
-  signed in through the sign-in form (a signed, HttpOnly, SameSite=Lax cookie). With no
-  credentials configured the console runs only on loopback (config.py) and every
-  request counts as the operator's.
+  signed in through the sign-in form (a signed, HttpOnly, SameSite=Lax cookie naming a
+  session kept in the database that has not ended: sign-out ends it). With no
+  credentials configured the console runs only on loopback (config.py) and a *direct*
+  loopback request — one carrying no proxy header — counts as the operator's.
+* ``Guard`` decides all of that before a handler runs and before any body is read: an
+  anonymous or read-only POST to an action is refused on its headers alone. Wrong
+  credentials count against the sign-in throttle (throttle.py).
 * Every POST carries the session's CSRF token in a hidden field and is refused
   without it, whatever authenticated it: browsers send basic credentials and cookies
   on a cross-site POST by themselves, so only a value a foreign page cannot read
@@ -15,20 +23,59 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import hmac
 import logging
 import secrets
 import time
+from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
+from sqlalchemy import Engine
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from dormant.tasks.console.config import ConsoleConfig
+from dormant.persistence import console_sessions as session_rows
+from dormant.tasks.console.config import ENV_HOSTS, ConsoleConfig, is_loopback
+from dormant.tasks.console.throttle import SignInThrottle
 
-__all__ = ["AccessLog", "authenticated", "csrf_ok", "csrf_token", "sign_in"]
+__all__ = [
+    "AUTHED",
+    "SESSION_SECONDS",
+    "AccessLog",
+    "Guard",
+    "Sessions",
+    "authenticated",
+    "client_of",
+    "csrf_ok",
+    "csrf_token",
+    "refuse_anonymous",
+    "sign_in",
+    "too_many",
+]
+
+# The scope key Guard writes its verdict to.
+AUTHED = "dormant.console.authed"
+SESSION_SECONDS = 12 * 3600
+# Headers a proxy adds: a request carrying one is not a direct local one.
+PROXY_HEADERS = (
+    b"forwarded",
+    b"x-forwarded-for",
+    b"x-forwarded-host",
+    b"x-forwarded-proto",
+    b"x-real-ip",
+)
+# Paths reached with a POST before signing in; every other POST is an action.
+_OPEN_POSTS = ("/login", "/logout")
+# A sign-in or sign-out form is a few hundred bytes; a bigger body is not read.
+_MAX_FORM_BYTES = 64 * 1024
+# Paths served whatever the Host: a health check addresses the container by its IP.
+_ANY_HOST = ("/healthz",)
 
 log = logging.getLogger("dormant.console.access")
 
@@ -55,13 +102,167 @@ def _header_identity(config: ConsoleConfig, header: str) -> bool:
 
 
 def authenticated(request: Request) -> bool:
-    config: ConsoleConfig = request.app.state.config
-    if config.open_access:
-        return True
-    header = request.headers.get("authorization")
-    if header and _header_identity(config, header):
-        return True
-    return bool(request.session.get("user"))
+    """Guard's verdict for this request (see the module docstring)."""
+    return bool(request.scope.get(AUTHED))
+
+
+class Sessions:
+    """The signed-in sessions, kept in the database (persistence/console_sessions.py):
+    a cookie is only a pointer to one, so signing out ends it in every console process
+    and for a copy of the cookie kept elsewhere. Blocking: called in a thread."""
+
+    def __init__(self, engine: Engine, *, seconds: float = SESSION_SECONDS) -> None:
+        self.engine = engine
+        self.lifetime = timedelta(seconds=seconds)
+
+    def start(self) -> str:
+        sid = secrets.token_urlsafe(32)
+        session_rows.start(self.engine, sid, datetime.now(UTC), self.lifetime)
+        return sid
+
+    def live(self, sid: object) -> bool:
+        return isinstance(sid, str) and session_rows.is_live(self.engine, sid, datetime.now(UTC))
+
+    def end(self, sid: object) -> None:
+        if isinstance(sid, str):
+            session_rows.end(self.engine, sid)
+
+
+def client_of(scope: Scope) -> str:
+    """The client's address as the server saw it (after a trusted proxy's header)."""
+    client = scope.get("client")
+    return str(client[0]) if client else "unknown"
+
+
+def _host_name(host: str) -> str:
+    """A Host header's name: no port, no IPv6 brackets."""
+    host = host.strip()
+    if host.startswith("["):
+        return host[1:].partition("]")[0]
+    return host.rpartition(":")[0] if host.count(":") == 1 else host
+
+
+def _direct_local(scope: Scope) -> bool:
+    if not is_loopback(client_of(scope)):
+        return False
+    return not any(name in PROXY_HEADERS for name, _ in scope.get("headers", ()))
+
+
+def too_many(seconds: float) -> Response:
+    return PlainTextResponse(
+        f"refused: too many failed sign-ins; try again in {max(1, round(seconds))} s",
+        status_code=429,
+        headers={"Retry-After": str(max(1, round(seconds)))},
+    )
+
+
+def refuse_anonymous() -> Response:
+    return PlainTextResponse(
+        "refused: actions need authentication (sign in, or send basic or bearer credentials)",
+        status_code=401,
+        headers={"WWW-Authenticate": 'Basic realm="dormant console"'},
+    )
+
+
+class Guard:
+    """Host, Origin and identity, decided before the route runs and before a body is
+    read. Sits inside the session middleware (it reads the session) and writes its
+    verdict to ``scope[AUTHED]``; redirects the app or the router make leave it
+    relative, never naming the request's host."""
+
+    def __init__(
+        self, app: ASGIApp, *, config: ConsoleConfig, sessions: Sessions, throttle: SignInThrottle
+    ) -> None:
+        self.app = app
+        self.config = config
+        self.sessions = sessions
+        self.throttle = throttle
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        refused = await self._refusal(scope)
+        if refused is not None:
+            await refused(scope, receive, send)
+            return
+
+        async def relative(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [
+                    (k, _relative(v) if k.lower() == b"location" else v)
+                    for k, v in message.get("headers", [])
+                ]
+            await send(message)
+
+        await self.app(scope, receive, relative)
+
+    async def _refusal(self, scope: Scope) -> Response | None:
+        config = self.config
+        headers = {
+            k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", ())
+        }
+        path = scope["path"]
+        root = scope.get("root_path", "")
+        if root and path.startswith(root):
+            path = path[len(root) :] or "/"
+        if path not in _ANY_HOST:
+            if not config.host_allowed(_host_name(headers.get("host", ""))):
+                return PlainTextResponse(
+                    f"refused: this console does not answer for that host (see {ENV_HOSTS})",
+                    status_code=400,
+                )
+            origin = headers.get("origin")
+            if origin is not None and not config.host_allowed(urlsplit(origin).hostname or ""):
+                return PlainTextResponse(
+                    "refused: a request from another site (its Origin is not this console)",
+                    status_code=403,
+                )
+        authed = config.open_access and _direct_local(scope)
+        header = headers.get("authorization")
+        if not authed and header and config.has_credentials:
+            client = client_of(scope)
+            wait = self.throttle.refused_for(client)
+            if wait > 0:
+                return too_many(wait)
+            if not _header_identity(config, header):
+                await asyncio.sleep(self.throttle.failed(client))
+                return PlainTextResponse(
+                    "refused: wrong credentials",
+                    status_code=401,
+                    headers={"WWW-Authenticate": 'Basic realm="dormant console"'},
+                )
+            self.throttle.succeeded(client)
+            authed = True
+        if not authed and config.has_credentials:
+            sid = scope.get("session", {}).get("sid")
+            authed = sid is not None and await run_in_threadpool(self.sessions.live, sid)
+        scope[AUTHED] = authed
+        if scope["method"] == "POST":
+            if path in _OPEN_POSTS:
+                length = headers.get("content-length", "")
+                if not length.isdigit() or int(length) > _MAX_FORM_BYTES:
+                    return PlainTextResponse(
+                        f"refused: a sign-in form has a Content-Length of at most "
+                        f"{_MAX_FORM_BYTES} bytes",
+                        status_code=413,
+                    )
+            elif config.read_only:
+                return PlainTextResponse("refused: this console runs read-only", status_code=403)
+            elif not authed:
+                return refuse_anonymous()
+        return None
+
+
+def _relative(location: bytes) -> bytes:
+    """``http://any.host/x?y`` → ``/x?y``: a redirect never names a host the request
+    chose."""
+    parts = urlsplit(location.decode("latin-1"))
+    if not parts.scheme and not parts.netloc:
+        return location
+    return (parts.path or "/").encode("latin-1") + (
+        b"?" + parts.query.encode() if parts.query else b""
+    )
 
 
 def sign_in(config: ConsoleConfig, user: str, password: str) -> bool:

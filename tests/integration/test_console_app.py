@@ -33,7 +33,9 @@ def app_client(db_url: str) -> Iterator[Any]:
         now=datetime.now(UTC),
     )
     app = create_app(ConsoleConfig(secret="s"), client=client)
-    with TestClient(app, root_path="/ops") as tc:
+    with TestClient(
+        app, root_path="/ops", base_url="http://127.0.0.1", client=("127.0.0.1", 50000)
+    ) as tc:
         yield tc
     client._store.close()
 
@@ -44,12 +46,13 @@ def test_settings_refused_at_start_up() -> None:
     with pytest.raises(InvalidSetting, match=r"refusing to serve the console on 10\.1\.2\.3"):
         ConsoleConfig.from_env({}, host="10.1.2.3")
     ConsoleConfig.from_env({}, host="10.1.2.3", read_only=True)  # read-only may run open
-    ConsoleConfig.from_env({"DORMANT_CONSOLE_AUTH": "a:b"}, host="10.1.2.3")
+    ConsoleConfig.from_env({"DORMANT_CONSOLE_AUTH": "a:" + "b" * 16}, host="10.1.2.3")
     ConsoleConfig.from_env({"DORMANT_CONSOLE_TOKEN": "x" * 16}, host="10.1.2.3")
     for bad, message in (
         ({"DORMANT_CONSOLE_AUTH": "nocolon"}, "without a colon"),
         ({"DORMANT_CONSOLE_AUTH": ":pw"}, "an empty part"),
         ({"DORMANT_CONSOLE_TOKEN": "short"}, "at least 16 characters"),
+        ({"DORMANT_CONSOLE_AUTH": "a:b"}, "password must be at least 16 characters"),
     ):
         with pytest.raises(InvalidSetting, match=message):
             ConsoleConfig.from_env(bad)

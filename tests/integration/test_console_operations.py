@@ -82,7 +82,8 @@ def _in_process(stack: Stack) -> Iterator[Any]:
     from dormant.tasks.console import create_app
     from dormant.tasks.console.config import ConsoleConfig
 
-    with TestClient(create_app(ConsoleConfig(secret="s"), client=stack.client)) as tc:
+    app = create_app(ConsoleConfig(secret="s"), client=stack.client)
+    with TestClient(app, base_url="http://127.0.0.1", client=("127.0.0.1", 50000)) as tc:
         yield tc
 
 
