@@ -28,7 +28,7 @@ from dormant.tasks.console.config import ConsoleConfig
 pytestmark = pytest.mark.integration
 
 REVIEW = Path(__file__).parent / "console" / "review.bpmn"
-BASIC = {"Authorization": "Basic YW5uOnNlY3JldA=="}  # ann:secret
+BASIC = {"Authorization": "Basic YW5uOmEtbG9uZy1lbm91Z2gtc2VjcmV0"}  # ann:a-long-enough-secret
 
 
 @pytest.fixture
@@ -43,7 +43,9 @@ def console(db_url: str) -> Iterator[Any]:
     now = datetime.now(UTC)
     for iid, priority in (("low", 10), ("high", 90)):
         client._store.start(NewInstance("review", iid, {"priority": priority}), now=now)
-    config = ConsoleConfig(secret="s", user="ann", password="secret", groups=("reviewers",))
+    config = ConsoleConfig(
+        secret="s", user="ann", password="a-long-enough-secret", groups=("reviewers",)
+    )
     app = create_app(config, client=client)
     with TestClient(app, base_url="http://127.0.0.1", client=("127.0.0.1", 50000)) as tc:
         yield tc
@@ -103,7 +105,10 @@ def test_the_tasks_i_may_work_on(console: Any) -> None:
     _apply(console, "high", TaskAssign(wait_id="w2", assignee=None, claim=False))
     assert shown() == []  # not in the group any more, and nobody's task is mine
     assert "I may work on (ann)" in console.get("/tasks", headers=BASIC).text
-    env = {"DORMANT_CONSOLE_AUTH": "ann:secret", "DORMANT_CONSOLE_GROUPS": "ops, reviewers,"}
+    env = {
+        "DORMANT_CONSOLE_AUTH": "ann:a-long-enough-secret",
+        "DORMANT_CONSOLE_GROUPS": "ops, reviewers,",
+    }
     assert ConsoleConfig.from_env(env).groups == ("ops", "reviewers")
 
 
