@@ -504,6 +504,8 @@ def activate_jobs(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
         jobs = api_keys.activate(
             api.engine, req.type, worker, timeout, req.max_jobs_to_activate, clock.now()
         )
+        retries = _live(api, jobs)
+        jobs = [j for j in jobs if j.key in retries]
         if jobs or time.monotonic() + POLL_S > deadline:
             break
         time.sleep(POLL_S)
@@ -537,7 +539,7 @@ def activate_jobs(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
                 "elementId": job.node_id,
                 "customHeaders": job.headers,
                 "worker": worker,
-                "retries": 1,
+                "retries": retries[job.key],
                 "deadline": int((job.deadline or clock.now()).timestamp() * 1000),
                 "variables": variables,
                 "tenantId": TENANT,
@@ -556,6 +558,24 @@ def activate_jobs(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
             }
         )
     return {"jobs": out}
+
+
+def _live(api: Api, jobs: list[api_keys.ApiJob]) -> dict[int, int]:
+    """The retries left of each job still waited for (Camunda's count: the attempts
+    left, this one included); a job whose wait is gone or moved on (its instance was
+    cancelled, its element interrupted, the engine timed it out) is removed, not
+    handed out."""
+    out: dict[int, int] = {}
+    for job in jobs:
+        try:
+            wait = api.client._store.queries.checkpoint(job.instance_id).waits.get(job.wait_id)
+        except UnknownInstance:
+            wait = None
+        if wait is None or wait.attempt != job.attempt or not wait.job_running:
+            api_keys.take(api.engine, job.key)
+            continue
+        out[job.key] = wait.retries_left + 1
+    return out
 
 
 def _take(api: Api, key: str) -> api_keys.ApiJob:
@@ -590,7 +610,13 @@ def fail_job(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
     req = _model(schemas.FailJob, body)
     job = _take(api, path["key"])
     error = req.error_message or f"job {path['key']} failed (no error message)"
-    trigger = JobFailed(wait_id=job.wait_id, attempt=job.attempt, error=error)
+    trigger = JobFailed(
+        wait_id=job.wait_id,
+        attempt=job.attempt,
+        error=error,
+        retries=max(req.retries, 0),
+        backoff_seconds=min(max(req.retry_back_off, 0) / 1000, 7 * 24 * 3600),
+    )
     _report(api, job, trigger)
     return None
 

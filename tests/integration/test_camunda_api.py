@@ -250,11 +250,12 @@ def test_a_bpmn_error_from_the_worker_takes_the_boundary_and_a_failure_opens_an_
         IncidentSearchQuery,
         IncidentSearchQueryFilter,
         JobError,
+        JobFailure,
         ProcessCreationById,
     )
 
     api.deploy(tmp_path, "reject.bpmn", _caught_error("api-reject-p", "api-reject"))
-    api.deploy(tmp_path, "flaky.bpmn", _service("api-flaky-p", "api-flaky", retries=1))
+    api.deploy(tmp_path, "flaky.bpmn", _service("api-flaky-p", "api-flaky", retries=3))
     fixed = threading.Event()
 
     def reject(job: Any) -> dict[str, Any]:
@@ -262,7 +263,9 @@ def test_a_bpmn_error_from_the_worker_takes_the_boundary_and_a_failure_opens_an_
 
     def flaky(job: Any) -> dict[str, Any]:
         if not fixed.is_set():
-            raise RuntimeError("payment gateway down")
+            # the worker counts retries: none left is an incident at once, whatever
+            # the model's retries="3" would allow
+            raise JobFailure("payment gateway down", retries=0)
         return {"charged": True}
 
     handlers = {"api-reject": reject, "api-flaky": flaky}
@@ -291,6 +294,7 @@ def test_a_bpmn_error_from_the_worker_takes_the_boundary_and_a_failure_opens_an_
 
         open_incident = wait_for(incident, 60, what="the failed job's incident")
         assert "payment gateway down" in open_incident.error_message
+        assert "after 1 attempt" in open_incident.error_message
         assert open_incident.element_id == "work"
         fixed.set()
         camunda.resolve_incident(open_incident.incident_key)
