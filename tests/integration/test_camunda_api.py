@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import socket
 import threading
 from collections.abc import Callable, Iterator
@@ -419,3 +420,50 @@ def test_messages_signals_user_tasks_and_cancellation(api: ApiStack, tmp_path: P
         assert str(camunda.get_process_instance(doomed.process_instance_key).state).endswith(
             "TERMINATED"
         )
+
+
+def test_c8ctl_deploys_creates_lists_and_publishes(api: ApiStack, tmp_path: Path) -> None:
+    """Camunda's npm CLI, ``c8ctl`` (tests/integration/npm_clients.py installs it),
+    against the same ``dormant api``."""
+    import subprocess
+
+    from tests.integration.npm_clients import c8ctl_command, c8ctl_env
+
+    command = c8ctl_command()
+    env = c8ctl_env(api.url, tmp_path / "home")
+
+    def c8ctl(*args: str) -> str:
+        done = subprocess.run(
+            [*command, *args, "--json"],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, f"c8ctl {args}: {done.stdout}\n{done.stderr}"
+        return done.stdout + done.stderr
+
+    model = tmp_path / "c8-paid.bpmn"
+    model.write_text(_message_wait("c8-paid-p"))
+    deployed = c8ctl("deploy", str(model))
+    assert "c8-paid-p" in deployed
+    created = c8ctl(
+        "create", "pi", "--id", "c8-paid-p", "--variables", json.dumps({"orderId": "c8-1"})
+    )
+    keys = api.stack.client.instances(key="c8-paid-p")
+    assert len(keys) == 1
+    instance_id = keys[0].id
+    own_key = str(api_key(api, instance_id))
+    assert re.search(rf"\b{own_key}\b", created), created
+    wait_for(lambda: api.stack.client.instance(instance_id).waits or None, 60, what="its wait")
+    listed = c8ctl("list", "pi", "--id", "c8-paid-p")
+    assert re.search(rf"\b{own_key}\b", listed), listed
+    c8ctl("publish", "msg", "c8-paid-p-paid", "--correlationKey", "c8-1")
+    api.stack.wait_status(instance_id, "completed")
+
+
+def api_key(api: ApiStack, instance_id: str) -> int:
+    from dormant.persistence import api_keys
+
+    return api_keys.key_of(api.stack.client._store.engine, "instance", instance_id)
