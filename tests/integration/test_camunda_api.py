@@ -467,3 +467,51 @@ def api_key(api: ApiStack, instance_id: str) -> int:
     from dormant.persistence import api_keys
 
     return api_keys.key_of(api.stack.client._store.engine, "instance", instance_id)
+
+
+def test_refusals_are_problem_documents_and_bodiless_posts_are_accepted(
+    api: ApiStack, tmp_path: Path
+) -> None:
+    """What Modeler and c8ctl send as they send it: a multipart deploy with a
+    ``tenantId`` part, a POST with a JSON content type and no body; every refusal an
+    RFC 9457 problem naming what was wrong."""
+    import httpx
+
+    fields = ("type", "title", "status", "detail", "instance")
+    with httpx.Client(base_url=api.url, timeout=30) as http:
+        deployed = http.post(
+            "/v2/deployments",
+            files=[
+                ("tenantId", (None, "<default>")),
+                ("resources", ("modeler.bpmn", _signal_wait("api-modeler-p"), "application/xml")),
+            ],
+            headers={"Authorization": ""},
+        )
+        assert deployed.status_code == 200, deployed.text
+        (entry,) = deployed.json()["deployments"]
+        assert entry["processDefinition"]["resourceName"] == "modeler.bpmn"
+        assert deployed.json()["tenantId"] == "<default>"
+
+        missing = http.get("/v2/process-instances/999999999")
+        assert missing.status_code == 404
+        assert missing.headers["content-type"] == "application/problem+json"
+        assert set(fields) <= set(missing.json())
+
+        bodiless = http.post(
+            "/v2/incidents/999999999/resolution",
+            content=b"",
+            headers={"Content-Type": "application/json"},
+        )
+        assert bodiless.status_code == 404, bodiless.text  # read as {}, not refused
+
+        bad = http.post("/v2/jobs/activation", json={"worker": "w", "timeout": 1000})
+        assert bad.status_code == 400
+        assert "type" in bad.json()["detail"] and "maxJobsToActivate" in bad.json()["detail"]
+
+        broken = http.post(
+            "/v2/deployments", files=[("resources", ("broken.bpmn", b"<nope", "application/xml"))]
+        )
+        assert broken.status_code == 400 and broken.json()["detail"]
+
+        unknown = http.post("/v2/clock", json={})
+        assert unknown.status_code == 404 and set(fields) <= set(unknown.json())
