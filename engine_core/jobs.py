@@ -167,11 +167,17 @@ def failed(rt: Runtime, trigger: JobFailed) -> Wake:
         return STALE
     token = rt.token_of(wait)
     node = rt.node(wait.node_id)
+    if trigger.retries is not None:
+        wait.retries_left = trigger.retries  # the worker counts: N attempts left
     if wait.retries_left > 0:
         wait.retries_left -= 1
         wait.attempt += 1
         wait.job_running = False
-        backoff = retry_backoff(rt.services, wait.job_type, wait.attempt)
+        backoff = (
+            trigger.backoff_seconds
+            if trigger.backoff_seconds is not None
+            else retry_backoff(rt.services, wait.job_type, wait.attempt)
+        )
         wait.due_at = rt.now + timedelta(seconds=backoff)
         rt.fact(
             "JobRetryScheduled",

@@ -117,6 +117,11 @@ class JobFailed(_Trigger):
     attempt: int = 1
     error: str
     error_class: str = "JobFailed"
+    # A worker that counts retries itself (the Camunda 8 REST API's job failure,
+    # docs/camunda-api.md): the attempts left after this one (0: an incident now) and
+    # the backoff before the next. None: the job's retry policy decides, as for Celery.
+    retries: int | None = Field(default=None, ge=0)
+    backoff_seconds: float | None = Field(default=None, ge=0, le=7 * 24 * 3600)
 
 
 class JobErrorThrown(_Trigger):

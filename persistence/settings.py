@@ -41,6 +41,10 @@ class JobTypeSetting(BaseModel):
     # Run a job of this type in the worker that dispatched it, right after the trigger
     # commits, instead of through the broker (tasks/jobs.py, "Eager jobs").
     eager: bool = False
+    # Served by the Camunda 8 REST API's job workers (``POST /v2/jobs/activation``,
+    # docs/camunda-api.md): a job of this type is never sent to Celery; it waits in
+    # ``api_jobs`` for an activation (persistence/api_keys.py).
+    api: bool = False
 
     @field_validator("eager", mode="before")
     @classmethod

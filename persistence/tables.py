@@ -28,6 +28,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    UniqueConstraint,
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
@@ -41,6 +42,8 @@ __all__ = [
     "OPEN_INCIDENT_STATES",
     "JsonDoc",
     "UtcDateTime",
+    "api_jobs",
+    "api_keys",
     "batch_items",
     "batches",
     "console_sessions",
@@ -477,4 +480,38 @@ console_sessions = Table(
     Column("id", String(64), primary_key=True),
     Column("started_at", UtcDateTime, nullable=False),
     Column("ends_at", UtcDateTime, nullable=False),
+)
+
+# The Camunda 8 REST API (tasks/api, docs/camunda-api.md) names everything by a numeric
+# key (a Java long). ``api_keys`` is the one home of that name: one row per dormant id
+# of a kind (instance, process definition, job, user task, incident, deployment), its
+# key handed out once and never changed (persistence/api_keys.py).
+api_keys = Table(
+    "api_keys",
+    metadata,
+    Column("key", _Id(), primary_key=True, autoincrement=True),
+    Column("kind", String(32), nullable=False),
+    Column("dormant_id", String(320), nullable=False),
+    UniqueConstraint("kind", "dormant_id"),
+)
+
+# Jobs of a type served by API workers (``DORMANT_JOB_TYPES`` ``{"api": true}``): the
+# dispatch writes the job here instead of sending it to Celery; an activation takes it
+# (``worker``, ``deadline``); its completion, failure or error deletes it.
+api_jobs = Table(
+    "api_jobs",
+    metadata,
+    Column("key", BigInteger, primary_key=True, autoincrement=False),
+    Column("job_type", String(255), nullable=False),
+    Column("instance_id", String(255), nullable=False),
+    Column("wait_id", String(255), nullable=False),
+    Column("node_id", String(255), nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("variables", JsonDoc(), nullable=False),
+    Column("headers", JsonDoc(), nullable=False),
+    Column("worker", String(255)),
+    Column("deadline", UtcDateTime),
+    Column("created_at", UtcDateTime, nullable=False),
+    Index("ix_api_jobs_job_type_worker", "job_type", "worker"),
+    Index("ix_api_jobs_instance_id_wait_id", "instance_id", "wait_id"),
 )

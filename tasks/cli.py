@@ -650,6 +650,17 @@ def console(host: str, port: int, read_only: bool, root_path: str) -> None:
 
 
 @cli.command()
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=int, default=8088, show_default=True)
+def api(host: str, port: int) -> None:
+    """The Camunda 8 REST API (v2) for Modeler, c8ctl and the SDKs (docs/camunda-api.md)."""
+    _ensure_database()
+    from dormant.tasks.api.serve import serve
+
+    serve(host=host, port=port)
+
+
+@cli.command()
 @click.option("--instances", "count", type=int, default=3, help="how many orders to run")
 @click.option("--timeout", type=float, default=60.0)
 def demo(count: int, timeout: float) -> None:

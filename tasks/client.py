@@ -141,10 +141,20 @@ class Client:
         return self._store.deployments.record(key)
 
     def start(
-        self, key: str, variables: dict[str, Any] | None = None, business_key: str | None = None
+        self,
+        key: str,
+        variables: dict[str, Any] | None = None,
+        business_key: str | None = None,
+        *,
+        version: int | None = None,
     ) -> str:
-        """Enqueue the start of an instance of ``key``; returns its id at once."""
+        """Enqueue the start of an instance of ``key`` (its latest version, or
+        ``version``); returns its id at once."""
         message = self._start_message(key, variables, business_key)
+        if version is not None:
+            self._store.deployments.definition(key, version)  # UnknownProcess if none
+            task, routing_key, kwargs = message
+            message = Send(task, routing_key, {**kwargs, "version": version})
         self._send(message)
         return str(message.kwargs["instance_id"])
 
@@ -199,6 +209,13 @@ class Client:
                 f"no deployed process has key {key!r}; deploy it with `dormant deploy FILE.bpmn`"
             )
         return found
+
+    def report_job(self, instance_id: str, trigger: Any, trigger_id: str) -> None:
+        """A job's outcome (``JobCompleted``, ``JobFailed``, ``JobErrorThrown``,
+        ``JobHeartbeat``) reported by a worker outside Celery (the Camunda 8 REST API's
+        job workers, tasks/api): durable in the inbox, then applied by a worker as
+        ``dormant.apply_trigger``, exactly as a Celery job's deferred outcome."""
+        self._send(wire.apply_trigger(instance_id, trigger, trigger_id))
 
     # -- messages and signals --------------------------------------------------------
 

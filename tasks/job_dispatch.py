@@ -15,7 +15,7 @@ from kombu.entity import Exchange, Queue
 from dormant.engine_core.effects import DispatchJob
 from dormant.engine_core.job_types import reserved_job_type
 from dormant.engine_core.triggers import JobCompleted, JobErrorThrown, JobFailed
-from dormant.persistence import clock
+from dormant.persistence import api_keys, clock
 from dormant.persistence.store import JobRun
 from dormant.tasks import app as app_module
 from dormant.tasks import metrics, wire
@@ -68,6 +68,10 @@ def dispatch(job: DispatchJob) -> None:
             wire.job_result_id(key),
         )
         return
+    own = app_module.settings.job_types.get(job_type)
+    if own is not None and own.api:
+        _offer_to_api(job)
+        return
     queue = job_queue(job_type)
     publish(
         job_type,
@@ -84,6 +88,32 @@ def dispatch(job: DispatchJob) -> None:
         wait_id,
         job_type,
         attempt,
+    )
+
+
+def _offer_to_api(job: DispatchJob) -> None:
+    """A job of a type API workers serve (``DORMANT_JOB_TYPES`` ``"api": true``): kept
+    for their activation instead of sent to Celery (persistence/api_keys.py)."""
+    key = api_keys.offer(
+        app_module.store().engine,
+        idempotency_key=job.idempotency_key,
+        job_type=job.job_type,
+        instance_id=job.instance_id,
+        wait_id=job.wait_id,
+        node_id=job.node_id,
+        attempt=job.attempt,
+        variables=dict(job.variables),
+        headers={str(k): str(v) for k, v in job.headers.items()},
+        now=clock.now(),
+    )
+    metrics.job_dispatched(job.job_type)
+    log.info(
+        "job offered to API workers instance=%s wait=%s type=%s attempt=%s key=%s",
+        job.instance_id,
+        job.wait_id,
+        job.job_type,
+        job.attempt,
+        key,
     )
 
 
@@ -110,7 +140,7 @@ def runs_here(job_type: str) -> bool:
     has registered, and whose queue this worker reads: a job routed to its own queue
     (its own workers, its own concurrency) always goes through the broker."""
     own = app_module.settings.job_types.get(job_type)
-    if own is None or not own.eager or reserved_job_type(job_type) is not None:
+    if own is None or not own.eager or own.api or reserved_job_type(job_type) is not None:
         return False
     if job_type not in app.tasks:
         return False

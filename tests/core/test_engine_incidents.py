@@ -69,6 +69,24 @@ def test_a_job_with_no_result_within_its_timeout_is_dispatched_again() -> None:
     assert run.token_nodes() == ["side:waiting"]
 
 
+def test_a_failure_naming_its_retries_and_backoff_overrides_the_policy() -> None:
+    """A worker that counts retries itself (the Camunda 8 REST API's job failure):
+    N attempts left and a backoff of its own; 0 left is an incident at once."""
+    from dormant.engine_core.triggers import JobFailed
+
+    run = Run(with_sibling(job_branch("10")), services=Services(job_retry_backoff_seconds=10))
+    run.start({})
+    wait = run.wait("bad", "job")
+    run.send(JobFailed(wait_id=wait.id, attempt=1, error="e", retries=2, backoff_seconds=3))
+    again = run.wait("bad", "job")
+    assert (again.attempt, again.retries_left) == (2, 1)
+    assert again.due_at == run.now + timedelta(seconds=3)
+    run.fire("bad", kind="job")
+    run.send(JobFailed(wait_id=again.id, attempt=2, error="gave up", retries=0))
+    assert "gave up" in run.incident("bad").cause
+    assert not run.waits("bad")
+
+
 def test_job_failure_retries_with_backoff_then_opens_an_incident() -> None:
     run = Run(with_sibling(job_branch("3")), services=Services(job_retry_backoff_seconds=10))
     run.start({"card": "4111"})

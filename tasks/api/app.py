@@ -1,0 +1,898 @@
+"""The Camunda 8 Orchestration Cluster REST API (v2), the subset Camunda's own clients
+use (Desktop Modeler, ``c8ctl``, the SDKs and their job workers), served on dormant's
+Client: the routes, what each does, and every difference from Camunda are in
+docs/camunda-api.md.
+
+Everything goes through the one engine: a deploy is the Store's deploy, a start, a
+message, a signal, a user task's completion or an incident's resolution is the
+Client's (durable in the inbox, applied by a worker), a job activated here is a job of
+the engine's job machinery (tasks/job_dispatch.py offers it to ``api_jobs`` instead of
+Celery; its outcome goes back as the same trigger a Celery job's would). Reads are the
+Store's, so every answer is consistent with what was committed before it.
+
+Keys: every thing is named by the numeric key ``persistence/api_keys.py`` hands out,
+sent as a string of digits. Errors: RFC 9457 problem documents
+(``application/problem+json``: type, title, status, detail, instance).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import UploadFile
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from dormant.engine_core.checkpoint import IncidentState, InstanceStatus
+from dormant.engine_core.effects import job_idempotency_key
+from dormant.engine_core.errors import (
+    DormantError,
+    InvalidOperation,
+    UnknownDeployment,
+    UnknownIncident,
+    UnknownInstance,
+    UnknownProcess,
+    UnknownTask,
+)
+from dormant.engine_core.triggers import JobCompleted, JobErrorThrown, JobFailed, JobHeartbeat
+from dormant.engine_core.views import IncidentView, InstanceView, UserTaskView
+from dormant.persistence import api_keys, clock
+from dormant.tasks import wire
+from dormant.tasks.api import schemas
+from dormant.tasks.client import Client
+
+__all__ = ["GATEWAY_VERSION", "create_app", "routes"]
+
+# What Modeler reads from the topology: below 8.8.0 it turns task testing off.
+GATEWAY_VERSION = "8.8.0"
+TENANT = "<default>"
+# Long polling: how long an activation with ``requestTimeout: 0`` waits for a job, and
+# how often it looks again (docs/limits.md).
+DEFAULT_REQUEST_TIMEOUT_S = 5.0
+POLL_S = 0.2
+# ``awaitCompletion`` with no ``requestTimeout``.
+DEFAULT_AWAIT_S = 30.0
+
+
+class Problem(Exception):
+    """An answer that is an RFC 9457 problem document."""
+
+    def __init__(self, status: int, title: str, detail: str) -> None:
+        super().__init__(detail)
+        self.status, self.title, self.detail = status, title, detail
+
+
+def _problem(status: int, title: str, detail: str, instance: str) -> JSONResponse:
+    return JSONResponse(
+        {
+            "type": "about:blank",
+            "title": title,
+            "status": status,
+            "detail": detail,
+            "instance": instance,
+        },
+        status_code=status,
+        media_type="application/problem+json",
+    )
+
+
+_NOT_FOUND = (
+    UnknownInstance,
+    UnknownProcess,
+    UnknownTask,
+    UnknownIncident,
+    UnknownDeployment,
+)
+
+
+def _status_of(exc: DormantError) -> tuple[int, str]:
+    if isinstance(exc, _NOT_FOUND):
+        return 404, "NOT_FOUND"
+    if isinstance(exc, InvalidOperation):
+        return 409, "INVALID_STATE"
+    return 400, "INVALID_ARGUMENT"
+
+
+# -- the context a handler gets ------------------------------------------------------
+
+
+class Api:
+    """What every handler uses: the Client, the key mapping, the clock."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+        self.engine = client._store.engine
+
+    def key(self, kind: str, dormant_id: str) -> str:
+        return str(api_keys.key_of(self.engine, kind, dormant_id))
+
+    def keys(self, kind: str, ids: Sequence[str]) -> dict[str, str]:
+        return {i: str(k) for i, k in api_keys.keys_of(self.engine, kind, ids).items()}
+
+    def resolve(self, kind: str, key: str, what: str) -> str:
+        """The dormant id a key names, or a 404 problem."""
+        try:
+            number = int(key)
+        except ValueError:
+            raise Problem(400, "INVALID_ARGUMENT", f"{what} key {key!r} is not a number") from None
+        found = api_keys.dormant_id(self.engine, kind, number)
+        if found is None:
+            raise Problem(404, "NOT_FOUND", f"no {what} has key {key}")
+        return found
+
+
+Handler = Callable[[Api, dict[str, Any], dict[str, str]], Any]
+
+
+def _endpoint(
+    handler: Handler, *, multipart: bool = False
+) -> Callable[[Request], Awaitable[Response]]:
+    """A handler as a Starlette endpoint: the body read (a JSON object, or empty: the
+    clients send bodiless POSTs with a JSON content type), the handler run in the
+    thread pool (it blocks on the database), its answer or refusal written."""
+
+    async def endpoint(request: Request) -> Response:
+        api: Api = request.app.state.api
+        path = request.url.path
+        try:
+            if multipart:
+                body = await _multipart(request)
+            else:
+                raw = await request.body()
+                body = json.loads(raw) if raw.strip() else {}
+                if not isinstance(body, dict):
+                    raise Problem(400, "INVALID_ARGUMENT", "the request body must be an object")
+            result = await run_in_threadpool(handler, api, body, dict(request.path_params))
+        except Problem as exc:
+            return _problem(exc.status, exc.title, exc.detail, path)
+        except ValidationError as exc:
+            return _problem(400, "INVALID_ARGUMENT", _validation_detail(exc), path)
+        except json.JSONDecodeError as exc:
+            return _problem(400, "INVALID_ARGUMENT", f"the body is not JSON: {exc}", path)
+        except DormantError as exc:
+            status, title = _status_of(exc)
+            return _problem(status, title, str(exc), path)
+        if result is None:
+            return Response(status_code=204)
+        return JSONResponse(result)
+
+    return endpoint
+
+
+def _validation_detail(exc: ValidationError) -> str:
+    parts = []
+    for error in exc.errors():
+        where = ".".join(str(p) for p in error["loc"]) or "body"
+        parts.append(f"{where}: {error['msg']}")
+    return "; ".join(parts)
+
+
+async def _multipart(request: Request) -> dict[str, Any]:
+    form = await request.form()
+    files: list[tuple[str, bytes]] = []
+    for part in form.getlist("resources"):
+        if isinstance(part, UploadFile):
+            files.append((part.filename or "resource", await part.read()))
+    return {"resources": files}
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _model(cls: type[M], body: dict[str, Any]) -> M:
+    return cls.model_validate(body)
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.astimezone(UTC).isoformat()
+
+
+def _page(items: list[dict[str, Any]], search: schemas.Search) -> dict[str, Any]:
+    start = search.page.from_
+    shown = items[start : start + search.page.limit]
+    return {
+        "items": shown,
+        "page": {
+            "totalItems": len(items),
+            "hasMoreTotalItems": False,
+            "startCursor": None,
+            "endCursor": None,
+        },
+    }
+
+
+def _filter_key(search: schemas.Search, name: str) -> str | None:
+    """A key filter's value: a plain key, or ``{"$eq": key}``."""
+    value = search.filter.get(name)
+    if isinstance(value, dict):
+        value = value.get("$eq")
+    return None if value is None else str(value)
+
+
+# -- cluster -------------------------------------------------------------------------
+
+
+def topology(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
+    partitions = [{"partitionId": 1, "role": "leader", "health": "healthy", "state": "active"}]
+    broker = {
+        "nodeId": 0,
+        "brokerId": 0,
+        "host": "dormant",
+        "port": 0,
+        "version": GATEWAY_VERSION,
+        "partitions": partitions,
+    }
+    return {
+        "brokers": [broker],
+        "clusterId": "dormant",
+        "clusterSize": 1,
+        "partitionsCount": 1,
+        "replicationFactor": 1,
+        "gatewayVersion": GATEWAY_VERSION,
+        "lastCompletedChangeId": "-1",
+        "physicalTenants": [
+            {
+                "physicalTenantId": TENANT,
+                "partitionsCount": 1,
+                "replicationFactor": 1,
+                "lastCompletedChangeId": "-1",
+                "brokers": [{"brokerId": 0, "partitions": partitions}],
+            }
+        ],
+        # Not Camunda's: the engine answering is dormant (docs/camunda-api.md).
+        "dormant": True,
+    }
+
+
+def status(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
+    api.client._store.queries.counts()  # the database answers
+    return None
+
+
+def license_(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
+    return {
+        "validLicense": True,
+        "licenseType": "dormant (Apache-2.0)",
+        "isCommercial": False,
+        "expiresAt": None,
+    }
+
+
+# -- deployments ---------------------------------------------------------------------
+
+
+def deploy(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
+    files: list[tuple[str, bytes]] = body["resources"]
+    if not files:
+        raise Problem(400, "INVALID_ARGUMENT", "no resources to deploy (multipart 'resources')")
+    models = [(n, data) for n, data in files if not n.lower().endswith(".form")]
+    forms = [(n, data) for n, data in files if n.lower().endswith(".form")]
+    store = api.client._store
+    deployed = []
+    if models:
+        names: list[str | None] = [n for n, _ in models]
+        deployed = store.deployments.deploy_many([d for _, d in models], clock.now(), names)
+        if not deployed:
+            raise Problem(
+                400,
+                "INVALID_ARGUMENT",
+                f"{', '.join(n for n, _ in models)}: no executable process or decision",
+            )
+    out: list[dict[str, Any]] = []
+    deployment_key = None
+    if deployed:
+        deployment_key = deployed[0].deployment_key
+        given = dict.fromkeys(n for n, _ in models)
+        for r in deployed[0].resources:
+            resource_name = r.name if r.name in given else (r.name or f"{r.id}.bpmn")
+            if r.kind == "process":
+                out.append(
+                    {
+                        "processDefinition": {
+                            "processDefinitionId": r.id,
+                            "processDefinitionVersion": r.version,
+                            "resourceName": resource_name,
+                            "tenantId": TENANT,
+                            "processDefinitionKey": api.key("process", f"{r.id}:{r.version}"),
+                        }
+                    }
+                )
+            else:
+                key = api.key("decision", f"{r.id}:{r.version}")
+                out.append(
+                    {
+                        "decisionDefinition": {
+                            "decisionDefinitionId": r.id,
+                            "version": r.version,
+                            "name": r.id,
+                            "tenantId": TENANT,
+                            "decisionRequirementsId": r.id,
+                            "decisionDefinitionKey": key,
+                            "decisionRequirementsKey": key,
+                        }
+                    }
+                )
+    for name, data in forms:
+        try:
+            form_id = str(json.loads(data)["id"])
+        except (ValueError, KeyError, TypeError):
+            raise Problem(400, "INVALID_ARGUMENT", f"{name}: a form needs an 'id'") from None
+        out.append(
+            {
+                "form": {
+                    "formId": form_id,
+                    "version": 1,
+                    "resourceName": name,
+                    "tenantId": TENANT,
+                    "formKey": api.key("form", form_id),
+                }
+            }
+        )
+    key = (
+        api.key("deployment", str(deployment_key))
+        if deployment_key is not None
+        else api.key("deployment", f"forms:{uuid.uuid4().hex}")
+    )
+    return {"deploymentKey": key, "tenantId": TENANT, "deployments": out}
+
+
+# -- process instances ---------------------------------------------------------------
+
+
+def create_instance(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
+    req = _model(schemas.CreateInstance, body)
+    store = api.client._store
+    if req.process_definition_key is not None:
+        process_key, _, v = api.resolve(
+            "process", req.process_definition_key, "process definition"
+        ).rpartition(":")
+        version: int | None = int(v)
+    elif req.process_definition_id:
+        process_key = req.process_definition_id
+        version = None if req.process_definition_version < 0 else req.process_definition_version
+    else:
+        raise Problem(
+            400,
+            "INVALID_ARGUMENT",
+            "give processDefinitionId (and optionally processDefinitionVersion) "
+            "or processDefinitionKey",
+        )
+    _, version = store.deployments.definition(process_key, version)
+    instance_id = api.client.start(process_key, req.variables, req.business_id, version=version)
+    variables: dict[str, Any] = {}
+    if req.await_completion:
+        wait_s = req.request_timeout / 1000 if req.request_timeout > 0 else DEFAULT_AWAIT_S
+        view = _await_end(api, instance_id, wait_s)
+        if view.status != InstanceStatus.COMPLETED:
+            raise Problem(
+                409,
+                "INVALID_STATE",
+                f"process instance {api.key('instance', instance_id)} ended {view.status}, "
+                "not completed",
+            )
+        variables = dict(view.variables)
+        if req.fetch_variables:
+            variables = {k: v for k, v in variables.items() if k in req.fetch_variables}
+    return {
+        "processDefinitionId": process_key,
+        "processDefinitionVersion": version,
+        "tenantId": TENANT,
+        "variables": variables,
+        "processDefinitionKey": api.key("process", f"{process_key}:{version}"),
+        "processInstanceKey": api.key("instance", instance_id),
+        "tags": req.tags,
+        "businessId": req.business_id,
+    }
+
+
+def _await_end(api: Api, instance_id: str, wait_s: float) -> InstanceView:
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            view = api.client.instance(instance_id)
+        except UnknownInstance:
+            view = None  # its start is still on its way to a worker
+        if view is not None and InstanceStatus(view.status).ended:
+            return view
+        if time.monotonic() >= deadline:
+            raise Problem(
+                504,
+                "DEADLINE_EXCEEDED",
+                f"process instance {api.key('instance', instance_id)} did not complete "
+                f"within {wait_s:g} s (requestTimeout); it keeps running",
+            )
+        time.sleep(POLL_S)
+
+
+_STATES = {
+    InstanceStatus.COMPLETED: "COMPLETED",
+    InstanceStatus.TERMINATED: "TERMINATED",
+    InstanceStatus.FAILED: "TERMINATED",
+}
+
+
+def _instance_state(view: InstanceView) -> str:
+    if view.suspended:
+        return "SUSPENDED"
+    try:
+        return _STATES.get(InstanceStatus(view.status), "ACTIVE")
+    except ValueError:
+        return "ACTIVE"  # flagged: its checkpoint could not be read
+
+
+def _instance(api: Api, view: InstanceView, keys: dict[str, str] | None = None) -> dict[str, Any]:
+    keys = keys if keys is not None else api.keys("instance", [view.id])
+    parent = view.parent_instance_id
+    if parent is not None and parent not in keys:
+        keys = {**keys, **api.keys("instance", [parent])}
+    own = keys[view.id]
+    return {
+        "processDefinitionId": view.key,
+        "processDefinitionName": view.key,
+        "processDefinitionVersion": view.version,
+        "processDefinitionVersionTag": None,
+        "startDate": _iso(view.created_at),
+        "endDate": _iso(view.ended_at),
+        "state": _instance_state(view),
+        "suspendedDate": None,
+        "hasIncident": any(not IncidentState(i.state).closed for i in view.incidents),
+        "tenantId": TENANT,
+        "processInstanceKey": own,
+        "processDefinitionKey": api.key("process", f"{view.key}:{view.version}"),
+        "parentProcessInstanceKey": keys[parent] if parent is not None else None,
+        "parentElementInstanceKey": None,
+        "rootProcessInstanceKey": own,
+        "tags": [],
+        "businessId": view.business_key,
+    }
+
+
+def get_instance(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
+    instance_id = api.resolve("instance", path["key"], "process instance")
+    return _instance(api, api.client.instance(instance_id))
+
+
+def search_instances(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
+    search = _model(schemas.Search, body)
+    f = search.filter
+    process_id = f.get("processDefinitionId")
+    views = api.client.instances(key=str(process_id) if process_id else None, limit=10000)
+    wanted_key = _filter_key(search, "processInstanceKey")
+    if wanted_key is not None:
+        found = api_keys.dormant_id(api.engine, "instance", int(wanted_key))
+        views = [v for v in views if v.id == found]
+    keys = api.keys("instance", [v.id for v in views])
+    items = [_instance(api, v, keys) for v in views]
+    for field in ("state", "processDefinitionVersion", "processDefinitionKey"):
+        want = f.get(field)
+        if isinstance(want, dict):
+            want = want.get("$eq")
+        if want is not None:
+            items = [i for i in items if str(i[field]) == str(want)]
+    return _page(items, search)
+
+
+def cancel_instance(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
+    api.client.cancel(api.resolve("instance", path["key"], "process instance"))
+    return None
+
+
+# -- jobs ----------------------------------------------------------------------------
+
+
+def activate_jobs(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
+    req = _model(schemas.ActivateJobs, body)
+    worker = req.worker or "default"
+    timeout = timedelta(milliseconds=req.timeout)
+    if req.request_timeout < 0:
+        wait_s = 0.0
+    elif req.request_timeout == 0:
+        wait_s = DEFAULT_REQUEST_TIMEOUT_S
+    else:
+        wait_s = req.request_timeout / 1000
+    deadline = time.monotonic() + wait_s
+    while True:
+        jobs = api_keys.activate(
+            api.engine, req.type, worker, timeout, req.max_jobs_to_activate, clock.now()
+        )
+        retries = _live(api, jobs)
+        jobs = [j for j in jobs if j.key in retries]
+        if jobs or time.monotonic() + POLL_S > deadline:
+            break
+        time.sleep(POLL_S)
+    for job in jobs:
+        # The engine's own timeout of the job becomes the worker's: a job the worker
+        # never reports is dispatched again as the next attempt (engine_core/jobs.py).
+        idem = job_idempotency_key(job.instance_id, job.wait_id, job.attempt)
+        api.client.report_job(
+            job.instance_id,
+            JobHeartbeat(
+                wait_id=job.wait_id,
+                attempt=job.attempt,
+                extend_seconds=min(timeout.total_seconds(), 7 * 24 * 3600),
+            ),
+            wire.job_heartbeat_id(idem),
+        )
+    processes = api_keys.instance_processes(api.engine, [j.instance_id for j in jobs])
+    instance_keys = api.keys("instance", [j.instance_id for j in jobs])
+    out = []
+    for job in jobs:
+        process_key, version = processes.get(job.instance_id, ("", 0))
+        variables = job.variables
+        if req.fetch_variable:
+            variables = {k: v for k, v in variables.items() if k in req.fetch_variable}
+        own = instance_keys[job.instance_id]
+        out.append(
+            {
+                "type": job.job_type,
+                "processDefinitionId": process_key,
+                "processDefinitionVersion": version,
+                "elementId": job.node_id,
+                "customHeaders": job.headers,
+                "worker": worker,
+                "retries": retries[job.key],
+                "deadline": int((job.deadline or clock.now()).timestamp() * 1000),
+                "variables": variables,
+                "tenantId": TENANT,
+                "physicalTenantId": TENANT,
+                "jobKey": str(job.key),
+                "processInstanceKey": own,
+                "processDefinitionKey": api.key("process", f"{process_key}:{version}"),
+                "elementInstanceKey": api.key("element", f"{job.instance_id}.{job.wait_id}"),
+                "kind": "BPMN_ELEMENT",
+                "listenerEventType": "UNSPECIFIED",
+                "userTask": None,
+                "tags": [],
+                "rootProcessInstanceKey": own,
+                "businessId": None,
+                "priority": 0,
+            }
+        )
+    return {"jobs": out}
+
+
+def _live(api: Api, jobs: list[api_keys.ApiJob]) -> dict[int, int]:
+    """The retries left of each job still waited for (Camunda's count: the attempts
+    left, this one included); a job whose wait is gone or moved on (its instance was
+    cancelled, its element interrupted, the engine timed it out) is removed, not
+    handed out."""
+    out: dict[int, int] = {}
+    for job in jobs:
+        try:
+            wait = api.client._store.queries.checkpoint(job.instance_id).waits.get(job.wait_id)
+        except UnknownInstance:
+            wait = None
+        if wait is None or wait.attempt != job.attempt or not wait.job_running:
+            api_keys.take(api.engine, job.key)
+            continue
+        out[job.key] = wait.retries_left + 1
+    return out
+
+
+def _take(api: Api, key: str) -> api_keys.ApiJob:
+    try:
+        number = int(key)
+    except ValueError:
+        raise Problem(400, "INVALID_ARGUMENT", f"job key {key!r} is not a number") from None
+    job = api_keys.take(api.engine, number)
+    if job is None:
+        raise Problem(
+            404,
+            "NOT_FOUND",
+            f"no activated job has key {key} (already completed, failed or timed out)",
+        )
+    return job
+
+
+def _report(api: Api, job: api_keys.ApiJob, trigger: Any) -> None:
+    idem = job_idempotency_key(job.instance_id, job.wait_id, job.attempt)
+    api.client.report_job(job.instance_id, trigger, wire.job_result_id(idem))
+
+
+def complete_job(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
+    req = _model(schemas.CompleteJob, body)
+    job = _take(api, path["key"])
+    trigger = JobCompleted(wait_id=job.wait_id, attempt=job.attempt, variables=req.variables or {})
+    _report(api, job, trigger)
+    return None
+
+
+def fail_job(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
+    req = _model(schemas.FailJob, body)
+    job = _take(api, path["key"])
+    error = req.error_message or f"job {path['key']} failed (no error message)"
+    trigger = JobFailed(
+        wait_id=job.wait_id,
+        attempt=job.attempt,
+        error=error,
+        retries=max(req.retries, 0),
+        backoff_seconds=min(max(req.retry_back_off, 0) / 1000, 7 * 24 * 3600),
+    )
+    _report(api, job, trigger)
+    return None
+
+
+def throw_job_error(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
+    req = _model(schemas.ThrowJobError, body)
+    job = _take(api, path["key"])
+    trigger = JobErrorThrown(
+        wait_id=job.wait_id,
+        attempt=job.attempt,
+        code=req.error_code,
+        message=req.error_message or "",
+        variables=req.variables or {},
+    )
+    _report(api, job, trigger)
+    return None
+
+
+def update_job(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
+    req = _model(schemas.UpdateJob, body)
+    idem = api.resolve("job", path["key"], "job")
+    timeout = req.changeset.timeout
+    if timeout is not None:
+        job = api_keys.job(api.engine, int(path["key"]))
+        if job is None or job.worker is None:
+            raise Problem(404, "NOT_FOUND", f"no activated job has key {path['key']}")
+        api_keys.extend(api.engine, job.key, clock.now() + timedelta(milliseconds=timeout))
+        api.client.report_job(
+            job.instance_id,
+            JobHeartbeat(
+                wait_id=job.wait_id,
+                attempt=job.attempt,
+                extend_seconds=min(timeout / 1000, 7 * 24 * 3600),
+            ),
+            wire.job_heartbeat_id(idem),
+        )
+    # ``retries``: accepted; the engine's retry policy counts a job's retries, and an
+    # incident's resolution runs the job again (docs/camunda-api.md).
+    return None
+
+
+# -- messages and signals ------------------------------------------------------------
+
+
+def publish_message(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
+    req = _model(schemas.PublishMessage, body)
+    ttl = None if req.time_to_live is None else req.time_to_live / 1000
+    message_id = api.client.send_message(
+        req.name, req.correlation_key, req.variables, req.message_id, ttl
+    )
+    return {"tenantId": TENANT, "messageKey": api.key("message", message_id)}
+
+
+def correlate_message(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
+    req = _model(schemas.CorrelateMessage, body)
+    holders = api_keys.message_holders(api.engine, req.name, req.correlation_key)
+    if not holders:
+        raise Problem(
+            404,
+            "NOT_FOUND",
+            f"no process instance waits for message {req.name!r} with correlation key "
+            f"{req.correlation_key!r}",
+        )
+    message_id = api.client.send_message(req.name, req.correlation_key, req.variables, None, 0)
+    return {
+        "tenantId": TENANT,
+        "messageKey": api.key("message", message_id),
+        "processInstanceKey": api.key("instance", holders[0]),
+    }
+
+
+def broadcast_signal(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
+    req = _model(schemas.BroadcastSignal, body)
+    signal_id = api.client.signal(req.signal_name, req.variables)
+    return {"tenantId": TENANT, "signalKey": api.key("signal", signal_id)}
+
+
+# -- user tasks ----------------------------------------------------------------------
+
+
+def _user_task(api: Api, view: UserTaskView, process: tuple[str, int]) -> dict[str, Any]:
+    instance_key = api.key("instance", view.instance_id)
+    return {
+        "name": view.name,
+        "state": "CREATED" if view.state == "created" else view.state.upper(),
+        "assignee": view.assignee,
+        "elementId": view.node_id,
+        "candidateGroups": list(view.candidate_groups),
+        "candidateUsers": list(view.candidate_users),
+        "processDefinitionId": process[0],
+        "creationDate": _iso(view.created_at),
+        "completionDate": None,
+        "followUpDate": _iso(view.follow_up_date),
+        "dueDate": _iso(view.due_date),
+        "tenantId": TENANT,
+        "externalFormReference": view.external_reference,
+        "processDefinitionVersion": process[1],
+        "customHeaders": {},
+        "priority": view.priority,
+        "userTaskKey": api.key("user_task", view.id),
+        "elementInstanceKey": api.key("element", view.id),
+        "processName": process[0],
+        "processDefinitionKey": api.key("process", f"{process[0]}:{process[1]}"),
+        "processInstanceKey": instance_key,
+        "rootProcessInstanceKey": instance_key,
+        "businessId": None,
+        "formKey": None,
+        "tags": [],
+    }
+
+
+def search_user_tasks(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
+    search = _model(schemas.Search, body)
+    instance_key = _filter_key(search, "processInstanceKey")
+    instance_id = None
+    if instance_key is not None:
+        instance_id = api_keys.dormant_id(api.engine, "instance", int(instance_key))
+        if instance_id is None:
+            return _page([], search)
+    assignee = search.filter.get("assignee")
+    views = api.client.user_tasks(
+        instance_id, assignee=str(assignee) if isinstance(assignee, str) else None
+    )
+    element = search.filter.get("elementId")
+    if element is not None:
+        views = [v for v in views if v.node_id == element]
+    state = search.filter.get("state")
+    if state not in (None, "CREATED"):
+        views = []  # an open task is CREATED; completed ones are not kept
+    processes = api_keys.instance_processes(api.engine, [v.instance_id for v in views])
+    return _page([_user_task(api, v, processes[v.instance_id]) for v in views], search)
+
+
+def _task_id(api: Api, key: str) -> str:
+    return api.resolve("user_task", key, "user task")
+
+
+def get_user_task(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
+    view = api.client.user_task(_task_id(api, path["key"]))
+    process = api_keys.instance_processes(api.engine, [view.instance_id])[view.instance_id]
+    return _user_task(api, view, process)
+
+
+def assign_user_task(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
+    req = _model(schemas.AssignUserTask, body)
+    task_id = _task_id(api, path["key"])
+    if req.allow_override:
+        api.client.assign_task(task_id, req.assignee)
+    else:
+        api.client.claim_task(task_id, req.assignee)
+    return None
+
+
+def unassign_user_task(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
+    api.client.unassign_task(_task_id(api, path["key"]))
+    return None
+
+
+def complete_user_task(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
+    req = _model(schemas.CompleteUserTask, body)
+    api.client.complete_task(_task_id(api, path["key"]), req.variables)
+    return None
+
+
+def user_task_form(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
+    api.client.user_task(_task_id(api, path["key"]))
+    return None  # 204: no form is linked (dormant does not keep deployed forms)
+
+
+# -- incidents -----------------------------------------------------------------------
+
+
+def _incident_state(view: IncidentView) -> str:
+    return "RESOLVED" if IncidentState(view.state).closed else "ACTIVE"
+
+
+def _incident(api: Api, view: IncidentView, process: tuple[str, int]) -> dict[str, Any]:
+    instance_key = api.key("instance", view.instance_id)
+    return {
+        "processDefinitionId": process[0],
+        "errorType": "JOB_NO_RETRIES" if view.job_type else "UNKNOWN",
+        "errorMessage": view.cause,
+        "elementId": view.node_id,
+        "creationTime": _iso(view.first_at),
+        "state": _incident_state(view),
+        "tenantId": TENANT,
+        "incidentKey": api.key("incident", view.id),
+        "processDefinitionKey": api.key("process", f"{process[0]}:{process[1]}"),
+        "processInstanceKey": instance_key,
+        "rootProcessInstanceKey": instance_key,
+        "elementInstanceKey": api.key("element", f"{view.instance_id}:{view.token_id}"),
+        "jobKey": None,
+    }
+
+
+def search_incidents(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
+    search = _model(schemas.Search, body)
+    instance_key = _filter_key(search, "processInstanceKey")
+    instance_id = None
+    if instance_key is not None:
+        instance_id = api_keys.dormant_id(api.engine, "instance", int(instance_key))
+        if instance_id is None:
+            return _page([], search)
+    views = api.client.incidents(instance_id)
+    processes = api_keys.instance_processes(api.engine, [v.instance_id for v in views])
+    items = [_incident(api, v, processes.get(v.instance_id, ("", 0))) for v in views]
+    state = search.filter.get("state")
+    if isinstance(state, dict):
+        state = state.get("$eq")
+    if state is not None:
+        items = [i for i in items if i["state"] == state]
+    return _page(items, search)
+
+
+def get_incident(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
+    view = api.client.incident(api.resolve("incident", path["key"], "incident"))
+    process = api_keys.instance_processes(api.engine, [view.instance_id])
+    return _incident(api, view, process.get(view.instance_id, ("", 0)))
+
+
+def resolve_incident(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
+    api.client.retry_incident(api.resolve("incident", path["key"], "incident"))
+    return None
+
+
+# -- the app -------------------------------------------------------------------------
+
+
+def routes() -> list[BaseRoute]:
+    """Every route served (docs/camunda-api.md lists them, one table)."""
+    table: list[tuple[str, str, Handler]] = [
+        ("GET", "/v2/topology", topology),
+        ("GET", "/v2/status", status),
+        ("GET", "/v2/license", license_),
+        ("POST", "/v2/process-instances", create_instance),
+        ("POST", "/v2/process-instances/search", search_instances),
+        ("GET", "/v2/process-instances/{key}", get_instance),
+        ("POST", "/v2/process-instances/{key}/cancellation", cancel_instance),
+        ("POST", "/v2/jobs/activation", activate_jobs),
+        ("POST", "/v2/jobs/{key}/completion", complete_job),
+        ("POST", "/v2/jobs/{key}/failure", fail_job),
+        ("POST", "/v2/jobs/{key}/error", throw_job_error),
+        ("PATCH", "/v2/jobs/{key}", update_job),
+        ("POST", "/v2/messages/publication", publish_message),
+        ("POST", "/v2/messages/correlation", correlate_message),
+        ("POST", "/v2/signals/broadcast", broadcast_signal),
+        ("POST", "/v2/user-tasks/search", search_user_tasks),
+        ("GET", "/v2/user-tasks/{key}", get_user_task),
+        ("POST", "/v2/user-tasks/{key}/assignment", assign_user_task),
+        ("DELETE", "/v2/user-tasks/{key}/assignee", unassign_user_task),
+        ("POST", "/v2/user-tasks/{key}/completion", complete_user_task),
+        ("GET", "/v2/user-tasks/{key}/form", user_task_form),
+        ("POST", "/v2/incidents/search", search_incidents),
+        ("GET", "/v2/incidents/{key}", get_incident),
+        ("POST", "/v2/incidents/{key}/resolution", resolve_incident),
+    ]
+    out: list[BaseRoute] = [
+        Route("/v2/deployments", _endpoint(deploy, multipart=True), methods=["POST"])
+    ]
+    out += [Route(p, _endpoint(h), methods=[m]) for m, p, h in table]
+    return out
+
+
+async def _not_found(request: Request, exc: Exception) -> Response:
+    status_code = getattr(exc, "status_code", 404)
+    return _problem(
+        status_code,
+        "NOT_FOUND" if status_code == 404 else "INVALID_ARGUMENT",
+        f"{request.method} {request.url.path} is not served by dormant (docs/camunda-api.md)",
+        request.url.path,
+    )
+
+
+def create_app(client: Client | None = None) -> Starlette:
+    """The API as an ASGI app, on ``client`` (a new Client from the environment when
+    None)."""
+    app = Starlette(routes=routes(), exception_handlers={404: _not_found, 405: _not_found})
+    app.state.api = Api(client if client is not None else Client())
+    return app

@@ -1,0 +1,123 @@
+"""The requests of the Camunda 8 Orchestration Cluster REST API (v2) that dormant
+serves, as its own pydantic models, written from Camunda's public documentation
+(docs/camunda-api.md). One declared schema per request: a body that does not fit is a
+400 problem naming the field, before anything is read or written.
+
+Fields the clients send that dormant has no use for (``tenantId``,
+``operationReference``, ...) are accepted and ignored (``extra="ignore"``): c8ctl and
+Desktop Modeler send ``tenantId: "<default>"`` everywhere.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+__all__ = [
+    "ActivateJobs",
+    "AssignUserTask",
+    "BroadcastSignal",
+    "CompleteJob",
+    "CompleteUserTask",
+    "CorrelateMessage",
+    "CreateInstance",
+    "FailJob",
+    "PublishMessage",
+    "Search",
+    "ThrowJobError",
+    "UpdateJob",
+]
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+
+class CreateInstance(_Request):
+    process_definition_id: str | None = None
+    process_definition_version: int = -1  # -1: the latest version
+    process_definition_key: str | None = Field(default=None, pattern=r"^-?[0-9]+$")
+    variables: dict[str, Any] | None = None
+    await_completion: bool = False
+    fetch_variables: list[str] | None = None
+    request_timeout: int = 0  # milliseconds; 0: the server's default
+    tags: list[str] = Field(default_factory=list)
+    business_id: str | None = None
+
+
+class ActivateJobs(_Request):
+    type: str = Field(min_length=1)
+    worker: str | None = None
+    timeout: int = Field(gt=0)  # milliseconds
+    max_jobs_to_activate: int = Field(gt=0, le=1000)
+    fetch_variable: list[str] | None = None
+    request_timeout: int = 0  # milliseconds; 0: the server's default, < 0: answer at once
+
+
+class CompleteJob(_Request):
+    variables: dict[str, Any] | None = None
+
+
+class FailJob(_Request):
+    retries: int = 0
+    error_message: str | None = None
+    retry_back_off: int = 0  # milliseconds
+    variables: dict[str, Any] | None = None
+
+
+class ThrowJobError(_Request):
+    error_code: str = Field(min_length=1)
+    error_message: str | None = None
+    variables: dict[str, Any] | None = None
+
+
+class JobChangeset(_Request):
+    retries: int | None = None
+    timeout: int | None = Field(default=None, gt=0)  # milliseconds
+
+
+class UpdateJob(_Request):
+    changeset: JobChangeset
+
+
+class PublishMessage(_Request):
+    name: str = Field(min_length=1)
+    correlation_key: str | None = None
+    time_to_live: int | None = Field(default=None, ge=0)  # milliseconds
+    message_id: str | None = None
+    variables: dict[str, Any] | None = None
+
+
+class CorrelateMessage(_Request):
+    name: str = Field(min_length=1)
+    correlation_key: str | None = None
+    variables: dict[str, Any] | None = None
+
+
+class BroadcastSignal(_Request):
+    signal_name: str = Field(min_length=1)
+    variables: dict[str, Any] | None = None
+
+
+class AssignUserTask(_Request):
+    assignee: str = Field(min_length=1)
+    allow_override: bool = True
+
+
+class CompleteUserTask(_Request):
+    variables: dict[str, Any] | None = None
+
+
+class Page(_Request):
+    limit: int = Field(default=100, ge=1, le=10000)
+    from_: int = Field(default=0, ge=0, alias="from")
+
+
+class Search(_Request):
+    """Every search: a filter (its fields depend on the resource; read as a plain
+    object, each route takes the fields it supports) and a page."""
+
+    filter: dict[str, Any] = Field(default_factory=dict)
+    page: Page = Field(default_factory=Page)

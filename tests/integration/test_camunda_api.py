@@ -1,0 +1,517 @@
+"""Camunda 8's own Python SDK (PyPI ``camunda-orchestration-sdk``, the dev extra)
+against a real ``dormant api`` process, on PostgreSQL + Redis with a real dormant
+worker and beat (docs/camunda-api.md).
+
+The SDK is used as a Camunda team uses it: ``deploy_resources_from_files``,
+``create_process_instance`` (with ``await_completion``), its own job worker loop
+(``create_job_worker``: activation by long polling, completion, failure, BPMN error),
+messages, signals, user tasks and incidents. The job types below are marked
+``{"api": true}`` in ``DORMANT_JOB_TYPES``: they are never sent to Celery (no Celery
+task of those names exists, so a job that went there would fail).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.conftest import Proc, Stack, running_stack, wait_for
+
+sdk = pytest.importorskip("camunda_orchestration_sdk")  # the dev extra installs it
+
+pytestmark = pytest.mark.timeout(240)
+
+API_TYPES = ("api-double", "api-flaky", "api-reject")
+ZEEBE = 'xmlns:zeebe="http://camunda.org/schema/zeebe/1.0"'
+
+
+def _bpmn(process_id: str, body: str, flows: str) -> str:
+    return f"""<?xml version="1.0" encoding="UTF-8"?>
+<bpmn:definitions xmlns:bpmn="http://www.omg.org/spec/BPMN/20100524/MODEL" {ZEEBE}
+    id="d-{process_id}" targetNamespace="http://dormant.dev/tests">
+  <bpmn:process id="{process_id}" isExecutable="true">
+    <bpmn:startEvent id="start"/>
+    {body}
+    <bpmn:endEvent id="end"/>
+    {flows}
+  </bpmn:process>
+</bpmn:definitions>
+"""
+
+
+def _service(process_id: str, job_type: str, retries: int = 3) -> str:
+    task = f"""<bpmn:serviceTask id="work">
+      <bpmn:extensionElements>
+        <zeebe:taskDefinition type="{job_type}" retries="{retries}"/>
+      </bpmn:extensionElements>
+    </bpmn:serviceTask>"""
+    flows = """<bpmn:sequenceFlow id="f1" sourceRef="start" targetRef="work"/>
+    <bpmn:sequenceFlow id="f2" sourceRef="work" targetRef="end"/>"""
+    return _bpmn(process_id, task, flows)
+
+
+def _caught_error(process_id: str, job_type: str) -> str:
+    body = f"""<bpmn:serviceTask id="work">
+      <bpmn:extensionElements>
+        <zeebe:taskDefinition type="{job_type}"/>
+      </bpmn:extensionElements>
+    </bpmn:serviceTask>
+    <bpmn:boundaryEvent id="rejected" attachedToRef="work">
+      <bpmn:errorEventDefinition errorRef="err"/>
+    </bpmn:boundaryEvent>
+    <bpmn:endEvent id="refused"/>"""
+    flows = """<bpmn:sequenceFlow id="f1" sourceRef="start" targetRef="work"/>
+    <bpmn:sequenceFlow id="f2" sourceRef="work" targetRef="end"/>
+    <bpmn:sequenceFlow id="f3" sourceRef="rejected" targetRef="refused"/>"""
+    text = _bpmn(process_id, body, flows)
+    return text.replace(
+        "<bpmn:process ", '<bpmn:error id="err" errorCode="REJECTED"/>\n  <bpmn:process ', 1
+    )
+
+
+def _message_wait(process_id: str) -> str:
+    body = """<bpmn:intermediateCatchEvent id="paid">
+      <bpmn:messageEventDefinition messageRef="msg"/>
+    </bpmn:intermediateCatchEvent>"""
+    flows = """<bpmn:sequenceFlow id="f1" sourceRef="start" targetRef="paid"/>
+    <bpmn:sequenceFlow id="f2" sourceRef="paid" targetRef="end"/>"""
+    text = _bpmn(process_id, body, flows)
+    message = f"""<bpmn:message id="msg" name="{process_id}-paid">
+    <bpmn:extensionElements>
+      <zeebe:subscription correlationKey="=orderId"/>
+    </bpmn:extensionElements>
+  </bpmn:message>
+  <bpmn:process """
+    return text.replace("<bpmn:process ", message, 1)
+
+
+def _signal_wait(process_id: str) -> str:
+    body = """<bpmn:intermediateCatchEvent id="go">
+      <bpmn:signalEventDefinition signalRef="sig"/>
+    </bpmn:intermediateCatchEvent>"""
+    flows = """<bpmn:sequenceFlow id="f1" sourceRef="start" targetRef="go"/>
+    <bpmn:sequenceFlow id="f2" sourceRef="go" targetRef="end"/>"""
+    text = _bpmn(process_id, body, flows)
+    return text.replace(
+        "<bpmn:process ", f'<bpmn:signal id="sig" name="{process_id}-go"/>\n  <bpmn:process ', 1
+    )
+
+
+def _user_task(process_id: str) -> str:
+    body = """<bpmn:userTask id="approve" name="Approve">
+      <bpmn:extensionElements><zeebe:userTask/></bpmn:extensionElements>
+    </bpmn:userTask>"""
+    flows = """<bpmn:sequenceFlow id="f1" sourceRef="start" targetRef="approve"/>
+    <bpmn:sequenceFlow id="f2" sourceRef="approve" targetRef="end"/>"""
+    return _bpmn(process_id, body, flows)
+
+
+def _start_vars(variables: dict[str, Any]) -> Any:
+    return sdk.ProcessInstanceCreationInstructionBaseVariables.from_dict(variables)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ApiStack:
+    def __init__(self, stack: Stack, url: str) -> None:
+        self.stack = stack
+        self.url = url
+
+    def camunda(self) -> Any:
+        from camunda_orchestration_sdk import CamundaClient
+
+        return CamundaClient(configuration=self.configuration)
+
+    @property
+    def configuration(self) -> Any:
+        return {"CAMUNDA_REST_ADDRESS": self.url, "CAMUNDA_AUTH_STRATEGY": "NONE"}
+
+    def deploy(self, tmp: Path, name: str, text: str) -> Any:
+        path = tmp / name
+        path.write_text(text)
+        with self.camunda() as camunda:
+            return camunda.deploy_resources_from_files([path])
+
+    def instance_id(self, key: str) -> str:
+        from dormant.persistence import api_keys
+
+        found = api_keys.dormant_id(self.stack.client._store.engine, "instance", int(key))
+        assert found is not None, f"no instance behind key {key}"
+        return found
+
+
+@pytest.fixture(scope="module")
+def api(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ApiStack]:
+    job_types = json.dumps({t: {"api": True} for t in API_TYPES})
+    with running_stack(
+        "pg_redis", "camunda-api", request, tmp_path_factory, DORMANT_JOB_TYPES=job_types
+    ) as stack:
+        port = _free_port()
+        proc = Proc("api", stack.dormant("api", "--port", str(port)), stack.env, stack.tmp)
+        stack.procs.append(proc)
+        proc.start(ready="REST API on")
+        yield ApiStack(stack, f"http://127.0.0.1:{port}")
+
+
+def test_topology_and_deploy_name_dormant_and_the_uploaded_files(
+    api: ApiStack, tmp_path: Path
+) -> None:
+    with api.camunda() as camunda:
+        topology = camunda.get_topology()
+    assert topology.gateway_version == "8.8.0"
+    assert topology.to_dict()["dormant"] is True
+
+    deployed = api.deploy(tmp_path, "double.bpmn", _service("api-double-p", "api-double"))
+    (process,) = deployed.processes
+    assert process.process_definition_id == "api-double-p"
+    assert process.resource_name == "double.bpmn"
+    assert str(process.process_definition_key).isdigit()
+    assert api.stack.client.deployment(int(api.stack.client.deployments(1)[0].key)) is not None
+
+
+def test_sdk_job_worker_completes_jobs_and_await_completion_returns_the_variables(
+    api: ApiStack, tmp_path: Path
+) -> None:
+    from camunda_orchestration_sdk import ProcessCreationById
+
+    api.deploy(tmp_path, "double.bpmn", _service("api-double-p", "api-double"))
+    seen: list[str] = []
+
+    def double(job: Any) -> dict[str, Any]:
+        seen.append(str(job.job_key))
+        return {"doubled": job.variables.to_dict()["x"] * 2}
+
+    with api.camunda() as camunda, sdk_workers(api, {"api-double": double}):
+        created = camunda.create_process_instance(
+            data=ProcessCreationById(
+                process_definition_id="api-double-p",
+                variables=_start_vars({"x": 21}),
+                await_completion=True,
+                request_timeout=60000,
+            )
+        )
+        assert created.variables.to_dict()["doubled"] == 42
+        fetched = camunda.get_process_instance(created.process_instance_key)
+    assert str(fetched.state) in ("COMPLETED", "ProcessInstanceStateEnum.COMPLETED")
+    view = api.stack.client.instance(api.instance_id(str(created.process_instance_key)))
+    assert view.status == "completed"
+    assert view.variables["doubled"] == 42
+    assert seen, "the SDK's worker ran the job"
+
+
+@contextmanager
+def sdk_workers(api: ApiStack, handlers: dict[str, Callable[[Any], Any]]) -> Iterator[None]:
+    """The SDK's own job workers (``CamundaAsyncClient.create_job_worker``,
+    ``run_workers``: its poll loop), on an event loop of their own thread; stopped at
+    the end."""
+    from camunda_orchestration_sdk import CamundaAsyncClient, WorkerConfig
+
+    loop = asyncio.new_event_loop()
+    workers: list[Any] = []
+    started = threading.Event()
+
+    async def main() -> None:
+        async with CamundaAsyncClient(configuration=api.configuration) as camunda:
+            for job_type, handler in handlers.items():
+                config = WorkerConfig(job_type=job_type, job_timeout_milliseconds=30000)
+                workers.append(camunda.create_job_worker(config, handler))
+            started.set()
+            await camunda.run_workers()
+
+    thread = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
+    thread.start()
+    assert started.wait(30), "the SDK's workers did not start"
+    try:
+        yield
+    finally:
+        for worker in workers:
+            loop.call_soon_threadsafe(worker.stop)
+        thread.join(30)
+
+
+def test_a_bpmn_error_from_the_worker_takes_the_boundary_and_a_failure_opens_an_incident(
+    api: ApiStack, tmp_path: Path
+) -> None:
+    from camunda_orchestration_sdk import (
+        IncidentSearchQuery,
+        IncidentSearchQueryFilter,
+        JobError,
+        JobFailure,
+        ProcessCreationById,
+    )
+
+    api.deploy(tmp_path, "reject.bpmn", _caught_error("api-reject-p", "api-reject"))
+    api.deploy(tmp_path, "flaky.bpmn", _service("api-flaky-p", "api-flaky", retries=3))
+    fixed = threading.Event()
+
+    def reject(job: Any) -> dict[str, Any]:
+        raise JobError("REJECTED", "no stock", {"why": "stock"})
+
+    def flaky(job: Any) -> dict[str, Any]:
+        if not fixed.is_set():
+            # the worker counts retries: none left is an incident at once, whatever
+            # the model's retries="3" would allow
+            raise JobFailure("payment gateway down", retries=0)
+        return {"charged": True}
+
+    handlers = {"api-reject": reject, "api-flaky": flaky}
+    with api.camunda() as camunda, sdk_workers(api, handlers):
+        rejected = camunda.create_process_instance(
+            data=ProcessCreationById(process_definition_id="api-reject-p")
+        )
+        flaky_run = camunda.create_process_instance(
+            data=ProcessCreationById(process_definition_id="api-flaky-p")
+        )
+        rejected_id = api.instance_id(str(rejected.process_instance_key))
+        view = api.stack.wait_status(rejected_id, "completed", timeout=60)
+        assert view.variables["why"] == "stock"
+        reached = {f.details.get("node") for f in api.stack.client.history(rejected_id)}
+        assert "refused" in reached and "end" not in reached, reached
+
+        def incident() -> Any:
+            found = camunda.search_incidents(
+                data=IncidentSearchQuery(
+                    filter_=IncidentSearchQueryFilter(
+                        process_instance_key=str(flaky_run.process_instance_key)
+                    )
+                )
+            )
+            return next((i for i in found.items if str(i.state).endswith("ACTIVE")), None)
+
+        open_incident = wait_for(incident, 60, what="the failed job's incident")
+        assert "payment gateway down" in open_incident.error_message
+        assert "after 1 attempt" in open_incident.error_message
+        assert open_incident.element_id == "work"
+        fixed.set()
+        camunda.resolve_incident(open_incident.incident_key)
+        api.stack.wait_status(
+            api.instance_id(str(flaky_run.process_instance_key)), "completed", timeout=60
+        )
+
+
+def test_messages_signals_user_tasks_and_cancellation(api: ApiStack, tmp_path: Path) -> None:
+    from camunda_orchestration_sdk import (
+        CancelProcessInstanceRequest,
+        MessageCorrelationRequest,
+        MessagePublicationRequest,
+        ProcessCreationById,
+        SignalBroadcastRequest,
+        UserTaskAssignmentRequest,
+        UserTaskCompletionRequest,
+        UserTaskSearchQuery,
+        UserTaskSearchQueryFilter,
+    )
+    from camunda_orchestration_sdk.errors import NotFoundError
+
+    api.deploy(tmp_path, "paid.bpmn", _message_wait("api-paid-p"))
+    api.deploy(tmp_path, "go.bpmn", _signal_wait("api-go-p"))
+    api.deploy(tmp_path, "approve.bpmn", _user_task("api-approve-p"))
+    with api.camunda() as camunda:
+        correlate = MessageCorrelationRequest(
+            name="api-paid-p-paid",
+            correlation_key="o-1",
+            variables=sdk.MessageCorrelationRequestVariables.from_dict({"amount": 5}),
+        )
+        with pytest.raises(NotFoundError):
+            camunda.correlate_message(data=correlate)  # nobody waits yet
+        first = camunda.create_process_instance(
+            data=ProcessCreationById(
+                process_definition_id="api-paid-p", variables=_start_vars({"orderId": "o-1"})
+            )
+        )
+        second = camunda.create_process_instance(
+            data=ProcessCreationById(
+                process_definition_id="api-paid-p", variables=_start_vars({"orderId": "o-2"})
+            )
+        )
+
+        def correlated() -> Any:
+            try:
+                return camunda.correlate_message(data=correlate)
+            except NotFoundError:
+                return None  # its subscription is not written yet
+
+        result = wait_for(correlated, 60, what="a subscription for o-1")
+        assert str(result.process_instance_key) == str(first.process_instance_key)
+        view = api.stack.wait_status(api.instance_id(str(first.process_instance_key)), "completed")
+        assert view.variables["amount"] == 5
+
+        published = camunda.publish_message(
+            data=MessagePublicationRequest(
+                name="api-paid-p-paid", correlation_key="o-2", time_to_live=60000
+            )
+        )
+        assert str(published.message_key).isdigit()
+        api.stack.wait_status(api.instance_id(str(second.process_instance_key)), "completed")
+
+        waiting = camunda.create_process_instance(
+            data=ProcessCreationById(process_definition_id="api-go-p")
+        )
+        waiting_id = api.instance_id(str(waiting.process_instance_key))
+        wait_for(
+            lambda: api.stack.client.instance(waiting_id).waits or None,
+            60,
+            what="the signal wait",
+        )
+        camunda.broadcast_signal(data=SignalBroadcastRequest(signal_name="api-go-p-go"))
+        api.stack.wait_status(waiting_id, "completed")
+
+        approval = camunda.create_process_instance(
+            data=ProcessCreationById(process_definition_id="api-approve-p")
+        )
+
+        def task() -> Any:
+            found = camunda.search_user_tasks(
+                data=UserTaskSearchQuery(
+                    filter_=UserTaskSearchQueryFilter(
+                        process_instance_key=str(approval.process_instance_key)
+                    )
+                )
+            )
+            return found.items[0] if found.items else None
+
+        open_task = wait_for(task, 60, what="the user task")
+        assert open_task.element_id == "approve"
+        camunda.assign_user_task(
+            open_task.user_task_key, data=UserTaskAssignmentRequest(assignee="ann")
+        )
+        wait_for(
+            lambda: camunda.get_user_task(open_task.user_task_key).assignee == "ann" or None,
+            60,
+            what="the assignment",
+        )
+        camunda.complete_user_task(
+            open_task.user_task_key,
+            data=UserTaskCompletionRequest(
+                variables=sdk.UserTaskCompletionRequestVariables.from_dict({"approved": True})
+            ),
+        )
+        view = api.stack.wait_status(
+            api.instance_id(str(approval.process_instance_key)), "completed"
+        )
+        assert view.variables["approved"] is True
+
+        doomed = camunda.create_process_instance(
+            data=ProcessCreationById(
+                process_definition_id="api-paid-p", variables=_start_vars({"orderId": "x"})
+            )
+        )
+        doomed_id = api.instance_id(str(doomed.process_instance_key))
+        wait_for(lambda: api.stack.client.instance(doomed_id).waits or None, 60, what="its wait")
+        camunda.cancel_process_instance(
+            doomed.process_instance_key, data=CancelProcessInstanceRequest()
+        )
+        api.stack.wait_status(doomed_id, "terminated")
+        assert str(camunda.get_process_instance(doomed.process_instance_key).state).endswith(
+            "TERMINATED"
+        )
+
+
+def test_c8ctl_deploys_creates_lists_and_publishes(api: ApiStack, tmp_path: Path) -> None:
+    """Camunda's npm CLI, ``c8ctl`` (tests/integration/npm_clients.py installs it),
+    against the same ``dormant api``."""
+    import subprocess
+
+    from tests.integration.npm_clients import c8ctl_command, c8ctl_env
+
+    command = c8ctl_command()
+    env = c8ctl_env(api.url, tmp_path / "home")
+
+    def c8ctl(*args: str) -> str:
+        done = subprocess.run(
+            [*command, *args, "--json"],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, f"c8ctl {args}: {done.stdout}\n{done.stderr}"
+        return done.stdout + done.stderr
+
+    model = tmp_path / "c8-paid.bpmn"
+    model.write_text(_message_wait("c8-paid-p"))
+    deployed = c8ctl("deploy", str(model))
+    assert "c8-paid-p" in deployed
+    created = c8ctl(
+        "create", "pi", "--id", "c8-paid-p", "--variables", json.dumps({"orderId": "c8-1"})
+    )
+    keys = api.stack.client.instances(key="c8-paid-p")
+    assert len(keys) == 1
+    instance_id = keys[0].id
+    own_key = str(api_key(api, instance_id))
+    assert re.search(rf"\b{own_key}\b", created), created
+    wait_for(lambda: api.stack.client.instance(instance_id).waits or None, 60, what="its wait")
+    listed = c8ctl("list", "pi", "--id", "c8-paid-p")
+    assert re.search(rf"\b{own_key}\b", listed), listed
+    c8ctl("publish", "msg", "c8-paid-p-paid", "--correlationKey", "c8-1")
+    api.stack.wait_status(instance_id, "completed")
+
+
+def api_key(api: ApiStack, instance_id: str) -> int:
+    from dormant.persistence import api_keys
+
+    return api_keys.key_of(api.stack.client._store.engine, "instance", instance_id)
+
+
+def test_refusals_are_problem_documents_and_bodiless_posts_are_accepted(
+    api: ApiStack, tmp_path: Path
+) -> None:
+    """What Modeler and c8ctl send as they send it: a multipart deploy with a
+    ``tenantId`` part, a POST with a JSON content type and no body; every refusal an
+    RFC 9457 problem naming what was wrong."""
+    import httpx
+
+    fields = ("type", "title", "status", "detail", "instance")
+    with httpx.Client(base_url=api.url, timeout=30) as http:
+        deployed = http.post(
+            "/v2/deployments",
+            files=[
+                ("tenantId", (None, "<default>")),
+                ("resources", ("modeler.bpmn", _signal_wait("api-modeler-p"), "application/xml")),
+            ],
+            headers={"Authorization": ""},
+        )
+        assert deployed.status_code == 200, deployed.text
+        (entry,) = deployed.json()["deployments"]
+        assert entry["processDefinition"]["resourceName"] == "modeler.bpmn"
+        assert deployed.json()["tenantId"] == "<default>"
+
+        missing = http.get("/v2/process-instances/999999999")
+        assert missing.status_code == 404
+        assert missing.headers["content-type"] == "application/problem+json"
+        assert set(fields) <= set(missing.json())
+
+        bodiless = http.post(
+            "/v2/incidents/999999999/resolution",
+            content=b"",
+            headers={"Content-Type": "application/json"},
+        )
+        assert bodiless.status_code == 404, bodiless.text  # read as {}, not refused
+
+        bad = http.post("/v2/jobs/activation", json={"worker": "w", "timeout": 1000})
+        assert bad.status_code == 400
+        assert "type" in bad.json()["detail"] and "maxJobsToActivate" in bad.json()["detail"]
+
+        broken = http.post(
+            "/v2/deployments", files=[("resources", ("broken.bpmn", b"<nope", "application/xml"))]
+        )
+        assert broken.status_code == 400 and broken.json()["detail"]
+
+        unknown = http.post("/v2/clock", json={})
+        assert unknown.status_code == 404 and set(fields) <= set(unknown.json())
