@@ -317,6 +317,10 @@ outbox = Table(
     Column("payload", JsonDoc(), nullable=False),
     Column("created_at", UtcDateTime, nullable=False, index=True),
     Column("published_at", UtcDateTime),
+    # A row the relay could not publish, parked with its error so the sweep goes on
+    # (migration 0013, persistence/parked.py).
+    Column("parked_at", UtcDateTime),
+    Column("parked_error", Text),
 )
 
 processed_triggers = Table(
@@ -364,6 +368,10 @@ inbox = Table(
     # When the sweep last re-published it: a broker outage must not make every sweep
     # re-send every waiting trigger (a storm of duplicates that slows the recovery).
     Column("republished_at", UtcDateTime),
+    # A row the sweep could not send again, parked with its error so the sweep goes
+    # on (migration 0013, persistence/parked.py).
+    Column("parked_at", UtcDateTime),
+    Column("parked_error", Text),
 )
 # Only the rows still waiting (migration 0009): the sweep and the backlog gauge read
 # these, and processed rows are kept as the producer's record.
