@@ -60,12 +60,17 @@ def test_a_backlog_queued_while_every_worker_was_down_is_not_sent_again(
     log = tmp_path / "deliveries.log"
     key = "resend-backlog"
     s.client.deploy(waiting(key, "resend-go"))
-    s.beat()  # the sweep is asked for all along; no worker runs it yet
-    s.client.start_many(key, [{"id": f"rb-{n}"} for n in range(BACKLOG)])
-    written = time.monotonic()
-    # Every row older than the sweep's age threshold (3 s here) before any worker runs:
-    # by age alone, the whole backlog would be taken for lost.
-    wait_for(lambda: time.monotonic() - written > 5, 10, 0.5, "the backlog to age")
+    s.beat()  # the sweep is asked for all along (every 3 s); no worker runs it yet
+    # Two waves with beat's sweep queued between them: when a worker runs that sweep,
+    # the second wave is still queued behind it and older than the sweep's age
+    # threshold (3 s here), so by age alone it would all be taken for lost.
+    half = BACKLOG // 2
+    s.client.start_many(key, [{"id": f"rb-{n}"} for n in range(half)])
+    first = time.monotonic()
+    wait_for(lambda: time.monotonic() - first > 4, 10, 0.5, "a sweep queued after wave 1")
+    s.client.start_many(key, [{"id": f"rb-{n}"} for n in range(half, BACKLOG)])
+    second = time.monotonic()
+    wait_for(lambda: time.monotonic() - second > 5, 10, 0.5, "wave 2 to age")
     counting_worker(s, log)
     counting_worker(s, log)
     wait_for(lambda: unprocessed(s) == 0, 60 + BACKLOG / 5, 0.5, "the backlog applied")
