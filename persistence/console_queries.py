@@ -3,7 +3,7 @@
 Every list is ordered newest first by ``(created_at, id)`` (instances) or
 ``(last_at, id)`` (incidents) and paginated by keyset: the next page starts strictly
 after the last row shown, so page 1,000 costs what page 1 costs and a row inserted
-meanwhile never shifts a page. Migrations 0007 and 0015 hold the indexes each filter needs. The
+meanwhile never shifts a page. Migrations 0007 and 0013 hold the indexes each filter needs. The
 list rows never carry a checkpoint: a page of 50 reads 50 narrow index-ordered rows.
 """
 
@@ -54,7 +54,7 @@ __all__ = [
 T = TypeVar("T")
 
 # ``waiting_nodes`` (the live tokens' node ids, written with each checkpoint) under its
-# GIN index on PostgreSQL (migration 0015): containment is what the index answers.
+# GIN index on PostgreSQL (migration 0013): containment is what the index answers.
 _PG_TOKEN_NODES = "instances.waiting_nodes @> CAST(:waiting_node AS jsonb)"
 _INSTANCE_COLUMNS = tuple(
     instances.c[n]

@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine, Update, bindparam, insert, or_, select, update
+from sqlalchemy import Engine, Update, bindparam, func, insert, or_, select, update
 
+from dormant.engine_core.errors import StoredDataError
 from dormant.persistence import clock
 from dormant.persistence.tables import inbox
 from dormant.persistence.writes import Writes
@@ -38,15 +39,39 @@ __all__ = [
     "record",
     "record_many",
     "unprocessed",
+    "waiting",
 ]
 
 
 @dataclass(frozen=True, slots=True)
 class InboxRow:
+    """An unprocessed row as stored; ``routing_key`` and ``kwargs`` are read from its
+    payload when asked, so one malformed row raises in the sweep's handling of that row
+    (where it is parked: tasks/sweeps.py), not in the query that found them all."""
+
     id: str
     task: str
-    routing_key: str
-    kwargs: dict[str, Any]
+    payload: Any
+    created_at: datetime
+
+    @property
+    def routing_key(self) -> str:
+        key = self._field("routing_key") or "trigger.default"
+        if not isinstance(key, str):
+            raise StoredDataError(f"inbox row {self.id}: routing_key is not a string")
+        return key
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        kwargs = self._field("kwargs") or {}
+        if not isinstance(kwargs, dict):
+            raise StoredDataError(f"inbox row {self.id}: kwargs is not a JSON object")
+        return dict(kwargs)
+
+    def _field(self, name: str) -> Any:
+        if not isinstance(self.payload, dict):
+            raise StoredDataError(f"inbox row {self.id}: payload is not a JSON object")
+        return self.payload.get(name)
 
 
 def record(
@@ -139,31 +164,41 @@ def unprocessed(
     *,
     redeliver_after_seconds: float = 60.0,
 ) -> list[InboxRow]:
-    """Rows still unprocessed ``older_than_seconds`` after they were written, and not
-    re-published by the sweep within the last ``redeliver_after_seconds``."""
+    """Rows still unprocessed ``older_than_seconds`` after they were written, not
+    parked, and not re-published by the sweep within the last ``redeliver_after_seconds``."""
     now = clock.now()
     cutoff = now - timedelta(seconds=older_than_seconds)
     again = now - timedelta(seconds=redeliver_after_seconds)
     with engine.connect() as conn:
         rows = conn.execute(
-            select(inbox.c.id, inbox.c.kind, inbox.c.payload)
+            select(inbox.c.id, inbox.c.kind, inbox.c.payload, inbox.c.created_at)
             .where(
                 inbox.c.processed_at.is_(None),
+                inbox.c.parked_at.is_(None),
                 inbox.c.created_at <= cutoff,
                 or_(inbox.c.republished_at.is_(None), inbox.c.republished_at <= again),
             )
             .order_by(inbox.c.created_at)
             .limit(limit)
         ).all()
-    return [
-        InboxRow(
-            id=r.id,
-            task=r.kind,
-            routing_key=r.payload.get("routing_key") or "trigger.default",
-            kwargs=dict(r.payload.get("kwargs") or {}),
+    return [InboxRow(r.id, r.kind, r.payload, r.created_at) for r in rows]
+
+
+def waiting(engine: Engine, written_by: datetime) -> int:
+    """Unprocessed, unparked rows written by ``written_by``: the triggers the sweep is
+    waiting for, lost or still in the broker (tasks/sweeps.py compares the two)."""
+    with engine.connect() as conn:
+        return int(
+            conn.execute(
+                select(func.count())
+                .select_from(inbox)
+                .where(
+                    inbox.c.processed_at.is_(None),
+                    inbox.c.parked_at.is_(None),
+                    inbox.c.created_at <= written_by,
+                )
+            ).scalar_one()
         )
-        for r in rows
-    ]
 
 
 @dataclass(frozen=True, slots=True)

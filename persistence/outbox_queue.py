@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, and_, delete, or_, select, text, update
+from sqlalchemy import Connection, and_, delete, func, or_, select, text, update
 
 from dormant.persistence import clock
 from dormant.persistence.db import Transactions
@@ -29,6 +29,8 @@ class OutboxRow:
     kind: str
     payload: dict[str, Any]
     created_at: datetime
+    # When it was published, if it was: a follow-up the broker may have lost.
+    published_at: datetime | None = None
 
 
 class OutboxQueue:
@@ -57,7 +59,8 @@ class OutboxQueue:
     ) -> list[OutboxRow]:
         """The sweeper's work: rows a publisher left behind (it died after commit), and
         follow-ups published but not consumed within ``redeliver_after_seconds`` (the
-        broker lost them)."""
+        broker may have lost them: tasks/sweeps.py re-sends only as many as the broker
+        cannot be holding). Parked rows are left out."""
         moment = now or clock.now()
         cutoff = moment - timedelta(seconds=older_than_seconds)
         unpublished = and_(outbox.c.created_at <= cutoff, outbox.c.published_at.is_(None))
@@ -66,8 +69,30 @@ class OutboxQueue:
             lost = outbox.c.published_at <= moment - timedelta(seconds=redeliver_after_seconds)
             condition = or_(unpublished, lost)
         with self._db.read() as conn:
-            rows = conn.execute(select(outbox).where(condition).order_by(outbox.c.id).limit(limit))
-            return [OutboxRow(int(r.id), r.kind, r.payload, r.created_at) for r in rows]
+            rows = conn.execute(
+                select(outbox)
+                .where(condition, outbox.c.parked_at.is_(None))
+                .order_by(outbox.c.id)
+                .limit(limit)
+            )
+            return [
+                OutboxRow(int(r.id), r.kind, r.payload, r.created_at, r.published_at) for r in rows
+            ]
+
+    def unconsumed(self, published_by: datetime) -> int:
+        """Follow-ups published by ``published_by`` and not yet consumed (nor parked):
+        lost, or still in the broker (tasks/sweeps.py compares the two)."""
+        with self._db.read() as conn:
+            return int(
+                conn.execute(
+                    select(func.count())
+                    .select_from(outbox)
+                    .where(
+                        outbox.c.published_at <= published_by,
+                        outbox.c.parked_at.is_(None),
+                    )
+                ).scalar_one()
+            )
 
     def mark_published(self, outbox_id: int, *, until_consumed: bool = False) -> None:
         """After a publish: delete the row, or (``until_consumed``) keep it, stamped,

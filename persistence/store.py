@@ -242,7 +242,7 @@ def _document(cp: Checkpoint | str, postgres: bool) -> ColumnElement[Any]:
 def waiting_nodes(cp: Checkpoint) -> str:
     """The ``waiting_nodes`` column's JSON text for ``cp``: its live tokens' node ids,
     sorted and distinct, so a step whose tokens stay where they were writes the very
-    value already stored, and PostgreSQL keeps the UPDATE HOT (migration 0015)."""
+    value already stored, and PostgreSQL keeps the UPDATE HOT (migration 0013)."""
     return json.dumps(sorted({t.node_id for t in cp.tokens.values()}), separators=(",", ":"))
 
 

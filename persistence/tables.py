@@ -197,7 +197,7 @@ instances = Table(
     Column("updated_at", UtcDateTime, nullable=False),
     Column("parent_id", String(255), index=True),
     # The live tokens' node ids, sorted and distinct, written by the Store with each
-    # checkpoint: the console's "a token waits at node X" (migration 0015). A trigger
+    # checkpoint: the console's "a token waits at node X" (migration 0013). A trigger
     # whose tokens stay put writes the same value, which keeps its UPDATE HOT.
     Column("waiting_nodes", JsonDoc(), nullable=False, server_default=text("'[]'")),
     Index("ix_instances_key_start_key", "key", "start_key"),
@@ -341,6 +341,10 @@ outbox = Table(
     Column("payload", JsonDoc(), nullable=False),
     Column("created_at", UtcDateTime, nullable=False, index=True),
     Column("published_at", UtcDateTime),
+    # A row the relay could not publish, parked with its error so the sweep goes on
+    # (migration 0017, persistence/parked.py).
+    Column("parked_at", UtcDateTime),
+    Column("parked_error", Text),
 )
 
 processed_triggers = Table(
@@ -349,7 +353,7 @@ processed_triggers = Table(
     Column("instance_id", String(255), primary_key=True),
     Column("trigger_id", String(255), primary_key=True),
     Column("at", UtcDateTime, nullable=False),
-    # The retention sweep's range (persistence/processed.py, migration 0015): BRIN on
+    # The retention sweep's range (persistence/processed.py, migration 0013): BRIN on
     # PostgreSQL, whose summary of the growing end costs an insert nothing; a B-tree on
     # the embedded SQLite.
     Index("ix_processed_triggers_at", "at", postgresql_using="brin"),
@@ -392,6 +396,10 @@ inbox = Table(
     # When the sweep last re-published it: a broker outage must not make every sweep
     # re-send every waiting trigger (a storm of duplicates that slows the recovery).
     Column("republished_at", UtcDateTime),
+    # A row the sweep could not send again, parked with its error so the sweep goes
+    # on (migration 0017, persistence/parked.py).
+    Column("parked_at", UtcDateTime),
+    Column("parked_error", Text),
 )
 # Only the rows still waiting (migration 0009): the sweep and the backlog gauge read
 # these, and processed rows are kept as the producer's record.

@@ -401,14 +401,17 @@ def publish(
     connection: Any = None,
     producer: Any = None,
 ) -> None:
-    """Send one task, always naming queue, exchange and a dotted routing key.
+    """Send one task, always naming queue, exchange and a dotted routing key (an
+    undotted one is replaced by the task's own, ``wire.dotted_key``).
 
     The one place that publishes, so the Redis pitfalls (an exchange-only route is
     dropped; ``trigger.#`` misses ``trigger``) are handled once. With no ``queue``, the
     routing key picks it: ``timer.*`` the timers' queue, anything else ``dormant`` (a
     kept fire sent again by an operator goes back where fires go).
     """
-    assert "." in routing_key, f"routing key {routing_key!r} must be dotted"
+    # An undotted key (a plain Celery producer's queue, kept with its trigger) would
+    # match no binding of dormant's exchange: tasks/wire.py ``dotted_key``.
+    routing_key = wire.dotted_key(task_name, routing_key)
     target = queue_for(routing_key) if queue is None else queue
     with publish_headers(task_name, headers) as traced:  # the trace context, if any
         app.send_task(

@@ -32,6 +32,7 @@ from dormant.tasks.display import (
     instance_columns,
     instance_lines,
     instance_summary,
+    parked_row_columns,
     queued,
     task_columns,
     when,
@@ -433,19 +434,48 @@ def triggers_show(failed_id: str) -> None:
     click.echo(json.dumps(to_dict(view), indent=2, sort_keys=True))
 
 
+@triggers.command("parked")
+@_output
+def triggers_parked(fmt: str, as_json: bool) -> None:
+    """Inbox and outbox rows a sweep could not process, parked with their error; each
+    is retried or dropped by its name (``dormant triggers retry inbox:<id>``)."""
+    from dormant.engine_core.views import to_dict
+
+    rows = _client().parked_rows()
+
+    def as_dict(p: Any) -> dict[str, Any]:
+        return {"ref": p.ref, **to_dict(p)}
+
+    _emit(rows, parked_row_columns(clock.now()), fmt, as_json, as_dict, "no parked sweep rows")
+
+
+def _is_parked_ref(name: str) -> bool:
+    """A parked sweep row is named ``inbox:<id>`` or ``outbox:<id>``; a failed
+    trigger's id has no colon."""
+    return name.startswith(("inbox:", "outbox:"))
+
+
 @triggers.command("retry")
 @click.argument("failed_id")
 def triggers_retry(failed_id: str) -> None:
-    """Send failed trigger FAILED_ID again (same trigger id: idempotent)."""
-    _client().retry_trigger(failed_id)
+    """Send failed trigger FAILED_ID again (same trigger id: idempotent), or unpark a
+    parked sweep row (``inbox:<id>`` / ``outbox:<id>``) for the next sweep."""
+    if _is_parked_ref(failed_id):
+        _client().retry_parked(failed_id)
+    else:
+        _client().retry_trigger(failed_id)
     click.echo(f"retry {failed_id}")
 
 
 @triggers.command("drop")
 @click.argument("failed_id")
 def triggers_drop(failed_id: str) -> None:
-    """Delete failed trigger FAILED_ID for good (the instance's history records it)."""
-    _client().drop_trigger(failed_id)
+    """Delete failed trigger FAILED_ID for good (the instance's history records it), or
+    a parked sweep row (``inbox:<id>`` / ``outbox:<id>``)."""
+    if _is_parked_ref(failed_id):
+        _client().drop_parked(failed_id)
+    else:
+        _client().drop_trigger(failed_id)
     click.echo(f"drop {failed_id}")
 
 

@@ -57,10 +57,11 @@ from dormant.engine_core.views import (
     InstanceView,
     UserTaskView,
 )
-from dormant.persistence import clock, inbox
+from dormant.persistence import clock, inbox, parked
 from dormant.persistence.batches import BatchItemView, BatchState, BatchView
 from dormant.persistence.deployments import Deployment, DeploymentRecord
 from dormant.persistence.failed_triggers import CHECKPOINT_INCIDENT
+from dormant.persistence.parked import ParkedRow
 from dormant.persistence.routing import check_message
 from dormant.persistence.selection import Selector, Target
 from dormant.persistence.settings import Settings
@@ -592,6 +593,20 @@ class Client:
     def drop_trigger(self, failed_id: str) -> FailedTriggerView:
         """Delete a failed trigger for good (its instance's history records it)."""
         return self._store.failed.drop_failed(failed_id, clock.now())
+
+    # -- parked sweep rows (persistence/parked.py) -------------------------------------
+
+    def parked_rows(self) -> list[ParkedRow]:
+        """Inbox and outbox rows a sweep could not process, parked with their error."""
+        return parked.parked_rows(self._store.engine)
+
+    def retry_parked(self, ref: str) -> None:
+        """Unpark ``ref`` (``inbox:<id>`` / ``outbox:<id>``): the next sweep sends it."""
+        parked.retry(self._store.engine, ref)
+
+    def drop_parked(self, ref: str) -> None:
+        """Delete parked row ``ref`` for good: what it held is never sent."""
+        parked.drop(self._store.engine, ref)
 
 
 def _is_path(path_or_xml: str | bytes | Path) -> bool:

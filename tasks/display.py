@@ -298,6 +298,16 @@ def failed_trigger_columns(now: datetime) -> list[Column]:
     ]
 
 
+def parked_row_columns(now: datetime) -> list[Column]:
+    """``dormant triggers parked``: sweep rows parked with their error (persistence/parked.py)."""
+    return [
+        Column("PARKED ROW", lambda p: p.ref),
+        Column("KIND", lambda p: p.kind),
+        Column("PARKED", lambda p: ago(p.parked_at, now), lambda p: iso(p.parked_at)),
+        Column("WHY", lambda p: p.error[:120], lambda p: p.error),
+    ]
+
+
 def instance_lines(view: Any, now: datetime) -> list[str]:
     """``dormant instances show``: the instance, each live token and what it waits for
     in words, its incidents, its variables."""

@@ -14,8 +14,9 @@ from typing import Any
 
 from celery import Task
 
-from dormant.engine_core.errors import DormantError
+from dormant.engine_core.errors import DormantError, InvalidOperation
 from dormant.persistence import clock
+from dormant.persistence.failed_triggers import one_line
 from dormant.tasks import wire
 from dormant.tasks.app import app, publish, store
 
@@ -29,7 +30,15 @@ def resend(the_store: Any, failed_id: str, connection: Any = None) -> str:
     task, routing_key, kwargs, inbox_id = the_store.failed.take_failed(
         failed_id, clock.now(), takes_trigger_id=wire.takes_trigger_id
     )
-    publish(task, routing_key, {**kwargs, "inbox_id": inbox_id}, connection=connection)
+    try:
+        publish(task, routing_key, {**kwargs, "inbox_id": inbox_id}, connection=connection)
+    except Exception as exc:
+        # The trigger is in the inbox already (one transaction, above): the inbox sweep
+        # sends it once the broker takes it. The operator reads why in one line.
+        raise InvalidOperation(
+            f"failed trigger {failed_id} moved back to the inbox (row {inbox_id}) but not "
+            f"published now ({one_line(exc)[:200]}); the inbox sweep sends it later"
+        ) from exc
     log.info("failed trigger %s sent again as %s (inbox %s)", failed_id, task, inbox_id)
     return str(task)
 

@@ -55,6 +55,7 @@ from dormant.engine_core.checkpoint import IncidentState
 from dormant.engine_core.errors import DormantError
 from dormant.persistence import clock
 from dormant.persistence import store as store_module
+from dormant.persistence.parked import count_parked
 from dormant.persistence.results import TriggerResult, raised_incidents
 from dormant.persistence.settings import Settings
 from dormant.persistence.store import Applied
@@ -327,6 +328,7 @@ class DatabaseCollector(Collector):
             outbox_all, outbox_oldest = conn.execute(
                 select(func.count(), func.min(outbox.c.created_at))
             ).one()
+            parked_rows = count_parked(conn)
 
         def gauge(name: str, doc: str, value: float) -> Metric:
             g = GaugeMetricFamily(name, doc)
@@ -347,6 +349,14 @@ class DatabaseCollector(Collector):
         )
         outbox_backlog.add_metric(["unpublished"], unpublished)
         outbox_backlog.add_metric(["unconsumed"], int(outbox_all) - unpublished)
+        sweep_parked = GaugeMetricFamily(
+            "dormant_sweep_rows_parked",
+            "Inbox and outbox rows a sweep could not process, parked with their error "
+            "(`dormant triggers parked`), by table.",
+            labels=["table"],
+        )
+        for table, n in sorted(parked_rows.items()):
+            sweep_parked.add_metric([table], n)
         return [
             gauge("dormant_deadlines_due", "Deadlines due and not yet fired (the backlog).", due),
             gauge(
@@ -366,6 +376,7 @@ class DatabaseCollector(Collector):
                 age(inbox_oldest),
             ),
             outbox_backlog,
+            sweep_parked,
             gauge(
                 "dormant_outbox_oldest_age_seconds",
                 "Age of the oldest outbox row (0 if none).",

@@ -35,6 +35,7 @@ from dormant.persistence.selection import Selector
 from dormant.tasks import app as app_module
 from dormant.tasks import wire
 from dormant.tasks.app import app, publish, store
+from dormant.tasks.sweeps import each_row
 from dormant.tasks.triggers import _run
 
 __all__ = [
@@ -207,11 +208,10 @@ def batch_run(self: Task, batch_id: str) -> None:
 
 @app.task(name=wire.BATCHES_SWEEP, bind=True, ignore_result=True)
 def batches_sweep(self: Task) -> int:
-    """Enqueue every running batch that nobody holds."""
+    """Enqueue every running batch that nobody holds, each on its own (tasks/sweeps.py:
+    nothing to park, a batch not enqueued now is still stalled at the next sweep)."""
     ids = batches.stalled(store(), clock.now())
-    for batch_id in ids:
-        enqueue_batch(batch_id)
-    return len(ids)
+    return each_row("batches_sweep", ids, enqueue_batch).done
 
 
 @app.task(name=wire.PROCESSED_SWEEP, bind=True, ignore_result=True)

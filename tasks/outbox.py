@@ -38,7 +38,7 @@ from dormant.engine_core.effects import (
     ThrowSignal,
     parse_effect,
 )
-from dormant.engine_core.errors import StoredDataError
+from dormant.engine_core.errors import StoredDataError, UnknownEffect
 from dormant.engine_core.triggers import Continue, Trigger
 from dormant.persistence import clock, job_pause
 from dormant.persistence.published_jobs import flush_every
@@ -147,8 +147,10 @@ def publish_row(row: Any) -> None:
     row_id, kind, payload = _field(row, "id"), _field(row, "kind"), _field(row, "payload")
     try:
         effect = parse_effect(kind, payload)
-    except StoredDataError as exc:
+    except UnknownEffect as exc:
         # A newer dormant wrote a kind this one does not know: leave it for that one.
+        # Anything else that raises here (a payload that is not its type's) raises on:
+        # the sweep parks the row with its error (tasks/sweeps.py).
         log.error("outbox row %s left unpublished: %s", row_id, exc)
         return
     if isinstance(effect, DispatchJob) and _held_by_a_pause(int(row_id), effect.job_type):

@@ -77,9 +77,9 @@ from dormant.tasks import wire
 from dormant.tasks.app import TIMER_FIRE_KEY, app, publish, store
 from dormant.tasks.metrics import observe_trigger, timer_fired
 from dormant.tasks.outbox import consumed, publish_rows
+from dormant.tasks.sweeps import SCAN_BATCH, each_row
 from dormant.tasks.triggers import (
     MAX_TRANSIENT_RETRIES,
-    SCAN_BATCH,
     _run,
     describe_result,
     keep_as,
@@ -330,12 +330,18 @@ def scan_deadlines(self: Task) -> int:
     except OperationalError as exc:
         log.info("scan_deadlines: database unavailable (%s); next tick retries", type(exc).__name__)
         return 0
-    for batch in fire_batches(claims):
+
+    def send(batch: list[Claim]) -> None:
         publish(
             FIRE_BATCH_TASK,
             TIMER_FIRE_KEY,  # the timers' own queue (tasks/app.py)
             {"claims": [claim_kwargs(claim) for claim in batch]},
         )
+
+    # Each batch on its own (tasks/sweeps.py); nothing to park: a claim whose batch
+    # was not sent expires and is claimed again, and a fire that fails is kept on its
+    # deadline row with its error (scheduler/deadlines.py).
+    each_row("scan_deadlines", fire_batches(claims), send)
     if claims:
         log.info("scan_deadlines: %s due", len(claims))
     return len(claims)

@@ -65,7 +65,7 @@ from dormant.persistence.routing import Router
 from dormant.persistence.store import JobRun, NewInstance
 from dormant.tasks import app as app_module
 from dormant.tasks import wire
-from dormant.tasks.app import app, marks_redeliveries, publish, store
+from dormant.tasks.app import app, marks_redeliveries, store
 from dormant.tasks.job_dispatch import (
     dispatch,
     run_before_start,
@@ -74,7 +74,8 @@ from dormant.tasks.job_dispatch import (
     some_job_type_is_eager,
 )
 from dormant.tasks.metrics import observe_trigger
-from dormant.tasks.outbox import consumed, publish_keeping_a_job, publish_row, publish_rows
+from dormant.tasks.outbox import consumed, publish_keeping_a_job, publish_rows
+from dormant.tasks.sweeps import relay
 
 __all__ = [
     "apply_trigger",
@@ -98,7 +99,6 @@ __all__ = [
 log = logging.getLogger("dormant.triggers")
 
 MAX_TRANSIENT_RETRIES = 8
-SCAN_BATCH = 500
 
 
 def retry_backoff(retries: int) -> float:
@@ -553,46 +553,11 @@ def apply_trigger(
 
 @app.task(name=wire.RELAY_OUTBOX, bind=True, ignore_result=True)
 def relay_outbox(self: Task) -> int:
-    """Sweep: publish outbox rows and re-publish inbox rows that their publisher left.
+    """Sweep: publish outbox rows and re-publish inbox rows that their publisher left,
+    each row on its own, only the lost ones again (tasks/sweeps.py).
 
     Both are idempotent on the receiving side, so sweeping a row that is being
     published right now costs a duplicate trigger, never a wrong one.
     """
-    settings = app_module.settings  # read now: ``configure`` may have replaced it
-    after = settings.outbox_sweep_after_seconds
-    count = 0
-    try:
-        rows = store().outbox.pending_outbox(
-            after, SCAN_BATCH, redeliver_after_seconds=settings.outbox_redeliver_after_seconds
-        )
-        stuck = inbox.unprocessed(
-            store().engine,
-            after,
-            SCAN_BATCH,
-            redeliver_after_seconds=settings.outbox_redeliver_after_seconds,
-        )
-    except OperationalError as exc:
-        log.info("relay_outbox: database unavailable (%s); next tick retries", type(exc).__name__)
-        return 0
-    for row in rows:
-        try:
-            publish_row(row)
-            count += 1
-        except Exception:
-            log.exception("relay_outbox: row not published; next tick retries")
-            return count
-    sent: list[str] = []
-    try:
-        for item in stuck:
-            publish(item.task, item.routing_key, {**item.kwargs, "inbox_id": item.id})
-            sent.append(item.id)
-            count += 1
-    finally:
-        inbox.mark_republished(store().engine, sent)
-    if count:
-        log.info(
-            "relay_outbox: published %s outbox row(s), re-sent %s inbox trigger(s)",
-            len(rows),
-            len(stuck),
-        )
-    return count
+    request = self.request
+    return relay(own_messages=0 if request.is_eager or request.called_directly else 1)

@@ -65,6 +65,7 @@ __all__ = [
     "batch_run",
     "cancel",
     "complete_task",
+    "dotted_key",
     "incident",
     "incident_raised",
     "job_heartbeat_id",
@@ -349,6 +350,24 @@ def job_routing_key(job_type: str) -> str:
 
 
 # -- trigger ids: what makes a redelivered trigger a recognised duplicate ---------------
+
+
+def dotted_key(task: str, routing_key: str) -> str:
+    """The key dormant publishes ``task`` with, given the key it arrived or was kept with.
+
+    dormant's queues are bound on its topic exchange by dotted patterns (``trigger.#``,
+    ``message.#``, ...), which an undotted key never matches: on Redis such a publish
+    is dropped without a word. An undotted key is not one of dormant's: it is a plain
+    Celery producer's queue name (Celery's default ``celery``) that a kept trigger or an
+    inbox row remembers from its first delivery. Sent again, the trigger goes where
+    dormant's own send of the task goes: ``trigger.<task>`` (``dormant.incident.retry``
+    -> ``trigger.incident_retry``, the key ``incident`` builds), consumed by every
+    ``dormant worker``. A dotted key is kept as it is.
+    """
+    if "." in routing_key:
+        return routing_key
+    name = task.removeprefix("dormant.").replace(".", "_") or "default"
+    return f"trigger.{name}"
 
 
 def outbox_trigger_id(row_id: Any) -> str:

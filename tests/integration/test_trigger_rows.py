@@ -3,7 +3,7 @@
 Each test drives the real Store on a real database and reads what the server itself
 recorded (page items, row versions, rows), so it fails when the mechanism it names is
 removed: the checkpoint UPDATE kept HOT by ``instances.waiting_nodes`` (migration
-0015), a hold row left as it was when its wait is unchanged, the facts of one step
+0013), a hold row left as it was when its wait is unchanged, the facts of one step
 written as one row (persistence/fact_rows.py), processed trigger ids kept through the
 redelivery window and swept after it (persistence/processed.py), and no row inserted
 and deleted by one transaction (read off the WAL).
