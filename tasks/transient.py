@@ -17,7 +17,13 @@ import random
 from kombu.exceptions import OperationalError as KombuOperationalError
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-__all__ = ["MAX_TRANSIENT_RETRIES", "TRANSIENT_SQLSTATES", "backoff", "is_transient"]
+__all__ = [
+    "MAX_TRANSIENT_RETRIES",
+    "TRANSIENT_SQLSTATES",
+    "TRANSIENT_SQLSTATE_CLASSES",
+    "backoff",
+    "is_transient",
+]
 
 MAX_TRANSIENT_RETRIES = 8
 """Tries after the first before a transient failure is kept like a deterministic one."""
@@ -27,16 +33,23 @@ BACKOFF_CAP_SECONDS = 15.0
 
 TRANSIENT_SQLSTATES = frozenset(
     {
-        "40001",  # serialization_failure
-        "40P01",  # deadlock_detected
         "55P03",  # lock_not_available (lock_timeout)
-        "57P01",  # admin_shutdown (pg_terminate_backend)
-        "57P02",  # crash_shutdown
-        "57P03",  # cannot_connect_now (server starting)
+        "55006",  # object_in_use
     }
 )
-"""PostgreSQL error codes that name a passing condition; class 08 (connection
-exception) is transient as a whole."""
+"""PostgreSQL error codes that name a passing condition, beside the whole classes in
+``TRANSIENT_SQLSTATE_CLASSES``."""
+
+TRANSIENT_SQLSTATE_CLASSES = frozenset(
+    {
+        "08",  # connection exception
+        "40",  # transaction rollback: serialization failure (40001), deadlock (40P01)
+        "53",  # insufficient resources: too many connections, out of memory, disk full
+        "57",  # operator intervention: admin shutdown (pg_terminate_backend),
+        #        statement timeout (57014, docs/limits.md), server starting
+        "58",  # system error: I/O error
+    }
+)
 
 
 def _sqlstate(exc: BaseException) -> str | None:
@@ -64,7 +77,7 @@ def is_transient(exc: BaseException) -> bool:
             return True
         code = _sqlstate(exc)
         if code is not None:
-            return code in TRANSIENT_SQLSTATES or code.startswith("08")
+            return code in TRANSIENT_SQLSTATES or code[:2] in TRANSIENT_SQLSTATE_CLASSES
         # No code: SQLite ("database is locked", "disk I/O error") and drivers that
         # report a lost connection without one; SQLAlchemy files those as operational.
         return isinstance(exc, OperationalError)

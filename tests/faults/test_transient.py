@@ -46,6 +46,17 @@ def test_a_lock_timeout_is_transient(pg: tuple[Engine, str]) -> None:
     assert is_transient(caught.value)
 
 
+def test_a_statement_timeout_is_transient(pg: tuple[Engine, str]) -> None:
+    """docs/limits.md: a statement (or a row-lock wait) past
+    DORMANT_DB_STATEMENT_TIMEOUT_SECONDS is cancelled and the trigger retries."""
+    engine, _ = pg
+    with engine.connect() as conn:
+        conn.execute(sa.text("SET statement_timeout = '20ms'"))
+        with pytest.raises(sa.exc.DBAPIError) as caught:
+            conn.execute(sa.text("SELECT pg_sleep(1)"))
+    assert is_transient(caught.value)
+
+
 def test_a_terminated_connection_is_transient(pg: tuple[Engine, str]) -> None:
     engine, table = pg
     with engine.connect() as victim, engine.connect() as admin:
