@@ -9,7 +9,7 @@ tasks/timers.py; the batch sweep, tasks/operations.py) walks its rows with
   A parked row is left out of later sweeps until an operator retries or drops it
   (``dormant triggers parked``); the ``dormant_sweep_rows_parked`` gauge counts them.
 - **A fault of the whole sweep is not a fault of the row.** The broker or the database
-  unreachable (``TRANSIENT``) fails every row alike: the sweep stops and its next tick
+  unreachable (``whole_sweep_fault``) fails every row alike: the sweep stops and its next tick
   starts again; nothing is parked for it.
 
 And the inbox and outbox sweeps re-send only what the broker lost (issue 24, row 4;
@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
-from kombu.exceptions import OperationalError as BrokerUnavailable
 from sqlalchemy.exc import OperationalError
 
 from dormant.persistence import clock, inbox, parked
@@ -41,20 +40,22 @@ from dormant.tasks import app as app_module
 from dormant.tasks.app import publish, store
 from dormant.tasks.broker_holds import held_messages
 from dormant.tasks.outbox import publish_row
+from dormant.tasks.transient import is_transient
 
-__all__ = ["TRANSIENT", "SweepTally", "each_row", "relay"]
+__all__ = ["SweepTally", "each_row", "relay", "whole_sweep_fault"]
 
 log = logging.getLogger("dormant.sweeps")
 
 T = TypeVar("T")
 
-# Faults of the whole sweep, not of one row: the broker or the database unreachable.
-TRANSIENT: tuple[type[BaseException], ...] = (
-    BrokerUnavailable,
-    OperationalError,
-    ConnectionError,
-    TimeoutError,
-)
+
+def whole_sweep_fault(exc: BaseException) -> bool:
+    """A fault of the whole sweep, not of one row: whatever the one classifier calls
+    transient (tasks/transient.py: the broker or the database unreachable, a lock or
+    statement timeout), and any operational error of the database, which no row causes."""
+    return is_transient(exc) or isinstance(exc, OperationalError)
+
+
 # Rows one sweep looks at (each sweep's query is limited to this many).
 SCAN_BATCH = 500
 
@@ -82,11 +83,11 @@ def each_row(
         try:
             handle(row)
             tally.done += 1
-        except TRANSIENT as exc:
-            log.info("%s: %s; the next tick goes on", sweep, type(exc).__name__)
-            tally.stopped = True
-            return tally
         except Exception as exc:
+            if whole_sweep_fault(exc):
+                log.info("%s: %s; the next tick goes on", sweep, type(exc).__name__)
+                tally.stopped = True
+                return tally
             tally.parked += 1
             if park is None:
                 log.error("%s: row skipped (%s)", sweep, one_line(exc), exc_info=exc)
@@ -164,7 +165,9 @@ def relay(*, own_messages: int = 0) -> int:
     candidates.sort(key=lambda c: c.since)
     try:
         budget = _lost_budget(len(candidates), own_messages)
-    except TRANSIENT as exc:
+    except Exception as exc:
+        if not whole_sweep_fault(exc):
+            raise
         log.info("relay_outbox: broker bookkeeping unreadable (%s); next tick", type(exc).__name__)
         return first.done
     sent: list[str] = []

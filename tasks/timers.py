@@ -78,8 +78,8 @@ from dormant.tasks.app import TIMER_FIRE_KEY, app, publish, store
 from dormant.tasks.metrics import observe_trigger, timer_fired
 from dormant.tasks.outbox import consumed, publish_rows
 from dormant.tasks.sweeps import SCAN_BATCH, each_row
+from dormant.tasks.transient import MAX_TRANSIENT_RETRIES
 from dormant.tasks.triggers import (
-    MAX_TRANSIENT_RETRIES,
     _run,
     describe_result,
     keep_as,

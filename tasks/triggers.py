@@ -40,7 +40,6 @@ from datetime import datetime
 from typing import Any
 
 from celery import Task
-from sqlalchemy.exc import OperationalError
 
 from dormant.engine_core.calls import missing_child
 from dormant.engine_core.effects import DispatchJob
@@ -76,6 +75,8 @@ from dormant.tasks.job_dispatch import (
 from dormant.tasks.metrics import observe_trigger
 from dormant.tasks.outbox import consumed, publish_keeping_a_job, publish_rows
 from dormant.tasks.sweeps import relay
+from dormant.tasks.transient import MAX_TRANSIENT_RETRIES, is_transient
+from dormant.tasks.transient import backoff as transient_backoff
 
 __all__ = [
     "apply_trigger",
@@ -97,8 +98,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("dormant.triggers")
-
-MAX_TRANSIENT_RETRIES = 8
 
 
 def retry_backoff(retries: int) -> float:
@@ -181,14 +180,6 @@ def _run(
     tid = trigger_id or inbox_id or task.request.id or "eager"
     try:
         result = call(tid, clock.now())
-    except OperationalError as exc:
-        if task.request.retries < MAX_TRANSIENT_RETRIES:
-            log.info("trigger=%s database unavailable, retrying: %s", kind, type(exc).__name__)
-            raise task.retry(
-                exc=exc, countdown=retry_backoff(task.request.retries), max_retries=None
-            ) from exc
-        log.error("trigger=%s gave up after %s database errors", kind, task.request.retries)
-        return _keep(task, kind, exc, tid, inbox_id, instance_id)
     except OperatorError as exc:
         if not operator:
             return _keep(task, kind, exc, tid, inbox_id, instance_id)
@@ -197,6 +188,13 @@ def _run(
         consumed(task.request)
         raise
     except Exception as exc:
+        if is_transient(exc) and task.request.retries < MAX_TRANSIENT_RETRIES:
+            log.info("trigger=%s transient failure, retrying: %s", kind, type(exc).__name__)
+            raise task.retry(
+                exc=exc, countdown=transient_backoff(task.request.retries), max_retries=None
+            ) from exc
+        if is_transient(exc):
+            log.error("trigger=%s gave up after %s transient errors", kind, task.request.retries)
         return _keep(task, kind, exc, tid, inbox_id, instance_id)
     rows = outbox_rows_of(result)
     job: DispatchJob | None = None

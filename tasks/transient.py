@@ -1,0 +1,93 @@
+"""One home for the question "is this failure transient?" (issue 24, row 3).
+
+A transient failure is one the same trigger would not hit a moment later: the database
+connection was lost or ended by an administrator, a serialization failure or deadlock
+chose this transaction as the victim, a lock or busy wait timed out ("database is
+locked" on the embedded SQLite default), or the broker connection dropped. Those are
+retried automatically, a bounded number of times, with exponential backoff and jitter
+(so that many workers hit by the same fault do not come back in lock step). Everything
+else is deterministic: the model's or its data's fault, or a bug; it goes to a person at
+once as an incident or a failed trigger (DESIGN.md, "Trust boundaries": transient faults
+are retried automatically, deterministic ones go to a person)."""
+
+from __future__ import annotations
+
+import random
+
+from kombu.exceptions import OperationalError as KombuOperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError
+
+__all__ = [
+    "MAX_TRANSIENT_RETRIES",
+    "TRANSIENT_SQLSTATES",
+    "TRANSIENT_SQLSTATE_CLASSES",
+    "backoff",
+    "is_transient",
+]
+
+MAX_TRANSIENT_RETRIES = 8
+"""Tries after the first before a transient failure is kept like a deterministic one."""
+
+BACKOFF_BASE_SECONDS = 0.5
+BACKOFF_CAP_SECONDS = 15.0
+
+TRANSIENT_SQLSTATES = frozenset(
+    {
+        "55P03",  # lock_not_available (lock_timeout)
+        "55006",  # object_in_use
+    }
+)
+"""PostgreSQL error codes that name a passing condition, beside the whole classes in
+``TRANSIENT_SQLSTATE_CLASSES``."""
+
+TRANSIENT_SQLSTATE_CLASSES = frozenset(
+    {
+        "08",  # connection exception
+        "40",  # transaction rollback: serialization failure (40001), deadlock (40P01)
+        "53",  # insufficient resources: too many connections, out of memory, disk full
+        "57",  # operator intervention: admin shutdown (pg_terminate_backend),
+        #        statement timeout (57014, docs/limits.md), server starting
+        "58",  # system error: I/O error
+    }
+)
+
+
+def _sqlstate(exc: BaseException) -> str | None:
+    orig = getattr(exc, "orig", exc)
+    code = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+    return code if isinstance(code, str) else None
+
+
+def _broker_connection_error(exc: BaseException) -> bool:
+    """kombu files every transport's connection errors (AMQP, Redis) as its own
+    ``OperationalError`` when it publishes; a Redis client error that escapes it unwrapped
+    is recognised by its class name, so this module needs no Redis client installed."""
+    if isinstance(exc, KombuOperationalError):
+        return True
+    return any(
+        cls.__module__.startswith("redis") and cls.__name__ in {"ConnectionError", "TimeoutError"}
+        for cls in type(exc).__mro__
+    )
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True when retrying the same work a moment later can succeed."""
+    if isinstance(exc, DBAPIError):
+        if exc.connection_invalidated:
+            return True
+        code = _sqlstate(exc)
+        if code is not None:
+            return code in TRANSIENT_SQLSTATES or code[:2] in TRANSIENT_SQLSTATE_CLASSES
+        # No code: SQLite ("database is locked", "disk I/O error") and drivers that
+        # report a lost connection without one; SQLAlchemy files those as operational.
+        return isinstance(exc, OperationalError)
+    if isinstance(exc, ConnectionError | TimeoutError):
+        return True
+    return _broker_connection_error(exc)
+
+
+def backoff(retries: int, *, rng: random.Random | None = None) -> float:
+    """Seconds before try ``retries + 1``: "full jitter" over an exponential ceiling, so
+    retries of many workers spread out instead of arriving together."""
+    ceiling = min(BACKOFF_CAP_SECONDS, BACKOFF_BASE_SECONDS * 2 ** max(0, retries))
+    return (rng or random).uniform(ceiling / 2, ceiling)

@@ -1,0 +1,143 @@
+"""The transient/deterministic classifier (tasks/transient.py, issue 24 row 3) judged on
+real faults raised by the machine's PostgreSQL and by the embedded SQLite default: a
+retry heals the first kind, a person must look at the second."""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from dormant.tasks.transient import backoff, is_transient
+
+PG = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+
+
+@pytest.fixture
+def pg() -> Iterator[tuple[Engine, str]]:
+    engine = sa.create_engine(PG)
+    table = f"transient_{uuid.uuid4().hex[:12]}"
+    with engine.begin() as conn:
+        conn.execute(sa.text(f"CREATE TABLE {table} (id int primary key)"))
+        conn.execute(sa.text(f"INSERT INTO {table} VALUES (1)"))
+    try:
+        yield engine, table
+    finally:
+        with engine.begin() as conn:
+            conn.execute(sa.text(f"DROP TABLE IF EXISTS {table}"))
+        engine.dispose()
+
+
+def test_a_lock_timeout_is_transient(pg: tuple[Engine, str]) -> None:
+    engine, table = pg
+    with engine.connect() as holder, engine.connect() as waiter:
+        holder.execute(sa.text(f"SELECT id FROM {table} WHERE id = 1 FOR UPDATE"))
+        waiter.execute(sa.text("SET lock_timeout = '50ms'"))
+        with pytest.raises(sa.exc.DBAPIError) as caught:
+            waiter.execute(sa.text(f"SELECT id FROM {table} WHERE id = 1 FOR UPDATE"))
+        holder.rollback()
+    assert is_transient(caught.value)
+
+
+def test_a_statement_timeout_is_transient(pg: tuple[Engine, str]) -> None:
+    """docs/limits.md: a statement (or a row-lock wait) past
+    DORMANT_DB_STATEMENT_TIMEOUT_SECONDS is cancelled and the trigger retries."""
+    engine, _ = pg
+    with engine.connect() as conn:
+        conn.execute(sa.text("SET statement_timeout = '20ms'"))
+        with pytest.raises(sa.exc.DBAPIError) as caught:
+            conn.execute(sa.text("SELECT pg_sleep(1)"))
+    assert is_transient(caught.value)
+
+
+def test_a_terminated_connection_is_transient(pg: tuple[Engine, str]) -> None:
+    engine, table = pg
+    with engine.connect() as victim, engine.connect() as admin:
+        pid = victim.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
+        admin.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+        with pytest.raises(sa.exc.DBAPIError) as caught:
+            victim.execute(sa.text(f"SELECT id FROM {table}"))
+    assert is_transient(caught.value)
+
+
+def test_a_deadlock_is_transient(pg: tuple[Engine, str]) -> None:
+    engine, table = pg
+    with engine.begin() as conn:
+        conn.execute(sa.text(f"INSERT INTO {table} VALUES (2)"))
+    with engine.connect() as first, engine.connect() as second:
+        first.execute(sa.text(f"SELECT 1 FROM {table} WHERE id = 1 FOR UPDATE"))
+        second.execute(sa.text(f"SELECT 1 FROM {table} WHERE id = 2 FOR UPDATE"))
+        second.execute(sa.text("SET deadlock_timeout = '10ms'"))
+        # Each session holds one row and waits for the other's: the server's deadlock
+        # detector ends one of the two waits (the statement timeout only bounds the test).
+        first.execute(sa.text("SET statement_timeout = '5s'"))
+        errors: list[BaseException] = []
+
+        def wait_first() -> None:
+            try:
+                first.execute(sa.text(f"SELECT 1 FROM {table} WHERE id = 2 FOR UPDATE"))
+            except BaseException as exc:  # the other side may be the victim
+                errors.append(exc)
+
+        thread = threading.Thread(target=wait_first)
+        thread.start()
+        try:
+            second.execute(sa.text(f"SELECT 1 FROM {table} WHERE id = 1 FOR UPDATE"))
+        except sa.exc.DBAPIError as exc:
+            errors.append(exc)
+        second.rollback()
+        thread.join()
+        first.rollback()
+    assert errors, "the server chose no deadlock victim"
+    assert all(is_transient(e) for e in errors)
+
+
+def test_deterministic_database_errors_are_not_transient(pg: tuple[Engine, str]) -> None:
+    engine, table = pg
+    with engine.connect() as conn:
+        with pytest.raises(sa.exc.DBAPIError) as duplicate:
+            conn.execute(sa.text(f"INSERT INTO {table} VALUES (1)"))
+        conn.rollback()
+        with pytest.raises(sa.exc.DBAPIError) as missing:
+            conn.execute(sa.text("SELECT * FROM no_such_table_here"))
+    assert not is_transient(duplicate.value)
+    assert not is_transient(missing.value)
+
+
+def test_sqlite_database_is_locked_is_transient(tmp_path: Path) -> None:
+    path = tmp_path / "locked.db"
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("CREATE TABLE t (id int)")
+    holder.execute("BEGIN EXCLUSIVE")
+    engine = sa.create_engine(f"sqlite:///{path}", connect_args={"timeout": 0.05})
+    try:
+        with engine.connect() as conn, pytest.raises(sa.exc.OperationalError) as caught:
+            conn.execute(sa.text("INSERT INTO t VALUES (1)"))
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+        engine.dispose()
+    assert "locked" in str(caught.value)
+    assert is_transient(caught.value)
+
+
+def test_model_and_bug_failures_are_not_transient() -> None:
+    for exc in (ValueError("bad"), KeyError("x"), MemoryError(), ZeroDivisionError()):
+        assert not is_transient(exc)
+    assert is_transient(ConnectionResetError())
+
+
+def test_backoff_grows_is_bounded_and_jittered() -> None:
+    rng = random.Random(7)
+    first = [backoff(0, rng=rng) for _ in range(50)]
+    late = [backoff(20, rng=rng) for _ in range(50)]
+    assert max(first) <= 0.5 < min(late)
+    assert max(late) <= 15.0
+    assert len(set(late)) > 1
