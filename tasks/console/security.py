@@ -30,7 +30,7 @@ import hmac
 import logging
 import secrets
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -40,6 +40,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from dormant.persistence import clock
 from dormant.persistence import console_sessions as session_rows
 from dormant.tasks.console.config import ENV_HOSTS, ConsoleConfig, is_loopback
 from dormant.tasks.console.throttle import SignInThrottle
@@ -117,11 +118,11 @@ class Sessions:
 
     def start(self) -> str:
         sid = secrets.token_urlsafe(32)
-        session_rows.start(self.engine, sid, datetime.now(UTC), self.lifetime)
+        session_rows.start(self.engine, sid, clock.now(), self.lifetime)
         return sid
 
     def live(self, sid: object) -> bool:
-        return isinstance(sid, str) and session_rows.is_live(self.engine, sid, datetime.now(UTC))
+        return isinstance(sid, str) and session_rows.is_live(self.engine, sid, clock.now())
 
     def end(self, sid: object) -> None:
         if isinstance(sid, str):
