@@ -46,6 +46,7 @@ from dormant.engine_core.errors import (
     StoredDataError,
     UnknownInstance,
 )
+from dormant.engine_core.history import business_history
 from dormant.engine_core.views import instance_view
 from dormant.persistence.console_queries import ConsoleQueries, IncidentFilter, InstanceFilter
 from dormant.tasks.client import Client
@@ -186,6 +187,8 @@ def instance_reads(q: ConsoleQueries, instance_id: str, *, values: bool = False)
             (w, presenters.describe_wait(w, values=values)) for w in checkpoint.waits.values()
         ],
         "history": history,
+        # People's terms by default; the raw facts behind the internal-facts toggle.
+        "events": business_history(history),
         "children": children,
         "diagram": q.definition_source(checkpoint.process_key, checkpoint.version) or "",
         "ended": checkpoint.status.ended,

@@ -303,12 +303,13 @@ def test_cancel_confirms_then_the_task_is_withdrawn_and_internal_facts_toggle(
         console.url + f"/api/instances/{iid}",
     )
     assert api["overlays"]["check"]["withdrawn"] and not api["overlays"]["check"]["completed"]
-    # The history: internal facts hidden until the toggle is on.
-    internal = _css(browser, "#history li.internal")
+    # The history in people's terms; the raw facts hidden until the toggle is on.
+    internal = _css(browser, "#facts li.internal")
     assert internal and not any(li.is_displayed() for li in internal)
     assert any(li.is_displayed() for li in _css(browser, '#history li[data-kind="Withdrawn"]'))
     browser.find_element(By.CSS_SELECTOR, 'label[for="show-internal"]').click()
-    assert all(li.is_displayed() for li in _css(browser, "#history li.internal"))
+    assert all(li.is_displayed() for li in _css(browser, "#facts li.internal"))
+    assert not any(li.is_displayed() for li in _css(browser, "#history li"))
 
 
 def test_bulk_buttons_look_disabled_until_a_process_is_chosen_then_confirm_with_a_count(

@@ -123,16 +123,25 @@ def test_a_cancelled_node_is_withdrawn_not_completed(pages: Any) -> None:
     assert 'data-kind="Withdrawn"' in page
 
 
-def test_the_history_hides_internal_facts_behind_a_toggle(pages: Any) -> None:
+def test_the_history_speaks_business_terms_and_the_toggle_shows_the_facts(pages: Any) -> None:
     page = pages.get("/instances/inst-1").text
     assert '<input type="checkbox" id="show-internal"' in page
-    assert re.search(r'<li class="internal" data-kind="Hydrated">', page)
-    assert re.search(r'<li class="internal" data-kind="Dehydrated">', page)
-    assert re.search(r'<li data-kind="Started">', page)
+    history = page[page.index('id="history"') : page.index('id="facts"')]
+    facts = page[page.index('id="facts"') :]
+    # The history: business_history's lines, no bookkeeping fact among them.
+    assert re.search(r'<li data-kind="Started" data-category="instance"', history)
+    assert "Hydrated" not in history and "Dehydrated" not in history
+    assert "instance started" in history.lower()
+    # Behind the toggle: every fact as recorded, the internal ones marked.
+    assert re.search(r'<li class="internal" data-kind="Hydrated">', facts)
+    assert re.search(r'<li class="internal" data-kind="Dehydrated">', facts)
+    assert re.search(r'<li data-kind="Started">', facts)
     css = pages.get("/static/console.css").text
-    assert "ol.timeline li.internal { display: none;" in css
-    assert "#show-internal:checked ~ #live ol.timeline li.internal { display: list-item; }" in css
-    live = pages.get("/instances/inst-1?partial=1").text  # the live fragment keeps the marks
+    assert "ol.timeline.facts { display: none; }" in css
+    assert "#show-internal:checked ~ #live ol.timeline.facts { display: block; }" in css
+    assert "#show-internal:checked ~ #live #history { display: none; }" in css
+    live = pages.get("/instances/inst-1?partial=1").text  # the live fragment has both
+    assert 'data-category="instance"' in live
     assert '<li class="internal" data-kind="Hydrated">' in live
 
 
