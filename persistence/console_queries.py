@@ -32,7 +32,7 @@ from sqlalchemy import (
     tuple_,
 )
 
-from dormant.engine_core.checkpoint import Checkpoint, decode
+from dormant.engine_core.checkpoint import Checkpoint, InstanceStatus, decode
 from dormant.engine_core.errors import InvalidOperation, UnknownInstance
 from dormant.engine_core.views import FactView
 from dormant.persistence.db import read_only
@@ -47,6 +47,7 @@ __all__ = [
     "IncidentRow",
     "InstanceFilter",
     "InstanceRow",
+    "NodeCounts",
     "Page",
     "ProcessSummary",
 ]
@@ -137,6 +138,36 @@ class ProcessSummary:
     counts: dict[str, int] = field(default_factory=dict)
 
 
+@dataclass(slots=True)
+class NodeCount:
+    """One element's numbers on the process page's diagram."""
+
+    waiting: int = 0
+    incidents: int = 0
+    passed: int = 0
+
+    def as_json(self) -> dict[str, int]:
+        return {"waiting": self.waiting, "incidents": self.incidents, "passed": self.passed}
+
+
+@dataclass(slots=True)
+class NodeCounts:
+    """Per element of one process version, as Operate draws them (docs/console.md):
+    ``waiting`` — unended instances with a live token at it (of at most
+    ``WAITING_SCANNED`` instances, the most recently started); ``incidents`` — open
+    incidents at it (every one); ``passed`` — of the ``PASSED_SAMPLED`` most recently
+    started instances, how many record the element reached and left (a fact names it
+    and no live token of theirs is at it; a withdrawn token's element does not count).
+    ``sampled``/``scanned``: how many instances each bound let in."""
+
+    nodes: dict[str, NodeCount] = field(default_factory=dict)
+    scanned: int = 0
+    sampled: int = 0
+
+    def at(self, node_id: str) -> NodeCount:
+        return self.nodes.setdefault(node_id, NodeCount())
+
+
 def encode_cursor(at: datetime, row_id: str) -> str:
     raw = json.dumps([at.isoformat(), row_id]).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
@@ -204,6 +235,75 @@ class ConsoleQueries:
                 .group_by(t.c.process_key, t.c.node_id)
             ):
                 out.setdefault(key, {})[node] = int(n)
+        return out
+
+    # The process page's bounds (docs/limits.md): unended instances scanned for their
+    # live tokens, and the recent instances whose facts are read for "passed".
+    WAITING_SCANNED = 10_000
+    PASSED_SAMPLED = 500
+
+    def node_counts(self, key: str, version: int, node_keys: Sequence[str]) -> NodeCounts:
+        """Per-element counts of ``key`` v``version`` (``NodeCounts``), in three
+        bounded reads: live tokens from ``instances.waiting_nodes`` over the
+        (key, version, created_at) index, open incidents grouped over the (state,
+        process key, node) index, and the facts of the most recent instances by
+        ``facts.instance_id``. ``node_keys``: the fact details that name an element
+        (the instance page's, tasks/console/presenters.py)."""
+        out = NodeCounts()
+        ended = [s.value for s in InstanceStatus if s.ended]
+        t, i = instances, incident_table
+        recent = select(instances.c.id, instances.c.status, instances.c.waiting_nodes).where(
+            instances.c.key == key, instances.c.version == version
+        )
+        newest = (instances.c.created_at.desc(), instances.c.id.desc())
+        with self._read() as conn:
+            live_rows = conn.execute(
+                recent.where(t.c.status.notin_(ended)).order_by(*newest).limit(self.WAITING_SCANNED)
+            ).all()
+            for row in live_rows:
+                for node in set(_nodes(row.waiting_nodes)):
+                    out.at(node).waiting += 1
+            out.scanned = len(live_rows)
+            for node, n in conn.execute(
+                select(i.c.node_id, func.count())
+                .select_from(i.join(t, t.c.id == i.c.instance_id))
+                .where(
+                    i.c.state.in_(OPEN_INCIDENT_STATES),
+                    i.c.process_key == key,
+                    t.c.version == version,
+                )
+                .group_by(i.c.node_id)
+            ):
+                out.at(str(node)).incidents = int(n)
+            sample = conn.execute(recent.order_by(*newest).limit(self.PASSED_SAMPLED)).all()
+            out.sampled = len(sample)
+            live = {r.id: set(_nodes(r.waiting_nodes)) for r in sample}
+            reached: dict[str, set[str]] = {}
+            ids = sorted(live)
+            for start in range(0, len(ids), 250):
+                rows = conn.execute(
+                    select(facts.c.instance_id, facts.c.at, facts.c.kind)
+                    .add_columns(facts.c.details, facts.c.revision)
+                    .where(facts.c.instance_id.in_(ids[start : start + 250]))
+                    .order_by(facts.c.id)
+                ).all()
+                by_instance: dict[str, list[Any]] = {}
+                for r in rows:
+                    by_instance.setdefault(r.instance_id, []).append(r)
+                for instance_id, its_rows in by_instance.items():
+                    done = reached.setdefault(instance_id, set())
+                    for fact in fact_views(its_rows):
+                        for name in node_keys:
+                            named = fact.details.get(name)
+                            if isinstance(named, str):
+                                # A node's last word decides, as on the instance page.
+                                if fact.kind == "Withdrawn":
+                                    done.discard(named)
+                                else:
+                                    done.add(named)
+        for instance_id, nodes in reached.items():
+            for node in nodes - live.get(instance_id, set()):
+                out.at(node).passed += 1
         return out
 
     def process_keys(self) -> list[str]:
@@ -383,6 +483,12 @@ class ConsoleQueries:
                     .limit(200)
                 ).scalars()
             ]
+
+
+def _nodes(document: Any) -> list[str]:
+    """``waiting_nodes`` as read: a list of node ids (JSON text on some drivers)."""
+    value = json.loads(document) if isinstance(document, str) else document
+    return [str(n) for n in value] if isinstance(value, list) else []
 
 
 def _page(rows: Sequence[T], limit: int, key: Any) -> Page[T]:

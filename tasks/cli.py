@@ -16,7 +16,12 @@ from typing import Any
 
 import click
 
-from dormant.engine_core.errors import DormantError, UnknownInstance
+from dormant.engine_core.errors import (
+    DormantError,
+    InvalidField,
+    InvalidVariables,
+    UnknownInstance,
+)
 from dormant.engine_core.states import INCIDENT_STATES, LISTED_STATUSES, QUEUED
 from dormant.persistence import clock
 from dormant.tasks.cli_common import make_client as _client
@@ -115,7 +120,14 @@ def tasks() -> None:
 @click.option("--instance", "instance_id", default=None)
 @click.option("--assignee", default=None, help="assigned to this user")
 @click.option("--candidate-user", default=None, help="this user is a candidate")
-@click.option("--candidate-group", default=None, help="this group is a candidate")
+@click.option(
+    "--group",
+    "--candidate-group",
+    "candidate_group",
+    default=None,
+    help="this group is a candidate",
+)
+@click.option("--process", default=None, metavar="KEY", help="tasks of this process's instances")
 @click.option("--due-before", default=None, metavar="T", help="due before T (ISO 8601)")
 @_output
 def tasks_list(
@@ -123,28 +135,47 @@ def tasks_list(
     assignee: str | None,
     candidate_user: str | None,
     candidate_group: str | None,
+    process: str | None,
     due_before: str | None,
     fmt: str,
     as_json: bool,
 ) -> None:
-    """Open user tasks: id, instance, node, name, assignee, candidates, due date,
-    priority, state, age."""
+    """Open user tasks, most urgent first (the earliest due date, then the highest
+    priority, then the oldest; the console's tasklist order): id, instance, process,
+    node, name, assignee, candidates, due date, priority, state, age."""
     from dormant.engine_core.views import to_dict
+    from dormant.persistence.console_queries import ConsoleQueries
+    from dormant.tasks.tasklist_query import arrange
 
-    columns = task_columns(clock.now())
-    found = _client().user_tasks(
+    client = _client()
+    found = client.user_tasks(
         instance_id,
         assignee=assignee,
         candidate_user=candidate_user,
         candidate_group=candidate_group,
         due_before=parse_when(due_before),
     )
-    _emit(found, columns, fmt, as_json, to_dict, "no open user tasks")
+    keys = ConsoleQueries(client._store.engine).instance_processes([t.instance_id for t in found])
+    listed = arrange(found, keys, process)
+
+    def as_dict(task: Any) -> dict[str, Any]:
+        key, version = keys.get(task.instance_id, (None, None))
+        return to_dict(task) | {"process_key": key, "process_version": version}
+
+    columns = task_columns(clock.now(), keys)
+    _emit(listed, columns, fmt, as_json, as_dict, "no open user tasks")
 
 
 @tasks.command("complete")
 @click.argument("task_id")
 @_var
+@click.option(
+    "--json",
+    "json_file",
+    default=None,
+    metavar="FILE",
+    help="the variables as one JSON object (- reads stdin); --var pairs override its keys",
+)
 @click.option(
     "--wait",
     "wait",
@@ -153,10 +184,34 @@ def tasks_list(
     metavar="SECONDS",
     help="wait for the outcome: a task listener's denial is an error naming its reason",
 )
-def tasks_complete(task_id: str, vars_: tuple[str, ...], wait: float | None) -> None:
-    """Complete TASK_ID (its complete listeners may still deny it)."""
-    done = _client().complete_task(task_id, parse_vars(vars_), wait=wait)
+def tasks_complete(
+    task_id: str, vars_: tuple[str, ...], json_file: str | None, wait: float | None
+) -> None:
+    """Complete TASK_ID with its variables (its complete listeners may still deny it)."""
+    variables = _json_object(json_file, "--json") if json_file is not None else {}
+    variables |= parse_vars(vars_)
+    done = _client().complete_task(task_id, variables, wait=wait)
     click.echo(f"completed {task_id}" if done else f"completing {task_id}")
+
+
+def _json_object(name: str, option: str) -> dict[str, Any]:
+    """The file ``name`` (``-``: stdin) holding one JSON object, or the one-line
+    refusal (InvalidVariables)."""
+    try:
+        if name == "-":
+            value = json.load(sys.stdin)
+        else:
+            with open(name, encoding="utf-8") as source:
+                value = json.load(source)
+    except OSError as exc:
+        raise InvalidVariables(f"{option} {name}: cannot be read ({exc.strerror})") from None
+    except (ValueError, RecursionError) as exc:
+        raise InvalidVariables(f"{option} {name}: not JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise InvalidVariables(
+            f"{option} {name}: the variables must be one JSON object, not {type(value).__name__}"
+        )
+    return value
 
 
 @tasks.command("assign")
@@ -170,16 +225,31 @@ def tasks_assign(task_id: str, user: str) -> None:
 
 @tasks.command("claim")
 @click.argument("task_id")
-@click.argument("user")
-def tasks_claim(task_id: str, user: str) -> None:
-    """Assign TASK_ID to USER; refused when someone else holds it."""
-    _client().claim_task(task_id, user)
-    click.echo(f"claiming {task_id} for {user}")
+@click.argument("user", required=False)
+@click.option("--as", "as_user", default=None, metavar="USER", help="who claims it")
+def tasks_claim(task_id: str, user: str | None, as_user: str | None) -> None:
+    """Assign TASK_ID to USER (``--as USER``); refused when someone else holds it."""
+    if user is not None and as_user is not None and user != as_user:
+        raise InvalidField(f"two claimants given ({user!r} and --as {as_user!r}); give one")
+    who = as_user or user
+    if not who:
+        raise InvalidField("who claims the task? give --as USER")
+    _client().claim_task(task_id, who)
+    click.echo(f"claiming {task_id} for {who}")
 
 
-@tasks.command("unassign")
+@tasks.command("unclaim")
+@click.argument("task_id")
+def tasks_unclaim(task_id: str) -> None:
+    """Take TASK_ID back from whoever holds it: anyone it is offered to may claim it."""
+    _client().unassign_task(task_id)
+    click.echo(f"unclaiming {task_id}")
+
+
+@tasks.command("unassign", hidden=True)
 @click.argument("task_id")
 def tasks_unassign(task_id: str) -> None:
+    """``unclaim``, under Camunda's name for it."""
     _client().unassign_task(task_id)
     click.echo(f"unassigning {task_id}")
 

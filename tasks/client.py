@@ -365,7 +365,7 @@ class Client:
         if view.assignee is not None and view.assignee != user:
             raise InvalidOperation(
                 f"user task {task_id} is assigned to {view.assignee!r}; it can be claimed "
-                "once unassigned (`dormant tasks unassign`), or assigned by `tasks assign`"
+                "once unclaimed (`dormant tasks unclaim`), or assigned by `tasks assign`"
             )
         self._assign(task_id, user, claim=True)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -194,8 +194,18 @@ def describe_wait(w: Any, now: datetime, instance_id: str = "…") -> str:
 # -- what each list shows ------------------------------------------------------------
 
 
-def task_columns(now: datetime) -> list[Column]:
-    return [
+def task_columns(
+    now: datetime, processes: Mapping[str, tuple[str, int]] | None = None
+) -> list[Column]:
+    """The tasks' columns; ``processes`` (instance → key, version) adds the PROCESS
+    column last, so the columns before it keep their places in piped output."""
+    found = processes or {}
+
+    def process(t: Any) -> str:
+        key, version = found.get(t.instance_id, ("", 0))
+        return f"{key} v{version}" if key else ""
+
+    columns = [
         Column("TASK", lambda t: t.id),
         Column("INSTANCE", lambda t: t.instance_id),
         Column("NODE", lambda t: t.node_id),
@@ -207,6 +217,7 @@ def task_columns(now: datetime) -> list[Column]:
         Column("STATE", _task_state),
         Column("CREATED", lambda t: ago(t.created_at, now), lambda t: iso(t.created_at)),
     ]
+    return columns if processes is None else [*columns, Column("PROCESS", process)]
 
 
 def _candidates(t: Any) -> str:

@@ -46,6 +46,7 @@ from dormant.engine_core.errors import (
     StoredDataError,
     UnknownInstance,
 )
+from dormant.engine_core.history import business_history
 from dormant.engine_core.views import instance_view
 from dormant.persistence.console_queries import ConsoleQueries, IncidentFilter, InstanceFilter
 from dormant.tasks.client import Client
@@ -127,6 +128,36 @@ def processes(request: Request) -> Response:
     )
 
 
+def process_page(request: Request) -> Response:
+    """One process version's diagram with per-element counts, as Operate's process
+    view draws them: how many instances wait at each element now, how many are in
+    incident there, how many passed it (ConsoleQueries.node_counts, bounded)."""
+    key = request.path_params["key"]
+    raw = request.path_params["version"]
+    q = _queries(request)
+    source = q.definition_source(key, int(raw)) if raw.isdigit() else None
+    if source is None:
+        return _render(
+            request,
+            "error.html",
+            message=f"error: no process {key!r} version {raw} is deployed; "
+            "the processes page lists the deployed ones",
+            status_code=404,
+        )
+    counts = q.node_counts(key, int(raw), presenters.NODE_KEYS)
+    return _render(
+        request,
+        "process.html",
+        key=key,
+        version=int(raw),
+        diagram=source,
+        counts={n: c.as_json() for n, c in counts.nodes.items()},
+        scanned=counts.scanned,
+        sampled=counts.sampled,
+        bounds=(q.WAITING_SCANNED, q.PASSED_SAMPLED),
+    )
+
+
 def instance_list(request: Request) -> Response:
     error = None
     page = None
@@ -186,6 +217,8 @@ def instance_reads(q: ConsoleQueries, instance_id: str, *, values: bool = False)
             (w, presenters.describe_wait(w, values=values)) for w in checkpoint.waits.values()
         ],
         "history": history,
+        # People's terms by default; the raw facts behind the internal-facts toggle.
+        "events": business_history(history),
         "children": children,
         "diagram": q.definition_source(checkpoint.process_key, checkpoint.version) or "",
         "ended": checkpoint.status.ended,
@@ -365,6 +398,7 @@ def routes() -> list[BaseRoute]:
         *tasklist.routes(),
         Route("/", home),
         Route("/processes", processes),
+        Route("/processes/{key}/{version}", process_page),
         Route("/instances", instance_list),
         Route("/instances/{instance_id}", instance_page),
         Route("/instances/{instance_id}/cancel", cancel_instance, methods=["POST"]),

@@ -28,6 +28,7 @@ from dormant.engine_core.views import FactView
 
 __all__ = [
     "INTERNAL_FACTS",
+    "NODE_KEYS",
     "NodeOverlay",
     "ScopeVariables",
     "describe_wait",
@@ -36,8 +37,9 @@ __all__ = [
     "taken_flows",
 ]
 
-# Fact detail keys that name a node the instance reached.
-_NODE_KEYS = ("node", "start", "boundary", "arm", "host", "gateway")
+# Fact detail keys that name a node the instance reached (the instance page's marks and
+# the process page's "passed" counts, persistence/console_queries.py ``node_counts``).
+NODE_KEYS = ("node", "start", "boundary", "arm", "host", "gateway")
 # The engine's bookkeeping rather than the process's story: one per trigger applied
 # (which token woke, what waits remain) or a trigger that found nothing to do. The
 # history hides them unless asked (issue 28: "internal facts behind a toggle").
@@ -164,7 +166,7 @@ def overlays(
     # (a loop) and finished, it is.
     for fact in history:
         withdrawn = fact.kind == _WITHDRAWN
-        for key in _NODE_KEYS:
+        for key in NODE_KEYS:
             node = fact.details.get(key)
             if isinstance(node, str) and node not in live:
                 at(node).completed = not withdrawn

@@ -18,7 +18,6 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -33,10 +32,10 @@ from dormant.tasks.console import forms
 from dormant.tasks.console.config import ConsoleConfig
 from dormant.tasks.console.pages import _act, _client, _queries, _render
 from dormant.tasks.console.security import authenticated
+from dormant.tasks.tasklist_query import arrange
 
-__all__ = ["routes", "task_order", "user_of"]
+__all__ = ["routes", "user_of"]
 
-_FAR = datetime.max.replace(tzinfo=UTC)
 _TASKS_SHOWN = 200  # the list shows this many, the most urgent first
 
 
@@ -57,12 +56,6 @@ def user_of(request: Request) -> str | None:
         return "token"
     config: ConsoleConfig = request.app.state.config
     return "local" if config.open_access else None
-
-
-def task_order(task: UserTaskView) -> tuple[datetime, int, datetime]:
-    """Most urgent first: the earliest due date (none: last), then the highest
-    priority, then the oldest."""
-    return (task.due_date or _FAR, -task.priority, task.created_at or _FAR)
 
 
 def _opt(request: Request, name: str) -> str | None:
@@ -102,10 +95,7 @@ def task_list(request: Request) -> Response:
             candidate_group=_opt(request, "candidate_group"),
         )
     keys = _queries(request).instance_processes([t.instance_id for t in tasks])
-    process = _opt(request, "process")
-    if process is not None:
-        tasks = [t for t in tasks if keys.get(t.instance_id, ("", 0))[0] == process]
-    tasks.sort(key=task_order)
+    tasks = arrange(tasks, keys, _opt(request, "process"))
     return _render(
         request,
         "tasks.html",

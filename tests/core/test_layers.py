@@ -288,6 +288,7 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     ("tasks.cli", "dormant.persistence.console_queries"): f"SQLAlchemy: {_CLI_FAST}",
     ("tasks.cli", "dormant.engine_core.views"): f"the checkpoint documents: {_CLI_FAST}",
     ("tasks.cli", "dormant.engine_core.history"): f"the checkpoint documents: {_CLI_FAST}",
+    ("tasks.cli", "dormant.tasks.tasklist_query"): f"the checkpoint documents: {_CLI_FAST}",
     ("tasks.cli_common", "dormant.tasks.client"): f"the Client and the Store: {_CLI_FAST}",
     ("tasks.cli_common", "dormant.persistence.db"): f"SQLAlchemy: {_CLI_FAST}",
     ("tasks.cli_common", "sqlalchemy.exc"): f"SQLAlchemy: {_CLI_FAST}",

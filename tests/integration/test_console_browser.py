@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest import Stack, _urls
+from tests.integration.conftest import Stack, _urls, wait_for
 from tests.integration.console.kit import (
     MODEL,
     PASSWORD,
@@ -303,12 +303,13 @@ def test_cancel_confirms_then_the_task_is_withdrawn_and_internal_facts_toggle(
         console.url + f"/api/instances/{iid}",
     )
     assert api["overlays"]["check"]["withdrawn"] and not api["overlays"]["check"]["completed"]
-    # The history: internal facts hidden until the toggle is on.
-    internal = _css(browser, "#history li.internal")
+    # The history in people's terms; the raw facts hidden until the toggle is on.
+    internal = _css(browser, "#facts li.internal")
     assert internal and not any(li.is_displayed() for li in internal)
     assert any(li.is_displayed() for li in _css(browser, '#history li[data-kind="Withdrawn"]'))
     browser.find_element(By.CSS_SELECTOR, 'label[for="show-internal"]').click()
-    assert all(li.is_displayed() for li in _css(browser, "#history li.internal"))
+    assert all(li.is_displayed() for li in _css(browser, "#facts li.internal"))
+    assert not any(li.is_displayed() for li in _css(browser, "#history li"))
 
 
 def test_bulk_buttons_look_disabled_until_a_process_is_chosen_then_confirm_with_a_count(
@@ -335,3 +336,35 @@ def test_bulk_buttons_look_disabled_until_a_process_is_chosen_then_confirm_with_
     browser.find_element(By.ID, "confirm-no").click()
     _wait(browser, lambda d: "/instances?" in d.current_url)
     assert len(c.batches()) == before  # going back wrote no batch
+
+
+def test_the_process_page_draws_each_elements_counts_on_the_diagram(
+    cstack: Stack, console: Console, browser: Any, tmp_path: Path
+) -> None:
+    """One instance pays and waits for its message at ``paid``; one fails its job at
+    ``charge`` (an incident, its token still there): the diagram says so element by
+    element, as overlays bpmn-js places on them, and 2 passed the start event."""
+    c = cstack.client
+    xml = MODEL.read_text().replace('id="payment"', 'id="payment-counts"')
+    c.deploy(xml.replace('bpmnElement="payment"', 'bpmnElement="payment-counts"'))
+    ok_flag = tmp_path / "ok"
+    ok_flag.touch()
+    paying = c.start("payment-counts", {"flag": str(ok_flag), "order": "o-9"})
+    stuck = c.start("payment-counts", {"flag": str(tmp_path / "never")})
+    open_incident(cstack, stuck)
+    wait_for(
+        lambda: any(t.node_id == "paid" for t in c.instance(paying).tokens) or None,
+        what="the message wait",
+    )
+    _sign_in(browser, console)
+    browser.get(console.url + "/processes/payment-counts/1")
+    _wait(browser, lambda d: d.find_element("id", "diagram").get_attribute("data-ready") == "1")
+
+    def count(node: str, kind: str) -> str:
+        found = _css(browser, f'.djs-overlay-container .dm-counts[data-node="{node}"] .{kind}')
+        return str(found[0].text) if found else ""
+
+    assert (count("charge", "waiting"), count("charge", "incident")) == ("1", "1")
+    assert (count("charge", "passed"), count("paid", "waiting")) == ("1", "1")
+    assert (count("placed", "passed"), count("done", "passed")) == ("2", "")
+    screenshot(browser, "process-counts")

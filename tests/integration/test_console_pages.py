@@ -1,13 +1,14 @@
 """The console's pages in-process (Starlette's test client) on both backends, for what
 issue 28 asked of them: destructive actions confirm first (bulk ones with their
-count), a cancelled node is drawn withdrawn rather than completed, the history hides
-the engine's internal facts behind a toggle, the favicon is served, disabled buttons
-look disabled. A worker's step is applied in-process with ``Store.apply`` (the very
-transaction a worker runs)."""
+count), a cancelled node is drawn withdrawn rather than completed, the history speaks
+in business terms with the engine's facts behind a toggle, the favicon is served,
+disabled buttons look disabled, the process page counts each element. A worker's step
+is applied in-process with ``Store.apply`` (the very transaction a worker runs)."""
 
 from __future__ import annotations
 
 import html
+import json
 import re
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -16,7 +17,7 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
-from dormant.engine_core.triggers import Cancel, JobCompleted
+from dormant.engine_core.triggers import Cancel, JobCompleted, JobFailed
 from dormant.persistence.store import NewInstance
 from dormant.persistence.tables import batches, inbox
 from dormant.tasks.console.config import ConsoleConfig
@@ -123,16 +124,25 @@ def test_a_cancelled_node_is_withdrawn_not_completed(pages: Any) -> None:
     assert 'data-kind="Withdrawn"' in page
 
 
-def test_the_history_hides_internal_facts_behind_a_toggle(pages: Any) -> None:
+def test_the_history_speaks_business_terms_and_the_toggle_shows_the_facts(pages: Any) -> None:
     page = pages.get("/instances/inst-1").text
     assert '<input type="checkbox" id="show-internal"' in page
-    assert re.search(r'<li class="internal" data-kind="Hydrated">', page)
-    assert re.search(r'<li class="internal" data-kind="Dehydrated">', page)
-    assert re.search(r'<li data-kind="Started">', page)
+    history = page[page.index('id="history"') : page.index('id="facts"')]
+    facts = page[page.index('id="facts"') :]
+    # The history: business_history's lines, no bookkeeping fact among them.
+    assert re.search(r'<li data-kind="Started" data-category="instance"', history)
+    assert "Hydrated" not in history and "Dehydrated" not in history
+    assert "instance started" in history.lower()
+    # Behind the toggle: every fact as recorded, the internal ones marked.
+    assert re.search(r'<li class="internal" data-kind="Hydrated">', facts)
+    assert re.search(r'<li class="internal" data-kind="Dehydrated">', facts)
+    assert re.search(r'<li data-kind="Started">', facts)
     css = pages.get("/static/console.css").text
-    assert "ol.timeline li.internal { display: none;" in css
-    assert "#show-internal:checked ~ #live ol.timeline li.internal { display: list-item; }" in css
-    live = pages.get("/instances/inst-1?partial=1").text  # the live fragment keeps the marks
+    assert "ol.timeline.facts { display: none; }" in css
+    assert "#show-internal:checked ~ #live ol.timeline.facts { display: block; }" in css
+    assert "#show-internal:checked ~ #live #history { display: none; }" in css
+    live = pages.get("/instances/inst-1?partial=1").text  # the live fragment has both
+    assert 'data-category="instance"' in live
     assert '<li class="internal" data-kind="Hydrated">' in live
 
 
@@ -168,3 +178,41 @@ def test_the_flows_the_instance_took_are_drawn(pages: Any) -> None:
     client._store.apply("inst-4", JobCompleted(wait_id=job.id), datetime.now(UTC))
     done = pages.get("/api/instances/inst-4").json()
     assert done["status"] == "completed" and done["taken"] == ["f1", "f2", "f3"]
+
+
+def test_the_process_page_counts_each_element(pages: Any) -> None:
+    """Waiting (a live token there now), in incident (open incidents there) and passed
+    (reached and left, by the instance's facts), per element, on the process page and
+    under the diagram as the overlays' data. inst-1 fails its job (an incident at
+    charge, its token still there), inst-2 waits at charge, inst-3 moves on to the
+    message wait at paid, inst-4 ends at done; inst-5 is cancelled at charge
+    (withdrawn: not passed)."""
+    client = pages.app.state.client
+    store, now = client._store, datetime.now(UTC)
+
+    def job_of(iid: str) -> str:
+        return next(w.id for w in store.queries.checkpoint(iid).waits.values() if w.job_type)
+
+    store.apply("inst-1", JobFailed(wait_id=job_of("inst-1"), error="boom", retries=0), now)
+    for n, order in ((3, {"order": "o-3"}), (4, {}), (5, {})):
+        store.start(NewInstance("payment", f"inst-{n}", {"flag": "/nope"} | order), now=now)
+    for iid in ("inst-3", "inst-4"):
+        store.apply(iid, JobCompleted(wait_id=job_of(iid)), now)
+    store.apply("inst-5", Cancel(), now)
+
+    page = pages.get("/processes/payment/1")
+    assert page.status_code == 200
+    found = re.search(
+        r'<script type="application/json" id="diagram-counts">(.*?)</script>', page.text
+    )
+    assert found is not None
+    counts = json.loads(html.unescape(found.group(1)))
+    assert counts["charge"] == {"waiting": 2, "incidents": 1, "passed": 2}
+    assert counts["paid"] == {"waiting": 1, "incidents": 0, "passed": 0}
+    assert counts["done"] == {"waiting": 0, "incidents": 0, "passed": 1}
+    assert counts["placed"]["passed"] == 5
+    assert '<tr data-node="charge">' in page.text  # the table beside the diagram
+    assert 'src="/static/process.js"' in page.text
+    assert "/processes/payment/1" in pages.get("/processes").text  # linked from the list
+    assert pages.get("/processes/payment/9").status_code == 404
+    assert "dm-counts" in pages.get("/static/process.js").text
