@@ -34,9 +34,12 @@ __all__ = [
     "OUTCOMES",
     "SOURCES",
     "AuditEntry",
+    "accept",
+    "command",
     "entries",
     "hide",
     "new_command_id",
+    "outcome_row",
     "record",
     "row",
     "sweep",
@@ -191,3 +194,55 @@ def sweep(engine: Engine, now: datetime, retention_days: float, limit: int = SWE
         if ids:
             conn.execute(delete(audit_log).where(audit_log.c.id.in_(ids)))
     return len(ids)
+
+
+def command(
+    actor: str,
+    source: str,
+    action: str,
+    *,
+    target: str | None = None,
+    instance_id: str | None = None,
+    params: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One operator action as it travels with its trigger (the task's ``audit``
+    keyword): JSON, its values already hidden, so a failed trigger kept for a retry
+    holds no value either."""
+    return {
+        "command_id": new_command_id(),
+        "actor": actor,
+        "source": source,
+        "action": action,
+        "target": target,
+        "instance_id": instance_id,
+        "params": hide(params or {}),
+    }
+
+
+def outcome_row(
+    cmd: Mapping[str, Any],
+    outcome: str,
+    at: datetime,
+    *,
+    detail: str | None = None,
+    instance_id: str | None = None,
+) -> dict[str, Any]:
+    """The row of ``cmd`` (from ``command``) with ``outcome``."""
+    return row(
+        command_id=str(cmd["command_id"]),
+        at=at,
+        actor=str(cmd["actor"]),
+        source=str(cmd["source"]),
+        action=str(cmd["action"]),
+        outcome=outcome,
+        target=cmd.get("target"),
+        instance_id=instance_id or cmd.get("instance_id"),
+        params=cmd.get("params") or {},
+        detail=detail,
+    )
+
+
+def accept(engine: Engine, cmd: Mapping[str, Any], at: datetime, outcome: str = "accepted") -> None:
+    """Record ``cmd`` as accepted (an enqueued action: the worker records its outcome)
+    or, with ``outcome="done"``, as done on the spot."""
+    record(engine, [outcome_row(cmd, outcome, at)])

@@ -36,7 +36,7 @@ from dormant.tasks import app as app_module
 from dormant.tasks import wire
 from dormant.tasks.app import app, publish, store
 from dormant.tasks.sweeps import each_row
-from dormant.tasks.triggers import _run
+from dormant.tasks.triggers import _run, apply_audited
 
 __all__ = [
     "batch_run",
@@ -62,13 +62,15 @@ def _operate(
     make: Callable[[], Trigger],
     inbox_id: str | None,
     trigger_id: str | None,
+    audit: dict[str, Any] | None = None,
 ) -> None:
     """The trigger is built inside the shell, so arguments that do not fit are kept as
     a failed trigger (visible, retryable) like any other failure; a refusal fails the
-    task with its reason."""
+    task with its reason. ``audit``: the operator's command, its outcome recorded with
+    the action (``apply_audited``)."""
 
     def call(tid: str, now: datetime) -> Any:
-        return store().apply(instance_id, make(), now, trigger_id=tid)
+        return apply_audited(instance_id, make(), now, tid, None, audit)
 
     _run(task, kind, call, inbox_id, trigger_id, operator=True, instance_id=instance_id)
 
@@ -79,18 +81,28 @@ _OPERATOR: dict[str, Any] = {"bind": True, "throws": (DormantError,)}
 
 @app.task(name=wire.SUSPEND, **_OPERATOR)
 def suspend(
-    self: Task, instance_id: str, *, inbox_id: str | None = None, trigger_id: str | None = None
+    self: Task,
+    instance_id: str,
+    *,
+    inbox_id: str | None = None,
+    trigger_id: str | None = None,
+    audit: dict[str, Any] | None = None,
 ) -> None:
     """Suspend an instance: its triggers are held until it is resumed."""
-    _operate(self, instance_id, "suspend", Suspend, inbox_id, trigger_id)
+    _operate(self, instance_id, "suspend", Suspend, inbox_id, trigger_id, audit)
 
 
 @app.task(name=wire.RESUME, **_OPERATOR)
 def resume(
-    self: Task, instance_id: str, *, inbox_id: str | None = None, trigger_id: str | None = None
+    self: Task,
+    instance_id: str,
+    *,
+    inbox_id: str | None = None,
+    trigger_id: str | None = None,
+    audit: dict[str, Any] | None = None,
 ) -> None:
     """Resume an instance: its held triggers apply in arrival order."""
-    _operate(self, instance_id, "resume", Resume, inbox_id, trigger_id)
+    _operate(self, instance_id, "resume", Resume, inbox_id, trigger_id, audit)
 
 
 @app.task(name=wire.SET_VARIABLES, **_OPERATOR)
@@ -104,6 +116,7 @@ def set_variables(
     *,
     inbox_id: str | None = None,
     trigger_id: str | None = None,
+    audit: dict[str, Any] | None = None,
 ) -> None:
     """Set or remove variables in one scope, and optionally retry the open incidents."""
 
@@ -113,7 +126,7 @@ def set_variables(
         )
         return SetVariables(**params)
 
-    _operate(self, instance_id, "set_variables", make, inbox_id, trigger_id)
+    _operate(self, instance_id, "set_variables", make, inbox_id, trigger_id, audit)
 
 
 @app.task(name=wire.MIGRATE, **_OPERATOR)
@@ -125,13 +138,14 @@ def migrate(
     *,
     inbox_id: str | None = None,
     trigger_id: str | None = None,
+    audit: dict[str, Any] | None = None,
 ) -> None:
     """Move an instance to another version of its process (refused with the reasons)."""
 
     def make() -> Trigger:
         return MigrateInstance(version=version, mapping=mapping or {})
 
-    _operate(self, instance_id, "migrate", make, inbox_id, trigger_id)
+    _operate(self, instance_id, "migrate", make, inbox_id, trigger_id, audit)
 
 
 @app.task(name=wire.MODIFY, **_OPERATOR)
@@ -143,13 +157,14 @@ def modify(
     *,
     inbox_id: str | None = None,
     trigger_id: str | None = None,
+    audit: dict[str, Any] | None = None,
 ) -> None:
     """Cancel the tokens at some nodes and/or start a token before others."""
 
     def make() -> Trigger:
         return ModifyInstance(cancel_nodes=cancel_nodes or [], start_before=start_before or [])
 
-    _operate(self, instance_id, "modify", make, inbox_id, trigger_id)
+    _operate(self, instance_id, "modify", make, inbox_id, trigger_id, audit)
 
 
 def enqueue_batch(batch_id: str, producer: Any = None) -> None:
