@@ -1,0 +1,158 @@
+"""The audit trail of operator actions and the actor in the history (issues 27, 28),
+on PostgreSQL + Redis with a real worker: a cancel by ann through the console (its
+signed-in user) and an incident retry through the CLI ``--as bob`` appear in
+``dormant audit list`` (accepted, then applied by the worker) and in ``dormant
+instances history`` with their actors; a variable's value set through the console is
+in neither; the console's /audit page lists them."""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.conftest import Stack, _urls, wait_for
+from tests.integration.console.kit import MODEL, open_incident
+
+pytestmark = pytest.mark.integration
+
+ANN, PASSWORD = "ann", "correct horse battery staple"
+SECRET = "s3cr3t-card-number"
+
+
+@pytest.fixture(scope="module")
+def stack(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Stack]:
+    tmp = tmp_path_factory.mktemp("audit")
+    with _urls("pg_redis", tmp, request) as urls:
+        s = Stack(*urls, tmp)
+        try:
+            s.worker()
+            s.client.deploy(MODEL)
+            yield s
+        finally:
+            s.close()
+
+
+def _console(stack: Stack) -> Any:
+    from starlette.testclient import TestClient
+
+    from dormant.tasks.console import create_app
+    from dormant.tasks.console.config import ConsoleConfig
+
+    config = ConsoleConfig(secret="s" * 32, user=ANN, password=PASSWORD)
+    app = create_app(config, client=stack.client)
+    basic = base64.b64encode(f"{ANN}:{PASSWORD}".encode()).decode()
+    return TestClient(
+        app,
+        base_url="http://127.0.0.1",
+        client=("127.0.0.1", 50000),
+        headers={"Authorization": f"Basic {basic}"},
+    )
+
+
+def _csrf(page: str) -> str:
+    found = re.search(r'name="csrf" value="([^"]+)"', page)
+    assert found, "no CSRF field on the page"
+    return found.group(1)
+
+
+def _waiting(stack: Stack, flag: Path, order: str) -> str:
+    iid = stack.client.start("payment", {"flag": str(flag), "order": order})
+    wait_for(
+        lambda: any(t.node_id == "paid" for t in stack.client.instance(iid).tokens),
+        30,
+        what="the wait at paid",
+    )
+    return str(iid)
+
+
+def _audit(stack: Stack, *args: str) -> list[dict[str, Any]]:
+    done = stack.run_cli("audit", "list", "--json", *args)
+    assert done.returncode == 0, done.stderr
+    rows: list[dict[str, Any]] = json.loads(done.stdout)
+    return rows
+
+
+def _history(stack: Stack, iid: str) -> str:
+    done = stack.run_cli("instances", "history", iid)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_a_console_cancel_and_a_cli_retry_name_their_actors(stack: Stack, tmp_path: Path) -> None:
+    flag = tmp_path / "flag"
+    # An incident (the job fails until its flag exists), retried from the CLI as bob.
+    failing = stack.client.start("payment", {"flag": str(flag), "order": "o-1"})
+    incident = open_incident(stack, failing)
+    flag.touch()
+    done = stack.run_cli("--as", "bob", "incidents", "retry", incident.id)
+    assert done.returncode == 0, done.stderr
+    wait_for(
+        lambda: any(t.node_id == "paid" for t in stack.client.instance(failing).tokens),
+        30,
+        what="the retried job to complete",
+    )
+    # An instance cancelled from the console by its signed-in user, after ann set a
+    # variable whose value must be in no record.
+    target = _waiting(stack, flag, "o-2")
+    back = f"/instances/{target}"
+    with _console(stack) as console:
+        token = _csrf(html.unescape(console.get(back).text))
+        form = {"csrf": token, "next": back, "vars": f"card={json.dumps(SECRET)}", "scope": "s0"}
+        assert (
+            console.post(f"{back}/variables", data=form, follow_redirects=False).status_code == 303
+        )
+        wait_for(
+            lambda: stack.client.instance(target).variables.get("card") == SECRET,
+            30,
+            what="the variable set",
+        )
+        cancel = {"csrf": token, "next": back, "confirm": "1"}
+        assert (
+            console.post(f"{back}/cancel", data=cancel, follow_redirects=False).status_code == 303
+        )
+        stack.wait_status(target, "terminated")
+
+        def both_applied() -> list[dict[str, Any]] | None:
+            rows = _audit(stack)
+            applied = {(r["actor"], r["action"]) for r in rows if r["outcome"] == "applied"}
+            wanted = {("ann", "cancel"), ("ann", "set_variables"), ("bob", "incident_retry")}
+            return rows if wanted <= applied else None
+
+        rows = wait_for(both_applied, 30, what="the outcomes in the audit trail")
+        page = html.unescape(console.get("/audit", params={"actor": ANN}).text)
+    assert SECRET not in json.dumps(rows)
+    cancels = [r for r in rows if r["action"] == "cancel"]
+    assert {(r["outcome"], r["source"], r["instance_id"]) for r in cancels} == {
+        ("accepted", "console", target),
+        ("applied", "console", target),
+    }
+    assert len({r["command_id"] for r in cancels}) == 1  # one action, two rows
+    retry = [r for r in rows if r["action"] == "incident_retry"]
+    assert {(r["actor"], r["source"], r["outcome"]) for r in retry} == {
+        ("bob", "cli", "accepted"),
+        ("bob", "cli", "applied"),
+    }
+    assert retry[0]["target"] == incident.id and retry[0]["instance_id"] == failing
+    [set_vars] = [r for r in rows if r["action"] == "set_variables" and r["outcome"] == "applied"]
+    assert set_vars["params"]["variables"] == {"card": "***"}
+    # The filters.
+    assert {r["actor"] for r in _audit(stack, "--actor", "bob")} == {"bob"}
+    assert {r["instance_id"] for r in _audit(stack, "--instance", target)} == {target}
+    # The history says who, and holds no value either.
+    history = _history(stack, target)
+    assert "instance cancelled by ann" in history
+    assert "variables changed in scope s0: set card by ann" in history
+    assert SECRET not in history
+    assert f"incident {incident.id} retried by bob" in _history(stack, failing)
+    # The console's page: ann's actions, not bob's.
+    assert 'id="audit"' in page and "cancel" in page and target in page
+    assert "bob" not in page and SECRET not in page
