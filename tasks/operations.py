@@ -29,6 +29,7 @@ from dormant.engine_core.triggers import (
     Suspend,
     Trigger,
 )
+from dormant.persistence import audit as audit_rows
 from dormant.persistence import batches, clock, job_pause
 from dormant.persistence.processed import SWEEP_SLICE, sweep_processed
 from dormant.persistence.selection import Selector
@@ -242,4 +243,19 @@ def processed_sweep(self: Task) -> int:
             break
     if swept:
         log.info("processed_sweep: %s processed trigger id(s) past retention deleted", swept)
+    return swept + _sweep_audit()
+
+
+def _sweep_audit() -> int:
+    """The audit trail's rows past ``DORMANT_AUDIT_RETENTION_DAYS`` (persistence/audit.py,
+    docs/limits.md), on the same housekeeping tick, a few slices at most per tick."""
+    retention = app_module.settings.audit_retention_days
+    swept = 0
+    for _ in range(10):
+        gone = audit_rows.sweep(store().engine, clock.now(), retention, audit_rows.SWEEP_SLICE)
+        swept += gone
+        if gone < audit_rows.SWEEP_SLICE:
+            break
+    if swept:
+        log.info("processed_sweep: %s audit row(s) past retention deleted", swept)
     return swept

@@ -58,7 +58,8 @@ from dormant.engine_core.triggers import (
     Trigger,
     parse_trigger,
 )
-from dormant.persistence import audit, clock, inbox, job_pause
+from dormant.persistence import audit as audit_rows
+from dormant.persistence import clock, inbox, job_pause
 from dormant.persistence.failed_triggers import call_kwargs, one_line
 from dormant.persistence.outbox_queue import OutboxRow
 from dormant.persistence.results import TriggerResult
@@ -515,7 +516,7 @@ def apply_audited(
     trigger = trigger.model_copy(update={"actor": command["actor"]})
 
     def also(writes: Writes) -> None:
-        row = audit.outcome_row(command, "applied", now, instance_id=instance_id)
+        row = audit_rows.outcome_row(command, "applied", now, instance_id=instance_id)
         writes.add_rows(audit_log, [row])
 
     try:
@@ -523,17 +524,17 @@ def apply_audited(
             instance_id, trigger, now, trigger_id=tid, inbox_id=inbox_id, also=also
         )
     except DormantError as exc:
-        row = audit.outcome_row(
+        row = audit_rows.outcome_row(
             command, "refused", now, detail=one_line(exc), instance_id=instance_id
         )
-        audit.record(store().engine, [row])
+        audit_rows.record(store().engine, [row])
         raise
     if not result.changed and not result.duplicate:
         # A stale action (its wait already gone): no effect to ride with, so its own row.
-        row = audit.outcome_row(
+        row = audit_rows.outcome_row(
             command, "applied", now, detail="nothing changed", instance_id=instance_id
         )
-        audit.record(store().engine, [row])
+        audit_rows.record(store().engine, [row])
     return result
 
 
