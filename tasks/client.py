@@ -121,6 +121,7 @@ class Client:
             self._limits,
             self.settings.broker_url,
             self._command,
+            self.actor,
         )
 
     def acting_as(self, actor: str, source: str) -> Client:

@@ -47,7 +47,8 @@ class Operations:
     ``send``: the Client's durable send (inbox row first, then published); ``instance``:
     its read of one instance (``UnknownInstance`` with the hint of the Client's);
     ``command``: the Client's record of an operator action in the audit trail
-    (``Client._command``), whose result the trigger carries."""
+    (``Client._command``), whose result the trigger carries; ``actor``: who a batch's
+    items act for (kept in its parameters, carried by each item's trigger)."""
 
     def __init__(
         self,
@@ -57,6 +58,7 @@ class Operations:
         limits: Limits,
         broker_url: str,
         command: Callable[..., dict[str, Any]],
+        actor: str | None = None,
     ) -> None:
         self._store = store
         self._send = send
@@ -64,6 +66,7 @@ class Operations:
         self._limits = limits
         self._broker_url = broker_url
         self._command = command
+        self._actor = actor
 
     def _send_audited(
         self, message: Send, action: str, instance_id: str, params: Mapping[str, Any] | None = None
@@ -186,13 +189,15 @@ class Operations:
             )
         if operation == "migrate" and selector.key is not None:
             self._store.deployments.definition(selector.key, int(params.get("version", 0)))
+        if self._actor is not None:
+            params["actor"] = self._actor
         view = batches.create(self._store, operation, selector, params, clock.now())
         self._command(
             f"bulk_{operation}",
             target=f"batch {view.id}",
             params={
                 "selector": selector.model_dump(mode="json", exclude_none=True),
-                **params,
+                **{k: v for k, v in params.items() if k != "actor"},
                 "selected": view.selected,
             },
             done=True,

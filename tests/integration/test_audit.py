@@ -156,3 +156,52 @@ def test_a_console_cancel_and_a_cli_retry_name_their_actors(stack: Stack, tmp_pa
     # The console's page: ann's actions, not bob's.
     assert 'id="audit"' in page and "cancel" in page and target in page
     assert "bob" not in page and SECRET not in page
+
+
+def test_a_bulk_cancel_names_its_actor_on_every_instance(stack: Stack, tmp_path: Path) -> None:
+    """A batch keeps who asked for it; each item's trigger carries them into its
+    instance's history, and the batch's creation is one ``done`` row."""
+    flag = tmp_path / "flag"
+    flag.touch()
+    ids = [_waiting(stack, flag, f"o-bulk-{n}") for n in range(2)]
+    done = stack.run_cli("--as", "carol", "instances", "cancel", *ids)
+    assert done.returncode == 0, done.stderr
+    for iid in ids:
+        stack.wait_status(iid, "terminated")
+        assert "instance cancelled by carol" in _history(stack, iid)
+    [created] = _audit(stack, "--actor", "carol")
+    assert (created["action"], created["outcome"], created["source"]) == (
+        "bulk_cancel",
+        "done",
+        "cli",
+    )
+    assert created["params"]["selected"] == 2 and "actor" not in created["params"]
+
+
+def test_the_client_names_its_actor_and_old_rows_are_swept(stack: Stack) -> None:
+    """``Client(actor=)`` is recorded as given; the retention sweep deletes rows past
+    ``DORMANT_AUDIT_RETENTION_DAYS`` and keeps the rest."""
+    from datetime import timedelta
+
+    from dormant.persistence import audit, clock
+    from dormant.persistence.settings import Settings
+    from dormant.tasks.client import Client
+
+    client = Client(stack.database_url, stack.broker_url, actor="dave")
+    client.pause_job_type("audit-sweep-type")
+    client.resume_job_type("audit-sweep-type")
+    rows = client.audit_log(actor="dave")
+    assert [(r.action, r.source, r.outcome) for r in rows] == [
+        ("job_type_resume", "client", "done"),
+        ("job_type_pause", "client", "done"),
+    ]
+    now = clock.now()
+    old = audit.command("eve", "client", "cancel", target="gone")
+    audit.accept(client._store.engine, old, now - timedelta(days=91))
+    retention = Settings.from_env(
+        database_url=stack.database_url, broker_url=stack.broker_url
+    ).audit_retention_days
+    assert retention == 90.0
+    assert audit.sweep(client._store.engine, now, retention) == 1
+    assert client.audit_log(actor="eve") == []
+    assert len(client.audit_log(actor="dave")) == 2  # inside the retention: kept
