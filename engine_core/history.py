@@ -257,7 +257,7 @@ def _by(fact: FactView, category: str) -> str:
     ``actor``, stamped by engine_core/engine.py), else nothing: the engine's own facts
     of the same step (a job sent again after a retry) are not the operator's."""
     actor = fact.details.get("actor")
-    if actor is None:
+    if actor is None or fact.kind == "HeldTriggerApplied":  # another's trigger, let through
         return ""
     if category == "operator" or (
         fact.kind == "Incident" and fact.details.get("action") in _OPERATOR_INCIDENT_ACTIONS
