@@ -205,3 +205,34 @@ def test_the_client_names_its_actor_and_old_rows_are_swept(stack: Stack) -> None
     assert audit.sweep(client._store.engine, now, retention) == 1
     assert client.audit_log(actor="eve") == []
     assert len(client.audit_log(actor="dave")) == 2  # inside the retention: kept
+
+
+def test_a_refusal_on_the_worker_is_recorded_with_its_reason(stack: Stack, tmp_path: Path) -> None:
+    """An action the worker refuses (the instance changed after the Client's checks: here
+    a second suspend sent past them) is ``refused`` with the reason, in its own
+    transaction; the instance is left as it was."""
+    from dormant.persistence import audit
+    from dormant.tasks import wire
+    from dormant.tasks.client import Client
+
+    flag = tmp_path / "flag"
+    flag.touch()
+    iid = _waiting(stack, flag, "o-refused")
+    client = Client(stack.database_url, stack.broker_url, actor="frank")
+    client.suspend(iid)
+    wait_for(lambda: client.instance(iid).suspended, 30, what="suspended")
+    revision = client.instance(iid).revision
+    # What a second suspend racing the first would send once both passed the Client.
+    cmd = audit.command("frank", "client", "suspend", target=iid, instance_id=iid)
+    client._send(wire.audited(wire.suspend(iid), cmd))
+
+    def refused() -> audit.AuditEntry | None:
+        rows = client.audit_log(actor="frank", instance_id=iid)
+        return next((r for r in rows if r.command_id == cmd["command_id"]), None)
+
+    row = wait_for(refused, 30, what="the refusal in the audit trail")
+    assert row.outcome == "refused" and row.detail is not None
+    assert "already suspended" in row.detail
+    assert client.instance(iid).revision == revision
+    outcomes = [r.outcome for r in client.audit_log(actor="frank", instance_id=iid)]
+    assert outcomes == ["refused", "applied", "accepted"]  # the first suspend: accepted, applied
