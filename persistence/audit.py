@@ -33,6 +33,7 @@ __all__ = [
     "HIDDEN",
     "OUTCOMES",
     "SOURCES",
+    "UNKNOWN_ACTOR",
     "AuditEntry",
     "accept",
     "command",
@@ -45,7 +46,9 @@ __all__ = [
     "sweep",
 ]
 
-SOURCES = ("cli", "console", "api", "client", "worker")
+SOURCES = ("cli", "console", "api", "client", "celery")
+# The actor of a management task sent by hand (Flower, ``send_task``): nobody is known.
+UNKNOWN_ACTOR = "(unknown)"
 OUTCOMES = ("accepted", "applied", "refused", "done")
 HIDDEN = "***"
 # Parameters that hold variables by name -> value (hidden), and the longest detail kept.

@@ -37,7 +37,7 @@ from dormant.tasks import app as app_module
 from dormant.tasks import wire
 from dormant.tasks.app import app, publish, store
 from dormant.tasks.sweeps import each_row
-from dormant.tasks.triggers import _run, apply_audited
+from dormant.tasks.triggers import _run, apply_audited, by_hand
 
 __all__ = [
     "batch_run",
@@ -69,6 +69,9 @@ def _operate(
     a failed trigger (visible, retryable) like any other failure; a refusal fails the
     task with its reason. ``audit``: the operator's command, its outcome recorded with
     the action (``apply_audited``)."""
+
+    if audit is None and inbox_id is None and trigger_id is None:
+        audit = by_hand(kind, instance_id, instance_id)
 
     def call(tid: str, now: datetime) -> Any:
         return apply_audited(instance_id, make(), now, tid, None, audit)

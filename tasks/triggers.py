@@ -491,10 +491,22 @@ def cancel(
 ) -> str | None:
     """Terminate an instance (its waits and hold rows go with it)."""
 
+    if audit is None and inbox_id is None and trigger_id is None:
+        audit = by_hand("cancel", instance_id, instance_id)
+
     def call(tid: str, now: datetime) -> Any:
         return apply_audited(instance_id, Cancel(), now, tid, inbox_id, audit)
 
     return _run(self, "cancel", call, inbox_id, trigger_id, instance_id=instance_id)
+
+
+def by_hand(action: str, target: str, instance_id: str | None) -> dict[str, Any]:
+    """The command of a management task sent by hand (Flower, ``send_task``): no Client
+    took it, so nobody is known; it is recorded from ``celery`` (docs/operations.md,
+    "Audit trail") with its outcome only."""
+    return audit_rows.command(
+        audit_rows.UNKNOWN_ACTOR, "celery", action, target=target, instance_id=instance_id
+    )
 
 
 def apply_audited(
@@ -513,7 +525,8 @@ def apply_audited(
     one (by a dormant older than the audit trail, or by the engine itself)."""
     if command is None:
         return store().apply(instance_id, trigger, now, trigger_id=tid, inbox_id=inbox_id)
-    trigger = trigger.model_copy(update={"actor": command["actor"]})
+    if command["actor"] != audit_rows.UNKNOWN_ACTOR:  # nobody known: the history names nobody
+        trigger = trigger.model_copy(update={"actor": command["actor"]})
 
     def also(writes: Writes) -> None:
         row = audit_rows.outcome_row(command, "applied", now, instance_id=instance_id)
@@ -543,7 +556,7 @@ def incident_instance(incident_id: str) -> str:
     return str(store().queries.incident(incident_id).instance_id)
 
 
-def _incident_task(name: str, trigger_cls: Any) -> Any:
+def _incident_task(name: str, trigger_cls: Any, op: str) -> Any:
     # ``throws``: a refused action is an expected outcome, logged without a traceback.
     @app.task(name=name, bind=True, throws=(DormantError,))
     def incident_op(
@@ -554,10 +567,15 @@ def _incident_task(name: str, trigger_cls: Any) -> Any:
         trigger_id: str | None = None,
         audit: dict[str, Any] | None = None,
     ) -> str | None:
+        command = audit
+        if command is None and inbox_id is None and trigger_id is None:
+            owner = incident_id.rsplit(".", 1)[0] if isinstance(incident_id, str) else None
+            command = by_hand(f"incident_{op}", str(incident_id), owner)
+
         def call(tid: str, now: datetime) -> Any:
             instance_id = incident_instance(incident_id)
             trigger = trigger_cls(incident_id=incident_id)
-            return apply_audited(instance_id, trigger, now, tid, inbox_id, audit)
+            return apply_audited(instance_id, trigger, now, tid, inbox_id, command)
 
         kind = trigger_cls.model_fields["kind"].default
         owner = incident_id.rsplit(".", 1)[0] if isinstance(incident_id, str) else None
@@ -567,9 +585,9 @@ def _incident_task(name: str, trigger_cls: Any) -> Any:
     return incident_op
 
 
-incident_retry = _incident_task(wire.INCIDENT_OPS["retry"], IncidentRetry)
-incident_resolve = _incident_task(wire.INCIDENT_OPS["resolve"], IncidentResolve)
-incident_drop = _incident_task(wire.INCIDENT_OPS["drop"], IncidentDrop)
+incident_retry = _incident_task(wire.INCIDENT_OPS["retry"], IncidentRetry, "retry")
+incident_resolve = _incident_task(wire.INCIDENT_OPS["resolve"], IncidentResolve, "resolve")
+incident_drop = _incident_task(wire.INCIDENT_OPS["drop"], IncidentDrop, "drop")
 
 
 @app.task(name=wire.APPLY_TRIGGER, bind=True)

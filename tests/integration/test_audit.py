@@ -236,3 +236,29 @@ def test_a_refusal_on_the_worker_is_recorded_with_its_reason(stack: Stack, tmp_p
     assert client.instance(iid).revision == revision
     outcomes = [r.outcome for r in client.audit_log(actor="frank", instance_id=iid)]
     assert outcomes == ["refused", "applied", "accepted"]  # the first suspend: accepted, applied
+
+
+def test_a_management_task_sent_by_hand_is_recorded_from_celery(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """``dormant.suspend`` sent as Flower or ``send_task`` sends it (no Client, no inbox
+    row): its outcome is recorded from ``celery``, nobody named, and the history claims
+    no actor."""
+    from dormant.persistence import audit
+    from dormant.tasks import wire
+    from dormant.tasks.app import pooled_producer, publish
+
+    flag = tmp_path / "flag"
+    flag.touch()
+    iid = _waiting(stack, flag, "o-by-hand")
+    with pooled_producer(stack.broker_url) as producer:
+        publish(*wire.suspend(iid), producer=producer)
+    rows = wait_for(
+        lambda: stack.client.audit_log(instance_id=iid) or None, 30, what="the suspend recorded"
+    )
+    assert [(r.actor, r.source, r.action, r.outcome) for r in rows] == [
+        (audit.UNKNOWN_ACTOR, "celery", "suspend", "applied")
+    ]
+    assert stack.client.instance(iid).suspended
+    history = _history(stack, iid)
+    assert "instance suspended\n" in history and "instance suspended by" not in history
