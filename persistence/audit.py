@@ -3,15 +3,18 @@
 Every operator action (a retry, resolve or drop of an incident, a cancel, suspend,
 resume, variables set, modification, migration, batch, job-type pause or resume,
 failed-trigger retry or drop, deploy) is recorded here: who (``actor``), from where
-(``source``: ``cli``, ``console``, ``api`` or ``client``), when, on what (``target``,
-``instance_id``), the operation and its parameters, and the outcome.
+(``source``: ``cli``, ``console``, ``api``, ``client``, or ``celery`` for a management
+task sent by hand), when, on what (``target``, ``instance_id``), the operation and its
+parameters, and the outcome.
 
 Append-only: nothing in dormant updates a row, and the only delete is the retention
 sweep (``sweep``; docs/limits.md). An action is one ``command_id`` with one row when it
-is accepted (``accepted``) and one row with its outcome (``applied`` or ``refused``),
-the second written by the worker in the same transaction as the action's effect on the
-instance (``Store.apply``'s ``also``) or, for a refusal, in its own. An action done on
-the spot (a job type paused, a failed trigger dropped) has one row, ``done``.
+is accepted (``accepted``, committed with the Client's inbox row: ``inbox.record_many``'s
+``also``) and one row with its outcome (``applied`` or ``refused``), the second written
+by the worker in the same transaction as the action's effect on the instance
+(``Store.apply``'s ``also``) or, for a refusal, in its own. An action done on the spot
+(a job type paused, a failed trigger dropped, a deploy, a batch created) has one row,
+``done``.
 
 A variable's value is never written: ``hide`` keeps its name and replaces its value
 (docs/internals.md: no value in the history; the same holds here).

@@ -141,9 +141,10 @@ class Client:
         params: Mapping[str, Any] | None = None,
         done: bool = False,
     ) -> dict[str, Any]:
-        """Record an operator action in the audit trail (persistence/audit.py) and
-        return it for its trigger to carry: ``accepted`` (the worker records the
-        outcome), or ``done`` for an action already done on the spot."""
+        """An operator action for the audit trail (persistence/audit.py): ``done``
+        recorded now for an action already done on the spot; otherwise returned for
+        its trigger to carry (``wire.audited``), recorded ``accepted`` with its inbox
+        row (``_send_many``) and its outcome by the worker."""
         cmd = audit.command(
             self.actor,
             self.source,
@@ -152,7 +153,8 @@ class Client:
             instance_id=instance_id,
             params=params,
         )
-        audit.accept(self._store.engine, cmd, clock.now(), "done" if done else "accepted")
+        if done:
+            audit.accept(self._store.engine, cmd, clock.now(), "done")
         return cmd
 
     def audit_log(
@@ -180,7 +182,19 @@ class Client:
         sweep publishes, so nothing returned here can be lost."""
         from dormant.tasks.app import pooled_producer, publish
 
-        inbox_ids = inbox.record_many(self._store.engine, triggers)
+        now = clock.now()
+        accepted = [
+            audit.outcome_row(kwargs["audit"], "accepted", now)
+            for _, _, kwargs in triggers
+            if kwargs.get("audit") is not None
+        ]
+        # An operator action's ``accepted`` row commits with its inbox row: neither
+        # without the other (docs/operations.md, "Audit trail").
+        inbox_ids = inbox.record_many(
+            self._store.engine,
+            triggers,
+            also=(lambda conn: audit.record(conn, accepted)) if accepted else None,
+        )
         with pooled_producer(self.settings.broker_url) as producer:
             for inbox_id, (task, routing_key, kwargs) in zip(inbox_ids, triggers, strict=True):
                 publish(task, routing_key, {**kwargs, "inbox_id": inbox_id}, producer=producer)
