@@ -188,13 +188,17 @@ def test_the_client_names_its_actor_and_old_rows_are_swept(stack: Stack) -> None
     from dormant.tasks.client import Client
 
     client = Client(stack.database_url, stack.broker_url, actor="dave")
+    deployed = client.deploy(MODEL)
     client.pause_job_type("audit-sweep-type")
     client.resume_job_type("audit-sweep-type")
     rows = client.audit_log(actor="dave")
     assert [(r.action, r.source, r.outcome) for r in rows] == [
         ("job_type_resume", "client", "done"),
         ("job_type_pause", "client", "done"),
+        ("deploy", "client", "done"),
     ]
+    assert rows[2].target == str(deployed.deployment_key)
+    assert rows[2].params == {"resources": [f"payment v{deployed.version}"]}
     now = clock.now()
     old = audit.command("eve", "client", "cancel", target="gone")
     audit.accept(client._store.engine, old, now - timedelta(days=91))
@@ -204,7 +208,7 @@ def test_the_client_names_its_actor_and_old_rows_are_swept(stack: Stack) -> None
     assert retention == 90.0
     assert audit.sweep(client._store.engine, now, retention) == 1
     assert client.audit_log(actor="eve") == []
-    assert len(client.audit_log(actor="dave")) == 2  # inside the retention: kept
+    assert len(client.audit_log(actor="dave")) == 3  # inside the retention: kept
 
 
 def test_a_refusal_on_the_worker_is_recorded_with_its_reason(stack: Stack, tmp_path: Path) -> None:
