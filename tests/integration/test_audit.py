@@ -269,3 +269,21 @@ def test_a_management_task_sent_by_hand_is_recorded_from_celery(
     assert stack.client.instance(iid).suspended
     history = _history(stack, iid)
     assert "instance suspended\n" in history and "instance suspended by" not in history
+
+
+def test_a_failed_triggers_drop_names_its_actor(stack: Stack) -> None:
+    """Dropping a failed trigger is an operator action: one ``done`` row, by who."""
+    from dormant.tasks import wire
+    from dormant.tasks.app import pooled_producer, publish
+    from dormant.tasks.client import Client
+
+    with pooled_producer(stack.broker_url) as producer:
+        publish(*wire.cancel("no-such-instance"), producer=producer)
+    failed = wait_for(
+        lambda: next((f for f in stack.client.failed_triggers("no-such-instance")), None),
+        30,
+        what="the failed trigger",
+    )
+    Client(stack.database_url, stack.broker_url, actor="gina").drop_trigger(failed.id)
+    [row] = stack.client.audit_log(actor="gina")
+    assert (row.action, row.target, row.outcome) == ("trigger_drop", failed.id, "done")
