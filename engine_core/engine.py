@@ -172,7 +172,16 @@ def apply(
         kind = _KIND_NAMES[wait.kind]
         held[kind] = held.get(kind, 0) + 1
     rt.fact("Dehydrated", waits=len(cp.waits), **(dict(sorted(held.items())) if held else {}))
-    return Step(cp, tuple(rt.effects), tuple(rt.facts), holds_before=before)
+    return Step(cp, tuple(rt.effects), _by_actor(trigger, rt.facts), holds_before=before)
+
+
+def _by_actor(trigger: Trigger, facts: list[Fact]) -> tuple[Fact, ...]:
+    """The step's facts, each naming the operator whose action made them (the trigger's
+    ``actor``), so the history says "cancelled by ann" (engine_core/history.py)."""
+    actor = getattr(trigger, "actor", None)
+    if actor is None:
+        return tuple(facts)
+    return tuple(Fact(f.kind, {**f.details, "actor": actor}) for f in facts)
 
 
 def _stale(checkpoint: Checkpoint, trigger: Trigger, reason: str) -> Step:

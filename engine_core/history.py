@@ -10,8 +10,10 @@ instance reached).
 
 Every fact kind the engine or the shell records is in exactly one of ``TRANSLATED``
 and ``BOOKKEEPING`` (tests/core/test_history.py walks the sources and pins it), so a
-new fact kind is a decision, never silently dropped. Pure: facts in, events out; no
-value of a variable is in a fact (docs/internals.md), so none is in an event either.
+new fact kind is a decision, never silently dropped. An operator's action names who
+took it ("instance cancelled by ann": the trigger's ``actor`` on its facts). Pure:
+facts in, events out; no value of a variable is in a fact (docs/internals.md), so none
+is in an event either.
 """
 
 from __future__ import annotations
@@ -246,6 +248,24 @@ BOOKKEEPING: frozenset[str] = frozenset(
 )
 
 
+# The incident actions an operator takes (the others are the engine's own).
+_OPERATOR_INCIDENT_ACTIONS = frozenset({"retried", "resolved", "dead-lettered"})
+
+
+def _by(fact: FactView, category: str) -> str:
+    """`` by ann`` for an operator's action whose fact names its actor (the trigger's
+    ``actor``, stamped by engine_core/engine.py), else nothing: the engine's own facts
+    of the same step (a job sent again after a retry) are not the operator's."""
+    actor = fact.details.get("actor")
+    if actor is None or fact.kind == "HeldTriggerApplied":  # another's trigger, let through
+        return ""
+    if category == "operator" or (
+        fact.kind == "Incident" and fact.details.get("action") in _OPERATOR_INCIDENT_ACTIONS
+    ):
+        return f" by {actor}"
+    return ""
+
+
 def business_history(facts: Iterable[FactView]) -> list[BusinessEvent]:
     """The facts of one instance, in order, as business events (bookkeeping dropped).
 
@@ -260,5 +280,6 @@ def business_history(facts: Iterable[FactView]) -> list[BusinessEvent]:
         if line is None:
             continue
         category, node, text = line
+        text += _by(fact, category)
         out.append(BusinessEvent(fact.at, fact.revision, category, node, text, fact.kind))
     return out

@@ -158,7 +158,16 @@ class ChildFailed(_Trigger):
     error_code: str | None = None
 
 
-class Cancel(_Trigger):
+class _Operated(_Trigger):
+    """An operator's action: ``actor`` is who asked (the console's signed-in user, the
+    CLI's ``--as``, the Client's ``actor=``), stamped on the step's facts so the history
+    says who did it (engine_core/history.py; issue 28). None when the engine itself
+    sends it (a parent cancelling its child)."""
+
+    actor: str | None = None
+
+
+class Cancel(_Operated):
     kind: Literal["cancel"] = "cancel"
     reason: str = "cancelled by operator"
     # False when the parent itself cancels its child: nobody is left to notify.
@@ -176,32 +185,32 @@ class Continue(_Trigger):
     kind: Literal["continue"] = "continue"
 
 
-class IncidentRetry(_Trigger):
+class IncidentRetry(_Operated):
     kind: Literal["incident_retry"] = "incident_retry"
     incident_id: str
 
 
-class IncidentResolve(_Trigger):
+class IncidentResolve(_Operated):
     kind: Literal["incident_resolve"] = "incident_resolve"
     incident_id: str
 
 
-class IncidentDrop(_Trigger):
+class IncidentDrop(_Operated):
     kind: Literal["incident_drop"] = "incident_drop"
     incident_id: str
 
 
-class Suspend(_Trigger):
+class Suspend(_Operated):
     """Hold every later trigger (in arrival order) until ``Resume``; timers wait too."""
 
     kind: Literal["suspend"] = "suspend"
 
 
-class Resume(_Trigger):
+class Resume(_Operated):
     kind: Literal["resume"] = "resume"
 
 
-class SetVariables(_Trigger):
+class SetVariables(_Operated):
     """An operator sets or removes variables in one scope (the root by default)."""
 
     kind: Literal["set_variables"] = "set_variables"
@@ -213,7 +222,7 @@ class SetVariables(_Trigger):
     retry_incidents: bool = False
 
 
-class MigrateInstance(_Trigger):
+class MigrateInstance(_Operated):
     """Move the instance to another version of its process (engine_core/migration.py)."""
 
     kind: Literal["migrate"] = "migrate"
@@ -222,7 +231,7 @@ class MigrateInstance(_Trigger):
     mapping: dict[str, str] = Field(default_factory=dict)
 
 
-class ModifyInstance(_Trigger):
+class ModifyInstance(_Operated):
     """Cancel the tokens at some nodes and/or start a token before others."""
 
     kind: Literal["modify"] = "modify"

@@ -73,15 +73,25 @@ class ItemOutcome(StrEnum):
 
 
 _TRIGGERS: dict[str, Callable[[dict[str, Any], str], Trigger]] = {
-    "incident_retry": lambda p, target: IncidentRetry(incident_id=target),
-    "incident_resolve": lambda p, target: IncidentResolve(incident_id=target),
-    "incident_drop": lambda p, target: IncidentDrop(incident_id=target),
-    "cancel": lambda p, target: Cancel(),
-    "suspend": lambda p, target: Suspend(),
-    "resume": lambda p, target: Resume(),
+    "incident_retry": lambda p, target: IncidentRetry(incident_id=target, actor=_actor(p)),
+    "incident_resolve": lambda p, target: IncidentResolve(incident_id=target, actor=_actor(p)),
+    "incident_drop": lambda p, target: IncidentDrop(incident_id=target, actor=_actor(p)),
+    "cancel": lambda p, target: Cancel(actor=_actor(p)),
+    "suspend": lambda p, target: Suspend(actor=_actor(p)),
+    "resume": lambda p, target: Resume(actor=_actor(p)),
     "migrate": lambda p, target: MigrateInstance(**p),
     "set_variables": lambda p, target: SetVariables(**p),
 }
+
+
+def _actor(params: dict[str, Any]) -> str | None:
+    """Who asked for the batch (the Client's actor, kept in its parameters): each item's
+    trigger carries it, so every instance's history names them (docs/operations.md,
+    "Audit trail")."""
+    actor = params.get("actor")
+    return actor if isinstance(actor, str) else None
+
+
 # How a report names what was done.
 DONE_WORD = {
     "incident_retry": "retried",

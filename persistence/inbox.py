@@ -15,12 +15,12 @@ at-least-once publishing, exactly-once effect.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine, Update, bindparam, func, insert, or_, select, update
+from sqlalchemy import Connection, Engine, Update, bindparam, func, insert, or_, select, update
 
 from dormant.engine_core.errors import StoredDataError
 from dormant.persistence import clock
@@ -89,9 +89,13 @@ def record_many(
     engine: Engine,
     triggers: Sequence[tuple[str, str, dict[str, Any]]],
     inbox_ids: list[str] | None = None,
+    *,
+    also: Callable[[Connection], None] | None = None,
 ) -> list[str]:
     """Write many triggers ``(task, routing_key, kwargs)`` in ONE transaction and one
-    multi-row INSERT: a producer's batch costs one commit, not one per trigger."""
+    multi-row INSERT: a producer's batch costs one commit, not one per trigger.
+    ``also``: more writes of the caller's in that transaction (an operator action's
+    ``accepted`` row in the audit trail, persistence/audit.py)."""
     ids = inbox_ids or [uuid.uuid4().hex for _ in triggers]
     if not triggers:
         return []
@@ -107,6 +111,8 @@ def record_many(
     ]
     with engine.begin() as conn:
         conn.execute(insert(inbox), rows)
+        if also is not None:
+            also(conn)
     return ids
 
 

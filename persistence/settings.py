@@ -77,6 +77,7 @@ ENV_VARS: dict[str, str] = {
     "batch_claim_seconds": "DORMANT_BATCH_CLAIM_SECONDS",
     "redis_visibility_timeout": "DORMANT_REDIS_VISIBILITY_TIMEOUT",
     "processed_trigger_retention_seconds": "DORMANT_PROCESSED_TRIGGER_RETENTION_SECONDS",
+    "audit_retention_days": "DORMANT_AUDIT_RETENTION_DAYS",
     "job_types": "DORMANT_JOB_TYPES",
     "step_budget": "DORMANT_STEP_BUDGET",
     "max_model_bytes": "DORMANT_MAX_MODEL_BYTES",
@@ -186,6 +187,9 @@ class Settings(BaseModel):
     # can arrive (the broker's redelivery after the visibility timeout, the outbox
     # relay's re-send), at least PROCESSED_RETENTION_FACTOR times both (docs/limits.md).
     processed_trigger_retention_seconds: float = 86_400.0
+    # How long the audit trail keeps an operator action's rows (persistence/audit.py):
+    # the housekeeping sweep deletes older ones (docs/limits.md, "Audit trail").
+    audit_retention_days: float = 90.0
     # Per job type: {"charge-card": {"timeout_seconds": 600, "retry_backoff_seconds": 5,
     # "eager": true}} (JSON in the environment); a type not named uses the two settings
     # above and goes through the broker.
@@ -203,6 +207,13 @@ class Settings(BaseModel):
     # grow it (docs/limits.md, "Every bound at a glance").
     max_checkpoint_bytes: int = DEFAULT_LIMITS.max_checkpoint_bytes
     max_tokens: int = DEFAULT_LIMITS.max_tokens
+
+    @field_validator("audit_retention_days")
+    @classmethod
+    def _days(cls, value: float) -> float:
+        if not value > 0:
+            raise ValueError("must be a positive number of days")
+        return value
 
     @field_validator("database_url", "broker_url")
     @classmethod

@@ -523,3 +523,22 @@ api_jobs = Table(
     Index("ix_api_jobs_job_type_worker", "job_type", "worker"),
     Index("ix_api_jobs_instance_id_wait_id", "instance_id", "wait_id"),
 )
+
+# The audit trail of operator actions (persistence/audit.py, docs/operations.md "Audit
+# trail"): append-only; a row is written when an action is accepted and another with its
+# outcome, both naming one ``command_id``. ``params`` never holds a variable's value.
+audit_log = Table(
+    "audit_log",
+    metadata,
+    Column("id", _Id(), primary_key=True, autoincrement=True),
+    Column("command_id", String(64), nullable=False, index=True),
+    Column("at", UtcDateTime, nullable=False, index=True),
+    Column("actor", String(255), nullable=False, index=True),
+    Column("source", String(16), nullable=False),
+    Column("action", String(64), nullable=False),
+    Column("target", String(320)),
+    Column("instance_id", String(255), index=True),
+    Column("params", JsonDoc(), nullable=False),
+    Column("outcome", String(16), nullable=False),
+    Column("detail", Text),
+)

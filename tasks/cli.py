@@ -29,8 +29,8 @@ from dormant.tasks.cli_common import parse_vars, parse_when, read_database
 from dormant.tasks.cli_common import var_option as _var
 from dormant.tasks.cli_deployments import register as register_deployments
 from dormant.tasks.cli_operations import register as register_operations
-from dormant.tasks.display import emit as _emit
 from dormant.tasks.display import (
+    audit_columns,
     failed_trigger_columns,
     history_lines,
     incident_columns,
@@ -42,14 +42,55 @@ from dormant.tasks.display import (
     task_columns,
     when,
 )
+from dormant.tasks.display import emit as _emit
 from dormant.tasks.display import output_options as _output
 
 __all__ = ["cli", "main"]
 
 
 @click.group()
-def cli() -> None:
+@click.option(
+    "--as",
+    "actor",
+    default=None,
+    metavar="USER",
+    help="who the audit trail records for operator actions (default: $DORMANT_ACTOR, "
+    "else the OS user)",
+)
+@click.pass_context
+def cli(ctx: click.Context, actor: str | None) -> None:
     """dormant: a BPMN process engine on Celery."""
+    ctx.ensure_object(dict)["actor"] = actor
+
+
+# -- the audit trail (docs/operations.md "Audit trail") -------------------------------
+
+
+@cli.group()
+def audit() -> None:
+    """The audit trail of operator actions."""
+
+
+@audit.command("list")
+@click.option("--actor", default=None, help="actions by this user")
+@click.option("--instance", "instance_id", default=None, help="actions on this instance")
+@click.option("--since", default=None, metavar="T", help="at or after T (ISO 8601)")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=200, show_default=True)
+@_output
+def audit_list(
+    actor: str | None,
+    instance_id: str | None,
+    since: str | None,
+    limit: int,
+    fmt: str,
+    as_json: bool,
+) -> None:
+    """Operator actions, newest first: who, from where, what, on what, the outcome
+    (variable values hidden)."""
+    rows = _client().audit_log(
+        actor=actor, instance_id=instance_id, since=parse_when(since), limit=limit
+    )
+    _emit(rows, audit_columns(clock.now()), fmt, as_json, lambda a: a.as_json(), "no audit entries")
 
 
 # -- database ------------------------------------------------------------------------

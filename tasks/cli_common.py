@@ -20,6 +20,7 @@ T = TypeVar("T")
 
 __all__ = [
     "make_client",
+    "named_actor",
     "parse_node_pairs",
     "parse_vars",
     "parse_when",
@@ -48,11 +49,22 @@ def parse_vars(pairs: tuple[str, ...]) -> dict[str, Any]:
 
 
 def make_client() -> Any:
+    """The command's Client, acting for ``dormant --as USER`` (else ``DORMANT_ACTOR``,
+    else the operating system's user: ``default_actor``) from the CLI, as the audit
+    trail records it (docs/operations.md "Audit trail")."""
     # Late on purpose: the Client brings Celery and kombu, which ``dormant --help`` and
     # the read-only lists never need (bench/bench_cli.py).
     from dormant.tasks.client import Client
 
-    return Client()
+    return Client(actor=named_actor(), source="cli")
+
+
+def named_actor() -> str | None:
+    """The top-level ``--as USER`` of the running command, if given."""
+    ctx = click.get_current_context(silent=True)
+    obj = None if ctx is None else ctx.find_root().obj
+    actor = obj.get("actor") if isinstance(obj, dict) else None
+    return actor if isinstance(actor, str) and actor else None
 
 
 def read_database(reading: Callable[[EngineQueries], T]) -> T:

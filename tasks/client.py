@@ -22,6 +22,9 @@ method here hands its call on.
 
 from __future__ import annotations
 
+import copy
+import getpass
+import os
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -57,7 +60,7 @@ from dormant.engine_core.views import (
     InstanceView,
     UserTaskView,
 )
-from dormant.persistence import clock, inbox, parked
+from dormant.persistence import audit, clock, inbox, parked
 from dormant.persistence.batches import BatchItemView, BatchState, BatchView
 from dormant.persistence.deployments import Deployment, DeploymentRecord
 from dormant.persistence.failed_triggers import CHECKPOINT_INCIDENT
@@ -70,20 +73,101 @@ from dormant.tasks import wire
 from dormant.tasks.client_operations import Operations
 from dormant.tasks.wire import Send
 
-__all__ = ["Client"]
+__all__ = ["ENV_ACTOR", "Client", "default_actor"]
+
+# Who acts when the caller names nobody (docs/operations.md "Audit trail").
+ENV_ACTOR = "DORMANT_ACTOR"
+
+
+def default_actor() -> str:
+    """``DORMANT_ACTOR``, else the operating system's user, else ``unknown``."""
+    named = os.environ.get(ENV_ACTOR, "").strip()
+    if named:
+        return named
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry, no LOGNAME: a bare container
+        return "unknown"
 
 
 class Client:
     """Deploy processes, start instances, send messages and signals, operate incidents
     and running instances (``tasks/client_operations.py``)."""
 
-    def __init__(self, database_url: str | None = None, broker_url: str | None = None) -> None:
+    def __init__(
+        self,
+        database_url: str | None = None,
+        broker_url: str | None = None,
+        *,
+        actor: str | None = None,
+        source: str = "client",
+    ) -> None:
+        """``actor``: who this Client's operator actions are recorded as (the audit
+        trail and the instance's history; default ``default_actor()``); ``source``:
+        from where (``client``, ``cli``, ``console``, ``api``)."""
         self.settings = Settings.from_env(database_url=database_url, broker_url=broker_url)
         self._store = Store(settings=self.settings)
         self._known_keys: set[str] = set()
         self._limits = self.settings.limits
-        self._operations = Operations(
-            self._store, self._send, self.instance, self._limits, self.settings.broker_url
+        self.actor = actor or default_actor()
+        self.source = source
+        self._operations = self._operations_for()
+
+    def _operations_for(self) -> Operations:
+        return Operations(
+            self._store,
+            self._send,
+            self.instance,
+            self._limits,
+            self.settings.broker_url,
+            self._command,
+            self.actor,
+        )
+
+    def acting_as(self, actor: str, source: str) -> Client:
+        """This Client (its Store and pools shared) acting for ``actor`` from ``source``:
+        the console's one Client serves each signed-in user so."""
+        other = copy.copy(self)
+        other.actor, other.source = actor, source
+        other._operations = other._operations_for()
+        return other
+
+    def _command(
+        self,
+        action: str,
+        *,
+        target: str | None = None,
+        instance_id: str | None = None,
+        params: Mapping[str, Any] | None = None,
+        done: bool = False,
+    ) -> dict[str, Any]:
+        """An operator action for the audit trail (persistence/audit.py): ``done``
+        recorded now for an action already done on the spot; otherwise returned for
+        its trigger to carry (``wire.audited``), recorded ``accepted`` with its inbox
+        row (``_send_many``) and its outcome by the worker."""
+        cmd = audit.command(
+            self.actor,
+            self.source,
+            action,
+            target=target,
+            instance_id=instance_id,
+            params=params,
+        )
+        if done:
+            audit.accept(self._store.engine, cmd, clock.now(), "done")
+        return cmd
+
+    def audit_log(
+        self,
+        *,
+        actor: str | None = None,
+        instance_id: str | None = None,
+        since: datetime | None = None,
+        limit: int = 200,
+    ) -> list[audit.AuditEntry]:
+        """The audit trail, newest first (docs/operations.md "Audit trail")."""
+        return audit.entries(
+            self._store.engine, actor=actor, instance_id=instance_id, since=since, limit=limit
         )
 
     # -- sending ---------------------------------------------------------------------
@@ -98,7 +182,19 @@ class Client:
         sweep publishes, so nothing returned here can be lost."""
         from dormant.tasks.app import pooled_producer, publish
 
-        inbox_ids = inbox.record_many(self._store.engine, triggers)
+        now = clock.now()
+        accepted = [
+            audit.outcome_row(kwargs["audit"], "accepted", now)
+            for _, _, kwargs in triggers
+            if kwargs.get("audit") is not None
+        ]
+        # An operator action's ``accepted`` row commits with its inbox row: neither
+        # without the other (docs/operations.md, "Audit trail").
+        inbox_ids = inbox.record_many(
+            self._store.engine,
+            triggers,
+            also=(lambda conn: audit.record(conn, accepted)) if accepted else None,
+        )
         with pooled_producer(self.settings.broker_url) as producer:
             for inbox_id, (task, routing_key, kwargs) in zip(inbox_ids, triggers, strict=True):
                 publish(task, routing_key, {**kwargs, "inbox_id": inbox_id}, producer=producer)
@@ -131,6 +227,12 @@ class Client:
         deployments = list(self._store.deployments.deploy_many(sources, clock.now(), names))
         if not deployments:
             raise InvalidModel("the document defines no executable process")
+        self._command(
+            "deploy",
+            target=str(deployments[0].deployment_key),
+            params={"resources": [f"{d.key} v{d.version}" for d in deployments]},
+            done=True,
+        )
         return deployments
 
     def deployments(self, limit: int = 100) -> list[DeploymentRecord]:
@@ -419,7 +521,8 @@ class Client:
                 f"instance {instance_id} ({view.key} v{view.version}) is already {view.status}"
             )
         self._store.rehearse(instance_id, Cancel(), clock.now())
-        self._send(wire.cancel(instance_id))
+        cmd = self._command("cancel", target=instance_id, instance_id=instance_id)
+        self._send(wire.audited(wire.cancel(instance_id), cmd))
 
     def history(self, instance_id: str) -> list[FactView]:
         self.instance(instance_id)
@@ -563,7 +666,8 @@ class Client:
         else:
             trigger = IncidentDrop(incident_id=incident_id)
         self._store.rehearse(incident.instance_id, trigger, clock.now())
-        self._send(wire.incident(op, incident_id))
+        cmd = self._command(f"incident_{op}", target=incident_id, instance_id=incident.instance_id)
+        self._send(wire.audited(wire.incident(op, incident_id), cmd))
 
     def retry_incident(self, incident_id: str) -> None:
         self._operate(incident_id, "retry")
@@ -589,10 +693,13 @@ class Client:
         url = self.settings.broker_url
         with app.connection_for_write(url, transport=broker_transport(url)) as conn:
             resend(self._store, failed_id, connection=conn)
+        self._command("trigger_retry", target=failed_id, done=True)
 
     def drop_trigger(self, failed_id: str) -> FailedTriggerView:
         """Delete a failed trigger for good (its instance's history records it)."""
-        return self._store.failed.drop_failed(failed_id, clock.now())
+        dropped = self._store.failed.drop_failed(failed_id, clock.now())
+        self._command("trigger_drop", target=failed_id, instance_id=dropped.instance_id, done=True)
+        return dropped
 
     # -- parked sweep rows (persistence/parked.py) -------------------------------------
 

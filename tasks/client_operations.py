@@ -45,7 +45,10 @@ class Operations:
     """Suspend, resume, set variables, migrate, modify; in bulk; and the batches.
 
     ``send``: the Client's durable send (inbox row first, then published); ``instance``:
-    its read of one instance (``UnknownInstance`` with the hint of the Client's)."""
+    its read of one instance (``UnknownInstance`` with the hint of the Client's);
+    ``command``: the Client's record of an operator action in the audit trail
+    (``Client._command``), whose result the trigger carries; ``actor``: who a batch's
+    items act for (kept in its parameters, carried by each item's trigger)."""
 
     def __init__(
         self,
@@ -54,12 +57,22 @@ class Operations:
         instance: Callable[[str], InstanceView],
         limits: Limits,
         broker_url: str,
+        command: Callable[..., dict[str, Any]],
+        actor: str | None = None,
     ) -> None:
         self._store = store
         self._send = send
         self._instance = instance
         self._limits = limits
         self._broker_url = broker_url
+        self._command = command
+        self._actor = actor
+
+    def _send_audited(
+        self, message: Send, action: str, instance_id: str, params: Mapping[str, Any] | None = None
+    ) -> None:
+        cmd = self._command(action, target=instance_id, instance_id=instance_id, params=params)
+        self._send(wire.audited(message, cmd))
 
     def _running(self, instance_id: str, what: str) -> InstanceView:
         view = self._instance(instance_id)
@@ -82,20 +95,22 @@ class Operations:
         if self._running(instance_id, "suspend").suspended:
             raise InvalidOperation(f"instance {instance_id} is already suspended")
         self._rehearse(instance_id, Suspend())
-        self._send(wire.suspend(instance_id))
+        self._send_audited(wire.suspend(instance_id), "suspend", instance_id)
 
     def resume(self, instance_id: str) -> None:
         if not self._running(instance_id, "resume").suspended:
             raise InvalidOperation(f"instance {instance_id} is not suspended; nothing to resume")
         self._rehearse(instance_id, Resume())
-        self._send(wire.resume(instance_id))
+        self._send_audited(wire.resume(instance_id), "resume", instance_id)
 
     def set_variables(self, instance_id: str, checked: dict[str, Any]) -> None:
         """``Client.set_variables`` with its arguments already checked
         (``variables_params``: the Client checks them before it reads the instance)."""
         self._running(instance_id, "change")
         self._rehearse(instance_id, SetVariables(**checked))
-        self._send(wire.set_variables(instance_id, checked))
+        self._send_audited(
+            wire.set_variables(instance_id, checked), "set_variables", instance_id, checked
+        )
 
     def migration_problems(
         self, instance_id: str, version: int, mapping: Mapping[str, str] | None = None
@@ -117,7 +132,10 @@ class Operations:
                 f"instance {instance_id} cannot move to v{version}: " + "; ".join(found)
             )
         self._rehearse(instance_id, MigrateInstance(version=version, mapping=dict(mapping or {})))
-        self._send(wire.migrate(instance_id, version, dict(mapping or {})))
+        plan = {"version": version, "mapping": dict(mapping or {})}
+        self._send_audited(
+            wire.migrate(instance_id, version, dict(mapping or {})), "migrate", instance_id, plan
+        )
 
     def modify(
         self, instance_id: str, cancel_nodes: Iterable[str] = (), start_before: Iterable[str] = ()
@@ -132,15 +150,19 @@ class Operations:
         if view.suspended:
             raise InvalidOperation(f"instance {instance_id} is suspended; resume it first")
         self._rehearse(instance_id, ModifyInstance(cancel_nodes=cancel, start_before=start))
-        self._send(wire.modify(instance_id, cancel, start))
+        nodes = {"cancel_nodes": cancel, "start_before": start}
+        self._send_audited(wire.modify(instance_id, cancel, start), "modify", instance_id, nodes)
 
     # -- job types -----------------------------------------------------------------
 
     def pause_job_type(self, job_type: str) -> None:
         job_pause.pause(self._store.engine, job_type, clock.now())
+        self._command("job_type_pause", target=job_type, done=True)
 
     def resume_job_type(self, job_type: str) -> int:
-        return job_pause.resume(self._store.engine, job_type, clock.now())
+        held = job_pause.resume(self._store.engine, job_type, clock.now())
+        self._command("job_type_resume", target=job_type, params={"held": held}, done=True)
+        return held
 
     def paused_job_types(self) -> dict[str, int]:
         return job_pause.paused(self._store.engine)
@@ -167,7 +189,19 @@ class Operations:
             )
         if operation == "migrate" and selector.key is not None:
             self._store.deployments.definition(selector.key, int(params.get("version", 0)))
+        if self._actor is not None:
+            params["actor"] = self._actor
         view = batches.create(self._store, operation, selector, params, clock.now())
+        self._command(
+            f"bulk_{operation}",
+            target=f"batch {view.id}",
+            params={
+                "selector": selector.model_dump(mode="json", exclude_none=True),
+                **{k: v for k, v in params.items() if k != "actor"},
+                "selected": view.selected,
+            },
+            done=True,
+        )
         if view.state == BatchState.RUNNING:
             with pooled_producer(self._broker_url) as producer:
                 enqueue_batch(view.id, producer=producer)

@@ -319,6 +319,24 @@ def parked_row_columns(now: datetime) -> list[Column]:
     ]
 
 
+def audit_columns(now: datetime) -> list[Column]:
+    """``dormant audit list``: operator actions (persistence/audit.py), newest first."""
+    return [
+        Column("WHEN", lambda a: ago(a.at, now), lambda a: iso(a.at)),
+        Column("ACTOR", lambda a: a.actor),
+        Column("FROM", lambda a: a.source),
+        Column("ACTION", lambda a: a.action),
+        Column("TARGET", lambda a: a.target or ""),
+        Column("OUTCOME", lambda a: a.outcome),
+        Column("PARAMS", lambda a: _params(a.params)[:80], lambda a: _params(a.params)),
+        Column("DETAIL", lambda a: (a.detail or "")[:80], lambda a: a.detail or ""),
+    ]
+
+
+def _params(params: dict[str, Any]) -> str:
+    return json.dumps(params, sort_keys=True, separators=(",", ":")) if params else ""
+
+
 def instance_lines(view: Any, now: datetime) -> list[str]:
     """``dormant instances show``: the instance, each live token and what it waits for
     in words, its incidents, its variables."""

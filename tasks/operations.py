@@ -29,6 +29,7 @@ from dormant.engine_core.triggers import (
     Suspend,
     Trigger,
 )
+from dormant.persistence import audit as audit_rows
 from dormant.persistence import batches, clock, job_pause
 from dormant.persistence.processed import SWEEP_SLICE, sweep_processed
 from dormant.persistence.selection import Selector
@@ -36,7 +37,7 @@ from dormant.tasks import app as app_module
 from dormant.tasks import wire
 from dormant.tasks.app import app, publish, store
 from dormant.tasks.sweeps import each_row
-from dormant.tasks.triggers import _run
+from dormant.tasks.triggers import _run, apply_audited, by_hand
 
 __all__ = [
     "batch_run",
@@ -62,13 +63,18 @@ def _operate(
     make: Callable[[], Trigger],
     inbox_id: str | None,
     trigger_id: str | None,
+    audit: dict[str, Any] | None = None,
 ) -> None:
     """The trigger is built inside the shell, so arguments that do not fit are kept as
     a failed trigger (visible, retryable) like any other failure; a refusal fails the
-    task with its reason."""
+    task with its reason. ``audit``: the operator's command, its outcome recorded with
+    the action (``apply_audited``)."""
+
+    if audit is None and inbox_id is None and trigger_id is None:
+        audit = by_hand(kind, instance_id, instance_id)
 
     def call(tid: str, now: datetime) -> Any:
-        return store().apply(instance_id, make(), now, trigger_id=tid)
+        return apply_audited(instance_id, make(), now, tid, None, audit)
 
     _run(task, kind, call, inbox_id, trigger_id, operator=True, instance_id=instance_id)
 
@@ -79,18 +85,28 @@ _OPERATOR: dict[str, Any] = {"bind": True, "throws": (DormantError,)}
 
 @app.task(name=wire.SUSPEND, **_OPERATOR)
 def suspend(
-    self: Task, instance_id: str, *, inbox_id: str | None = None, trigger_id: str | None = None
+    self: Task,
+    instance_id: str,
+    *,
+    inbox_id: str | None = None,
+    trigger_id: str | None = None,
+    audit: dict[str, Any] | None = None,
 ) -> None:
     """Suspend an instance: its triggers are held until it is resumed."""
-    _operate(self, instance_id, "suspend", Suspend, inbox_id, trigger_id)
+    _operate(self, instance_id, "suspend", Suspend, inbox_id, trigger_id, audit)
 
 
 @app.task(name=wire.RESUME, **_OPERATOR)
 def resume(
-    self: Task, instance_id: str, *, inbox_id: str | None = None, trigger_id: str | None = None
+    self: Task,
+    instance_id: str,
+    *,
+    inbox_id: str | None = None,
+    trigger_id: str | None = None,
+    audit: dict[str, Any] | None = None,
 ) -> None:
     """Resume an instance: its held triggers apply in arrival order."""
-    _operate(self, instance_id, "resume", Resume, inbox_id, trigger_id)
+    _operate(self, instance_id, "resume", Resume, inbox_id, trigger_id, audit)
 
 
 @app.task(name=wire.SET_VARIABLES, **_OPERATOR)
@@ -104,6 +120,7 @@ def set_variables(
     *,
     inbox_id: str | None = None,
     trigger_id: str | None = None,
+    audit: dict[str, Any] | None = None,
 ) -> None:
     """Set or remove variables in one scope, and optionally retry the open incidents."""
 
@@ -113,7 +130,7 @@ def set_variables(
         )
         return SetVariables(**params)
 
-    _operate(self, instance_id, "set_variables", make, inbox_id, trigger_id)
+    _operate(self, instance_id, "set_variables", make, inbox_id, trigger_id, audit)
 
 
 @app.task(name=wire.MIGRATE, **_OPERATOR)
@@ -125,13 +142,14 @@ def migrate(
     *,
     inbox_id: str | None = None,
     trigger_id: str | None = None,
+    audit: dict[str, Any] | None = None,
 ) -> None:
     """Move an instance to another version of its process (refused with the reasons)."""
 
     def make() -> Trigger:
         return MigrateInstance(version=version, mapping=mapping or {})
 
-    _operate(self, instance_id, "migrate", make, inbox_id, trigger_id)
+    _operate(self, instance_id, "migrate", make, inbox_id, trigger_id, audit)
 
 
 @app.task(name=wire.MODIFY, **_OPERATOR)
@@ -143,13 +161,14 @@ def modify(
     *,
     inbox_id: str | None = None,
     trigger_id: str | None = None,
+    audit: dict[str, Any] | None = None,
 ) -> None:
     """Cancel the tokens at some nodes and/or start a token before others."""
 
     def make() -> Trigger:
         return ModifyInstance(cancel_nodes=cancel_nodes or [], start_before=start_before or [])
 
-    _operate(self, instance_id, "modify", make, inbox_id, trigger_id)
+    _operate(self, instance_id, "modify", make, inbox_id, trigger_id, audit)
 
 
 def enqueue_batch(batch_id: str, producer: Any = None) -> None:
@@ -227,4 +246,19 @@ def processed_sweep(self: Task) -> int:
             break
     if swept:
         log.info("processed_sweep: %s processed trigger id(s) past retention deleted", swept)
+    return swept + _sweep_audit()
+
+
+def _sweep_audit() -> int:
+    """The audit trail's rows past ``DORMANT_AUDIT_RETENTION_DAYS`` (persistence/audit.py,
+    docs/limits.md), on the same housekeeping tick, a few slices at most per tick."""
+    retention = app_module.settings.audit_retention_days
+    swept = 0
+    for _ in range(10):
+        gone = audit_rows.sweep(store().engine, clock.now(), retention, audit_rows.SWEEP_SLICE)
+        swept += gone
+        if gone < audit_rows.SWEEP_SLICE:
+            break
+    if swept:
+        log.info("processed_sweep: %s audit row(s) past retention deleted", swept)
     return swept

@@ -54,14 +54,18 @@ from dormant.engine_core.triggers import (
     TaskAssign,
     TaskCompleted,
     TaskUpdate,
+    Trigger,
     parse_trigger,
 )
+from dormant.persistence import audit as audit_rows
 from dormant.persistence import clock, inbox, job_pause
 from dormant.persistence.failed_triggers import call_kwargs, one_line
 from dormant.persistence.outbox_queue import OutboxRow
 from dormant.persistence.results import TriggerResult
 from dormant.persistence.routing import Router
 from dormant.persistence.store import JobRun, NewInstance
+from dormant.persistence.tables import audit_log
+from dormant.persistence.writes import Writes
 from dormant.tasks import app as app_module
 from dormant.tasks import wire
 from dormant.tasks.app import app, marks_redeliveries, store
@@ -481,13 +485,68 @@ def cancel(
     *,
     inbox_id: str | None = None,
     trigger_id: str | None = None,
+    audit: dict[str, Any] | None = None,
 ) -> str | None:
     """Terminate an instance (its waits and hold rows go with it)."""
 
+    if audit is None and inbox_id is None and trigger_id is None:
+        audit = by_hand("cancel", instance_id, instance_id)
+
     def call(tid: str, now: datetime) -> Any:
-        return store().apply(instance_id, Cancel(), now, trigger_id=tid, inbox_id=inbox_id)
+        return apply_audited(instance_id, Cancel(), now, tid, inbox_id, audit)
 
     return _run(self, "cancel", call, inbox_id, trigger_id, instance_id=instance_id)
+
+
+def by_hand(action: str, target: str, instance_id: str | None) -> dict[str, Any]:
+    """The command of a management task sent by hand (Flower, ``send_task``): no Client
+    took it, so nobody is known; it is recorded from ``celery`` (docs/operations.md,
+    "Audit trail") with its outcome only."""
+    return audit_rows.command(
+        audit_rows.UNKNOWN_ACTOR, "celery", action, target=target, instance_id=instance_id
+    )
+
+
+def apply_audited(
+    instance_id: str,
+    trigger: Trigger,
+    now: datetime,
+    tid: str,
+    inbox_id: str | None,
+    command: dict[str, Any] | None,
+) -> Any:
+    """Apply an operator's trigger and record its outcome in the audit trail
+    (persistence/audit.py): ``applied`` in the same transaction as its effect (the
+    Store's ``also``), ``refused`` with the reason in a transaction of its own (the
+    action's was rolled back). The trigger carries the command's actor onto the
+    instance's facts (the history's "cancelled by ann"). ``command`` None: sent without
+    one (by a dormant older than the audit trail, or by the engine itself)."""
+    if command is None:
+        return store().apply(instance_id, trigger, now, trigger_id=tid, inbox_id=inbox_id)
+    if command["actor"] != audit_rows.UNKNOWN_ACTOR:  # nobody known: the history names nobody
+        trigger = trigger.model_copy(update={"actor": command["actor"]})
+
+    def also(writes: Writes) -> None:
+        row = audit_rows.outcome_row(command, "applied", now, instance_id=instance_id)
+        writes.add_rows(audit_log, [row])
+
+    try:
+        result = store().apply(
+            instance_id, trigger, now, trigger_id=tid, inbox_id=inbox_id, also=also
+        )
+    except DormantError as exc:
+        row = audit_rows.outcome_row(
+            command, "refused", now, detail=one_line(exc), instance_id=instance_id
+        )
+        audit_rows.record(store().engine, [row])
+        raise
+    if not result.changed and not result.duplicate:
+        # A stale action (its wait already gone): no effect to ride with, so its own row.
+        row = audit_rows.outcome_row(
+            command, "applied", now, detail="nothing changed", instance_id=instance_id
+        )
+        audit_rows.record(store().engine, [row])
+    return result
 
 
 def incident_instance(incident_id: str) -> str:
@@ -495,7 +554,7 @@ def incident_instance(incident_id: str) -> str:
     return str(store().queries.incident(incident_id).instance_id)
 
 
-def _incident_task(name: str, trigger_cls: Any) -> Any:
+def _incident_task(name: str, trigger_cls: Any, op: str) -> Any:
     # ``throws``: a refused action is an expected outcome, logged without a traceback.
     @app.task(name=name, bind=True, throws=(DormantError,))
     def incident_op(
@@ -504,16 +563,17 @@ def _incident_task(name: str, trigger_cls: Any) -> Any:
         *,
         inbox_id: str | None = None,
         trigger_id: str | None = None,
+        audit: dict[str, Any] | None = None,
     ) -> str | None:
+        command = audit
+        if command is None and inbox_id is None and trigger_id is None:
+            owner = incident_id.rsplit(".", 1)[0] if isinstance(incident_id, str) else None
+            command = by_hand(f"incident_{op}", str(incident_id), owner)
+
         def call(tid: str, now: datetime) -> Any:
             instance_id = incident_instance(incident_id)
-            return store().apply(
-                instance_id,
-                trigger_cls(incident_id=incident_id),
-                now,
-                trigger_id=tid,
-                inbox_id=inbox_id,
-            )
+            trigger = trigger_cls(incident_id=incident_id)
+            return apply_audited(instance_id, trigger, now, tid, inbox_id, command)
 
         kind = trigger_cls.model_fields["kind"].default
         owner = incident_id.rsplit(".", 1)[0] if isinstance(incident_id, str) else None
@@ -523,9 +583,9 @@ def _incident_task(name: str, trigger_cls: Any) -> Any:
     return incident_op
 
 
-incident_retry = _incident_task(wire.INCIDENT_OPS["retry"], IncidentRetry)
-incident_resolve = _incident_task(wire.INCIDENT_OPS["resolve"], IncidentResolve)
-incident_drop = _incident_task(wire.INCIDENT_OPS["drop"], IncidentDrop)
+incident_retry = _incident_task(wire.INCIDENT_OPS["retry"], IncidentRetry, "retry")
+incident_resolve = _incident_task(wire.INCIDENT_OPS["resolve"], IncidentResolve, "resolve")
+incident_drop = _incident_task(wire.INCIDENT_OPS["drop"], IncidentDrop, "drop")
 
 
 @app.task(name=wire.APPLY_TRIGGER, bind=True)

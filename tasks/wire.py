@@ -294,6 +294,14 @@ def cancel(instance_id: str, *, trigger_id: str | None = None) -> Send:
     return Send(CANCEL, "trigger.cancel", _with_id({"instance_id": instance_id}, trigger_id))
 
 
+def audited(message: Send, command: dict[str, Any] | None) -> Send:
+    """``message`` carrying an operator's command (persistence/audit.py ``command``) as
+    its task's ``audit`` keyword: the worker records the action's outcome with it."""
+    if command is None:
+        return message
+    return Send(message.task, message.routing_key, {**message.kwargs, "audit": command})
+
+
 def incident(op: str, incident_id: str) -> Send:
     """An operator's ``op`` (a key of ``INCIDENT_OPS``) on one incident."""
     return Send(INCIDENT_OPS[op], f"trigger.incident_{op}", {"incident_id": incident_id})

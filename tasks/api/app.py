@@ -109,7 +109,9 @@ class Api:
     """What every handler uses: the Client, the key mapping, the clock."""
 
     def __init__(self, client: Client) -> None:
-        self.client = client
+        # The API's operator actions (a cancel, an incident resolution) are recorded as
+        # from ``api``, for the API process's actor (docs/operations.md, "Audit trail").
+        self.client = client.acting_as(client.actor, "api")
         self.engine = client._store.engine
 
     def key(self, kind: str, dormant_id: str) -> str:

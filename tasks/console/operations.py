@@ -27,7 +27,7 @@ from dormant.persistence.batches import ItemOutcome
 from dormant.persistence.selection import Selector
 from dormant.tasks.cli_common import parse_node_pairs as _pairs
 from dormant.tasks.cli_common import parse_vars
-from dormant.tasks.console.pages import _act, _client, _confirmed, _render, _when
+from dormant.tasks.console.pages import _act, _client, _confirmed, _moment, _opt, _render, _when
 
 __all__ = ["routes"]
 
@@ -46,6 +46,8 @@ _INCIDENT_BULK = ("retry", "resolve", "drop")
 # The batch page refreshes every few seconds: its refused targets are all listed (they
 # are what an operator acts on), the rest up to this many; the CLI lists every one.
 _ITEMS_SHOWN = 500
+# The audit page shows the newest this many (the CLI's --limit goes further).
+_AUDIT_SHOWN = 500
 
 
 def _instance_op(op: str, verb: str) -> Callable[[Request], Awaitable[Response]]:
@@ -281,8 +283,30 @@ async def resume_job_type(request: Request) -> Response:
     )
 
 
+def audit_list(request: Request) -> Response:
+    """The audit trail (``dormant audit list``), newest first, filtered by actor,
+    instance and time; server-rendered like the other lists."""
+    try:
+        since = _moment(request, "since")
+    except InvalidOperation as exc:
+        return _render(request, "error.html", message=f"error: {exc}", status_code=400)
+    actor, instance_id = _opt(request, "actor"), _opt(request, "instance")
+    entries = _client(request).audit_log(
+        actor=actor, instance_id=instance_id, since=since, limit=_AUDIT_SHOWN
+    )
+    return _render(
+        request,
+        "audit.html",
+        entries=entries,
+        actor=actor or "",
+        instance=instance_id or "",
+        since=request.query_params.get("since", ""),
+    )
+
+
 def routes() -> list[BaseRoute]:
     return [
+        Route("/audit", audit_list),
         Route(
             "/instances/{instance_id}/suspend",
             _instance_op("suspend", "suspending"),

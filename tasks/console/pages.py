@@ -20,7 +20,13 @@ from starlette.templating import Jinja2Templates
 from dormant.engine_core.errors import DormantError, InvalidOperation
 from dormant.persistence.console_queries import ConsoleQueries
 from dormant.tasks.console.config import ConsoleConfig
-from dormant.tasks.console.security import authenticated, csrf_ok, csrf_token, refuse_anonymous
+from dormant.tasks.console.security import (
+    authenticated,
+    csrf_ok,
+    csrf_token,
+    refuse_anonymous,
+    user_of,
+)
 
 HERE = Path(__file__).resolve().parent
 _VALUE_CHARS = 4000  # longer variable values are cut on the page (the CLI shows them whole)
@@ -46,7 +52,10 @@ def _queries(request: Request) -> ConsoleQueries:
 
 
 def _client(request: Request) -> Any:
-    return request.app.state.client
+    """The console's Client acting for the signed-in user (``user_of``; ``anonymous``
+    when nobody is, which only a read or an open console allows), so the audit trail
+    and the instance's history name who did it (docs/operations.md "Audit trail")."""
+    return request.app.state.client.acting_as(user_of(request) or "anonymous", "console")
 
 
 def _render(request: Request, name: str, **context: Any) -> Response:

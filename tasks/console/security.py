@@ -58,6 +58,7 @@ __all__ = [
     "refuse_anonymous",
     "sign_in",
     "too_many",
+    "user_of",
 ]
 
 # The scope key Guard writes its verdict to.
@@ -317,3 +318,23 @@ class AccessLog:
                 status,
                 (time.perf_counter() - started) * 1000,
             )
+
+
+def user_of(request: Request) -> str | None:
+    """Who acts, as the tasklist and the audit trail name them; None when nobody is
+    signed in."""
+    if not authenticated(request):
+        return None
+    session_user = request.session.get("user")
+    if isinstance(session_user, str) and session_user:
+        return session_user
+    scheme, _, value = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() == "basic":
+        try:
+            return base64.b64decode(value.strip()).decode().partition(":")[0]
+        except (binascii.Error, UnicodeDecodeError):
+            return None
+    if scheme.lower() == "bearer":
+        return "token"
+    config: ConsoleConfig = request.app.state.config
+    return "local" if config.open_access else None

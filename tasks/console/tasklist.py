@@ -15,8 +15,6 @@ user, ``token`` for a bearer token, ``local`` on a console open on loopback.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 from typing import Any
 from urllib.parse import quote
@@ -31,31 +29,12 @@ from dormant.tasks.cli_common import parse_vars
 from dormant.tasks.console import forms
 from dormant.tasks.console.config import ConsoleConfig
 from dormant.tasks.console.pages import _act, _client, _queries, _render
-from dormant.tasks.console.security import authenticated
+from dormant.tasks.console.security import authenticated, user_of
 from dormant.tasks.tasklist_query import arrange
 
-__all__ = ["routes", "user_of"]
+__all__ = ["routes"]
 
 _TASKS_SHOWN = 200  # the list shows this many, the most urgent first
-
-
-def user_of(request: Request) -> str | None:
-    """Who acts, as the tasklist names them; None when nobody is signed in."""
-    if not authenticated(request):
-        return None
-    session_user = request.session.get("user")
-    if isinstance(session_user, str) and session_user:
-        return session_user
-    scheme, _, value = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() == "basic":
-        try:
-            return base64.b64decode(value.strip()).decode().partition(":")[0]
-        except (binascii.Error, UnicodeDecodeError):
-            return None
-    if scheme.lower() == "bearer":
-        return "token"
-    config: ConsoleConfig = request.app.state.config
-    return "local" if config.open_access else None
 
 
 def _opt(request: Request, name: str) -> str | None:

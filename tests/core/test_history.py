@@ -110,3 +110,33 @@ def test_a_run_reads_as_business_events() -> None:
 def test_an_unknown_kind_is_shown_not_dropped() -> None:
     [event] = business_history([fact("SomethingNew", detail=1)])
     assert (event.category, event.text) == ("other", "SomethingNew")
+
+
+def test_an_operators_action_names_its_actor() -> None:
+    """The operator trigger's ``actor`` reaches its step's facts (engine_core/engine.py)
+    and the history says who did it; the engine's own lines of that step do not."""
+    from dormant.engine_core.builder import ProcessBuilder, message
+    from dormant.engine_core.triggers import Cancel, Resume, SetVariables, Suspend
+    from tests.core.enginekit import Run
+
+    b = ProcessBuilder("order")
+    b.start_event("s").intermediate_catch_event("wait", message("paid", "=orderId"))
+    b.end_event("done")
+    b.sequence("s", "wait", "done")
+    run = Run(b.build())
+    run.start({"orderId": "o1"})
+    run.send(Suspend(actor="ann"))
+    run.send(Resume())
+    run.send(SetVariables(variables={"secret": "s3cr3t"}, actor="bob"))
+    run.send(Cancel(actor="ann"))
+    facts = [
+        FactView(at=AT, kind=f.kind, details=dict(f.details), revision=i)
+        for i, step in enumerate(run.steps)
+        for f in step.facts
+    ]
+    texts = [e.text for e in business_history(facts)]
+    assert "instance suspended by ann" in texts
+    assert "instance resumed" in texts  # no actor given: none claimed
+    assert "variables changed in scope s0: set secret by bob" in texts
+    assert "instance cancelled by ann" in texts
+    assert "s3cr3t" not in repr(facts)

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from dormant.tasks.client import default_actor
 from tests.integration.conftest import Stack, wait_for
 from tests.integration.opskit import gate, pg_redis_stack, three_waits, token_nodes
 from tests.integration.waitkit import deadline_rows, end, facts, holds, model
@@ -72,7 +73,8 @@ def test_suspend_then_a_timer_and_a_message_arrive_then_resume_applies_both_once
     tasks = {t.node_id: int(t.id.rsplit(".w", 1)[1]) for t in client.user_tasks(iid)}
     assert tasks["after_timer"] < tasks["after_msg"]
     applied = [f.details for f in facts(ops, iid, "HeldTriggerApplied")]
-    assert applied == [{"trigger": "message", "outcome": "applied"}]
+    # The resume's step: its facts name who resumed (the CLI's actor).
+    assert applied == [{"trigger": "message", "outcome": "applied", "actor": default_actor()}]
     assert len(deadline_rows(ops, iid)) == 0
     kinds = [f.kind for f in facts(ops, iid)]
     assert kinds.count("Suspended") == 1 and kinds.count("Resumed") == 1
@@ -100,7 +102,8 @@ def test_set_variables_then_retry_and_what_is_refused(ops: Stack) -> None:
     view = ops.wait_status(iid, "completed")
     assert view.variables == {"ok": True}
     (fact,) = facts(ops, iid, "VariablesSet")
-    assert fact.details == {"scope": "s0", "set": "ok", "unset": "note"}
+    # The CLI's actor (no --as: DORMANT_ACTOR, else the OS user) is on the fact.
+    assert fact.details == {"scope": "s0", "set": "ok", "unset": "note", "actor": default_actor()}
     assert "secret-note" not in json.dumps([f.details for f in facts(ops, iid)])
 
 

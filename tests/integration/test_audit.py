@@ -1,0 +1,289 @@
+"""The audit trail of operator actions and the actor in the history (issues 27, 28),
+on PostgreSQL + Redis with a real worker: a cancel by ann through the console (its
+signed-in user) and an incident retry through the CLI ``--as bob`` appear in
+``dormant audit list`` (accepted, then applied by the worker) and in ``dormant
+instances history`` with their actors; a variable's value set through the console is
+in neither; the console's /audit page lists them."""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.conftest import Stack, _urls, wait_for
+from tests.integration.console.kit import MODEL, open_incident
+
+pytestmark = pytest.mark.integration
+
+ANN, PASSWORD = "ann", "correct horse battery staple"
+SECRET = "s3cr3t-card-number"
+
+
+@pytest.fixture(scope="module")
+def stack(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Stack]:
+    tmp = tmp_path_factory.mktemp("audit")
+    with _urls("pg_redis", tmp, request) as urls:
+        s = Stack(*urls, tmp)
+        try:
+            s.worker()
+            s.client.deploy(MODEL)
+            yield s
+        finally:
+            s.close()
+
+
+def _console(stack: Stack) -> Any:
+    from starlette.testclient import TestClient
+
+    from dormant.tasks.console import create_app
+    from dormant.tasks.console.config import ConsoleConfig
+
+    config = ConsoleConfig(secret="s" * 32, user=ANN, password=PASSWORD)
+    app = create_app(config, client=stack.client)
+    basic = base64.b64encode(f"{ANN}:{PASSWORD}".encode()).decode()
+    return TestClient(
+        app,
+        base_url="http://127.0.0.1",
+        client=("127.0.0.1", 50000),
+        headers={"Authorization": f"Basic {basic}"},
+    )
+
+
+def _csrf(page: str) -> str:
+    found = re.search(r'name="csrf" value="([^"]+)"', page)
+    assert found, "no CSRF field on the page"
+    return found.group(1)
+
+
+def _waiting(stack: Stack, flag: Path, order: str) -> str:
+    iid = stack.client.start("payment", {"flag": str(flag), "order": order})
+    wait_for(
+        lambda: any(t.node_id == "paid" for t in stack.client.instance(iid).tokens),
+        30,
+        what="the wait at paid",
+    )
+    return str(iid)
+
+
+def _audit(stack: Stack, *args: str) -> list[dict[str, Any]]:
+    done = stack.run_cli("audit", "list", "--json", *args)
+    assert done.returncode == 0, done.stderr
+    rows: list[dict[str, Any]] = json.loads(done.stdout)
+    return rows
+
+
+def _history(stack: Stack, iid: str) -> str:
+    done = stack.run_cli("instances", "history", iid)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_a_console_cancel_and_a_cli_retry_name_their_actors(stack: Stack, tmp_path: Path) -> None:
+    flag = tmp_path / "flag"
+    # An incident (the job fails until its flag exists), retried from the CLI as bob.
+    failing = stack.client.start("payment", {"flag": str(flag), "order": "o-1"})
+    incident = open_incident(stack, failing)
+    flag.touch()
+    done = stack.run_cli("--as", "bob", "incidents", "retry", incident.id)
+    assert done.returncode == 0, done.stderr
+    wait_for(
+        lambda: any(t.node_id == "paid" for t in stack.client.instance(failing).tokens),
+        30,
+        what="the retried job to complete",
+    )
+    # An instance cancelled from the console by its signed-in user, after ann set a
+    # variable whose value must be in no record.
+    target = _waiting(stack, flag, "o-2")
+    back = f"/instances/{target}"
+    with _console(stack) as console:
+        token = _csrf(html.unescape(console.get(back).text))
+        form = {"csrf": token, "next": back, "vars": f"card={json.dumps(SECRET)}", "scope": "s0"}
+        assert (
+            console.post(f"{back}/variables", data=form, follow_redirects=False).status_code == 303
+        )
+        wait_for(
+            lambda: stack.client.instance(target).variables.get("card") == SECRET,
+            30,
+            what="the variable set",
+        )
+        cancel = {"csrf": token, "next": back, "confirm": "1"}
+        assert (
+            console.post(f"{back}/cancel", data=cancel, follow_redirects=False).status_code == 303
+        )
+        stack.wait_status(target, "terminated")
+
+        def both_applied() -> list[dict[str, Any]] | None:
+            rows = _audit(stack)
+            applied = {(r["actor"], r["action"]) for r in rows if r["outcome"] == "applied"}
+            wanted = {("ann", "cancel"), ("ann", "set_variables"), ("bob", "incident_retry")}
+            return rows if wanted <= applied else None
+
+        rows = wait_for(both_applied, 30, what="the outcomes in the audit trail")
+        page = html.unescape(console.get("/audit", params={"actor": ANN}).text)
+    assert SECRET not in json.dumps(rows)
+    cancels = [r for r in rows if r["action"] == "cancel"]
+    assert {(r["outcome"], r["source"], r["instance_id"]) for r in cancels} == {
+        ("accepted", "console", target),
+        ("applied", "console", target),
+    }
+    assert len({r["command_id"] for r in cancels}) == 1  # one action, two rows
+    retry = [r for r in rows if r["action"] == "incident_retry"]
+    assert {(r["actor"], r["source"], r["outcome"]) for r in retry} == {
+        ("bob", "cli", "accepted"),
+        ("bob", "cli", "applied"),
+    }
+    assert retry[0]["target"] == incident.id and retry[0]["instance_id"] == failing
+    [set_vars] = [r for r in rows if r["action"] == "set_variables" and r["outcome"] == "applied"]
+    assert set_vars["params"]["variables"] == {"card": "***"}
+    # The filters.
+    assert {r["actor"] for r in _audit(stack, "--actor", "bob")} == {"bob"}
+    assert {r["instance_id"] for r in _audit(stack, "--instance", target)} == {target}
+    # The history says who, and holds no value either.
+    history = _history(stack, target)
+    assert "instance cancelled by ann" in history
+    assert "variables changed in scope s0: set card by ann" in history
+    assert SECRET not in history
+    assert f"incident {incident.id} retried by bob" in _history(stack, failing)
+    # The console's page: ann's actions, not bob's.
+    assert 'id="audit"' in page and "cancel" in page and target in page
+    assert "bob" not in page and SECRET not in page
+
+
+def test_a_bulk_cancel_names_its_actor_on_every_instance(stack: Stack, tmp_path: Path) -> None:
+    """A batch keeps who asked for it; each item's trigger carries them into its
+    instance's history, and the batch's creation is one ``done`` row."""
+    flag = tmp_path / "flag"
+    flag.touch()
+    ids = [_waiting(stack, flag, f"o-bulk-{n}") for n in range(2)]
+    done = stack.run_cli("--as", "carol", "instances", "cancel", *ids)
+    assert done.returncode == 0, done.stderr
+    for iid in ids:
+        stack.wait_status(iid, "terminated")
+        assert "instance cancelled by carol" in _history(stack, iid)
+    [created] = _audit(stack, "--actor", "carol")
+    assert (created["action"], created["outcome"], created["source"]) == (
+        "bulk_cancel",
+        "done",
+        "cli",
+    )
+    assert created["params"]["selected"] == 2 and "actor" not in created["params"]
+
+
+def test_the_client_names_its_actor_and_old_rows_are_swept(stack: Stack) -> None:
+    """``Client(actor=)`` is recorded as given; the retention sweep deletes rows past
+    ``DORMANT_AUDIT_RETENTION_DAYS`` and keeps the rest."""
+    from datetime import timedelta
+
+    from dormant.persistence import audit, clock
+    from dormant.persistence.settings import Settings
+    from dormant.tasks.client import Client
+
+    client = Client(stack.database_url, stack.broker_url, actor="dave")
+    deployed = client.deploy(MODEL)
+    client.pause_job_type("audit-sweep-type")
+    client.resume_job_type("audit-sweep-type")
+    rows = client.audit_log(actor="dave")
+    assert [(r.action, r.source, r.outcome) for r in rows] == [
+        ("job_type_resume", "client", "done"),
+        ("job_type_pause", "client", "done"),
+        ("deploy", "client", "done"),
+    ]
+    assert rows[2].target == str(deployed.deployment_key)
+    assert rows[2].params == {"resources": [f"payment v{deployed.version}"]}
+    now = clock.now()
+    old = audit.command("eve", "client", "cancel", target="gone")
+    audit.accept(client._store.engine, old, now - timedelta(days=91))
+    retention = Settings.from_env(
+        database_url=stack.database_url, broker_url=stack.broker_url
+    ).audit_retention_days
+    assert retention == 90.0
+    assert audit.sweep(client._store.engine, now, retention) == 1
+    assert client.audit_log(actor="eve") == []
+    assert len(client.audit_log(actor="dave")) == 3  # inside the retention: kept
+
+
+def test_a_refusal_on_the_worker_is_recorded_with_its_reason(stack: Stack, tmp_path: Path) -> None:
+    """An action the worker refuses (the instance changed after the Client's checks: here
+    a second suspend sent past them) is ``refused`` with the reason, in its own
+    transaction; the instance is left as it was."""
+    from dormant.persistence import audit
+    from dormant.tasks import wire
+    from dormant.tasks.client import Client
+
+    flag = tmp_path / "flag"
+    flag.touch()
+    iid = _waiting(stack, flag, "o-refused")
+    client = Client(stack.database_url, stack.broker_url, actor="frank")
+    client.suspend(iid)
+    wait_for(lambda: client.instance(iid).suspended, 30, what="suspended")
+    revision = client.instance(iid).revision
+    # What a second suspend racing the first would send once both passed the Client.
+    cmd = audit.command("frank", "client", "suspend", target=iid, instance_id=iid)
+    client._send(wire.audited(wire.suspend(iid), cmd))
+
+    def refused() -> audit.AuditEntry | None:
+        rows = client.audit_log(actor="frank", instance_id=iid)
+        mine = (r for r in rows if r.command_id == cmd["command_id"])
+        return next((r for r in mine if r.outcome == "refused"), None)
+
+    row = wait_for(refused, 30, what="the refusal in the audit trail")
+    assert row.detail is not None
+    assert "already suspended" in row.detail
+    assert client.instance(iid).revision == revision
+    outcomes = [r.outcome for r in client.audit_log(actor="frank", instance_id=iid)]
+    # Newest first: the second suspend accepted (with its inbox row) then refused; the
+    # first accepted then applied.
+    assert outcomes == ["refused", "accepted", "applied", "accepted"]
+
+
+def test_a_management_task_sent_by_hand_is_recorded_from_celery(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """``dormant.suspend`` sent as Flower or ``send_task`` sends it (no Client, no inbox
+    row): its outcome is recorded from ``celery``, nobody named, and the history claims
+    no actor."""
+    from dormant.persistence import audit
+    from dormant.tasks import wire
+    from dormant.tasks.app import pooled_producer, publish
+
+    flag = tmp_path / "flag"
+    flag.touch()
+    iid = _waiting(stack, flag, "o-by-hand")
+    with pooled_producer(stack.broker_url) as producer:
+        publish(*wire.suspend(iid), producer=producer)
+    rows = wait_for(
+        lambda: stack.client.audit_log(instance_id=iid) or None, 30, what="the suspend recorded"
+    )
+    assert [(r.actor, r.source, r.action, r.outcome) for r in rows] == [
+        (audit.UNKNOWN_ACTOR, "celery", "suspend", "applied")
+    ]
+    assert stack.client.instance(iid).suspended
+    history = _history(stack, iid)
+    assert "instance suspended\n" in history and "instance suspended by" not in history
+
+
+def test_a_failed_triggers_drop_names_its_actor(stack: Stack) -> None:
+    """Dropping a failed trigger is an operator action: one ``done`` row, by who."""
+    from dormant.tasks import wire
+    from dormant.tasks.app import pooled_producer, publish
+    from dormant.tasks.client import Client
+
+    with pooled_producer(stack.broker_url) as producer:
+        publish(*wire.cancel("no-such-instance"), producer=producer)
+    failed = wait_for(
+        lambda: next((f for f in stack.client.failed_triggers("no-such-instance")), None),
+        30,
+        what="the failed trigger",
+    )
+    Client(stack.database_url, stack.broker_url, actor="gina").drop_trigger(failed.id)
+    [row] = stack.client.audit_log(actor="gina")
+    assert (row.action, row.target, row.outcome) == ("trigger_drop", failed.id, "done")
