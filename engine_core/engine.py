@@ -50,6 +50,7 @@ from dormant.engine_core.triggers import (
     IncidentDrop,
     IncidentResolve,
     IncidentRetry,
+    Operated,
     Start,
     TimerFired,
     Trigger,
@@ -178,7 +179,9 @@ def apply(
 def _by_actor(trigger: Trigger, facts: list[Fact]) -> tuple[Fact, ...]:
     """The step's facts, each naming the operator whose action made them (the trigger's
     ``actor``), so the history says "cancelled by ann" (engine_core/history.py)."""
-    actor = getattr(trigger, "actor", None)
+    # An isinstance test, not getattr: a model without the field would run pydantic's
+    # __getattr__ on every step (tests/core/test_working_state.py).
+    actor = trigger.actor if isinstance(trigger, Operated) else None
     if actor is None:
         return tuple(facts)
     return tuple(Fact(f.kind, {**f.details, "actor": actor}) for f in facts)

@@ -29,6 +29,7 @@ __all__ = [
     "MessageReceived",
     "MigrateInstance",
     "ModifyInstance",
+    "Operated",
     "Resume",
     "SetVariables",
     "SignalReceived",
@@ -158,7 +159,7 @@ class ChildFailed(_Trigger):
     error_code: str | None = None
 
 
-class _Operated(_Trigger):
+class Operated(_Trigger):
     """An operator's action: ``actor`` is who asked (the console's signed-in user, the
     CLI's ``--as``, the Client's ``actor=``), stamped on the step's facts so the history
     says who did it (engine_core/history.py; issue 28). None when the engine itself
@@ -167,7 +168,7 @@ class _Operated(_Trigger):
     actor: str | None = None
 
 
-class Cancel(_Operated):
+class Cancel(Operated):
     kind: Literal["cancel"] = "cancel"
     reason: str = "cancelled by operator"
     # False when the parent itself cancels its child: nobody is left to notify.
@@ -185,32 +186,32 @@ class Continue(_Trigger):
     kind: Literal["continue"] = "continue"
 
 
-class IncidentRetry(_Operated):
+class IncidentRetry(Operated):
     kind: Literal["incident_retry"] = "incident_retry"
     incident_id: str
 
 
-class IncidentResolve(_Operated):
+class IncidentResolve(Operated):
     kind: Literal["incident_resolve"] = "incident_resolve"
     incident_id: str
 
 
-class IncidentDrop(_Operated):
+class IncidentDrop(Operated):
     kind: Literal["incident_drop"] = "incident_drop"
     incident_id: str
 
 
-class Suspend(_Operated):
+class Suspend(Operated):
     """Hold every later trigger (in arrival order) until ``Resume``; timers wait too."""
 
     kind: Literal["suspend"] = "suspend"
 
 
-class Resume(_Operated):
+class Resume(Operated):
     kind: Literal["resume"] = "resume"
 
 
-class SetVariables(_Operated):
+class SetVariables(Operated):
     """An operator sets or removes variables in one scope (the root by default)."""
 
     kind: Literal["set_variables"] = "set_variables"
@@ -222,7 +223,7 @@ class SetVariables(_Operated):
     retry_incidents: bool = False
 
 
-class MigrateInstance(_Operated):
+class MigrateInstance(Operated):
     """Move the instance to another version of its process (engine_core/migration.py)."""
 
     kind: Literal["migrate"] = "migrate"
@@ -231,7 +232,7 @@ class MigrateInstance(_Operated):
     mapping: dict[str, str] = Field(default_factory=dict)
 
 
-class ModifyInstance(_Operated):
+class ModifyInstance(Operated):
     """Cancel the tokens at some nodes and/or start a token before others."""
 
     kind: Literal["modify"] = "modify"
