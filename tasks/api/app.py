@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -46,9 +45,11 @@ from dormant.engine_core.errors import (
 from dormant.engine_core.triggers import JobCompleted, JobErrorThrown, JobFailed, JobHeartbeat
 from dormant.engine_core.views import IncidentView, InstanceView, UserTaskView
 from dormant.persistence import api_keys, clock
+from dormant.persistence.console_queries import ConsoleQueries
 from dormant.tasks import wire
 from dormant.tasks.api import schemas
 from dormant.tasks.client import Client
+from dormant.tasks.console.forms import embedded_form
 
 __all__ = ["GATEWAY_VERSION", "create_app", "routes"]
 
@@ -111,6 +112,7 @@ class Api:
     def __init__(self, client: Client) -> None:
         self.client = client
         self.engine = client._store.engine
+        self.queries = ConsoleQueries(self.engine)
 
     def key(self, kind: str, dormant_id: str) -> str:
         return str(api_keys.key_of(self.engine, kind, dormant_id))
@@ -274,74 +276,62 @@ def deploy(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
     files: list[tuple[str, bytes]] = body["resources"]
     if not files:
         raise Problem(400, "INVALID_ARGUMENT", "no resources to deploy (multipart 'resources')")
-    models = [(n, data) for n, data in files if not n.lower().endswith(".form")]
-    forms = [(n, data) for n, data in files if n.lower().endswith(".form")]
     store = api.client._store
-    deployed = []
-    if models:
-        names: list[str | None] = [n for n, _ in models]
-        deployed = store.deployments.deploy_many([d for _, d in models], clock.now(), names)
-        if not deployed:
-            raise Problem(
-                400,
-                "INVALID_ARGUMENT",
-                f"{', '.join(n for n, _ in models)}: no executable process or decision",
-            )
-    out: list[dict[str, Any]] = []
-    deployment_key = None
-    if deployed:
-        deployment_key = deployed[0].deployment_key
-        given = dict.fromkeys(n for n, _ in models)
-        for r in deployed[0].resources:
-            resource_name = r.name if r.name in given else (r.name or f"{r.id}.bpmn")
-            if r.kind == "process":
-                out.append(
-                    {
-                        "processDefinition": {
-                            "processDefinitionId": r.id,
-                            "processDefinitionVersion": r.version,
-                            "resourceName": resource_name,
-                            "tenantId": TENANT,
-                            "processDefinitionKey": api.key("process", f"{r.id}:{r.version}"),
-                        }
-                    }
-                )
-            else:
-                key = api.key("decision", f"{r.id}:{r.version}")
-                out.append(
-                    {
-                        "decisionDefinition": {
-                            "decisionDefinitionId": r.id,
-                            "version": r.version,
-                            "name": r.id,
-                            "tenantId": TENANT,
-                            "decisionRequirementsId": r.id,
-                            "decisionDefinitionKey": key,
-                            "decisionRequirementsKey": key,
-                        }
-                    }
-                )
-    for name, data in forms:
-        try:
-            form_id = str(json.loads(data)["id"])
-        except (ValueError, KeyError, TypeError):
-            raise Problem(400, "INVALID_ARGUMENT", f"{name}: a form needs an 'id'") from None
-        out.append(
-            {
-                "form": {
-                    "formId": form_id,
-                    "version": 1,
-                    "resourceName": name,
-                    "tenantId": TENANT,
-                    "formKey": api.key("form", form_id),
-                }
-            }
+    # Forms go through the same deploy as models: told apart by content, kept in
+    # ``forms`` (persistence/forms.py), versioned per form id.
+    names: list[str | None] = [n for n, _ in files]
+    deployed = store.deployments.deploy_many([d for _, d in files], clock.now(), names)
+    if not deployed:
+        raise Problem(
+            400,
+            "INVALID_ARGUMENT",
+            f"{', '.join(n for n, _ in files)}: no executable process, decision or form",
         )
-    key = (
-        api.key("deployment", str(deployment_key))
-        if deployment_key is not None
-        else api.key("deployment", f"forms:{uuid.uuid4().hex}")
-    )
+    out: list[dict[str, Any]] = []
+    deployment_key = deployed[0].deployment_key
+    given = dict.fromkeys(n for n, _ in files)
+    for r in deployed[0].resources:
+        resource_name = r.name if r.name in given else (r.name or f"{r.id}.bpmn")
+        if r.kind == "form":
+            out.append(
+                {
+                    "form": {
+                        "formId": r.id,
+                        "version": r.version,
+                        "resourceName": resource_name,
+                        "tenantId": TENANT,
+                        "formKey": api.key("form", r.id),
+                    }
+                }
+            )
+        elif r.kind == "process":
+            out.append(
+                {
+                    "processDefinition": {
+                        "processDefinitionId": r.id,
+                        "processDefinitionVersion": r.version,
+                        "resourceName": resource_name,
+                        "tenantId": TENANT,
+                        "processDefinitionKey": api.key("process", f"{r.id}:{r.version}"),
+                    }
+                }
+            )
+        else:
+            key = api.key("decision", f"{r.id}:{r.version}")
+            out.append(
+                {
+                    "decisionDefinition": {
+                        "decisionDefinitionId": r.id,
+                        "version": r.version,
+                        "name": r.id,
+                        "tenantId": TENANT,
+                        "decisionRequirementsId": r.id,
+                        "decisionDefinitionKey": key,
+                        "decisionRequirementsKey": key,
+                    }
+                }
+            )
+    key = api.key("deployment", str(deployment_key))
     return {"deploymentKey": key, "tenantId": TENANT, "deployments": out}
 
 
@@ -636,25 +626,31 @@ def throw_job_error(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any
 
 
 def update_job(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
+    """``timeout`` moves the activated job's deadline; ``retries`` sets its attempts
+    left (this one included), as a failure's ``retries`` does: one heartbeat trigger
+    carries both (engine_core/jobs.py)."""
     req = _model(schemas.UpdateJob, body)
     idem = api.resolve("job", path["key"], "job")
-    timeout = req.changeset.timeout
-    if timeout is not None:
-        job = api_keys.job(api.engine, int(path["key"]))
-        if job is None or job.worker is None:
-            raise Problem(404, "NOT_FOUND", f"no activated job has key {path['key']}")
-        api_keys.extend(api.engine, job.key, clock.now() + timedelta(milliseconds=timeout))
-        api.client.report_job(
-            job.instance_id,
-            JobHeartbeat(
-                wait_id=job.wait_id,
-                attempt=job.attempt,
-                extend_seconds=min(timeout / 1000, 7 * 24 * 3600),
-            ),
-            wire.job_heartbeat_id(idem),
-        )
-    # ``retries``: accepted; the engine's retry policy counts a job's retries, and an
-    # incident's resolution runs the job again (docs/camunda-api.md).
+    change = req.changeset
+    if change.timeout is None and change.retries is None:
+        return None
+    job = api_keys.job(api.engine, int(path["key"]))
+    if job is None or job.worker is None:
+        raise Problem(404, "NOT_FOUND", f"no activated job has key {path['key']}")
+    extend = None
+    if change.timeout is not None:
+        api_keys.extend(api.engine, job.key, clock.now() + timedelta(milliseconds=change.timeout))
+        extend = min(change.timeout / 1000, 7 * 24 * 3600)
+    api.client.report_job(
+        job.instance_id,
+        JobHeartbeat(
+            wait_id=job.wait_id,
+            attempt=job.attempt,
+            extend_seconds=extend,
+            retries=change.retries,
+        ),
+        wire.job_heartbeat_id(idem),
+    )
     return None
 
 
@@ -723,7 +719,7 @@ def _user_task(api: Api, view: UserTaskView, process: tuple[str, int]) -> dict[s
         "processInstanceKey": instance_key,
         "rootProcessInstanceKey": instance_key,
         "businessId": None,
-        "formKey": None,
+        "formKey": _form_key(api, view, process),
         "tags": [],
     }
 
@@ -781,9 +777,50 @@ def complete_user_task(api: Api, body: dict[str, Any], path: dict[str, str]) -> 
     return None
 
 
+def _form_key(api: Api, view: UserTaskView, process: tuple[str, int]) -> str | None:
+    """The key of the task's form: a linked form's is its form id's (the latest
+    version is served, as the tasklist draws it); an embedded one's is its process
+    version's."""
+    if view.form_id:
+        return api.key("form", view.form_id)
+    if view.form_key:
+        return api.key("form", f"{process[0]}:{process[1]}:{view.form_key}")
+    return None
+
+
 def user_task_form(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
-    api.client.user_task(_task_id(api, path["key"]))
-    return None  # 204: no form is linked (dormant does not keep deployed forms)
+    """The task's Camunda Form (``FormResult``: its JSON as the ``schema`` string), or
+    204 when it has none; a linked form not deployed is a 404."""
+    view = api.client.user_task(_task_id(api, path["key"]))
+    process = api_keys.instance_processes(api.engine, [view.instance_id])[view.instance_id]
+    form_key = _form_key(api, view, process)
+    if view.form_id:
+        linked = api.queries.form_source(view.form_id)
+        if linked is None:
+            raise Problem(404, "NOT_FOUND", f"linked form {view.form_id!r} is not deployed")
+        version, text = linked
+        return {
+            "tenantId": TENANT,
+            "formId": view.form_id,
+            "schema": text,
+            "version": version,
+            "formKey": form_key,
+        }
+    if view.form_key:
+        source = api.queries.definition_source(process[0], process[1]) or ""
+        schema = embedded_form(source, view.form_key)
+        if schema is None:
+            raise Problem(
+                404, "NOT_FOUND", f"form key {view.form_key} names no form embedded in the process"
+            )
+        return {
+            "tenantId": TENANT,
+            "formId": str(schema.get("id") or view.form_key.rsplit(":", 1)[-1]),
+            "schema": json.dumps(schema),
+            "version": process[1],
+            "formKey": form_key,
+        }
+    return None  # 204: the task has no Camunda Form
 
 
 # -- incidents -----------------------------------------------------------------------

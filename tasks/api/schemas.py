@@ -74,7 +74,7 @@ class ThrowJobError(_Request):
 
 
 class JobChangeset(_Request):
-    retries: int | None = None
+    retries: int | None = Field(default=None, ge=1)  # attempts left, this one included
     timeout: int | None = Field(default=None, gt=0)  # milliseconds
 
 

@@ -30,7 +30,7 @@ sdk = pytest.importorskip("camunda_orchestration_sdk")  # the dev extra installs
 
 pytestmark = pytest.mark.timeout(240)
 
-API_TYPES = ("api-double", "api-flaky", "api-reject")
+API_TYPES = ("api-double", "api-flaky", "api-reject", "api-patched")
 ZEEBE = 'xmlns:zeebe="http://camunda.org/schema/zeebe/1.0"'
 
 
@@ -515,3 +515,104 @@ def test_refusals_are_problem_documents_and_bodiless_posts_are_accepted(
 
         unknown = http.post("/v2/clock", json={})
         assert unknown.status_code == 404 and set(fields) <= set(unknown.json())
+
+
+def _form_task(process_id: str, form_id: str) -> str:
+    body = f"""<bpmn:userTask id="review" name="Review">
+      <bpmn:extensionElements>
+        <zeebe:userTask/>
+        <zeebe:formDefinition formId="{form_id}"/>
+      </bpmn:extensionElements>
+    </bpmn:userTask>"""
+    flows = """<bpmn:sequenceFlow id="f1" sourceRef="start" targetRef="review"/>
+    <bpmn:sequenceFlow id="f2" sourceRef="review" targetRef="end"/>"""
+    return _bpmn(process_id, body, flows)
+
+
+def test_a_deployed_form_is_kept_and_served_as_the_user_tasks_form(
+    api: ApiStack, tmp_path: Path
+) -> None:
+    """A ``.form`` deployed through the API is the Store's form (versioned, kept); a
+    user task linking it by ``formId`` answers it from ``GET .../form``."""
+    from camunda_orchestration_sdk import (
+        ProcessCreationById,
+        UserTaskSearchQuery,
+        UserTaskSearchQueryFilter,
+    )
+
+    schema = {
+        "id": "api-review-form",
+        "type": "default",
+        "components": [{"key": "ok", "label": "OK?", "type": "checkbox"}],
+    }
+    (tmp_path / "review.form").write_text(json.dumps(schema))
+    (tmp_path / "review.bpmn").write_text(_form_task("api-review-p", "api-review-form"))
+    with api.camunda() as camunda:
+        deployed = camunda.deploy_resources_from_files(
+            [tmp_path / "review.form", tmp_path / "review.bpmn"]
+        )
+        (form,) = deployed.forms
+        assert form.form_id == "api-review-form" and form.resource_name == "review.form"
+        assert str(form.form_key).isdigit()
+        created = camunda.create_process_instance(
+            data=ProcessCreationById(process_definition_id="api-review-p")
+        )
+
+        def task() -> Any:
+            found = camunda.search_user_tasks(
+                data=UserTaskSearchQuery(
+                    filter_=UserTaskSearchQueryFilter(
+                        process_instance_key=str(created.process_instance_key)
+                    )
+                )
+            )
+            return found.items[0] if found.items else None
+
+        open_task = wait_for(task, 60, what="the user task")
+        assert str(open_task.form_key) == str(form.form_key)
+        served = camunda.get_user_task_form(open_task.user_task_key)
+    assert served.form_id == "api-review-form"
+    assert served.version == form.version
+    assert json.loads(served.schema) == schema
+    assert str(served.form_key) == str(form.form_key)
+
+
+def test_patching_a_jobs_retries_and_timeout_reaches_the_engines_job(
+    api: ApiStack, tmp_path: Path
+) -> None:
+    """``PATCH /v2/jobs/{key}``: the timeout moves the engine's deadline (the job is
+    dispatched again when it passes), the retries set the attempts left, which the
+    next activation reports."""
+    from camunda_orchestration_sdk import (
+        JobActivationRequest,
+        JobChangeset,
+        JobCompletionRequest,
+        JobUpdateRequest,
+        ProcessCreationById,
+    )
+
+    api.deploy(tmp_path, "patched.bpmn", _service("api-patched-p", "api-patched", retries=2))
+
+    def activate(camunda: Any) -> Any:
+        found = camunda.activate_jobs(
+            data=JobActivationRequest(
+                type_="api-patched", timeout=60000, max_jobs_to_activate=1, request_timeout=1000
+            )
+        )
+        return found.jobs[0] if found.jobs else None
+
+    with api.camunda() as camunda:
+        created = camunda.create_process_instance(
+            data=ProcessCreationById(process_definition_id="api-patched-p")
+        )
+        first = wait_for(lambda: activate(camunda), 60, what="the first activation")
+        assert first.retries == 2
+        camunda.update_job(
+            first.job_key,
+            data=JobUpdateRequest(changeset=JobChangeset(retries=7, timeout=300)),
+        )
+        again = wait_for(lambda: activate(camunda), 60, what="the job after its timeout")
+        assert str(again.job_key) != str(first.job_key)
+        assert again.retries == 7  # a timeout spends no retry: the patched count stands
+        camunda.complete_job(again.job_key, data=JobCompletionRequest())
+    api.stack.wait_status(api.instance_id(str(created.process_instance_key)), "completed")
