@@ -58,6 +58,7 @@ KINDS = frozenset(
         "incident",
         "message",
         "signal",
+        "variable",
     }
 )
 

@@ -18,6 +18,7 @@ sent as a string of digits. Errors: RFC 9457 problem documents
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -31,7 +32,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from dormant.engine_core.checkpoint import IncidentState, InstanceStatus
+from dormant.engine_core.checkpoint import ROOT_SCOPE, IncidentState, InstanceStatus
 from dormant.engine_core.effects import job_idempotency_key
 from dormant.engine_core.errors import (
     DormantError,
@@ -62,6 +63,9 @@ DEFAULT_REQUEST_TIMEOUT_S = 5.0
 POLL_S = 0.2
 # ``awaitCompletion`` with no ``requestTimeout``.
 DEFAULT_AWAIT_S = 30.0
+# Element instance and variable searches with no ``processInstanceKey`` read the newest
+# instances, this many (docs/limits.md).
+SEARCH_INSTANCES = 1000
 
 
 class Problem(Exception):
@@ -823,6 +827,188 @@ def user_task_form(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
     return None  # 204: the task has no Camunda Form
 
 
+# -- element instances and variables -------------------------------------------------
+
+_LIVE_TOKENS = ("active", "waiting", "incident")
+
+
+def _element_type(kind: str) -> str:
+    """A model node kind (``serviceTask``) as Camunda's element type (``SERVICE_TASK``)."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", kind).upper()
+
+
+def _element_rows(api: Api, view: InstanceView) -> list[dict[str, Any]]:
+    """The instance's element instances dormant can name: the process itself (its key
+    is also an element instance key, as in Camunda) and each live token, at the node it
+    is at. Completed element instances are history (``dormant instances history``)."""
+    instance_key = api.key("instance", view.id)
+    process_key = api.key("process", f"{view.key}:{view.version}")
+    state = _instance_state(view)
+    state = "ACTIVE" if state == "SUSPENDED" else state
+    open_incidents = {
+        i.token_id: api.key("incident", i.id)
+        for i in view.incidents
+        if not IncidentState(i.state).closed
+    }
+    base = {
+        "processDefinitionId": view.key,
+        "tenantId": TENANT,
+        "processInstanceKey": instance_key,
+        "rootProcessInstanceKey": instance_key,
+        "processDefinitionKey": process_key,
+    }
+    rows = [
+        {
+            **base,
+            "startDate": _iso(view.created_at),
+            "endDate": _iso(view.ended_at),
+            "elementId": view.key,
+            "elementName": view.key,
+            "type": "PROCESS",
+            "state": state,
+            "hasIncident": bool(open_incidents),
+            "elementInstanceKey": instance_key,
+            "incidentKey": None,
+        }
+    ]
+    tokens = [t for t in view.tokens if t.state in _LIVE_TOKENS]
+    if not tokens:
+        return rows
+    definition, _ = api.client._store.deployments.definition(view.key, view.version)
+    keys = api.keys("element", [f"{view.id}:{t.id}" for t in tokens])
+    for token in tokens:
+        node = definition.nodes.get(token.node_id)
+        rows.append(
+            {
+                **base,
+                "startDate": _iso(view.created_at),
+                "endDate": None,
+                "elementId": token.node_id,
+                "elementName": (node.name if node is not None else None) or token.node_id,
+                "type": _element_type(str(node.kind)) if node is not None else "UNKNOWN",
+                "state": "ACTIVE",
+                "hasIncident": token.id in open_incidents,
+                "elementInstanceKey": keys[f"{view.id}:{token.id}"],
+                "incidentKey": open_incidents.get(token.id),
+            }
+        )
+    return rows
+
+
+def _instances_for(api: Api, search: schemas.Search) -> list[InstanceView]:
+    """The instances a search names by ``processInstanceKey`` (or
+    ``processDefinitionId``), else the newest (docs/limits.md: ``SEARCH_INSTANCES``)."""
+    instance_key = _filter_key(search, "processInstanceKey")
+    if instance_key is not None:
+        found = api_keys.dormant_id(api.engine, "instance", int(instance_key))
+        if found is None:
+            return []
+        try:
+            return [api.client.instance(found)]
+        except UnknownInstance:
+            return []
+    process_id = search.filter.get("processDefinitionId")
+    return api.client.instances(key=str(process_id) if process_id else None, limit=SEARCH_INSTANCES)
+
+
+def _matches(item: dict[str, Any], search: schemas.Search, fields: Sequence[str]) -> bool:
+    for field in fields:
+        want = search.filter.get(field)
+        if isinstance(want, dict):
+            want = want.get("$eq")
+        if want is not None and str(item.get(field)) != str(want):
+            return False
+    return True
+
+
+def search_element_instances(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
+    search = _model(schemas.Search, body)
+    rows = [r for v in _instances_for(api, search) for r in _element_rows(api, v)]
+    fields = ("elementId", "state", "type", "elementInstanceKey", "processDefinitionKey")
+    return _page([r for r in rows if _matches(r, search, fields)], search)
+
+
+def _element(api: Api, key: str) -> tuple[InstanceView, str | None]:
+    """The instance and token an element instance key names (token None: the process
+    instance's own key, its root scope)."""
+    try:
+        number = int(key)
+    except ValueError:
+        raise Problem(
+            400, "INVALID_ARGUMENT", f"element instance key {key!r} is not a number"
+        ) from None
+    element = api_keys.dormant_id(api.engine, "element", number)
+    if element is not None and ":" in element:
+        instance_id, _, token_id = element.partition(":")
+        return api.client.instance(instance_id), token_id
+    own = api_keys.dormant_id(api.engine, "instance", number)
+    if own is None:
+        raise Problem(404, "NOT_FOUND", f"no element instance has key {key}")
+    return api.client.instance(own), None
+
+
+def get_element_instance(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
+    view, _ = _element(api, path["key"])
+    for row in _element_rows(api, view):
+        if row["elementInstanceKey"] == path["key"]:
+            return row
+    raise Problem(404, "NOT_FOUND", f"element instance {path['key']} is no longer active")
+
+
+def set_element_variables(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
+    """The engine's set-variables operation: on the process instance's key, or not
+    ``local``, the root scope; ``local`` on an element, the scope its token runs in
+    (a sub-process's own scope for a sub-process element)."""
+    req = _model(schemas.SetVariables, body)
+    view, token_id = _element(api, path["key"])
+    scope = ROOT_SCOPE
+    if token_id is not None and req.local:
+        checkpoint = api.client._store.queries.checkpoint(view.id)
+        token = checkpoint.tokens.get(token_id)
+        if token is None:
+            raise Problem(404, "NOT_FOUND", f"element instance {path['key']} is no longer active")
+        scope = token.inner_scope or token.scope_id
+    api.client.set_variables(view.id, req.variables, scope=scope)
+    return None
+
+
+def search_variables(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
+    """Every variable of every scope of the named instances, each value as JSON text
+    (``isTruncated`` false: values are never cut)."""
+    search = _model(schemas.Search, body)
+    items: list[dict[str, Any]] = []
+    for view in _instances_for(api, search):
+        instance_key = api.key("instance", view.id)
+        checkpoint = api.client._store.queries.checkpoint(view.id)
+        scope_elements = {
+            sid: f"{view.id}:{sc.token_id}"
+            for sid, sc in checkpoint.scopes.items()
+            if sid != ROOT_SCOPE and sc.token_id is not None
+        }
+        element_keys = api.keys("element", list(scope_elements.values()))
+        for sid, scope in checkpoint.scopes.items():
+            scope_key = (
+                instance_key if sid not in scope_elements else element_keys[scope_elements[sid]]
+            )
+            names = list(scope.variables)
+            var_keys = api.keys("variable", [f"{view.id}:{sid}:{n}" for n in names])
+            for name in names:
+                items.append(
+                    {
+                        "value": json.dumps(scope.variables[name]),
+                        "isTruncated": False,
+                        "name": name,
+                        "tenantId": TENANT,
+                        "variableKey": var_keys[f"{view.id}:{sid}:{name}"],
+                        "scopeKey": scope_key,
+                        "processInstanceKey": instance_key,
+                        "rootProcessInstanceKey": instance_key,
+                    }
+                )
+    fields = ("name", "scopeKey", "variableKey")
+    return _page([i for i in items if _matches(i, search, fields)], search)
+
+
 # -- incidents -----------------------------------------------------------------------
 
 
@@ -906,6 +1092,10 @@ def routes() -> list[BaseRoute]:
         ("DELETE", "/v2/user-tasks/{key}/assignee", unassign_user_task),
         ("POST", "/v2/user-tasks/{key}/completion", complete_user_task),
         ("GET", "/v2/user-tasks/{key}/form", user_task_form),
+        ("POST", "/v2/element-instances/search", search_element_instances),
+        ("GET", "/v2/element-instances/{key}", get_element_instance),
+        ("PUT", "/v2/element-instances/{key}/variables", set_element_variables),
+        ("POST", "/v2/variables/search", search_variables),
         ("POST", "/v2/incidents/search", search_incidents),
         ("GET", "/v2/incidents/{key}", get_incident),
         ("POST", "/v2/incidents/{key}/resolution", resolve_incident),

@@ -26,6 +26,7 @@ __all__ = [
     "FailJob",
     "PublishMessage",
     "Search",
+    "SetVariables",
     "ThrowJobError",
     "UpdateJob",
 ]
@@ -108,6 +109,11 @@ class AssignUserTask(_Request):
 
 class CompleteUserTask(_Request):
     variables: dict[str, Any] | None = None
+
+
+class SetVariables(_Request):
+    variables: dict[str, Any]
+    local: bool = False
 
 
 class Page(_Request):

@@ -616,3 +616,64 @@ def test_patching_a_jobs_retries_and_timeout_reaches_the_engines_job(
         assert again.retries == 7  # a timeout spends no retry: the patched count stands
         camunda.complete_job(again.job_key, data=JobCompletionRequest())
     api.stack.wait_status(api.instance_id(str(created.process_instance_key)), "completed")
+
+
+def test_element_instances_and_variables_are_searched_and_set(
+    api: ApiStack, tmp_path: Path
+) -> None:
+    """The waiting user task is an element instance of its process instance; variables
+    set on the process instance's key (the engine's set-variables) are found by the
+    variable search, each value as JSON text."""
+    from camunda_orchestration_sdk import (
+        ElementInstanceSearchQuery,
+        ElementInstanceSearchQueryFilter,
+        ProcessCreationById,
+        SetVariableRequest,
+        VariableSearchQuery,
+        VariableSearchQueryFilter,
+    )
+
+    api.deploy(tmp_path, "approve.bpmn", _user_task("api-approve-p"))
+    with api.camunda() as camunda:
+        created = camunda.create_process_instance(
+            data=ProcessCreationById(
+                process_definition_id="api-approve-p", variables=_start_vars({"x": 1})
+            )
+        )
+        key = str(created.process_instance_key)
+
+        def task_element() -> Any:
+            found = camunda.search_element_instances(
+                data=ElementInstanceSearchQuery(
+                    filter_=ElementInstanceSearchQueryFilter(process_instance_key=key)
+                )
+            )
+            return next((e for e in found.items if e.element_id == "approve"), None)
+
+        element = wait_for(task_element, 60, what="the user task's element instance")
+        assert str(element.type_).endswith("USER_TASK") and str(element.state).endswith("ACTIVE")
+        again = camunda.get_element_instance(element.element_instance_key)
+        assert again.element_id == "approve" and str(again.process_instance_key) == key
+        process_element = camunda.get_element_instance(key)
+        assert str(process_element.type_).endswith("PROCESS")
+
+        camunda.create_element_instance_variables(
+            key,
+            data=SetVariableRequest(
+                variables=sdk.SetVariableRequestVariables.from_dict({"y": {"deep": [2]}})
+            ),
+        )
+
+        def variables() -> dict[str, Any] | None:
+            found = camunda.search_variables(
+                data=VariableSearchQuery(
+                    filter_=VariableSearchQueryFilter(process_instance_key=key)
+                ),
+                truncate_values=False,
+            )
+            values = {v.name: json.loads(v.value) for v in found.items}
+            return values if "y" in values else None
+
+        seen = wait_for(variables, 60, what="the variable set through the API")
+    assert seen == {"x": 1, "y": {"deep": [2]}}
+    assert api.stack.client.instance(api.instance_id(key)).variables["y"] == {"deep": [2]}
