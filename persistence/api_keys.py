@@ -59,6 +59,7 @@ KINDS = frozenset(
         "message",
         "signal",
         "variable",
+        "decision_evaluation",
     }
 )
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import re
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -33,6 +34,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from dormant.engine_core.checkpoint import ROOT_SCOPE, IncidentState, InstanceStatus
+from dormant.engine_core.dmn import evaluate_decision
 from dormant.engine_core.effects import job_idempotency_key
 from dormant.engine_core.errors import (
     DormantError,
@@ -47,6 +49,8 @@ from dormant.engine_core.triggers import JobCompleted, JobErrorThrown, JobFailed
 from dormant.engine_core.views import IncidentView, InstanceView, UserTaskView
 from dormant.persistence import api_keys, clock
 from dormant.persistence.console_queries import ConsoleQueries
+from dormant.persistence.db import read_only
+from dormant.persistence.decisions import deployed_decision
 from dormant.tasks import wire
 from dormant.tasks.api import schemas
 from dormant.tasks.client import Client
@@ -1009,6 +1013,72 @@ def search_variables(api: Api, body: dict[str, Any], path: dict[str, str]) -> An
     return _page([i for i in items if _matches(i, search, fields)], search)
 
 
+# -- decisions -----------------------------------------------------------------------
+
+
+def evaluate_decision_(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
+    """A deployed decision evaluated with the given variables, as a business rule task
+    would (engine_core/dmn.py); nothing is written. ``output`` is the result as JSON
+    text; matched rules and evaluated inputs are not reported."""
+    req = _model(schemas.EvaluateDecision, body)
+    if req.decision_definition_key is not None:
+        decision_id, _, v = api.resolve(
+            "decision", req.decision_definition_key, "decision definition"
+        ).rpartition(":")
+        version: int | None = int(v)
+    elif req.decision_definition_id:
+        decision_id, version = req.decision_definition_id, None
+    else:
+        raise Problem(400, "INVALID_ARGUMENT", "give decisionDefinitionId or decisionDefinitionKey")
+    with read_only(api.engine) as conn:
+        found = deployed_decision(conn, decision_id, version)
+    if found is None:
+        raise Problem(404, "NOT_FOUND", f"no decision {decision_id!r} is deployed")
+    version, decisions = found
+    try:
+        result = evaluate_decision(decisions, decision_id, req.variables or {}, now=clock.now())
+    except Exception as exc:  # a hit policy broken, an expression failed: the caller's input
+        raise Problem(
+            400, "INVALID_ARGUMENT", f"decision {decision_id!r} v{version}: {exc}"
+        ) from exc
+    key = api.key("decision", f"{decision_id}:{version}")
+    decision = decisions[decision_id]
+    name = decision.name or decision_id
+    output = json.dumps(result)
+    evaluation = api.key("decision_evaluation", uuid.uuid4().hex)
+    return {
+        "decisionDefinitionId": decision_id,
+        "decisionDefinitionKey": key,
+        "decisionDefinitionName": name,
+        "decisionDefinitionVersion": version,
+        "decisionEvaluationKey": evaluation,
+        "decisionInstanceKey": evaluation,
+        "decisionRequirementsId": decision_id,
+        "decisionRequirementsKey": key,
+        "evaluatedDecisions": [
+            {
+                "decisionDefinitionId": decision_id,
+                "decisionDefinitionName": name,
+                "decisionDefinitionVersion": version,
+                "decisionDefinitionType": "DECISION_TABLE"
+                if decision.table is not None
+                else "LITERAL_EXPRESSION",
+                "output": output,
+                "tenantId": TENANT,
+                "matchedRules": [],
+                "evaluatedInputs": [],
+                "decisionDefinitionKey": key,
+                # Camunda's shape: the evaluation's key and the decision's place in it
+                "decisionEvaluationInstanceKey": f"{evaluation}-1",
+            }
+        ],
+        "failedDecisionDefinitionId": None,
+        "failureMessage": None,
+        "output": output,
+        "tenantId": TENANT,
+    }
+
+
 # -- incidents -----------------------------------------------------------------------
 
 
@@ -1096,6 +1166,7 @@ def routes() -> list[BaseRoute]:
         ("GET", "/v2/element-instances/{key}", get_element_instance),
         ("PUT", "/v2/element-instances/{key}/variables", set_element_variables),
         ("POST", "/v2/variables/search", search_variables),
+        ("POST", "/v2/decision-definitions/evaluation", evaluate_decision_),
         ("POST", "/v2/incidents/search", search_incidents),
         ("GET", "/v2/incidents/{key}", get_incident),
         ("POST", "/v2/incidents/{key}/resolution", resolve_incident),

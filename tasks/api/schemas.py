@@ -23,6 +23,7 @@ __all__ = [
     "CompleteUserTask",
     "CorrelateMessage",
     "CreateInstance",
+    "EvaluateDecision",
     "FailJob",
     "PublishMessage",
     "Search",
@@ -114,6 +115,12 @@ class CompleteUserTask(_Request):
 class SetVariables(_Request):
     variables: dict[str, Any]
     local: bool = False
+
+
+class EvaluateDecision(_Request):
+    decision_definition_id: str | None = None
+    decision_definition_key: str | None = Field(default=None, pattern=r"^-?[0-9]+$")
+    variables: dict[str, Any] | None = None
 
 
 class Page(_Request):

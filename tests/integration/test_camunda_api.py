@@ -677,3 +677,31 @@ def test_element_instances_and_variables_are_searched_and_set(
         seen = wait_for(variables, 60, what="the variable set through the API")
     assert seen == {"x": 1, "y": {"deep": [2]}}
     assert api.stack.client.instance(api.instance_id(key)).variables["y"] == {"deep": [2]}
+
+
+def test_a_deployed_decision_is_evaluated_by_id_and_by_key(api: ApiStack, tmp_path: Path) -> None:
+    """``POST /v2/decision-definitions/evaluation``: the deployed DMN (with the decision
+    it requires, from its own file), evaluated with the request's variables."""
+    from camunda_orchestration_sdk import DecisionEvaluationByID, DecisionEvaluationByKey
+
+    from tests.integration.test_decisions import DMN
+
+    deployed = api.deploy(tmp_path, "api-dish.dmn", DMN.replace("{fall}", "Stew"))
+    dish = next(d for d in deployed.decisions if d.decision_definition_id == "dish")
+    with api.camunda() as camunda:
+        by_id = camunda.evaluate_decision(
+            data=DecisionEvaluationByID(
+                decision_definition_id="dish",
+                variables=sdk.DecisionEvaluationByIdVariables.from_dict({"month": 10}),
+            )
+        )
+        by_key = camunda.evaluate_decision(
+            data=DecisionEvaluationByKey(
+                decision_definition_key=dish.decision_definition_key,
+                variables=sdk.DecisionEvaluationByIdVariables.from_dict({"month": 3}),
+            )
+        )
+    assert json.loads(by_id.output) == "Stew"
+    assert json.loads(by_key.output) == "Salad"
+    assert by_id.decision_definition_version == dish.version
+    assert str(by_key.decision_definition_key) == str(dish.decision_definition_key)
