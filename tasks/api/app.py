@@ -484,6 +484,75 @@ def cancel_instance(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any
     return None
 
 
+def _node_of(api: Api, instance_id: str, element_key: str) -> str:
+    """The node an element instance key's token is at (the engine modifies by node)."""
+    element = api_keys.dormant_id(api.engine, "element", int(element_key))
+    if element is None or not element.startswith(f"{instance_id}:"):
+        raise Problem(
+            404, "NOT_FOUND", f"no element instance of this instance has key {element_key}"
+        )
+    token_id = element.partition(":")[2]
+    token = api.client._store.queries.checkpoint(instance_id).tokens.get(token_id)
+    if token is None:
+        raise Problem(404, "NOT_FOUND", f"element instance {element_key} is no longer active")
+    return token.node_id
+
+
+def modify_instance(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
+    """The engine's modify operation: tokens cancelled at the nodes named (by element
+    id, or by an element instance key's node), tokens started before each activated or
+    move target; the engine refuses a result it would find inconsistent (409)."""
+    req = _model(schemas.ModifyInstance, body)
+    instance_id = api.resolve("instance", path["key"], "process instance")
+    activated = any(a.variable_instructions for a in req.activate_instructions)
+    if activated or any(m.variable_instructions for m in req.move_instructions):
+        raise Problem(
+            400,
+            "INVALID_ARGUMENT",
+            "variableInstructions are not applied by dormant's modification; set the "
+            "variables first (PUT /v2/element-instances/{key}/variables)",
+        )
+    cancel: list[str] = []
+    for t in req.terminate_instructions:
+        if t.element_instance_key is not None:
+            cancel.append(_node_of(api, instance_id, t.element_instance_key))
+        elif t.element_id:
+            cancel.append(t.element_id)
+    start: list[str] = [a.element_id for a in req.activate_instructions]
+    for m in req.move_instructions:
+        source = m.source_element_instruction
+        if source.source_element_instance_key is not None:
+            cancel.append(_node_of(api, instance_id, source.source_element_instance_key))
+        elif source.source_element_id:
+            cancel.append(source.source_element_id)
+        start.append(m.target_element_id)
+    if not cancel and not start:
+        raise Problem(400, "INVALID_ARGUMENT", "no instruction to apply")
+    api.client.modify(instance_id, list(dict.fromkeys(cancel)), start)
+    return None
+
+
+def migrate_instance(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
+    """The engine's migrate operation: to another version of the instance's own process
+    (dormant migrates between versions of one process id), nodes mapped as given."""
+    req = _model(schemas.MigrateInstance, body)
+    instance_id = api.resolve("instance", path["key"], "process instance")
+    target, _, v = api.resolve(
+        "process", req.target_process_definition_key, "process definition"
+    ).rpartition(":")
+    view = api.client.instance(instance_id)
+    if target != view.key:
+        raise Problem(
+            400,
+            "INVALID_ARGUMENT",
+            f"dormant migrates an instance between versions of its own process "
+            f"({view.key!r}), not to {target!r}",
+        )
+    mapping = {m.source_element_id: m.target_element_id for m in req.mapping_instructions}
+    api.client.migrate(instance_id, int(v), mapping or None)
+    return None
+
+
 # -- jobs ----------------------------------------------------------------------------
 
 
@@ -1148,6 +1217,8 @@ def routes() -> list[BaseRoute]:
         ("POST", "/v2/process-instances/search", search_instances),
         ("GET", "/v2/process-instances/{key}", get_instance),
         ("POST", "/v2/process-instances/{key}/cancellation", cancel_instance),
+        ("POST", "/v2/process-instances/{key}/modification", modify_instance),
+        ("POST", "/v2/process-instances/{key}/migration", migrate_instance),
         ("POST", "/v2/jobs/activation", activate_jobs),
         ("POST", "/v2/jobs/{key}/completion", complete_job),
         ("POST", "/v2/jobs/{key}/failure", fail_job),

@@ -25,6 +25,8 @@ __all__ = [
     "CreateInstance",
     "EvaluateDecision",
     "FailJob",
+    "MigrateInstance",
+    "ModifyInstance",
     "PublishMessage",
     "Search",
     "SetVariables",
@@ -121,6 +123,45 @@ class EvaluateDecision(_Request):
     decision_definition_id: str | None = None
     decision_definition_key: str | None = Field(default=None, pattern=r"^-?[0-9]+$")
     variables: dict[str, Any] | None = None
+
+
+class ActivateInstruction(_Request):
+    element_id: str = Field(min_length=1)
+    variable_instructions: list[dict[str, Any]] = Field(default_factory=list)
+    ancestor_element_instance_key: str | None = None
+
+
+class SourceElement(_Request):
+    source_type: str = "byId"
+    source_element_id: str | None = None
+    source_element_instance_key: str | None = Field(default=None, pattern=r"^-?[0-9]+$")
+
+
+class MoveInstruction(_Request):
+    source_element_instruction: SourceElement
+    target_element_id: str = Field(min_length=1)
+    variable_instructions: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class TerminateInstruction(_Request):
+    element_id: str | None = None
+    element_instance_key: str | None = Field(default=None, pattern=r"^-?[0-9]+$")
+
+
+class ModifyInstance(_Request):
+    activate_instructions: list[ActivateInstruction] = Field(default_factory=list)
+    move_instructions: list[MoveInstruction] = Field(default_factory=list)
+    terminate_instructions: list[TerminateInstruction] = Field(default_factory=list)
+
+
+class MappingInstruction(_Request):
+    source_element_id: str = Field(min_length=1)
+    target_element_id: str = Field(min_length=1)
+
+
+class MigrateInstance(_Request):
+    target_process_definition_key: str = Field(pattern=r"^-?[0-9]+$")
+    mapping_instructions: list[MappingInstruction] = Field(default_factory=list)
 
 
 class Page(_Request):

@@ -705,3 +705,90 @@ def test_a_deployed_decision_is_evaluated_by_id_and_by_key(api: ApiStack, tmp_pa
     assert json.loads(by_key.output) == "Salad"
     assert by_id.decision_definition_version == dish.version
     assert str(by_key.decision_definition_key) == str(dish.decision_definition_key)
+
+
+def test_modification_and_migration_are_the_engines_operations(
+    api: ApiStack, tmp_path: Path
+) -> None:
+    """``.../modification`` terminates the token an element instance key names and
+    starts one before the activated element; ``.../migration`` moves an instance to
+    another version of its process, elements mapped."""
+    from camunda_orchestration_sdk import (
+        ElementInstanceSearchQuery,
+        ElementInstanceSearchQueryFilter,
+        MigrateProcessInstanceMappingInstruction,
+        ProcessCreationById,
+        ProcessInstanceMigrationInstruction,
+        ProcessInstanceModificationActivateInstruction,
+        ProcessInstanceModificationInstruction,
+        ProcessInstanceModificationTerminateByKeyInstruction,
+    )
+
+    api.deploy(tmp_path, "moved.bpmn", _message_wait("api-moved-p"))
+    api.deploy(tmp_path, "mig.bpmn", _message_wait("api-mig-p"))
+    second = api.deploy(
+        tmp_path, "mig.bpmn", _message_wait("api-mig-p").replace('"paid"', '"paid2"')
+    )
+    (v2,) = second.processes
+    assert v2.process_definition_version == 2
+    with api.camunda() as camunda:
+        moved = camunda.create_process_instance(
+            data=ProcessCreationById(
+                process_definition_id="api-moved-p", variables=_start_vars({"orderId": "m"})
+            )
+        )
+        key = str(moved.process_instance_key)
+
+        def waiting() -> Any:
+            found = camunda.search_element_instances(
+                data=ElementInstanceSearchQuery(
+                    filter_=ElementInstanceSearchQueryFilter(process_instance_key=key)
+                )
+            )
+            return next((e for e in found.items if e.element_id == "paid"), None)
+
+        paid = wait_for(waiting, 60, what="the message wait's element instance")
+        camunda.modify_process_instance(
+            key,
+            data=ProcessInstanceModificationInstruction(
+                terminate_instructions=[
+                    ProcessInstanceModificationTerminateByKeyInstruction(
+                        element_instance_key=paid.element_instance_key
+                    )
+                ],
+                activate_instructions=[
+                    ProcessInstanceModificationActivateInstruction(element_id="end")
+                ],
+            ),
+        )
+        moved_id = api.instance_id(key)
+        api.stack.wait_status(moved_id, "completed")
+        reached = {f.details.get("node") for f in api.stack.client.history(moved_id)}
+        assert "end" in reached
+
+        migrating = camunda.create_process_instance(
+            data=ProcessCreationById(
+                process_definition_id="api-mig-p",
+                process_definition_version=1,
+                variables=_start_vars({"orderId": "g"}),
+            )
+        )
+        migrating_id = api.instance_id(str(migrating.process_instance_key))
+        wait_for(lambda: api.stack.client.instance(migrating_id).waits or None, 60, what="wait")
+        camunda.migrate_process_instance(
+            migrating.process_instance_key,
+            data=ProcessInstanceMigrationInstruction(
+                target_process_definition_key=v2.process_definition_key,
+                mapping_instructions=[
+                    MigrateProcessInstanceMappingInstruction(
+                        source_element_id="paid", target_element_id="paid2"
+                    )
+                ],
+            ),
+        )
+        view = wait_for(
+            lambda: ((v := api.stack.client.instance(migrating_id)).version == 2 and v) or None,
+            60,
+            what="the migration",
+        )
+    assert {w.node_id for w in view.waits} == {"paid2"}
