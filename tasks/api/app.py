@@ -17,6 +17,7 @@ sent as a string of digits. Errors: RFC 9457 problem documents
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import time
@@ -206,16 +207,62 @@ def _iso(moment: datetime | None) -> str | None:
     return None if moment is None else moment.astimezone(UTC).isoformat()
 
 
+def _cursor(offset: int) -> str:
+    return base64.b64encode(json.dumps({"offset": offset}).encode()).decode()
+
+
+def _offset(cursor: str) -> int:
+    try:
+        offset = json.loads(base64.b64decode(cursor, validate=True))["offset"]
+    except (ValueError, KeyError, TypeError):
+        raise Problem(
+            400, "INVALID_ARGUMENT", f"page cursor {cursor!r} is not one of ours"
+        ) from None
+    if not isinstance(offset, int) or offset < 0:
+        raise Problem(400, "INVALID_ARGUMENT", f"page cursor {cursor!r} is not one of ours")
+    return offset
+
+
+def _sort_value(value: Any) -> tuple[int, str]:
+    """Nulls last; numeric strings (keys) by number, the rest as text."""
+    if value is None:
+        return (2, "")
+    text = str(value)
+    return (0, text.rjust(25, "0")) if text.isdigit() else (1, text)
+
+
+def _by(field: str) -> Callable[[dict[str, Any]], tuple[int, str]]:
+    return lambda item: _sort_value(item.get(field))
+
+
 def _page(items: list[dict[str, Any]], search: schemas.Search) -> dict[str, Any]:
-    start = search.page.from_
-    shown = items[start : start + search.page.limit]
+    """One page of the answer: sorted by the ``sort`` fields (each a field of the
+    item), cut by ``from``, ``after`` or ``before``. A cursor is the item's position
+    (base64 JSON), so it is exact while the set does not change between pages."""
+    for sort in reversed(search.sort):
+        items = sorted(
+            items,
+            key=_by(sort.field),
+            reverse=sort.order.upper() == "DESC",
+        )
+    page = search.page
+    if page.after is not None:
+        start = _offset(page.after)
+    elif page.before is not None:
+        start = max(_offset(page.before) - page.limit, 0)
+    else:
+        start = page.from_
+    end = start + page.limit
+    if page.before is not None:
+        end = min(end, _offset(page.before))
+    shown = items[start:end]
     return {
         "items": shown,
         "page": {
             "totalItems": len(items),
             "hasMoreTotalItems": False,
-            "startCursor": None,
-            "endCursor": None,
+            "startCursor": _cursor(start) if shown else None,
+            "endCursor": _cursor(start + len(shown)) if shown else None,
         },
     }
 

@@ -10,7 +10,7 @@ Desktop Modeler send ``tenantId: "<default>"`` everywhere.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -165,8 +165,18 @@ class MigrateInstance(_Request):
 
 
 class Page(_Request):
+    """Offset paging (``from``) or cursor paging (``after`` / ``before``, the
+    ``endCursor`` / ``startCursor`` of an earlier answer); one of them."""
+
     limit: int = Field(default=100, ge=1, le=10000)
     from_: int = Field(default=0, ge=0, alias="from")
+    after: str | None = Field(default=None, max_length=200)
+    before: str | None = Field(default=None, max_length=200)
+
+
+class Sort(_Request):
+    field: str = Field(min_length=1)
+    order: Literal["ASC", "DESC", "asc", "desc"] = "ASC"
 
 
 class Search(_Request):
@@ -175,3 +185,4 @@ class Search(_Request):
 
     filter: dict[str, Any] = Field(default_factory=dict)
     page: Page = Field(default_factory=Page)
+    sort: list[Sort] = Field(default_factory=list, max_length=10)

@@ -792,3 +792,58 @@ def test_modification_and_migration_are_the_engines_operations(
             what="the migration",
         )
     assert {w.node_id for w in view.waits} == {"paid2"}
+
+
+def test_searches_page_by_cursor_both_ways_and_sort(api: ApiStack, tmp_path: Path) -> None:
+    """A search walked page by page with the SDK's cursors (``after`` the end cursor,
+    ``before`` the start cursor) in the order asked for (``sort``)."""
+    from camunda_orchestration_sdk import (
+        CursorBasedBackwardPagination,
+        CursorBasedForwardPagination,
+        ProcessCreationById,
+        ProcessInstanceSearchQuery,
+        ProcessInstanceSearchQueryFilter,
+        ProcessInstanceSearchQuerySortRequest,
+        ProcessInstanceSearchQuerySortRequestField,
+        SortOrderEnum,
+    )
+
+    api.deploy(tmp_path, "paged.bpmn", _signal_wait("api-paged-p"))
+    with api.camunda() as camunda:
+        created = [
+            str(
+                camunda.create_process_instance(
+                    data=ProcessCreationById(process_definition_id="api-paged-p")
+                ).process_instance_key
+            )
+            for _ in range(5)
+        ]
+        wait_for(
+            lambda: len(api.stack.client.instances(key="api-paged-p")) == 5 or None,
+            60,
+            what="the five instances",
+        )
+        newest_first = [
+            ProcessInstanceSearchQuerySortRequest(
+                field=ProcessInstanceSearchQuerySortRequestField.PROCESSINSTANCEKEY,
+                order=SortOrderEnum.DESC,
+            )
+        ]
+        only = ProcessInstanceSearchQueryFilter(process_definition_id="api-paged-p")
+
+        def page(pagination: Any) -> Any:
+            return camunda.search_process_instances(
+                data=ProcessInstanceSearchQuery(filter_=only, sort=newest_first, page=pagination)
+            )
+
+        seen: list[str] = []
+        found = page(CursorBasedForwardPagination(limit=2))
+        pages = [found]
+        while found.items:
+            seen += [str(i.process_instance_key) for i in found.items]
+            found = page(CursorBasedForwardPagination(limit=2, after=found.page.end_cursor))
+            pages.append(found)
+        assert found.page.total_items == 5
+        back = page(CursorBasedBackwardPagination(limit=2, before=pages[1].page.start_cursor))
+    assert seen == sorted(created, key=int, reverse=True)
+    assert [str(i.process_instance_key) for i in back.items] == seen[:2]
