@@ -153,13 +153,15 @@ class ApiStack:
         return found
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", params=["pg_redis", "embedded"])
 def api(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ApiStack]:
+    """A ``dormant api`` process on each shape: PostgreSQL + Redis, and the embedded
+    default (SQLite and the server-less broker), with a worker and a beat."""
     job_types = json.dumps({t: {"api": True} for t in API_TYPES})
     with running_stack(
-        "pg_redis", "camunda-api", request, tmp_path_factory, DORMANT_JOB_TYPES=job_types
+        request.param, "camunda-api", request, tmp_path_factory, DORMANT_JOB_TYPES=job_types
     ) as stack:
         port = _free_port()
         proc = Proc("api", stack.dormant("api", "--port", str(port)), stack.env, stack.tmp)
@@ -451,7 +453,9 @@ def test_c8ctl_deploys_creates_lists_and_publishes(api: ApiStack, tmp_path: Path
     created = c8ctl(
         "create", "pi", "--id", "c8-paid-p", "--variables", json.dumps({"orderId": "c8-1"})
     )
-    keys = api.stack.client.instances(key="c8-paid-p")
+    keys = wait_for(
+        lambda: api.stack.client.instances(key="c8-paid-p") or None, 60, what="the start"
+    )
     assert len(keys) == 1
     instance_id = keys[0].id
     own_key = str(api_key(api, instance_id))
