@@ -851,3 +851,42 @@ def test_searches_page_by_cursor_both_ways_and_sort(api: ApiStack, tmp_path: Pat
         back = page(CursorBasedBackwardPagination(limit=2, before=pages[1].page.start_cursor))
     assert seen == sorted(created, key=int, reverse=True)
     assert [str(i.process_instance_key) for i in back.items] == seen[:2]
+
+
+def test_a_form_embedded_in_the_process_is_served_too(api: ApiStack, tmp_path: Path) -> None:
+    """A task whose ``formKey`` is ``camunda-forms:bpmn:ID`` (the form embedded in the
+    deployed XML, tests/integration/console/review.bpmn) is served that form."""
+    from camunda_orchestration_sdk import (
+        ProcessCreationById,
+        UserTaskSearchQuery,
+        UserTaskSearchQueryFilter,
+    )
+
+    model = Path(__file__).parent / "console" / "review.bpmn"
+    api.deploy(tmp_path, "review-embedded.bpmn", model.read_text())
+    with api.camunda() as camunda:
+        created = camunda.create_process_instance(
+            data=ProcessCreationById(
+                process_definition_id="review", variables=_start_vars({"priority": 50})
+            )
+        )
+
+        def task() -> Any:
+            found = camunda.search_user_tasks(
+                data=UserTaskSearchQuery(
+                    filter_=UserTaskSearchQueryFilter(
+                        process_instance_key=str(created.process_instance_key)
+                    )
+                )
+            )
+            return found.items[0] if found.items else None
+
+        open_task = wait_for(task, 60, what="the user task")
+        served = camunda.get_user_task_form(open_task.user_task_key)
+    assert served.form_id == "review-form"
+    assert [c["key"] for c in json.loads(served.schema)["components"]] == [
+        "comment",
+        "amount",
+        "decision",
+    ]
+    assert str(served.form_key) == str(open_task.form_key)
