@@ -146,6 +146,7 @@ def dormant_worker(
     *,
     concurrency: int = 2,
     queues: str | None = None,
+    job_types: str = EAGER_JOB_TYPES,
 ) -> Worker:
     """The real ``dormant worker`` CLI: prefork x2, the dormant app's own settings
     (``bench-eager-job`` marked eager); ``queues``: its ``--queues`` (default: the CLI's).
@@ -190,7 +191,7 @@ def dormant_worker(
         env_with(
             DORMANT_BROKER_URL=broker_url,
             DORMANT_DATABASE_URL=database_url,
-            DORMANT_JOB_TYPES=EAGER_JOB_TYPES,
+            DORMANT_JOB_TYPES=job_types,
         ),
         logdir,
         profiled=bool(profiler),

@@ -239,6 +239,10 @@ def heartbeat(rt: Runtime, trigger: JobHeartbeat) -> Wake:
     wait = job_wait(rt, trigger.wait_id, trigger.attempt)
     if wait is None:
         return STALE
+    if trigger.retries is not None:
+        wait.retries_left = trigger.retries - 1  # the worker counts this attempt too
+        if trigger.extend_seconds is None:
+            return Wake.token(rt.token_of(wait).id)
     extend = trigger.extend_seconds or timeout(rt.services, wait.job_type)
     wait.due_at = rt.now + timedelta(seconds=extend)
     return Wake.token(rt.token_of(wait).id)

@@ -135,13 +135,17 @@ class JobErrorThrown(_Trigger):
 
 
 class JobHeartbeat(_Trigger):
-    """A long job is alive: its timeout moves to now + ``extend_seconds`` (job_types.py)."""
+    """A long job is alive: its timeout moves to now + ``extend_seconds`` (job_types.py).
+    With ``retries`` (the Camunda 8 REST API's ``PATCH /v2/jobs/{key}``,
+    docs/camunda-api.md) it also sets the attempts left, this one included."""
 
     kind: Literal["job_heartbeat"] = "job_heartbeat"
     wait_id: str
     attempt: int = 1
-    # None: the job type's timeout. At most a week per heartbeat.
+    # None: the job type's timeout, or, with ``retries``, the deadline stays. At most a
+    # week per heartbeat.
     extend_seconds: float | None = Field(default=None, gt=0, le=7 * 24 * 3600)
+    retries: int | None = Field(default=None, ge=1)
 
 
 class ChildCompleted(_Trigger):

@@ -58,6 +58,8 @@ KINDS = frozenset(
         "incident",
         "message",
         "signal",
+        "variable",
+        "decision_evaluation",
     }
 )
 

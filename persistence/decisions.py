@@ -30,6 +30,7 @@ from dormant.persistence.tables import decisions, definitions, deployments
 __all__ = [
     "DecisionCache",
     "ParsedDecisions",
+    "deployed_decision",
     "insert_decisions",
     "latest_decision",
     "parse_decisions",
@@ -250,3 +251,21 @@ def _latest(conn: Connection) -> dict[str, Decision]:
         ]
         for row in rows
     }
+
+
+def deployed_decision(
+    conn: Connection, decision_id: str, version: int | None = None
+) -> tuple[int, dict[str, Decision]] | None:
+    """A deployed decision's version (the latest when None) and the decisions of its
+    own file (what it requires is evaluated as deployed with it); None when there is
+    none. What the REST API's decision evaluation reads (docs/camunda-api.md)."""
+    query = select(decisions.c.version, decisions.c.dmn_checksum).where(
+        decisions.c.decision_id == decision_id
+    )
+    if version is not None:
+        query = query.where(decisions.c.version == version)
+    row = conn.execute(query.order_by(decisions.c.version.desc()).limit(1)).first()
+    if row is None:
+        return None
+    found = int(row.version)
+    return found, _parsed_file(conn, str(row.dmn_checksum), decision_id, found)

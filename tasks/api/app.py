@@ -17,7 +17,9 @@ sent as a string of digits. Errors: RFC 9457 problem documents
 
 from __future__ import annotations
 
+import base64
 import json
+import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -32,7 +34,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from dormant.engine_core.checkpoint import IncidentState, InstanceStatus
+from dormant.engine_core.checkpoint import ROOT_SCOPE, IncidentState, InstanceStatus
+from dormant.engine_core.dmn import evaluate_decision
 from dormant.engine_core.effects import job_idempotency_key
 from dormant.engine_core.errors import (
     DormantError,
@@ -46,9 +49,13 @@ from dormant.engine_core.errors import (
 from dormant.engine_core.triggers import JobCompleted, JobErrorThrown, JobFailed, JobHeartbeat
 from dormant.engine_core.views import IncidentView, InstanceView, UserTaskView
 from dormant.persistence import api_keys, clock
+from dormant.persistence.console_queries import ConsoleQueries
+from dormant.persistence.db import read_only
+from dormant.persistence.decisions import deployed_decision
 from dormant.tasks import wire
 from dormant.tasks.api import schemas
 from dormant.tasks.client import Client
+from dormant.tasks.console.forms import embedded_form
 
 __all__ = ["GATEWAY_VERSION", "create_app", "routes"]
 
@@ -61,6 +68,9 @@ DEFAULT_REQUEST_TIMEOUT_S = 5.0
 POLL_S = 0.2
 # ``awaitCompletion`` with no ``requestTimeout``.
 DEFAULT_AWAIT_S = 30.0
+# Element instance and variable searches with no ``processInstanceKey`` read the newest
+# instances, this many (docs/limits.md).
+SEARCH_INSTANCES = 1000
 
 
 class Problem(Exception):
@@ -113,6 +123,7 @@ class Api:
         # from ``api``, for the API process's actor (docs/operations.md, "Audit trail").
         self.client = client.acting_as(client.actor, "api")
         self.engine = client._store.engine
+        self.queries = ConsoleQueries(self.engine)
 
     def key(self, kind: str, dormant_id: str) -> str:
         return str(api_keys.key_of(self.engine, kind, dormant_id))
@@ -198,16 +209,62 @@ def _iso(moment: datetime | None) -> str | None:
     return None if moment is None else moment.astimezone(UTC).isoformat()
 
 
+def _cursor(offset: int) -> str:
+    return base64.b64encode(json.dumps({"offset": offset}).encode()).decode()
+
+
+def _offset(cursor: str) -> int:
+    try:
+        offset = json.loads(base64.b64decode(cursor, validate=True))["offset"]
+    except (ValueError, KeyError, TypeError):
+        raise Problem(
+            400, "INVALID_ARGUMENT", f"page cursor {cursor!r} is not one of ours"
+        ) from None
+    if not isinstance(offset, int) or offset < 0:
+        raise Problem(400, "INVALID_ARGUMENT", f"page cursor {cursor!r} is not one of ours")
+    return offset
+
+
+def _sort_value(value: Any) -> tuple[int, str]:
+    """Nulls last; numeric strings (keys) by number, the rest as text."""
+    if value is None:
+        return (2, "")
+    text = str(value)
+    return (0, text.rjust(25, "0")) if text.isdigit() else (1, text)
+
+
+def _by(field: str) -> Callable[[dict[str, Any]], tuple[int, str]]:
+    return lambda item: _sort_value(item.get(field))
+
+
 def _page(items: list[dict[str, Any]], search: schemas.Search) -> dict[str, Any]:
-    start = search.page.from_
-    shown = items[start : start + search.page.limit]
+    """One page of the answer: sorted by the ``sort`` fields (each a field of the
+    item), cut by ``from``, ``after`` or ``before``. A cursor is the item's position
+    (base64 JSON), so it is exact while the set does not change between pages."""
+    for sort in reversed(search.sort):
+        items = sorted(
+            items,
+            key=_by(sort.field),
+            reverse=sort.order.upper() == "DESC",
+        )
+    page = search.page
+    if page.after is not None:
+        start = _offset(page.after)
+    elif page.before is not None:
+        start = max(_offset(page.before) - page.limit, 0)
+    else:
+        start = page.from_
+    end = start + page.limit
+    if page.before is not None:
+        end = min(end, _offset(page.before))
+    shown = items[start:end]
     return {
         "items": shown,
         "page": {
             "totalItems": len(items),
             "hasMoreTotalItems": False,
-            "startCursor": None,
-            "endCursor": None,
+            "startCursor": _cursor(start) if shown else None,
+            "endCursor": _cursor(start + len(shown)) if shown else None,
         },
     }
 
@@ -276,74 +333,62 @@ def deploy(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
     files: list[tuple[str, bytes]] = body["resources"]
     if not files:
         raise Problem(400, "INVALID_ARGUMENT", "no resources to deploy (multipart 'resources')")
-    models = [(n, data) for n, data in files if not n.lower().endswith(".form")]
-    forms = [(n, data) for n, data in files if n.lower().endswith(".form")]
     store = api.client._store
-    deployed = []
-    if models:
-        names: list[str | None] = [n for n, _ in models]
-        deployed = store.deployments.deploy_many([d for _, d in models], clock.now(), names)
-        if not deployed:
-            raise Problem(
-                400,
-                "INVALID_ARGUMENT",
-                f"{', '.join(n for n, _ in models)}: no executable process or decision",
-            )
-    out: list[dict[str, Any]] = []
-    deployment_key = None
-    if deployed:
-        deployment_key = deployed[0].deployment_key
-        given = dict.fromkeys(n for n, _ in models)
-        for r in deployed[0].resources:
-            resource_name = r.name if r.name in given else (r.name or f"{r.id}.bpmn")
-            if r.kind == "process":
-                out.append(
-                    {
-                        "processDefinition": {
-                            "processDefinitionId": r.id,
-                            "processDefinitionVersion": r.version,
-                            "resourceName": resource_name,
-                            "tenantId": TENANT,
-                            "processDefinitionKey": api.key("process", f"{r.id}:{r.version}"),
-                        }
-                    }
-                )
-            else:
-                key = api.key("decision", f"{r.id}:{r.version}")
-                out.append(
-                    {
-                        "decisionDefinition": {
-                            "decisionDefinitionId": r.id,
-                            "version": r.version,
-                            "name": r.id,
-                            "tenantId": TENANT,
-                            "decisionRequirementsId": r.id,
-                            "decisionDefinitionKey": key,
-                            "decisionRequirementsKey": key,
-                        }
-                    }
-                )
-    for name, data in forms:
-        try:
-            form_id = str(json.loads(data)["id"])
-        except (ValueError, KeyError, TypeError):
-            raise Problem(400, "INVALID_ARGUMENT", f"{name}: a form needs an 'id'") from None
-        out.append(
-            {
-                "form": {
-                    "formId": form_id,
-                    "version": 1,
-                    "resourceName": name,
-                    "tenantId": TENANT,
-                    "formKey": api.key("form", form_id),
-                }
-            }
+    # Forms go through the same deploy as models: told apart by content, kept in
+    # ``forms`` (persistence/forms.py), versioned per form id.
+    names: list[str | None] = [n for n, _ in files]
+    deployed = store.deployments.deploy_many([d for _, d in files], clock.now(), names)
+    if not deployed:
+        raise Problem(
+            400,
+            "INVALID_ARGUMENT",
+            f"{', '.join(n for n, _ in files)}: no executable process, decision or form",
         )
-    key = (
-        api.key("deployment", str(deployment_key))
-        if deployment_key is not None
-        else api.key("deployment", f"forms:{uuid.uuid4().hex}")
-    )
+    out: list[dict[str, Any]] = []
+    deployment_key = deployed[0].deployment_key
+    given = dict.fromkeys(n for n, _ in files)
+    for r in deployed[0].resources:
+        resource_name = r.name if r.name in given else (r.name or f"{r.id}.bpmn")
+        if r.kind == "form":
+            out.append(
+                {
+                    "form": {
+                        "formId": r.id,
+                        "version": r.version,
+                        "resourceName": resource_name,
+                        "tenantId": TENANT,
+                        "formKey": api.key("form", r.id),
+                    }
+                }
+            )
+        elif r.kind == "process":
+            out.append(
+                {
+                    "processDefinition": {
+                        "processDefinitionId": r.id,
+                        "processDefinitionVersion": r.version,
+                        "resourceName": resource_name,
+                        "tenantId": TENANT,
+                        "processDefinitionKey": api.key("process", f"{r.id}:{r.version}"),
+                    }
+                }
+            )
+        else:
+            key = api.key("decision", f"{r.id}:{r.version}")
+            out.append(
+                {
+                    "decisionDefinition": {
+                        "decisionDefinitionId": r.id,
+                        "version": r.version,
+                        "name": r.id,
+                        "tenantId": TENANT,
+                        "decisionRequirementsId": r.id,
+                        "decisionDefinitionKey": key,
+                        "decisionRequirementsKey": key,
+                    }
+                }
+            )
+    key = api.key("deployment", str(deployment_key))
     return {"deploymentKey": key, "tenantId": TENANT, "deployments": out}
 
 
@@ -485,6 +530,75 @@ def search_instances(api: Api, body: dict[str, Any], path: dict[str, str]) -> An
 
 def cancel_instance(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
     api.client.cancel(api.resolve("instance", path["key"], "process instance"))
+    return None
+
+
+def _node_of(api: Api, instance_id: str, element_key: str) -> str:
+    """The node an element instance key's token is at (the engine modifies by node)."""
+    element = api_keys.dormant_id(api.engine, "element", int(element_key))
+    if element is None or not element.startswith(f"{instance_id}:"):
+        raise Problem(
+            404, "NOT_FOUND", f"no element instance of this instance has key {element_key}"
+        )
+    token_id = element.partition(":")[2]
+    token = api.client._store.queries.checkpoint(instance_id).tokens.get(token_id)
+    if token is None:
+        raise Problem(404, "NOT_FOUND", f"element instance {element_key} is no longer active")
+    return token.node_id
+
+
+def modify_instance(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
+    """The engine's modify operation: tokens cancelled at the nodes named (by element
+    id, or by an element instance key's node), tokens started before each activated or
+    move target; the engine refuses a result it would find inconsistent (409)."""
+    req = _model(schemas.ModifyInstance, body)
+    instance_id = api.resolve("instance", path["key"], "process instance")
+    activated = any(a.variable_instructions for a in req.activate_instructions)
+    if activated or any(m.variable_instructions for m in req.move_instructions):
+        raise Problem(
+            400,
+            "INVALID_ARGUMENT",
+            "variableInstructions are not applied by dormant's modification; set the "
+            "variables first (PUT /v2/element-instances/{key}/variables)",
+        )
+    cancel: list[str] = []
+    for t in req.terminate_instructions:
+        if t.element_instance_key is not None:
+            cancel.append(_node_of(api, instance_id, t.element_instance_key))
+        elif t.element_id:
+            cancel.append(t.element_id)
+    start: list[str] = [a.element_id for a in req.activate_instructions]
+    for m in req.move_instructions:
+        source = m.source_element_instruction
+        if source.source_element_instance_key is not None:
+            cancel.append(_node_of(api, instance_id, source.source_element_instance_key))
+        elif source.source_element_id:
+            cancel.append(source.source_element_id)
+        start.append(m.target_element_id)
+    if not cancel and not start:
+        raise Problem(400, "INVALID_ARGUMENT", "no instruction to apply")
+    api.client.modify(instance_id, list(dict.fromkeys(cancel)), start)
+    return None
+
+
+def migrate_instance(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
+    """The engine's migrate operation: to another version of the instance's own process
+    (dormant migrates between versions of one process id), nodes mapped as given."""
+    req = _model(schemas.MigrateInstance, body)
+    instance_id = api.resolve("instance", path["key"], "process instance")
+    target, _, v = api.resolve(
+        "process", req.target_process_definition_key, "process definition"
+    ).rpartition(":")
+    view = api.client.instance(instance_id)
+    if target != view.key:
+        raise Problem(
+            400,
+            "INVALID_ARGUMENT",
+            f"dormant migrates an instance between versions of its own process "
+            f"({view.key!r}), not to {target!r}",
+        )
+    mapping = {m.source_element_id: m.target_element_id for m in req.mapping_instructions}
+    api.client.migrate(instance_id, int(v), mapping or None)
     return None
 
 
@@ -638,25 +752,31 @@ def throw_job_error(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any
 
 
 def update_job(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
+    """``timeout`` moves the activated job's deadline; ``retries`` sets its attempts
+    left (this one included), as a failure's ``retries`` does: one heartbeat trigger
+    carries both (engine_core/jobs.py)."""
     req = _model(schemas.UpdateJob, body)
     idem = api.resolve("job", path["key"], "job")
-    timeout = req.changeset.timeout
-    if timeout is not None:
-        job = api_keys.job(api.engine, int(path["key"]))
-        if job is None or job.worker is None:
-            raise Problem(404, "NOT_FOUND", f"no activated job has key {path['key']}")
-        api_keys.extend(api.engine, job.key, clock.now() + timedelta(milliseconds=timeout))
-        api.client.report_job(
-            job.instance_id,
-            JobHeartbeat(
-                wait_id=job.wait_id,
-                attempt=job.attempt,
-                extend_seconds=min(timeout / 1000, 7 * 24 * 3600),
-            ),
-            wire.job_heartbeat_id(idem),
-        )
-    # ``retries``: accepted; the engine's retry policy counts a job's retries, and an
-    # incident's resolution runs the job again (docs/camunda-api.md).
+    change = req.changeset
+    if change.timeout is None and change.retries is None:
+        return None
+    job = api_keys.job(api.engine, int(path["key"]))
+    if job is None or job.worker is None:
+        raise Problem(404, "NOT_FOUND", f"no activated job has key {path['key']}")
+    extend = None
+    if change.timeout is not None:
+        api_keys.extend(api.engine, job.key, clock.now() + timedelta(milliseconds=change.timeout))
+        extend = min(change.timeout / 1000, 7 * 24 * 3600)
+    api.client.report_job(
+        job.instance_id,
+        JobHeartbeat(
+            wait_id=job.wait_id,
+            attempt=job.attempt,
+            extend_seconds=extend,
+            retries=change.retries,
+        ),
+        wire.job_heartbeat_id(idem),
+    )
     return None
 
 
@@ -725,7 +845,7 @@ def _user_task(api: Api, view: UserTaskView, process: tuple[str, int]) -> dict[s
         "processInstanceKey": instance_key,
         "rootProcessInstanceKey": instance_key,
         "businessId": None,
-        "formKey": None,
+        "formKey": _form_key(api, view, process),
         "tags": [],
     }
 
@@ -783,9 +903,298 @@ def complete_user_task(api: Api, body: dict[str, Any], path: dict[str, str]) -> 
     return None
 
 
+def _form_key(api: Api, view: UserTaskView, process: tuple[str, int]) -> str | None:
+    """The key of the task's form: a linked form's is its form id's (the latest
+    version is served, as the tasklist draws it); an embedded one's is its process
+    version's."""
+    if view.form_id:
+        return api.key("form", view.form_id)
+    if view.form_key:
+        return api.key("form", f"{process[0]}:{process[1]}:{view.form_key}")
+    return None
+
+
 def user_task_form(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
-    api.client.user_task(_task_id(api, path["key"]))
-    return None  # 204: no form is linked (dormant does not keep deployed forms)
+    """The task's Camunda Form (``FormResult``: its JSON as the ``schema`` string), or
+    204 when it has none; a linked form not deployed is a 404."""
+    view = api.client.user_task(_task_id(api, path["key"]))
+    process = api_keys.instance_processes(api.engine, [view.instance_id])[view.instance_id]
+    form_key = _form_key(api, view, process)
+    if view.form_id:
+        linked = api.queries.form_source(view.form_id)
+        if linked is None:
+            raise Problem(404, "NOT_FOUND", f"linked form {view.form_id!r} is not deployed")
+        version, text = linked
+        return {
+            "tenantId": TENANT,
+            "formId": view.form_id,
+            "schema": text,
+            "version": version,
+            "formKey": form_key,
+        }
+    if view.form_key:
+        source = api.queries.definition_source(process[0], process[1]) or ""
+        schema = embedded_form(source, view.form_key)
+        if schema is None:
+            raise Problem(
+                404, "NOT_FOUND", f"form key {view.form_key} names no form embedded in the process"
+            )
+        return {
+            "tenantId": TENANT,
+            "formId": str(schema.get("id") or view.form_key.rsplit(":", 1)[-1]),
+            "schema": json.dumps(schema),
+            "version": process[1],
+            "formKey": form_key,
+        }
+    return None  # 204: the task has no Camunda Form
+
+
+# -- element instances and variables -------------------------------------------------
+
+_LIVE_TOKENS = ("active", "waiting", "incident")
+
+
+def _element_type(kind: str) -> str:
+    """A model node kind (``serviceTask``) as Camunda's element type (``SERVICE_TASK``)."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", kind).upper()
+
+
+def _element_rows(api: Api, view: InstanceView) -> list[dict[str, Any]]:
+    """The instance's element instances dormant can name: the process itself (its key
+    is also an element instance key, as in Camunda) and each live token, at the node it
+    is at. Completed element instances are history (``dormant instances history``)."""
+    instance_key = api.key("instance", view.id)
+    process_key = api.key("process", f"{view.key}:{view.version}")
+    state = _instance_state(view)
+    state = "ACTIVE" if state == "SUSPENDED" else state
+    open_incidents = {
+        i.token_id: api.key("incident", i.id)
+        for i in view.incidents
+        if not IncidentState(i.state).closed
+    }
+    base = {
+        "processDefinitionId": view.key,
+        "tenantId": TENANT,
+        "processInstanceKey": instance_key,
+        "rootProcessInstanceKey": instance_key,
+        "processDefinitionKey": process_key,
+    }
+    rows = [
+        {
+            **base,
+            "startDate": _iso(view.created_at),
+            "endDate": _iso(view.ended_at),
+            "elementId": view.key,
+            "elementName": view.key,
+            "type": "PROCESS",
+            "state": state,
+            "hasIncident": bool(open_incidents),
+            "elementInstanceKey": instance_key,
+            "incidentKey": None,
+        }
+    ]
+    tokens = [t for t in view.tokens if t.state in _LIVE_TOKENS]
+    if not tokens:
+        return rows
+    definition, _ = api.client._store.deployments.definition(view.key, view.version)
+    keys = api.keys("element", [f"{view.id}:{t.id}" for t in tokens])
+    for token in tokens:
+        node = definition.nodes.get(token.node_id)
+        rows.append(
+            {
+                **base,
+                "startDate": _iso(view.created_at),
+                "endDate": None,
+                "elementId": token.node_id,
+                "elementName": (node.name if node is not None else None) or token.node_id,
+                "type": _element_type(str(node.kind)) if node is not None else "UNKNOWN",
+                "state": "ACTIVE",
+                "hasIncident": token.id in open_incidents,
+                "elementInstanceKey": keys[f"{view.id}:{token.id}"],
+                "incidentKey": open_incidents.get(token.id),
+            }
+        )
+    return rows
+
+
+def _instances_for(api: Api, search: schemas.Search) -> list[InstanceView]:
+    """The instances a search names by ``processInstanceKey`` (or
+    ``processDefinitionId``), else the newest (docs/limits.md: ``SEARCH_INSTANCES``)."""
+    instance_key = _filter_key(search, "processInstanceKey")
+    if instance_key is not None:
+        found = api_keys.dormant_id(api.engine, "instance", int(instance_key))
+        if found is None:
+            return []
+        try:
+            return [api.client.instance(found)]
+        except UnknownInstance:
+            return []
+    process_id = search.filter.get("processDefinitionId")
+    return api.client.instances(key=str(process_id) if process_id else None, limit=SEARCH_INSTANCES)
+
+
+def _matches(item: dict[str, Any], search: schemas.Search, fields: Sequence[str]) -> bool:
+    for field in fields:
+        want = search.filter.get(field)
+        if isinstance(want, dict):
+            want = want.get("$eq")
+        if want is not None and str(item.get(field)) != str(want):
+            return False
+    return True
+
+
+def search_element_instances(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
+    search = _model(schemas.Search, body)
+    rows = [r for v in _instances_for(api, search) for r in _element_rows(api, v)]
+    fields = ("elementId", "state", "type", "elementInstanceKey", "processDefinitionKey")
+    return _page([r for r in rows if _matches(r, search, fields)], search)
+
+
+def _element(api: Api, key: str) -> tuple[InstanceView, str | None]:
+    """The instance and token an element instance key names (token None: the process
+    instance's own key, its root scope)."""
+    try:
+        number = int(key)
+    except ValueError:
+        raise Problem(
+            400, "INVALID_ARGUMENT", f"element instance key {key!r} is not a number"
+        ) from None
+    element = api_keys.dormant_id(api.engine, "element", number)
+    if element is not None and ":" in element:
+        instance_id, _, token_id = element.partition(":")
+        return api.client.instance(instance_id), token_id
+    own = api_keys.dormant_id(api.engine, "instance", number)
+    if own is None:
+        raise Problem(404, "NOT_FOUND", f"no element instance has key {key}")
+    return api.client.instance(own), None
+
+
+def get_element_instance(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
+    view, _ = _element(api, path["key"])
+    for row in _element_rows(api, view):
+        if row["elementInstanceKey"] == path["key"]:
+            return row
+    raise Problem(404, "NOT_FOUND", f"element instance {path['key']} is no longer active")
+
+
+def set_element_variables(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
+    """The engine's set-variables operation: on the process instance's key, or not
+    ``local``, the root scope; ``local`` on an element, the scope its token runs in
+    (a sub-process's own scope for a sub-process element)."""
+    req = _model(schemas.SetVariables, body)
+    view, token_id = _element(api, path["key"])
+    scope = ROOT_SCOPE
+    if token_id is not None and req.local:
+        checkpoint = api.client._store.queries.checkpoint(view.id)
+        token = checkpoint.tokens.get(token_id)
+        if token is None:
+            raise Problem(404, "NOT_FOUND", f"element instance {path['key']} is no longer active")
+        scope = token.inner_scope or token.scope_id
+    api.client.set_variables(view.id, req.variables, scope=scope)
+    return None
+
+
+def search_variables(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
+    """Every variable of every scope of the named instances, each value as JSON text
+    (``isTruncated`` false: values are never cut)."""
+    search = _model(schemas.Search, body)
+    items: list[dict[str, Any]] = []
+    for view in _instances_for(api, search):
+        instance_key = api.key("instance", view.id)
+        checkpoint = api.client._store.queries.checkpoint(view.id)
+        scope_elements = {
+            sid: f"{view.id}:{sc.token_id}"
+            for sid, sc in checkpoint.scopes.items()
+            if sid != ROOT_SCOPE and sc.token_id is not None
+        }
+        element_keys = api.keys("element", list(scope_elements.values()))
+        for sid, scope in checkpoint.scopes.items():
+            scope_key = (
+                instance_key if sid not in scope_elements else element_keys[scope_elements[sid]]
+            )
+            names = list(scope.variables)
+            var_keys = api.keys("variable", [f"{view.id}:{sid}:{n}" for n in names])
+            for name in names:
+                items.append(
+                    {
+                        "value": json.dumps(scope.variables[name]),
+                        "isTruncated": False,
+                        "name": name,
+                        "tenantId": TENANT,
+                        "variableKey": var_keys[f"{view.id}:{sid}:{name}"],
+                        "scopeKey": scope_key,
+                        "processInstanceKey": instance_key,
+                        "rootProcessInstanceKey": instance_key,
+                    }
+                )
+    fields = ("name", "scopeKey", "variableKey")
+    return _page([i for i in items if _matches(i, search, fields)], search)
+
+
+# -- decisions -----------------------------------------------------------------------
+
+
+def evaluate_decision_(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
+    """A deployed decision evaluated with the given variables, as a business rule task
+    would (engine_core/dmn.py); nothing is written. ``output`` is the result as JSON
+    text; matched rules and evaluated inputs are not reported."""
+    req = _model(schemas.EvaluateDecision, body)
+    if req.decision_definition_key is not None:
+        decision_id, _, v = api.resolve(
+            "decision", req.decision_definition_key, "decision definition"
+        ).rpartition(":")
+        version: int | None = int(v)
+    elif req.decision_definition_id:
+        decision_id, version = req.decision_definition_id, None
+    else:
+        raise Problem(400, "INVALID_ARGUMENT", "give decisionDefinitionId or decisionDefinitionKey")
+    with read_only(api.engine) as conn:
+        found = deployed_decision(conn, decision_id, version)
+    if found is None:
+        raise Problem(404, "NOT_FOUND", f"no decision {decision_id!r} is deployed")
+    version, decisions = found
+    try:
+        result = evaluate_decision(decisions, decision_id, req.variables or {}, now=clock.now())
+    except Exception as exc:  # a hit policy broken, an expression failed: the caller's input
+        raise Problem(
+            400, "INVALID_ARGUMENT", f"decision {decision_id!r} v{version}: {exc}"
+        ) from exc
+    key = api.key("decision", f"{decision_id}:{version}")
+    decision = decisions[decision_id]
+    name = decision.name or decision_id
+    output = json.dumps(result)
+    evaluation = api.key("decision_evaluation", uuid.uuid4().hex)
+    return {
+        "decisionDefinitionId": decision_id,
+        "decisionDefinitionKey": key,
+        "decisionDefinitionName": name,
+        "decisionDefinitionVersion": version,
+        "decisionEvaluationKey": evaluation,
+        "decisionInstanceKey": evaluation,
+        "decisionRequirementsId": decision_id,
+        "decisionRequirementsKey": key,
+        "evaluatedDecisions": [
+            {
+                "decisionDefinitionId": decision_id,
+                "decisionDefinitionName": name,
+                "decisionDefinitionVersion": version,
+                "decisionDefinitionType": "DECISION_TABLE"
+                if decision.table is not None
+                else "LITERAL_EXPRESSION",
+                "output": output,
+                "tenantId": TENANT,
+                "matchedRules": [],
+                "evaluatedInputs": [],
+                "decisionDefinitionKey": key,
+                # Camunda's shape: the evaluation's key and the decision's place in it
+                "decisionEvaluationInstanceKey": f"{evaluation}-1",
+            }
+        ],
+        "failedDecisionDefinitionId": None,
+        "failureMessage": None,
+        "output": output,
+        "tenantId": TENANT,
+    }
 
 
 # -- incidents -----------------------------------------------------------------------
@@ -857,6 +1266,8 @@ def routes() -> list[BaseRoute]:
         ("POST", "/v2/process-instances/search", search_instances),
         ("GET", "/v2/process-instances/{key}", get_instance),
         ("POST", "/v2/process-instances/{key}/cancellation", cancel_instance),
+        ("POST", "/v2/process-instances/{key}/modification", modify_instance),
+        ("POST", "/v2/process-instances/{key}/migration", migrate_instance),
         ("POST", "/v2/jobs/activation", activate_jobs),
         ("POST", "/v2/jobs/{key}/completion", complete_job),
         ("POST", "/v2/jobs/{key}/failure", fail_job),
@@ -871,6 +1282,11 @@ def routes() -> list[BaseRoute]:
         ("DELETE", "/v2/user-tasks/{key}/assignee", unassign_user_task),
         ("POST", "/v2/user-tasks/{key}/completion", complete_user_task),
         ("GET", "/v2/user-tasks/{key}/form", user_task_form),
+        ("POST", "/v2/element-instances/search", search_element_instances),
+        ("GET", "/v2/element-instances/{key}", get_element_instance),
+        ("PUT", "/v2/element-instances/{key}/variables", set_element_variables),
+        ("POST", "/v2/variables/search", search_variables),
+        ("POST", "/v2/decision-definitions/evaluation", evaluate_decision_),
         ("POST", "/v2/incidents/search", search_incidents),
         ("GET", "/v2/incidents/{key}", get_incident),
         ("POST", "/v2/incidents/{key}/resolution", resolve_incident),

@@ -10,7 +10,7 @@ Desktop Modeler send ``tenantId: "<default>"`` everywhere.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -23,9 +23,13 @@ __all__ = [
     "CompleteUserTask",
     "CorrelateMessage",
     "CreateInstance",
+    "EvaluateDecision",
     "FailJob",
+    "MigrateInstance",
+    "ModifyInstance",
     "PublishMessage",
     "Search",
+    "SetVariables",
     "ThrowJobError",
     "UpdateJob",
 ]
@@ -74,7 +78,7 @@ class ThrowJobError(_Request):
 
 
 class JobChangeset(_Request):
-    retries: int | None = None
+    retries: int | None = Field(default=None, ge=1)  # attempts left, this one included
     timeout: int | None = Field(default=None, gt=0)  # milliseconds
 
 
@@ -110,9 +114,69 @@ class CompleteUserTask(_Request):
     variables: dict[str, Any] | None = None
 
 
+class SetVariables(_Request):
+    variables: dict[str, Any]
+    local: bool = False
+
+
+class EvaluateDecision(_Request):
+    decision_definition_id: str | None = None
+    decision_definition_key: str | None = Field(default=None, pattern=r"^-?[0-9]+$")
+    variables: dict[str, Any] | None = None
+
+
+class ActivateInstruction(_Request):
+    element_id: str = Field(min_length=1)
+    variable_instructions: list[dict[str, Any]] = Field(default_factory=list)
+    ancestor_element_instance_key: str | None = None
+
+
+class SourceElement(_Request):
+    source_type: str = "byId"
+    source_element_id: str | None = None
+    source_element_instance_key: str | None = Field(default=None, pattern=r"^-?[0-9]+$")
+
+
+class MoveInstruction(_Request):
+    source_element_instruction: SourceElement
+    target_element_id: str = Field(min_length=1)
+    variable_instructions: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class TerminateInstruction(_Request):
+    element_id: str | None = None
+    element_instance_key: str | None = Field(default=None, pattern=r"^-?[0-9]+$")
+
+
+class ModifyInstance(_Request):
+    activate_instructions: list[ActivateInstruction] = Field(default_factory=list)
+    move_instructions: list[MoveInstruction] = Field(default_factory=list)
+    terminate_instructions: list[TerminateInstruction] = Field(default_factory=list)
+
+
+class MappingInstruction(_Request):
+    source_element_id: str = Field(min_length=1)
+    target_element_id: str = Field(min_length=1)
+
+
+class MigrateInstance(_Request):
+    target_process_definition_key: str = Field(pattern=r"^-?[0-9]+$")
+    mapping_instructions: list[MappingInstruction] = Field(default_factory=list)
+
+
 class Page(_Request):
+    """Offset paging (``from``) or cursor paging (``after`` / ``before``, the
+    ``endCursor`` / ``startCursor`` of an earlier answer); one of them."""
+
     limit: int = Field(default=100, ge=1, le=10000)
     from_: int = Field(default=0, ge=0, alias="from")
+    after: str | None = Field(default=None, max_length=200)
+    before: str | None = Field(default=None, max_length=200)
+
+
+class Sort(_Request):
+    field: str = Field(min_length=1)
+    order: Literal["ASC", "DESC", "asc", "desc"] = "ASC"
 
 
 class Search(_Request):
@@ -121,3 +185,4 @@ class Search(_Request):
 
     filter: dict[str, Any] = Field(default_factory=dict)
     page: Page = Field(default_factory=Page)
+    sort: list[Sort] = Field(default_factory=list, max_length=10)

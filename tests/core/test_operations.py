@@ -329,3 +329,18 @@ def test_a_job_types_own_timeout_and_backoff_and_a_heartbeat_extends_the_timeout
     other = Run(_one_job())
     other.start()
     assert other.wait("report", "job").due_at == other.now + timedelta(seconds=300)
+
+
+def test_a_heartbeat_with_retries_sets_the_attempts_left_and_keeps_the_deadline() -> None:
+    """``PATCH /v2/jobs/{key}`` (docs/camunda-api.md): the retries count this attempt."""
+    run = Run(_one_job())
+    run.start()
+    wait = run.wait("report", "job")
+    due = wait.due_at
+    assert wait.retries_left == 2  # the engine's default: 3 attempts
+    run.advance(minutes=1)
+    run.send(JobHeartbeat(wait_id=wait.id, attempt=1, retries=1))
+    patched = run.wait("report", "job")
+    assert (patched.retries_left, patched.due_at) == (0, due)
+    run.fail_job("report")
+    assert run.incident("report") is not None  # no attempt was left: an incident at once

@@ -30,7 +30,7 @@ sdk = pytest.importorskip("camunda_orchestration_sdk")  # the dev extra installs
 
 pytestmark = pytest.mark.timeout(240)
 
-API_TYPES = ("api-double", "api-flaky", "api-reject")
+API_TYPES = ("api-double", "api-flaky", "api-reject", "api-patched")
 ZEEBE = 'xmlns:zeebe="http://camunda.org/schema/zeebe/1.0"'
 
 
@@ -153,13 +153,15 @@ class ApiStack:
         return found
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", params=["pg_redis", "embedded"])
 def api(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ApiStack]:
+    """A ``dormant api`` process on each shape: PostgreSQL + Redis, and the embedded
+    default (SQLite and the server-less broker), with a worker and a beat."""
     job_types = json.dumps({t: {"api": True} for t in API_TYPES})
     with running_stack(
-        "pg_redis", "camunda-api", request, tmp_path_factory, DORMANT_JOB_TYPES=job_types
+        request.param, "camunda-api", request, tmp_path_factory, DORMANT_JOB_TYPES=job_types
     ) as stack:
         port = _free_port()
         proc = Proc("api", stack.dormant("api", "--port", str(port)), stack.env, stack.tmp)
@@ -451,7 +453,9 @@ def test_c8ctl_deploys_creates_lists_and_publishes(api: ApiStack, tmp_path: Path
     created = c8ctl(
         "create", "pi", "--id", "c8-paid-p", "--variables", json.dumps({"orderId": "c8-1"})
     )
-    keys = api.stack.client.instances(key="c8-paid-p")
+    keys = wait_for(
+        lambda: api.stack.client.instances(key="c8-paid-p") or None, 60, what="the start"
+    )
     assert len(keys) == 1
     instance_id = keys[0].id
     own_key = str(api_key(api, instance_id))
@@ -515,3 +519,374 @@ def test_refusals_are_problem_documents_and_bodiless_posts_are_accepted(
 
         unknown = http.post("/v2/clock", json={})
         assert unknown.status_code == 404 and set(fields) <= set(unknown.json())
+
+
+def _form_task(process_id: str, form_id: str) -> str:
+    body = f"""<bpmn:userTask id="review" name="Review">
+      <bpmn:extensionElements>
+        <zeebe:userTask/>
+        <zeebe:formDefinition formId="{form_id}"/>
+      </bpmn:extensionElements>
+    </bpmn:userTask>"""
+    flows = """<bpmn:sequenceFlow id="f1" sourceRef="start" targetRef="review"/>
+    <bpmn:sequenceFlow id="f2" sourceRef="review" targetRef="end"/>"""
+    return _bpmn(process_id, body, flows)
+
+
+def test_a_deployed_form_is_kept_and_served_as_the_user_tasks_form(
+    api: ApiStack, tmp_path: Path
+) -> None:
+    """A ``.form`` deployed through the API is the Store's form (versioned, kept); a
+    user task linking it by ``formId`` answers it from ``GET .../form``."""
+    from camunda_orchestration_sdk import (
+        ProcessCreationById,
+        UserTaskSearchQuery,
+        UserTaskSearchQueryFilter,
+    )
+
+    schema = {
+        "id": "api-review-form",
+        "type": "default",
+        "components": [{"key": "ok", "label": "OK?", "type": "checkbox"}],
+    }
+    (tmp_path / "review.form").write_text(json.dumps(schema))
+    (tmp_path / "review.bpmn").write_text(_form_task("api-review-p", "api-review-form"))
+    with api.camunda() as camunda:
+        deployed = camunda.deploy_resources_from_files(
+            [tmp_path / "review.form", tmp_path / "review.bpmn"]
+        )
+        (form,) = deployed.forms
+        assert form.form_id == "api-review-form" and form.resource_name == "review.form"
+        assert str(form.form_key).isdigit()
+        created = camunda.create_process_instance(
+            data=ProcessCreationById(process_definition_id="api-review-p")
+        )
+
+        def task() -> Any:
+            found = camunda.search_user_tasks(
+                data=UserTaskSearchQuery(
+                    filter_=UserTaskSearchQueryFilter(
+                        process_instance_key=str(created.process_instance_key)
+                    )
+                )
+            )
+            return found.items[0] if found.items else None
+
+        open_task = wait_for(task, 60, what="the user task")
+        assert str(open_task.form_key) == str(form.form_key)
+        served = camunda.get_user_task_form(open_task.user_task_key)
+    assert served.form_id == "api-review-form"
+    assert served.version == form.version
+    assert json.loads(served.schema) == schema
+    assert str(served.form_key) == str(form.form_key)
+
+
+def test_patching_a_jobs_retries_and_timeout_reaches_the_engines_job(
+    api: ApiStack, tmp_path: Path
+) -> None:
+    """``PATCH /v2/jobs/{key}``: the timeout moves the engine's deadline (the job is
+    dispatched again when it passes), the retries set the attempts left, which the
+    next activation reports."""
+    from camunda_orchestration_sdk import (
+        JobActivationRequest,
+        JobChangeset,
+        JobCompletionRequest,
+        JobUpdateRequest,
+        ProcessCreationById,
+    )
+
+    api.deploy(tmp_path, "patched.bpmn", _service("api-patched-p", "api-patched", retries=2))
+
+    def activate(camunda: Any) -> Any:
+        found = camunda.activate_jobs(
+            data=JobActivationRequest(
+                type_="api-patched", timeout=60000, max_jobs_to_activate=1, request_timeout=1000
+            )
+        )
+        return found.jobs[0] if found.jobs else None
+
+    with api.camunda() as camunda:
+        created = camunda.create_process_instance(
+            data=ProcessCreationById(process_definition_id="api-patched-p")
+        )
+        first = wait_for(lambda: activate(camunda), 60, what="the first activation")
+        assert first.retries == 2
+        camunda.update_job(
+            first.job_key,
+            data=JobUpdateRequest(changeset=JobChangeset(retries=7, timeout=300)),
+        )
+        again = wait_for(lambda: activate(camunda), 60, what="the job after its timeout")
+        assert str(again.job_key) != str(first.job_key)
+        assert again.retries == 7  # a timeout spends no retry: the patched count stands
+        camunda.complete_job(again.job_key, data=JobCompletionRequest())
+    api.stack.wait_status(api.instance_id(str(created.process_instance_key)), "completed")
+
+
+def test_element_instances_and_variables_are_searched_and_set(
+    api: ApiStack, tmp_path: Path
+) -> None:
+    """The waiting user task is an element instance of its process instance; variables
+    set on the process instance's key (the engine's set-variables) are found by the
+    variable search, each value as JSON text."""
+    from camunda_orchestration_sdk import (
+        ElementInstanceSearchQuery,
+        ElementInstanceSearchQueryFilter,
+        ProcessCreationById,
+        SetVariableRequest,
+        VariableSearchQuery,
+        VariableSearchQueryFilter,
+    )
+
+    api.deploy(tmp_path, "approve.bpmn", _user_task("api-approve-p"))
+    with api.camunda() as camunda:
+        created = camunda.create_process_instance(
+            data=ProcessCreationById(
+                process_definition_id="api-approve-p", variables=_start_vars({"x": 1})
+            )
+        )
+        key = str(created.process_instance_key)
+
+        def task_element() -> Any:
+            found = camunda.search_element_instances(
+                data=ElementInstanceSearchQuery(
+                    filter_=ElementInstanceSearchQueryFilter(process_instance_key=key)
+                )
+            )
+            return next((e for e in found.items if e.element_id == "approve"), None)
+
+        element = wait_for(task_element, 60, what="the user task's element instance")
+        assert str(element.type_).endswith("USER_TASK") and str(element.state).endswith("ACTIVE")
+        again = camunda.get_element_instance(element.element_instance_key)
+        assert again.element_id == "approve" and str(again.process_instance_key) == key
+        process_element = camunda.get_element_instance(key)
+        assert str(process_element.type_).endswith("PROCESS")
+
+        camunda.create_element_instance_variables(
+            key,
+            data=SetVariableRequest(
+                variables=sdk.SetVariableRequestVariables.from_dict({"y": {"deep": [2]}})
+            ),
+        )
+
+        def variables() -> dict[str, Any] | None:
+            found = camunda.search_variables(
+                data=VariableSearchQuery(
+                    filter_=VariableSearchQueryFilter(process_instance_key=key)
+                ),
+                truncate_values=False,
+            )
+            values = {v.name: json.loads(v.value) for v in found.items}
+            return values if "y" in values else None
+
+        seen = wait_for(variables, 60, what="the variable set through the API")
+    assert seen == {"x": 1, "y": {"deep": [2]}}
+    assert api.stack.client.instance(api.instance_id(key)).variables["y"] == {"deep": [2]}
+
+
+def test_a_deployed_decision_is_evaluated_by_id_and_by_key(api: ApiStack, tmp_path: Path) -> None:
+    """``POST /v2/decision-definitions/evaluation``: the deployed DMN (with the decision
+    it requires, from its own file), evaluated with the request's variables."""
+    from camunda_orchestration_sdk import DecisionEvaluationByID, DecisionEvaluationByKey
+
+    from tests.integration.test_decisions import DMN
+
+    deployed = api.deploy(tmp_path, "api-dish.dmn", DMN.replace("{fall}", "Stew"))
+    dish = next(d for d in deployed.decisions if d.decision_definition_id == "dish")
+    with api.camunda() as camunda:
+        by_id = camunda.evaluate_decision(
+            data=DecisionEvaluationByID(
+                decision_definition_id="dish",
+                variables=sdk.DecisionEvaluationByIdVariables.from_dict({"month": 10}),
+            )
+        )
+        by_key = camunda.evaluate_decision(
+            data=DecisionEvaluationByKey(
+                decision_definition_key=dish.decision_definition_key,
+                variables=sdk.DecisionEvaluationByIdVariables.from_dict({"month": 3}),
+            )
+        )
+    assert json.loads(by_id.output) == "Stew"
+    assert json.loads(by_key.output) == "Salad"
+    assert by_id.decision_definition_version == dish.version
+    assert str(by_key.decision_definition_key) == str(dish.decision_definition_key)
+
+
+def test_modification_and_migration_are_the_engines_operations(
+    api: ApiStack, tmp_path: Path
+) -> None:
+    """``.../modification`` terminates the token an element instance key names and
+    starts one before the activated element; ``.../migration`` moves an instance to
+    another version of its process, elements mapped."""
+    from camunda_orchestration_sdk import (
+        ElementInstanceSearchQuery,
+        ElementInstanceSearchQueryFilter,
+        MigrateProcessInstanceMappingInstruction,
+        ProcessCreationById,
+        ProcessInstanceMigrationInstruction,
+        ProcessInstanceModificationActivateInstruction,
+        ProcessInstanceModificationInstruction,
+        ProcessInstanceModificationTerminateByKeyInstruction,
+    )
+
+    api.deploy(tmp_path, "moved.bpmn", _message_wait("api-moved-p"))
+    api.deploy(tmp_path, "mig.bpmn", _message_wait("api-mig-p"))
+    second = api.deploy(
+        tmp_path, "mig.bpmn", _message_wait("api-mig-p").replace('"paid"', '"paid2"')
+    )
+    (v2,) = second.processes
+    assert v2.process_definition_version == 2
+    with api.camunda() as camunda:
+        moved = camunda.create_process_instance(
+            data=ProcessCreationById(
+                process_definition_id="api-moved-p", variables=_start_vars({"orderId": "m"})
+            )
+        )
+        key = str(moved.process_instance_key)
+
+        def waiting() -> Any:
+            found = camunda.search_element_instances(
+                data=ElementInstanceSearchQuery(
+                    filter_=ElementInstanceSearchQueryFilter(process_instance_key=key)
+                )
+            )
+            return next((e for e in found.items if e.element_id == "paid"), None)
+
+        paid = wait_for(waiting, 60, what="the message wait's element instance")
+        camunda.modify_process_instance(
+            key,
+            data=ProcessInstanceModificationInstruction(
+                terminate_instructions=[
+                    ProcessInstanceModificationTerminateByKeyInstruction(
+                        element_instance_key=paid.element_instance_key
+                    )
+                ],
+                activate_instructions=[
+                    ProcessInstanceModificationActivateInstruction(element_id="end")
+                ],
+            ),
+        )
+        moved_id = api.instance_id(key)
+        api.stack.wait_status(moved_id, "completed")
+        reached = {f.details.get("node") for f in api.stack.client.history(moved_id)}
+        assert "end" in reached
+
+        migrating = camunda.create_process_instance(
+            data=ProcessCreationById(
+                process_definition_id="api-mig-p",
+                process_definition_version=1,
+                variables=_start_vars({"orderId": "g"}),
+            )
+        )
+        migrating_id = api.instance_id(str(migrating.process_instance_key))
+        wait_for(lambda: api.stack.client.instance(migrating_id).waits or None, 60, what="wait")
+        camunda.migrate_process_instance(
+            migrating.process_instance_key,
+            data=ProcessInstanceMigrationInstruction(
+                target_process_definition_key=v2.process_definition_key,
+                mapping_instructions=[
+                    MigrateProcessInstanceMappingInstruction(
+                        source_element_id="paid", target_element_id="paid2"
+                    )
+                ],
+            ),
+        )
+        view = wait_for(
+            lambda: ((v := api.stack.client.instance(migrating_id)).version == 2 and v) or None,
+            60,
+            what="the migration",
+        )
+    assert {w.node_id for w in view.waits} == {"paid2"}
+
+
+def test_searches_page_by_cursor_both_ways_and_sort(api: ApiStack, tmp_path: Path) -> None:
+    """A search walked page by page with the SDK's cursors (``after`` the end cursor,
+    ``before`` the start cursor) in the order asked for (``sort``)."""
+    from camunda_orchestration_sdk import (
+        CursorBasedBackwardPagination,
+        CursorBasedForwardPagination,
+        ProcessCreationById,
+        ProcessInstanceSearchQuery,
+        ProcessInstanceSearchQueryFilter,
+        ProcessInstanceSearchQuerySortRequest,
+        ProcessInstanceSearchQuerySortRequestField,
+        SortOrderEnum,
+    )
+
+    api.deploy(tmp_path, "paged.bpmn", _signal_wait("api-paged-p"))
+    with api.camunda() as camunda:
+        created = [
+            str(
+                camunda.create_process_instance(
+                    data=ProcessCreationById(process_definition_id="api-paged-p")
+                ).process_instance_key
+            )
+            for _ in range(5)
+        ]
+        wait_for(
+            lambda: len(api.stack.client.instances(key="api-paged-p")) == 5 or None,
+            60,
+            what="the five instances",
+        )
+        newest_first = [
+            ProcessInstanceSearchQuerySortRequest(
+                field=ProcessInstanceSearchQuerySortRequestField.PROCESSINSTANCEKEY,
+                order=SortOrderEnum.DESC,
+            )
+        ]
+        only = ProcessInstanceSearchQueryFilter(process_definition_id="api-paged-p")
+
+        def page(pagination: Any) -> Any:
+            return camunda.search_process_instances(
+                data=ProcessInstanceSearchQuery(filter_=only, sort=newest_first, page=pagination)
+            )
+
+        seen: list[str] = []
+        found = page(CursorBasedForwardPagination(limit=2))
+        pages = [found]
+        while found.items:
+            seen += [str(i.process_instance_key) for i in found.items]
+            found = page(CursorBasedForwardPagination(limit=2, after=found.page.end_cursor))
+            pages.append(found)
+        assert found.page.total_items == 5
+        back = page(CursorBasedBackwardPagination(limit=2, before=pages[1].page.start_cursor))
+    assert seen == sorted(created, key=int, reverse=True)
+    assert [str(i.process_instance_key) for i in back.items] == seen[:2]
+
+
+def test_a_form_embedded_in_the_process_is_served_too(api: ApiStack, tmp_path: Path) -> None:
+    """A task whose ``formKey`` is ``camunda-forms:bpmn:ID`` (the form embedded in the
+    deployed XML, tests/integration/console/review.bpmn) is served that form."""
+    from camunda_orchestration_sdk import (
+        ProcessCreationById,
+        UserTaskSearchQuery,
+        UserTaskSearchQueryFilter,
+    )
+
+    model = Path(__file__).parent / "console" / "review.bpmn"
+    api.deploy(tmp_path, "review-embedded.bpmn", model.read_text())
+    with api.camunda() as camunda:
+        created = camunda.create_process_instance(
+            data=ProcessCreationById(
+                process_definition_id="review", variables=_start_vars({"priority": 50})
+            )
+        )
+
+        def task() -> Any:
+            found = camunda.search_user_tasks(
+                data=UserTaskSearchQuery(
+                    filter_=UserTaskSearchQueryFilter(
+                        process_instance_key=str(created.process_instance_key)
+                    )
+                )
+            )
+            return found.items[0] if found.items else None
+
+        open_task = wait_for(task, 60, what="the user task")
+        served = camunda.get_user_task_form(open_task.user_task_key)
+    assert served.form_id == "review-form"
+    assert [c["key"] for c in json.loads(served.schema)["components"]] == [
+        "comment",
+        "amount",
+        "decision",
+    ]
+    assert str(served.form_key) == str(open_task.form_key)
