@@ -23,6 +23,10 @@ from sqlalchemy import Connection, Engine, delete, insert, select
 from dormant.persistence.tables import messages, unmatched_messages
 
 __all__ = [
+    "BUFFERED",
+    "CORRELATED",
+    "DROPPED",
+    "PENDING",
     "MessageReceipt",
     "UnmatchedMessage",
     "read_receipt",
