@@ -75,3 +75,23 @@ def test_the_record_is_capped_by_count_and_by_age(
     assert count == 1  # the older rows went with the drop that passed their age
     [row] = unmatched(store.engine, later, DAY, name="other")
     assert (row.message_id, row.correlation_key) == ("m-9", None)
+
+
+def test_a_receipt_not_settled_within_its_wait_is_pending(db_url: str) -> None:
+    """No worker routes it: the receipt says so when its wait is over, and the
+    message stays durable in the inbox for a worker to route later."""
+    import pytest
+
+    from dormant.engine_core.errors import InvalidField
+    from dormant.tasks.client import Client
+
+    client = Client(db_url, "memory://")
+    try:
+        receipt = client.send_message("paid", "o-1", message_id="m-p", receipt=0)
+        assert (receipt.outcome, str(receipt)) == ("pending", "m-p: pending")
+        with pytest.raises(InvalidField):
+            client.message_receipt("m-p", -1)
+        with pytest.raises(InvalidField):
+            client.unmatched_messages(limit=0)
+    finally:
+        client._store.close()
