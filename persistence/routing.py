@@ -89,6 +89,7 @@ from dormant.persistence.tables import (
     messages,
     subscriptions,
 )
+from dormant.persistence.unmatched import record_unmatched
 from dormant.persistence.writes import Writes
 
 __all__ = [
@@ -282,9 +283,15 @@ class MessageOutcome(_FanOut):
     # Buffered for this long (seconds) when positive; the processes not yet served may
     # take it from the buffer until then.
     ttl_seconds: float | None = None
+    # Nobody took it and it had no TTL: recorded in ``unmatched_messages``.
+    dropped: bool = False
 
     @property
     def outcome(self) -> str:
+        """``dropped`` for a message that went nowhere (the metrics' outcome label,
+        docs/metrics.md), else the word of its steps."""
+        if self.dropped:
+            return "dropped"
         return outcome_word(self.applied, duplicate=self.duplicate)
 
     def summary(self) -> str:
@@ -294,6 +301,8 @@ class MessageOutcome(_FanOut):
             parts.append("buffered")
         if self.duplicate:
             parts.append("duplicate")
+        if self.dropped:
+            parts.append("dropped")
         return " ".join(parts)
 
 
@@ -620,6 +629,7 @@ class Router:
         buffer = buffer_it(ttl)
 
         def record(writes: Writes) -> None:
+            reached = {**out.served, taker.process_key: taker.instance_id}
             row = {
                 "message_id": out.message_id,
                 "name": name,
@@ -629,10 +639,10 @@ class Router:
                 "received_at": now,
                 "consumed_by_instance": None if buffer else taker.instance_id,
                 "consumed_at": None if buffer else now,
+                "correlations": len(reached),
             }
             writes.add_rows(messages, [row], ignore_conflicts=True)
             if buffer:
-                reached = {**out.served, taker.process_key: taker.instance_id}
                 writes.add_rows(
                     message_correlations,
                     _correlation_rows(out.message_id, reached, now),
@@ -759,8 +769,22 @@ class Router:
                     received_at=now,
                     consumed_by_instance=None if buffer else taker,
                     consumed_at=None if buffer else now,
+                    correlations=len(out.served),
                 )
             )
+            if not taken and not buffer:
+                # Dropped: recorded (and the record trimmed) in this same transaction.
+                settings = self.store.settings
+                record_unmatched(
+                    conn,
+                    out.message_id,
+                    name,
+                    key,
+                    now,
+                    kept=settings.unmatched_messages_kept,
+                    retention_seconds=settings.unmatched_messages_retention_seconds,
+                )
+                out.dropped = True
             if buffer and out.served:
                 conn.execute(
                     insert(message_correlations).values(

@@ -84,6 +84,8 @@ ENV_VARS: dict[str, str] = {
     "max_loop_items": "DORMANT_MAX_LOOP_ITEMS",
     "max_checkpoint_bytes": "DORMANT_MAX_CHECKPOINT_BYTES",
     "max_tokens": "DORMANT_MAX_TOKENS",
+    "unmatched_messages_kept": "DORMANT_UNMATCHED_MESSAGES_KEPT",
+    "unmatched_messages_retention_seconds": "DORMANT_UNMATCHED_MESSAGES_RETENTION_SECONDS",
 }
 
 # The processed trigger ids' retention is at least this many times the longest
@@ -207,6 +209,11 @@ class Settings(BaseModel):
     # grow it (docs/limits.md, "Every bound at a glance").
     max_checkpoint_bytes: int = DEFAULT_LIMITS.max_checkpoint_bytes
     max_tokens: int = DEFAULT_LIMITS.max_tokens
+    # The record of recent messages that went nowhere (persistence/unmatched.py): at
+    # most this many rows, none older than the retention; each drop trims it in its
+    # own transaction, so the table never grows past the bound (docs/limits.md).
+    unmatched_messages_kept: int = 1000
+    unmatched_messages_retention_seconds: float = 86_400.0
 
     @field_validator("audit_retention_days")
     @classmethod
@@ -243,6 +250,7 @@ class Settings(BaseModel):
         "batch_claim_seconds",
         "redis_visibility_timeout",
         "processed_trigger_retention_seconds",
+        "unmatched_messages_retention_seconds",
     )
     @classmethod
     def _positive(cls, value: float | None) -> float | None:
@@ -268,7 +276,7 @@ class Settings(BaseModel):
             for name, s in self.job_types.items()
         }
 
-    @field_validator("step_budget", "max_loop_items", "max_tokens")
+    @field_validator("step_budget", "max_loop_items", "max_tokens", "unmatched_messages_kept")
     @classmethod
     def _budget(cls, value: int) -> int:
         if value < 1:

@@ -64,6 +64,7 @@ __all__ = [
     "processed_triggers",
     "start_timers",
     "subscriptions",
+    "unmatched_messages",
     "user_task_candidates",
     "user_tasks",
 ]
@@ -370,7 +371,23 @@ messages = Table(
     Column("received_at", UtcDateTime, nullable=False),
     Column("consumed_by_instance", String(255)),
     Column("consumed_at", UtcDateTime),
+    # How many processes the message reached when it was recorded (its receipt's N;
+    # NULL on rows written before migration 0019).
+    Column("correlations", Integer),
     Index("ix_messages_name_key", "name", "correlation_key"),
+)
+
+# Recent messages that went nowhere (no holder, no start, no TTL): written by the
+# Router in the transaction that drops the message, trimmed there by count and age
+# (persistence/unmatched.py, docs/limits.md).
+unmatched_messages = Table(
+    "unmatched_messages",
+    metadata,
+    Column("id", _Id(), primary_key=True, autoincrement=True),
+    Column("message_id", String(255), nullable=False, index=True),
+    Column("name", String(255), nullable=False, index=True),
+    Column("correlation_key", String(255)),
+    Column("at", UtcDateTime, nullable=False, index=True),
 )
 
 # The processes a message has correlated to, each once (Zeebe's cardinality): written

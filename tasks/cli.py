@@ -40,6 +40,7 @@ from dormant.tasks.display import (
     parked_row_columns,
     queued,
     task_columns,
+    unmatched_message_columns,
     when,
 )
 from dormant.tasks.display import emit as _emit
@@ -130,15 +131,60 @@ def start(key: str, vars_: tuple[str, ...], business_key: str | None) -> None:
 @_var
 @click.option("--ttl", type=float, default=None, help="buffer the message this many seconds")
 @click.option("--id", "message_id", default=None, help="message id (redelivery is idempotent)")
+@click.option(
+    "--receipt",
+    type=click.FloatRange(min=0),
+    default=None,
+    metavar="SECONDS",
+    help="wait at most SECONDS for what became of it: correlated, buffered or dropped",
+)
 def send_message(
     name: str,
     correlation_key: str | None,
     vars_: tuple[str, ...],
     ttl: float | None,
     message_id: str | None,
+    receipt: float | None,
 ) -> None:
-    """Publish message NAME; prints the message id."""
-    click.echo(_client().send_message(name, correlation_key, parse_vars(vars_), message_id, ttl))
+    """Publish message NAME; prints the message id (with ``--receipt``, the id and
+    what became of the message: ``correlated to N instances``, ``buffered until ...``,
+    ``dropped`` or ``pending``)."""
+    client = _client()
+    variables = parse_vars(vars_)
+    if receipt is None:
+        click.echo(client.send_message(name, correlation_key, variables, message_id, ttl))
+        return
+    got = client.send_message(name, correlation_key, variables, message_id, ttl, receipt=receipt)
+    click.echo(str(got))
+
+
+@cli.group()
+def messages() -> None:
+    """Messages: the recent ones that went nowhere."""
+
+
+@messages.command("unmatched")
+@click.option("--name", default=None, help="only messages of this name")
+@click.option(
+    "--limit", type=click.IntRange(min=1), default=100, show_default=True, help="at most this many"
+)
+@_output
+def messages_unmatched(name: str | None, limit: int, fmt: str, as_json: bool) -> None:
+    """Recent messages no instance waited for, that started nothing and had no TTL
+    (dropped, Zeebe's behaviour), newest first: name, key, when, the producer's id."""
+    rows = _client().unmatched_messages(name=name, limit=limit)
+
+    def as_dict(m: Any) -> dict[str, Any]:
+        return {
+            "name": m.name,
+            "correlation_key": m.correlation_key,
+            "at": m.at.isoformat(),
+            "message_id": m.message_id,
+        }
+
+    _emit(
+        rows, unmatched_message_columns(clock.now()), fmt, as_json, as_dict, "no unmatched messages"
+    )
 
 
 @cli.command()

@@ -30,7 +30,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from dormant.engine_core.checkpoint import ROOT_SCOPE, IncidentState, InstanceStatus
 from dormant.engine_core.errors import (
@@ -60,7 +60,7 @@ from dormant.engine_core.views import (
     InstanceView,
     UserTaskView,
 )
-from dormant.persistence import audit, clock, inbox, parked
+from dormant.persistence import audit, clock, inbox, parked, unmatched
 from dormant.persistence.batches import BatchItemView, BatchState, BatchView
 from dormant.persistence.deployments import Deployment, DeploymentRecord
 from dormant.persistence.failed_triggers import CHECKPOINT_INCIDENT
@@ -69,6 +69,7 @@ from dormant.persistence.routing import check_message
 from dormant.persistence.selection import Selector, Target
 from dormant.persistence.settings import Settings
 from dormant.persistence.store import Store
+from dormant.persistence.unmatched import MessageReceipt
 from dormant.tasks import wire
 from dormant.tasks.client_operations import Operations
 from dormant.tasks.wire import Send
@@ -88,6 +89,10 @@ def default_actor() -> str:
         return getpass.getuser()
     except (KeyError, OSError):  # no passwd entry, no LOGNAME: a bare container
         return "unknown"
+
+
+# How often a receipt looks for the message's outcome row while it waits.
+_RECEIPT_POLL_SECONDS = 0.05
 
 
 class Client:
@@ -322,6 +327,7 @@ class Client:
 
     # -- messages and signals --------------------------------------------------------
 
+    @overload
     def send_message(
         self,
         name: str,
@@ -329,14 +335,75 @@ class Client:
         variables: dict[str, Any] | None = None,
         message_id: str | None = None,
         ttl: float | None = None,
-    ) -> str:
-        """Publish a message; returns its id (generated when None, so a resend is idempotent)."""
+        *,
+        receipt: None = None,
+    ) -> str: ...
+
+    @overload
+    def send_message(
+        self,
+        name: str,
+        correlation_key: Any = None,
+        variables: dict[str, Any] | None = None,
+        message_id: str | None = None,
+        ttl: float | None = None,
+        *,
+        receipt: float,
+    ) -> MessageReceipt: ...
+
+    def send_message(
+        self,
+        name: str,
+        correlation_key: Any = None,
+        variables: dict[str, Any] | None = None,
+        message_id: str | None = None,
+        ttl: float | None = None,
+        *,
+        receipt: float | None = None,
+    ) -> str | MessageReceipt:
+        """Publish a message; returns its id (generated when None, so a resend is
+        idempotent). With ``receipt`` (seconds) the call waits, at most that long, for
+        what became of it and returns a ``MessageReceipt``: correlated to N instances,
+        buffered (TTL) or dropped — ``pending`` if not settled in time (docs/messages.md)."""
         checked = check_message(
             name, correlation_key, variables, message_id, ttl, limits=self._limits
         )
         message = wire.message(name, *checked)
         self._send(message)
-        return str(message.kwargs["message_id"])
+        sent_id = str(message.kwargs["message_id"])
+        if receipt is None:
+            return sent_id
+        return self.message_receipt(sent_id, receipt)
+
+    def message_receipt(self, message_id: str, wait: float = 0.0) -> MessageReceipt:
+        """What became of message ``message_id``, waiting at most ``wait`` seconds for
+        its outcome row (the ``messages`` row the Router writes last,
+        persistence/unmatched.py); ``pending`` when it is not there by then."""
+        if not wait >= 0:
+            raise InvalidField("a receipt's wait is a number of seconds, 0 or more")
+        deadline = time.monotonic() + wait
+        while True:
+            found = unmatched.read_receipt(self._store.engine, message_id)
+            if found is not None:
+                return found
+            if time.monotonic() >= deadline:
+                return unmatched.MessageReceipt(message_id, unmatched.PENDING)
+            time.sleep(_RECEIPT_POLL_SECONDS)
+
+    def unmatched_messages(
+        self, *, name: str | None = None, limit: int = 100
+    ) -> list[unmatched.UnmatchedMessage]:
+        """Recent messages that went nowhere (no holder, no start, no TTL), newest
+        first: a bounded, expiring record (docs/limits.md, "Unmatched messages")."""
+        if limit < 1:
+            raise InvalidField("limit must be 1 or more")
+        return unmatched.unmatched(
+            self._store.engine,
+            clock.now(),
+            self.settings.unmatched_messages_retention_seconds,
+            name=name,
+            limit=min(limit, self.settings.unmatched_messages_kept),
+        )
 
     def send_messages(self, messages: list[dict[str, Any]]) -> list[str]:
         """Publish many messages in one inbox transaction; returns their ids.

@@ -309,6 +309,16 @@ def failed_trigger_columns(now: datetime) -> list[Column]:
     ]
 
 
+def unmatched_message_columns(now: datetime) -> list[Column]:
+    """``dormant messages unmatched``: messages that went nowhere (persistence/unmatched.py)."""
+    return [
+        Column("MESSAGE", lambda m: m.name),
+        Column("KEY", lambda m: m.correlation_key or "-", lambda m: m.correlation_key or ""),
+        Column("WHEN", lambda m: ago(m.at, now), lambda m: iso(m.at)),
+        Column("MESSAGE ID", lambda m: m.message_id),
+    ]
+
+
 def parked_row_columns(now: datetime) -> list[Column]:
     """``dormant triggers parked``: sweep rows parked with their error (persistence/parked.py)."""
     return [

@@ -24,7 +24,7 @@ _TABLES = (
     "definitions, instances, deadlines, subscriptions, user_tasks, user_task_candidates, "
     "facts, outbox, "
     "processed_triggers, messages, inbox, start_timers, incidents, decisions, "
-    "batches, batch_items, job_type_pauses, held_jobs, forms"
+    "batches, batch_items, job_type_pauses, held_jobs, forms, unmatched_messages"
 )
 
 

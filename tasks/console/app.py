@@ -77,8 +77,12 @@ from dormant.tasks.console.security import (
     too_many,
 )
 from dormant.tasks.console.throttle import SignInThrottle
+from dormant.tasks.display import duration
 
 __all__ = ["create_app", "instance_reads"]
+
+# Rows the unmatched messages page shows at most (the CLI's --limit default).
+_MESSAGES_SHOWN = 100
 
 STATUSES = tuple(status.value for status in InstanceStatus)
 # "unresolved" is the filter for open and retry-scheduled together (console_queries)
@@ -382,6 +386,23 @@ async def logout(request: Request) -> Response:
     return RedirectResponse(request.scope.get("root_path", "") + "/processes", status_code=303)
 
 
+def unmatched_messages(request: Request) -> Response:
+    """Recent messages that went nowhere (persistence/unmatched.py), as ``dormant
+    messages unmatched`` lists them; a correlation key is a value, shown only to a
+    signed-in reader."""
+    client = _client(request)
+    settings = client.settings
+    rows = client.unmatched_messages(name=_opt(request, "name"), limit=_MESSAGES_SHOWN)
+    return _render(
+        request,
+        "messages.html",
+        rows=rows,
+        params=request.query_params,
+        kept=settings.unmatched_messages_kept,
+        retention=duration(settings.unmatched_messages_retention_seconds),
+    )
+
+
 def healthz(_: Request) -> Response:
     return PlainTextResponse("ok")
 
@@ -408,6 +429,7 @@ def routes() -> list[BaseRoute]:
         Route("/login", login_form, methods=["GET"]),
         Route("/login", login, methods=["POST"]),
         Route("/logout", logout, methods=["POST"]),
+        Route("/messages", unmatched_messages),
         Route("/healthz", healthz),
         Route("/favicon.ico", favicon),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),

@@ -28,6 +28,7 @@ def test_each_operation_answers_its_steps_and_one_word() -> None:
         (MessageOutcome("m-1", duplicate=True), "duplicate", 0),
         (MessageOutcome("m-2", applied=[stale, applied]), "applied", 2),
         (MessageOutcome("m-3"), "none", 0),
+        (MessageOutcome("m-4", dropped=True), "dropped", 0),
         (SignalOutcome("s-1", applied=[raised]), "incident", 1),
         (FireOutcome("i-1", "w", FireStatus.FIRED, applied), "applied", 1),
         (FireOutcome("i-1", "w", FireStatus.SKIPPED), "skipped", 0),
