@@ -83,6 +83,7 @@ ENV_VARS: dict[str, str] = {
     "max_loop_items": "DORMANT_MAX_LOOP_ITEMS",
     "max_checkpoint_bytes": "DORMANT_MAX_CHECKPOINT_BYTES",
     "max_tokens": "DORMANT_MAX_TOKENS",
+    "max_deliveries": "DORMANT_MAX_DELIVERIES",
 }
 
 # The processed trigger ids' retention is at least this many times the longest
@@ -203,6 +204,10 @@ class Settings(BaseModel):
     # grow it (docs/limits.md, "Every bound at a glance").
     max_checkpoint_bytes: int = DEFAULT_LIMITS.max_checkpoint_bytes
     max_tokens: int = DEFAULT_LIMITS.max_tokens
+    # Deliveries of one trigger that may start; one more, and the trigger is a poison
+    # trigger: kept as a failed trigger classified PoisonTrigger, never applied again
+    # (docs/limits.md, "What an operator sees: poison triggers").
+    max_deliveries: int = 3
 
     @field_validator("database_url", "broker_url")
     @classmethod
@@ -257,7 +262,7 @@ class Settings(BaseModel):
             for name, s in self.job_types.items()
         }
 
-    @field_validator("step_budget", "max_loop_items", "max_tokens")
+    @field_validator("step_budget", "max_loop_items", "max_tokens", "max_deliveries")
     @classmethod
     def _budget(cls, value: int) -> int:
         if value < 1:
