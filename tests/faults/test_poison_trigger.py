@@ -8,9 +8,10 @@ poison triggers")."""
 
 from __future__ import annotations
 
+import psycopg
 import pytest
 
-from tests.faults.kit import included_worker
+from tests.faults.kit import included_worker, worker_with
 from tests.faults.test_faults import loop_instances
 from tests.integration.conftest import Stack, wait_for
 
@@ -20,8 +21,6 @@ MAX = 2
 
 
 def _deliveries(s: Stack, iid: str) -> int:
-    import psycopg
-
     url = s.database_url.replace("postgresql+psycopg://", "postgresql://")
     with psycopg.connect(url) as conn:
         row = conn.execute(
@@ -77,3 +76,34 @@ def test_a_trigger_that_ends_its_worker_becomes_a_poison_trigger(fstack: Stack) 
         "the retried start applied",
     )
     assert s.client.failed_triggers(poisoned) == []
+
+
+def test_transient_retries_are_not_counted_as_deliveries_that_ended_the_worker(
+    fstack: Stack,
+) -> None:
+    """A delivery that ends by itself with a transient retry is uncounted
+    (persistence/inbox.py ``release_delivery``): with one delivery allowed, a trigger
+    retried many times behind a held row lock still applies, never a poison trigger."""
+    s = fstack
+    s.env["DORMANT_MAX_DELIVERIES"] = "1"
+    worker = worker_with(s, DORMANT_DB_STATEMENT_TIMEOUT_SECONDS="0.3")
+    name, ids = loop_instances(s, 1)
+    ((key, iid),) = ids.items()
+    url = s.database_url.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(url) as holder:
+        holder.execute("SELECT id FROM instances WHERE id = %s FOR UPDATE", (iid,))
+        s.client.send_message(name, key, message_id="held-1", ttl=300)
+        wait_for(
+            lambda: worker.text().count("transient failure, retrying") >= 2,
+            60,
+            0.1,
+            "the worker's lock wait cancelled and retried twice",
+        )
+        holder.rollback()
+    wait_for(
+        lambda: int(s.client.instance(iid).variables.get("n", 0)) == 1,
+        60,
+        0.2,
+        "the held trigger applied once the lock is free",
+    )
+    assert s.client.failed_triggers(iid) == [], s.diagnostics(iid)
