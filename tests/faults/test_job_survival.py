@@ -1,0 +1,53 @@
+"""The worker survives its jobs (issue 24, row 7; docs/jobs.md "What a job may
+return"): a job that runs out of memory, or returns what cannot be encoded, is a job
+failure whose incident names the cause, and the worker that ran it keeps running jobs.
+
+On PostgreSQL + Redis with a real ``dormant worker`` loading tests/faults/fault_jobs.py;
+the job types are sent on ``job.<type>`` to the ``dormant`` queue that worker reads.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.faults.kit import included_worker
+from tests.integration.conftest import Stack
+from tests.integration.test_incidents import flaky, linear, the_incident
+
+pytestmark = pytest.mark.integration
+
+CASES = {
+    # model key: (job type, its ``what`` variable, expected words of the incident's cause)
+    "surv-set": ("fault-unencodable", "set", "is a set, not a JSON value"),
+    "surv-big": ("fault-unencodable", "big", "more than the limit"),
+    "surv-object": ("fault-unencodable", "object", "is a object, not a JSON value"),
+    "surv-bare": ("fault-unencodable", "bare", "more than the limit"),
+    "surv-oom": ("fault-oom", "-", "ran out of memory"),
+}
+
+
+def test_memory_and_unencodable_results_are_job_failures_and_the_worker_stays_up(
+    fstack: Stack, tmp_path: Path
+) -> None:
+    log = tmp_path / "jobs.log"
+    worker = included_worker(fstack, DORMANT_TEST_JOB_LOG=str(log))
+    c = fstack.client
+    for key, (job_type, _, _) in CASES.items():
+        c.deploy(linear(key, flaky(job_type=job_type)))
+    c.deploy(linear("surv-after", flaky(job_type="fault-record")))
+
+    started = {key: c.start(key, {"what": what}) for key, (_, what, _) in CASES.items()}
+    for key, iid in started.items():
+        job_type, _, words = CASES[key]
+        expected = "JobOutOfMemory" if job_type == "fault-oom" else "UnencodableJobResult"
+        inc = the_incident(fstack, iid, state="open")
+        assert inc.cause_class == expected, (key, inc.cause_class, inc.cause)
+        assert words in inc.cause, (key, inc.cause)
+
+    # The same worker, never restarted, still runs jobs to completion.
+    assert worker.popen is not None and worker.popen.poll() is None, worker.tail()
+    after = c.start("surv-after", {})
+    fstack.wait_status(after, "completed")
+    assert worker.popen.poll() is None, worker.tail()
