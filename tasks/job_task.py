@@ -2,7 +2,7 @@
 """The base class of every task of dormant's Celery app (``task_cls``): for a job it
 checks the job's result, and its memory failure, before Celery handles either.
 
-Why here, inside the task's own call (docs/jobs.md, "What a job may return"): what a
+Why here, inside the task's own call (docs/incidents.md, "What a job may return"): what a
 job returns is sent to the pool's parent process, logged, put in the task-succeeded
 event and, where a result backend is set, stored, each time encoded by Celery. A value
 that cannot be encoded (a set, an object, ``10 ** 5000``, past Python's limit on
