@@ -69,6 +69,7 @@ from dormant.persistence import clock, migrate
 from dormant.persistence.settings import Settings
 from dormant.persistence.store import Store
 from dormant.tasks import quiet_logs, wire
+from dormant.tasks.job_task import JobTask
 from dormant.tasks.tracing import publish_headers
 
 __all__ = [
@@ -244,8 +245,11 @@ def _conf(s: Settings) -> dict[str, Any]:
 
 
 settings: Settings = Settings.from_env()
+# Every task's class checks a job's result and memory failure first (tasks/job_task.py).
+JobTask.limits = settings.limits
 app = Celery(
     "dormant",
+    task_cls=JobTask,
     include=[
         "dormant.tasks.triggers",
         "dormant.tasks.timers",
@@ -270,6 +274,7 @@ def configure(new: Settings) -> None:
     """
     global settings, _store
     settings = new
+    JobTask.limits = new.limits
     app.conf.update(_conf(new))
     # The connection and producer pools still point at the old broker: drop them.
     app._pool = None

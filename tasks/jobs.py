@@ -29,7 +29,9 @@ the job, and the job runs again. That makes jobs **at-least-once**: a job must b
 idempotent, and may use ``idempotency_key(self)`` (a bound task) to detect a repeat,
 e.g. as the idempotency key of a payment API.
 
-* return a dict → ``JobCompleted`` (merged into the variables; anything else → ``{}``);
+* return a dict → ``JobCompleted`` (merged into the variables; anything else → ``{}``),
+  checked to be JSON within the variables limits first (tasks/job_task.py): what is
+  not, and a ``MemoryError``, are job failures like any other exception;
 * raise ``engine_core.errors.BpmnError`` → ``JobErrorThrown`` (a modelled BPMN error);
 * any other exception → ``JobFailed`` — only the *final* failure: a task declaring
   Celery ``autoretry_for`` reports only when Celery gives up (a retry is not a failure).

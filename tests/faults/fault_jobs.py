@@ -126,3 +126,22 @@ def flaky(self: Task, **_: Any) -> dict[str, Any]:
     except FileExistsError:
         return {"flaky": "ok"}
     raise RuntimeError("the first run of a flaky job fails")
+
+
+@app.task(name="fault-unencodable")
+def unencodable(what: str = "set", **_: Any) -> Any:
+    """Returns what no job outcome can carry (tests/faults/test_job_survival.py)."""
+    if what == "set":
+        return {"s": {1, 2}}
+    if what == "big":
+        return {"big": 10**5000}
+    if what == "object":
+        return {"o": object()}
+    return 10**5000  # a bare integer past Python's digit limit
+
+
+@app.task(name="fault-oom")
+def out_of_memory(**_: Any) -> dict[str, Any]:
+    """Asks for a petabyte: a real ``MemoryError``, more than any address space holds."""
+    block = bytearray(1 << 50)
+    return {"size": len(block)}
