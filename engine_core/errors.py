@@ -65,7 +65,6 @@ __all__ = [
     "ModelError",
     "NotMigrated",
     "OperatorError",
-    "PoisonTrigger",
     "StoredDataError",
     "TransitionDenied",
     "UnknownDeployment",
@@ -184,11 +183,6 @@ class CheckpointTooNew(StoredDataError):
 
 class CorruptCheckpoint(StoredDataError):
     """The stored checkpoint is not a checkpoint document."""
-
-
-class PoisonTrigger(DormantError):
-    """A trigger whose deliveries kept ending their worker (a hard time limit, a signal,
-    memory) past ``DORMANT_MAX_DELIVERIES``: it is kept for an operator, not applied again."""
 
 
 class UnknownEffect(StoredDataError):

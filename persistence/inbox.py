@@ -30,7 +30,6 @@ from dormant.persistence.writes import Writes
 __all__ = [
     "InboxRow",
     "QueuedStart",
-    "count_delivery",
     "mark_processed",
     "mark_processed_statement",
     "mark_republished",
@@ -39,7 +38,6 @@ __all__ = [
     "queued_starts",
     "record",
     "record_many",
-    "release_delivery",
     "unprocessed",
     "waiting",
 ]
@@ -153,36 +151,6 @@ def mark_processed(engine: Engine, inbox_id: str) -> None:
     a duplicate found before any lock, a fan-out over several transactions)."""
     with engine.begin() as conn:
         conn.execute(mark_processed_statement(inbox_id, clock.now()))
-
-
-def count_delivery(engine: Engine, inbox_id: str) -> int:
-    """Count one more delivery of an unprocessed row, committed before the trigger is
-    applied (so a delivery that ends its worker counts too); the count including this
-    one, or 0 when the row is processed or gone (nothing to guard: the Store refuses a
-    duplicate on its own)."""
-    with engine.begin() as conn:
-        bumped = conn.execute(
-            update(inbox)
-            .where(inbox.c.id == inbox_id, inbox.c.processed_at.is_(None))
-            .values(deliveries=inbox.c.deliveries + 1)
-        ).rowcount
-        if not bumped:
-            return 0
-        return int(
-            conn.execute(select(inbox.c.deliveries).where(inbox.c.id == inbox_id)).scalar_one()
-        )
-
-
-def release_delivery(engine: Engine, inbox_id: str) -> None:
-    """A delivery that ended by itself and asked to be retried (a transient failure,
-    tasks/transient.py) is not one that ended its worker: uncount it, so the bounded
-    transient retries never turn a healthy trigger into a poison one."""
-    with engine.begin() as conn:
-        conn.execute(
-            update(inbox)
-            .where(inbox.c.id == inbox_id, inbox.c.deliveries > 0)
-            .values(deliveries=inbox.c.deliveries - 1)
-        )
 
 
 def mark_republished(engine: Engine, inbox_ids: list[str]) -> None:

@@ -86,7 +86,6 @@ ENV_VARS: dict[str, str] = {
     "max_tokens": "DORMANT_MAX_TOKENS",
     "unmatched_messages_kept": "DORMANT_UNMATCHED_MESSAGES_KEPT",
     "unmatched_messages_retention_seconds": "DORMANT_UNMATCHED_MESSAGES_RETENTION_SECONDS",
-    "max_deliveries": "DORMANT_MAX_DELIVERIES",
 }
 
 # The processed trigger ids' retention is at least this many times the longest
@@ -215,10 +214,6 @@ class Settings(BaseModel):
     # own transaction, so the table never grows past the bound (docs/limits.md).
     unmatched_messages_kept: int = 1000
     unmatched_messages_retention_seconds: float = 86_400.0
-    # Deliveries of one trigger that may start; one more, and the trigger is a poison
-    # trigger: kept as a failed trigger classified PoisonTrigger, never applied again
-    # (docs/limits.md, "What an operator sees: poison triggers").
-    max_deliveries: int = 3
 
     @field_validator("audit_retention_days")
     @classmethod
@@ -281,9 +276,7 @@ class Settings(BaseModel):
             for name, s in self.job_types.items()
         }
 
-    @field_validator(
-        "step_budget", "max_loop_items", "max_tokens", "unmatched_messages_kept", "max_deliveries"
-    )
+    @field_validator("step_budget", "max_loop_items", "max_tokens", "unmatched_messages_kept")
     @classmethod
     def _budget(cls, value: int) -> int:
         if value < 1:

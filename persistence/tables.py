@@ -417,9 +417,6 @@ inbox = Table(
     # on (migration 0017, persistence/parked.py).
     Column("parked_at", UtcDateTime),
     Column("parked_error", Text),
-    # Deliveries of this trigger that started (migration 0020): counted in a commit of
-    # their own before applying, so one that ends its worker counts too (tasks/triggers.py).
-    Column("deliveries", Integer, nullable=False, server_default="0"),
 )
 # Only the rows still waiting (migration 0009): the sweep and the backlog gauge read
 # these, and processed rows are kept as the producer's record.

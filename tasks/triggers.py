@@ -43,13 +43,7 @@ from celery import Task
 
 from dormant.engine_core.calls import missing_child
 from dormant.engine_core.effects import DispatchJob
-from dormant.engine_core.errors import (
-    DormantError,
-    OperatorError,
-    PoisonTrigger,
-    UnknownProcess,
-    UnknownTask,
-)
+from dormant.engine_core.errors import DormantError, OperatorError, UnknownProcess, UnknownTask
 from dormant.engine_core.inputs import check_variables
 from dormant.engine_core.task_attributes import check_changes
 from dormant.engine_core.triggers import (
@@ -100,7 +94,6 @@ __all__ = [
     "keep_as",
     "message",
     "outbox_rows_of",
-    "poison",
     "relay_outbox",
     "retry_backoff",
     "signal",
@@ -189,9 +182,6 @@ def _run(
     ``job_before``: the start's job runner, which may have run its one job already."""
     began = time.monotonic()
     tid = trigger_id or inbox_id or task.request.id or "eager"
-    deliveries = _count_delivery(task, inbox_id)
-    if deliveries > app_module.settings.max_deliveries:
-        return _keep(task, kind, poison(deliveries), tid, inbox_id, instance_id)
     try:
         result = call(tid, clock.now())
     except OperatorError as exc:
@@ -204,7 +194,6 @@ def _run(
     except Exception as exc:
         if is_transient(exc) and task.request.retries < MAX_TRANSIENT_RETRIES:
             log.info("trigger=%s transient failure, retrying: %s", kind, type(exc).__name__)
-            _release_delivery(inbox_id if deliveries else None)
             raise task.retry(
                 exc=exc, countdown=transient_backoff(task.request.retries), max_retries=None
             ) from exc
@@ -226,41 +215,6 @@ def _run(
     if job is not None:
         _run_job_here(job, task.request.hostname)
     return None
-
-
-def _count_delivery(task: Task, inbox_id: str | None) -> int:
-    """This delivery's number (1 for the first) for a worker's delivery of a Client
-    trigger, committed before it is applied; 0 when not counted (no inbox row, run in
-    place, or the count could not be written: the apply meets the same fault and the
-    transient retries handle it)."""
-    request = task.request
-    if not inbox_id or request.is_eager or request.called_directly:
-        return 0
-    try:
-        return inbox.count_delivery(store().engine, inbox_id)
-    except Exception:
-        log.exception("deliveries of inbox row %s not counted", inbox_id)
-        return 0
-
-
-def _release_delivery(inbox_id: str | None) -> None:
-    if inbox_id:
-        try:
-            inbox.release_delivery(store().engine, inbox_id)
-        except Exception:  # it then counts: a bound reached one retry early, never missed
-            log.exception("delivery of inbox row %s not released", inbox_id)
-
-
-def poison(deliveries: int) -> PoisonTrigger:
-    """The error a poison trigger is kept with: how many deliveries started, and the
-    last error, which for a delivery that ended its worker is that ending itself (no
-    exception came back from it)."""
-    return PoisonTrigger(
-        f"delivery {deliveries} refused: the {deliveries - 1} before it each ended their "
-        f"worker before finishing (DORMANT_MAX_DELIVERIES="
-        f"{app_module.settings.max_deliveries}); last error: the worker process ended "
-        "during the delivery (a hard time limit, a signal or out of memory)"
-    )
 
 
 def _run_job_here(job: DispatchJob, hostname: str | None) -> None:

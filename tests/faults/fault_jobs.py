@@ -7,10 +7,6 @@ the worker's environment (test code only; nothing here is in the product):
 key to (one ``write`` of one short line with ``O_APPEND``: lines never interleave), so a
 test counts job runs per key: a key seen twice is an at-least-once redelivery.
 
-``DORMANT_TEST_POISON_START`` — a start whose variables hold this name set to true
-never finishes: it sleeps and swallows the soft time limit (as a built-in that caught
-it would), so only the hard time limit ends it, with its pool process (issue 24, row 1).
-
 ``DORMANT_TEST_KILL_AT`` — SIGKILL this worker's whole process group, once (a marker
 file next to the log says it happened), at:
 
@@ -24,21 +20,17 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from celery import Task
-from celery.exceptions import SoftTimeLimitExceeded
 
-from dormant.persistence.store import Store
 from dormant.tasks import job_results, triggers
 from dormant.tasks.app import app
 from dormant.tasks.jobs import idempotency_key
 
 KILL_AT = os.environ.get("DORMANT_TEST_KILL_AT", "")
-POISON_START = os.environ.get("DORMANT_TEST_POISON_START", "")
 LOG = os.environ.get("DORMANT_TEST_JOB_LOG", "")
 
 
@@ -87,22 +79,6 @@ def _report_then_maybe_die(instance_id: str, trigger: Any, trigger_id: str) -> N
 if KILL_AT:
     triggers.publish_rows = _publish_rows_then_maybe_not  # type: ignore[assignment]
     job_results.report = _report_then_maybe_die  # type: ignore[assignment]
-
-_start = Store.start
-
-
-def _start_or_hang(self: Store, new: Any, *args: Any, **kwargs: Any) -> Any:
-    if new.variables.get(POISON_START) is True:
-        while True:
-            try:
-                time.sleep(60)
-            except SoftTimeLimitExceeded:
-                continue
-    return _start(self, new, *args, **kwargs)
-
-
-if POISON_START:
-    Store.start = _start_or_hang  # type: ignore[method-assign]
 
 
 def runs(log: Path) -> dict[str, int]:
