@@ -181,7 +181,7 @@ def test_a_trigger_stuck_on_a_lock_frees_its_slot_by_statement_timeout(pg_stack:
         pg_stack.wait_status(other, "completed")
         assert pg_stack.client.instance(victim).status == "active"
     assert pg_stack.wait_status(victim, "completed", timeout=60).variables["paid"] is True
-    assert "database unavailable, retrying" in pg_stack.procs[0].text()
+    assert "transient failure, retrying" in pg_stack.procs[0].text()
 
 
 def test_a_trigger_past_its_soft_time_limit_frees_its_slot_and_is_not_lost(
