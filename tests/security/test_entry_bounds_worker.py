@@ -63,18 +63,20 @@ def test_a_greedy_builtin_is_an_incident_never_a_completed_instance(pg_stack: St
     """Before: ``distinct values`` over 3,000 ranges ran 8 s uncharged; the soft time
     limit fired inside it, was swallowed into null, and the instance completed with
     ``n`` = null. Now the step budget stops it (and a soft time limit there would be an
-    incident too)."""
+    incident too). The time limits are well above what the budget takes even on a busy
+    machine: the step runs in the start, and a start stopped by its soft time limit is a
+    failed trigger with no instance to carry an incident."""
     start_worker(
         pg_stack,
         env={
-            "DORMANT_TRIGGER_SOFT_TIME_LIMIT_SECONDS": "2",
-            "DORMANT_TRIGGER_TIME_LIMIT_SECONDS": "8",
+            "DORMANT_TRIGGER_SOFT_TIME_LIMIT_SECONDS": "25",
+            "DORMANT_TRIGGER_TIME_LIMIT_SECONDS": "35",
         },
         args=("--concurrency", "1"),
     )
     pg_stack.client.deploy(GREEDY)
     instance = pg_stack.client.start("eb-greedy")
-    view = pg_stack.wait_status(instance, "active_incidents", timeout=40)
+    view = pg_stack.wait_status(instance, "active_incidents", timeout=60)
     [incident] = view.incidents
     assert incident.node_id == "calc"
     assert incident.cause_class in ("ExpressionError", "SoftTimeLimitExceeded")
