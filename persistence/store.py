@@ -64,7 +64,7 @@ from dormant.engine_core.errors import (
 from dormant.engine_core.inputs import check_text, check_variables
 from dormant.engine_core.operations import projected_waits
 from dormant.engine_core.triggers import MigrateInstance, Start, Trigger
-from dormant.persistence import clock, migrate, round_trips
+from dormant.persistence import clock, migrate, round_trips, savepoints
 from dormant.persistence.db import make_engine, read_only
 from dormant.persistence.decisions import DecisionCache
 from dormant.persistence.deployments import Deployment, Deployments
@@ -438,7 +438,13 @@ class Store:
     @contextmanager
     def _tx(self) -> Iterator[Connection]:
         """A write transaction (BEGIN IMMEDIATE on SQLite); on PostgreSQL its BEGIN and
-        COMMIT ride with its first and last statements (persistence/round_trips.py)."""
+        COMMIT ride with its first and last statements (persistence/round_trips.py).
+        Inside a batch (persistence/savepoints.py) it is a savepoint of the batch's."""
+        batch = savepoints.joined(self.engine)
+        if batch is not None:
+            with batch.begin_nested():
+                yield batch
+            return
         if not self.is_postgres:
             with self.engine.begin() as conn:
                 yield conn

@@ -74,6 +74,7 @@ __all__ = [
     "job_failed",
     "observe_trigger",
     "outcome_of",
+    "record_refusal",
     "record_trigger",
     "registry",
     "serve",
@@ -204,6 +205,13 @@ def record_trigger(kind: str, result: TriggerResult | None, seconds: float | Non
     return outcome
 
 
+def record_refusal(kind: str, exc: BaseException) -> None:
+    """Count one trigger whose apply raised (the shell then retries or keeps it)."""
+    outcome = _outcome_of_exception(exc)
+    TRIGGERS_APPLIED.labels(kind, outcome).inc()
+    tracing.annotate(outcome, [])
+
+
 def observe_trigger(run: Callable[..., None]) -> Callable[..., str | None]:
     """Wrap the trigger tasks' shell (``tasks.triggers._run``): time the apply, count
     its outcome, open its trace span around the whole task (so what it publishes after
@@ -235,9 +243,7 @@ def observe_trigger(run: Callable[..., None]) -> Callable[..., str | None]:
                 run(task, kind, watched, *a, **kw)
             finally:
                 if "error" in seen:
-                    outcome = _outcome_of_exception(seen["error"])
-                    TRIGGERS_APPLIED.labels(kind, outcome).inc()
-                    tracing.annotate(outcome, [])
+                    record_refusal(kind, seen["error"])
                 elif "result" in seen:
                     record_trigger(kind, seen["result"], seen["seconds"])
         return summary(seen.get("result")) if "error" not in seen else None

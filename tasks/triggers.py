@@ -67,7 +67,7 @@ from dormant.persistence.store import JobRun, NewInstance
 from dormant.persistence.tables import audit_log
 from dormant.persistence.writes import Writes
 from dormant.tasks import app as app_module
-from dormant.tasks import wire
+from dormant.tasks import drain, wire
 from dormant.tasks.app import app, marks_redeliveries, store
 from dormant.tasks.job_dispatch import (
     dispatch,
@@ -140,6 +140,8 @@ class _JobBeforeStart:
         request = task.request
         if request.is_eager or request.called_directly or not some_job_type_is_eager():
             return None
+        if drain.collecting():  # taken into a batch: its locks wait for no job
+            return None
         if not marks_redeliveries(app_module.settings.broker_url):
             return None
         if request.retries or (request.delivery_info or {}).get("redelivered"):
@@ -183,7 +185,7 @@ def _run(
     began = time.monotonic()
     tid = trigger_id or inbox_id or task.request.id or "eager"
     try:
-        result = call(tid, clock.now())
+        result = drain.applied(task, kind, call, tid, alone=job_before is not None)
     except OperatorError as exc:
         if not operator:
             return _keep(task, kind, exc, tid, inbox_id, instance_id)
