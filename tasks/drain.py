@@ -118,8 +118,11 @@ def applied(task: Task, kind: str, call: Call, tid: str, *, alone: bool = False)
         item.kind, item.call, item.tid = kind, call, tid
         raise _Collected
     if phase == "replay" and item is not None:
+        # Counted here, inside the trigger's span (its shell's own count saw no call).
         if item.ok:
+            metrics.record_trigger(item.kind, item.outcome, item.seconds)
             return item.outcome
+        metrics.record_refusal(item.kind, item.outcome)
         raise item.outcome
     if phase is None and not alone and _may_batch(task):
         return _batch(task, kind, call, tid)
@@ -186,7 +189,7 @@ def _collect(message: Any, hostname: str | None) -> _Item:
         return _Item(None, {}, message)
     item = _Item(task, request, message, order=_order(name, args, kwargs))
     _pass.phase, _pass.item = "collect", item
-    task.push_request(**request)
+    task.push_request(**request, **{metrics.BATCH_COLLECT: True})
     try:
         task.run(*args, **kwargs)
     except _Collected:
@@ -217,10 +220,6 @@ def _replay(item: _Item) -> None:
     finally:
         task.pop_request()
         _pass.phase = _pass.item = None
-    if item.ok:
-        metrics.record_trigger(item.kind, item.outcome, item.seconds)
-    else:
-        metrics.record_refusal(item.kind, item.outcome)
     try:
         item.message.ack()
     except Exception:  # delivered again, and recognised as applied by its trigger id

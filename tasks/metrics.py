@@ -64,6 +64,7 @@ from dormant.persistence.tables import incidents as incident_table
 from dormant.tasks import tracing
 
 __all__ = [
+    "BATCH_COLLECT",
     "CONSOLE_SIGN_IN_LOCKOUTS",
     "DatabaseCollector",
     "applied_of",
@@ -205,6 +206,10 @@ def record_trigger(kind: str, result: TriggerResult | None, seconds: float | Non
     return outcome
 
 
+# The request attribute that marks a batch's first pass over a taken trigger.
+BATCH_COLLECT = "dormant_batch_collect"
+
+
 def record_refusal(kind: str, exc: BaseException) -> None:
     """Count one trigger whose apply raised (the shell then retries or keeps it)."""
     outcome = _outcome_of_exception(exc)
@@ -225,6 +230,11 @@ def observe_trigger(run: Callable[..., None]) -> Callable[..., str | None]:
     def wrapper(
         task: Any, kind: str, call: Callable[[str, datetime], Any], *a: Any, **kw: Any
     ) -> str | None:
+        if getattr(task.request, BATCH_COLLECT, False):
+            # A batch's first pass over a taken trigger (tasks/drain.py): it only hands
+            # its call over; its span and count come with the pass after the commit.
+            run(task, kind, call, *a, **kw)
+            return None
         seen: dict[str, Any] = {}
 
         def watched(tid: str, now: datetime) -> Any:

@@ -216,6 +216,28 @@ def test_a_failing_trigger_rolls_back_only_its_own_savepoint(batched: Stack) -> 
     assert _queue_empty(s), "every trigger of the batch acknowledged, the failed one too"
 
 
+def test_a_message_the_batch_cannot_take_is_queued_again_as_it_came(batched: Stack) -> None:
+    """A signal queued between two ticks ends the poll: published again (same task
+    id, a fresh delivery) behind the second tick, and run as a task of its own."""
+    s = batched
+    ids = _instances(s, 2)
+    before = _revisions(s, ids)
+    s.client.send_message("batch-tick", correlation_key=ids[0])
+    s.client.signal("batch-nobody-listens")
+    s.client.send_message("batch-tick", correlation_key=ids[1])
+    # Each tick finds the signal behind it, queues it again behind the rest and is
+    # applied alone; then the signal runs: three deliveries, each message once.
+    assert _deliver_here(s) == 3
+    assert _revisions(s, ids) == {i: before[i] + 1 for i in ids}
+    assert _queue_empty(s)
+    with s.client._store.engine.connect() as conn:
+        inbox_left = conn.execute(
+            text("SELECT count(*) FROM inbox WHERE kind = :k AND processed_at IS NULL"),
+            {"k": "dormant.signal"},
+        ).scalar_one()
+    assert inbox_left == 0, "the signal, queued again, was applied as a task of its own"
+
+
 def test_two_workers_batching_the_same_instances_apply_each_trigger_once(batched: Stack) -> None:
     s = batched
     ids = _instances(s, 3)
