@@ -178,7 +178,7 @@ class Deployments:
         self._db = db
         self._definitions: dict[tuple[str, int], ProcessDefinition] = {}
         # The latest version of each key this process has looked up (a guess for a
-        # start to come: ``Store._may_run_a_job_first``).
+        # start to come: ``Store.may_run_a_job_first``).
         self._latest_seen: dict[str, ProcessDefinition] = {}
         # (count of deployments, (kind, name) -> the processes it starts): latest_starts.
         self._starts_index: (

@@ -491,7 +491,7 @@ class Store:
         if new.business_key is not None:
             check_text(new.business_key, "business key", limits)
         try:
-            if job_first is not None and self._may_run_a_job_first(new.key, new.version, job_first):
+            if job_first is not None and self.may_run_a_job_first(new.key, new.version, job_first):
                 applied = self._start_job_first(new, now, job_first)
             else:
                 with self.outbox.published_jobs.riding() as ride, self._tx() as conn:
@@ -595,7 +595,7 @@ class Store:
             writes.add(insert(instances).values(documents()))
         return self._write_step(writes, written)
 
-    def _may_run_a_job_first(self, key: str, version: int | None, job_first: RunJobFirst) -> bool:
+    def may_run_a_job_first(self, key: str, version: int | None, job_first: RunJobFirst) -> bool:
         """Is ``_start_job_first`` worth it? When no job runs first, its definition read
         is a statement and a server transaction of its own, where the ordinary start
         sends it with its BEGIN. So only for a model of ``key`` this process has loaded

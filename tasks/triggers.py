@@ -326,6 +326,8 @@ def start(
     """
 
     job_before = _JobBeforeStart.for_task(self)
+    if job_before is not None and not store().may_run_a_job_first(key, version, job_before):
+        job_before = None  # no job of the model would run first: free to share a batch
 
     def call(tid: str, now: datetime) -> Any:
         try:
