@@ -137,12 +137,11 @@ def _may_batch(task: Task) -> bool:
 
 
 def _batch(task: Task, kind: str, call: Call, tid: str) -> Any:
-    hostname = task.request.hostname
     request = task.request
     first = _Item(
         task, {}, None, kind, call, tid, order=_order(task.name, request.args, request.kwargs)
     )
-    taken = [_collect(message, hostname) for message in _take()]
+    taken = [_collect(message, request.hostname) for message in _take()]
     items = [first] + [item for item in taken if item.call is not None]
     if len(items) == 1:
         return call(tid, clock.now())
@@ -315,7 +314,21 @@ def _take() -> list[Any]:
 def _publish_again(message: Any) -> None:
     """Hand a message the batch does not apply back to the queue as it came (a fresh
     delivery: same body, headers and task id), then acknowledge the copy taken. A
-    crash in between delivers it twice, which every task here tolerates."""
+    crash in between delivers it twice, which every task here tolerates. If the
+    broker refuses the publish, the message is given back to it instead."""
+    try:
+        _publish_copy(message)
+    except Exception:
+        log.warning("a taken message could not be queued again; giving it back", exc_info=True)
+        _give_back(message)
+        return
+    try:
+        message.ack()
+    except Exception:  # delivered again later: a duplicate, which it tolerates
+        log.warning("a message queued again was not acknowledged", exc_info=True)
+
+
+def _publish_copy(message: Any) -> None:
     info = message.delivery_info or {}
     properties = dict(message.properties or {})
     properties.pop("delivery_info", None)
@@ -333,7 +346,6 @@ def _publish_again(message: Any) -> None:
         declare=[QUEUE],
         **{k: v for k, v in properties.items() if k in _PROPERTIES},
     )
-    message.ack()
 
 
 _PROPERTIES = frozenset({"correlation_id", "reply_to", "priority", "delivery_mode"})
