@@ -26,7 +26,9 @@ the margin between two runs on a shared machine (a neighbour's load, PostgreSQL'
 checkpoints). Targets (issue 25): the median of the rounds' (c)/(b) >= 1.0, the median
 of (d) >= 250 completed instances/s, and beside it start -> completed latency at half
 that capacity (p50 <= 50 ms, p99 <= 250 ms; bench_latency's method); (d') the in-place
-job path printed beside (d), not instead of it; (e) against <= 1.5x the floor.
+job path printed beside (d), not instead of it; (e) against <= 1.5x the floor. Beside
+(c) in every round, (c) again with batches off (``DORMANT_TRIGGER_BATCH_MAX=1``): what
+the batches themselves are worth on the same machine at the same moment.
 
 Writes, counted for (c) and (d): every commit of the worker's pool processes
 (bench/sqlcount.py's commit log, armed through the worker's environment) and of this
@@ -372,7 +374,13 @@ def main() -> int:
         default=None,
         help="the latency load at half capacity, s (default 20; quick 5; 0 skips it)",
     )
+    ap.add_argument(
+        "--no-unbatched",
+        action="store_true",
+        help="skip (c) with batches off (DORMANT_TRIGGER_BATCH_MAX=1) beside (c) each round",
+    )
     args = ap.parse_args()
+    unbatched = not args.no_unbatched
     latency_seconds = (
         args.latency_seconds if args.latency_seconds is not None else (5.0 if args.quick else 20.0)
     )
@@ -444,7 +452,7 @@ def main() -> int:
 
         client = Client(database_url=database_url, broker_url=broker_url)
 
-        def message_round(tag: str) -> tuple[float, Any, Any, float]:
+        def message_round(tag: str, batch_max: str | None = None) -> tuple[float, Any, Any, float]:
             """(c) N instances waiting on the message catch (started by a worker: setup,
             printed for the record), then N messages sent through the Client and
             drained by a fresh worker: the rate, the Client's and the worker's counts."""
@@ -490,6 +498,14 @@ def main() -> int:
             producer_counter.close()
 
             def drain_messages() -> float:
+                if batch_max is not None:  # the worker inherits it (harness.env_with)
+                    os.environ["DORMANT_TRIGGER_BATCH_MAX"] = batch_max
+                try:
+                    return drain_messages_now()
+                finally:
+                    os.environ.pop("DORMANT_TRIGGER_BATCH_MAX", None)
+
+            def drain_messages_now() -> float:
                 secs, worker = harness.drain(
                     r,
                     tasks_app.QUEUE.name,
@@ -501,7 +517,8 @@ def main() -> int:
 
             secs, msg_worker, msg_xacts = counted_drain(store, sql_log, drain_messages, n)
             common.line(
-                "(c)   dormant message trigger through the Client",
+                "(c)   dormant message trigger through the Client"
+                + ("" if batch_max is None else f", batches off (at most {batch_max})"),
                 f"{n / secs:8.0f} triggers/s ({n} in {secs:.2f} s)",
             )
             return n / secs, sent, msg_worker, msg_xacts
@@ -540,6 +557,7 @@ def main() -> int:
         # that comes and goes (or PostgreSQL's checkpoint) falls on all; the targets are
         # judged on the medians of the rounds.
         round_ratios: list[float] = []
+        batch_gains: list[float] = []
         service_rates: list[float] = []
         counted_round: tuple[Any, Any, float] | None = None
         counted_service: tuple[Any, float] | None = None
@@ -563,6 +581,10 @@ def main() -> int:
                 floor_rate = jsonb_floor()
             round_ratios.append(message_rate / floor_rate)
             common.line("    round ratio (c)/(b)", f"{round_ratios[-1]:.2f}")
+            if unbatched:
+                single_rate, *_ = message_round(f"{k}u", batch_max="1")
+                batch_gains.append(message_rate / single_rate)
+                common.line("    round ratio (c) / (c) with batches off", f"{batch_gains[-1]:.2f}")
             # (d) one-service-task process: start -> job (through the broker) -> result.
             service_rate, job_counted, job_xacts_k = service_instances(
                 "bench_service", f"s{k}", "dormant-worker-2"
@@ -618,6 +640,14 @@ def main() -> int:
             ">=",
             MESSAGE_FLOOR_TARGET,
         )
+        if batch_gains:
+            common.line(
+                "ratio message triggers, batched / batches off (DORMANT_TRIGGER_BATCH_MAX=1), "
+                f"same rounds (median of {rounds}: "
+                + ", ".join(f"{x:.2f}" for x in batch_gains)
+                + ")",
+                f"{common.median(batch_gains):.2f}",
+            )
         common.line(
             "ratio locked-JSONB / no-op (for reference; plain Celery on an idle host: 0.48)",
             f"{rates['locked 2 KB JSONB update'] / rates['no-op Celery task']:.2f}",
