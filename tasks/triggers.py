@@ -79,8 +79,8 @@ from dormant.tasks.job_dispatch import (
 from dormant.tasks.metrics import observe_trigger
 from dormant.tasks.outbox import consumed, publish_keeping_a_job, publish_rows
 from dormant.tasks.sweeps import relay
-from dormant.tasks.transient import MAX_TRANSIENT_RETRIES, is_transient
 from dormant.tasks.transient import backoff as transient_backoff
+from dormant.tasks.transient import is_transient, may_retry
 
 __all__ = [
     "apply_trigger",
@@ -192,10 +192,13 @@ def _run(
         consumed(task.request)
         raise
     except Exception as exc:
-        if is_transient(exc) and task.request.retries < MAX_TRANSIENT_RETRIES:
+        settings = app_module.settings
+        if may_retry(exc, task.request.retries, settings):
             log.info("trigger=%s transient failure, retrying: %s", kind, type(exc).__name__)
             raise task.retry(
-                exc=exc, countdown=transient_backoff(task.request.retries), max_retries=None
+                exc=exc,
+                countdown=transient_backoff(task.request.retries, settings),
+                max_retries=None,
             ) from exc
         if is_transient(exc):
             log.error("trigger=%s gave up after %s transient errors", kind, task.request.retries)
