@@ -17,6 +17,7 @@ so that every path (trigger tasks, the batch of fires, job results) retries alik
 from __future__ import annotations
 
 import random
+import sys
 
 from kombu.exceptions import OperationalError as KombuOperationalError
 from sqlalchemy.exc import DBAPIError, OperationalError
@@ -24,12 +25,19 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from dormant.persistence.settings import Settings
 
 __all__ = [
+    "RETRY_UNBOUNDED",
     "TRANSIENT_SQLSTATES",
     "TRANSIENT_SQLSTATE_CLASSES",
     "backoff",
     "is_transient",
     "may_retry",
 ]
+
+RETRY_UNBOUNDED = sys.maxsize
+"""``max_retries`` for ``Task.retry`` when dormant bounds the retries itself (with
+``may_retry``) or wants none (a failed trigger that cannot be written yet). Celery reads
+``max_retries=None`` as "the task's default", 3, after which the retry raises the
+exception instead: a fourth transient failure ended the task there."""
 
 TRANSIENT_SQLSTATES = frozenset(
     {

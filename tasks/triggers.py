@@ -79,8 +79,8 @@ from dormant.tasks.job_dispatch import (
 from dormant.tasks.metrics import observe_trigger
 from dormant.tasks.outbox import consumed, publish_keeping_a_job, publish_rows
 from dormant.tasks.sweeps import relay
+from dormant.tasks.transient import RETRY_UNBOUNDED, is_transient, may_retry
 from dormant.tasks.transient import backoff as transient_backoff
-from dormant.tasks.transient import is_transient, may_retry
 
 __all__ = [
     "apply_trigger",
@@ -198,7 +198,7 @@ def _run(
             raise task.retry(
                 exc=exc,
                 countdown=transient_backoff(task.request.retries, settings),
-                max_retries=None,
+                max_retries=RETRY_UNBOUNDED,
             ) from exc
         if is_transient(exc):
             log.error("trigger=%s gave up after %s transient errors", kind, task.request.retries)
@@ -260,7 +260,7 @@ def _keep(
     except Exception as keep_exc:
         log.error("trigger=%s failed and could not be kept (%s); retrying", kind, keep_exc)
         raise task.retry(
-            exc=exc, countdown=retry_backoff(min(request.retries, 6)), max_retries=None
+            exc=exc, countdown=retry_backoff(min(request.retries, 6)), max_retries=RETRY_UNBOUNDED
         ) from exc
     _processed(inbox_id)
     consumed(request)
