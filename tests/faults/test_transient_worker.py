@@ -8,14 +8,19 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
+from sqlalchemy import insert
 
+from dormant.persistence import clock
+from dormant.persistence.tables import processed_triggers
 from tests.faults.kit import included_worker, worker_with
 from tests.faults.test_faults import loop_instances
 from tests.integration.conftest import Stack, wait_for
 from tests.integration.test_incidents import flaky, linear
+from tests.security.test_plain_celery import bare_send_task
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration]
 
@@ -81,3 +86,53 @@ def test_a_job_result_held_off_by_a_lock_heals_under_the_settings_budget(
         holder.rollback()
     s.wait_status(iid, "completed", 60)
     assert s.client.failed_triggers(iid) == [], s.diagnostics(iid)
+
+
+def test_an_overtaken_failed_trigger_is_listed_but_no_longer_flags(fstack: Stack) -> None:
+    """A failed trigger flags its instance until the instance moves on (a later trigger
+    applied) or its own trigger id is applied after all; then it stays listed, marked
+    overtaken, droppable, and the instance is no longer flagged."""
+    s = fstack
+    s.worker()
+    name, ids = loop_instances(s, 1)
+    ((key, iid),) = ids.items()
+
+    def fail(trigger_id: str) -> Any:
+        bare_send_task(
+            s,
+            "dormant.apply_trigger",
+            kwargs={
+                "instance_id": iid,
+                "trigger_json": {"kind": "nonsense"},
+                "trigger_id": trigger_id,
+            },
+        )
+        return wait_for(
+            lambda: [f for f in s.client.failed_triggers(iid) if f.trigger_id == trigger_id],
+            30,
+            0.1,
+            f"failed trigger {trigger_id} kept",
+        )[0]
+
+    first = fail("bad-1")
+    assert not first.overtaken and s.client.instance(iid).failed_triggers == 1
+    # The same trigger id applied after all (as a redelivery that succeeded records it).
+    with s.client._store.engine.begin() as conn:
+        conn.execute(
+            insert(processed_triggers).values(instance_id=iid, trigger_id="bad-1", at=clock.now())
+        )
+    assert s.client.failed_triggers(iid)[0].overtaken
+    assert s.client.instance(iid).failed_triggers == 0
+
+    second = fail("bad-2")
+    assert not second.overtaken and s.client.instance(iid).failed_triggers == 1
+    s.client.send_message(name, key, message_id="after-1", ttl=300)
+    wait_for(lambda: int(s.client.instance(iid).variables.get("n", 0)) == 1, 60, 0.2, "moved on")
+    listed = s.client.failed_triggers(iid)
+    assert {f.trigger_id: f.overtaken for f in listed} == {"bad-1": True, "bad-2": True}
+    assert s.client.instance(iid).failed_triggers == 0
+    shown = s.run_cli("instances", "show", iid).stdout
+    assert "flagged" not in shown, shown
+    assert "no: overtaken" in s.run_cli("triggers", "list", "--failed", "--instance", iid).stdout
+    s.client.drop_trigger(second.id)
+    assert [f.trigger_id for f in s.client.failed_triggers(iid)] == ["bad-1"]
