@@ -775,12 +775,15 @@ class Client:
         return parked.parked_rows(self._store.engine)
 
     def retry_parked(self, ref: str) -> None:
-        """Unpark ``ref`` (``inbox:<id>`` / ``outbox:<id>``): the next sweep sends it."""
+        """Unpark ``ref`` (``inbox:<id>`` / ``outbox:<id>``): the next sweep sends it.
+        Audited like every operator action (docs/operations.md "Audit trail")."""
         parked.retry(self._store.engine, ref)
+        self._command("parked_retry", target=ref, done=True)
 
     def drop_parked(self, ref: str) -> None:
-        """Delete parked row ``ref`` for good: what it held is never sent."""
+        """Delete parked row ``ref`` for good: what it held is never sent. Audited."""
         parked.drop(self._store.engine, ref)
+        self._command("parked_drop", target=ref, done=True)
 
 
 def _is_path(path_or_xml: str | bytes | Path) -> bool:
