@@ -118,7 +118,13 @@ def unencodable(what: str = "set", **_: Any) -> Any:
 
 @app.task(name="fault-oom")
 def out_of_memory(**_: Any) -> dict[str, Any]:
-    """Asks for a petabyte: a real ``MemoryError``, more than any address space holds."""
+    """Asks for a petabyte: a real ``MemoryError``, more than any address space holds.
+    First writes its process id to ``DORMANT_TEST_JOB_LOG`` + ``.oom-pids``, so a test
+    sees that process replaced afterwards."""
+    if LOG:
+        fd = os.open(LOG + ".oom-pids", os.O_CREAT | os.O_APPEND | os.O_WRONLY)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        os.close(fd)
     block = bytearray(1 << 50)
     return {"size": len(block)}
 
