@@ -105,23 +105,16 @@ def test_parked_rows_are_listed_then_retried_and_dropped_once_confirmed(
     assert f"error: no parked row '{in_ref}'" in html.unescape(again.text)
     assert tc.post("/parked/nonsense", data={"csrf": token}).status_code == 404
 
-
-def test_a_read_only_console_shows_no_button_and_refuses_the_action(db_url: str) -> None:
+    # Read-only: the rows listed, no button, the action refused, nothing changed.
     from starlette.testclient import TestClient
 
-    from dormant.tasks.client import Client
     from dormant.tasks.console import create_app
     from dormant.tasks.console.config import ConsoleConfig
 
-    client = Client(db_url, "memory://")
-    try:
-        in_ref, _ = _park_two(client)
-        app = create_app(ConsoleConfig(secret="s", read_only=True), client=client)
-        with TestClient(app, base_url="http://127.0.0.1", client=("127.0.0.1", 50000)) as tc:
-            page = tc.get("/parked").text
-            assert f'data-ref="{in_ref}"' in page and 'data-action="parked-drop"' not in page
-            refused = tc.post("/parked/drop", data={"ref": in_ref, "confirm": "1"})
-            assert refused.status_code == 403
-        assert in_ref in {p.ref for p in client.parked_rows()}
-    finally:
-        client._store.close()
+    ref, _ = _park_two(client)
+    app = create_app(ConsoleConfig(secret="s", read_only=True), client=client)
+    with TestClient(app, base_url="http://127.0.0.1", client=("127.0.0.1", 50000)) as ro:
+        page = ro.get("/parked").text
+        assert f'data-ref="{ref}"' in page and 'data-action="parked-drop"' not in page
+        assert ro.post("/parked/drop", data={"ref": ref, "confirm": "1"}).status_code == 403
+    assert ref in {p.ref for p in client.parked_rows()}
