@@ -49,6 +49,7 @@ from dormant.engine_core.checkpoint import IncidentState
 from dormant.engine_core.errors import InvalidOperation, UnknownFailedTrigger
 from dormant.engine_core.states import FLAGGED
 from dormant.engine_core.views import FailedTriggerView
+from dormant.persistence import deliveries
 from dormant.persistence.db import Transactions
 from dormant.persistence.tables import (
     facts,
@@ -329,6 +330,8 @@ class FailedTriggers:
                         id=inbox_id, kind=view.task, payload=payload, created_at=now
                     )
                 )
+                if view.trigger_id:  # its deliveries counted from zero again
+                    deliveries.forget(conn, view.trigger_id)
         except SQLAlchemyError as exc:
             raise InvalidOperation(
                 f"failed trigger {failed_id} cannot be sent again as it is "

@@ -85,6 +85,7 @@ ENV_VARS: dict[str, str] = {
     "max_checkpoint_bytes": "DORMANT_MAX_CHECKPOINT_BYTES",
     "max_tokens": "DORMANT_MAX_TOKENS",
     "unmatched_messages_kept": "DORMANT_UNMATCHED_MESSAGES_KEPT",
+    "max_deliveries": "DORMANT_MAX_DELIVERIES",
     "unmatched_messages_retention_seconds": "DORMANT_UNMATCHED_MESSAGES_RETENTION_SECONDS",
     "transient_retries": "DORMANT_TRANSIENT_RETRIES",
     "transient_backoff_seconds": "DORMANT_TRANSIENT_BACKOFF_SECONDS",
@@ -228,6 +229,10 @@ class Settings(BaseModel):
     transient_retries: int = 8
     transient_backoff_seconds: float = 0.5
     transient_backoff_max_seconds: float = 15.0
+    # Deliveries of one trigger that may start; the next one is not applied: the trigger
+    # is kept as a PoisonTrigger (persistence/deliveries.py; docs/limits.md, "What an
+    # operator sees: poison triggers").
+    max_deliveries: int = 3
 
     @field_validator("audit_retention_days")
     @classmethod
@@ -292,7 +297,9 @@ class Settings(BaseModel):
             for name, s in self.job_types.items()
         }
 
-    @field_validator("step_budget", "max_loop_items", "max_tokens", "unmatched_messages_kept")
+    @field_validator(
+        "step_budget", "max_loop_items", "max_tokens", "unmatched_messages_kept", "max_deliveries"
+    )
     @classmethod
     def _budget(cls, value: int) -> int:
         if value < 1:

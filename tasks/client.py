@@ -72,6 +72,7 @@ from dormant.persistence.store import Store
 from dormant.persistence.unmatched import MessageReceipt
 from dormant.tasks import wire
 from dormant.tasks.client_operations import Operations
+from dormant.tasks.transient import retry_database
 from dormant.tasks.wire import Send
 
 __all__ = ["ENV_ACTOR", "Client", "default_actor"]
@@ -195,10 +196,15 @@ class Client:
         ]
         # An operator action's ``accepted`` row commits with its inbox row: neither
         # without the other (docs/operations.md, "Audit trail").
-        inbox_ids = inbox.record_many(
-            self._store.engine,
-            triggers,
-            also=(lambda conn: audit.record(conn, accepted)) if accepted else None,
+        inbox_ids = retry_database(
+            lambda: inbox.record_many(
+                self._store.engine,
+                triggers,
+                also=(lambda conn: audit.record(conn, accepted)) if accepted else None,
+            ),
+            self._database_patience(),
+            f"{triggers[0].task if triggers else 'trigger'} not sent",
+            self.settings,
         )
         with pooled_producer(self.settings.broker_url) as producer:
             for inbox_id, (task, routing_key, kwargs) in zip(inbox_ids, triggers, strict=True):
@@ -299,11 +305,22 @@ class Client:
         if business_key is not None:
             check_text(business_key, "business key", self._limits)
         if key not in self._known_keys:
-            self._definition(key)
+            retry_database(
+                lambda: self._definition(key),
+                self._database_patience(),
+                f"start of {key!r}",
+                self.settings,
+            )
             # A deployed key stays deployed (versions are never deleted): one lookup
             # per key and Client, not one per start.
             self._known_keys.add(key)
         return wire.start(key, uuid.uuid4().hex, variables, business_key=business_key)
+
+    def _database_patience(self) -> float:
+        """How long a send waits out a locked or unreachable database before it says so
+        (tasks/transient.py ``retry_database``): two whole statement timeouts, so a
+        producer queued behind the workers' writes on SQLite gets its turn."""
+        return 2 * self.settings.db_statement_timeout_seconds
 
     def _definition(self, key: str) -> Any:
         try:

@@ -17,11 +17,16 @@ so that every path (trigger tasks, the batch of fires, job results) retries alik
 from __future__ import annotations
 
 import random
+import sqlite3
 import sys
+import time
+from collections.abc import Callable
+from typing import TypeVar
 
 from kombu.exceptions import OperationalError as KombuOperationalError
 from sqlalchemy.exc import DBAPIError, OperationalError
 
+from dormant.engine_core.errors import DatabaseUnavailable, DormantError
 from dormant.persistence.settings import Settings
 
 __all__ = [
@@ -31,7 +36,10 @@ __all__ = [
     "backoff",
     "is_transient",
     "may_retry",
+    "retry_database",
 ]
+
+T = TypeVar("T")
 
 RETRY_UNBOUNDED = sys.maxsize
 """``max_retries`` for ``Task.retry`` when dormant bounds the retries itself (with
@@ -91,6 +99,8 @@ def is_transient(exc: BaseException) -> bool:
         return isinstance(exc, OperationalError)
     if isinstance(exc, ConnectionError | TimeoutError):
         return True
+    if isinstance(exc, sqlite3.OperationalError):  # raised bare where SQLAlchemy wraps nothing
+        return "locked" in str(exc) or "busy" in str(exc)
     return _broker_connection_error(exc)
 
 
@@ -108,3 +118,35 @@ def backoff(retries: int, settings: Settings, *, rng: random.Random | None = Non
     cap = settings.transient_backoff_max_seconds
     ceiling = min(cap, base * 2 ** min(max(0, retries), 64))
     return (rng or random).uniform(ceiling / 2, ceiling)
+
+
+def retry_database(work: Callable[[], T], seconds: float, what: str, settings: Settings) -> T:
+    """``work`` (a producer's database call, which writes all or nothing), tried again
+    while it fails transiently, for about ``seconds`` in all; then ``DatabaseUnavailable``
+    naming the cause, never the driver's own traceback. On the embedded SQLite default a
+    producer waits for the one write lock behind the workers (issue 24, row 1: a raw
+    "database is locked" reached ``Client.start``); a deterministic error is raised at
+    once, as it is."""
+    began = time.monotonic()
+    tries = 0
+    while True:
+        try:
+            return work()
+        except DormantError:
+            raise
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            tries += 1
+            pause = backoff(tries - 1, settings)
+            spent = time.monotonic() - began
+            if spent + pause > seconds:
+                cause = str(getattr(exc, "orig", None) or exc).splitlines()[0][:200]
+                raise DatabaseUnavailable(
+                    f"{what}: the database stayed unavailable for {spent:.1f} s over {tries} "
+                    f"tries ({type(getattr(exc, 'orig', None) or exc).__name__}: {cause}); "
+                    "nothing was written, so sending it again later is safe. On the embedded "
+                    "SQLite default the workers hold its one write lock; PostgreSQL serves "
+                    'concurrent producers (docs/limits.md, "Time limits")'
+                ) from exc
+            time.sleep(pause)
