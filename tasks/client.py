@@ -204,6 +204,7 @@ class Client:
             ),
             self._database_patience(),
             f"{triggers[0].task if triggers else 'trigger'} not sent",
+            self.settings,
         )
         with pooled_producer(self.settings.broker_url) as producer:
             for inbox_id, (task, routing_key, kwargs) in zip(inbox_ids, triggers, strict=True):
@@ -305,7 +306,10 @@ class Client:
             check_text(business_key, "business key", self._limits)
         if key not in self._known_keys:
             retry_database(
-                lambda: self._definition(key), self._database_patience(), f"start of {key!r}"
+                lambda: self._definition(key),
+                self._database_patience(),
+                f"start of {key!r}",
+                self.settings,
             )
             # A deployed key stays deployed (versions are never deleted): one lookup
             # per key and Client, not one per start.
@@ -788,12 +792,15 @@ class Client:
         return parked.parked_rows(self._store.engine)
 
     def retry_parked(self, ref: str) -> None:
-        """Unpark ``ref`` (``inbox:<id>`` / ``outbox:<id>``): the next sweep sends it."""
+        """Unpark ``ref`` (``inbox:<id>`` / ``outbox:<id>``): the next sweep sends it.
+        Audited like every operator action (docs/operations.md "Audit trail")."""
         parked.retry(self._store.engine, ref)
+        self._command("parked_retry", target=ref, done=True)
 
     def drop_parked(self, ref: str) -> None:
-        """Delete parked row ``ref`` for good: what it held is never sent."""
+        """Delete parked row ``ref`` for good: what it held is never sent. Audited."""
         parked.drop(self._store.engine, ref)
+        self._command("parked_drop", target=ref, done=True)
 
 
 def _is_path(path_or_xml: str | bytes | Path) -> bool:

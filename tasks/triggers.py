@@ -85,7 +85,7 @@ from dormant.tasks.job_dispatch import (
 from dormant.tasks.metrics import observe_trigger
 from dormant.tasks.outbox import consumed, publish_keeping_a_job, publish_rows
 from dormant.tasks.sweeps import relay
-from dormant.tasks.transient import MAX_TRANSIENT_RETRIES, is_transient
+from dormant.tasks.transient import RETRY_UNBOUNDED, is_transient, may_retry
 from dormant.tasks.transient import backoff as transient_backoff
 
 __all__ = [
@@ -202,10 +202,13 @@ def _run(
         consumed(task.request)
         raise
     except Exception as exc:
-        if is_transient(exc) and task.request.retries < MAX_TRANSIENT_RETRIES:
+        settings = app_module.settings
+        if may_retry(exc, task.request.retries, settings):
             log.info("trigger=%s transient failure, retrying: %s", kind, type(exc).__name__)
             raise task.retry(
-                exc=exc, countdown=transient_backoff(task.request.retries), max_retries=None
+                exc=exc,
+                countdown=transient_backoff(task.request.retries, settings),
+                max_retries=RETRY_UNBOUNDED,
             ) from exc
         if is_transient(exc):
             log.error("trigger=%s gave up after %s transient errors", kind, task.request.retries)
@@ -300,7 +303,7 @@ def _keep(
     except Exception as keep_exc:
         log.error("trigger=%s failed and could not be kept (%s); retrying", kind, keep_exc)
         raise task.retry(
-            exc=exc, countdown=retry_backoff(min(request.retries, 6)), max_retries=None
+            exc=exc, countdown=retry_backoff(min(request.retries, 6)), max_retries=RETRY_UNBOUNDED
         ) from exc
     _processed(inbox_id)
     consumed(request)

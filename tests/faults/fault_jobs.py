@@ -154,6 +154,30 @@ def unencodable(what: str = "set", **_: Any) -> Any:
 
 @app.task(name="fault-oom")
 def out_of_memory(**_: Any) -> dict[str, Any]:
-    """Asks for a petabyte: a real ``MemoryError``, more than any address space holds."""
+    """Asks for a petabyte: a real ``MemoryError``, more than any address space holds.
+    First writes its process id to ``DORMANT_TEST_JOB_LOG`` + ``.oom-pids``, so a test
+    sees that process replaced afterwards."""
+    if LOG:
+        fd = os.open(LOG + ".oom-pids", os.O_CREAT | os.O_APPEND | os.O_WRONLY)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        os.close(fd)
     block = bytearray(1 << 50)
     return {"size": len(block)}
+
+
+@app.task(name="fault-gate", bind=True)
+def gate(self: Task, **_: Any) -> dict[str, Any]:
+    """Records its run like ``fault-record``, then waits (at most a minute) for the file
+    ``DORMANT_TEST_JOB_LOG`` + ``.open`` before it returns: the test decides when the
+    job's result is reported (tests/faults/test_transient_worker.py)."""
+    import time
+
+    key = idempotency_key(self) or "?"
+    fd = os.open(LOG, os.O_CREAT | os.O_APPEND | os.O_WRONLY)
+    os.write(fd, (key + "\n").encode())
+    os.close(fd)
+    opened = Path(LOG + ".open")
+    deadline = time.monotonic() + 60
+    while not opened.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return {"gated": True}
