@@ -221,6 +221,10 @@ class Settings(BaseModel):
     # own transaction, so the table never grows past the bound (docs/limits.md).
     unmatched_messages_kept: int = 1000
     unmatched_messages_retention_seconds: float = 86_400.0
+    # Deliveries of one trigger that may start; the next one is not applied: the trigger
+    # is kept as a PoisonTrigger (persistence/deliveries.py; docs/limits.md, "What an
+    # operator sees: poison triggers").
+    max_deliveries: int = 3
     # A transient failure (tasks/transient.py: a lost connection, a deadlock, a lock or
     # statement timeout, the broker unreachable) is retried this many times after the
     # first try, each after a jittered wait that doubles from the base up to the cap,
@@ -229,10 +233,6 @@ class Settings(BaseModel):
     transient_retries: int = 8
     transient_backoff_seconds: float = 0.5
     transient_backoff_max_seconds: float = 15.0
-    # Deliveries of one trigger that may start; the next one is not applied: the trigger
-    # is kept as a PoisonTrigger (persistence/deliveries.py; docs/limits.md, "What an
-    # operator sees: poison triggers").
-    max_deliveries: int = 3
 
     @field_validator("audit_retention_days")
     @classmethod
