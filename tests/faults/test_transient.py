@@ -186,3 +186,51 @@ def test_bad_transient_settings_are_refused_by_name(env: dict[str, str], words: 
     with pytest.raises(InvalidSetting) as refused:
         Settings.from_env(env)
     assert words in str(refused.value)
+
+
+@pytest.fixture
+def locked_redis() -> Iterator[str]:
+    from tests.integration.conftest import _redis_db
+
+    gen = _redis_db()
+    try:
+        yield next(gen)
+    finally:
+        gen.close()
+
+
+@pytest.mark.parametrize("broker", ["redis", "rabbitmq"])
+def test_a_broker_connection_reset_is_transient(
+    broker: str, request: pytest.FixtureRequest
+) -> None:
+    """The broker's end of the connection reset (a TCP proxy in front of the machine's
+    Redis, on a database this test locked, or RabbitMQ): the publish that meets it
+    raises what the classifier calls transient."""
+    from urllib.parse import urlsplit
+
+    from kombu import Connection
+
+    from tests.faults.kit import via
+    from tests.faults.proxy import Proxy
+
+    if broker == "redis":
+        url = request.getfixturevalue("locked_redis")
+    else:
+        url = "amqp://guest:guest@127.0.0.1:5672//"
+    parts = urlsplit(url)
+    assert parts.hostname is not None and parts.port is not None
+    proxy = Proxy(parts.hostname, parts.port)
+    try:
+        with Connection(via(url, proxy.port), connect_timeout=5) as conn:
+            conn.ensure_connection(max_retries=1)
+            producer = conn.Producer()
+            proxy.set("reset")
+            with pytest.raises(Exception) as caught:
+                # A routing key no queue has (RabbitMQ keeps nothing; the Redis database is
+                # this test's own), sent until the reset is met.
+                for _ in range(20):  # a write into a socket just reset may still pass
+                    producer.publish({}, routing_key=f"no-queue-{uuid.uuid4().hex}", retry=False)
+                    threading.Event().wait(0.05)
+        assert is_transient(caught.value), repr(caught.value)
+    finally:
+        proxy.close()
