@@ -1,0 +1,147 @@
+"""Which elements of one process-test instance completed and which were terminated,
+read step by step from the tokens before and after each trigger.
+
+The facts name only the elements where something is recorded (a job sent, a task
+created, an end reached, a boundary fired); a message catch woken, a gateway, a script
+task, an error boundary record nothing of their own (docs/console.md, the instance
+page). The test engine applies every step itself, so it sees each token where it was
+before the step and where it is after: an element a token was woken at and left is
+completed; one whose token was taken without being woken (an interrupting boundary, a
+terminate end, a cancel) is terminated; the elements between where a token was and
+where it went (or the end event it reached) are completed, found as the shortest path
+through the model's flows, boundary attachments and sub-process entries and exits. In
+a loop the path is an inference, as the console's taken flows are.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from dormant.engine_core.effects import Fact
+from dormant.engine_core.model import NodeKind, ProcessDefinition
+
+__all__ = ["ElementLog"]
+
+# A token waiting at a join is consumed by the arrival that completes the join: that is
+# the join's completion, not a withdrawal.
+_JOINS = frozenset({NodeKind.PARALLEL_GATEWAY, NodeKind.INCLUSIVE_GATEWAY})
+
+
+@dataclass(slots=True)
+class ElementLog:
+    definition: ProcessDefinition
+    completed: dict[str, int] = field(default_factory=dict)
+    terminated: dict[str, int] = field(default_factory=dict)
+    last: dict[str, str] = field(default_factory=dict)
+    _edges: dict[str, list[str]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        d = self.definition
+        edges: dict[str, list[str]] = {}
+        for flow in d.flows.values():
+            edges.setdefault(flow.source, []).append(flow.target)
+        for node in d.nodes.values():
+            for boundary in node.boundaries:
+                edges.setdefault(node.id, []).append(boundary)
+            inner = d.children.get(node.id, ())
+            for child in inner:
+                kid = d.nodes[child]
+                if kid.kind is NodeKind.START_EVENT:
+                    edges.setdefault(node.id, []).append(child)
+                if kid.kind is NodeKind.END_EVENT:
+                    edges.setdefault(child, []).append(node.id)
+        self._edges = edges
+
+    def _mark(self, node: str, outcome: str) -> None:
+        counts = self.completed if outcome == "completed" else self.terminated
+        counts[node] = counts.get(node, 0) + 1
+        self.last[node] = outcome
+
+    def _path(self, source: str, targets: Iterable[str]) -> list[str] | None:
+        """The nodes strictly between ``source`` and the nearest of ``targets``, and
+        that target, or None when none is reachable."""
+        goal = set(targets)
+        back: dict[str, str | None] = {source: None}
+        todo = deque([source])
+        while todo:
+            node = todo.popleft()
+            if node in goal and node != source:
+                path = [node]
+                while (prev := back[path[-1]]) is not None and prev != source:
+                    path.append(prev)
+                return path[::-1]
+            for nxt in self._edges.get(node, ()):
+                if nxt not in back:
+                    back[nxt] = node
+                    todo.append(nxt)
+        return None
+
+    def step(
+        self,
+        before: Mapping[str, str],
+        after: Mapping[str, str],
+        facts: Iterable[Fact],
+    ) -> None:
+        """One applied step: ``before`` / ``after`` map each live token to its node."""
+        facts = list(facts)
+        woken = {f.details.get("token") for f in facts if f.kind == "Hydrated"}
+        ends = [str(f.details["node"]) for f in facts if f.kind == "EndEventReached"]
+        fired = {
+            str(f.details.get("host")): str(f.details.get("boundary"))
+            for f in facts
+            if f.kind == "BoundaryFired" and f.details.get("interrupting")
+        }
+        starts = [str(f.details["start"]) for f in facts if f.kind == "Started"]
+        withdrawn = [str(f.details["node"]) for f in facts if f.kind == "Withdrawn"]
+        # A retried (or resolved) incident runs its element again with a new token.
+        retried = {
+            str(f.details.get("node"))
+            for f in facts
+            if f.kind == "Incident" and f.details.get("action") in ("retried", "resolved")
+        }
+        arrived = set(after.values()) | set(ends)
+        for node in starts:
+            self._mark(node, "completed")
+        # A token new in this step came from the start or from a token woken here (a
+        # fork): the elements between are completed.
+        origins = [*starts, *(before[t] for t in woken if isinstance(t, str) and t in before)]
+        for token, at in after.items():
+            if token in before:
+                continue
+            for origin in origins:
+                path = self._path(origin, [at])
+                if path is not None:
+                    for passed in path[:-1]:
+                        self._mark(passed, "completed")
+                    break
+        for token, was in before.items():
+            now = after.get(token)
+            if now == was:
+                continue
+            if was in fired:
+                self._mark(was, "terminated")
+                self._mark(fired[was], "completed")
+                origin = fired[was]
+            elif token in woken or was in retried or self.definition.nodes[was].kind in _JOINS:
+                origin = was
+            else:
+                if was not in withdrawn:
+                    self._mark(was, "terminated")
+                continue
+            path = self._path(origin, [now] if now is not None else arrived)
+            if origin == was:
+                # Left through an interrupting boundary of its own (an error caught
+                # there records no BoundaryFired): the element was terminated.
+                first = self.definition.nodes[path[0]] if path else None
+                interrupted = (
+                    first is not None and first.attached_to == was and first.cancel_activity
+                )
+                self._mark(was, "terminated" if interrupted else "completed")
+            for passed in (path or [])[:-1]:
+                self._mark(passed, "completed")
+        for node in withdrawn:
+            self._mark(node, "terminated")
+        for node in ends:
+            self._mark(node, "completed")
