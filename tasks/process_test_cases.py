@@ -364,6 +364,11 @@ def _instruction(raw: Any, where: str) -> Instruction:
         parsed = _INSTRUCTION.validate_python(raw)
         if isinstance(parsed, IncreaseTime):
             iso_duration(parsed.duration)
+        if isinstance(parsed, SetTime) and not LATEST_TIME > aware(parsed.time) > EARLIEST_TIME:
+            raise InvalidTestCases(
+                f"SET_TIME: {parsed.time.isoformat()} is not between "
+                f"{EARLIEST_TIME.year} and {LATEST_TIME.year}"
+            )
     except ValidationError as exc:
         raise InvalidTestCases(f"{where}: {kind}: {_first_error(exc, kind)}") from exc
     except InvalidTestCases as exc:
@@ -419,8 +424,11 @@ _DURATION = re.compile(
     r"(?:T(?:(?P<hours>\d+(?:\.\d+)?)H)?(?:(?P<minutes>\d+(?:\.\d+)?)M)?"
     r"(?:(?P<seconds>\d+(?:\.\d+)?)S)?)?"
 )
-# A clock moved further than this in one instruction is a typo, not a test.
+# A clock moved further than this in one instruction is a typo, not a test; and a case's
+# clock stays where a timer's date arithmetic cannot overflow.
 MAX_STEP = timedelta(days=366 * 100)
+EARLIEST_TIME = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST_TIME = datetime(3000, 1, 1, tzinfo=UTC)
 
 
 def iso_duration(text: str) -> timedelta:

@@ -65,7 +65,16 @@ from dormant.persistence.settings import Settings
 from dormant.tasks.client import _read_source
 from dormant.tasks.process_test_elements import ElementLog
 
-__all__ = ["EPOCH", "CaseFailed", "Engine", "Models", "load_models"]
+__all__ = [
+    "EPOCH",
+    "LIVE",
+    "MAX_TRIGGERS_PER_INSTRUCTION",
+    "CaseFailed",
+    "Engine",
+    "Instance",
+    "Models",
+    "load_models",
+]
 
 # The clock every case starts at, unless it sets its own: fixed, so a case's dates
 # (a timer's due date, a task's due date) are the same on every run.
@@ -97,7 +106,7 @@ class _Task:
 
 
 @dataclass(slots=True)
-class _Instance:
+class Instance:
     id: str
     definition: ProcessDefinition
     checkpoint: Checkpoint
@@ -160,7 +169,7 @@ class Engine:
             decisions=dict(models.decisions),
         )
         self.now = EPOCH
-        self.instances: dict[str, _Instance] = {}
+        self.instances: dict[str, Instance] = {}
         self.tasks: dict[tuple[str, str], _Task] = {}
         self.job_mocks: dict[str, Callable[[DispatchJob | Wait], Trigger]] = {}
         self.child_mocks: dict[str, dict[str, Any]] = {}
@@ -183,7 +192,7 @@ class Engine:
         definition, version = self.latest(key)
         iid = instance_id or f"{key}-{len(self.instances) + 1}"
         checkpoint = core.new_checkpoint(definition, iid, version, self.now)
-        self.instances[iid] = _Instance(iid, definition, checkpoint, ElementLog(definition))
+        self.instances[iid] = Instance(iid, definition, checkpoint, ElementLog(definition))
         self.queue.append((iid, start))
         return iid
 
@@ -253,7 +262,7 @@ class Engine:
             if wait.kind is WaitKind.MESSAGE:
                 self._from_buffer(inst, wait)
 
-    def _track_tasks(self, inst: _Instance, trigger: Trigger) -> None:
+    def _track_tasks(self, inst: Instance, trigger: Trigger) -> None:
         open_now = {w.id: w for w in inst.checkpoint.waits.values() if w.kind is WaitKind.USER_TASK}
         for (iid, wait_id), task in self.tasks.items():
             if iid != inst.id or task.state != "IS_CREATED":
@@ -350,7 +359,7 @@ class Engine:
             self.buffer.append(_Buffered(name, key, variables, message_id, expires, served))
         return len(served)
 
-    def _from_buffer(self, inst: _Instance, wait: Wait) -> None:
+    def _from_buffer(self, inst: Instance, wait: Wait) -> None:
         for kept in self.buffer:
             if (
                 kept.expires > self.now

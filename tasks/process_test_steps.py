@@ -26,7 +26,7 @@ from dormant.engine_core.triggers import (
     Trigger,
 )
 from dormant.tasks import process_test_cases as f
-from dormant.tasks.process_test_engine import CaseFailed, Engine, _Instance
+from dormant.tasks.process_test_engine import CaseFailed, Engine, Instance
 
 __all__ = ["HANDLERS", "run_instruction"]
 
@@ -38,7 +38,7 @@ def run_instruction(engine: Engine, instruction: Any) -> None:
 # -- selectors ------------------------------------------------------------------------
 
 
-def _instance(engine: Engine, selector: f.ProcessInstanceSelector | None) -> _Instance:
+def _instance(engine: Engine, selector: f.ProcessInstanceSelector | None) -> Instance:
     """The first instance of the selected process (of the case's first, without a
     selector), in the order they were created."""
     for inst in engine.instances.values():
@@ -49,7 +49,7 @@ def _instance(engine: Engine, selector: f.ProcessInstanceSelector | None) -> _In
     raise CaseFailed(f"no instance of process {selector.processDefinitionId!r} was created")
 
 
-def _elements(inst: _Instance, selector: f.ElementSelector) -> str:
+def _elements(inst: Instance, selector: f.ElementSelector) -> str:
     if selector.elementId is not None:
         if selector.elementId not in inst.definition.nodes:
             raise CaseFailed(
@@ -108,7 +108,7 @@ def _user_tasks(engine: Engine, selector: f.UserTaskSelector) -> list[Any]:
     return found
 
 
-def _scope(inst: _Instance, selector: f.ElementSelector | None) -> str:
+def _scope(inst: Instance, selector: f.ElementSelector | None) -> str:
     if selector is None:
         return ROOT_SCOPE
     node = _elements(inst, selector)
@@ -262,7 +262,7 @@ class _States:
     """Which elements of one instance are active now (live tokens, counted), and how
     often each completed or was terminated (tasks/process_test_elements.py)."""
 
-    def __init__(self, inst: _Instance) -> None:
+    def __init__(self, inst: Instance) -> None:
         self.active: dict[str, int] = {}
         for node in inst.live_tokens().values():
             self.active[node] = self.active.get(node, 0) + 1

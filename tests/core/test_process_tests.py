@@ -16,9 +16,11 @@ import pytest
 
 from dormant.engine_core.errors import InvalidTestCases
 from dormant.tasks import process_test_cases as f
+from dormant.tasks import process_test_engine
 from dormant.tasks.cli import main
+from dormant.tasks.process_test_engine import load_models
 from dormant.tasks.process_test_steps import HANDLERS
-from dormant.tasks.process_tests import run_file
+from dormant.tasks.process_tests import run_case, run_file
 
 DATA = Path(__file__).parent / "data" / "process-tests"
 MODEL = DATA / "order.bpmn"
@@ -96,6 +98,10 @@ CREATE: dict[str, object] = {
             "duration 'P1M' is not an ISO 8601 duration of days and time",
         ),
         (
+            _case({"type": "SET_TIME", "time": "9999-12-31T00:00:00Z"}),
+            "SET_TIME: 9999-12-31T00:00:00+00:00 is not between 1970 and 3000",
+        ),
+        (
             _case({**CREATE, "variabels": {}}),
             "CREATE_PROCESS_INSTANCE: variabels: Extra inputs are not permitted",
         ),
@@ -138,3 +144,20 @@ def test_the_command_prints_a_line_per_case_and_exits_1_on_a_failure_2_on_a_bad_
     lonely.write_text((DATA / "passing.json").read_text())
     assert _dormant(monkeypatch, str(lonely)) == 2
     assert "no process to test" in capsys.readouterr().err
+
+
+def test_a_mock_worker_in_a_loop_that_never_waits_is_stopped_at_the_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(process_test_engine, "MAX_TRIGGERS_PER_INSTRUCTION", 40)
+    case = f.parse(
+        _case(
+            {"type": "MOCK_JOB_WORKER_COMPLETE_JOB", "jobType": "spin"},
+            {**CREATE, "processDefinitionSelector": {"processDefinitionId": "pt-spin"}},
+        )
+    ).testCases[0]
+    result = run_case(case, load_models([MODEL]))
+    assert result.line() == (
+        "FAIL c: instruction 2 (CREATE_PROCESS_INSTANCE): more than 40 triggers in one "
+        "instruction: a mock worker or a loop that never ends?"
+    )
