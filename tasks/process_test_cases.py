@@ -209,6 +209,7 @@ class AssertElementInstances(_Strict):
         "IS_NOT_ACTIVE",
         "IS_NOT_ACTIVATED",
         "IS_ACTIVE_EXACTLY",
+        "IS_COMPLETED_IN_ORDER",
     ]
 
 

@@ -35,6 +35,8 @@ class ElementLog:
     completed: dict[str, int] = field(default_factory=dict)
     terminated: dict[str, int] = field(default_factory=dict)
     last: dict[str, str] = field(default_factory=dict)
+    # Every completion in the order it happened (IS_COMPLETED_IN_ORDER).
+    order: list[str] = field(default_factory=list)
     _edges: dict[str, list[str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -58,6 +60,8 @@ class ElementLog:
         counts = self.completed if outcome == "completed" else self.terminated
         counts[node] = counts.get(node, 0) + 1
         self.last[node] = outcome
+        if outcome == "completed":
+            self.order.append(node)
 
     def _path(self, source: str, targets: Iterable[str]) -> list[str] | None:
         """The nodes strictly between ``source`` and the nearest of ``targets``, and

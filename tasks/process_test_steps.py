@@ -307,6 +307,7 @@ def _assert_elements(engine: Engine, i: f.AssertElementInstances) -> None:
         "IS_NOT_ACTIVE": lambda n: n not in states.active,
         "IS_NOT_ACTIVATED": lambda n: n not in states.reached,
         "IS_ACTIVE_EXACTLY": lambda n: n in states.active,
+        "IS_COMPLETED_IN_ORDER": lambda n: n in states.completed,
     }
     wrong = [n for n in nodes if not checks[i.state](n)]
     if wrong:
@@ -314,12 +315,21 @@ def _assert_elements(engine: Engine, i: f.AssertElementInstances) -> None:
             f"expected {i.state}: "
             + "; ".join(f"element {n!r} is {states.state(n)}" for n in wrong)
         )
+    if i.state == "IS_COMPLETED_IN_ORDER" and not _in_order(nodes, inst.elements.order):
+        done = ", ".join(n for n in inst.elements.order if n in nodes)
+        raise CaseFailed(f"expected completed in the order {', '.join(nodes)}, completed {done}")
     if i.state == "IS_ACTIVE_EXACTLY":
         extra = sorted(set(states.active) - set(nodes))
         if extra:
             raise CaseFailed(
                 f"expected only {', '.join(nodes)} active, also active: {', '.join(extra)}"
             )
+
+
+def _in_order(nodes: list[str], completions: list[str]) -> bool:
+    """``nodes`` is a subsequence of the completions (others may come between)."""
+    rest = iter(completions)
+    return all(node in rest for node in nodes)
 
 
 def _assert_variables(engine: Engine, i: f.AssertVariables) -> None:

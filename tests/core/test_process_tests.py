@@ -59,6 +59,8 @@ def test_failing_cases_fail_at_their_instruction_saying_why() -> None:
         "'shipped' with key 'f-5' correlated to no instance",
         "FAIL the review is assigned to someone else: instruction 3 (ASSERT_USER_TASK): "
         "user task 'review': assignee expected 'ann', got 'bob'",
+        "FAIL charged after it shipped?: instruction 5 (ASSERT_ELEMENT_INSTANCES): expected "
+        "completed in the order shipped, charge, completed charge, shipped",
         "PASS the one case of this file that passes",
     ]
 
@@ -130,7 +132,7 @@ def test_the_command_prints_a_line_per_case_and_exits_1_on_a_failure_2_on_a_bad_
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("PASS ") and out[-1] == "7 of 7 test case(s) passed"
     assert _dormant(monkeypatch, str(DATA / "failing.json"), str(MODEL)) == 1
-    assert capsys.readouterr().out.splitlines()[-1] == "1 of 7 test case(s) passed"
+    assert capsys.readouterr().out.splitlines()[-1] == "1 of 8 test case(s) passed"
     bad = tmp_path / "cases.json"
     bad.write_text(json.dumps(_case({"type": "MOCK_DMN_DECISION", "decisionDefinitionId": "d"})))
     assert _dormant(monkeypatch, str(bad), str(MODEL)) == 2
