@@ -109,17 +109,19 @@ class ElementLog:
         for node in starts:
             self._mark(node, "completed")
         # A token new in this step came from the start or from a token woken here (a
-        # fork): the elements between are completed.
+        # fork), and may have ended in the same step: the elements between its origin
+        # and where it is (or the end it reached) are completed, each once a step.
         origins = [*starts, *(before[t] for t in woken if isinstance(t, str) and t in before)]
-        for token, at in after.items():
-            if token in before:
-                continue
+        fresh = [at for token, at in after.items() if token not in before]
+        between: dict[str, None] = {}  # in path order, for IS_COMPLETED_IN_ORDER
+        for target in [*fresh, *(ends if starts else ())]:
             for origin in origins:
-                path = self._path(origin, [at])
+                path = self._path(origin, [target])
                 if path is not None:
-                    for passed in path[:-1]:
-                        self._mark(passed, "completed")
+                    between.update(dict.fromkeys(path[:-1]))
                     break
+        for passed in between:
+            self._mark(passed, "completed")
         for token, was in before.items():
             now = after.get(token)
             if now == was:
