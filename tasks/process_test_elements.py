@@ -87,10 +87,16 @@ class ElementLog:
         before: Mapping[str, str],
         after: Mapping[str, str],
         facts: Iterable[Fact],
+        *,
+        continued: bool = False,
     ) -> None:
-        """One applied step: ``before`` / ``after`` map each live token to its node."""
+        """One applied step: ``before`` / ``after`` map each live token to its node.
+        ``continued``: the step is a ``Continue`` (a step stopped at its budget goes
+        on), which wakes no token by name but moves the ones the budget stopped."""
         facts = list(facts)
         woken = {f.details.get("token") for f in facts if f.kind == "Hydrated"}
+        if continued:
+            woken.update(before)
         ends = [str(f.details["node"]) for f in facts if f.kind == "EndEventReached"]
         fired = {
             str(f.details.get("host")): str(f.details.get("boundary"))
@@ -124,8 +130,8 @@ class ElementLog:
             self._mark(passed, "completed")
         for token, was in before.items():
             now = after.get(token)
-            if now == was:
-                continue
+            if now == was or (now is None and was in ends):
+                continue  # still there; or an end it stood at, counted as reached below
             if was in fired:
                 self._mark(was, "terminated")
                 self._mark(fired[was], "completed")

@@ -247,7 +247,8 @@ class Engine:
         before = set(inst.checkpoint.waits)
         tokens = inst.live_tokens()
         inst.checkpoint = step.checkpoint
-        inst.elements.step(tokens, inst.live_tokens(), step.facts)
+        continued = isinstance(trigger, Continue)
+        inst.elements.step(tokens, inst.live_tokens(), step.facts, continued=continued)
         inst.facts.extend(
             FactView(self.now, fact.kind, dict(fact.details), step.checkpoint.revision)
             for fact in step.facts
