@@ -137,15 +137,15 @@ def load_models(paths: list[Path]) -> Models:
     decisions: dict[str, Decision] = {}
     for path in paths:
         source = _read_source(path, limit)
-        if is_dmn(source):
-            decisions.update({d.id: d for d in read_dmn(source)})
-        else:
-            try:
-                defs = read_bpmn(source)
-            except DormantError as exc:
-                raise InvalidModel(f"{path}: {exc}") from exc
-            for definition in defs:
-                processes.setdefault(definition.key, []).append(definition)
+        try:
+            if is_dmn(source):
+                decisions.update({d.id: d for d in read_dmn(source)})
+                continue
+            defs = read_bpmn(source)
+        except DormantError as exc:  # which file, then what the deploy would have said
+            raise InvalidModel(f"{path}: {type(exc).__name__}: {exc}") from exc
+        for definition in defs:
+            processes.setdefault(definition.key, []).append(definition)
     if not processes:
         raise InvalidTestCases(
             "no process to test: give the BPMN files after the test-case file, or put "

@@ -151,6 +151,10 @@ def test_the_command_prints_a_line_per_case_and_exits_1_on_a_failure_2_on_a_bad_
     bad.write_text("{not json")
     assert _dormant(monkeypatch, str(bad), str(MODEL)) == 2
     assert "not JSON" in capsys.readouterr().err
+    broken = tmp_path / "broken.bpmn"
+    broken.write_text("<definitions/>")
+    assert _dormant(monkeypatch, str(DATA / "passing.json"), str(broken)) == 2
+    assert str(broken) in capsys.readouterr().err
     lonely = tmp_path / "alone" / "cases.json"
     lonely.parent.mkdir()
     lonely.write_text((DATA / "passing.json").read_text())
