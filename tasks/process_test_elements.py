@@ -116,7 +116,7 @@ class ElementLog:
             self._mark(node, "completed")
         # A token new in this step came from the start or from a token woken here (a
         # fork), and may have ended in the same step: the elements between its origin
-        # and where it is (or the end it reached) are completed, each once a step.
+        # and where it is (or the end it reached) are completed.
         origins = [*starts, *(before[t] for t in woken if isinstance(t, str) and t in before)]
         fresh = [at for token, at in after.items() if token not in before]
         between: dict[str, None] = {}  # in path order, for IS_COMPLETED_IN_ORDER
@@ -126,8 +126,7 @@ class ElementLog:
                 if path is not None:
                     between.update(dict.fromkeys(path[:-1]))
                     break
-        for passed in between:
-            self._mark(passed, "completed")
+        done_here: set[str] = set()  # marked for a token of their own this step
         for token, was in before.items():
             now = after.get(token)
             if now == was or (now is None and was in ends):
@@ -151,7 +150,11 @@ class ElementLog:
                     first is not None and first.attached_to == was and first.cancel_activity
                 )
                 self._mark(was, "terminated" if interrupted else "completed")
-            for passed in (path or [])[:-1]:
+                done_here.add(was)
+            between.update(dict.fromkeys((path or [])[:-1]))
+        # Each element passed once a step: two tokens meeting at a join pass it once.
+        for passed in between:
+            if passed not in done_here:
                 self._mark(passed, "completed")
         for node in withdrawn:
             self._mark(node, "terminated")
