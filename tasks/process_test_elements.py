@@ -8,9 +8,12 @@ page). The test engine applies every step itself, so it sees each token where it
 before the step and where it is after: an element a token was woken at and left is
 completed; one whose token was taken without being woken (an interrupting boundary, a
 terminate end, a cancel) is terminated; the elements between where a token was and
-where it went (or the end event it reached) are completed, found as the shortest path
-through the model's flows, boundary attachments and sub-process entries and exits. In
-a loop the path is an inference, as the console's taken flows are.
+where it went (or each end event reached) are completed, found as the shortest path
+through the model's flows, boundary attachments and sub-process entries and exits, each
+once a step (two tokens meeting at a join pass it once); an element a token stands at
+after the step is active, not passed. In a loop the path is an inference, as the
+console's taken flows are. A step continued past its budget (``Continue``) names no
+token: every token it moved counts as woken.
 """
 
 from __future__ import annotations
@@ -34,7 +37,6 @@ class ElementLog:
     definition: ProcessDefinition
     completed: dict[str, int] = field(default_factory=dict)
     terminated: dict[str, int] = field(default_factory=dict)
-    last: dict[str, str] = field(default_factory=dict)
     # Every completion in the order it happened (IS_COMPLETED_IN_ORDER).
     order: list[str] = field(default_factory=list)
     _edges: dict[str, list[str]] = field(default_factory=dict)
@@ -59,7 +61,6 @@ class ElementLog:
     def _mark(self, node: str, outcome: str) -> None:
         counts = self.completed if outcome == "completed" else self.terminated
         counts[node] = counts.get(node, 0) + 1
-        self.last[node] = outcome
         if outcome == "completed":
             self.order.append(node)
 
@@ -111,52 +112,63 @@ class ElementLog:
             for f in facts
             if f.kind == "Incident" and f.details.get("action") in ("retried", "resolved")
         }
-        arrived = set(after.values()) | set(ends)
+        live = set(after.values())
+        # What this step did to each element, in the order the tokens did it (the
+        # woken tokens first): where a token was, then the path to where it is now, or
+        # to each end event reached in the step when it is gone. Each element once a
+        # step (two tokens meeting at a join pass it once); one where a token is now
+        # is active, not passed.
+        happened: dict[str, str] = {}
+        unwoken: list[str] = []  # left without being woken: withdrawn, unless passed
+        fresh = [at for t, at in after.items() if t not in before]
+
+        def walk(origin: str, targets: Iterable[str]) -> None:
+            for target in targets:
+                for node in self._path(origin, [target]) or ():
+                    happened.setdefault(node, "completed")
+
         for node in starts:
-            self._mark(node, "completed")
-        # A token new in this step came from the start or from a token woken here (a
-        # fork), and may have ended in the same step: the elements between its origin
-        # and where it is (or the end it reached) are completed.
-        origins = [*starts, *(before[t] for t in woken if isinstance(t, str) and t in before)]
-        fresh = [at for token, at in after.items() if token not in before]
-        between: dict[str, None] = {}  # in path order, for IS_COMPLETED_IN_ORDER
-        for target in [*fresh, *(ends if starts else ())]:
-            for origin in origins:
-                path = self._path(origin, [target])
-                if path is not None:
-                    between.update(dict.fromkeys(path[:-1]))
-                    break
-        done_here: set[str] = set()  # marked for a token of their own this step
-        for token, was in before.items():
-            now = after.get(token)
+            happened.setdefault(node, "completed")
+            walk(node, [*fresh, *ends])
+        order = sorted(before, key=lambda t: t not in woken)
+        for token in order:
+            was, now = before[token], after.get(token)
             if now == was or (now is None and was in ends):
                 continue  # still there; or an end it stood at, counted as reached below
             if was in fired:
-                self._mark(was, "terminated")
-                self._mark(fired[was], "completed")
+                happened.setdefault(was, "terminated")
                 origin = fired[was]
-            elif token in woken or was in retried or self.definition.nodes[was].kind in _JOINS:
+                happened.setdefault(origin, "completed")
+            elif (
+                token in woken
+                or now is not None  # moved on (a sub-process left when its inside ended)
+                or was in retried
+                or self.definition.nodes[was].kind in _JOINS
+            ):
                 origin = was
-            else:
-                if was not in withdrawn:
-                    self._mark(was, "terminated")
-                continue
-            path = self._path(origin, [now] if now is not None else arrived)
-            if origin == was:
+                nearest = self._path(was, [now] if now is not None else [*ends, *live])
                 # Left through an interrupting boundary of its own (an error caught
                 # there records no BoundaryFired): the element was terminated.
-                first = self.definition.nodes[path[0]] if path else None
+                first = self.definition.nodes[nearest[0]] if nearest else None
                 interrupted = (
                     first is not None and first.attached_to == was and first.cancel_activity
                 )
-                self._mark(was, "terminated" if interrupted else "completed")
-                done_here.add(was)
-            between.update(dict.fromkeys((path or [])[:-1]))
-        # Each element passed once a step: two tokens meeting at a join pass it once.
-        for passed in between:
-            if passed not in done_here:
-                self._mark(passed, "completed")
-        for node in withdrawn:
-            self._mark(node, "terminated")
+                happened.setdefault(was, "terminated" if interrupted else "completed")
+            else:
+                unwoken.append(was)
+                continue
+            walk(origin, [now] if now is not None else [*ends, *fresh])
+            if now is not None:
+                walk(origin, fresh)  # a fork: the other branches' tokens
         for node in ends:
-            self._mark(node, "completed")
+            happened.setdefault(node, "completed")
+        # A token that left unwoken from an element a woken token passed through (a
+        # sub-process whose inner end was reached) completed with it; any other was
+        # taken away (an interrupting boundary, a terminate end, a cancel).
+        for was in unwoken:
+            happened.setdefault(was, "terminated")
+        for node in withdrawn:
+            happened[node] = "terminated"
+        for node, outcome in happened.items():
+            if node not in live or outcome == "terminated":
+                self._mark(node, outcome)

@@ -41,7 +41,7 @@ def test_every_supported_instruction_has_a_handler_and_the_passing_cases_pass() 
     assert used == f.SUPPORTED, f"passing.json does not use {sorted(f.SUPPORTED - used)}"
     results = run_file(DATA / "passing.json", [])
     assert [r.line() for r in results if not r.passed] == []
-    assert len(results) == 9
+    assert len(results) == 10
 
 
 def test_the_cases_pass_alike_when_every_step_stops_at_a_budget_of_one(
@@ -140,7 +140,7 @@ def test_the_command_prints_a_line_per_case_and_exits_1_on_a_failure_2_on_a_bad_
 ) -> None:
     assert _dormant(monkeypatch, str(DATA / "passing.json")) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith("PASS ") and out[-1] == "9 of 9 test case(s) passed"
+    assert out[0].startswith("PASS ") and out[-1] == "10 of 10 test case(s) passed"
     assert _dormant(monkeypatch, str(DATA / "failing.json"), str(MODEL)) == 1
     assert capsys.readouterr().out.splitlines()[-1] == "1 of 8 test case(s) passed"
     bad = tmp_path / "cases.json"
