@@ -12,8 +12,9 @@ where it went (or each end event reached) are completed, found as the shortest p
 through the model's flows, boundary attachments and sub-process entries and exits, each
 once a step (two tokens meeting at a join pass it once); an element a token stands at
 after the step is active, not passed. In a loop the path is an inference, as the
-console's taken flows are. A step continued past its budget (``Continue``) names no
-token: every token it moved counts as woken.
+console's taken flows are. A token that moved on without being woken by name (a
+step continued past its budget, ``Continue``; a sub-process left when its inside
+ended) completed its element.
 """
 
 from __future__ import annotations
@@ -88,16 +89,10 @@ class ElementLog:
         before: Mapping[str, str],
         after: Mapping[str, str],
         facts: Iterable[Fact],
-        *,
-        continued: bool = False,
     ) -> None:
-        """One applied step: ``before`` / ``after`` map each live token to its node.
-        ``continued``: the step is a ``Continue`` (a step stopped at its budget goes
-        on), which wakes no token by name but moves the ones the budget stopped."""
+        """One applied step: ``before`` / ``after`` map each live token to its node."""
         facts = list(facts)
         woken = {f.details.get("token") for f in facts if f.kind == "Hydrated"}
-        if continued:
-            woken.update(before)
         ends = [str(f.details["node"]) for f in facts if f.kind == "EndEventReached"]
         fired = {
             str(f.details.get("host")): str(f.details.get("boundary"))

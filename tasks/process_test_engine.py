@@ -247,8 +247,7 @@ class Engine:
         before = set(inst.checkpoint.waits)
         tokens = inst.live_tokens()
         inst.checkpoint = step.checkpoint
-        continued = isinstance(trigger, Continue)
-        inst.elements.step(tokens, inst.live_tokens(), step.facts, continued=continued)
+        inst.elements.step(tokens, inst.live_tokens(), step.facts)
         inst.facts.extend(
             FactView(self.now, fact.kind, dict(fact.details), step.checkpoint.revision)
             for fact in step.facts
