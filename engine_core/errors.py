@@ -64,6 +64,7 @@ __all__ = [
     "InvalidModel",
     "InvalidOperation",
     "InvalidSetting",
+    "InvalidTestCases",
     "InvalidVariables",
     "ModelError",
     "NotMigrated",
@@ -131,6 +132,11 @@ class UnknownTask(CallerError):
 
 class InvalidSetting(CallerError):
     """A setting that cannot be used (bad URL, non-positive backoff, ...)."""
+
+
+class InvalidTestCases(CallerError):
+    """A process test file (``dormant test CASES.json``) that cannot be run: not JSON,
+    not the test-case format, or an instruction dormant does not support."""
 
 
 class ModelError(DormantError):
