@@ -27,6 +27,7 @@ __all__ = [
     "ENV_SECRET",
     "ENV_SECURE_COOKIES",
     "ENV_TOKEN",
+    "ENV_VIEWER",
     "LOOPBACK_NAMES",
     "MIN_SECRET_CHARS",
     "ConsoleConfig",
@@ -35,6 +36,9 @@ __all__ = [
 
 ENV_AUTH = "DORMANT_CONSOLE_AUTH"  # user:password (HTTP basic auth and the sign-in form)
 ENV_TOKEN = "DORMANT_CONSOLE_TOKEN"  # a bearer token (scripts, a proxy that injects it)
+# user:password of a viewer: reads everything (values too), acts on nothing
+# (docs/console.md, Authentication; docs/camunda-api.md, Authentication).
+ENV_VIEWER = "DORMANT_CONSOLE_VIEWER_AUTH"
 ENV_SECRET = "DORMANT_CONSOLE_SECRET"  # signs the session cookie; random per process if unset
 # The signed-in user's candidate groups, comma separated: the tasklist's "tasks I may
 # work on" (docs/console.md, Tasks).
@@ -66,6 +70,24 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def _user_password(env: Mapping[str, str], name: str) -> tuple[str | None, str | None]:
+    auth = env.get(name, "")
+    if not auth:
+        return None, None
+    user, sep, password = auth.partition(":")
+    if not sep or not user or not password:
+        raise InvalidSetting(
+            f"{name} must be user:password with both parts non-empty, got "
+            f"{'a value without a colon' if not sep else 'an empty part'}"
+        )
+    if len(password) < MIN_SECRET_CHARS:
+        raise InvalidSetting(
+            f"{name}'s password must be at least {MIN_SECRET_CHARS} characters "
+            f"long (as {ENV_TOKEN}), got {len(password)}"
+        )
+    return user, password
+
+
 @dataclass(frozen=True, slots=True)
 class ConsoleConfig:
     host: str = "127.0.0.1"
@@ -74,6 +96,9 @@ class ConsoleConfig:
     user: str | None = None
     password: str | None = None
     token: str | None = None
+    # A second basic user whose role is viewer: it may read, never act.
+    viewer_user: str | None = None
+    viewer_password: str | None = None
     secret: str = ""
     # Set cookies with Secure (the console is served over HTTPS, e.g. behind a proxy).
     secure_cookies: bool = False
@@ -85,7 +110,7 @@ class ConsoleConfig:
 
     @property
     def has_credentials(self) -> bool:
-        return self.user is not None or self.token is not None
+        return self.user is not None or self.token is not None or self.viewer_user is not None
 
     @property
     def open_access(self) -> bool:
@@ -122,20 +147,12 @@ class ConsoleConfig:
         read_only: bool = False,
     ) -> ConsoleConfig:
         env = os.environ if env is None else env
-        user = password = None
-        auth = env.get(ENV_AUTH, "")
-        if auth:
-            user, sep, password = auth.partition(":")
-            if not sep or not user or not password:
-                raise InvalidSetting(
-                    f"{ENV_AUTH} must be user:password with both parts non-empty, got "
-                    f"{'a value without a colon' if not sep else 'an empty part'}"
-                )
-            if len(password) < MIN_SECRET_CHARS:
-                raise InvalidSetting(
-                    f"{ENV_AUTH}'s password must be at least {MIN_SECRET_CHARS} characters "
-                    f"long (as {ENV_TOKEN}), got {len(password)}"
-                )
+        user, password = _user_password(env, ENV_AUTH)
+        viewer_user, viewer_password = _user_password(env, ENV_VIEWER)
+        if viewer_user is not None and viewer_user == user:
+            raise InvalidSetting(
+                f"{ENV_VIEWER} names the same user as {ENV_AUTH} ({user!r}): a user has one role"
+            )
         token = env.get(ENV_TOKEN) or None
         if token is not None and len(token) < MIN_SECRET_CHARS:
             raise InvalidSetting(f"{ENV_TOKEN} must be at least {MIN_SECRET_CHARS} characters long")
@@ -154,6 +171,8 @@ class ConsoleConfig:
             user=user,
             password=password,
             token=token,
+            viewer_user=viewer_user,
+            viewer_password=viewer_password,
             secret=env.get(ENV_SECRET) or secrets.token_urlsafe(32),
             secure_cookies=parse_bool(ENV_SECURE_COOKIES, env.get(ENV_SECURE_COOKIES, "")),
             hosts=tuple(h.strip("[]") for h in hosts if h),

@@ -1,0 +1,224 @@
+"""Who may call the Camunda API (docs/camunda-api.md, "Authentication"): the console's
+credentials and roles, one guard (tasks/api/auth.py on tasks/console/security.py), on
+``dormant api``'s app and on the console's, where the same routes are mounted.
+
+In process (Starlette's TestClient, a real uvicorn for the SDK) on an embedded
+database: a refusal happens before any route runs, so no worker is needed.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+from starlette.testclient import TestClient
+
+from dormant.engine_core.errors import InvalidSetting
+from dormant.tasks.api.app import create_app
+from dormant.tasks.client import Client
+from dormant.tasks.console.config import ConsoleConfig
+from dormant.tasks.console.serve import console_app
+
+USER, PASSWORD = "ops", "operator-password-0123"
+VIEWER, VIEWER_PASSWORD = "watcher", "viewer-password-01234"
+TOKEN = "api-bearer-token-0123456789"
+FIELDS = {"type", "title", "status", "detail", "instance"}
+MODEL = """<?xml version="1.0" encoding="UTF-8"?>
+<bpmn:definitions xmlns:bpmn="http://www.omg.org/spec/BPMN/20100524/MODEL"
+    id="d-auth" targetNamespace="http://dormant.dev/tests">
+  <bpmn:process id="auth-p" isExecutable="true">
+    <bpmn:startEvent id="start"/>
+    <bpmn:userTask id="review"/>
+    <bpmn:endEvent id="end"/>
+    <bpmn:sequenceFlow id="f1" sourceRef="start" targetRef="review"/>
+    <bpmn:sequenceFlow id="f2" sourceRef="review" targetRef="end"/>
+  </bpmn:process>
+</bpmn:definitions>
+"""
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Client]:
+    c = Client(f"sqlite:///{tmp_path_factory.mktemp('api-auth') / 'a.db'}", "memory://")
+    try:
+        yield c
+    finally:
+        c._store.close()
+
+
+def _config(**overrides: Any) -> ConsoleConfig:
+    settings: dict[str, Any] = {
+        "user": USER,
+        "password": PASSWORD,
+        "viewer_user": VIEWER,
+        "viewer_password": VIEWER_PASSWORD,
+        "token": TOKEN,
+        "secret": "s" * 32,
+    }
+    settings.update(overrides)
+    return ConsoleConfig(**settings)
+
+
+def _local(app: Starlette, address: str = "127.0.0.1") -> TestClient:
+    return TestClient(app, base_url="http://127.0.0.1", client=(address, 50000))
+
+
+def _basic(user: str, password: str) -> dict[str, str]:
+    pair = base64.b64encode(f"{user}:{password}".encode()).decode()
+    return {"Authorization": f"Basic {pair}"}
+
+
+def _deploy(http: TestClient, headers: dict[str, str]) -> httpx.Response:
+    return http.post(
+        "/v2/deployments",
+        files=[("resources", ("auth.bpmn", MODEL, "application/xml"))],
+        headers=headers,
+    )
+
+
+def _problem(answer: httpx.Response, status: int) -> dict[str, Any]:
+    assert answer.status_code == status, answer.text
+    assert answer.headers["content-type"] == "application/problem+json"
+    body: dict[str, Any] = answer.json()
+    assert set(body) >= FIELDS and body["status"] == status
+    return body
+
+
+def test_the_api_takes_the_consoles_credentials_and_a_viewer_only_reads(client: Client) -> None:
+    with _local(create_app(client, config=_config())) as http:
+        anonymous = _problem(http.get("/v2/topology"), 401)
+        assert "DORMANT_CONSOLE_AUTH" in anonymous["detail"]
+        assert http.get("/v2/topology").headers["www-authenticate"].startswith("Basic")
+        # Modeler's empty header is no credential either, once credentials exist.
+        _problem(http.get("/v2/topology", headers={"Authorization": ""}), 401)
+        wrong = _problem(http.get("/v2/topology", headers=_basic(USER, "not-the-password")), 401)
+        assert wrong["detail"] == "wrong credentials"
+
+        viewer = _basic(VIEWER, VIEWER_PASSWORD)
+        assert http.get("/v2/topology", headers=viewer).json()["gatewayVersion"] == "8.8.0"
+        searched = http.post("/v2/process-instances/search", json={}, headers=viewer)
+        assert searched.status_code == 200, searched.text
+        refused = _problem(_deploy(http, viewer), 403)
+        assert "viewer may only read" in refused["detail"]
+        assert "/v2/deployments" in refused["detail"]
+
+        deployed = _deploy(http, _basic(USER, PASSWORD))
+        assert deployed.status_code == 200, deployed.text
+        started = http.post(
+            "/v2/process-instances",
+            json={"processDefinitionId": "auth-p", "variables": {"n": 1}},
+            headers={"Authorization": f"Bearer {TOKEN}"},
+        )
+        assert started.status_code == 200, started.text
+        assert started.json()["processInstanceKey"].isdigit()
+        _problem(http.get("/v2/topology", headers={"Authorization": "Bearer not-the-token"}), 401)
+
+
+def test_without_credentials_only_a_direct_loopback_request_needs_none(client: Client) -> None:
+    app = create_app(client)
+    with _local(app) as http:
+        # Modeler with "authentication: none" sends an empty Authorization header.
+        assert http.get("/v2/topology", headers={"Authorization": ""}).status_code == 200
+        assert _deploy(http, {}).status_code == 200
+        # A proxy on this machine forwarding a remote user's request is not local.
+        proxied = http.get("/v2/topology", headers={"X-Forwarded-For": "203.0.113.9"})
+        _problem(proxied, 401)
+        _problem(http.get("/v2/topology", headers={"Host": "rebound.example"}), 400)
+    with _local(app, address="192.0.2.7") as remote:
+        _problem(remote.get("/v2/topology"), 401)
+    with pytest.raises(InvalidSetting, match="no credentials"):
+        create_app(client, config=ConsoleConfig(host="0.0.0.0"))
+
+
+def test_the_console_serves_the_same_routes_under_the_apis_guard(client: Client) -> None:
+    with _local(console_app(_config(), client=client)) as http:
+        _problem(http.get("/v2/topology"), 401)
+        topology = http.get("/v2/topology", headers=_basic(USER, PASSWORD))
+        assert topology.status_code == 200 and topology.json()["dormant"] is True
+        assert _deploy(http, _basic(USER, PASSWORD)).json()["deployments"]
+        _problem(_deploy(http, _basic(VIEWER, VIEWER_PASSWORD)), 403)
+        _problem(http.get("/v2/no-such-route", headers=_basic(USER, PASSWORD)), 404)
+        # The console's own pages keep their own answers, roles included.
+        page_refusal = http.post(
+            "/instances/x/cancel", headers=_basic(VIEWER, VIEWER_PASSWORD), data={}
+        )
+        assert page_refusal.status_code == 403
+        assert "viewer may only read" in page_refusal.text
+
+        # A session signed in through the form opens the pages, never the API: a
+        # cookie is what a foreign page gets sent along with its own request.
+        form = http.get("/login").text
+        csrf = re.search(r'name="csrf" value="([^"]+)"', form)
+        assert csrf is not None
+        signed = http.post(
+            "/login",
+            data={"user": USER, "password": PASSWORD, "csrf": csrf.group(1)},
+            follow_redirects=False,
+        )
+        assert signed.status_code == 303
+        assert http.get("/processes").status_code == 200
+        _problem(http.post("/v2/process-instances/search", json={}), 401)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_the_python_sdk_signs_in_with_basic_credentials(client: Client, tmp_path: Path) -> None:
+    """Camunda's Python SDK in its BASIC mode against ``dormant api``'s app under uvicorn."""
+    import uvicorn
+    from camunda_orchestration_sdk import CamundaClient
+    from camunda_orchestration_sdk.errors import ApiError
+
+    port = _free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(client, config=_config()), host="127.0.0.1", port=port, log_level="warning"
+        )
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.05)
+    path = tmp_path / "auth.bpmn"
+    path.write_text(MODEL)
+
+    def sdk(user: str, password: str) -> Any:
+        return CamundaClient(
+            configuration={
+                "CAMUNDA_REST_ADDRESS": f"http://127.0.0.1:{port}",
+                "CAMUNDA_AUTH_STRATEGY": "BASIC",
+                "CAMUNDA_BASIC_AUTH_USERNAME": user,
+                "CAMUNDA_BASIC_AUTH_PASSWORD": password,
+            }
+        )
+
+    try:
+        with sdk(USER, PASSWORD) as camunda:
+            assert camunda.get_topology().gateway_version == "8.8.0"
+            (process,) = camunda.deploy_resources_from_files([path]).processes
+            assert process.process_definition_id == "auth-p"
+        with sdk(VIEWER, VIEWER_PASSWORD) as camunda:
+            assert camunda.get_topology().gateway_version == "8.8.0"
+            with pytest.raises(ApiError) as refused:
+                camunda.deploy_resources_from_files([path])
+            assert refused.value.status_code == 403
+        with sdk(USER, "not-the-password-at-all") as camunda, pytest.raises(ApiError) as wrong:
+            camunda.get_topology()
+        assert wrong.value.status_code == 401
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
