@@ -47,7 +47,15 @@ from dormant.engine_core.errors import (
     UnknownProcess,
     UnknownTask,
 )
-from dormant.engine_core.triggers import JobCompleted, JobErrorThrown, JobFailed, JobHeartbeat
+from dormant.engine_core.model import NodeKind
+from dormant.engine_core.triggers import (
+    AdHocActivation,
+    AdHocResult,
+    JobCompleted,
+    JobErrorThrown,
+    JobFailed,
+    JobHeartbeat,
+)
 from dormant.engine_core.views import IncidentView, InstanceView, UserTaskView
 from dormant.persistence import api_keys, clock
 from dormant.persistence.console_queries import ConsoleQueries
@@ -650,7 +658,7 @@ def activate_jobs(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
                 "processInstanceKey": own,
                 "processDefinitionKey": api.key("process", f"{process_key}:{version}"),
                 "elementInstanceKey": api.key("element", f"{job.instance_id}.{job.wait_id}"),
-                "kind": "BPMN_ELEMENT",
+                "kind": _job_kind(api, job, (process_key, version)),
                 "listenerEventType": "UNSPECIFIED",
                 "userTask": None,
                 "tags": [],
@@ -660,6 +668,20 @@ def activate_jobs(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
             }
         )
     return {"jobs": out}
+
+
+def _job_kind(api: Api, job: api_keys.ApiJob, process: tuple[str, int]) -> str:
+    """``AD_HOC_SUB_PROCESS`` for the job of a job-worker ad-hoc sub-process (the
+    worker answers it with a result naming the elements to run), else
+    ``BPMN_ELEMENT``."""
+    try:
+        definition, _ = api.client._store.deployments.definition(*process)
+    except DormantError:
+        return "BPMN_ELEMENT"
+    node = definition.nodes.get(job.node_id)
+    if node is not None and node.kind is NodeKind.AD_HOC_SUB_PROCESS:
+        return "AD_HOC_SUB_PROCESS"
+    return "BPMN_ELEMENT"
 
 
 def _live(api: Api, jobs: list[api_keys.ApiJob]) -> dict[int, int]:
@@ -700,10 +722,46 @@ def _report(api: Api, job: api_keys.ApiJob, trigger: Any) -> None:
     api.client.report_job(job.instance_id, trigger, wire.job_result_id(idem))
 
 
+def _ad_hoc_result(api: Api, key: str, result: schemas.JobResult) -> AdHocResult:
+    """A result of type ``adHocSubProcess``, checked before the job is taken: only the
+    job of an ad-hoc sub-process (its job-worker implementation) takes one."""
+    if result.type not in (None, "adHocSubProcess"):
+        raise Problem(
+            400,
+            "INVALID_ARGUMENT",
+            f"result type {result.type!r} is not served; dormant takes the job result of "
+            "an ad-hoc sub-process (type adHocSubProcess) only (docs/camunda-api.md)",
+        )
+    job = api_keys.job(api.engine, int(key)) if key.isdigit() else None
+    if job is not None:
+        process = api_keys.instance_processes(api.engine, [job.instance_id])
+        process_key, version = process.get(job.instance_id, ("", 0))
+        definition, _ = api.client._store.deployments.definition(process_key, version)
+        node = definition.nodes.get(job.node_id)
+        if node is None or node.kind is not NodeKind.AD_HOC_SUB_PROCESS:
+            raise Problem(
+                400,
+                "INVALID_ARGUMENT",
+                f"job {key} is the job of element {job.node_id!r}, not of an ad-hoc "
+                "sub-process: a result of type adHocSubProcess is for those only",
+            )
+    return AdHocResult(
+        activate=[
+            AdHocActivation(element_id=a.element_id, variables=a.variables or {})
+            for a in result.activate_elements
+        ],
+        completion_condition_fulfilled=result.is_completion_condition_fulfilled,
+        cancel_remaining=result.is_cancel_remaining_instances,
+    )
+
+
 def complete_job(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
     req = _model(schemas.CompleteJob, body)
+    ad_hoc = _ad_hoc_result(api, path["key"], req.result) if req.result is not None else None
     job = _take(api, path["key"])
-    trigger = JobCompleted(wait_id=job.wait_id, attempt=job.attempt, variables=req.variables or {})
+    trigger = JobCompleted(
+        wait_id=job.wait_id, attempt=job.attempt, variables=req.variables or {}, ad_hoc=ad_hoc
+    )
     _report(api, job, trigger)
     return None
 

@@ -30,7 +30,7 @@ sdk = pytest.importorskip("camunda_orchestration_sdk")  # the dev extra installs
 
 pytestmark = pytest.mark.timeout(240)
 
-API_TYPES = ("api-double", "api-flaky", "api-reject", "api-patched")
+API_TYPES = ("api-double", "api-flaky", "api-reject", "api-patched", "api-agent", "api-tool")
 ZEEBE = 'xmlns:zeebe="http://camunda.org/schema/zeebe/1.0"'
 
 
@@ -1005,3 +1005,110 @@ def test_desktop_modeler_deploys_and_runs_as_it_does_against_camunda(
         lambda: api.stack.client.instance(instance_id), what="the run's instance applied"
     )
     assert view.variables == {"order": {"id": "A-1", "total": 12.5}, "rush": True}
+
+
+AGENT = f"""<?xml version="1.0" encoding="UTF-8"?>
+<bpmn:definitions xmlns:bpmn="http://www.omg.org/spec/BPMN/20100524/MODEL" {ZEEBE}
+    id="d-agent" targetNamespace="http://dormant.dev/tests">
+  <bpmn:process id="api-agent-p" isExecutable="true">
+    <bpmn:startEvent id="start"/>
+    <bpmn:sequenceFlow id="f1" sourceRef="start" targetRef="agent"/>
+    <bpmn:adHocSubProcess id="agent" name="Agent">
+      <bpmn:extensionElements>
+        <zeebe:taskDefinition type="api-agent"/>
+        <zeebe:adHoc outputCollection="toolCallResults"
+                     outputElement="={{id: toolCall.id, content: toolCallResult}}"/>
+      </bpmn:extensionElements>
+      <bpmn:serviceTask id="lookup" name="Look up">
+        <bpmn:extensionElements>
+          <zeebe:taskDefinition type="api-tool"/>
+          <zeebe:ioMapping><zeebe:input source="=toolCall.query" target="query"/></zeebe:ioMapping>
+        </bpmn:extensionElements>
+      </bpmn:serviceTask>
+    </bpmn:adHocSubProcess>
+    <bpmn:sequenceFlow id="f2" sourceRef="agent" targetRef="end"/>
+    <bpmn:endEvent id="end"/>
+  </bpmn:process>
+</bpmn:definitions>
+"""
+
+
+def test_an_ai_agent_ad_hoc_sub_process_is_driven_by_sdk_job_results(
+    api: ApiStack, tmp_path: Path
+) -> None:
+    """The job-worker implementation (Camunda 8.8's agentic form) with the SDK's own
+    calls: the agent's job names a tool with its arguments in ``result``, the tool's
+    job sees them, the next agent job sees ``toolCallResults``, and a result saying the
+    condition is fulfilled completes the sub-process."""
+    from camunda_orchestration_sdk import (
+        JobActivationRequest,
+        JobCompletionRequest,
+        ProcessCreationById,
+    )
+    from camunda_orchestration_sdk.errors import ApiError
+    from camunda_orchestration_sdk.models.job_result_activate_element import (
+        JobResultActivateElement,
+    )
+    from camunda_orchestration_sdk.models.job_result_ad_hoc_sub_process import (
+        JobResultAdHocSubProcess,
+    )
+
+    api.deploy(tmp_path, "agent.bpmn", AGENT)
+
+    def activate(camunda: Any, job_type: str) -> Any:
+        found = camunda.activate_jobs(
+            data=JobActivationRequest(
+                type_=job_type, timeout=60000, max_jobs_to_activate=1, request_timeout=1000
+            )
+        )
+        return found.jobs[0] if found.jobs else None
+
+    def complete(camunda: Any, job: Any, variables: dict[str, Any], result: Any) -> None:
+        data = {"variables": variables, "result": result.to_dict()}
+        camunda.complete_job(job.job_key, data=JobCompletionRequest.from_dict(data))
+
+    with api.camunda() as camunda:
+        created = camunda.create_process_instance(
+            data=ProcessCreationById(
+                process_definition_id="api-agent-p", variables=_start_vars({"ask": "why?"})
+            )
+        )
+        first = wait_for(lambda: activate(camunda, "api-agent"), 60, what="the agent's job")
+        assert first.kind == "AD_HOC_SUB_PROCESS"
+        seen = first.variables.to_dict()
+        assert [e["elementId"] for e in seen["adHocSubProcessElements"]] == ["lookup"]
+        assert seen["toolCallResults"] == [] and seen["ask"] == "why?"
+        call = JobResultActivateElement.from_dict(
+            {"elementId": "lookup", "variables": {"toolCall": {"id": "c1", "query": "q1"}}}
+        )
+        complete(
+            camunda,
+            first,
+            {"turns": 1},
+            JobResultAdHocSubProcess(activate_elements=[call], type_="adHocSubProcess"),
+        )
+
+        tool = wait_for(lambda: activate(camunda, "api-tool"), 60, what="the tool's job")
+        assert tool.variables.to_dict()["query"] == "q1" and tool.kind == "BPMN_ELEMENT"
+        # A tool's job takes no ad-hoc result; refused before the job is taken.
+        with pytest.raises(ApiError) as refused:
+            complete(camunda, tool, {}, JobResultAdHocSubProcess(type_="adHocSubProcess"))
+        assert refused.value.status_code == 400
+        camunda.complete_job(
+            tool.job_key,
+            data=JobCompletionRequest.from_dict({"variables": {"toolCallResult": "because"}}),
+        )
+
+        again = wait_for(lambda: activate(camunda, "api-agent"), 60, what="the next agent job")
+        assert again.variables.to_dict()["toolCallResults"] == [{"id": "c1", "content": "because"}]
+        complete(
+            camunda,
+            again,
+            {"answer": "because"},
+            JobResultAdHocSubProcess(
+                is_completion_condition_fulfilled=True, type_="adHocSubProcess"
+            ),
+        )
+    instance_id = api.instance_id(str(created.process_instance_key))
+    api.stack.wait_status(instance_id, "completed")
+    assert api.stack.client.instance(instance_id).variables["answer"] == "because"
