@@ -62,7 +62,7 @@ from dormant.persistence.console_queries import ConsoleQueries
 from dormant.persistence.db import read_only
 from dormant.persistence.decisions import deployed_decision, file_versions
 from dormant.tasks import wire
-from dormant.tasks.api import schemas
+from dormant.tasks.api import oauth, schemas
 from dormant.tasks.api.auth import ApiGuard
 from dormant.tasks.api.problems import Problem
 from dormant.tasks.api.problems import problem as _problem
@@ -1408,8 +1408,9 @@ def create_app(
     credentials, loopback only)."""
     config = config if config is not None else ConsoleConfig()
     config.check()
+    throttle = throttle or SignInThrottle()
     v2 = v2_app(client if client is not None else Client(), config, throttle)
     return Starlette(
-        routes=[Mount(PREFIX, app=v2)],
+        routes=[Mount(PREFIX, app=v2), Mount(oauth.PATH, app=oauth.oauth_app(config, throttle))],
         exception_handlers={404: _not_found, 405: _not_found},
     )

@@ -80,7 +80,8 @@ class ApiGuard:
                 401,
                 "UNAUTHORIZED",
                 f"this API needs credentials: Basic ({ENV_AUTH}'s user) or Bearer "
-                f"({ENV_TOKEN}); none are needed only on loopback with none configured",
+                f"({ENV_TOKEN}, or a token from POST /oauth/token); none are needed only "
+                "on loopback with none configured",
                 _CHALLENGE,
             )
         method, path = scope["method"], scope["path"]

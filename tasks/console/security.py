@@ -6,11 +6,11 @@
   rebinding names its own host.
 * Authenticated means: an ``Authorization: Basic`` header with the configured user and
   password (or the viewer's), an ``Authorization: Bearer`` header with the configured
-  token, or a session signed in through the sign-in form (a signed, HttpOnly,
-  SameSite=Lax cookie naming a session kept in the database that has not ended:
-  sign-out ends it). With no credentials configured the console runs only on loopback
-  (config.py) and a *direct* loopback request — one carrying no proxy header — counts
-  as the operator's.
+  token (or one the OAuth token endpoint issued: tokens.py), or a session signed in
+  through the sign-in form (a signed, HttpOnly, SameSite=Lax cookie naming a session
+  kept in the database that has not ended: sign-out ends it). With no credentials
+  configured the console runs only on loopback (config.py) and a *direct* loopback
+  request — one carrying no proxy header — counts as the operator's.
 * Two roles: an operator reads and acts; a viewer reads, values included, and acts on
   nothing. ``identify`` is the one place that decides who asks, for the console's pages
   and for the Camunda API (tasks/api/auth.py) alike.
@@ -49,6 +49,7 @@ from dormant.persistence import clock
 from dormant.persistence import console_sessions as session_rows
 from dormant.tasks.console.config import ENV_HOSTS, ConsoleConfig, is_loopback
 from dormant.tasks.console.throttle import SignInThrottle
+from dormant.tasks.console.tokens import valid as valid_token
 
 __all__ = [
     "AUTHED",
@@ -108,7 +109,10 @@ def _header_role(config: ConsoleConfig, header: str) -> str | None:
     scheme, _, value = header.partition(" ")
     scheme = scheme.lower()
     if scheme == "bearer":
-        return OPERATOR if _same(value.strip(), config.token) else None
+        given = value.strip()
+        if _same(given, config.token) or valid_token(config, given, clock.now().timestamp()):
+            return OPERATOR
+        return None
     if scheme == "basic" and (config.user is not None or config.viewer_user is not None):
         try:
             user, sep, password = base64.b64decode(value.strip()).decode().partition(":")

@@ -17,6 +17,7 @@ import uvicorn
 from starlette.applications import Starlette
 from starlette.routing import BaseRoute, Mount
 
+from dormant.tasks.api import oauth
 from dormant.tasks.api.app import PREFIX, v2_app
 from dormant.tasks.client import Client
 from dormant.tasks.console.app import create_app
@@ -37,8 +38,9 @@ def console_app(
     client = client if client is not None else Client()
     throttle = SignInThrottle()
     api = Mount(PREFIX, app=v2_app(client, config, throttle))
+    token = Mount(oauth.PATH, app=oauth.oauth_app(config, throttle))
     return create_app(
-        config, client=client, extra_routes=extra_routes, throttle=throttle, mounts=[api]
+        config, client=client, extra_routes=extra_routes, throttle=throttle, mounts=[api, token]
     )
 
 

@@ -31,6 +31,7 @@ from dormant.tasks.console.serve import console_app
 USER, PASSWORD = "ops", "operator-password-0123"
 VIEWER, VIEWER_PASSWORD = "watcher", "viewer-password-01234"
 TOKEN = "api-bearer-token-0123456789"
+CLIENT_ID, CLIENT_SECRET = "dormant-sdk", "oauth-client-secret-0123"
 FIELDS = {"type", "title", "status", "detail", "instance"}
 MODEL = """<?xml version="1.0" encoding="UTF-8"?>
 <bpmn:definitions xmlns:bpmn="http://www.omg.org/spec/BPMN/20100524/MODEL"
@@ -62,6 +63,8 @@ def _config(**overrides: Any) -> ConsoleConfig:
         "viewer_user": VIEWER,
         "viewer_password": VIEWER_PASSWORD,
         "token": TOKEN,
+        "oauth_client_id": CLIENT_ID,
+        "oauth_client_secret": CLIENT_SECRET,
         "secret": "s" * 32,
     }
     settings.update(overrides)
@@ -175,8 +178,11 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_the_python_sdk_signs_in_with_basic_credentials(client: Client, tmp_path: Path) -> None:
-    """Camunda's Python SDK in its BASIC mode against ``dormant api``'s app under uvicorn."""
+def test_the_python_sdk_signs_in_with_basic_and_oauth_credentials(
+    client: Client, tmp_path: Path
+) -> None:
+    """Camunda's Python SDK in its BASIC and OAUTH modes against ``dormant api``'s app
+    under uvicorn (OAUTH: client credentials posted to the API's own token URL)."""
     import uvicorn
     from camunda_orchestration_sdk import CamundaClient
     from camunda_orchestration_sdk.errors import ApiError
@@ -219,6 +225,80 @@ def test_the_python_sdk_signs_in_with_basic_credentials(client: Client, tmp_path
         with sdk(USER, "not-the-password-at-all") as camunda, pytest.raises(ApiError) as wrong:
             camunda.get_topology()
         assert wrong.value.status_code == 401
+        oauth = CamundaClient(
+            configuration={
+                "CAMUNDA_REST_ADDRESS": f"http://127.0.0.1:{port}",
+                "CAMUNDA_AUTH_STRATEGY": "OAUTH",
+                "CAMUNDA_CLIENT_ID": CLIENT_ID,
+                "CAMUNDA_CLIENT_SECRET": CLIENT_SECRET,
+                "CAMUNDA_OAUTH_URL": f"http://127.0.0.1:{port}/oauth/token",
+                "CAMUNDA_TOKEN_DISK_CACHE_DISABLE": "true",
+            }
+        )
+        with oauth as camunda:
+            (again,) = camunda.deploy_resources_from_files([path]).processes
+            assert again.process_definition_id == "auth-p"
     finally:
         server.should_exit = True
         thread.join(timeout=30)
+
+
+def test_the_token_endpoint_issues_bearer_tokens_for_the_configured_client(
+    client: Client,
+) -> None:
+    from dormant.tasks.console import tokens
+
+    config = _config()
+    with _local(create_app(client, config=config)) as http:
+        form = {"grant_type": "client_credentials", "client_id": CLIENT_ID}
+        wrong = http.post("/oauth/token", data={**form, "client_secret": "not-it-at-all"})
+        assert wrong.status_code == 401 and wrong.json()["error"] == "invalid_client"
+        grant = http.post("/oauth/token", data={**form, "grant_type": "password"})
+        assert grant.status_code == 400 and grant.json()["error"] == "unsupported_grant_type"
+        issued = http.post(
+            "/oauth/token", data={**form, "client_secret": CLIENT_SECRET, "audience": "x"}
+        )
+        assert issued.status_code == 200, issued.text
+        body = issued.json()
+        assert body["token_type"] == "Bearer" and body["expires_in"] == tokens.TOKEN_SECONDS
+        bearer = {"Authorization": f"Bearer {body['access_token']}"}
+        assert _deploy(http, bearer).status_code == 200  # an operator's token
+        forged = body["access_token"][:-2] + ("AA" if body["access_token"][-2:] != "AA" else "BB")
+        _problem(http.get("/v2/topology", headers={"Authorization": f"Bearer {forged}"}), 401)
+    # Another console secret (or a rotated client secret) ends every token issued before;
+    # so does the clock passing its expiry.
+    assert tokens.valid(config, body["access_token"], time.time())
+    assert not tokens.valid(_config(secret="t" * 32), body["access_token"], time.time())
+    assert not tokens.valid(config, body["access_token"], time.time() + tokens.TOKEN_SECONDS)
+    # The console serves the same endpoint, outside its own guard.
+    with _local(console_app(config, client=client)) as console:
+        via_console = console.post("/oauth/token", data={**form, "client_secret": CLIENT_SECRET})
+        assert via_console.status_code == 200, via_console.text
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        (
+            {
+                "DORMANT_CONSOLE_AUTH": f"ops:{PASSWORD}",
+                "DORMANT_CONSOLE_VIEWER_AUTH": f"ops:{PASSWORD}",
+            },
+            "DORMANT_CONSOLE_VIEWER_AUTH names the same user as DORMANT_CONSOLE_AUTH ('ops')",
+        ),
+        (
+            {"DORMANT_CONSOLE_VIEWER_AUTH": "watcher:short"},
+            "DORMANT_CONSOLE_VIEWER_AUTH's password must be at least 16 characters long",
+        ),
+        (
+            {"DORMANT_CONSOLE_OAUTH_CLIENT": "sdk:short"},
+            "DORMANT_CONSOLE_OAUTH_CLIENT's client-secret must be at least 16 characters long",
+        ),
+    ],
+)
+def test_the_new_credentials_are_refused_at_start_when_unsafe(
+    env: dict[str, str], message: str
+) -> None:
+    with pytest.raises(InvalidSetting) as refused:
+        ConsoleConfig.from_env(env)
+    assert message in str(refused.value)
