@@ -27,7 +27,10 @@ AGENT = """<?xml version="1.0" encoding="UTF-8"?>
       <bpmn:serviceTask id="lookup" name="Look up">
         <bpmn:extensionElements>
           <zeebe:taskDefinition type="lookup"/>
-          <zeebe:ioMapping><zeebe:input source="=toolCall.query" target="query"/></zeebe:ioMapping>
+          <zeebe:ioMapping>
+            <zeebe:input source="=fromAi(toolCall.query, &quot;what to look up&quot;)"
+                         target="query"/>
+          </zeebe:ioMapping>
         </bpmn:extensionElements>
       </bpmn:serviceTask>
       <bpmn:task id="shrug" name="Shrug"/>
