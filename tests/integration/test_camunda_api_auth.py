@@ -172,6 +172,23 @@ def test_the_console_serves_the_same_routes_under_the_apis_guard(client: Client)
         _problem(http.post("/v2/process-instances/search", json={}), 401)
 
 
+def test_a_viewer_signed_in_through_the_form_reads_but_may_not_act(client: Client) -> None:
+    with _local(console_app(_config(), client=client)) as http:
+        csrf = re.search(r'name="csrf" value="([^"]+)"', http.get("/login").text)
+        assert csrf is not None
+        signed = http.post(
+            "/login",
+            data={"user": VIEWER, "password": VIEWER_PASSWORD, "csrf": csrf.group(1)},
+            follow_redirects=False,
+        )
+        assert signed.status_code == 303
+        page = http.get("/processes")
+        token = re.search(r'name="csrf" value="([^"]+)"', page.text)
+        assert token is not None, "a signed-in page carries its forms' token"
+        refused = http.post("/instances/x/cancel", data={"csrf": token.group(1)})
+        assert refused.status_code == 403 and "viewer may only read" in refused.text
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
