@@ -314,6 +314,97 @@ def outcomes(engine: Any, ids: list[str], deliveries: dict[str, int]) -> str:
     return "; ".join(parts)
 
 
+def judge_backlog(engine: Any, backlog_ids: list[str], seen: dict[str, int]) -> None:
+    """The backlog's verdicts: deliveries per trigger (``seen``: the delivery log),
+    lost and duplicates applied (the database)."""
+    inbox_ids = [
+        r.id
+        for r in rows(
+            engine,
+            "SELECT id FROM inbox WHERE payload->'kwargs'->>'key' = 'hostile_backlog'",
+        )
+    ]
+    counts = [seen.get(i, 0) for i in inbox_ids]
+    total = sum(counts)
+    common.line(
+        "backlog deliveries",
+        f"{total} for {len(inbox_ids)} inbox rows; max per row {max(counts, default=0)}; "
+        f"never delivered {sum(1 for c in counts if c == 0)}",
+    )
+    common.ratio_line(
+        "deliveries per trigger",
+        total / max(1, len(inbox_ids)),
+        "<=",
+        DELIVERIES_TARGET,
+        "{:.3f}",
+    )
+    made = rows(
+        engine,
+        "SELECT status, revision, count(*) AS n FROM instances "
+        "WHERE key = 'hostile_backlog' GROUP BY status, revision ORDER BY n DESC",
+    )
+    common.line(
+        "backlog instances (status, revision: count)",
+        ", ".join(f"{r.status} r{r.revision}: {r.n}" for r in made),
+    )
+    applied = {
+        r.id
+        for r in rows(
+            engine,
+            "SELECT id FROM instances WHERE id = ANY(:ids) AND status = 'completed'",
+            ids=backlog_ids,
+        )
+    }
+    lost = sum(1 for i in backlog_ids if i not in applied)
+    # Every backlog start is the same model with the same kind of input: applied
+    # once, each instance has the same revision and the same number of facts as
+    # the others. A start applied twice shows as more of either.
+    twice = scalar(
+        engine,
+        "WITH per AS (SELECT i.id, i.revision, count(f.id) AS facts FROM instances i "
+        "LEFT JOIN facts f ON f.instance_id = i.id WHERE i.key = 'hostile_backlog' "
+        "GROUP BY i.id, i.revision), "
+        "usual AS (SELECT mode() WITHIN GROUP (ORDER BY revision) AS r, "
+        "mode() WITHIN GROUP (ORDER BY facts) AS f FROM per) "
+        "SELECT count(*) FROM per, usual WHERE per.revision > usual.r "
+        "OR per.facts > usual.f",
+    )
+    usual = rows(
+        engine,
+        "SELECT i.revision, count(f.id) AS facts FROM instances i LEFT JOIN facts f "
+        "ON f.instance_id = i.id WHERE i.key = 'hostile_backlog' "
+        "GROUP BY i.id, i.revision LIMIT 1",
+    )
+    if usual:
+        common.line(
+            "one application",
+            f"revision {usual[0].revision}, {usual[0].facts} facts per instance",
+        )
+    common.ratio_line("lost", float(lost), "<=", 0.0, "{:.0f}")
+    # A start applied twice under another id would be an instance no Client call made.
+    extra = scalar(
+        engine,
+        "SELECT count(*) FROM instances WHERE key = 'hostile_backlog' AND NOT id = ANY(:ids)",
+        ids=backlog_ids,
+    )
+    common.ratio_line("duplicates applied", float(twice + extra), "<=", 0.0, "{:.0f}")
+
+
+def task_times(log: Path) -> str:
+    """Per engine task name in a worker's log: how many ran and the slowest, in s (the
+    worker logs each task's run time at INFO)."""
+    import re
+
+    spent: dict[str, list[float]] = {}
+    pattern = re.compile(r"Task (dormant\.[\w.]+)\[[^\]]+\] succeeded in ([0-9.]+)s")
+    for m in pattern.finditer(log.read_text(errors="replace")):
+        spent.setdefault(m.group(1), []).append(float(m.group(2)))
+    return "; ".join(
+        f"{name} {len(times)}, slowest {max(times):.2f} s"
+        for name, times in sorted(spent.items(), key=lambda kv: -max(kv[1]))
+    )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="15 s windows, a 2,000-start backlog")
@@ -438,6 +529,7 @@ def main() -> int:
             common.line(
                 "  worker log", f"hard time limit kills {killed}, pool processes lost {crashed}"
             )
+            common.line("  tasks run so far", task_times(procs[0].log))
 
             # -- 2'. one kind at a time (printed, not judged): which one costs the canaries
             if args.per_kind:
@@ -480,72 +572,7 @@ def main() -> int:
             )
             common.line("backlog drained", f"in {time.perf_counter() - began:.1f} s")
             time.sleep(SWEEP_AFTER_S * 3)  # a late re-send by the sweep would land now
-            seen = deliveries(delivery_log)
-            inbox_ids = [
-                r.id
-                for r in rows(
-                    engine,
-                    "SELECT id FROM inbox WHERE payload->'kwargs'->>'key' = 'hostile_backlog'",
-                )
-            ]
-            counts = [seen.get(i, 0) for i in inbox_ids]
-            total = sum(counts)
-            common.line(
-                "backlog deliveries",
-                f"{total} for {len(inbox_ids)} inbox rows; max per row {max(counts, default=0)}; "
-                f"never delivered {sum(1 for c in counts if c == 0)}",
-            )
-            common.ratio_line(
-                "deliveries per trigger",
-                total / max(1, len(inbox_ids)),
-                "<=",
-                DELIVERIES_TARGET,
-                "{:.3f}",
-            )
-            made = rows(
-                engine,
-                "SELECT status, revision, count(*) AS n FROM instances "
-                "WHERE key = 'hostile_backlog' GROUP BY status, revision ORDER BY n DESC",
-            )
-            common.line(
-                "backlog instances (status, revision: count)",
-                ", ".join(f"{r.status} r{r.revision}: {r.n}" for r in made),
-            )
-            applied = {
-                r.id
-                for r in rows(
-                    engine,
-                    "SELECT id FROM instances WHERE id = ANY(:ids) AND status = 'completed'",
-                    ids=backlog_ids,
-                )
-            }
-            lost = sum(1 for i in backlog_ids if i not in applied)
-            # Every backlog start is the same model with the same kind of input: applied
-            # once, each instance has the same revision and the same number of facts as
-            # the others. A start applied twice shows as more of either.
-            twice = scalar(
-                engine,
-                "WITH per AS (SELECT i.id, i.revision, count(f.id) AS facts FROM instances i "
-                "LEFT JOIN facts f ON f.instance_id = i.id WHERE i.key = 'hostile_backlog' "
-                "GROUP BY i.id, i.revision), "
-                "usual AS (SELECT mode() WITHIN GROUP (ORDER BY revision) AS r, "
-                "mode() WITHIN GROUP (ORDER BY facts) AS f FROM per) "
-                "SELECT count(*) FROM per, usual WHERE per.revision > usual.r "
-                "OR per.facts > usual.f",
-            )
-            usual = rows(
-                engine,
-                "SELECT i.revision, count(f.id) AS facts FROM instances i LEFT JOIN facts f "
-                "ON f.instance_id = i.id WHERE i.key = 'hostile_backlog' "
-                "GROUP BY i.id, i.revision LIMIT 1",
-            )
-            if usual:
-                common.line(
-                    "one application",
-                    f"revision {usual[0].revision}, {usual[0].facts} facts per instance",
-                )
-            common.ratio_line("lost", float(lost), "<=", 0.0, "{:.0f}")
-            common.ratio_line("duplicates applied", float(twice), "<=", 0.0, "{:.0f}")
+            judge_backlog(engine, backlog_ids, deliveries(delivery_log))
         finally:
             for p in procs:
                 p.stop()
