@@ -2,34 +2,40 @@
 """Hostile load (issue 24): canaries complete while hostile triggers are in flight, and
 a 10,000-trigger backlog is delivered about once per trigger and applied exactly once.
 
-    .venv/bin/python bench/bench_hostile.py [--quick] [--seconds S] [--rate R] [--backlog N]
+    .venv/bin/python bench/bench_hostile.py [--quick] [--per-kind] [--seconds S]
+        [--rate R] [--backlog N] [--hostile K] [--poisons P]
 
-One scratch PostgreSQL database and one scratch Redis db (bench/common.py), the real
+One scratch PostgreSQL database and a scratch Redis db (bench/common.py), the real
 ``dormant worker -c 2`` and ``dormant beat`` (the CLI), every trigger sent through the
-public Client. The worker also loads tests/faults/delivery_log.py, which writes one
+public Client. The workers also load tests/faults/delivery_log.py, which writes one
 line per delivery of a task carrying an inbox id: deliveries are counted at the worker,
 re-sends by beat's sweep and broker redeliveries alike.
 
 1. Baseline: one-script canaries (start -> script -> end) started by ``Client.start``
    at ``--rate`` per second for ``--seconds``, an open loop (bench_latency.paced); a
    canary's latency is its instance row's last write minus the moment its call began.
+   With ``--per-kind``, one more window per hostile kind alone (printed, not judged).
 2. Hostile: the same canaries while, spread over the same window, the worker also gets
-   - poison starts: a chain of script tasks whose FEEL work outlasts the bench worker's
-     short time limits (soft 2 s, hard 4 s; docs/limits.md, "Time limits");
+   - slow-FEEL starts: a chain of script tasks whose FEEL work outlasts the bench
+     worker's short time limits (soft 2 s, hard 4 s; docs/limits.md, "Time limits");
+   - a poison start (``--poisons``): one RE2 search in C that the soft limit cannot
+     interrupt, so the hard limit kills the pool process and the broker delivers the
+     start again, and again;
    - fork bombs: a parallel fork in a loop, stopped by DORMANT_MAX_TOKENS (set to 2,000
      here, "What one instance holds");
    - oversized mappings: two 600 KB variables mapped into one task's inputs, over
      DORMANT_MAX_VARIABLES_BYTES as a whole ("Variables and trigger fields");
    - a dead outbox row: a row the relay cannot send (its payload is not an object, as
-     in tests/faults/test_sweep_isolation.py), written before the window and old enough
-     for beat's sweep at once.
+     in tests/faults/test_sweep_isolation.py), old enough for beat's sweep at once.
    Printed: the canaries' p50/p99 beside the baseline's (target: hostile p99 <= 2x the
    baseline's), and what became of each hostile trigger.
 3. Backlog: ``--backlog`` one-script starts (10,000; quick 2,000) sent by
    ``Client.start_many`` while no worker runs (beat runs, and queues its sweeps), then
-   two workers start. Targets: deliveries per trigger <= 1.05 (delivery log); lost = 0
-   and duplicates applied = 0, read from the database (every start made exactly one
-   instance, completed, at the revision a single application gives).
+   two workers start. It runs on a second Redis db: nothing stops the poison's
+   redeliveries on the first but its broker db going away. Targets: deliveries per
+   trigger <= 1.05 (delivery log); lost = 0 and duplicates applied = 0, read from the
+   database (every start made exactly one instance, completed, at the revision and
+   with the facts of a single application).
 
 Every wait is bounded; whatever does not finish in its bound is printed and judged NOT
 MET, and the run goes on. Exit 0 whenever it ran to the end.
@@ -71,22 +77,35 @@ BACKLOG = model(
     [("start", "s"), ("s", "end")],
 )
 # Each link spends most of FEEL's per-evaluation step budget; the chain runs in one
-# trigger (well under DORMANT_STEP_BUDGET node entries), longer than the hard limit.
-POISON_LINKS = 20
-POISON = model(
-    "hostile_poison",
+# trigger (well under DORMANT_STEP_BUDGET node entries), longer than the hard limit,
+# and is stopped by the soft limit inside the evaluation.
+SLOW_LINKS = 20
+SLOW = model(
+    "hostile_slow",
     start()
     + "".join(
         script(f"p{k}", "=count(for i in 1..90000 return i * 2)", f"v{k}")
-        for k in range(POISON_LINKS)
+        for k in range(SLOW_LINKS)
     )
     + end(),
     [
         ("start", "p0"),
-        *((f"p{k}", f"p{k + 1}") for k in range(POISON_LINKS - 1)),
-        (f"p{POISON_LINKS - 1}", "end"),
+        *((f"p{k}", f"p{k + 1}") for k in range(SLOW_LINKS - 1)),
+        (f"p{SLOW_LINKS - 1}", "end"),
     ],
 )
+# One RE2 search that finds no match: linear in the input, but times the size of the
+# pattern's program, and all of it one call into C, where the soft limit's exception
+# cannot be raised (Python runs signal handlers between bytecodes). Over 80 KB it runs
+# for seconds to minutes, so the hard limit kills the pool process and the broker
+# delivers the start again (acks late, reject on worker lost).
+POISON = model(
+    "hostile_poison",
+    start() + script("re", '=matches(s, "(a?){900}a{900}")', "hit") + end(),
+    [("start", "re"), ("re", "end")],
+)
+POISON_INPUT = ("a" * 800 + "b") * 100
+
 FORK_BOMB = model(
     "hostile_bomb",
     start()
@@ -116,10 +135,14 @@ OVERSIZED = model(
 
 # The hostile starts: process key and start variables per kind.
 KINDS: dict[str, tuple[str, dict[str, Any]]] = {
-    "poison": ("hostile_poison", {}),
+    "slow FEEL": ("hostile_slow", {}),
     "bomb": ("hostile_bomb", {}),
     "oversized": ("hostile_oversized", {"blob": "z" * 1_000}),
+    "poison": ("hostile_poison", {"s": POISON_INPUT}),
 }
+# Sent again by the broker after every hard-limit kill, for as long as its broker db
+# is served: only in the last window on the first broker db.
+LOOPING = "poison"
 
 
 def worker_env(broker_url: str, database_url: str, log: Path) -> dict[str, str]:
@@ -155,9 +178,9 @@ def worker(env: dict[str, str], logdir: Path, name: str) -> harness.Worker:
     )
 
 
-def beat(env: dict[str, str], logdir: Path) -> harness.Worker:
+def beat(env: dict[str, str], logdir: Path, name: str) -> harness.Worker:
     return harness.Worker(
-        "beat",
+        name,
         [harness.PY, "-m", "dormant.tasks.cli", "beat", "--loglevel", "INFO"],
         env,
         logdir,
@@ -228,14 +251,12 @@ class Hostile(threading.Thread):
     """Sends the hostile triggers, spread evenly over the canaries' window, through a
     Client of its own; remembers the instance ids it started per kind."""
 
-    def __init__(
-        self, client: Any, seconds: float, each: int, kinds: tuple[str, ...] = tuple(KINDS)
-    ) -> None:
+    def __init__(self, client: Any, seconds: float, plan: list[str]) -> None:
         super().__init__(daemon=True)
         self.client = client
         self.seconds = seconds
-        self.plan = [kind for _ in range(each) for kind in kinds]
-        self.started: dict[str, list[str]] = {kind: [] for kind in kinds}
+        self.plan = plan
+        self.started: dict[str, list[str]] = {kind: [] for kind in plan}
         self.error: BaseException | None = None
 
     def run(self) -> None:
@@ -405,6 +426,125 @@ def task_times(log: Path) -> str:
     )
 
 
+def report_hostile(
+    engine: Any, started: dict[str, list[str]], dead: int, seen: dict[str, int], log: Path
+) -> None:
+    """What the hostile triggers came to. Bounded waits: a poison still being delivered
+    again is printed as it stands."""
+    wait_until(
+        lambda: (
+            scalar(
+                engine,
+                "SELECT count(*) FROM outbox WHERE id = :id AND parked_at IS NOT NULL",
+                id=dead,
+            )
+            == 1
+        ),
+        30,
+        "dead outbox row parked",
+    )
+    bombs = started.get("bomb", [])
+    wait_until(
+        lambda: (
+            scalar(
+                engine,
+                "SELECT count(*) FROM instances WHERE id = ANY(:ids) "
+                "AND status = 'active_incidents'",
+                ids=bombs,
+            )
+            == len(bombs)
+        ),
+        60,
+        "fork bombs stopped",
+    )
+    # The step that stops a bomb leaves tokens for follow-up steps, each adding its
+    # incidents: settled when the count holds still for a few seconds.
+    counts: list[int] = []
+
+    def settled() -> bool:
+        counts.append(
+            scalar(
+                engine, "SELECT count(*) FROM incidents WHERE instance_id = ANY(:ids)", ids=bombs
+            )
+        )
+        return len(counts) > 15 and counts[-1] == counts[-16]
+
+    wait_until(settled, 90, "fork bombs' incidents settled")
+    for kind, ids in started.items():
+        common.line(f"  {kind}", outcomes(engine, ids, seen))
+    if bombs:
+        tokens = scalar(
+            engine,
+            "SELECT max(jsonb_array_length(jsonb_path_query_array(checkpoint, "
+            "'$.tokens.keyvalue()'))) FROM instances WHERE id = ANY(:ids)",
+            ids=bombs,
+        )
+        common.line("  fork bombs' most live tokens", f"{tokens} (bound {MAX_TOKENS})")
+    parked = rows(engine, "SELECT parked_at, parked_error FROM outbox WHERE id = :id", id=dead)[0]
+    common.line(
+        "  dead outbox row",
+        f"parked {'yes' if parked.parked_at else 'NO'}"
+        + (f": {parked.parked_error[:100]}" if parked.parked_error else ""),
+    )
+    text = log.read_text(errors="replace")
+    common.line(
+        "  worker log",
+        f"hard time limit kills {text.count('Hard time limit')}, "
+        f"pool processes lost {text.count('WorkerLostError')}",
+    )
+    common.line("  tasks run so far", task_times(log))
+
+
+def follow_poison(engine: Any, ids: list[str], delivery_log: Path, log: Path) -> None:
+    """After its hard-limit kill a poison start is not requeued by the broker (Celery
+    acknowledges a task that timed out) and nothing records it as failed; its inbox row
+    stays unprocessed, so beat's sweep sends it again once the broker holds it no more
+    (DORMANT_OUTBOX_REDELIVER_AFTER_SECONDS, 60 s by default). Wait, bounded, for that
+    second delivery and print what the poison has cost so far."""
+    from tests.faults.delivery_log import deliveries
+
+    inbox_ids = [
+        r.id
+        for r in rows(
+            engine,
+            "SELECT id FROM inbox WHERE payload->'kwargs'->>'instance_id' = ANY(:ids)",
+            ids=ids,
+        )
+    ]
+
+    def again() -> bool:
+        seen = deliveries(delivery_log)
+        return all(seen.get(i, 0) >= 2 for i in inbox_ids)
+
+    waited = time.perf_counter()
+    wait_until(again, 100, "poison delivered a second time")
+    seen = deliveries(delivery_log)
+    text = log.read_text(errors="replace")
+    unprocessed = scalar(
+        engine,
+        "SELECT count(*) FROM inbox WHERE id = ANY(:ids) AND processed_at IS NULL",
+        ids=inbox_ids,
+    )
+    failed = scalar(
+        engine, "SELECT count(*) FROM failed_triggers WHERE instance_id = ANY(:ids)", ids=ids
+    )
+    common.line(
+        "  poison after the window",
+        f"deliveries {[seen.get(i, 0) for i in inbox_ids]} (waited "
+        f"{time.perf_counter() - waited:.0f} s); hard time limit kills "
+        f"{text.count('Hard time limit')}; inbox rows unprocessed {unprocessed}; "
+        f"failed triggers {failed}; instances "
+        f"{scalar(engine, 'SELECT count(*) FROM instances WHERE id = ANY(:ids)', ids=ids)}",
+    )
+
+
+def spread(each: int, kinds: tuple[str, ...], poisons: int) -> list[str]:
+    """``each`` of every kind in turn, with the poisons in the middle of the window."""
+    plan = [kind for _ in range(each) for kind in kinds]
+    middle = len(plan) // 2
+    return plan[:middle] + [LOOPING] * poisons + plan[middle:]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="15 s windows, a 2,000-start backlog")
@@ -414,21 +554,26 @@ def main() -> int:
         "--backlog", type=int, default=None, help="backlog starts (10,000; quick 2,000)"
     )
     ap.add_argument(
-        "--hostile", type=int, default=None, help="hostile starts of each kind (6; quick 3)"
+        "--hostile",
+        type=int,
+        default=None,
+        help="slow-FEEL starts, fork bombs and oversized mappings, each (6; quick 3)",
     )
+    ap.add_argument("--poisons", type=int, default=1, help="starts past the hard limit (1)")
     ap.add_argument(
         "--per-kind",
         action="store_true",
-        help="also one window per hostile kind alone (printed, not judged)",
+        help="first one window per kind alone, the poison excepted (printed, not judged)",
     )
     args = ap.parse_args()
     seconds = args.seconds or (15.0 if args.quick else 60.0)
     backlog = args.backlog or (2000 if args.quick else 10000)
     each = args.hostile or (3 if args.quick else 6)
+    bounded = tuple(k for k in KINDS if k != LOOPING)
     common.header(
-        f"bench_hostile: canaries at {args.rate:.0f}/s for {seconds:.0f} s per window, "
-        f"{each} hostile starts of each kind, a {backlog}-start backlog; "
-        "dormant worker -c 2 + beat"
+        f"bench_hostile: canaries at {args.rate:.0f}/s for {seconds:.0f} s per window; "
+        f"{each} of each of {', '.join(bounded)}, {args.poisons} poison; "
+        f"a {backlog}-start backlog; dormant worker -c 2 + beat"
     )
     logdir = Path(tempfile.mkdtemp(prefix="dormant-bench-hostile-"))
     delivery_log = logdir / "deliveries.log"
@@ -449,10 +594,10 @@ def main() -> int:
         engine = create_engine(database_url)
         client = Client(database_url=database_url, broker_url=broker_url)
         side_client = Client(database_url=database_url, broker_url=broker_url)
-        for xml in (CANARY, BACKLOG, POISON, FORK_BOMB, OVERSIZED):
+        for xml in (CANARY, BACKLOG, SLOW, POISON, FORK_BOMB, OVERSIZED):
             client.deploy(xml)
         env = worker_env(broker_url, database_url, delivery_log)
-        procs = [worker(env, logdir, "worker-1"), beat(env, logdir)]
+        procs = [worker(env, logdir, "worker-1"), beat(env, logdir, "beat-1")]
         try:
             warm = [client.start("hostile_canary", {"n": i}) for i in range(20)]
             if not wait_until(lambda: len(completed(engine, warm)) == 20, 180, "warm-up"):
@@ -462,9 +607,25 @@ def main() -> int:
             base = canaries(engine, client, args.rate, seconds, "baseline")
             _, base_p99 = latency_line("baseline: start -> completed", base)
 
-            # -- 2. hostile ---------------------------------------------------------------
+            # -- 1'. one kind at a time (printed, not judged): which one costs the canaries
+            if args.per_kind:
+                for kind in (*bounded, "dead outbox row"):
+                    alone = Hostile(
+                        side_client,
+                        seconds,
+                        [kind] * each if kind in KINDS else [],
+                    )
+                    if kind not in KINDS:
+                        dead_outbox_row(engine)
+                    alone.start()
+                    values = canaries(engine, client, args.rate, seconds, kind)
+                    alone.join(60)
+                    _, p99 = latency_line(f"only {kind:<15}", values)
+                    common.line(f"  p99 / baseline p99 with only {kind}", f"{p99 / base_p99:.2f}")
+
+            # -- 2. hostile: all at once, the poison included (last on this broker db) --------
             dead = dead_outbox_row(engine)
-            hostile = Hostile(side_client, seconds, each)
+            hostile = Hostile(side_client, seconds, spread(each, bounded, args.poisons))
             hostile.start()
             under = canaries(engine, client, args.rate, seconds, "hostile")
             hostile.join(60)
@@ -477,102 +638,49 @@ def main() -> int:
                 "<=",
                 P99_RATIO_TARGET,
             )
-            # What the hostile triggers came to (bounded: a poison still being
-            # redelivered is printed as it stands).
-            wait_until(
-                lambda: (
-                    scalar(
-                        engine,
-                        "SELECT count(*) FROM outbox WHERE id = :id AND parked_at IS NOT NULL",
-                        id=dead,
-                    )
-                    == 1
-                ),
-                30,
-                "dead outbox row parked",
-            )
-            bombs = hostile.started["bomb"]
-            wait_until(
-                lambda: (
-                    scalar(
-                        engine,
-                        "SELECT count(*) FROM instances WHERE id = ANY(:ids) "
-                        "AND status = 'active_incidents'",
-                        ids=bombs,
-                    )
-                    == len(bombs)
-                ),
-                60,
-                "fork bombs stopped",
-            )
-            seen = deliveries(delivery_log)
-            for kind, ids in hostile.started.items():
-                common.line(f"  {kind}", outcomes(engine, ids, seen))
-            if bombs:
-                tokens = scalar(
-                    engine,
-                    "SELECT max(jsonb_array_length(jsonb_path_query_array(checkpoint, "
-                    "'$.tokens.keyvalue()'))) FROM instances WHERE id = ANY(:ids)",
-                    ids=bombs,
-                )
-                common.line("  fork bombs' most live tokens", f"{tokens} (bound {MAX_TOKENS})")
-            parked = rows(
-                engine, "SELECT parked_at, parked_error FROM outbox WHERE id = :id", id=dead
-            )[0]
-            common.line(
-                "  dead outbox row",
-                f"parked {'yes' if parked.parked_at else 'NO'}"
-                + (f": {parked.parked_error[:100]}" if parked.parked_error else ""),
-            )
-            crashed = procs[0].log.read_text(errors="replace").count("WorkerLostError")
-            killed = procs[0].log.read_text(errors="replace").count("Hard time limit")
-            common.line(
-                "  worker log", f"hard time limit kills {killed}, pool processes lost {crashed}"
-            )
-            common.line("  tasks run so far", task_times(procs[0].log))
+            report_hostile(engine, hostile.started, dead, deliveries(delivery_log), procs[0].log)
+            poisoned = hostile.started.get(LOOPING, [])
+            if poisoned:
+                follow_poison(engine, poisoned, delivery_log, procs[0].log)
 
-            # -- 2'. one kind at a time (printed, not judged): which one costs the canaries
-            if args.per_kind:
-                for kind in (*KINDS, "dead outbox row"):
-                    alone = Hostile(side_client, seconds, each, (kind,) if kind in KINDS else ())
-                    if kind not in KINDS:
-                        dead_outbox_row(engine)
-                    alone.start()
-                    values = canaries(engine, client, args.rate, seconds, kind)
-                    alone.join(60)
-                    _, p99 = latency_line(f"only {kind:<15}", values)
-                    common.line(f"  p99 / baseline p99 with only {kind}", f"{p99 / base_p99:.2f}")
-
-            # -- 3. backlog ---------------------------------------------------------------
-            procs[0].stop()
-            began = time.perf_counter()
-            backlog_ids: list[str] = []
-            for lo in range(0, backlog, 1000):
-                backlog_ids += client.start_many(
-                    "hostile_backlog", [{"n": n} for n in range(lo, min(backlog, lo + 1000))]
-                )
-            common.line(
-                "backlog queued (no worker running)",
-                f"{len(backlog_ids)} starts in {time.perf_counter() - began:.1f} s",
-            )
-            time.sleep(SWEEP_AFTER_S * 2)  # older than the sweep's threshold, sweeps queued
-            procs += [worker(env, logdir, "worker-2"), worker(env, logdir, "worker-3")]
-            began = time.perf_counter()
-            wait_until(
-                lambda: (
-                    scalar(
-                        engine,
-                        "SELECT count(*) FROM instances WHERE key = 'hostile_backlog' "
-                        "AND status = 'completed'",
+            # -- 3. backlog, on a broker db of its own: the poison is still being delivered
+            # again on the first one, and nothing stops it there but its broker db going.
+            for p in procs:
+                p.stop()
+            with common.scratch_redis_db() as backlog_broker:
+                benv = worker_env(backlog_broker, database_url, delivery_log)
+                bclient = Client(database_url=database_url, broker_url=backlog_broker)
+                procs.append(beat(benv, logdir, "beat-2"))
+                began = time.perf_counter()
+                backlog_ids: list[str] = []
+                for lo in range(0, backlog, 1000):
+                    backlog_ids += bclient.start_many(
+                        "hostile_backlog", [{"n": n} for n in range(lo, min(backlog, lo + 1000))]
                     )
-                    == backlog
-                ),
-                120 + backlog / 5,
-                "backlog applied",
-            )
-            common.line("backlog drained", f"in {time.perf_counter() - began:.1f} s")
-            time.sleep(SWEEP_AFTER_S * 3)  # a late re-send by the sweep would land now
-            judge_backlog(engine, backlog_ids, deliveries(delivery_log))
+                common.line(
+                    "backlog queued (no worker running)",
+                    f"{len(backlog_ids)} starts in {time.perf_counter() - began:.1f} s",
+                )
+                time.sleep(SWEEP_AFTER_S * 2)  # older than the sweep's threshold, sweeps queued
+                procs += [worker(benv, logdir, "worker-2"), worker(benv, logdir, "worker-3")]
+                began = time.perf_counter()
+                wait_until(
+                    lambda: (
+                        scalar(
+                            engine,
+                            "SELECT count(*) FROM instances WHERE key = 'hostile_backlog' "
+                            "AND status = 'completed'",
+                        )
+                        == backlog
+                    ),
+                    120 + backlog / 5,
+                    "backlog applied",
+                )
+                common.line("backlog drained", f"in {time.perf_counter() - began:.1f} s")
+                time.sleep(SWEEP_AFTER_S * 3)  # a late re-send by the sweep would land now
+                judge_backlog(engine, backlog_ids, deliveries(delivery_log))
+                for p in procs:
+                    p.stop()
         finally:
             for p in procs:
                 p.stop()
