@@ -233,6 +233,11 @@ def _run(
         description = cursor.description
         fetched = cursor.fetchall() if description is not None else []
     except BaseException as exc:
+        if raw.pgconn.pipeline_status:
+            # Interrupted while the pipeline was busy (a soft time limit during the
+            # COMMIT's round trip): psycopg could not leave pipeline mode, so no
+            # ROLLBACK can be sent on it either; the connection is dropped, not reset.
+            conn.invalidate(exc if isinstance(exc, Exception) else None)
         if isinstance(exc, conn.dialect.loaded_dbapi.Error):
             # SQLAlchemy's own handling: the exception classes ``execute`` raises, a
             # lost connection invalidated, the engine's ``handle_error`` hooks run.

@@ -4,6 +4,7 @@ retry heals the first kind, a person must look at the second."""
 
 from __future__ import annotations
 
+import logging
 import random
 import sqlite3
 import threading
@@ -234,3 +235,40 @@ def test_a_broker_connection_reset_is_transient(
         assert is_transient(caught.value), repr(caught.value)
     finally:
         proxy.close()
+
+
+def test_a_soft_time_limit_inside_a_pipelined_commit_is_not_transient(
+    pg: tuple[Engine, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The soft limit lands while the Store's last statement and COMMIT are in flight
+    (persistence/round_trips.py ``last``): psycopg, leaving the pipeline busy, raises
+    "cannot exit pipeline mode while busy" in its place. The time limit is in its
+    chain, so the trigger is kept as failed like any soft limit, never retried."""
+    import signal
+
+    from celery.exceptions import SoftTimeLimitExceeded
+
+    from dormant.persistence import round_trips
+
+    engine, _ = pg
+    round_trips.install(engine)
+    statement = sa.select(sa.func.pg_sleep(sa.bindparam("s", 2.0, type_=sa.Float)))
+
+    def soft_limit(_signum: int, _frame: object) -> None:
+        raise SoftTimeLimitExceeded()  # as billiard's handler raises it in a worker
+
+    previous = signal.signal(signal.SIGALRM, soft_limit)
+    signal.setitimer(signal.ITIMER_REAL, 0.2)
+    try:
+        with pytest.raises(Exception) as caught:
+            with engine.connect() as conn, round_trips.open_late(conn):
+                round_trips.last(conn, statement, None)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert isinstance(caught.value, sa.exc.OperationalError), repr(caught.value)
+    assert "pipeline" in str(caught.value)
+    assert not is_transient(caught.value)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+    # The same class of error with no interrupt behind it stays transient.
+    assert is_transient(sa.exc.OperationalError("COMMIT", {}, Exception("server closed")))
