@@ -292,8 +292,8 @@ class Runtime:
         # would pass the bound, as ONE incident; the step ends there (issue 24, row 5).
         self.token_bound_reached = True
         raise TechnicalFailure(
-            f"instance {self.cp.instance_id} has {held:,} tokens and {node_id!r} would add "
-            f"{count:,}, past the limit of {limit:,} (DORMANT_MAX_TOKENS); a parallel fork "
+            f"instance {self.cp.instance_id} has {held:,} tokens; {count:,} more at "
+            f"{node_id!r} would pass the limit of {limit:,} (DORMANT_MAX_TOKENS); a parallel fork "
             "in a loop? The instance's other moving tokens are parked until this incident "
             "is retried",
             "LimitExceeded",

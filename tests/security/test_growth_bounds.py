@@ -50,7 +50,7 @@ def test_a_parallel_fork_in_a_loop_ends_in_one_incident_at_the_token_bound() -> 
     assert run.status == "active_incidents"
     [incident] = run.cp.incidents.values()
     assert (incident.node_id, incident.cause_class) == ("fork", "LimitExceeded")
-    assert "has 50 tokens and 'fork' would add 1, past the limit of 50 (DORMANT_MAX_TOKENS)" in (
+    assert "has 50 tokens; 1 more at 'fork' would pass the limit of 50 (DORMANT_MAX_TOKENS)" in (
         incident.cause
     )
     assert len(run.cp.tokens) == 50
@@ -73,8 +73,27 @@ def test_a_retry_under_the_same_bound_updates_the_one_incident_and_a_higher_boun
     # The parked tokens ran on with it, and the loop, still a fork bomb, met the new
     # bound: again one incident, not thirty.
     [last] = [i for i in run.cp.incidents.values() if not i.state.closed]
-    assert "past the limit of 80 (DORMANT_MAX_TOKENS)" in last.cause
+    assert "would pass the limit of 80 (DORMANT_MAX_TOKENS)" in last.cause
     assert len(run.cp.tokens) == 80
+
+
+def test_a_fork_refused_at_the_bound_adds_none_of_its_branches() -> None:
+    """Checked for all branches at once: a fork that added some before the refusal
+    would run those twice once its retry forks again."""
+    b = ProcessBuilder("wide")
+    b.start_event("s").parallel_gateway("fork")
+    b.user_task("a").user_task("b").user_task("c")
+    b.sequence("s", "fork")
+    for branch in ("a", "b", "c"):
+        b.sequence("fork", branch)
+    run = Run(b.build(), services=_services(max_tokens=2))
+    run.start()
+    [incident] = run.cp.incidents.values()
+    assert "2 more at 'fork' would pass the limit of 2" in incident.cause
+    assert [t.node_id for t in run.cp.tokens.values()] == ["fork"]
+    run.services = _services(max_tokens=3)
+    run.retry(incident.id)
+    assert sorted(t.node_id for t in run.cp.tokens.values()) == ["a", "b", "c"]
 
 
 def test_inner_instances_holding_local_copies_stop_at_the_checkpoint_bound() -> None:
