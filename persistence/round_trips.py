@@ -278,7 +278,14 @@ def _pipelined(
                     raw.execute(after)
             except dbapi.Error as exc:
                 failed = exc
-    except dbapi.Error:
+    except dbapi.Error as exc:
+        behind = exc.__context__
+        if behind is not None and not isinstance(behind, dbapi.Error):
+            # Not the database's: an interrupt (the soft time limit) landed while the
+            # pipeline was busy, and psycopg, unable to leave pipeline mode, raised
+            # "cannot exit pipeline mode while busy" in its place. The interrupt is the
+            # news, and the trigger ends as any soft limit ends it (docs/limits.md).
+            raise behind from None
         if failed is None:
             raise
         # The answers behind the first error ("pipeline aborted"): the first is the news.

@@ -114,7 +114,8 @@ def interrupt_in_chain(exc: BaseException) -> BaseException | None:
         if isinstance(current, INTERRUPTS):
             return current
         seen.add(id(current))
-        current = current.__cause__ or current.__context__
+        # A SQLAlchemy error's driver error (``orig``) is its cause, raised ``from`` it.
+        current = current.__cause__ or current.__context__ or getattr(current, "orig", None)
     return None
 
 
