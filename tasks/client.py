@@ -27,7 +27,7 @@ import getpass
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any, overload
@@ -170,11 +170,21 @@ class Client:
         instance_id: str | None = None,
         since: datetime | None = None,
         limit: int = 200,
+        where: audit.AuditFilter | None = None,
     ) -> list[audit.AuditEntry]:
-        """The audit trail, newest first (docs/operations.md "Audit trail")."""
+        """The audit trail, newest first (docs/audit.md)."""
         return audit.entries(
-            self._store.engine, actor=actor, instance_id=instance_id, since=since, limit=limit
+            self._store.engine,
+            actor=actor,
+            instance_id=instance_id,
+            since=since,
+            limit=limit,
+            where=where,
         )
+
+    def audit_export(self, where: audit.AuditFilter) -> Iterator[audit.AuditEntry]:
+        """Every row ``where`` selects, oldest first, streamed (docs/audit.md, "Export")."""
+        return audit.export(self._store.engine, where)
 
     # -- sending ---------------------------------------------------------------------
 

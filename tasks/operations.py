@@ -182,12 +182,17 @@ def enqueue_batch(batch_id: str, producer: Any = None) -> None:
 def pause_job_type(self: Task, job_type: str) -> None:
     """Stop sending jobs of ``job_type``: they are held until it is resumed."""
     job_pause.pause(store().engine, job_type, clock.now())
+    audit_rows.done_by_hand(store().engine, "job_type_pause", clock.now(), target=job_type)
 
 
 @app.task(name=wire.JOBS_RESUME, bind=True, throws=(DormantError,))
 def resume_job_type(self: Task, job_type: str) -> int:
     """Send the held jobs of ``job_type`` again (through the outbox)."""
-    return job_pause.resume(store().engine, job_type, clock.now())
+    held = job_pause.resume(store().engine, job_type, clock.now())
+    audit_rows.done_by_hand(
+        store().engine, "job_type_resume", clock.now(), target=job_type, params={"held": held}
+    )
+    return held
 
 
 @app.task(name=wire.BULK, bind=True)
@@ -200,8 +205,18 @@ def bulk(
     """Create a batch (``operation`` on what ``selector`` selects) and start it; returns
     its id. From Flower: ``{"operation": "incident_retry", "selector": {"key": "order",
     "node": "charge"}}``."""
-    view = batches.create(
-        store(), operation, Selector.model_validate(selector), params or {}, clock.now()
+    chosen = Selector.model_validate(selector)
+    view = batches.create(store(), operation, chosen, params or {}, clock.now())
+    audit_rows.done_by_hand(
+        store().engine,
+        f"bulk_{operation}",
+        clock.now(),
+        target=f"batch {view.id}",
+        params={
+            "selector": chosen.model_dump(mode="json", exclude_none=True),
+            **{k: v for k, v in (params or {}).items() if k != "actor"},
+            "selected": view.selected,
+        },
     )
     enqueue_batch(view.id)
     log.info("batch %s %s created: %s", view.id, operation, view.report())
