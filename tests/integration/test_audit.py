@@ -608,3 +608,74 @@ def _where(actor: str, source: str, action: str) -> Any:
     from dormant.persistence.audit import AuditFilter
 
     return AuditFilter(actor=actor, source=source, action=action)
+
+
+def test_the_export_streams_json_lines_with_the_filters(stack: Stack) -> None:
+    """``dormant audit export`` and the console's ``/audit.jsonl``: every row the filters
+    select, oldest first, one JSON object a line, read a page at a time; the console's
+    export is refused to an anonymous reader, a bad filter is refused by name."""
+    from dormant.persistence import audit
+
+    dave = stack.client.acting_as("erin-export", "client")
+    for n in range(3):
+        dave.pause_job_type(f"export-{n}")
+    since = "2000-01-01T00:00"
+    done = stack.run_cli("audit", "export", "--actor", "erin-export", "--since", since)
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [(r["target"], r["outcome"], r["source"]) for r in lines] == [
+        (f"export-{n}", "done", "client") for n in range(3)
+    ]
+    assert [r["id"] for r in lines] == sorted(r["id"] for r in lines)
+    none = stack.run_cli("audit", "export", "--actor", "erin-export", "--until", since)
+    assert none.returncode == 0 and none.stdout == "", none.stderr
+    bad = stack.run_cli("audit", "export", "--outcome", "edited")
+    assert bad.returncode == 2 and "'edited' is not one of" in bad.stderr
+    # Paged by id: a page of one yields what a page of a thousand does.
+    where = audit.AuditFilter(source="client")
+    engine = stack.client._store.engine
+    assert list(audit.export(engine, where, page=1)) == list(audit.export(engine, where))
+    with _console(stack) as console:
+        got = console.get(
+            "/audit.jsonl", params={"actor": "erin-export", "action": "job_type_pause"}
+        )
+        assert got.status_code == 200 and got.headers["content-type"].startswith(
+            "application/jsonl"
+        )
+        assert [json.loads(line)["target"] for line in got.text.splitlines()] == [
+            f"export-{n}" for n in range(3)
+        ]
+        assert console.get("/audit.jsonl", params={"outcome": "edited"}).status_code == 400
+        page = console.get("/audit", params={"actor": "erin-export"}).text
+        assert "/audit.jsonl?actor=erin-export" in page
+        console.headers.pop("Authorization")
+        assert console.get("/audit.jsonl").status_code == 401
+        assert console.get("/audit").status_code == 401
+
+
+def test_no_door_edits_or_deletes_an_audit_row() -> None:
+    """Append-only (docs/audit.md): the only statements on ``audit_log`` besides reads
+    are the inserts of persistence/audit.py and the worker's outcome row, and the one
+    delete is the retention sweep; no console or API route but the two reads names it."""
+    from dormant.tasks.api.app import routes as api_routes
+    from dormant.tasks.console import create_app
+    from dormant.tasks.console.config import ConsoleConfig
+
+    root = Path(__file__).resolve().parents[2]
+    writes = []
+    for path in sorted(root.glob("*/**/*.py")):
+        if ".venv" in path.parts or "tests" in path.parts or "migrations" in path.parts:
+            continue
+        text = path.read_text()
+        for hit in re.finditer(r"(update|delete)\(audit_log|audit_log\.(update|delete)", text):
+            writes.append((path.relative_to(root).as_posix(), hit.group(0)))
+    assert writes == [("persistence/audit.py", "delete(audit_log")]
+    assert "UPDATE audit_log" not in (root / "persistence" / "audit.py").read_text().upper()
+    app = create_app(ConsoleConfig(secret="s" * 32, user=ANN, password=PASSWORD))
+    audit_routes = {
+        (getattr(r, "path", ""), tuple(sorted(getattr(r, "methods", None) or ())))
+        for r in app.routes
+        if "audit" in getattr(r, "path", "")
+    }
+    assert audit_routes == {("/audit", ("GET", "HEAD")), ("/audit.jsonl", ("GET", "HEAD"))}
+    assert not [r for r in api_routes() if "audit" in str(getattr(r, "path", ""))]
