@@ -66,7 +66,7 @@ def cli(ctx: click.Context, actor: str | None) -> None:
     ctx.ensure_object(dict)["actor"] = actor
 
 
-# -- the audit trail (docs/operations.md "Audit trail") -------------------------------
+# -- the audit trail (docs/audit.md) -------------------------------
 
 
 @cli.group()

@@ -77,7 +77,7 @@ from dormant.tasks.wire import Send
 
 __all__ = ["ENV_ACTOR", "Client", "default_actor"]
 
-# Who acts when the caller names nobody (docs/operations.md "Audit trail").
+# Who acts when the caller names nobody (docs/audit.md).
 ENV_ACTOR = "DORMANT_ACTOR"
 
 
@@ -205,7 +205,7 @@ class Client:
             if kwargs.get("audit") is not None
         ]
         # An operator action's ``accepted`` row commits with its inbox row: neither
-        # without the other (docs/operations.md, "Audit trail").
+        # without the other (docs/audit.md).
         inbox_ids = retry_database(
             lambda: inbox.record_many(
                 self._store.engine,
@@ -803,7 +803,7 @@ class Client:
 
     def retry_parked(self, ref: str) -> None:
         """Unpark ``ref`` (``inbox:<id>`` / ``outbox:<id>``): the next sweep sends it.
-        Audited like every operator action (docs/operations.md "Audit trail")."""
+        Audited like every operator action (docs/audit.md)."""
         parked.retry(self._store.engine, ref)
         self._command("parked_retry", target=ref, done=True)
 

@@ -546,8 +546,8 @@ def cancel(
 
 def by_hand(action: str, target: str, instance_id: str | None) -> dict[str, Any]:
     """The command of a management task sent by hand (Flower, ``send_task``): no Client
-    took it, so nobody is known; it is recorded from ``celery`` (docs/operations.md,
-    "Audit trail") with its outcome only."""
+    took it, so nobody is known; it is recorded from ``celery`` (docs/audit.md) with
+    its outcome only."""
     return audit_rows.command(
         audit_rows.UNKNOWN_ACTOR, "celery", action, target=target, instance_id=instance_id
     )

@@ -577,7 +577,11 @@ def test_every_operator_action_is_recorded_once_by_its_door(stack: Stack, tmp_pa
                 return any(r.outcome == outcomes[-1] for r in found)
             return any(r.target == target and r.outcome == outcomes[-1] for r in found)
 
-        wait_for(lambda: all(final(row) for row in table), 60, what="every outcome recorded")
+        try:
+            wait_for(lambda: all(final(row) for row in table), 60, what="every outcome recorded")
+        except AssertionError:
+            missing = [row[:4] for row in table if not final(row)]
+            raise AssertionError(f"no final audit row for {missing}") from None
         page = html.unescape(console.get("/audit", params={"source": "api"}).text)
     every = stack.client.audit_log(limit=2000)
     assert SECRET not in json.dumps([r.as_json() for r in every])
