@@ -41,7 +41,9 @@ __all__ = [
     "AuditEntry",
     "AuditFilter",
     "accept",
+    "by_hand",
     "command",
+    "done_row",
     "entries",
     "export",
     "hide",
@@ -308,10 +310,46 @@ def outcome_row(
     )
 
 
+def done_row(
+    cmd: Mapping[str, Any],
+    at: datetime,
+    *,
+    target: str | None = None,
+    instance_id: str | None = None,
+    more: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The ``done`` row of an on-the-spot action, for the action's own transaction to
+    insert (``record`` on its connection): ``target``, ``instance_id`` and the
+    parameters in ``more`` are what only the action learns (a batch's id, how many it
+    selected)."""
+    if target is not None or more:
+        cmd = {
+            **cmd,
+            "target": target if target is not None else cmd.get("target"),
+            "params": {**(cmd.get("params") or {}), **(more or {})},
+        }
+    return outcome_row(cmd, "done", at, instance_id=instance_id)
+
+
 def accept(engine: Engine, cmd: Mapping[str, Any], at: datetime, outcome: str = "accepted") -> None:
     """Record ``cmd`` as accepted (an enqueued action: the worker records its outcome)
     or, with ``outcome="done"``, as done on the spot."""
     record(engine, [outcome_row(cmd, outcome, at)])
+
+
+def by_hand(
+    action: str,
+    *,
+    target: str | None = None,
+    instance_id: str | None = None,
+    params: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The command of a management task sent by hand (Flower's "send task",
+    ``send_task``): no Client took it, so nobody is known; from ``celery``
+    (docs/audit.md)."""
+    return command(
+        UNKNOWN_ACTOR, "celery", action, target=target, instance_id=instance_id, params=params
+    )
 
 
 def done_by_hand(
@@ -323,10 +361,7 @@ def done_by_hand(
     instance_id: str | None = None,
     params: Mapping[str, Any] | None = None,
 ) -> None:
-    """Record an on-the-spot action a management task sent by hand did (Flower's
-    ``dormant.jobs.pause``, ``dormant.bulk``, ``dormant.triggers.drop``, ...): no Client
-    took it, so nobody is known; from ``celery``, ``done`` (docs/audit.md)."""
-    cmd = command(
-        UNKNOWN_ACTOR, "celery", action, target=target, instance_id=instance_id, params=params
-    )
+    """Record, in a transaction of its own, an on-the-spot action a management task
+    sent by hand did whose own transaction takes no row (a job type paused)."""
+    cmd = by_hand(action, target=target, instance_id=instance_id, params=params)
     accept(engine, cmd, at, "done")

@@ -791,9 +791,8 @@ class Client:
 
     def drop_trigger(self, failed_id: str) -> FailedTriggerView:
         """Delete a failed trigger for good (its instance's history records it)."""
-        dropped = self._store.failed.drop_failed(failed_id, clock.now())
-        self._command("trigger_drop", target=failed_id, instance_id=dropped.instance_id, done=True)
-        return dropped
+        cmd = self._command("trigger_drop", target=failed_id)
+        return self._store.failed.drop_failed(failed_id, clock.now(), cmd)
 
     # -- parked sweep rows (persistence/parked.py) -------------------------------------
 

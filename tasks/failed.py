@@ -53,8 +53,6 @@ def retry(self: Task, failed_id: str) -> None:
 @app.task(name=wire.TRIGGERS_DROP, bind=True, throws=(DormantError,))
 def drop(self: Task, failed_id: str) -> None:
     """Delete failed trigger ``failed_id`` for good; its instance's history records it."""
-    view = store().failed.drop_failed(failed_id, clock.now())
-    audit.done_by_hand(
-        store().engine, "trigger_drop", clock.now(), target=failed_id, instance_id=view.instance_id
-    )
+    cmd = audit.by_hand("trigger_drop", target=failed_id)
+    view = store().failed.drop_failed(failed_id, clock.now(), cmd)
     log.info("failed trigger %s (%s) dropped", failed_id, view.task)

@@ -38,7 +38,7 @@ from dormant.tasks import app as app_module
 from dormant.tasks import wire
 from dormant.tasks.app import app, publish, store
 from dormant.tasks.sweeps import each_row
-from dormant.tasks.triggers import _run, apply_audited, by_hand
+from dormant.tasks.triggers import _run, apply_audited
 
 __all__ = [
     "batch_run",
@@ -72,7 +72,7 @@ def _operate(
     the action (``apply_audited``)."""
 
     if audit is None and inbox_id is None and trigger_id is None:
-        audit = by_hand(kind, instance_id, instance_id)
+        audit = audit_rows.by_hand(kind, target=instance_id, instance_id=instance_id)
 
     def call(tid: str, now: datetime) -> Any:
         return apply_audited(instance_id, make(), now, tid, None, audit)
@@ -206,18 +206,14 @@ def bulk(
     its id. From Flower: ``{"operation": "incident_retry", "selector": {"key": "order",
     "node": "charge"}}``."""
     chosen = Selector.model_validate(selector)
-    view = batches.create(store(), operation, chosen, params or {}, clock.now())
-    audit_rows.done_by_hand(
-        store().engine,
+    cmd = audit_rows.by_hand(
         f"bulk_{operation}",
-        clock.now(),
-        target=f"batch {view.id}",
         params={
             "selector": chosen.model_dump(mode="json", exclude_none=True),
             **{k: v for k, v in (params or {}).items() if k != "actor"},
-            "selected": view.selected,
         },
     )
+    view = batches.create(store(), operation, chosen, params or {}, clock.now(), cmd)
     enqueue_batch(view.id)
     log.info("batch %s %s created: %s", view.id, operation, view.report())
     return view.id
