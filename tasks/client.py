@@ -784,10 +784,11 @@ class Client:
         from dormant.tasks.app import app, broker_transport
         from dormant.tasks.failed import resend
 
+        owner = self._store.failed.failed_trigger(failed_id).instance_id
         url = self.settings.broker_url
         with app.connection_for_write(url, transport=broker_transport(url)) as conn:
             resend(self._store, failed_id, connection=conn)
-        self._command("trigger_retry", target=failed_id, done=True)
+        self._command("trigger_retry", target=failed_id, instance_id=owner, done=True)
 
     def drop_trigger(self, failed_id: str) -> FailedTriggerView:
         """Delete a failed trigger for good (its instance's history records it)."""

@@ -46,8 +46,11 @@ def resend(the_store: Any, failed_id: str, connection: Any = None) -> str:
 @app.task(name=wire.TRIGGERS_RETRY, bind=True, throws=(DormantError,))
 def retry(self: Task, failed_id: str) -> None:
     """Send failed trigger ``failed_id`` again (same trigger id: idempotent)."""
+    owner = store().failed.failed_trigger(failed_id).instance_id
     resend(store(), failed_id)
-    audit.done_by_hand(store().engine, "trigger_retry", clock.now(), target=failed_id)
+    audit.done_by_hand(
+        store().engine, "trigger_retry", clock.now(), target=failed_id, instance_id=owner
+    )
 
 
 @app.task(name=wire.TRIGGERS_DROP, bind=True, throws=(DormantError,))

@@ -430,7 +430,7 @@ def test_every_operator_action_is_recorded_once_by_its_door(stack: Stack, tmp_pa
                 "bob-table",
                 "trigger_retry",
                 ghosts[0],
-                None,
+                "audit-table-ghost-0",
                 ("done",),
                 cli("triggers", "retry", ghosts[0]),
             ),
