@@ -340,7 +340,7 @@ def test_every_operator_action_is_recorded_once_by_its_door(stack: Stack, tmp_pa
     ok, broken = tmp_path / "ok", tmp_path / "broken"
     ok.touch()
     waiting = [
-        stack.client.start("payment", {"flag": str(ok), "order": f"t-{n}"}) for n in range(9)
+        stack.client.start("payment", {"flag": str(ok), "order": f"t-{n}"}) for n in range(10)
     ]
     failing = [
         stack.client.start("payment", {"flag": str(broken), "order": f"f-{n}"}) for n in range(3)
@@ -523,6 +523,30 @@ def test_every_operator_action_is_recorded_once_by_its_door(stack: Stack, tmp_pa
                 lambda _: dave.set_variables(waiting[5], {"note": SECRET}),
             ),
             (
+                "api",
+                OAUTH_ID,
+                "modify",
+                waiting[8],
+                waiting[8],
+                applied,
+                call(
+                    "POST",
+                    f"/process-instances/{key('instance', waiting[8])}/modification",
+                    oauth,
+                    terminateInstructions=[{"elementId": "paid"}],
+                    activateInstructions=[{"elementId": "done"}],
+                ),
+            ),
+            (
+                "console",
+                ANN,
+                "suspend",
+                waiting[9],
+                waiting[9],
+                applied,
+                post(f"/instances/{waiting[9]}/suspend"),
+            ),
+            (
                 "celery",
                 UNKNOWN_ACTOR,
                 "cancel",
@@ -566,7 +590,8 @@ def test_every_operator_action_is_recorded_once_by_its_door(stack: Stack, tmp_pa
         ]
         dave.suspend(waiting[7])  # the celery resume's precondition, not a row of the table
         wait_for(lambda: stack.client.instance(waiting[7]).suspended, 30, what="suspended")
-        table[13] = (*table[13][:6], _by_hand(wire.RESUME, instance_id=waiting[7]))
+        resume = _by_hand(wire.RESUME, instance_id=waiting[7])
+        table = [(*row[:6], resume) if row[6] is None else row for row in table]
         for *_, how in table:
             how(stack)
 
