@@ -117,6 +117,9 @@ class InstanceView:
     # Triggers kept for an operator because they could not be applied (the instance is
     # flagged while any is kept): `dormant triggers list --failed --instance ID`.
     failed_triggers: int = 0
+    # Its process's tenant (docs/tenants.md); the checkpoint does not carry it, the
+    # instance row does.
+    tenant: str = "<default>"
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +160,7 @@ class UserTaskView:
     state: str = "created"
     # Why a task listener denied the last transition (completion, assignment, update).
     denied_reason: str | None = None
+    tenant: str = "<default>"
 
 
 @dataclass(frozen=True, slots=True)

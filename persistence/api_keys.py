@@ -27,6 +27,7 @@ from typing import Any
 from sqlalchemy import Engine, and_, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
+from dormant.engine_core.tenants import DEFAULT_TENANT
 from dormant.persistence.tables import api_jobs, api_keys, instances, subscriptions
 
 __all__ = [
@@ -257,15 +258,19 @@ def instance_processes(engine: Engine, ids: Iterable[str]) -> dict[str, tuple[st
     return {str(r.id): (str(r.key), int(r.version)) for r in rows}
 
 
-def message_holders(engine: Engine, name: str, correlation_key: str | None) -> list[str]:
-    """The instances waiting for a message of ``name`` and ``correlation_key`` now,
-    oldest subscription first: what a synchronous correlation answers with."""
+def message_holders(
+    engine: Engine, name: str, correlation_key: str | None, tenant: str = DEFAULT_TENANT
+) -> list[str]:
+    """The instances of ``tenant`` waiting for a message of ``name`` and
+    ``correlation_key`` now, oldest subscription first: what a synchronous correlation
+    answers with."""
     with engine.connect() as conn:
         rows = conn.execute(
             select(subscriptions.c.instance_id)
             .where(
                 subscriptions.c.kind == "message",
                 subscriptions.c.name == name,
+                subscriptions.c.tenant_id == tenant,
                 subscriptions.c.correlation_key == correlation_key
                 if correlation_key is not None
                 else subscriptions.c.correlation_key.is_(None),
