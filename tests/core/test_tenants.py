@@ -4,7 +4,9 @@ never names one) is the default tenant's (docs/tenants.md)."""
 
 from __future__ import annotations
 
+import click
 import pytest
+from click.testing import CliRunner
 
 from dormant.engine_core.errors import InvalidField
 from dormant.engine_core.tenants import (
@@ -14,6 +16,7 @@ from dormant.engine_core.tenants import (
     check_tenants,
 )
 from dormant.tasks import wire
+from dormant.tasks.cli import _tenant_queues, cli
 
 
 @pytest.mark.parametrize("good", ["<default>", "acme", "a", "Tenant_1.eu-west", "x" * 31])
@@ -62,3 +65,25 @@ def test_the_wire_names_a_tenant_only_when_it_is_not_the_default() -> None:
     started = wire.start("p", "i-1", {}, tenant="acme", business_key="b")
     assert started.kwargs["tenant"] == "acme" and started.kwargs["business_key"] == "b"
     assert "tenant" not in wire.start("p", "i-1", {}, tenant=DEFAULT_TENANT).kwargs
+
+
+def test_the_cli_refuses_a_bad_tenant_before_it_reads_anything() -> None:
+    ran = CliRunner().invoke(cli, ["--tenant", "a b", "instances", "list"])
+    assert ran.exit_code == 2
+    assert "may hold only letters, digits" in ran.output
+
+
+def test_worker_tenants_reads_each_tenants_queue_and_default_means_the_usual_ones() -> None:
+    chosen = _tenant_queues("acme,globex", None)
+    assert chosen is not None
+    queues, names = chosen
+    assert names == "dormant.tenant.acme,dormant.tenant.globex"
+    assert {q.exchange.name for q in queues} == {"dormant.tenant.acme", "dormant.tenant.globex"}
+    assert {q.routing_key for q in queues} == {"tenant.jobs"}
+    both = _tenant_queues("<default>,acme", None)
+    assert both is not None and both[1] == "dormant.timers,dormant,celery,dormant.tenant.acme"
+    queued = _tenant_queues("acme", "jobs-x")
+    assert queued is not None and queued[1] == "jobs-x,dormant.tenant.acme"
+    assert _tenant_queues(None, None) is None
+    with pytest.raises(click.BadParameter, match="--tenants entry"):
+        _tenant_queues("acme,a/b", None)
