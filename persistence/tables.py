@@ -574,6 +574,8 @@ api_jobs = Table(
     Column("worker", String(255)),
     Column("deadline", UtcDateTime),
     Column("created_at", UtcDateTime, nullable=False),
+    # Its instance's tenant: an activation may ask for chosen tenants' jobs only.
+    tenant_column(),
     Index("ix_api_jobs_job_type_worker", "job_type", "worker"),
     Index("ix_api_jobs_instance_id_wait_id", "instance_id", "wait_id"),
 )

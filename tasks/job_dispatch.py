@@ -75,7 +75,7 @@ def dispatch(job: DispatchJob, tenant: str = DEFAULT_TENANT) -> None:
         return
     own = app_module.settings.job_types.get(job_type)
     if own is not None and own.api:
-        _offer_to_api(job)
+        _offer_to_api(job, tenant)
         return
     queue = job_queue(job_type) if tenant == DEFAULT_TENANT else tenant_queue(tenant)
     publish(
@@ -96,7 +96,7 @@ def dispatch(job: DispatchJob, tenant: str = DEFAULT_TENANT) -> None:
     )
 
 
-def _offer_to_api(job: DispatchJob) -> None:
+def _offer_to_api(job: DispatchJob, tenant: str) -> None:
     """A job of a type API workers serve (``DORMANT_JOB_TYPES`` ``"api": true``): kept
     for their activation instead of sent to Celery (persistence/api_keys.py)."""
     key = api_keys.offer(
@@ -110,6 +110,7 @@ def _offer_to_api(job: DispatchJob) -> None:
         variables=dict(job.variables),
         headers={str(k): str(v) for k, v in job.headers.items()},
         now=clock.now(),
+        tenant=tenant,
     )
     metrics.job_dispatched(job.job_type)
     log.info(

@@ -46,7 +46,7 @@ from dormant.engine_core.errors import (
     UnknownProcess,
     UnknownTask,
 )
-from dormant.engine_core.tenants import check_tenant
+from dormant.engine_core.tenants import check_tenant, check_tenants
 from dormant.engine_core.triggers import JobCompleted, JobErrorThrown, JobFailed, JobHeartbeat
 from dormant.engine_core.views import IncidentView, InstanceView, UserTaskView
 from dormant.persistence import api_keys, clock
@@ -614,6 +614,7 @@ def migrate_instance(api: Api, body: dict[str, Any], path: dict[str, str]) -> An
 
 def activate_jobs(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
     req = _model(schemas.ActivateJobs, body)
+    tenants = check_tenants(req.tenant_ids, "tenantIds") if req.tenant_ids else None
     worker = req.worker or "default"
     timeout = timedelta(milliseconds=req.timeout)
     if req.request_timeout < 0:
@@ -625,7 +626,7 @@ def activate_jobs(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
     deadline = time.monotonic() + wait_s
     while True:
         jobs = api_keys.activate(
-            api.engine, req.type, worker, timeout, req.max_jobs_to_activate, clock.now()
+            api.engine, req.type, worker, timeout, req.max_jobs_to_activate, clock.now(), tenants
         )
         retries = _live(api, jobs)
         jobs = [j for j in jobs if j.key in retries]
@@ -665,7 +666,7 @@ def activate_jobs(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
                 "retries": retries[job.key],
                 "deadline": int((job.deadline or clock.now()).timestamp() * 1000),
                 "variables": variables,
-                "tenantId": TENANT,
+                "tenantId": job.tenant,
                 "physicalTenantId": TENANT,
                 "jobKey": str(job.key),
                 "processInstanceKey": own,

@@ -58,6 +58,7 @@ class CreateInstance(_TenantRequest):
 
 class ActivateJobs(_Request):
     type: str = Field(min_length=1)
+    tenant_ids: list[str] | None = None  # None or empty: every tenant's jobs
     worker: str | None = None
     timeout: int = Field(gt=0)  # milliseconds
     max_jobs_to_activate: int = Field(gt=0, le=1000)

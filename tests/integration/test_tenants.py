@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -176,3 +177,26 @@ def test_message_starts_and_called_processes_stay_in_their_tenant(tenant_stack: 
     stack.wait_status(parent, "completed")
     (child,) = acme.instances(key="tn-child")
     assert child.tenant == ACME
+
+
+def test_an_api_activation_takes_its_tenants_jobs_only(tenant_stack: Stack) -> None:
+    """The REST API's jobs (``"api": true`` types) carry their tenant; an activation
+    with ``tenantIds`` hands out those tenants' jobs alone (persistence/api_keys.py)."""
+    from dormant.persistence import api_keys, clock
+
+    engine, now = tenant_stack.client._store.engine, clock.now()
+    job = {"job_type": "tn-api", "wait_id": "w1", "node_id": "n", "attempt": 1}
+    api_keys.offer(
+        engine,
+        idempotency_key="tn-api:i1:w1:1",
+        instance_id="tn-api-i1",
+        variables={},
+        headers={},
+        now=now,
+        tenant=ACME,
+        **job,
+    )
+    a_minute = timedelta(minutes=1)
+    assert api_keys.activate(engine, "tn-api", "w", a_minute, 10, now, ["<default>"]) == []
+    (taken,) = api_keys.activate(engine, "tn-api", "w", a_minute, 10, now, [ACME])
+    assert taken.tenant == ACME and taken.instance_id == "tn-api-i1"

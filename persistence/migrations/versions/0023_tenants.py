@@ -1,5 +1,5 @@
 """Tenants: a ``tenant_id`` on deployments, definitions, instances, hold rows,
-incidents and messages (docs/tenants.md).
+incidents, messages and the REST API's jobs (docs/tenants.md).
 
 Every column is NOT NULL with ``<default>`` as its server default, so every row written
 before this migration belongs to the default tenant (PostgreSQL 11+ adds such a column
@@ -30,6 +30,7 @@ _TABLES = (
     "user_tasks",
     "incidents",
     "unmatched_messages",
+    "api_jobs",
 )
 
 
