@@ -177,6 +177,13 @@ def test_message_starts_and_called_processes_stay_in_their_tenant(tenant_stack: 
     stack.wait_status(parent, "completed")
     (child,) = acme.instances(key="tn-child")
     assert child.tenant == ACME
+    # A process of another tenant is not one acme's call activity can start.
+    home.deploy(model("tn-home-child", start("s") + end("e"), [("s", "e")]))
+    acme.deploy(call_parent("tn-xparent", "tn-home-child"))
+    caller = acme.start("tn-xparent")
+    (incident,) = stack.wait_status(caller, "active_incidents").incidents
+    assert incident.cause_class == "UnknownProcess" and "tenant 'acme'" in incident.cause
+    assert home.instances(key="tn-home-child") == []
 
 
 def test_an_api_activation_takes_its_tenants_jobs_only(tenant_stack: Stack) -> None:
