@@ -161,6 +161,12 @@ TRANSLATED: Mapping[str, _Reader] = {
         d.get("node"),
         f"ad-hoc sub-process {_d(d, 'node')}: {_d(d, 'elements', '0')} element(s) activated",
     ),
+    "AdHocJobCompleted": lambda d: (
+        "element",
+        d.get("node"),
+        f"ad-hoc sub-process {_d(d, 'node')}: its job activated {_d(d, 'elements', '0')} "
+        f"element(s){'; done' if d.get('fulfilled') else ''}",
+    ),
     "JobDispatched": lambda d: (
         "job",
         d.get("node"),

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from dormant.engine_core import (
+    ad_hoc,
     boundaries,
     calls,
     event_subs,
@@ -35,6 +36,7 @@ from dormant.engine_core.checkpoint import (
 )
 from dormant.engine_core.errors import InvalidOperation
 from dormant.engine_core.incidents import leave_or_raise
+from dormant.engine_core.model import NodeKind
 from dormant.engine_core.moving import cancel_instance
 from dormant.engine_core.runtime import Runtime
 from dormant.engine_core.transitions import move_token
@@ -189,6 +191,8 @@ def _job_completed(rt: Runtime, trigger: JobCompleted) -> Wake:
         return user_tasks.listener_completed(rt, wait, trigger)
     if wait is not None and wait.execution_listener is not None:
         return listeners.completed(rt, wait, trigger)
+    if wait is not None and rt.node(wait.node_id).kind is NodeKind.AD_HOC_SUB_PROCESS:
+        return ad_hoc.job_completed(rt, wait, trigger)
     return jobs.completed(rt, trigger)
 
 

@@ -33,7 +33,7 @@ from dormant.engine_core.views import (
 )
 from dormant.persistence.db import Transactions, read_only
 from dormant.persistence.fact_rows import fact_views
-from dormant.persistence.failed_triggers import CHECKPOINT_INCIDENT, FLAGGED
+from dormant.persistence.failed_triggers import CHECKPOINT_INCIDENT, FLAGGED, flagging_counts
 from dormant.persistence.tables import (
     deadlines,
     definitions,
@@ -133,13 +133,7 @@ class Queries:
             return self._views(conn, rows)
 
     def _views(self, conn: Connection, rows: Sequence[Any]) -> list[InstanceView]:
-        failed: dict[str, int] = dict(
-            conn.execute(
-                select(failed_triggers.c.instance_id, func.count())
-                .where(failed_triggers.c.instance_id.in_([r.id for r in rows]))
-                .group_by(failed_triggers.c.instance_id)
-            ).all()
-        )
+        failed = flagging_counts(conn, [r.id for r in rows])
         out = []
         for row in rows:
             try:

@@ -85,7 +85,11 @@ ENV_VARS: dict[str, str] = {
     "max_checkpoint_bytes": "DORMANT_MAX_CHECKPOINT_BYTES",
     "max_tokens": "DORMANT_MAX_TOKENS",
     "unmatched_messages_kept": "DORMANT_UNMATCHED_MESSAGES_KEPT",
+    "max_deliveries": "DORMANT_MAX_DELIVERIES",
     "unmatched_messages_retention_seconds": "DORMANT_UNMATCHED_MESSAGES_RETENTION_SECONDS",
+    "transient_retries": "DORMANT_TRANSIENT_RETRIES",
+    "transient_backoff_seconds": "DORMANT_TRANSIENT_BACKOFF_SECONDS",
+    "transient_backoff_max_seconds": "DORMANT_TRANSIENT_BACKOFF_MAX_SECONDS",
 }
 
 # The processed trigger ids' retention is at least this many times the longest
@@ -117,6 +121,9 @@ def parse_bool(name: str, raw: object) -> bool:
     )
 
 
+# The most transient retries a setting may ask for: past it a trigger that cannot heal
+# waits hours at the backoff cap before a person hears of it.
+TRANSIENT_RETRIES_CEILING = 100
 # Past this the JSON encoder and decoder themselves would recurse too deep.
 MAX_DEPTH_CEILING = 500
 
@@ -214,6 +221,18 @@ class Settings(BaseModel):
     # own transaction, so the table never grows past the bound (docs/limits.md).
     unmatched_messages_kept: int = 1000
     unmatched_messages_retention_seconds: float = 86_400.0
+    # Deliveries of one trigger that may start; the next one is not applied: the trigger
+    # is kept as a PoisonTrigger (persistence/deliveries.py; docs/limits.md, "What an
+    # operator sees: poison triggers").
+    max_deliveries: int = 3
+    # A transient failure (tasks/transient.py: a lost connection, a deadlock, a lock or
+    # statement timeout, the broker unreachable) is retried this many times after the
+    # first try, each after a jittered wait that doubles from the base up to the cap,
+    # before it is kept like a deterministic one (docs/limits.md, "Transient failures").
+    # The defaults ride out about a minute and a half of outage.
+    transient_retries: int = 8
+    transient_backoff_seconds: float = 0.5
+    transient_backoff_max_seconds: float = 15.0
 
     @field_validator("audit_retention_days")
     @classmethod
@@ -251,6 +270,8 @@ class Settings(BaseModel):
         "redis_visibility_timeout",
         "processed_trigger_retention_seconds",
         "unmatched_messages_retention_seconds",
+        "transient_backoff_seconds",
+        "transient_backoff_max_seconds",
     )
     @classmethod
     def _positive(cls, value: float | None) -> float | None:
@@ -276,7 +297,9 @@ class Settings(BaseModel):
             for name, s in self.job_types.items()
         }
 
-    @field_validator("step_budget", "max_loop_items", "max_tokens", "unmatched_messages_kept")
+    @field_validator(
+        "step_budget", "max_loop_items", "max_tokens", "unmatched_messages_kept", "max_deliveries"
+    )
     @classmethod
     def _budget(cls, value: int) -> int:
         if value < 1:
@@ -295,6 +318,16 @@ class Settings(BaseModel):
     def _attempts(cls, value: int) -> int:
         if value < 0:
             raise ValueError("must be a whole number of attempts, 0 (no automatic retry) or more")
+        return value
+
+    @field_validator("transient_retries")
+    @classmethod
+    def _transient_retries(cls, value: int) -> int:
+        if not 0 <= value <= TRANSIENT_RETRIES_CEILING:
+            raise ValueError(
+                "must be a whole number of retries from 0 (keep at the first transient "
+                f"failure) to {TRANSIENT_RETRIES_CEILING}"
+            )
         return value
 
     @field_validator("max_variables_bytes")
@@ -329,6 +362,15 @@ class Settings(BaseModel):
             raise ValueError(
                 "DORMANT_TRIGGER_TIME_LIMIT_SECONDS must be greater than "
                 "DORMANT_TRIGGER_SOFT_TIME_LIMIT_SECONDS"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _backoff_cap_past_base(self) -> Settings:
+        if self.transient_backoff_max_seconds < self.transient_backoff_seconds:
+            raise ValueError(
+                "DORMANT_TRANSIENT_BACKOFF_MAX_SECONDS must be at least "
+                f"DORMANT_TRANSIENT_BACKOFF_SECONDS ({self.transient_backoff_seconds:g} s here)"
             )
         return self
 

@@ -66,6 +66,7 @@ __all__ = [
     "start_timers",
     "subscriptions",
     "tenant_column",
+    "trigger_redeliveries",
     "unmatched_messages",
     "user_task_candidates",
     "user_tasks",
@@ -454,6 +455,9 @@ inbox = Table(
     # on (migration 0017, persistence/parked.py).
     Column("parked_at", UtcDateTime),
     Column("parked_error", Text),
+    # Deliveries after the first that were counted (migration 0020, persistence/
+    # deliveries.py): the sweep's re-sends and the broker's flagged redeliveries.
+    Column("redeliveries", Integer, nullable=False, server_default="0"),
 )
 # Only the rows still waiting (migration 0009): the sweep and the backlog gauge read
 # these, and processed rows are kept as the producer's record.
@@ -462,6 +466,16 @@ Index(
     inbox.c.created_at,
     postgresql_where=inbox.c.processed_at.is_(None),
     sqlite_where=inbox.c.processed_at.is_(None),
+)
+
+# The redeliveries of a trigger with no inbox row, keyed by its trigger id (migration
+# 0020, persistence/deliveries.py): a row only once the broker delivered it again.
+trigger_redeliveries = Table(
+    "trigger_redeliveries",
+    metadata,
+    Column("trigger_id", String(255), primary_key=True),
+    Column("redeliveries", Integer, nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False, index=True),
 )
 
 # Triggers that could not be applied, kept for an operator (persistence/failed_triggers.py).

@@ -190,6 +190,10 @@ def _conf(s: Settings) -> dict[str, Any]:
         "task_acks_late": True,
         "task_reject_on_worker_lost": True,
         "worker_prefetch_multiplier": 1,
+        # Each pool process gets its own graceful-exit event (billiard's restart
+        # sentinel): a process whose job ran out of memory sets its own and is replaced
+        # once the failure is reported (tasks/job_task.py, ``retire_this_process``).
+        "worker_pool_restarts": True,
         # SIGTERM is a cold shutdown with this grace (the CLI sets REMAP_SIGTERM): a
         # warm one waits for running tasks without any bound.
         "worker_soft_shutdown_timeout": s.worker_shutdown_timeout_seconds,

@@ -29,6 +29,7 @@ from dormant.tasks.cli_common import named_tenant, parse_vars, parse_when, read_
 from dormant.tasks.cli_common import var_option as _var
 from dormant.tasks.cli_deployments import register as register_deployments
 from dormant.tasks.cli_operations import register as register_operations
+from dormant.tasks.cli_process_tests import register as register_process_tests
 from dormant.tasks.display import (
     audit_columns,
     failed_trigger_columns,
@@ -574,6 +575,7 @@ def incidents_show(incident_id: str) -> None:
 # (one or in bulk); the batches group.
 register_operations(cli, instances, incidents)
 register_deployments(cli)
+register_process_tests(cli)
 
 
 # -- failed triggers -----------------------------------------------------------------

@@ -74,6 +74,7 @@ from dormant.persistence.store import Store
 from dormant.persistence.unmatched import MessageReceipt
 from dormant.tasks import wire
 from dormant.tasks.client_operations import Operations
+from dormant.tasks.transient import retry_database
 from dormant.tasks.wire import Send
 
 __all__ = ["ENV_ACTOR", "Client", "default_actor"]
@@ -216,10 +217,15 @@ class Client:
         ]
         # An operator action's ``accepted`` row commits with its inbox row: neither
         # without the other (docs/operations.md, "Audit trail").
-        inbox_ids = inbox.record_many(
-            self._store.engine,
-            triggers,
-            also=(lambda conn: audit.record(conn, accepted)) if accepted else None,
+        inbox_ids = retry_database(
+            lambda: inbox.record_many(
+                self._store.engine,
+                triggers,
+                also=(lambda conn: audit.record(conn, accepted)) if accepted else None,
+            ),
+            self._database_patience(),
+            f"{triggers[0].task if triggers else 'trigger'} not sent",
+            self.settings,
         )
         with pooled_producer(self.settings.broker_url) as producer:
             for inbox_id, (task, routing_key, kwargs) in zip(inbox_ids, triggers, strict=True):
@@ -339,7 +345,12 @@ class Client:
         if business_key is not None:
             check_text(business_key, "business key", self._limits)
         if key not in self._known_keys:
-            self._definition(key)
+            retry_database(
+                lambda: self._definition(key),
+                self._database_patience(),
+                f"start of {key!r}",
+                self.settings,
+            )
             self._own_process(key)
             # A deployed key stays deployed (versions are never deleted) and keeps its
             # tenant: one lookup per key and Client, not one per start.
@@ -356,6 +367,12 @@ class Client:
                 f"no process {key!r} is deployed for tenant {self.tenant!r}; deploy it "
                 "with a Client of that tenant"
             )
+
+    def _database_patience(self) -> float:
+        """How long a send waits out a locked or unreachable database before it says so
+        (tasks/transient.py ``retry_database``): two whole statement timeouts, so a
+        producer queued behind the workers' writes on SQLite gets its turn."""
+        return 2 * self.settings.db_statement_timeout_seconds
 
     def _definition(self, key: str) -> Any:
         try:
@@ -860,12 +877,15 @@ class Client:
         return parked.parked_rows(self._store.engine)
 
     def retry_parked(self, ref: str) -> None:
-        """Unpark ``ref`` (``inbox:<id>`` / ``outbox:<id>``): the next sweep sends it."""
+        """Unpark ``ref`` (``inbox:<id>`` / ``outbox:<id>``): the next sweep sends it.
+        Audited like every operator action (docs/operations.md "Audit trail")."""
         parked.retry(self._store.engine, ref)
+        self._command("parked_retry", target=ref, done=True)
 
     def drop_parked(self, ref: str) -> None:
-        """Delete parked row ``ref`` for good: what it held is never sent."""
+        """Delete parked row ``ref`` for good: what it held is never sent. Audited."""
         parked.drop(self._store.engine, ref)
+        self._command("parked_drop", target=ref, done=True)
 
 
 def _is_path(path_or_xml: str | bytes | Path) -> bool:

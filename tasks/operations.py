@@ -31,6 +31,7 @@ from dormant.engine_core.triggers import (
 )
 from dormant.persistence import audit as audit_rows
 from dormant.persistence import batches, clock, job_pause
+from dormant.persistence.deliveries import sweep_redeliveries
 from dormant.persistence.processed import SWEEP_SLICE, sweep_processed
 from dormant.persistence.selection import Selector
 from dormant.tasks import app as app_module
@@ -244,6 +245,9 @@ def processed_sweep(self: Task) -> int:
         swept += gone
         if gone < SWEEP_SLICE:
             break
+    # The redelivery counts of triggers without an inbox row, on the same retention
+    # (persistence/deliveries.py): one slice a tick, as few are ever written.
+    swept += sweep_redeliveries(store().engine, clock.now(), retention, SWEEP_SLICE)
     if swept:
         log.info("processed_sweep: %s processed trigger id(s) past retention deleted", swept)
     return swept + _sweep_audit()

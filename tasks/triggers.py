@@ -43,7 +43,13 @@ from celery import Task
 
 from dormant.engine_core.calls import missing_child
 from dormant.engine_core.effects import DispatchJob
-from dormant.engine_core.errors import DormantError, OperatorError, UnknownProcess, UnknownTask
+from dormant.engine_core.errors import (
+    DormantError,
+    OperatorError,
+    PoisonTrigger,
+    UnknownProcess,
+    UnknownTask,
+)
 from dormant.engine_core.inputs import check_variables
 from dormant.engine_core.task_attributes import check_changes
 from dormant.engine_core.tenants import DEFAULT_TENANT, check_tenant
@@ -59,7 +65,7 @@ from dormant.engine_core.triggers import (
     parse_trigger,
 )
 from dormant.persistence import audit as audit_rows
-from dormant.persistence import clock, inbox, job_pause
+from dormant.persistence import clock, deliveries, inbox, job_pause
 from dormant.persistence.failed_triggers import call_kwargs, one_line
 from dormant.persistence.outbox_queue import OutboxRow
 from dormant.persistence.results import TriggerResult
@@ -80,7 +86,7 @@ from dormant.tasks.job_dispatch import (
 from dormant.tasks.metrics import observe_trigger
 from dormant.tasks.outbox import consumed, publish_keeping_a_job, publish_rows
 from dormant.tasks.sweeps import relay
-from dormant.tasks.transient import MAX_TRANSIENT_RETRIES, is_transient
+from dormant.tasks.transient import RETRY_UNBOUNDED, is_transient, may_retry
 from dormant.tasks.transient import backoff as transient_backoff
 
 __all__ = [
@@ -95,6 +101,7 @@ __all__ = [
     "keep_as",
     "message",
     "outbox_rows_of",
+    "poison",
     "relay_outbox",
     "retry_backoff",
     "signal",
@@ -183,6 +190,9 @@ def _run(
     ``job_before``: the start's job runner, which may have run its one job already."""
     began = time.monotonic()
     tid = trigger_id or inbox_id or task.request.id or "eager"
+    number = _delivery_number(task, inbox_id, tid)
+    if number > app_module.settings.max_deliveries:
+        return _keep(task, kind, poison(number), tid, inbox_id, instance_id)
     try:
         result = call(tid, clock.now())
     except OperatorError as exc:
@@ -193,10 +203,13 @@ def _run(
         consumed(task.request)
         raise
     except Exception as exc:
-        if is_transient(exc) and task.request.retries < MAX_TRANSIENT_RETRIES:
+        settings = app_module.settings
+        if may_retry(exc, task.request.retries, settings):
             log.info("trigger=%s transient failure, retrying: %s", kind, type(exc).__name__)
             raise task.retry(
-                exc=exc, countdown=transient_backoff(task.request.retries), max_retries=None
+                exc=exc,
+                countdown=transient_backoff(task.request.retries, settings),
+                max_retries=RETRY_UNBOUNDED,
             ) from exc
         if is_transient(exc):
             log.error("trigger=%s gave up after %s transient errors", kind, task.request.retries)
@@ -216,6 +229,39 @@ def _run(
     if job is not None:
         _run_job_here(job, task.request.hostname)
     return None
+
+
+def _delivery_number(task: Task, inbox_id: str | None, tid: str) -> int:
+    """Which delivery of its trigger this is, counting only what may follow a delivery
+    that died (persistence/deliveries.py): a first delivery is 1 and costs nothing; one
+    the broker flags as redelivered is counted in a commit of its own before it is
+    applied; one the inbox sweep re-sent carries its number in a header. A count that
+    cannot be written leaves the delivery uncounted: its apply meets the same fault,
+    and the transient retries handle it."""
+    request = task.request
+    if request.is_eager or request.called_directly:
+        return 1
+    if (request.delivery_info or {}).get("redelivered"):
+        try:
+            return 1 + deliveries.count_redelivery(store().engine, inbox_id, tid, clock.now())
+        except Exception as exc:
+            log.info("trigger %s: redelivery not counted (%s)", tid, type(exc).__name__)
+            return 1
+    nested = getattr(request, "headers", None) or {}
+    sent = getattr(request, wire.DELIVERY_HEADER, None) or nested.get(wire.DELIVERY_HEADER)
+    return sent if isinstance(sent, int) and sent > 1 else 1
+
+
+def poison(number: int) -> PoisonTrigger:
+    """The error a poison trigger is kept with: which delivery was refused, the bound,
+    and the last error known, which for a delivery that ended its worker is that ending
+    itself (no exception came back from it; the worker's log names which)."""
+    bound = app_module.settings.max_deliveries
+    return PoisonTrigger(
+        f"delivery {number} refused (DORMANT_MAX_DELIVERIES={bound}): the deliveries before "
+        "it never finished; last error: the worker process ended during the delivery (the "
+        "hard time limit, a signal or out of memory; the worker's log says which)"
+    )
 
 
 def _run_job_here(job: DispatchJob, hostname: str | None) -> None:
@@ -258,7 +304,7 @@ def _keep(
     except Exception as keep_exc:
         log.error("trigger=%s failed and could not be kept (%s); retrying", kind, keep_exc)
         raise task.retry(
-            exc=exc, countdown=retry_backoff(min(request.retries, 6)), max_retries=None
+            exc=exc, countdown=retry_backoff(min(request.retries, 6)), max_retries=RETRY_UNBOUNDED
         ) from exc
     _processed(inbox_id)
     consumed(request)

@@ -36,6 +36,7 @@ __all__ = [
     "BULK",
     "CANCEL",
     "COMPLETE_TASK",
+    "DELIVERY_HEADER",
     "FIRE_DEADLINE",
     "FIRE_DEADLINES",
     "HIDDEN",
@@ -167,6 +168,10 @@ MANAGEMENT: frozenset[str] = frozenset(
         INCIDENT_RAISED,
     }
 )
+# The message header the inbox sweep names a re-sent trigger's delivery number in
+# (persistence/deliveries.py): the worker counts it without reading the database.
+DELIVERY_HEADER = "dormant_delivery"
+
 # Every task dormant registers: a model's job type may take none of them
 # (engine_core/job_types.py reserves the ``dormant.`` prefix).
 TASK_NAMES: frozenset[str] = TRIGGERS | MANAGEMENT

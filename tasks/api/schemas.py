@@ -66,8 +66,23 @@ class ActivateJobs(_Request):
     request_timeout: int = 0  # milliseconds; 0: the server's default, < 0: answer at once
 
 
+class ActivateElement(_Request):
+    element_id: str = Field(min_length=1, max_length=255)
+    variables: dict[str, Any] | None = None
+
+
+class JobResult(_Request):
+    """A job completion's ``result``; dormant serves the ad-hoc sub-process's."""
+
+    type: str | None = None
+    activate_elements: list[ActivateElement] = Field(default_factory=list)
+    is_completion_condition_fulfilled: bool = False
+    is_cancel_remaining_instances: bool = False
+
+
 class CompleteJob(_Request):
     variables: dict[str, Any] | None = None
+    result: JobResult | None = None
 
 
 class FailJob(_Request):

@@ -2,7 +2,8 @@
 resume, set variables, migrate and modify on the instance page; cancel / suspend /
 resume of every instance the instances list's filter selects; retry / resolve / drop of
 every incident the incidents list's filter selects; a migrate or set-variables of every
-instance it selects; the batches pages; and the job types page (pause / resume).
+instance it selects; the batches pages; the job types page (pause / resume); and the
+parked sweep rows (retry / drop, each confirmed).
 
 Each goes through ``app._act`` (the same refusals: read-only, unauthenticated, a wrong
 CSRF token) and through the very Client methods the CLI calls, so a console operator
@@ -289,6 +290,39 @@ async def resume_job_type(request: Request) -> Response:
     )
 
 
+def parked_list(request: Request) -> Response:
+    """Inbox and outbox rows a sweep parked with their error (``dormant triggers
+    parked``; persistence/parked.py), oldest parking first."""
+    return _render(request, "parked.html", rows=_client(request).parked_rows())
+
+
+# What a parked row's action does, on its confirmation page.
+_PARKED_CONSEQUENCES = {
+    "retry": "The row is unparked: the next sweep processes it again (an outbox row is "
+    "published as if never sent, an inbox row re-sent). If it fails again it is parked "
+    "again with the new error.",
+    "drop": "The row is deleted for good: what it held is never sent. This cannot be undone.",
+}
+
+
+async def parked_action(request: Request) -> Response:
+    """Retry or drop one parked row, named by its ref (``inbox:<id>``/``outbox:<id>``),
+    after a confirmation; the Client records it in the audit trail."""
+    op = request.path_params["op"]
+    if op not in _PARKED_CONSEQUENCES:
+        return PlainTextResponse(f"no parked row action {op!r}", status_code=404)
+    form = await request.form()
+    ref = _field(form, "ref")
+    asked = await _confirmed(
+        request, f"{op.capitalize()} parked row {ref}", _PARKED_CONSEQUENCES[op]
+    )
+    if asked is not None:
+        return asked
+    client = _client(request)
+    call = client.retry_parked if op == "retry" else client.drop_parked
+    return await _act(request, f"{op} {ref}", call, ref)
+
+
 def audit_list(request: Request) -> Response:
     """The audit trail (``dormant audit list``), newest first, filtered by actor,
     instance and time; server-rendered like the other lists."""
@@ -331,4 +365,6 @@ def routes() -> list[BaseRoute]:
         Route("/jobs", job_types),
         Route("/jobs/pause", pause_job_type, methods=["POST"]),
         Route("/jobs/resume", resume_job_type, methods=["POST"]),
+        Route("/parked", parked_list),
+        Route("/parked/{op}", parked_action, methods=["POST"]),
     ]

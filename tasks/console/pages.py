@@ -69,7 +69,9 @@ def _render(request: Request, name: str, **context: Any) -> Response:
         path_qs=_here(request),
     )
     status = context.pop("status_code", 200)
-    if request.query_params.get("partial") == "1":
+    if request.query_params.get("partial") == "1" and name != "error.html":
+        # An error has no fragment: the whole page, with its status, which the refresh
+        # leaves alone (console.js swaps only what a 200 brings).
         name = name.replace(".html", "_live.html")
     return templates.TemplateResponse(request, name, context, status_code=status)
 

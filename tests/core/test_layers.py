@@ -299,6 +299,7 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     ("tasks.cli_common", "dormant.persistence.settings"): f"pydantic: {_CLI_FAST}",
     ("tasks.cli_deployments", "dormant.tasks.client"): f"the Client and the Store: {_CLI_FAST}",
     ("tasks.cli_operations", "dormant.persistence.selection"): f"SQLAlchemy: {_CLI_FAST}",
+    ("tasks.cli_process_tests", "dormant.tasks.process_tests"): f"the engine: {_CLI_FAST}",
     # the Client sends through the Celery app, and imports it only then
     ("tasks.client", "dormant.tasks.app"): _CLIENT_CHEAP,
     ("tasks.client", "dormant.tasks.failed"): _CLIENT_CHEAP,

@@ -15,7 +15,9 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from dormant.tasks.transient import backoff, is_transient
+from dormant.engine_core.errors import InvalidSetting
+from dormant.persistence.settings import Settings
+from dormant.tasks.transient import backoff, is_transient, may_retry
 
 PG = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 
@@ -136,8 +138,99 @@ def test_model_and_bug_failures_are_not_transient() -> None:
 
 def test_backoff_grows_is_bounded_and_jittered() -> None:
     rng = random.Random(7)
-    first = [backoff(0, rng=rng) for _ in range(50)]
-    late = [backoff(20, rng=rng) for _ in range(50)]
+    defaults = Settings()
+    first = [backoff(0, defaults, rng=rng) for _ in range(50)]
+    late = [backoff(20, defaults, rng=rng) for _ in range(50)]
     assert max(first) <= 0.5 < min(late)
     assert max(late) <= 15.0
     assert len(set(late)) > 1
+
+
+def test_retries_and_backoff_are_settings() -> None:
+    tuned = Settings.from_env(
+        {
+            "DORMANT_TRANSIENT_RETRIES": "2",
+            "DORMANT_TRANSIENT_BACKOFF_SECONDS": "2",
+            "DORMANT_TRANSIENT_BACKOFF_MAX_SECONDS": "3",
+        }
+    )
+    rng = random.Random(7)
+    assert 1.0 <= backoff(0, tuned, rng=rng) <= 2.0
+    assert all(1.5 <= backoff(9, tuned, rng=rng) <= 3.0 for _ in range(20))
+    lost = ConnectionResetError()
+    assert may_retry(lost, 1, tuned) and not may_retry(lost, 2, tuned)
+    assert not may_retry(ValueError("bad"), 0, tuned)
+    assert not may_retry(lost, 0, Settings.from_env({"DORMANT_TRANSIENT_RETRIES": "0"}))
+
+
+@pytest.mark.parametrize(
+    ("env", "words"),
+    [
+        ({"DORMANT_TRANSIENT_RETRIES": "-1"}, "DORMANT_TRANSIENT_RETRIES='-1'"),
+        (
+            {"DORMANT_TRANSIENT_RETRIES": "101"},
+            "from 0 (keep at the first transient failure) to 100",
+        ),
+        ({"DORMANT_TRANSIENT_RETRIES": "many"}, "DORMANT_TRANSIENT_RETRIES='many'"),
+        ({"DORMANT_TRANSIENT_BACKOFF_SECONDS": "0"}, "positive number of seconds"),
+        (
+            {
+                "DORMANT_TRANSIENT_BACKOFF_SECONDS": "5",
+                "DORMANT_TRANSIENT_BACKOFF_MAX_SECONDS": "1",
+            },
+            "DORMANT_TRANSIENT_BACKOFF_MAX_SECONDS must be at least",
+        ),
+    ],
+)
+def test_bad_transient_settings_are_refused_by_name(env: dict[str, str], words: str) -> None:
+    with pytest.raises(InvalidSetting) as refused:
+        Settings.from_env(env)
+    assert words in str(refused.value)
+
+
+@pytest.fixture
+def locked_redis() -> Iterator[str]:
+    from tests.integration.conftest import _redis_db
+
+    gen = _redis_db()
+    try:
+        yield next(gen)
+    finally:
+        gen.close()
+
+
+@pytest.mark.parametrize("broker", ["redis", "rabbitmq"])
+def test_a_broker_connection_reset_is_transient(
+    broker: str, request: pytest.FixtureRequest
+) -> None:
+    """The broker's end of the connection reset (a TCP proxy in front of the machine's
+    Redis, on a database this test locked, or RabbitMQ): the publish that meets it
+    raises what the classifier calls transient."""
+    from urllib.parse import urlsplit
+
+    from kombu import Connection
+
+    from tests.faults.kit import via
+    from tests.faults.proxy import Proxy
+
+    if broker == "redis":
+        url = request.getfixturevalue("locked_redis")
+    else:
+        url = "amqp://guest:guest@127.0.0.1:5672//"
+    parts = urlsplit(url)
+    assert parts.hostname is not None and parts.port is not None
+    proxy = Proxy(parts.hostname, parts.port)
+    try:
+        with Connection(via(url, proxy.port), connect_timeout=5) as conn:
+            conn.ensure_connection(max_retries=1)
+            producer = conn.Producer()
+            proxy.set("reset")
+            with pytest.raises(Exception) as caught:
+                # A routing key no queue has (RabbitMQ keeps nothing; the Redis database is
+                # this test's own), sent until the reset is met.
+                for _ in range(20):  # a write into a socket just reset may still pass
+                    producer.publish({}, routing_key=f"no-queue-{uuid.uuid4().hex}", retry=False)
+                    threading.Event().wait(0.05)
+        assert is_transient(caught.value), repr(caught.value)
+    finally:
+        proxy.close()

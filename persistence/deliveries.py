@@ -1,0 +1,82 @@
+"""Delivery accounting: how many times a trigger was delivered after its first.
+
+A trigger whose work ends its worker (past the hard time limit, a signal, out of
+memory) never returns, so no failure path of its task sees it; it was delivered again
+for ever, holding a worker slot each time (issue 24, row 1). Counting every delivery
+before applying it would cost every trigger a commit of its own, so only a delivery that
+may follow one that died is counted, and a first delivery costs nothing:
+
+- a message the broker flags as redelivered (``delivery_info["redelivered"]``: RabbitMQ
+  on a requeue, kombu's Redis transport on the restore of an unacknowledged message):
+  the worker counts it here (``count_redelivery``) in a commit of its own before
+  applying it: on the Client's inbox row, or for a trigger without one (a plain Celery
+  producer's, an outbox follow-up) on a row of its own keyed by its trigger id;
+- an inbox row the sweep sent again (the broker no longer held it: Celery acknowledges
+  a task ended by its hard time limit): the sweep counts it in the very write that
+  marks the re-send (persistence/inbox.py ``mark_republished``), and names the
+  delivery's number in the message it sends (tasks/sweeps.py), so the worker reads
+  nothing.
+
+A delivery ended by a transient failure's retry is a new message, neither flagged nor
+re-sent: it is never counted. The bound and what passing it does: tasks/triggers.py
+``_run``; docs/limits.md, "What an operator sees: poison triggers".
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from sqlalchemy import Connection, Engine, delete, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+from dormant.persistence.tables import inbox, trigger_redeliveries
+
+__all__ = ["count_redelivery", "forget", "sweep_redeliveries"]
+
+
+def count_redelivery(engine: Engine, inbox_id: str | None, trigger_id: str, at: datetime) -> int:
+    """Count one more redelivery and return how many there were, this one included
+    (the delivery's number is one more). 0 when the inbox row is processed or gone:
+    the trigger applied, and the Store refuses it as a duplicate on its own."""
+    with engine.begin() as conn:
+        if inbox_id:
+            found = conn.execute(
+                update(inbox)
+                .where(inbox.c.id == inbox_id, inbox.c.processed_at.is_(None))
+                .values(redeliveries=inbox.c.redeliveries + 1)
+                .returning(inbox.c.redeliveries)
+            ).scalar()
+            return int(found or 0)
+        return _count_keyed(conn, trigger_id, at)
+
+
+def _count_keyed(conn: Connection, trigger_id: str, at: datetime) -> int:
+    t = trigger_redeliveries
+    insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
+    statement = insert(t).values(trigger_id=trigger_id, redeliveries=1, updated_at=at)
+    statement = statement.on_conflict_do_update(
+        index_elements=[t.c.trigger_id],
+        set_={"redeliveries": t.c.redeliveries + 1, "updated_at": at},
+    )
+    return int(conn.execute(statement.returning(t.c.redeliveries)).scalar_one())
+
+
+def forget(conn: Connection, trigger_id: str) -> None:
+    """An operator's retry gives the trigger its deliveries again: in the retry's own
+    transaction (persistence/failed_triggers.py ``take_failed``; a retried inbox
+    trigger gets a new inbox row, counted from zero)."""
+    t = trigger_redeliveries
+    conn.execute(delete(t).where(t.c.trigger_id == trigger_id))
+
+
+def sweep_redeliveries(engine: Engine, now: datetime, retention_seconds: float, limit: int) -> int:
+    """Delete up to ``limit`` counts not touched for ``retention_seconds``: a trigger
+    that can still come again was redelivered within that time (the same retention as
+    the processed trigger ids, persistence/processed.py, whose sweep calls this)."""
+    t = trigger_redeliveries
+    before = now - timedelta(seconds=retention_seconds)
+    older = select(t.c.trigger_id).where(t.c.updated_at < before).limit(limit)
+    with engine.begin() as conn:
+        result = conn.execute(delete(t).where(t.c.trigger_id.in_(older)))
+    return int(result.rowcount)
