@@ -954,7 +954,10 @@ def unassign_user_task(api: Api, body: dict[str, Any], path: dict[str, str]) -> 
 
 def complete_user_task(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
     req = _model(schemas.CompleteUserTask, body)
-    api.client.complete_task(_task_id(api, path["key"]), req.variables)
+    task_id = _task_id(api, path["key"])
+    # The task's own tenant: the request names none (docs/tenants.md).
+    producer = api.client.for_tenant(api.client.user_task(task_id).tenant)
+    producer.complete_task(task_id, req.variables)
     return None
 
 
