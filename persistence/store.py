@@ -129,8 +129,8 @@ class NewInstance:
     trigger_id: str | None = None
     inbox_id: str | None = None
     # The producer's tenant: the process must be that tenant's (``UnknownProcess`` if
-    # not). None: the process's own tenant (a timer start, or a call activity's child,
-    # which must be its parent's; docs/tenants.md).
+    # not); a call activity's child carries its parent's. None: the process's own
+    # tenant (a timer start), or with ``parent`` the parent's, read (docs/tenants.md).
     tenant: str | None = None
 
     def trigger(self) -> Start:
@@ -568,7 +568,8 @@ class Store:
         """The tenant of the instance ``new`` starts: its process's. A producer bound to
         another tenant meets ``UnknownProcess``, worded as for a key nobody deployed,
         so a start tells no tenant what another one has; a call activity's child must
-        be of its parent's tenant (one more read, for a child start only)."""
+        be of its parent's tenant (the start task names it; a caller of the Store that
+        does not costs one more read)."""
         owner = self.deployments.tenant(new.key, conn=conn)
         asked = new.tenant
         if asked is None and new.parent is not None:

@@ -379,7 +379,9 @@ def start(
     job_before = _JobBeforeStart.for_task(self) if tenant in (None, DEFAULT_TENANT) else None
 
     def call(tid: str, now: datetime) -> Any:
-        asked = check_tenant(tenant) if tenant is not None or parent is None else None
+        # A call activity's child names its parent's tenant (tasks/outbox.py
+        # ``_start_child``; left out for the default one, like every producer's).
+        asked = check_tenant(tenant)
         try:
             return store().start(
                 NewInstance(
