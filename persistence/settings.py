@@ -25,6 +25,7 @@ from pydantic import (
 
 from dormant.engine_core.errors import InvalidSetting
 from dormant.engine_core.inputs import DEFAULT_LIMITS, Limits
+from dormant.engine_core.job_flow import FlowLimits
 from dormant.engine_core.model import RetryPolicy
 from dormant.engine_core.services import JobTypeSettings
 
@@ -45,6 +46,34 @@ class JobTypeSetting(BaseModel):
     # docs/camunda-api.md): a job of this type is never sent to Celery; it waits in
     # ``api_jobs`` for an activation (persistence/api_keys.py).
     api: bool = False
+    # Flow control (docs/flow-control.md, engine_core/job_flow.py): jobs out at once for
+    # the type and per key (``key``: FEEL over the job's variables, e.g. "=customerId"),
+    # and jobs started per ``rate_period_seconds`` for the type and per key.
+    concurrency: int | None = Field(default=None, ge=1)
+    key: str | None = Field(default=None, min_length=1, max_length=1000)
+    key_concurrency: int | None = Field(default=None, ge=1)
+    rate: int | None = Field(default=None, ge=1)
+    key_rate: int | None = Field(default=None, ge=1)
+    rate_period_seconds: PositiveFloat = 1.0
+
+    @model_validator(mode="after")
+    def _flow(self) -> JobTypeSetting:
+        try:
+            self.flow_limits  # noqa: B018 - checked once here, with its one-line error
+        except InvalidSetting as exc:
+            raise ValueError(str(exc)) from exc
+        return self
+
+    @property
+    def flow_limits(self) -> FlowLimits:
+        return FlowLimits(
+            concurrency=self.concurrency,
+            key=self.key,
+            key_concurrency=self.key_concurrency,
+            rate=self.rate,
+            key_rate=self.key_rate,
+            rate_period_seconds=self.rate_period_seconds,
+        )
 
     @field_validator("eager", mode="before")
     @classmethod

@@ -140,6 +140,9 @@ RELAY_OUTBOX_EVERY = 3.0
 BATCH_SWEEP_EVERY = 5.0
 # How often beat deletes processed trigger ids past their retention (persistence/processed.py).
 PROCESSED_SWEEP_EVERY = 60.0
+# How often beat grants waiting jobs no finished job will (docs/flow-control.md): the
+# lag of a job behind a RateLimited pause, a token bucket or a raised limit.
+FLOW_SWEEP_EVERY = 0.5
 
 
 _REDIS_SCHEMES = ("redis://", "rediss://", "redis+socket://")
@@ -231,6 +234,15 @@ def _conf(s: Settings) -> dict[str, Any]:
                     "routing_key": "trigger.batches_sweep",
                 },
             },
+            wire.FLOW_SWEEP: {
+                "task": wire.FLOW_SWEEP,
+                "schedule": FLOW_SWEEP_EVERY,
+                "options": {
+                    "queue": "dormant",
+                    "exchange": "dormant",
+                    "routing_key": "trigger.flow_sweep",
+                },
+            },
             wire.PROCESSED_SWEEP: {
                 "task": wire.PROCESSED_SWEEP,
                 "schedule": PROCESSED_SWEEP_EVERY,
@@ -254,6 +266,7 @@ app = Celery(
         "dormant.tasks.triggers",
         "dormant.tasks.timers",
         "dormant.tasks.jobs",
+        "dormant.tasks.job_flow",
         "dormant.tasks.operations",
         "dormant.tasks.failed",
     ],

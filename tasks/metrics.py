@@ -117,6 +117,11 @@ JOBS_FAILED = Counter(
     "Jobs whose final failure (after Celery's own retries) was reported, by job type.",
     ["job_type"],
 )
+JOBS_RATE_LIMITED = Counter(
+    "dormant_jobs_rate_limited",
+    "Jobs that raised RateLimited: put back to wait, no retry consumed (docs/flow-control.md).",
+    ["job_type"],
+)
 JOBS_TIMED_OUT = Counter(
     "dormant_jobs_timed_out",
     "Jobs with no result within their timeout, dispatched again, by job type.",
@@ -247,6 +252,10 @@ def observe_trigger(run: Callable[..., None]) -> Callable[..., str | None]:
 
 def job_dispatched(job_type: str) -> None:
     JOBS_DISPATCHED.labels(job_type).inc()
+
+
+def job_rate_limited(job_type: str) -> None:
+    JOBS_RATE_LIMITED.labels(job_type).inc()
 
 
 def job_failed(job_type: str) -> None:
