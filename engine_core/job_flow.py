@@ -53,7 +53,7 @@ class RateLimited(Exception):
     of the job's type, not only the job's own key.
     """
 
-    def __init__(self, retry_after: float, *, whole_type: bool = False) -> None:
+    def __init__(self, retry_after: float, whole_type: bool = False) -> None:
         seconds = float(retry_after)
         if not math.isfinite(seconds) or seconds < 0:
             raise ValueError(f"retry_after must be a number of seconds >= 0, not {retry_after!r}")
@@ -63,6 +63,11 @@ class RateLimited(Exception):
             f"rate limited by the downstream system: retry after {self.retry_after:g} s"
             + (" (whole job type)" if whole_type else "")
         )
+
+    def __reduce__(self) -> tuple[type[RateLimited], tuple[float, bool]]:
+        # Celery pickles a job's exception before its failure signal sees it: without
+        # this, the copy is rebuilt from the message and fails (a wrapper arrives).
+        return (type(self), (self.retry_after, self.whole_type))
 
 
 @dataclass(frozen=True, slots=True)

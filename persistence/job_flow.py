@@ -241,7 +241,7 @@ class JobFlow:
         with self._engine.begin() as conn:
             state = _TypeState(conn, self._pg, job_type, limits, now)
             key = state.requeue(instance_id, wait_id, attempt, payload)
-            state.pause(None if whole_type else key, until)
+            state.pause(None if whole_type or not limits.key else key, until)
             state.save()
         self.forget()
         return until
