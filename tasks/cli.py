@@ -28,6 +28,7 @@ from dormant.tasks.cli_common import make_client as _client
 from dormant.tasks.cli_common import parse_vars, parse_when, read_database
 from dormant.tasks.cli_common import var_option as _var
 from dormant.tasks.cli_deployments import register as register_deployments
+from dormant.tasks.cli_flow import register as register_flow
 from dormant.tasks.cli_operations import register as register_operations
 from dormant.tasks.display import (
     audit_columns,
@@ -559,6 +560,7 @@ def incidents_show(incident_id: str) -> None:
 # (one or in bulk); the batches group.
 register_operations(cli, instances, incidents)
 register_deployments(cli)
+register_flow(cli)
 
 
 # -- failed triggers -----------------------------------------------------------------
