@@ -164,3 +164,43 @@ def test_a_rate_limit_spreads_the_starts(flow: tuple[Stack, redis.Redis]) -> Non
     # a bucket of 4 refilled at 4/s: the 12th start is >= 2 s after the first grant;
     # 1 s of it is left for dispatch jitter (a lower bound: never faster than the rate)
     assert at[-1] - at[0] >= 1.0, at
+
+
+def test_limits_change_at_run_time_audited_and_shown(flow: tuple[Stack, redis.Redis]) -> None:
+    """``job-types set-limit`` changes a type's limits (each change once in the audit
+    trail, with its actor), refuses a contradiction with the reason, and the Client's
+    list (``job-types list``), the console's page and ``/metrics`` show the type."""
+    s, _ = flow
+    job_type = f"flow-cli-{uuid.uuid4().hex[:6]}"
+    done = s.run_cli("--as", "olga", "job-types", "set-limit", job_type, "--concurrency", "5")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"{job_type}: concurrency=5, rate_period_seconds=1.0"
+    refused = s.run_cli(
+        "--as", "olga", "job-types", "set-limit", job_type, "--key-concurrency", "2"
+    )
+    assert refused.returncode == 2
+    assert "per-key limit needs a key expression" in refused.stderr
+    [row] = [r for r in s.client.job_types() if r.job_type == job_type]
+    assert (row.key, row.limit, row.running, row.waiting) == (None, 5, 0, 0)
+    entries = [e for e in s.client.audit_log(actor="olga") if e.target == job_type]
+    assert [(e.action, e.source, e.outcome) for e in entries] == [
+        ("job_type_set_limits", "cli", "done")
+    ]
+    assert entries[0].params == {"concurrency": 5}
+
+    from starlette.testclient import TestClient
+
+    from dormant.tasks.console import create_app
+    from dormant.tasks.console.config import ConsoleConfig
+    from dormant.tasks.metrics import registry
+
+    app = create_app(ConsoleConfig(secret="s" * 32, read_only=True), client=s.client)
+    page = TestClient(app, base_url="http://127.0.0.1", client=("127.0.0.1", 50000)).get("/jobs")
+    assert page.status_code == 200
+    assert 'id="job-flow"' in page.text and f'data-job-type="{job_type}"' in page.text
+    exported = {
+        (m.name, tuple(sorted(sample.labels.items())))
+        for m in registry(s.database_url).collect()
+        for sample in m.samples
+    }
+    assert ("dormant_job_flow_running", (("job_type", job_type), ("key", ""))) in exported
