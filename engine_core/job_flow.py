@@ -25,6 +25,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from dormant.engine_core.errors import InvalidSetting
@@ -122,8 +123,8 @@ def flow_key(limits: FlowLimits, variables: Mapping[str, Any], now: datetime) ->
         return ""
     if isinstance(value, bool):
         text = "true" if value else "false"
-    elif isinstance(value, float) and value.is_integer():
-        text = str(int(value))
+    elif isinstance(value, float | Decimal) and math.isfinite(value) and value == int(value):
+        text = str(int(value))  # 7, 7.0 and FEEL's Decimal 7 are one key
     else:
         text = str(value)
     return text[:KEY_MAX_CHARS]

@@ -108,6 +108,8 @@ ENV_VARS: dict[str, str] = {
     "processed_trigger_retention_seconds": "DORMANT_PROCESSED_TRIGGER_RETENTION_SECONDS",
     "audit_retention_days": "DORMANT_AUDIT_RETENTION_DAYS",
     "job_types": "DORMANT_JOB_TYPES",
+    "priority_levels": "DORMANT_PRIORITY_LEVELS",
+    "priority_variable": "DORMANT_PRIORITY_VARIABLE",
     "step_budget": "DORMANT_STEP_BUDGET",
     "max_model_bytes": "DORMANT_MAX_MODEL_BYTES",
     "max_loop_items": "DORMANT_MAX_LOOP_ITEMS",
@@ -225,6 +227,11 @@ class Settings(BaseModel):
     # "eager": true}} (JSON in the environment); a type not named uses the two settings
     # above and goes through the broker.
     job_types: dict[str, JobTypeSetting] = Field(default_factory=dict)
+    # Instance priorities (docs/flow-control.md, "Priorities"): 0 is off; N gives the
+    # broker's queues N + 1 levels (RabbitMQ x-max-priority, Redis priority steps), and a
+    # start's or a job's message its priority from the variable ``priority_variable``.
+    priority_levels: int = Field(default=0, ge=0, le=10)
+    priority_variable: str = Field(default="priority", min_length=1, max_length=255)
     # Node entries one trigger may make before the instance commits and continues in a
     # follow-up trigger (docs/limits.md, "Step budget").
     step_budget: int = 1000

@@ -68,7 +68,7 @@ from dormant.engine_core.errors import DormantError
 from dormant.persistence import clock, migrate
 from dormant.persistence.settings import Settings
 from dormant.persistence.store import Store
-from dormant.tasks import quiet_logs, wire
+from dormant.tasks import priorities, quiet_logs, wire
 from dormant.tasks.job_task import JobTask
 from dormant.tasks.tracing import publish_headers
 
@@ -196,7 +196,10 @@ def _conf(s: Settings) -> dict[str, Any]:
         # SIGTERM is a cold shutdown with this grace (the CLI sets REMAP_SIGTERM): a
         # warm one waits for running tasks without any bound.
         "worker_soft_shutdown_timeout": s.worker_shutdown_timeout_seconds,
-        "broker_transport_options": _transport_options(s.broker_url, s.redis_visibility_timeout),
+        "broker_transport_options": _transport_options(s.broker_url, s.redis_visibility_timeout)
+        | priorities.transport_options(s.broker_url, s.priority_levels),
+        # Instance priorities, when on (tasks/priorities.py): RabbitMQ's x-max-priority.
+        **priorities.broker_options(s.broker_url, s.priority_levels),
         # Redis: dormant's exchanges known to each channel before kombu's restore of a
         # dead worker's messages (tasks/redis_transport.py says why).
         "broker_transport": broker_transport(s.broker_url),
@@ -418,6 +421,7 @@ def publish(
     headers: dict[str, Any] | None = None,
     connection: Any = None,
     producer: Any = None,
+    priority: int | None = None,
 ) -> None:
     """Send one task, always naming queue, exchange and a dotted routing key (an
     undotted one is replaced by the task's own, ``wire.dotted_key``).
@@ -443,6 +447,8 @@ def publish(
             headers=traced,
             connection=connection,
             producer=producer,
+            # An instance's priority (tasks/priorities.py); None: the queue's default.
+            **({"priority": priority} if priority is not None else {}),
             # What Flower shows of the arguments: no variable's value (tasks/wire.py).
             argsrepr="()",
             kwargsrepr=wire.shown_kwargs(task_name, kwargs),

@@ -74,6 +74,7 @@ from dormant.persistence.store import Store
 from dormant.persistence.unmatched import MessageReceipt
 from dormant.tasks import wire
 from dormant.tasks.client_operations import Operations
+from dormant.tasks.priorities import message_priority
 from dormant.tasks.wire import Send
 
 __all__ = ["ENV_ACTOR", "Client", "default_actor"]
@@ -202,9 +203,24 @@ class Client:
             triggers,
             also=(lambda conn: audit.record(conn, accepted)) if accepted else None,
         )
-        with pooled_producer(self.settings.broker_url) as producer:
+        s = self.settings
+        with pooled_producer(s.broker_url) as producer:
             for inbox_id, (task, routing_key, kwargs) in zip(inbox_ids, triggers, strict=True):
-                publish(task, routing_key, {**kwargs, "inbox_id": inbox_id}, producer=producer)
+                # a start's instance priority (tasks/priorities.py; None when off)
+                priority = (
+                    message_priority(
+                        s.broker_url, s.priority_levels, s.priority_variable, kwargs["variables"]
+                    )
+                    if task == wire.START and isinstance(kwargs.get("variables"), dict)
+                    else None
+                )
+                publish(
+                    task,
+                    routing_key,
+                    {**kwargs, "inbox_id": inbox_id},
+                    producer=producer,
+                    priority=priority,
+                )
         return inbox_ids
 
     # -- processes -------------------------------------------------------------------
