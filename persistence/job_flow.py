@@ -317,8 +317,11 @@ class JobFlow:
             )
         out: list[FlowRow] = []
         for job_type in sorted(set(types) | set(self.configured)):
-            limits = self.limits_of(job_type) or FlowLimits()
             t = types.get(job_type)
+            configured = self.configured.get(job_type)
+            # read now, not from this process's cache: an operator may just have set them
+            limits = _stored_limits(t.limits, configured) if t is not None else configured
+            limits = limits or FlowLimits()
             out.append(
                 FlowRow(
                     job_type,
@@ -368,14 +371,18 @@ def _upsert(pg: bool) -> Any:
 
 
 def _lock_type(conn: Connection, pg: bool, job_type: str) -> Any:
-    """The type's row, created if new, locked for the rest of the transaction (one
-    statement: an upsert that always updates locks the row and returns it)."""
-    stmt = _upsert(pg)(job_flow_types).values(job_type=job_type, running=0, waiting=0, grants=0)
-    stmt = stmt.on_conflict_do_update(
-        index_elements=[job_flow_types.c.job_type],
-        set_={"job_type": stmt.excluded.job_type},
-    ).returning(*job_flow_types.c)
-    return conn.execute(stmt).one()
+    """The type's row, locked for the rest of the transaction; created first if new
+    (a plain ``FOR UPDATE`` in the common case: an upsert would write the row twice)."""
+    locking = select(job_flow_types).where(job_flow_types.c.job_type == job_type).with_for_update()
+    row = conn.execute(locking).first()
+    if row is None:
+        conn.execute(
+            _upsert(pg)(job_flow_types)
+            .values(job_type=job_type, running=0, waiting=0, grants=0)
+            .on_conflict_do_nothing(index_elements=[job_flow_types.c.job_type])
+        )
+        row = conn.execute(locking).one()
+    return row
 
 
 class _TypeState:
@@ -444,8 +451,20 @@ class _TypeState:
             and self._tokens(key, lim.key_rate)
         )
 
-    def _start(self, key_name: str, key: _Counts, payload: dict[str, Any]) -> None:
-        """Count one job out: a slot row (if the type counts slots), a token each."""
+    def _may_start_keyless(self) -> bool:
+        lim = self.limits
+        return (
+            not self._paused(self.type)
+            and self.type.waiting == 0
+            and room(self.type.running, lim.concurrency)
+            and self._tokens(self.type, lim.rate)
+        )
+
+    def _start(self, key_name: str, key: _Counts | None, payload: dict[str, Any]) -> None:
+        """Count one job out: a slot row (if the type counts slots), a token each. A
+        type without a key expression counts on its own row only (``key`` None, or the
+        shared key's row, which then keeps only its waiting jobs and its turn)."""
+        keyed = self.limits.key is not None
         if self.limits.counts_slots:
             self.conn.execute(
                 insert(job_flow_slots).values(
@@ -458,14 +477,17 @@ class _TypeState:
                 )
             )
             self.type.running += 1
-            key.running += 1
+            if keyed and key is not None:
+                key.running += 1
         if self.limits.rate is not None:
             self.type.tokens = (self.type.tokens or 0.0) - 1.0
-        if self.limits.key_rate is not None:
+        if self.limits.key_rate is not None and key is not None:
             key.tokens = (key.tokens or 0.0) - 1.0
         self.type.grants += 1
-        key.last_grant = self.type.grants
-        self.type.dirty = key.dirty = True
+        self.type.dirty = True
+        if key is not None:
+            key.last_grant = self.type.grants
+            key.dirty = True
 
     def _wait(self, key_name: str, key: _Counts, payload: dict[str, Any]) -> None:
         self.conn.execute(
@@ -496,6 +518,9 @@ class _TypeState:
                 if changed:
                     return table is job_flow_slots
         key_name = flow_key(self.limits, payload.get("variables") or {}, self.now)
+        if self.limits.key is None and self._may_start_keyless():
+            self._start(key_name, None, payload)  # the common case: the type's row only
+            return True
         key = self._key(key_name)
         if self._may_start(key, queued_ok=False):
             self._start(key_name, key, payload)
@@ -512,10 +537,13 @@ class _TypeState:
                 .returning(table.c.flow_key)
             ).all()
             for (key_name,) in gone:
+                setattr(self.type, field, getattr(self.type, field) - 1)
+                self.type.dirty = True
+                if field == "running" and self.limits.key is None:
+                    continue  # a type without a key counts its jobs out on its own row
                 key = self._key(str(key_name))
                 setattr(key, field, getattr(key, field) - 1)
-                setattr(self.type, field, getattr(self.type, field) - 1)
-                key.dirty = self.type.dirty = True
+                key.dirty = True
             if gone:
                 return
 
