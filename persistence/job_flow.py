@@ -33,6 +33,7 @@ the trigger's transaction; a step that touches no such type runs no statement he
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -43,7 +44,7 @@ from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Engine, delete, insert, select, update
+from sqlalchemy import Connection, Engine, delete, insert, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
@@ -206,16 +207,46 @@ class JobFlow:
         for job_type in sorted(ended.keys() | sent.keys()):
             limits = self.limits_of(job_type)
             assert limits is not None
-            state = _TypeState(conn, self._pg, job_type, limits, now)
+            # The common case of a type limited by concurrency alone takes one statement
+            # per job on PostgreSQL (``_FAST_ADMIT`` / ``_FAST_RELEASE``); anything else,
+            # and anything after the first case the fast path cannot settle, locks the
+            # type's row and reads its counts (``_TypeState``).
+            fast = self._pg and _fast_path(limits)
+            state: _TypeState | None = None
+            grant = False
             for instance_id, wait_id in ended.get(job_type, []):
+                if fast and state is None:
+                    freed = conn.execute(
+                        _FAST_RELEASE, {"t": job_type, "i": instance_id, "w": wait_id}
+                    ).first()
+                    if freed is not None and freed.freed:
+                        grant = grant or int(freed.waiting) > 0
+                        continue
+                state = state or _TypeState(conn, self._pg, job_type, limits, now)
                 state.release(instance_id, wait_id)
+                grant = True
             for i in sent.get(job_type, []):
                 payload = rows[i]["payload"]
                 again = old.get(str(payload["wait_id"]))
-                keep[i] = state.admit(payload, redispatch=bool(again and again.job_running))
-            if ended.get(job_type):
+                redispatch = bool(again and again.job_running)
+                if fast and state is None and not redispatch:
+                    params = {
+                        "t": job_type,
+                        "lim": limits.concurrency,
+                        "now": now,
+                        "i": str(payload["instance_id"]),
+                        "w": str(payload["wait_id"]),
+                        "payload": json.dumps(payload),
+                    }
+                    if conn.execute(_FAST_ADMIT, params).first() is not None:
+                        continue
+                state = state or _TypeState(conn, self._pg, job_type, limits, now)
+                keep[i] = state.admit(payload, redispatch=redispatch)
+            if grant:
+                state = state or _TypeState(conn, self._pg, job_type, limits, now)
                 granted += state.grant(_GRANTS_PER_TRANSACTION)
-            state.save()
+            if state is not None:
+                state.save()
         kept = [row for row, k in zip(rows, keep, strict=True) if k]
         return kept + [{"kind": _JOB, "payload": p, "created_at": now} for p in granted]
 
@@ -346,6 +377,36 @@ class JobFlow:
                     )
                 )
         return out
+
+
+def _fast_path(limits: FlowLimits) -> bool:
+    """A type limited by its concurrency alone: no key, no rate."""
+    return (
+        limits.concurrency is not None
+        and limits.key is None
+        and limits.rate is None
+        and limits.key_rate is None
+    )
+
+
+# A job of a ``_fast_path`` type takes a slot if the type has room, no job waiting and no
+# pause: the count and the slot row in one statement; no row back means "not now", and
+# the caller takes the general path (which writes the waiting row). PostgreSQL only.
+_FAST_ADMIT = text(
+    "WITH up AS (UPDATE job_flow_types SET running = running + 1, grants = grants + 1 "
+    "WHERE job_type = :t AND running < :lim AND waiting = 0 "
+    "AND (paused_until IS NULL OR paused_until <= :now) RETURNING job_type) "
+    "INSERT INTO job_flow_slots (instance_id, wait_id, job_type, flow_key, payload, granted_at) "
+    "SELECT :i, :w, job_type, '', CAST(:payload AS JSONB), :now FROM up RETURNING 1"
+)
+# Its release: the slot row and the count in one statement; ``waiting`` says whether a
+# grant is due, ``freed`` 0 means the job held no slot (it waited: the general path).
+_FAST_RELEASE = text(
+    "WITH gone AS (DELETE FROM job_flow_slots WHERE instance_id = :i AND wait_id = :w "
+    "RETURNING 1) UPDATE job_flow_types "
+    "SET running = GREATEST(running - (SELECT count(*) FROM gone), 0) "
+    "WHERE job_type = :t RETURNING waiting, (SELECT count(*) FROM gone) AS freed"
+)
 
 
 def _rate(count: int | None, limits: FlowLimits) -> str | None:

@@ -31,6 +31,15 @@ def _redis() -> redis.Redis:
 
 @app.task(name="flow-peak")
 def peak(customerId: str = "", tag: str = "", **_: Any) -> dict[str, Any]:
+    return _counted(customerId, tag)
+
+
+@app.task(name="flow-peak-all")
+def peak_all(tag: str = "", **_: Any) -> dict[str, Any]:
+    return _counted("all", tag)
+
+
+def _counted(customerId: str, tag: str) -> dict[str, Any]:
     r = _redis()
     running, top = f"flowtest:{tag}:running:{customerId}", f"flowtest:{tag}:peak:{customerId}"
     r.eval(_ENTER, 2, running, top)
