@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 import redis
 
+from dormant.engine_core.errors import InvalidOperation
 from tests.integration.conftest import Stack, _urls, wait_for
 from tests.integration.waitkit import end, model, start
 
@@ -181,11 +182,8 @@ def test_limits_change_at_run_time_audited_and_shown(flow: tuple[Stack, redis.Re
     done = s.run_cli("--as", "olga", "job-types", "set-limit", job_type, "--concurrency", "5")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"{job_type}: concurrency=5, rate_period_seconds=1.0"
-    refused = s.run_cli(
-        "--as", "olga", "job-types", "set-limit", job_type, "--key-concurrency", "2"
-    )
-    assert refused.returncode == 2
-    assert "per-key limit needs a key expression" in refused.stderr
+    with pytest.raises(InvalidOperation, match="per-key limit needs a key expression"):
+        s.client.set_job_type_limits(job_type, key_concurrency=2)
     [row] = [r for r in s.client.job_types() if r.job_type == job_type]
     assert (row.key, row.limit, row.running, row.waiting) == (None, 5, 0, 0)
     entries = [e for e in s.client.audit_log(actor="olga") if e.target == job_type]
