@@ -44,7 +44,7 @@ def _counted(customerId: str, tag: str) -> dict[str, Any]:
     running, top = f"flowtest:{tag}:running:{customerId}", f"flowtest:{tag}:peak:{customerId}"
     r.eval(_ENTER, 2, running, top)
     try:
-        time.sleep(0.15)
+        time.sleep(0.3)
     finally:
         r.decr(running)
     return {}
