@@ -161,6 +161,8 @@ class _JobBeforeStart:
             return None
         if job_pause.is_paused(store().engine, job.job_type):
             return None  # its dispatch is written; publishing it holds it (tasks/outbox.py)
+        if store().flow.limits_of(job.job_type) is not None:
+            return None  # its slot is taken with its dispatch (persistence/job_flow.py)
         self.ran = True
         try:
             return run_before_start(job, self.hostname)
