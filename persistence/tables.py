@@ -425,6 +425,9 @@ inbox = Table(
     # Deliveries after the first that were counted (migration 0020, persistence/
     # deliveries.py): the sweep's re-sends and the broker's flagged redeliveries.
     Column("redeliveries", Integer, nullable=False, server_default="0"),
+    # The last error known of a delivery that died (a hard time limit's, written by the
+    # worker's main process): what a poison trigger is kept with.
+    Column("last_error", Text),
 )
 # Only the rows still waiting (migration 0009): the sweep and the backlog gauge read
 # these, and processed rows are kept as the producer's record.
@@ -442,6 +445,7 @@ trigger_redeliveries = Table(
     metadata,
     Column("trigger_id", String(255), primary_key=True),
     Column("redeliveries", Integer, nullable=False),
+    Column("last_error", Text),
     Column("updated_at", UtcDateTime, nullable=False, index=True),
 )
 
