@@ -363,12 +363,20 @@ def _bound_trigger_tasks(**_: Any) -> None:
     before the consumer builds its per-task request classes (which copy the limits).
     Celery enforces them in the prefork pool only (``dormant worker``); the soft one
     raises ``SoftTimeLimitExceeded`` inside the task, which the trigger tasks keep as a
-    failed trigger, the hard one kills the pool process (the trigger is redelivered).
+    failed trigger, the hard one kills the pool process.
+
+    A trigger past its hard limit is put back on its queue (``acks_on_timeout`` off,
+    Celery 5.7), not acknowledged as Celery does by default: acknowledged, a plain
+    producer's trigger (no inbox row for the sweep to re-send) would be lost. Put back,
+    it comes again flagged ``redelivered`` and is counted, and past
+    ``DORMANT_MAX_DELIVERIES`` it is kept as a ``PoisonTrigger`` (docs/limits.md,
+    "What an operator sees: poison triggers").
     """
     for name, task in app.tasks.items():
         if name.startswith("dormant."):
             task.soft_time_limit = settings.trigger_soft_time_limit_seconds
             task.time_limit = settings.trigger_time_limit_seconds
+            task.acks_on_timeout = False
 
 
 worker_init.connect(_bound_trigger_tasks, weak=False)
