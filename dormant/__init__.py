@@ -3,7 +3,7 @@ between triggers.
 
 This module is the one door to what a user of dormant writes against::
 
-    from dormant import Client, BpmnError, app, heartbeat
+    from dormant import Client, BpmnError, RateLimited, app, heartbeat
 
 Its names are loaded on first use (PEP 562), so ``import dormant`` costs no Celery,
 SQLAlchemy or FEEL import: a producer that only needs ``Client`` pays for the Client,
@@ -54,6 +54,7 @@ if TYPE_CHECKING:
         UnknownTask,
         UnsupportedElement,
     )
+    from dormant.engine_core.job_flow import RateLimited
     from dormant.engine_core.views import (
         FactView,
         FailedTriggerView,
@@ -122,6 +123,7 @@ _HOMES: dict[str, str] = {
     "UnknownProcess": "dormant.engine_core.errors",
     "UnknownTask": "dormant.engine_core.errors",
     "UnsupportedElement": "dormant.engine_core.errors",
+    "RateLimited": "dormant.engine_core.job_flow",
 }
 
 __all__ = [
@@ -156,6 +158,7 @@ __all__ = [
     "NotMigrated",
     "OperatorError",
     "PoisonTrigger",
+    "RateLimited",
     "ScopeView",
     "StoredDataError",
     "TokenView",

@@ -75,6 +75,7 @@ from dormant.persistence.failed_triggers import FLAGGED, FailedTriggers
 from dormant.persistence.holds import sync_holds
 from dormant.persistence.inbox import queue_mark_processed
 from dormant.persistence.incident_rows import sync_incidents
+from dormant.persistence.job_flow import JobFlow
 from dormant.persistence.outbox_queue import OutboxQueue, OutboxRow
 from dormant.persistence.published_jobs import FLUSH_AFTER_SECONDS, Ride
 from dormant.persistence.queries import Queries
@@ -423,6 +424,7 @@ class Store:
         self.outbox = OutboxQueue(
             self, min(FLUSH_AFTER_SECONDS, settings.outbox_sweep_after_seconds / 4)
         )
+        self.flow = JobFlow(self.engine, {t: s.flow_limits for t, s in settings.job_types.items()})
         if check_schema:
             migrate.ensure_schema(self.engine)
 
@@ -1005,12 +1007,13 @@ class Store:
         )
         old, earlier, ride = written.old, written.earlier, written.ride
         cp = step.checkpoint
+        waits_before, waits_after = projected_waits(old), projected_waits(cp)
         buffered = sync_holds(
             writes,
             instance_id,
             cp.process_key,
-            projected_waits(old),
-            projected_waits(cp),
+            waits_before,
+            waits_after,
             now,
             tenant=written.tenant,
         )
@@ -1035,6 +1038,9 @@ class Store:
             }
             for i, (kind, payload) in enumerate(encode_effect(e) for e in step.effects)
         ]
+        # Flow control (persistence/job_flow.py): a job over its type's limits waits
+        # instead of being sent; a job whose wait ended frees its slot for the next.
+        rows = self.flow.on_step(writes.conn, instance_id, waits_before, waits_after, rows, now)
         if rows:
             writes.add_rows(outbox, rows, returning=(outbox.c.id, "outbox"))
         if trigger_id is not None:

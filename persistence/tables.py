@@ -57,6 +57,10 @@ __all__ = [
     "held_jobs",
     "inbox",
     "instances",
+    "job_flow_keys",
+    "job_flow_slots",
+    "job_flow_types",
+    "job_flow_waiting",
     "job_type_pauses",
     "message_correlations",
     "messages",
@@ -458,6 +462,9 @@ inbox = Table(
     # Deliveries after the first that were counted (migration 0020, persistence/
     # deliveries.py): the sweep's re-sends and the broker's flagged redeliveries.
     Column("redeliveries", Integer, nullable=False, server_default="0"),
+    # The last error known of a delivery that died (a hard time limit's, written by the
+    # worker's main process): what a poison trigger is kept with.
+    Column("last_error", Text),
 )
 # Only the rows still waiting (migration 0009): the sweep and the backlog gauge read
 # these, and processed rows are kept as the producer's record.
@@ -475,6 +482,7 @@ trigger_redeliveries = Table(
     metadata,
     Column("trigger_id", String(255), primary_key=True),
     Column("redeliveries", Integer, nullable=False),
+    Column("last_error", Text),
     Column("updated_at", UtcDateTime, nullable=False, index=True),
 )
 
@@ -546,6 +554,64 @@ held_jobs = Table(
     Column("job_type", String(255), nullable=False, index=True),
     Column("payload", JsonDoc(), nullable=False),
     Column("held_at", UtcDateTime, nullable=False),
+)
+
+# Flow control of job types (persistence/job_flow.py, docs/flow-control.md; migration
+# 0021). One row per limited type (its counts, its run-time limits if an operator set
+# them, its pause) and per key of it; a slot per job out; a waiting row per job that
+# was over a limit, granted round-robin across keys when a slot frees.
+job_flow_types = Table(
+    "job_flow_types",
+    metadata,
+    Column("job_type", String(255), primary_key=True),
+    Column("running", Integer, nullable=False, default=0),
+    Column("waiting", Integer, nullable=False, default=0),
+    # every grant of the type counts here; a key's ``last_grant`` is the count then
+    Column("grants", BigInteger, nullable=False, default=0),
+    Column("paused_until", UtcDateTime),
+    Column("tokens", Float),
+    Column("tokens_at", UtcDateTime),
+    # the operator's limits (``dormant job-types set-limit``), over DORMANT_JOB_TYPES
+    Column("limits", JsonDoc()),
+    Column("limits_set_at", UtcDateTime),
+)
+
+job_flow_keys = Table(
+    "job_flow_keys",
+    metadata,
+    Column("job_type", String(255), primary_key=True),
+    Column("flow_key", String(255), primary_key=True),
+    Column("running", Integer, nullable=False, default=0),
+    Column("waiting", Integer, nullable=False, default=0),
+    Column("last_grant", BigInteger, nullable=False, default=0),
+    Column("paused_until", UtcDateTime),
+    Column("tokens", Float),
+    Column("tokens_at", UtcDateTime),
+)
+
+job_flow_slots = Table(
+    "job_flow_slots",
+    metadata,
+    Column("instance_id", String(255), primary_key=True),
+    Column("wait_id", String(255), primary_key=True),
+    Column("job_type", String(255), nullable=False),
+    Column("flow_key", String(255), nullable=False),
+    Column("payload", JsonDoc(), nullable=False),
+    Column("granted_at", UtcDateTime, nullable=False),
+)
+
+job_flow_waiting = Table(
+    "job_flow_waiting",
+    metadata,
+    Column("id", _Id(), primary_key=True, autoincrement=True),
+    Column("job_type", String(255), nullable=False),
+    Column("flow_key", String(255), nullable=False),
+    Column("instance_id", String(255), nullable=False),
+    Column("wait_id", String(255), nullable=False),
+    Column("payload", JsonDoc(), nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+    Index("job_flow_waiting_key", "job_type", "flow_key", "id"),
+    Index("job_flow_waiting_wait", "instance_id", "wait_id"),
 )
 
 # The console's signed-in sessions (persistence/console_sessions.py): the cookie names a

@@ -28,6 +28,7 @@ from dormant.tasks.cli_common import make_client as _client
 from dormant.tasks.cli_common import named_tenant, parse_vars, parse_when, read_database
 from dormant.tasks.cli_common import var_option as _var
 from dormant.tasks.cli_deployments import register as register_deployments
+from dormant.tasks.cli_flow import register as register_flow
 from dormant.tasks.cli_operations import register as register_operations
 from dormant.tasks.cli_process_tests import register as register_process_tests
 from dormant.tasks.display import (
@@ -576,6 +577,7 @@ def incidents_show(incident_id: str) -> None:
 register_operations(cli, instances, incidents)
 register_deployments(cli)
 register_process_tests(cli)
+register_flow(cli)
 
 
 # -- failed triggers -----------------------------------------------------------------

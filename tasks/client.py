@@ -46,6 +46,7 @@ from dormant.engine_core.errors import (
     UnknownTask,
 )
 from dormant.engine_core.inputs import check_name, check_text, check_variables, variables_params
+from dormant.engine_core.job_flow import FlowLimits
 from dormant.engine_core.task_attributes import UPDATABLE, check_changes
 from dormant.engine_core.tenants import check_tenant
 from dormant.engine_core.triggers import (
@@ -66,6 +67,7 @@ from dormant.persistence import audit, clock, inbox, parked, unmatched
 from dormant.persistence.batches import BatchItemView, BatchState, BatchView
 from dormant.persistence.deployments import Deployment, DeploymentRecord
 from dormant.persistence.failed_triggers import CHECKPOINT_INCIDENT
+from dormant.persistence.job_flow import FlowRow
 from dormant.persistence.parked import ParkedRow
 from dormant.persistence.routing import check_message
 from dormant.persistence.selection import Selector, Target
@@ -74,6 +76,7 @@ from dormant.persistence.store import Store
 from dormant.persistence.unmatched import MessageReceipt
 from dormant.tasks import wire
 from dormant.tasks.client_operations import Operations
+from dormant.tasks.priorities import message_priority
 from dormant.tasks.transient import retry_database
 from dormant.tasks.wire import Send
 
@@ -227,9 +230,24 @@ class Client:
             f"{triggers[0].task if triggers else 'trigger'} not sent",
             self.settings,
         )
-        with pooled_producer(self.settings.broker_url) as producer:
+        s = self.settings
+        with pooled_producer(s.broker_url) as producer:
             for inbox_id, (task, routing_key, kwargs) in zip(inbox_ids, triggers, strict=True):
-                publish(task, routing_key, {**kwargs, "inbox_id": inbox_id}, producer=producer)
+                # a start's instance priority (tasks/priorities.py; None when off)
+                priority = (
+                    message_priority(
+                        s.broker_url, s.priority_levels, s.priority_variable, kwargs["variables"]
+                    )
+                    if task == wire.START and isinstance(kwargs.get("variables"), dict)
+                    else None
+                )
+                publish(
+                    task,
+                    routing_key,
+                    {**kwargs, "inbox_id": inbox_id},
+                    producer=producer,
+                    priority=priority,
+                )
         return inbox_ids
 
     # -- processes -------------------------------------------------------------------
@@ -736,6 +754,18 @@ class Client:
     def paused_job_types(self) -> dict[str, int]:
         """Paused job types and how many jobs each holds."""
         return self._operations.paused_job_types()
+
+    def job_types(self) -> list[FlowRow]:
+        """Flow control, per limited job type and per key with jobs out, waiting or
+        paused: running, waiting, limit, rate, paused until (docs/flow-control.md)."""
+        return self._operations.job_types()
+
+    def set_job_type_limits(self, job_type: str, **changes: Any) -> FlowLimits:
+        """Change ``job_type``'s limits at run time (``concurrency``, ``key``,
+        ``key_concurrency``, ``rate``, ``key_rate``, ``rate_period_seconds``; None removes
+        one); no change given: back to ``DORMANT_JOB_TYPES``. Audited. Workers see it
+        within a second; jobs waiting under a raised limit go with beat's next sweep."""
+        return self._operations.set_job_type_limits(job_type, changes)
 
     def select(self, operation: str, selector: Selector) -> list[Target]:
         """What a bulk operation would act on (a dry run)."""

@@ -19,7 +19,7 @@ from dormant.engine_core.triggers import JobCompleted, JobErrorThrown, JobFailed
 from dormant.persistence import api_keys, clock
 from dormant.persistence.store import JobRun
 from dormant.tasks import app as app_module
-from dormant.tasks import metrics, wire
+from dormant.tasks import metrics, priorities, wire
 from dormant.tasks.app import QUEUE, app, publish
 from dormant.tasks.job_headers import (
     HEADER_ATTEMPT,
@@ -85,6 +85,7 @@ def dispatch(job: DispatchJob, tenant: str = DEFAULT_TENANT) -> None:
         queue=queue,
         exchange=queue.exchange.name if queue.exchange else None,
         headers=_job_headers(job, tenant),
+        priority=_priority(job.variables),
     )
     metrics.job_dispatched(job_type)
     log.info(
@@ -93,6 +94,14 @@ def dispatch(job: DispatchJob, tenant: str = DEFAULT_TENANT) -> None:
         wait_id,
         job_type,
         attempt,
+    )
+
+
+def _priority(variables: dict[str, Any]) -> int | None:
+    """The instance's priority for the broker, when priorities are on (tasks/priorities.py)."""
+    s = app_module.settings
+    return priorities.message_priority(
+        s.broker_url, s.priority_levels, s.priority_variable, variables
     )
 
 

@@ -40,6 +40,8 @@ from datetime import datetime
 from typing import Any
 
 from celery import Task
+from celery.exceptions import TimeLimitExceeded
+from celery.signals import task_failure
 
 from dormant.engine_core.calls import missing_child
 from dormant.engine_core.effects import DispatchJob
@@ -162,6 +164,8 @@ class _JobBeforeStart:
             return None
         if job_pause.is_paused(store().engine, job.job_type):
             return None  # its dispatch is written; publishing it holds it (tasks/outbox.py)
+        if store().flow.limits_of(job.job_type) is not None:
+            return None  # its slot is taken with its dispatch (persistence/job_flow.py)
         self.ran = True
         try:
             return run_before_start(job, self.hostname)
@@ -192,7 +196,8 @@ def _run(
     tid = trigger_id or inbox_id or task.request.id or "eager"
     number = _delivery_number(task, inbox_id, tid)
     if number > app_module.settings.max_deliveries:
-        return _keep(task, kind, poison(number), tid, inbox_id, instance_id)
+        refused = poison(number, _last_error(inbox_id, tid))
+        return _keep(task, kind, refused, tid, inbox_id, instance_id)
     try:
         result = call(tid, clock.now())
     except OperatorError as exc:
@@ -252,16 +257,54 @@ def _delivery_number(task: Task, inbox_id: str | None, tid: str) -> int:
     return sent if isinstance(sent, int) and sent > 1 else 1
 
 
-def poison(number: int) -> PoisonTrigger:
+def poison(number: int, last_error: str | None = None) -> PoisonTrigger:
     """The error a poison trigger is kept with: which delivery was refused, the bound,
-    and the last error known, which for a delivery that ended its worker is that ending
-    itself (no exception came back from it; the worker's log names which)."""
+    and the last error known: a hard time limit's, as the worker's main process kept
+    it (``_on_ending``), else the ending itself (a pool process killed by a signal or
+    out of memory returns no error; the worker's log names it)."""
     bound = app_module.settings.max_deliveries
-    return PoisonTrigger(
-        f"delivery {number} refused (DORMANT_MAX_DELIVERIES={bound}): the deliveries before "
-        "it never finished; last error: the worker process ended during the delivery (the "
-        "hard time limit, a signal or out of memory; the worker's log says which)"
+    last = last_error or (
+        "the worker process ended during the delivery (a signal or out of memory; "
+        "the worker's log says which)"
     )
+    return PoisonTrigger(
+        f"delivery {number} refused (DORMANT_MAX_DELIVERIES={bound}): the deliveries "
+        f"before it never finished; last error: {last}"
+    )
+
+
+def _last_error(inbox_id: str | None, tid: str) -> str | None:
+    try:
+        return deliveries.last_error(store().engine, inbox_id, tid)
+    except Exception as exc:  # the trigger is still kept, with the ending it can name
+        log.info("trigger %s: last error not read (%s)", tid, type(exc).__name__)
+        return None
+
+
+@task_failure.connect(weak=False)
+def _on_ending(
+    sender: Any = None,
+    task_id: str | None = None,
+    exception: BaseException | None = None,
+    kwargs: Any = None,
+    **_: Any,
+) -> None:
+    """A trigger task past its hard time limit: Celery kills its pool process and tells
+    the worker's main process, which keeps the error for the poison trigger it may
+    become (persistence/deliveries.py). Only then, so no delivery that finishes pays."""
+    if not isinstance(exception, TimeLimitExceeded):
+        return
+    if getattr(sender, "name", None) not in wire.TRIGGERS:
+        return
+    body = kwargs if isinstance(kwargs, dict) else {}
+    inbox_id = body.get("inbox_id") if isinstance(body.get("inbox_id"), str) else None
+    tid = str(body.get("trigger_id") or inbox_id or task_id)
+    limit = exception.args[0] if exception.args else "?"
+    error = f"TimeLimitExceeded: past the hard time limit ({limit} s), the pool process was killed"
+    try:
+        deliveries.record_ending(store().engine, inbox_id, tid, error, clock.now())
+    except Exception as exc:  # the poison trigger is then kept naming the ending only
+        log.warning("trigger %s: its hard time limit not recorded (%s)", tid, exc)
 
 
 def _run_job_here(job: DispatchJob, hostname: str | None) -> None:

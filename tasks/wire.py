@@ -39,6 +39,7 @@ __all__ = [
     "DELIVERY_HEADER",
     "FIRE_DEADLINE",
     "FIRE_DEADLINES",
+    "FLOW_SWEEP",
     "HIDDEN",
     "INCIDENT_OPS",
     "INCIDENT_RAISED",
@@ -152,6 +153,7 @@ PROCESSED_SWEEP = "dormant.processed.sweep"
 BULK = "dormant.bulk"
 JOBS_PAUSE = "dormant.jobs.pause"
 JOBS_RESUME = "dormant.jobs.resume"
+FLOW_SWEEP = "dormant.jobs.flow_sweep"
 TRIGGERS_RETRY = "dormant.triggers.retry"
 TRIGGERS_DROP = "dormant.triggers.drop"
 MANAGEMENT: frozenset[str] = frozenset(
@@ -163,6 +165,7 @@ MANAGEMENT: frozenset[str] = frozenset(
         BULK,
         JOBS_PAUSE,
         JOBS_RESUME,
+        FLOW_SWEEP,
         TRIGGERS_RETRY,
         TRIGGERS_DROP,
         INCIDENT_RAISED,

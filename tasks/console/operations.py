@@ -267,9 +267,11 @@ def batch_page(request: Request) -> Response:
 
 
 def job_types(request: Request) -> Response:
-    """The paused job types and how many jobs each holds (``dormant jobs paused``)."""
-    paused = sorted(_client(request).paused_job_types().items())
-    return _render(request, "jobs.html", paused=paused)
+    """The paused job types and how many jobs each holds (``dormant jobs paused``), and
+    flow control per type and per key (``dormant job-types list``)."""
+    client = _client(request)
+    paused = sorted(client.paused_job_types().items())
+    return _render(request, "jobs.html", paused=paused, flow=client.job_types())
 
 
 async def pause_job_type(request: Request) -> Response:

@@ -100,6 +100,7 @@ CORE_TIERS: list[set[str]] = [
         "views",
         "history",
         "job_types",
+        "job_flow",
         "inputs",
         "xml_input",
         "task_attributes",
@@ -300,6 +301,11 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     ("tasks.cli_deployments", "dormant.tasks.client"): f"the Client and the Store: {_CLI_FAST}",
     ("tasks.cli_operations", "dormant.persistence.selection"): f"SQLAlchemy: {_CLI_FAST}",
     ("tasks.cli_process_tests", "dormant.tasks.process_tests"): f"the engine: {_CLI_FAST}",
+    # the settings read the flow limits; only a job's key evaluates FEEL
+    ("engine_core.job_flow", "dormant.engine_core.expressions"): (
+        "the FEEL grammar, for a job's flow key only: the settings (and so the CLI) "
+        "read engine_core/job_flow.py"
+    ),
     # the Client sends through the Celery app, and imports it only then
     ("tasks.client", "dormant.tasks.app"): _CLIENT_CHEAP,
     ("tasks.client", "dormant.tasks.failed"): _CLIENT_CHEAP,

@@ -8,7 +8,7 @@ key, and a message id is unique within its tenant: the messages' primary key tak
 tenant, so one tenant's message id never makes another tenant's message a duplicate.
 
 Revision ID: 0023
-Revises: 0020
+Revises: 0021
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0023"
-down_revision = "0020"
+down_revision = "0021"
 branch_labels = None
 depends_on = None
 
