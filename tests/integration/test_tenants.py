@@ -207,3 +207,21 @@ def test_an_api_activation_takes_its_tenants_jobs_only(tenant_stack: Stack) -> N
     assert api_keys.activate(engine, "tn-api", "w", a_minute, 10, now, ["<default>"]) == []
     (taken,) = api_keys.activate(engine, "tn-api", "w", a_minute, 10, now, [ACME])
     assert taken.tenant == ACME and taken.instance_id == "tn-api-i1"
+
+
+def test_open_incidents_are_counted_per_tenant(tenant_stack: Stack) -> None:
+    """``dormant_tenant_incidents_open{tenant}`` (docs/metrics.md): an incident of an
+    acme instance (no ``orderId`` for its correlation key) counts for acme."""
+    from dormant.tasks.metrics import DatabaseCollector
+
+    stack, acme = tenant_stack, acme_client(tenant_stack)
+    acme.deploy(flow("tn-broken", with_job=False))
+    stack.wait_status(acme.start("tn-broken"), "active_incidents")
+    (gauge,) = [
+        m
+        for m in DatabaseCollector(stack.database_url).collect()
+        if m.name == "dormant_tenant_incidents_open"
+    ]
+    counted = {s.labels["tenant"]: s.value for s in gauge.samples}
+    assert counted.get(ACME, 0) >= 1
+    assert counted.get("<default>", 0) == 0
