@@ -11,8 +11,8 @@ may follow one that died is counted, and a first delivery costs nothing:
   the worker counts it here (``count_redelivery``) in a commit of its own before
   applying it: on the Client's inbox row, or for a trigger without one (a plain Celery
   producer's, an outbox follow-up) on a row of its own keyed by its trigger id;
-- an inbox row the sweep sent again (the broker no longer held it: Celery acknowledges
-  a task ended by its hard time limit): the sweep counts it in the very write that
+- an inbox row the sweep sent again (the broker no longer held it: a first publish
+  lost, a broker restarted without its queue): the sweep counts it in the very write that
   marks the re-send (persistence/inbox.py ``mark_republished``), and names the
   delivery's number in the message it sends (tasks/sweeps.py), so the worker reads
   nothing.

@@ -4,9 +4,9 @@ refused past ``DORMANT_MAX_DELIVERIES`` and kept as a failed trigger classified
 
 Both ways a delivery that may follow a dead one is counted (persistence/deliveries.py):
 
-- a Client's start that passes the hard time limit: Celery acknowledges the timed-out
-  task, the inbox sweep sends it again naming its delivery's number, and counts the
-  re-send on the inbox row in the write that marks it;
+- a Client's start that passes the hard time limit: Celery puts it back on its queue,
+  flagged as redelivered, and the worker counts it on its inbox row (were the message
+  lost, the inbox sweep would count the re-send in the write that marks it);
 - a plain Celery producer's message (no inbox row) that kills its pool process: the
   broker requeues it flagged as redelivered, and the worker counts it on a row keyed by
   its trigger id;
