@@ -68,7 +68,7 @@ if TYPE_CHECKING:
     from dormant.persistence.deployments import Deployment, DeploymentRecord
     from dormant.tasks.app import app
     from dormant.tasks.client import Client
-    from dormant.tasks.jobs import heartbeat, idempotency_key, task_headers
+    from dormant.tasks.jobs import heartbeat, idempotency_key, job_tenant, task_headers
 
 # Where each public name lives: the lazy loader reads this table, and a test holds
 # ``__all__`` (a literal, so type checkers see the re-exports) to exactly its names.
@@ -77,6 +77,7 @@ _HOMES: dict[str, str] = {
     "app": "dormant.tasks.app",
     "heartbeat": "dormant.tasks.jobs",
     "idempotency_key": "dormant.tasks.jobs",
+    "job_tenant": "dormant.tasks.jobs",
     "task_headers": "dormant.tasks.jobs",
     "Deployment": "dormant.persistence.deployments",
     "DeploymentRecord": "dormant.persistence.deployments",
@@ -175,6 +176,7 @@ __all__ = [
     "app",
     "heartbeat",
     "idempotency_key",
+    "job_tenant",
     "task_headers",
 ]
 

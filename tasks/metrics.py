@@ -334,9 +334,18 @@ class DatabaseCollector(Collector):
             )
             waiting = count(conn, deadlines) + count(conn, start_timers)
             open_rows = conn.execute(
-                select(incident_table.c.process_key, incident_table.c.node_id, func.count())
+                select(
+                    incident_table.c.process_key,
+                    incident_table.c.node_id,
+                    incident_table.c.tenant_id,
+                    func.count(),
+                )
                 .where(incident_table.c.state == IncidentState.OPEN.value)
-                .group_by(incident_table.c.process_key, incident_table.c.node_id)
+                .group_by(
+                    incident_table.c.process_key,
+                    incident_table.c.node_id,
+                    incident_table.c.tenant_id,
+                )
             ).all()
             inbox_backlog, inbox_oldest = conn.execute(
                 select(func.count(), func.min(inbox.c.created_at)).where(
@@ -385,8 +394,18 @@ class DatabaseCollector(Collector):
             "Incidents in state open (not retry_scheduled, not closed), by process and node.",
             labels=["process", "node"],
         )
-        for key, node, n in open_rows:
+        # A process id belongs to one tenant, so (process, node) never spans two.
+        by_tenant: dict[str, int] = {}
+        for key, node, tenant, n in open_rows:
             incidents_open.add_metric([key, node], n)
+            by_tenant[tenant] = by_tenant.get(tenant, 0) + int(n)
+        tenant_incidents = GaugeMetricFamily(
+            "dormant_tenant_incidents_open",
+            "Incidents in state open, by tenant (docs/tenants.md).",
+            labels=["tenant"],
+        )
+        for tenant, n in sorted(by_tenant.items()):
+            tenant_incidents.add_metric([tenant], n)
         outbox_backlog = GaugeMetricFamily(
             "dormant_outbox_backlog",
             "Outbox rows not yet acknowledged: unpublished, or published and not consumed.",
@@ -437,6 +456,7 @@ class DatabaseCollector(Collector):
                 waiting,
             ),
             incidents_open,
+            tenant_incidents,
             gauge(
                 "dormant_inbox_backlog",
                 "Producer triggers written and not yet processed.",

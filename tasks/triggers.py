@@ -54,6 +54,7 @@ from dormant.engine_core.errors import (
 )
 from dormant.engine_core.inputs import check_variables
 from dormant.engine_core.task_attributes import check_changes
+from dormant.engine_core.tenants import DEFAULT_TENANT, check_tenant
 from dormant.engine_core.triggers import (
     Cancel,
     IncidentDrop,
@@ -404,17 +405,26 @@ def start(
     version_tag: str | None = None,
     inbox_id: str | None = None,
     trigger_id: str | None = None,
+    tenant: str | None = None,
 ) -> str | None:
     """Start instance ``instance_id`` of process ``key`` (idempotent on the id); with
     ``version_tag``, of its newest version carrying that ``zeebe:versionTag``.
 
-    A call activity's child (``parent`` given) whose process is not deployed fails
-    back to its caller with the trigger the core decides (``calls.missing_child``).
+    ``tenant``: the producer's; a start without one is the default tenant's, and a
+    process of another tenant is unknown to it (docs/tenants.md). A call activity's
+    child is started in its parent's tenant. A child (``parent`` given) whose
+    process is not deployed fails back to its caller with the trigger the core
+    decides (``calls.missing_child``).
     """
 
-    job_before = _JobBeforeStart.for_task(self)
+    # Another tenant's start never runs its first job here: that job goes to its
+    # tenant's queue (tasks/tenant_queues.py).
+    job_before = _JobBeforeStart.for_task(self) if tenant in (None, DEFAULT_TENANT) else None
 
     def call(tid: str, now: datetime) -> Any:
+        # A call activity's child names its parent's tenant (tasks/outbox.py
+        # ``_start_child``; left out for the default one, like every producer's).
+        asked = check_tenant(tenant)
         try:
             return store().start(
                 NewInstance(
@@ -429,6 +439,7 @@ def start(
                     trigger_id=tid,
                     version_tag=version_tag,
                     inbox_id=inbox_id,
+                    tenant=asked,
                 ),
                 now=now,
                 job_first=job_before,
@@ -455,8 +466,10 @@ def message(
     *,
     inbox_id: str | None = None,
     trigger_id: str | None = None,
+    tenant: str | None = None,
 ) -> str | None:
-    """Correlate a message to its holders, start a message start, or buffer it (TTL)."""
+    """Correlate a message to its holders, start a message start, or buffer it (TTL),
+    all within ``tenant`` (none: the default tenant)."""
 
     def call(tid: str, now: datetime) -> Any:
         return Router(store(), wire.redelivery).message(
@@ -467,6 +480,7 @@ def message(
             ttl_seconds=ttl,
             now=now,
             inbox_id=inbox_id,
+            tenant=check_tenant(tenant),
         )
 
     return _run(self, "message", call, inbox_id, trigger_id)
@@ -481,23 +495,26 @@ def signal(
     *,
     inbox_id: str | None = None,
     trigger_id: str | None = None,
+    tenant: str | None = None,
 ) -> str | None:
-    """Broadcast a signal to every holder (and signal starts)."""
+    """Broadcast a signal to every holder (and signal starts) of ``tenant`` (none:
+    the default tenant)."""
 
     def call(tid: str, now: datetime) -> Any:
         return Router(store(), wire.redelivery).signal(
-            name, variables or {}, signal_id=signal_id or tid, now=now
+            name, variables or {}, signal_id=signal_id or tid, now=now, tenant=check_tenant(tenant)
         )
 
     return _run(self, "signal", call, inbox_id, trigger_id)
 
 
-def _task_wait(task_id: str) -> tuple[str, str]:
-    found = store().queries.task(task_id)
-    if found is None:
-        raise UnknownTask(f"no open user task {task_id!r}; list them with `dormant tasks list`")
-    instance_id, wait_id = found
-    return str(instance_id), str(wait_id)
+def _task_wait(task_id: str, tenant: str | None = None) -> tuple[str, str]:
+    """The open task's (instance, wait); with ``tenant``, only a task of that tenant:
+    another tenant's task is unknown to it, worded as a task nobody has."""
+    view = store().queries.task_view(task_id)
+    if tenant is not None and view.tenant != tenant:
+        raise UnknownTask(f"no open user task has id {task_id!r} for tenant {tenant!r}")
+    return view.instance_id, view.id.rsplit(".", 1)[1]
 
 
 @app.task(name=wire.COMPLETE_TASK, bind=True)
@@ -508,12 +525,14 @@ def complete_task(
     *,
     inbox_id: str | None = None,
     trigger_id: str | None = None,
+    tenant: str | None = None,
 ) -> str | None:
-    """Complete user task ``task_id`` with ``variables``."""
+    """Complete user task ``task_id`` with ``variables``; the task must be ``tenant``'s
+    (none: the default tenant's)."""
 
     def call(tid: str, now: datetime) -> Any:
         checked = check_variables(variables, "task variables", store().settings.limits)
-        instance_id, wait_id = _task_wait(task_id)
+        instance_id, wait_id = _task_wait(task_id, check_tenant(tenant))
         trigger = TaskCompleted(wait_id=wait_id, variables=checked)
         return store().apply(instance_id, trigger, now, trigger_id=tid, inbox_id=inbox_id)
 

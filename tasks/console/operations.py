@@ -33,7 +33,12 @@ from dormant.tasks.console.pages import _act, _client, _confirmed, _moment, _opt
 __all__ = ["routes"]
 
 # The filters of the incidents list a bulk retry carries over (form field → Selector).
-_INCIDENT_FILTERS = (("process", "key"), ("node", "node"), ("cause_class", "cause_class"))
+_INCIDENT_FILTERS = (
+    ("process", "key"),
+    ("node", "node"),
+    ("cause_class", "cause_class"),
+    ("tenant", "tenant"),
+)
 # The filters of the instances list a bulk operation carries over (form field → Selector).
 # The list's business key is matched as the CLI's --business-key-like (``%``, ``_``).
 _INSTANCE_FILTERS = (
@@ -41,6 +46,7 @@ _INSTANCE_FILTERS = (
     ("status", "status"),
     ("business_key", "business_key_like"),
     ("node", "node"),
+    ("tenant", "tenant"),
 )
 _INSTANCE_BULK = ("cancel", "suspend", "resume", "migrate", "set-variables")
 _INCIDENT_BULK = ("retry", "resolve", "drop")

@@ -105,6 +105,7 @@ CORE_TIERS: list[set[str]] = [
         "xml_input",
         "task_attributes",
         "lazy",
+        "tenants",
     },
     # readers: BPMN XML and code-first models into definitions
     {"bpmn", "bpmn_extensions", "builder", "validate", "expression_check"},
@@ -290,6 +291,7 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     ("tasks.cli", "dormant.engine_core.views"): f"the checkpoint documents: {_CLI_FAST}",
     ("tasks.cli", "dormant.engine_core.history"): f"the checkpoint documents: {_CLI_FAST}",
     ("tasks.cli", "dormant.tasks.tasklist_query"): f"the checkpoint documents: {_CLI_FAST}",
+    ("tasks.cli", "dormant.tasks.tenant_queues"): f"kombu, for `worker --tenants`: {_CLI_FAST}",
     ("tasks.cli_common", "dormant.tasks.client"): f"the Client and the Store: {_CLI_FAST}",
     ("tasks.cli_common", "dormant.persistence.db"): f"SQLAlchemy: {_CLI_FAST}",
     ("tasks.cli_common", "sqlalchemy.exc"): f"SQLAlchemy: {_CLI_FAST}",
