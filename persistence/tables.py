@@ -117,7 +117,7 @@ def _Id() -> Any:
 
 
 def tenant_column() -> Column[str]:
-    """The tenant a row belongs to (migration 0023, docs/tenants.md): NOT NULL, and
+    """The tenant a row belongs to (migration 0022, docs/tenants.md): NOT NULL, and
     ``<default>`` for every row written before tenants or without one, so a database
     that never names a tenant reads exactly as before."""
     return Column(
@@ -243,7 +243,7 @@ instances = Table(
     Index("ix_instances_key_version_created_at_id", "key", "version", "created_at", "id"),
     Index("ix_instances_status_created_at_id", "status", "created_at", "id"),
     Index("ix_instances_business_key_created_at_id", "business_key", "created_at", "id"),
-    # A tenant's lists, newest first (migration 0023).
+    # A tenant's lists, newest first (migration 0022).
     Index("ix_instances_tenant_id_created_at_id", "tenant_id", "created_at", "id"),
     postgresql_with={"fillfactor": INSTANCES_FILLFACTOR},
 )
@@ -393,7 +393,7 @@ processed_triggers = Table(
     Index("ix_processed_triggers_at", "at", postgresql_using="brin"),
 )
 
-# A message id is its producer's: unique within its tenant (migration 0023), so one
+# A message id is its producer's: unique within its tenant (migration 0022), so one
 # tenant's id never makes another tenant's message a duplicate.
 messages = Table(
     "messages",

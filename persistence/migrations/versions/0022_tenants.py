@@ -7,7 +7,7 @@ without rewriting the table). Subscriptions are looked up by tenant with their n
 key, and a message id is unique within its tenant: the messages' primary key takes the
 tenant, so one tenant's message id never makes another tenant's message a duplicate.
 
-Revision ID: 0023
+Revision ID: 0022
 Revises: 0021
 """
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0023"
+revision = "0022"
 down_revision = "0021"
 branch_labels = None
 depends_on = None
