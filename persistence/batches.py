@@ -29,7 +29,12 @@ from pydantic import ValidationError
 from sqlalchemy import Connection, insert, select, update
 from sqlalchemy.exc import OperationalError
 
-from dormant.engine_core.errors import DormantError, InvalidOperation, UnknownIncident
+from dormant.engine_core.errors import (
+    DormantError,
+    InvalidOperation,
+    UnknownIncident,
+    UnknownInstance,
+)
 from dormant.engine_core.triggers import (
     Cancel,
     IncidentDrop,
@@ -42,7 +47,7 @@ from dormant.engine_core.triggers import (
     Trigger,
 )
 from dormant.persistence import audit
-from dormant.persistence.selection import Selector, Target, select_targets
+from dormant.persistence.selection import INCIDENT_OPERATIONS, Selector, Target, select_targets
 from dormant.persistence.store import Store
 from dormant.persistence.tables import batch_items, batches
 
@@ -328,8 +333,10 @@ def _apply_item(
     seq = int(item.seq)
     instance_id = item.instance_id
     try:
-        if instance_id is None:
+        if instance_id is None and operation in INCIDENT_OPERATIONS:
             raise UnknownIncident(f"no incident {item.target_id!r}")
+        if instance_id is None:  # another tenant's, to a batch of one tenant
+            raise UnknownInstance(f"no instance {item.target_id!r} in the batch's tenant")
         trigger = _TRIGGERS[operation](params, item.target_id)
         applied = store.apply(
             instance_id,

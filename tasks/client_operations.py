@@ -21,6 +21,7 @@ from typing import Any
 from dormant.engine_core.checkpoint import ROOT_SCOPE, InstanceStatus
 from dormant.engine_core.errors import InvalidOperation
 from dormant.engine_core.inputs import Limits, variables_params
+from dormant.engine_core.job_flow import FlowLimits
 from dormant.engine_core.migration import problems
 from dormant.engine_core.triggers import (
     MigrateInstance,
@@ -33,6 +34,7 @@ from dormant.engine_core.triggers import (
 from dormant.engine_core.views import InstanceView
 from dormant.persistence import batches, clock, job_pause
 from dormant.persistence.batches import BatchItemView, BatchState, BatchView
+from dormant.persistence.job_flow import FlowRow
 from dormant.persistence.selection import Selector, Target
 from dormant.persistence.store import Store
 from dormant.tasks import wire
@@ -166,6 +168,16 @@ class Operations:
 
     def paused_job_types(self) -> dict[str, int]:
         return job_pause.paused(self._store.engine)
+
+    def job_types(self) -> list[FlowRow]:
+        return self._store.flow.rows(clock.now())
+
+    def set_job_type_limits(self, job_type: str, changes: Mapping[str, Any]) -> FlowLimits:
+        limits = self._store.flow.set_limits(job_type, changes, clock.now())
+        self._command(
+            "job_type_set_limits", target=job_type, params=dict(changes) or None, done=True
+        )
+        return limits
 
     # -- in bulk -------------------------------------------------------------------
 

@@ -37,7 +37,12 @@ from dormant.tasks.console.security import authenticated, refuse_anonymous
 __all__ = ["routes"]
 
 # The filters of the incidents list a bulk retry carries over (form field → Selector).
-_INCIDENT_FILTERS = (("process", "key"), ("node", "node"), ("cause_class", "cause_class"))
+_INCIDENT_FILTERS = (
+    ("process", "key"),
+    ("node", "node"),
+    ("cause_class", "cause_class"),
+    ("tenant", "tenant"),
+)
 # The filters of the instances list a bulk operation carries over (form field → Selector).
 # The list's business key is matched as the CLI's --business-key-like (``%``, ``_``).
 _INSTANCE_FILTERS = (
@@ -45,6 +50,7 @@ _INSTANCE_FILTERS = (
     ("status", "status"),
     ("business_key", "business_key_like"),
     ("node", "node"),
+    ("tenant", "tenant"),
 )
 _INSTANCE_BULK = ("cancel", "suspend", "resume", "migrate", "set-variables")
 _INCIDENT_BULK = ("retry", "resolve", "drop")
@@ -265,9 +271,11 @@ def batch_page(request: Request) -> Response:
 
 
 def job_types(request: Request) -> Response:
-    """The paused job types and how many jobs each holds (``dormant jobs paused``)."""
-    paused = sorted(_client(request).paused_job_types().items())
-    return _render(request, "jobs.html", paused=paused)
+    """The paused job types and how many jobs each holds (``dormant jobs paused``), and
+    flow control per type and per key (``dormant job-types list``)."""
+    client = _client(request)
+    paused = sorted(client.paused_job_types().items())
+    return _render(request, "jobs.html", paused=paused, flow=client.job_types())
 
 
 async def pause_job_type(request: Request) -> Response:
