@@ -118,6 +118,9 @@ class InstanceView:
     # since (the instance is flagged while any is): `dormant triggers list --failed
     # --instance ID` lists them, the overtaken ones marked.
     failed_triggers: int = 0
+    # Its process's tenant (docs/tenants.md); the checkpoint does not carry it, the
+    # instance row does.
+    tenant: str = "<default>"
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +164,7 @@ class UserTaskView:
     state: str = "created"
     # Why a task listener denied the last transition (completion, assignment, update).
     denied_reason: str | None = None
+    tenant: str = "<default>"
 
 
 @dataclass(frozen=True, slots=True)

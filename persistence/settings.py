@@ -25,6 +25,7 @@ from pydantic import (
 
 from dormant.engine_core.errors import InvalidSetting
 from dormant.engine_core.inputs import DEFAULT_LIMITS, Limits
+from dormant.engine_core.job_flow import FlowLimits
 from dormant.engine_core.model import RetryPolicy
 from dormant.engine_core.services import JobTypeSettings
 
@@ -45,6 +46,34 @@ class JobTypeSetting(BaseModel):
     # docs/camunda-api.md): a job of this type is never sent to Celery; it waits in
     # ``api_jobs`` for an activation (persistence/api_keys.py).
     api: bool = False
+    # Flow control (docs/flow-control.md, engine_core/job_flow.py): jobs out at once for
+    # the type and per key (``key``: FEEL over the job's variables, e.g. "=customerId"),
+    # and jobs started per ``rate_period_seconds`` for the type and per key.
+    concurrency: int | None = Field(default=None, ge=1)
+    key: str | None = Field(default=None, min_length=1, max_length=1000)
+    key_concurrency: int | None = Field(default=None, ge=1)
+    rate: int | None = Field(default=None, ge=1)
+    key_rate: int | None = Field(default=None, ge=1)
+    rate_period_seconds: PositiveFloat = 1.0
+
+    @model_validator(mode="after")
+    def _flow(self) -> JobTypeSetting:
+        try:
+            self.flow_limits  # noqa: B018 - checked once here, with its one-line error
+        except InvalidSetting as exc:
+            raise ValueError(str(exc)) from exc
+        return self
+
+    @property
+    def flow_limits(self) -> FlowLimits:
+        return FlowLimits(
+            concurrency=self.concurrency,
+            key=self.key,
+            key_concurrency=self.key_concurrency,
+            rate=self.rate,
+            key_rate=self.key_rate,
+            rate_period_seconds=self.rate_period_seconds,
+        )
 
     @field_validator("eager", mode="before")
     @classmethod
@@ -79,6 +108,8 @@ ENV_VARS: dict[str, str] = {
     "processed_trigger_retention_seconds": "DORMANT_PROCESSED_TRIGGER_RETENTION_SECONDS",
     "audit_retention_days": "DORMANT_AUDIT_RETENTION_DAYS",
     "job_types": "DORMANT_JOB_TYPES",
+    "priority_levels": "DORMANT_PRIORITY_LEVELS",
+    "priority_variable": "DORMANT_PRIORITY_VARIABLE",
     "step_budget": "DORMANT_STEP_BUDGET",
     "max_model_bytes": "DORMANT_MAX_MODEL_BYTES",
     "max_loop_items": "DORMANT_MAX_LOOP_ITEMS",
@@ -203,6 +234,11 @@ class Settings(BaseModel):
     # "eager": true}} (JSON in the environment); a type not named uses the two settings
     # above and goes through the broker.
     job_types: dict[str, JobTypeSetting] = Field(default_factory=dict)
+    # Instance priorities (docs/flow-control.md, "Priorities"): 0 is off; N gives the
+    # broker's queues N + 1 levels (RabbitMQ x-max-priority, Redis priority steps), and a
+    # start's or a job's message its priority from the variable ``priority_variable``.
+    priority_levels: int = Field(default=0, ge=0, le=10)
+    priority_variable: str = Field(default="priority", min_length=1, max_length=255)
     # Node entries one trigger may make before the instance commits and continues in a
     # follow-up trigger (docs/limits.md, "Step budget").
     step_budget: int = 1000

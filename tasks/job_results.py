@@ -13,12 +13,14 @@ from celery.signals import task_failure, task_success, task_unknown
 
 from dormant.engine_core.errors import BpmnError, DormantError, UnknownInstance
 from dormant.engine_core.inputs import shorten
+from dormant.engine_core.job_flow import RateLimited
 from dormant.engine_core.triggers import JobCompleted, JobErrorThrown, JobFailed
 from dormant.persistence import clock
 from dormant.tasks import app as app_module
 from dormant.tasks import metrics, tracing, wire
 from dormant.tasks.app import publish, store
 from dormant.tasks.job_dispatch import defer, keep_outcome
+from dormant.tasks.job_flow import rate_limited
 from dormant.tasks.job_headers import (
     HEADER_ATTEMPT,
     HEADER_IDEMPOTENCY_KEY,
@@ -154,6 +156,9 @@ def _on_failure(sender: Any = None, exception: BaseException | None = None, **_:
     if ctx is None or exception is None:
         return
     instance_id, wait_id, attempt, key = ctx
+    if isinstance(exception, RateLimited):  # not a failure: back to waiting, no retry used
+        rate_limited(sender, exception, instance_id, wait_id, attempt)
+        return
     trigger: JobErrorThrown | JobFailed
     if isinstance(exception, BpmnError):
         trigger = JobErrorThrown(

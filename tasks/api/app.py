@@ -18,6 +18,7 @@ sent as a string of digits. Errors: RFC 9457 problem documents
 from __future__ import annotations
 
 import base64
+import copy
 import json
 import re
 import time
@@ -48,6 +49,7 @@ from dormant.engine_core.errors import (
     UnknownTask,
 )
 from dormant.engine_core.model import NodeKind
+from dormant.engine_core.tenants import check_tenant, check_tenants
 from dormant.engine_core.triggers import (
     AdHocActivation,
     AdHocResult,
@@ -69,6 +71,7 @@ from dormant.tasks.api.problems import problem as _problem
 from dormant.tasks.client import Client
 from dormant.tasks.console.config import ConsoleConfig
 from dormant.tasks.console.forms import embedded_form
+from dormant.tasks.console.security import ACTOR
 from dormant.tasks.console.throttle import SignInThrottle
 
 __all__ = ["GATEWAY_VERSION", "PREFIX", "create_app", "routes", "v2_app"]
@@ -84,6 +87,8 @@ DEFAULT_REQUEST_TIMEOUT_S = 5.0
 POLL_S = 0.2
 # ``awaitCompletion`` with no ``requestTimeout``.
 DEFAULT_AWAIT_S = 30.0
+# The actor of a call with no credentials (only on loopback with none configured).
+ANONYMOUS_ACTOR = "api"
 # Element instance and variable searches with no ``processInstanceKey`` read the newest
 # instances, this many (docs/limits.md).
 SEARCH_INSTANCES = 1000
@@ -114,10 +119,20 @@ class Api:
 
     def __init__(self, client: Client) -> None:
         # The API's operator actions (a cancel, an incident resolution) are recorded as
-        # from ``api``, for the API process's actor (docs/operations.md, "Audit trail").
-        self.client = client.acting_as(client.actor, "api")
+        # from ``api``; each call acts for its caller (``acting``; docs/audit.md).
+        self.client = client.acting_as(ANONYMOUS_ACTOR, "api")
         self.engine = client._store.engine
         self.queries = ConsoleQueries(self.engine)
+
+    def acting(self, caller: str | None) -> Api:
+        """This Api for one call: its Client records ``caller`` (the guard's
+        ``ACTOR``: the Basic user, the OAuth client id, ``token``) as the actor, and
+        ``api`` for an anonymous loopback caller."""
+        if caller is None:
+            return self
+        other = copy.copy(self)
+        other.client = self.client.acting_as(caller, "api")
+        return other
 
     def key(self, kind: str, dormant_id: str) -> str:
         return str(api_keys.key_of(self.engine, kind, dormant_id))
@@ -149,6 +164,8 @@ def _endpoint(
 
     async def endpoint(request: Request) -> Response:
         api: Api = request.app.state.api
+        actor = request.scope.get(ACTOR)
+        api = api.acting(actor if isinstance(actor, str) else None)
         path = request.url.path
         try:
             if multipart:
@@ -189,7 +206,8 @@ async def _multipart(request: Request) -> dict[str, Any]:
     for part in form.getlist("resources"):
         if isinstance(part, UploadFile):
             files.append((part.filename or "resource", await part.read()))
-    return {"resources": files}
+    tenant = form.get("tenantId")
+    return {"resources": files, "tenantId": tenant if isinstance(tenant, str) else None}
 
 
 M = TypeVar("M", bound=BaseModel)
@@ -328,10 +346,13 @@ def deploy(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
     if not files:
         raise Problem(400, "INVALID_ARGUMENT", "no resources to deploy (multipart 'resources')")
     store = api.client._store
+    tenant = check_tenant(body.get("tenantId"), "tenantId")
     # Forms go through the same deploy as models: told apart by content, kept in
     # ``forms`` (persistence/forms.py), versioned per form id.
     names: list[str | None] = [n for n, _ in files]
-    deployed = store.deployments.deploy_many([d for _, d in files], clock.now(), names)
+    deployed = store.deployments.deploy_many(
+        [d for _, d in files], clock.now(), names, tenant=tenant
+    )
     if not deployed:
         raise Problem(
             400,
@@ -350,7 +371,7 @@ def deploy(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
                         "formId": r.id,
                         "version": r.version,
                         "resourceName": resource_name,
-                        "tenantId": TENANT,
+                        "tenantId": tenant,
                         "formKey": api.key("form", r.id),
                     }
                 }
@@ -362,7 +383,7 @@ def deploy(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
                         "processDefinitionId": r.id,
                         "processDefinitionVersion": r.version,
                         "resourceName": resource_name,
-                        "tenantId": TENANT,
+                        "tenantId": tenant,
                         "processDefinitionKey": api.key("process", f"{r.id}:{r.version}"),
                     }
                 }
@@ -375,7 +396,7 @@ def deploy(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
                         "decisionDefinitionId": r.id,
                         "version": r.version,
                         "name": r.id,
-                        "tenantId": TENANT,
+                        "tenantId": tenant,
                         "decisionRequirementsId": r.id,
                         "decisionDefinitionKey": key,
                         "decisionRequirementsKey": key,
@@ -383,7 +404,7 @@ def deploy(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
                 }
             )
     key = api.key("deployment", str(deployment_key))
-    return {"deploymentKey": key, "tenantId": TENANT, "deployments": out}
+    return {"deploymentKey": key, "tenantId": tenant, "deployments": out}
 
 
 # -- process instances ---------------------------------------------------------------
@@ -408,7 +429,9 @@ def create_instance(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any
             "or processDefinitionKey",
         )
     _, version = store.deployments.definition(process_key, version)
-    instance_id = api.client.start(process_key, req.variables, req.business_id, version=version)
+    tenant = check_tenant(req.tenant_id, "tenantId")
+    producer = api.client.for_tenant(tenant)
+    instance_id = producer.start(process_key, req.variables, req.business_id, version=version)
     variables: dict[str, Any] = {}
     if req.await_completion:
         wait_s = req.request_timeout / 1000 if req.request_timeout > 0 else DEFAULT_AWAIT_S
@@ -426,7 +449,7 @@ def create_instance(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any
     return {
         "processDefinitionId": process_key,
         "processDefinitionVersion": version,
-        "tenantId": TENANT,
+        "tenantId": tenant,
         "variables": variables,
         "processDefinitionKey": api.key("process", f"{process_key}:{version}"),
         "processInstanceKey": api.key("instance", instance_id),
@@ -486,7 +509,7 @@ def _instance(api: Api, view: InstanceView, keys: dict[str, str] | None = None) 
         "state": _instance_state(view),
         "suspendedDate": None,
         "hasIncident": any(not IncidentState(i.state).closed for i in view.incidents),
-        "tenantId": TENANT,
+        "tenantId": view.tenant,
         "processInstanceKey": own,
         "processDefinitionKey": api.key("process", f"{view.key}:{view.version}"),
         "parentProcessInstanceKey": keys[parent] if parent is not None else None,
@@ -601,6 +624,7 @@ def migrate_instance(api: Api, body: dict[str, Any], path: dict[str, str]) -> An
 
 def activate_jobs(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
     req = _model(schemas.ActivateJobs, body)
+    tenants = check_tenants(req.tenant_ids, "tenantIds") if req.tenant_ids else None
     worker = req.worker or "default"
     timeout = timedelta(milliseconds=req.timeout)
     if req.request_timeout < 0:
@@ -612,7 +636,7 @@ def activate_jobs(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
     deadline = time.monotonic() + wait_s
     while True:
         jobs = api_keys.activate(
-            api.engine, req.type, worker, timeout, req.max_jobs_to_activate, clock.now()
+            api.engine, req.type, worker, timeout, req.max_jobs_to_activate, clock.now(), tenants
         )
         retries = _live(api, jobs)
         jobs = [j for j in jobs if j.key in retries]
@@ -652,7 +676,7 @@ def activate_jobs(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
                 "retries": retries[job.key],
                 "deadline": int((job.deadline or clock.now()).timestamp() * 1000),
                 "variables": variables,
-                "tenantId": TENANT,
+                "tenantId": job.tenant,
                 "physicalTenantId": TENANT,
                 "jobKey": str(job.key),
                 "processInstanceKey": own,
@@ -830,15 +854,17 @@ def update_job(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
 def publish_message(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
     req = _model(schemas.PublishMessage, body)
     ttl = None if req.time_to_live is None else req.time_to_live / 1000
-    message_id = api.client.send_message(
+    producer = api.client.for_tenant(check_tenant(req.tenant_id, "tenantId"))
+    message_id = producer.send_message(
         req.name, req.correlation_key, req.variables, req.message_id, ttl
     )
-    return {"tenantId": TENANT, "messageKey": api.key("message", message_id)}
+    return {"tenantId": producer.tenant, "messageKey": api.key("message", message_id)}
 
 
 def correlate_message(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
     req = _model(schemas.CorrelateMessage, body)
-    holders = api_keys.message_holders(api.engine, req.name, req.correlation_key)
+    producer = api.client.for_tenant(check_tenant(req.tenant_id, "tenantId"))
+    holders = api_keys.message_holders(api.engine, req.name, req.correlation_key, producer.tenant)
     if not holders:
         raise Problem(
             404,
@@ -846,9 +872,9 @@ def correlate_message(api: Api, body: dict[str, Any], path: dict[str, str]) -> A
             f"no process instance waits for message {req.name!r} with correlation key "
             f"{req.correlation_key!r}",
         )
-    message_id = api.client.send_message(req.name, req.correlation_key, req.variables, None, 0)
+    message_id = producer.send_message(req.name, req.correlation_key, req.variables, None, 0)
     return {
-        "tenantId": TENANT,
+        "tenantId": producer.tenant,
         "messageKey": api.key("message", message_id),
         "processInstanceKey": api.key("instance", holders[0]),
     }
@@ -856,8 +882,9 @@ def correlate_message(api: Api, body: dict[str, Any], path: dict[str, str]) -> A
 
 def broadcast_signal(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
     req = _model(schemas.BroadcastSignal, body)
-    signal_id = api.client.signal(req.signal_name, req.variables)
-    return {"tenantId": TENANT, "signalKey": api.key("signal", signal_id)}
+    producer = api.client.for_tenant(check_tenant(req.tenant_id, "tenantId"))
+    signal_id = producer.signal(req.signal_name, req.variables)
+    return {"tenantId": producer.tenant, "signalKey": api.key("signal", signal_id)}
 
 
 # -- user tasks ----------------------------------------------------------------------
@@ -877,7 +904,7 @@ def _user_task(api: Api, view: UserTaskView, process: tuple[str, int]) -> dict[s
         "completionDate": None,
         "followUpDate": _iso(view.follow_up_date),
         "dueDate": _iso(view.due_date),
-        "tenantId": TENANT,
+        "tenantId": view.tenant,
         "externalFormReference": view.external_reference,
         "processDefinitionVersion": process[1],
         "customHeaders": {},
@@ -943,7 +970,10 @@ def unassign_user_task(api: Api, body: dict[str, Any], path: dict[str, str]) -> 
 
 def complete_user_task(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
     req = _model(schemas.CompleteUserTask, body)
-    api.client.complete_task(_task_id(api, path["key"]), req.variables)
+    task_id = _task_id(api, path["key"])
+    # The task's own tenant: the request names none (docs/tenants.md).
+    producer = api.client.for_tenant(api.client.user_task(task_id).tenant)
+    producer.complete_task(task_id, req.variables)
     return None
 
 
@@ -1018,7 +1048,7 @@ def _element_rows(api: Api, view: InstanceView) -> list[dict[str, Any]]:
     }
     base = {
         "processDefinitionId": view.key,
-        "tenantId": TENANT,
+        "tenantId": view.tenant,
         "processInstanceKey": instance_key,
         "rootProcessInstanceKey": instance_key,
         "processDefinitionKey": process_key,

@@ -21,9 +21,11 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from dormant.tasks.api.problems import problem
 from dormant.tasks.console.config import ENV_AUTH, ENV_TOKEN, ConsoleConfig
 from dormant.tasks.console.security import (
+    ACTOR,
     OPERATOR,
     ROLE,
     Refusal,
+    header_actor,
     host_refusal,
     identify,
     request_headers,
@@ -93,4 +95,8 @@ class ApiGuard:
                 f"acting needs an operator's credentials",
             )
         scope[ROLE] = found
+        # Credentials were checked only when some are configured; an open loopback API
+        # names nobody (its actions are recorded as ``api``: docs/audit.md).
+        if self.config.has_credentials:
+            scope[ACTOR] = header_actor(self.config, headers.get("authorization", ""))
         return None

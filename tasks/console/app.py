@@ -47,6 +47,7 @@ from dormant.engine_core.errors import (
     UnknownInstance,
 )
 from dormant.engine_core.history import business_history
+from dormant.engine_core.tenants import check_tenant
 from dormant.engine_core.views import instance_view
 from dormant.persistence.console_queries import ConsoleQueries, IncidentFilter, InstanceFilter
 from dormant.tasks.client import Client
@@ -178,6 +179,7 @@ def instance_list(request: Request) -> Response:
             waiting_at=_opt(request, "node"),
             started_from=_moment(request, "started_from"),
             started_to=_moment(request, "started_to"),
+            tenant=_tenant(request),
         )
         page = _queries(request).instance_page(filters, _opt(request, "after"))
     except DormantError as exc:
@@ -284,18 +286,25 @@ def instance_state(request: Request) -> Response:
     )
 
 
+def _tenant(request: Request) -> str | None:
+    """The ``tenant`` filter (docs/tenants.md), checked: a bad one is the page's error."""
+    raw = _opt(request, "tenant")
+    return None if raw is None else check_tenant(raw, "tenant")
+
+
 def incident_list(request: Request) -> Response:
     state = request.query_params.get("state", "unresolved") or None
-    filters = IncidentFilter(
-        key=_opt(request, "process"),
-        node_id=_opt(request, "node"),
-        cause_class=_opt(request, "cause_class"),
-        state=state,
-        instance_id=_opt(request, "instance"),
-    )
     error = None
     page = None
     try:
+        filters = IncidentFilter(
+            key=_opt(request, "process"),
+            node_id=_opt(request, "node"),
+            cause_class=_opt(request, "cause_class"),
+            state=state,
+            instance_id=_opt(request, "instance"),
+            tenant=_tenant(request),
+        )
         page = _queries(request).incident_page(filters, _opt(request, "after"))
     except DormantError as exc:
         error = f"error: {exc}"

@@ -14,26 +14,35 @@ CLI would print it, after the guards, never before them.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import json
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
+from starlette.concurrency import iterate_in_threadpool
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
+from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
 from dormant.engine_core.checkpoint import ROOT_SCOPE
 from dormant.engine_core.errors import InvalidOperation
+from dormant.persistence.audit import OUTCOMES, SOURCES, AuditFilter
 from dormant.persistence.batches import ItemOutcome
 from dormant.persistence.selection import Selector
 from dormant.tasks.cli_common import parse_node_pairs as _pairs
 from dormant.tasks.cli_common import parse_vars
 from dormant.tasks.console.pages import _act, _client, _confirmed, _moment, _opt, _render, _when
+from dormant.tasks.console.security import authenticated, refuse_anonymous
 
 __all__ = ["routes"]
 
 # The filters of the incidents list a bulk retry carries over (form field → Selector).
-_INCIDENT_FILTERS = (("process", "key"), ("node", "node"), ("cause_class", "cause_class"))
+_INCIDENT_FILTERS = (
+    ("process", "key"),
+    ("node", "node"),
+    ("cause_class", "cause_class"),
+    ("tenant", "tenant"),
+)
 # The filters of the instances list a bulk operation carries over (form field → Selector).
 # The list's business key is matched as the CLI's --business-key-like (``%``, ``_``).
 _INSTANCE_FILTERS = (
@@ -41,6 +50,7 @@ _INSTANCE_FILTERS = (
     ("status", "status"),
     ("business_key", "business_key_like"),
     ("node", "node"),
+    ("tenant", "tenant"),
 )
 _INSTANCE_BULK = ("cancel", "suspend", "resume", "migrate", "set-variables")
 _INCIDENT_BULK = ("retry", "resolve", "drop")
@@ -261,9 +271,11 @@ def batch_page(request: Request) -> Response:
 
 
 def job_types(request: Request) -> Response:
-    """The paused job types and how many jobs each holds (``dormant jobs paused``)."""
-    paused = sorted(_client(request).paused_job_types().items())
-    return _render(request, "jobs.html", paused=paused)
+    """The paused job types and how many jobs each holds (``dormant jobs paused``), and
+    flow control per type and per key (``dormant job-types list``)."""
+    client = _client(request)
+    paused = sorted(client.paused_job_types().items())
+    return _render(request, "jobs.html", paused=paused, flow=client.job_types())
 
 
 async def pause_job_type(request: Request) -> Response:
@@ -317,30 +329,74 @@ async def parked_action(request: Request) -> Response:
     return await _act(request, f"{op} {ref}", call, ref)
 
 
+_AUDIT_FIELDS = ("actor", "source", "action", "instance", "outcome", "since", "until")
+
+
+def _audit_filter(request: Request) -> AuditFilter:
+    """The page's filters, as ``dormant audit list`` takes them (InvalidOperation naming
+    a bad one)."""
+    return AuditFilter(
+        actor=_opt(request, "actor"),
+        source=_opt(request, "source"),
+        action=_opt(request, "action"),
+        instance_id=_opt(request, "instance"),
+        outcome=_opt(request, "outcome"),
+        since=_moment(request, "since"),
+        until=_moment(request, "until"),
+    )
+
+
 def audit_list(request: Request) -> Response:
-    """The audit trail (``dormant audit list``), newest first, filtered by actor,
-    instance and time; server-rendered like the other lists."""
+    """The audit trail (``dormant audit list``), newest first, filtered; server-rendered
+    like the other lists. It names who did what, so only a signed-in reader (an
+    operator or a viewer) sees it (docs/audit.md)."""
+    if not authenticated(request):
+        return refuse_anonymous()
     try:
-        since = _moment(request, "since")
+        where = _audit_filter(request)
     except InvalidOperation as exc:
         return _render(request, "error.html", message=f"error: {exc}", status_code=400)
-    actor, instance_id = _opt(request, "actor"), _opt(request, "instance")
-    entries = _client(request).audit_log(
-        actor=actor, instance_id=instance_id, since=since, limit=_AUDIT_SHOWN
-    )
+    entries = _client(request).audit_log(where=where, limit=_AUDIT_SHOWN)
+    filters = {name: request.query_params.get(name, "") for name in _AUDIT_FIELDS}
     return _render(
         request,
         "audit.html",
         entries=entries,
-        actor=actor or "",
-        instance=instance_id or "",
-        since=request.query_params.get("since", ""),
+        filters=filters,
+        query=urlencode({k: v for k, v in filters.items() if v}),
+        sources=SOURCES,
+        outcomes=OUTCOMES,
+        shown=_AUDIT_SHOWN,
+    )
+
+
+def audit_export(request: Request) -> Response:
+    """``/audit.jsonl``: what ``/audit`` shows with the same filters, every matching row
+    (no cap: the retention bounds it), oldest first, one JSON object a line, streamed
+    as ``dormant audit export`` prints it."""
+    if not authenticated(request):
+        return refuse_anonymous()
+    try:
+        where = _audit_filter(request)
+    except InvalidOperation as exc:
+        return PlainTextResponse(f"refused: {exc}", status_code=400)
+    rows = _client(request).audit_export(where)
+
+    def lines() -> Iterator[str]:
+        for entry in rows:
+            yield json.dumps(entry.as_json(), sort_keys=True) + "\n"
+
+    return StreamingResponse(
+        iterate_in_threadpool(lines()),
+        media_type="application/jsonl",
+        headers={"Content-Disposition": 'attachment; filename="audit.jsonl"'},
     )
 
 
 def routes() -> list[BaseRoute]:
     return [
         Route("/audit", audit_list),
+        Route("/audit.jsonl", audit_export),
         Route(
             "/instances/{instance_id}/suspend",
             _instance_op("suspend", "suspending"),

@@ -52,6 +52,7 @@ from dormant.tasks.console.throttle import SignInThrottle
 from dormant.tasks.console.tokens import valid as valid_token
 
 __all__ = [
+    "ACTOR",
     "AUTHED",
     "OPERATOR",
     "ROLE",
@@ -65,6 +66,7 @@ __all__ = [
     "client_of",
     "csrf_ok",
     "csrf_token",
+    "header_actor",
     "host_refusal",
     "identify",
     "refuse_anonymous",
@@ -78,6 +80,9 @@ __all__ = [
 # The scope keys Guard writes its verdict to: anyone signed in, and their role.
 AUTHED = "dormant.console.authed"
 ROLE = "dormant.console.role"
+# Who the Camunda API's guard found: the audit trail's actor for the call (None: an
+# anonymous loopback caller).
+ACTOR = "dormant.console.actor"
 # The roles: an operator reads and acts; a viewer reads (values too) and acts on nothing.
 OPERATOR = "operator"
 VIEWER = "viewer"
@@ -119,6 +124,29 @@ def _header_role(config: ConsoleConfig, header: str) -> str | None:
         except (binascii.Error, UnicodeDecodeError):
             return None
         return sign_in(config, user, password) if sep else None
+    return None
+
+
+def header_actor(config: ConsoleConfig, header: str) -> str | None:
+    """Who an ``Authorization`` header that ``identify`` accepted names, for the audit
+    trail (docs/audit.md): the Basic user, the OAuth client id for a token the token
+    endpoint issued, ``token`` for the static ``DORMANT_CONSOLE_TOKEN``; None for no
+    (or an unreadable) header."""
+    scheme, _, value = header.partition(" ")
+    scheme = scheme.lower()
+    if scheme == "basic":
+        try:
+            user, sep, _password = base64.b64decode(value.strip()).decode().partition(":")
+        except (binascii.Error, UnicodeDecodeError):
+            return None
+        return user if sep and user else None
+    if scheme == "bearer":
+        given = value.strip()
+        if config.oauth_client_id is not None and valid_token(
+            config, given, clock.now().timestamp()
+        ):
+            return config.oauth_client_id
+        return "token" if given else None
     return None
 
 
@@ -440,13 +468,8 @@ def user_of(request: Request) -> str | None:
     session_user = request.session.get("user")
     if isinstance(session_user, str) and session_user:
         return session_user
-    scheme, _, value = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() == "basic":
-        try:
-            return base64.b64decode(value.strip()).decode().partition(":")[0]
-        except (binascii.Error, UnicodeDecodeError):
-            return None
-    if scheme.lower() == "bearer":
-        return "token"
     config: ConsoleConfig = request.app.state.config
+    named = header_actor(config, request.headers.get("authorization", ""))
+    if named is not None:
+        return named
     return "local" if config.open_access else None

@@ -4,12 +4,16 @@ refused past ``DORMANT_MAX_DELIVERIES`` and kept as a failed trigger classified
 
 Both ways a delivery that may follow a dead one is counted (persistence/deliveries.py):
 
-- a Client's start that passes the hard time limit: Celery acknowledges the timed-out
-  task, the inbox sweep sends it again naming its delivery's number, and counts the
-  re-send on the inbox row in the write that marks it;
+- a Client's start that passes the hard time limit: Celery puts it back on its queue,
+  flagged as redelivered, and the worker counts it on its inbox row (were the message
+  lost, the inbox sweep would count the re-send in the write that marks it);
 - a plain Celery producer's message (no inbox row) that kills its pool process: the
   broker requeues it flagged as redelivered, and the worker counts it on a row keyed by
-  its trigger id.
+  its trigger id;
+- a plain producer's start that passes the hard time limit: Celery puts it back on its
+  queue instead of acknowledging it (``acks_on_timeout`` off, tasks/app.py), so it comes
+  again flagged as redelivered and is counted like the killed one. Acknowledged, with no
+  inbox row for the sweep, it would be lost.
 
 Then the fault fixed: an operator's retry gives each its deliveries again and
 it applies (docs/limits.md, "What an operator sees: poison triggers").
@@ -23,6 +27,7 @@ import psycopg
 import pytest
 from celery import Celery
 
+from dormant.tasks import wire
 from tests.faults.kit import included_worker, loop_instances
 from tests.integration.conftest import Stack, wait_for
 
@@ -42,8 +47,9 @@ def test_triggers_that_end_their_worker_become_poison_triggers(fstack: Stack) ->
     s = fstack
     s.env["DORMANT_MAX_DELIVERIES"] = str(MAX)
     s.env["DORMANT_OUTBOX_REDELIVER_AFTER_SECONDS"] = "1"
-    s.env["DORMANT_TRIGGER_SOFT_TIME_LIMIT_SECONDS"] = "2"
-    s.env["DORMANT_TRIGGER_TIME_LIMIT_SECONDS"] = "3"
+    # Short, yet room for a fresh pool process's first trigger on a loaded machine.
+    s.env["DORMANT_TRIGGER_SOFT_TIME_LIMIT_SECONDS"] = "3"
+    s.env["DORMANT_TRIGGER_TIME_LIMIT_SECONDS"] = "4"
     fault = s.tmp / "poison-on"
     fault.touch()
     worker = included_worker(s, DORMANT_TEST_POISON=str(fault))
@@ -58,6 +64,11 @@ def test_triggers_that_end_their_worker_become_poison_triggers(fstack: Stack) ->
         "dormant.message",
         kwargs={"name": name, "correlation_key": target, "variables": {"poison": "kill"}},
     ).id
+    plain_hung = "plain-hung-" + killer[:8]
+    hanger = producer.send_task(
+        "dormant.start",
+        kwargs=wire.start(key, plain_hung, {"id": "plain", "n": 0, "poison": "hang"}).kwargs,
+    ).id
 
     # The others keep flowing while the poison triggers come and go.
     for i in range(3):
@@ -69,19 +80,27 @@ def test_triggers_that_end_their_worker_become_poison_triggers(fstack: Stack) ->
             f"canary message {i} applied beside the poison triggers",
         )
 
-    def kept() -> tuple[list[Any], list[Any]]:
+    def kept() -> tuple[list[Any], list[Any], list[Any]]:
         every = s.client.failed_triggers()
         return (
             [f for f in every if f.instance_id == hung],
             [f for f in every if f.trigger_id == killer],
+            [f for f in every if f.trigger_id == hanger],
         )
 
-    wait_for(lambda: all(kept()), 90, 0.5, "both poison triggers kept")
-    ((started,), (killed,)) = kept()
-    for failed in (started, killed):
+    try:
+        wait_for(lambda: all(kept()), 120, 0.5, "the three poison triggers kept")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: {kept()}\n{s.diagnostics()}") from None
+    ((started,), (killed,), (plain,)) = kept()
+    for failed in (started, killed, plain):
         assert failed.error_class == "PoisonTrigger", failed
         assert f"delivery {MAX + 1} refused" in failed.error, failed
-        assert "worker process ended" in failed.error, failed
+    # The last error known: the hard time limit, as the worker's main process kept it;
+    # a pool process killed outright returns none, so its ending is named.
+    assert "last error: TimeLimitExceeded: past the hard time limit (4" in started.error, started
+    assert "last error: TimeLimitExceeded" in plain.error, plain
+    assert "last error: the worker process ended" in killed.error, killed
     # The counts are durable rows, not the worker's memory.
     assert (
         _one(s, "SELECT redeliveries FROM inbox WHERE payload->'kwargs'->>'instance_id' = %s", hung)
@@ -89,6 +108,7 @@ def test_triggers_that_end_their_worker_become_poison_triggers(fstack: Stack) ->
     )
     counted = "SELECT redeliveries FROM trigger_redeliveries WHERE trigger_id = %s"
     assert _one(s, counted, killer) == MAX
+    assert _one(s, counted, hanger) == MAX
     log = worker.text()
     assert "Hard time limit" in log and "WorkerLostError" in log, log[-3000:]
     assert int(s.client.instance(target_id).variables.get("n", 0)) == 0
@@ -97,8 +117,10 @@ def test_triggers_that_end_their_worker_become_poison_triggers(fstack: Stack) ->
     fault.unlink()
     s.client.retry_trigger(started.id)
     s.client.retry_trigger(killed.id)
+    s.client.retry_trigger(plain.id)
     assert _one(s, counted, killer) is None
     s.wait_status(hung, "active", 60)
+    s.wait_status(plain_hung, "active", 60)
     wait_for(
         lambda: int(s.client.instance(target_id).variables.get("n", 0)) == 1,
         60,

@@ -520,6 +520,29 @@ def test_refusals_are_problem_documents_and_bodiless_posts_are_accepted(
         unknown = http.post("/v2/clock", json={})
         assert unknown.status_code == 404 and set(fields) <= set(unknown.json())
 
+        # A tenant's deploy, start and instance carry its tenantId (docs/tenants.md);
+        # another tenant (the default one here) cannot start its process.
+        theirs = http.post(
+            "/v2/deployments",
+            files=[
+                ("tenantId", (None, "api-acme")),
+                ("resources", ("acme.bpmn", _signal_wait("api-acme-p"), "application/xml")),
+            ],
+        )
+        assert theirs.status_code == 200 and theirs.json()["tenantId"] == "api-acme"
+        entry = theirs.json()["deployments"][0]["processDefinition"]
+        assert entry["tenantId"] == "api-acme"
+        create = {"processDefinitionId": "api-acme-p"}
+        refused = http.post("/v2/process-instances", json=create)
+        assert refused.status_code == 404 and "tenant '<default>'" in refused.json()["detail"]
+        started = http.post("/v2/process-instances", json=create | {"tenantId": "api-acme"})
+        assert started.status_code == 200 and started.json()["tenantId"] == "api-acme"
+        key = started.json()["processInstanceKey"]
+        shown = wait_for(lambda: http.get(f"/v2/process-instances/{key}").json().get("tenantId"))
+        assert shown == "api-acme"
+        bad_tenant = http.post("/v2/process-instances", json=create | {"tenantId": "a b"})
+        assert bad_tenant.status_code == 400 and "tenantId" in bad_tenant.json()["detail"]
+
 
 def _form_task(process_id: str, form_id: str) -> str:
     body = f"""<bpmn:userTask id="review" name="Review">

@@ -12,7 +12,9 @@ two, tests/integration/test_write_counts.py):
   outbox follow-up), keyed by its trigger id, written only on such a redelivery and
   swept with the processed trigger ids.
 
-Existing inbox rows start at 0.
+Each keeps the last error known of a delivery that died (``last_error``): Celery reports
+a hard time limit to the worker's main process, which writes it there, so a poison
+trigger is kept with it. Existing inbox rows start at 0, with none.
 
 Revision ID: 0020
 Revises: 0019
@@ -36,10 +38,12 @@ def upgrade() -> None:
         batch.add_column(
             sa.Column("redeliveries", sa.Integer(), nullable=False, server_default="0")
         )
+        batch.add_column(sa.Column("last_error", sa.Text()))
     op.create_table(
         "trigger_redeliveries",
         sa.Column("trigger_id", sa.String(255), primary_key=True),
         sa.Column("redeliveries", sa.Integer(), nullable=False),
+        sa.Column("last_error", sa.Text()),
         sa.Column("updated_at", UtcDateTime(), nullable=False, index=True),
     )
 
@@ -47,4 +51,5 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_table("trigger_redeliveries")
     with op.batch_alter_table("inbox") as batch:
+        batch.drop_column("last_error")
         batch.drop_column("redeliveries")
