@@ -3,7 +3,7 @@ between triggers.
 
 This module is the one door to what a user of dormant writes against::
 
-    from dormant import Client, BpmnError, app, heartbeat
+    from dormant import Client, BpmnError, RateLimited, app, heartbeat
 
 Its names are loaded on first use (PEP 562), so ``import dormant`` costs no Celery,
 SQLAlchemy or FEEL import: a producer that only needs ``Client`` pays for the Client,
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
         CheckpointTooNew,
         CorruptCheckpoint,
         CorruptEffect,
+        DatabaseUnavailable,
         DecisionError,
         DecisionEvaluationError,
         DecisionNotDeployed,
@@ -36,10 +37,12 @@ if TYPE_CHECKING:
         InvalidModel,
         InvalidOperation,
         InvalidSetting,
+        InvalidTestCases,
         InvalidVariables,
         ModelError,
         NotMigrated,
         OperatorError,
+        PoisonTrigger,
         StoredDataError,
         TransitionDenied,
         UnknownDeployment,
@@ -51,6 +54,7 @@ if TYPE_CHECKING:
         UnknownTask,
         UnsupportedElement,
     )
+    from dormant.engine_core.job_flow import RateLimited
     from dormant.engine_core.views import (
         FactView,
         FailedTriggerView,
@@ -64,7 +68,7 @@ if TYPE_CHECKING:
     from dormant.persistence.deployments import Deployment, DeploymentRecord
     from dormant.tasks.app import app
     from dormant.tasks.client import Client
-    from dormant.tasks.jobs import heartbeat, idempotency_key, task_headers
+    from dormant.tasks.jobs import heartbeat, idempotency_key, job_tenant, task_headers
 
 # Where each public name lives: the lazy loader reads this table, and a test holds
 # ``__all__`` (a literal, so type checkers see the re-exports) to exactly its names.
@@ -73,6 +77,7 @@ _HOMES: dict[str, str] = {
     "app": "dormant.tasks.app",
     "heartbeat": "dormant.tasks.jobs",
     "idempotency_key": "dormant.tasks.jobs",
+    "job_tenant": "dormant.tasks.jobs",
     "task_headers": "dormant.tasks.jobs",
     "Deployment": "dormant.persistence.deployments",
     "DeploymentRecord": "dormant.persistence.deployments",
@@ -89,6 +94,7 @@ _HOMES: dict[str, str] = {
     "CheckpointTooNew": "dormant.engine_core.errors",
     "CorruptCheckpoint": "dormant.engine_core.errors",
     "CorruptEffect": "dormant.engine_core.errors",
+    "DatabaseUnavailable": "dormant.engine_core.errors",
     "DecisionError": "dormant.engine_core.errors",
     "DecisionEvaluationError": "dormant.engine_core.errors",
     "DecisionNotDeployed": "dormant.engine_core.errors",
@@ -101,10 +107,12 @@ _HOMES: dict[str, str] = {
     "InvalidModel": "dormant.engine_core.errors",
     "InvalidOperation": "dormant.engine_core.errors",
     "InvalidSetting": "dormant.engine_core.errors",
+    "InvalidTestCases": "dormant.engine_core.errors",
     "InvalidVariables": "dormant.engine_core.errors",
     "ModelError": "dormant.engine_core.errors",
     "NotMigrated": "dormant.engine_core.errors",
     "OperatorError": "dormant.engine_core.errors",
+    "PoisonTrigger": "dormant.engine_core.errors",
     "StoredDataError": "dormant.engine_core.errors",
     "TransitionDenied": "dormant.engine_core.errors",
     "UnknownDeployment": "dormant.engine_core.errors",
@@ -115,6 +123,7 @@ _HOMES: dict[str, str] = {
     "UnknownProcess": "dormant.engine_core.errors",
     "UnknownTask": "dormant.engine_core.errors",
     "UnsupportedElement": "dormant.engine_core.errors",
+    "RateLimited": "dormant.engine_core.job_flow",
 }
 
 __all__ = [
@@ -124,6 +133,7 @@ __all__ = [
     "Client",
     "CorruptCheckpoint",
     "CorruptEffect",
+    "DatabaseUnavailable",
     "DecisionError",
     "DecisionEvaluationError",
     "DecisionNotDeployed",
@@ -142,10 +152,13 @@ __all__ = [
     "InvalidModel",
     "InvalidOperation",
     "InvalidSetting",
+    "InvalidTestCases",
     "InvalidVariables",
     "ModelError",
     "NotMigrated",
     "OperatorError",
+    "PoisonTrigger",
+    "RateLimited",
     "ScopeView",
     "StoredDataError",
     "TokenView",
@@ -163,6 +176,7 @@ __all__ = [
     "app",
     "heartbeat",
     "idempotency_key",
+    "job_tenant",
     "task_headers",
 ]
 

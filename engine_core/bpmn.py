@@ -326,17 +326,25 @@ def _read_node(el: Element, tag: str, parent: str | None, refs: _Refs) -> Node:
 
 
 def _ad_hoc(el: Element, fields: dict[str, Any]) -> AdHocSpec:
-    """The settings Zeebe runs itself (the "BPMN implementation"); the job-worker
-    implementation and sequential ordering would run differently, so are refused."""
+    """The settings of both implementations: Zeebe's own ("BPMN"), and the job worker's
+    (a ``zeebe:taskDefinition``: a job decides what runs and when it is done, so a
+    completion condition or an active elements collection beside it is refused).
+    Sequential ordering would run differently, so is refused."""
     nid, name = el.get("id", "?"), el.get("name")
+    spec: AdHocSpec = fields.get("ad_hoc") or AdHocSpec()
     if fields.get("job_type"):
-        raise UnsupportedElement(
-            nid,
-            "adHocSubProcess",
-            name,
-            "zeebe:taskDefinition on an ad-hoc sub-process (the job-worker implementation) "
-            "is not supported; name the elements with zeebe:adHoc activeElementsCollection",
-        )
+        clash = "activeElementsCollection" if spec.active_elements else None
+        if any(local(c) == (BPMN, "completionCondition") for c in el):
+            clash = "completionCondition"
+        if clash is not None:
+            raise UnsupportedElement(
+                nid,
+                "adHocSubProcess",
+                name,
+                f"{clash} on the job-worker implementation (zeebe:taskDefinition) is not "
+                "supported: its job's result names the elements to activate and says when "
+                "the sub-process is done",
+            )
     ordering = (el.get("ordering") or "Parallel").strip()
     if ordering != "Parallel":
         raise UnsupportedElement(
@@ -346,7 +354,6 @@ def _ad_hoc(el: Element, fields: dict[str, Any]) -> AdHocSpec:
     for child in el:
         if local(child) == (BPMN, "completionCondition"):
             condition = (child.text or "").strip() or None
-    spec: AdHocSpec = fields.get("ad_hoc") or AdHocSpec()
     return replace(
         spec,
         completion_condition=condition,

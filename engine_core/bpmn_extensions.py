@@ -153,14 +153,19 @@ def _read_zeebe(host: Element, el: Element, name: str, fields: dict[str, Any]) -
     elif name == "executionListeners":
         fields["execution_listeners"] = _execution_listeners(host, el)
     elif name == "adHoc":
-        for attribute in ("outputCollection", "outputElement"):
-            if el.get(attribute):
-                raise _refuse(
-                    host,
-                    f"zeebe:adHoc {attribute} is not supported (collect the inner elements' "
-                    "results with output mappings)",
-                )
-        fields["ad_hoc"] = AdHocSpec(active_elements=el.get("activeElementsCollection") or None)
+        collection = (el.get("outputCollection") or "").strip() or None
+        element = (el.get("outputElement") or "").strip() or None
+        if (collection is None) != (element is None):
+            raise _refuse(
+                host,
+                "zeebe:adHoc outputCollection and outputElement go together (the list to "
+                "collect into and what each completed inner element adds to it)",
+            )
+        fields["ad_hoc"] = AdHocSpec(
+            active_elements=el.get("activeElementsCollection") or None,
+            output_collection=collection,
+            output_element=element,
+        )
     elif name == "versionTag":
         if local(host)[1] == "process":  # metadata anywhere else
             fields["version_tag"] = (el.get("value") or "").strip() or None

@@ -147,6 +147,9 @@ class Scope:
     mi_results: list[Any] | None = None
     mi_next: int = 0
     mi_completed: int = 0
+    # An ad-hoc sub-process of the job-worker implementation whose job said its
+    # completion condition is fulfilled: it completes once no inner token is left.
+    ad_hoc_fulfilled: bool = False
 
 
 @dataclass(slots=True, kw_only=True)

@@ -11,6 +11,12 @@ Camunda 8's shape, which is what a business rule task writes into its result var
 * no rule matched -> null, whatever the hit policy (Camunda 8: no default outputs);
 * a literal-expression decision -> the expression's value.
 
+``explain_decision`` evaluates the same way and also says how: for every decision
+evaluated (the required ones first) its result, its table's input values and the
+rules that made the result (for a single-hit policy the one rule chosen, for a
+multi-hit policy every rule that matched, in the result's order) with their output
+values -- what Camunda's API reports as ``evaluatedInputs`` and ``matchedRules``.
+
 A decision's required decisions (``informationRequirement/requiredDecision``) are
 evaluated first; their results are visible to it by the required decision's id and by
 its name (Camunda 8 resolves both).
@@ -54,11 +60,16 @@ from dormant.engine_core.xml_input import check_depth, model_text
 __all__ = [
     "DMN_NAMESPACES",
     "Decision",
+    "DecisionEvaluation",
     "DecisionTable",
+    "EvaluatedInput",
+    "EvaluatedOutput",
+    "MatchedRule",
     "Rule",
     "TableInput",
     "TableOutput",
     "evaluate_decision",
+    "explain_decision",
     "is_dmn",
     "read_dmn",
 ]
@@ -112,6 +123,7 @@ _IGNORED_IN_DECISION = frozenset(
 class TableInput:
     expression: str  # FEEL, no leading "="
     label: str | None = None
+    id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +132,8 @@ class TableOutput:
     type_ref: str | None = None
     # ``outputValues`` as FEEL values (JSON form): the order PRIORITY / OUTPUT ORDER use.
     values: tuple[Any, ...] = ()
+    id: str = ""
+    label: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -305,7 +319,7 @@ def _read_table(did: str, el: Element) -> DecisionTable:
             if not text:
                 raise InvalidModel(f"{where}: input {child.get('id')!r} has no inputExpression")
             _compile(text, f"{where}: input {child.get('label') or child.get('id')!r}")
-            inputs.append(TableInput(text, child.get("label")))
+            inputs.append(TableInput(text, child.get("label"), child.get("id") or ""))
         elif kind == "output":
             if _child(child, "defaultOutputEntry") is not None:
                 raise _refuse(child, "default output entries are not supported")
@@ -315,7 +329,15 @@ def _read_table(did: str, el: Element) -> DecisionTable:
                 _compile(f"[{values_text}]", f"{where}: output values")
                 listed = to_json(evaluate(f"[{values_text}]", {}))
                 values = tuple(listed) if isinstance(listed, list) else ()
-            outputs.append(TableOutput(child.get("name") or None, child.get("typeRef"), values))
+            outputs.append(
+                TableOutput(
+                    child.get("name") or None,
+                    child.get("typeRef"),
+                    values,
+                    child.get("id") or "",
+                    child.get("label"),
+                )
+            )
         elif kind == "rule":
             rules.append(_read_rule(where, child))
         elif kind not in ("description", "extensionElements", "annotation"):
@@ -383,6 +405,37 @@ def _check_requirements(decisions: list[Decision]) -> None:
 # -- evaluating -----------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class EvaluatedInput:
+    id: str
+    name: str  # the input's label, else its expression
+    value: Any  # JSON
+
+
+@dataclass(frozen=True, slots=True)
+class EvaluatedOutput:
+    id: str
+    name: str  # the output's name, else its label
+    value: Any  # JSON
+
+
+@dataclass(frozen=True, slots=True)
+class MatchedRule:
+    id: str
+    index: int  # 1-based position in the table
+    outputs: tuple[EvaluatedOutput, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionEvaluation:
+    """How one decision came to its result (``explain_decision``)."""
+
+    decision_id: str
+    result: Any  # JSON, as ``evaluate_decision`` returns it
+    inputs: tuple[EvaluatedInput, ...] = ()
+    matched: tuple[MatchedRule, ...] = ()
+
+
 def evaluate_decision(
     decisions: Mapping[str, Decision],
     decision_id: str,
@@ -392,7 +445,23 @@ def evaluate_decision(
 ) -> Any:
     """The result of ``decision_id`` as a JSON value (module docstring: its shape)."""
 
-    return to_json(_evaluate(decisions, decision_id, dict(variables), now, ()))
+    return to_json(_evaluate(decisions, decision_id, dict(variables), now, (), None))
+
+
+def explain_decision(
+    decisions: Mapping[str, Decision],
+    decision_id: str,
+    variables: Mapping[str, Any],
+    *,
+    now: datetime | None = None,
+) -> list[DecisionEvaluation]:
+    """Every decision evaluated for ``decision_id``, each required one before the
+    decision requiring it, ``decision_id``'s own last (module docstring). Raises as
+    ``evaluate_decision`` does."""
+
+    trace: list[DecisionEvaluation] = []
+    _evaluate(decisions, decision_id, dict(variables), now, (), trace)
+    return trace
 
 
 def _evaluate(
@@ -401,6 +470,7 @@ def _evaluate(
     context: dict[str, Any],
     now: datetime | None,
     path: tuple[str, ...],
+    trace: list[DecisionEvaluation] | None,
 ) -> Any:
     decision = decisions.get(decision_id)
     if decision is None:
@@ -414,18 +484,25 @@ def _evaluate(
     if decision.required:
         context = dict(context)
         for rid in decision.required:
-            value = _evaluate(decisions, rid, context, now, (*path, decision_id))
+            value = _evaluate(decisions, rid, context, now, (*path, decision_id), trace)
             required = decisions[rid]
             for name in {rid, required.name, required.variable} - {None}:
                 context[str(name)] = value
     if decision.literal is not None:
-        return evaluate(decision.literal, context, now=now)
+        result = evaluate(decision.literal, context, now=now)
+        if trace is not None:
+            trace.append(DecisionEvaluation(decision_id, to_json(result)))
+        return result
     assert decision.table is not None
-    return _evaluate_table(decision, decision.table, context, now)
+    return _evaluate_table(decision, decision.table, context, now, trace)
 
 
 def _evaluate_table(
-    decision: Decision, table: DecisionTable, context: dict[str, Any], now: datetime | None
+    decision: Decision,
+    table: DecisionTable,
+    context: dict[str, Any],
+    now: datetime | None,
+    trace: list[DecisionEvaluation] | None,
 ) -> Any:
 
     values = [evaluate(i.expression, context, now=now) for i in table.inputs]
@@ -437,6 +514,38 @@ def _evaluate_table(
         ):
             row = [evaluate(o, context, now=now) if o else None for o in rule.outputs]
             matched.append((rule, row))
+    result = _hit(decision, table, matched)
+    if trace is not None:
+        # The rules the result came from: a single-hit policy's one, else all of them.
+        made = matched[:1] if table.hit_policy in SINGLE_HIT else matched
+        position = {id(rule): n for n, rule in enumerate(table.rules, 1)}
+        trace.append(
+            DecisionEvaluation(
+                decision.id,
+                to_json(result),
+                tuple(
+                    EvaluatedInput(i.id, i.label or i.expression, to_json(v))
+                    for i, v in zip(table.inputs, values, strict=True)
+                ),
+                tuple(
+                    MatchedRule(
+                        rule.id,
+                        position[id(rule)],
+                        tuple(
+                            EvaluatedOutput(o.id, o.name or o.label or "", to_json(v))
+                            for o, v in zip(table.outputs, row, strict=True)
+                        ),
+                    )
+                    for rule, row in made
+                ),
+            )
+        )
+    return result
+
+
+def _hit(decision: Decision, table: DecisionTable, matched: list[tuple[Rule, Any]]) -> Any:
+    """The hit policy applied to the matched rules (in place: PRIORITY and OUTPUT ORDER
+    sort them, so the rule a single hit chose comes first)."""
     if not matched:
         return None
     policy = table.hit_policy

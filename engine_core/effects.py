@@ -163,8 +163,9 @@ EFFECT_KINDS: dict[str, type[Effect]] = {
     )
 }
 _ADAPTERS: dict[str, TypeAdapter[Any]] = {k: TypeAdapter(c) for k, c in EFFECT_KINDS.items()}
-# The keys an outbox payload carries beside the effect's own fields.
-_ENVELOPE = frozenset({"trigger_id"})
+# The keys an outbox payload carries beside the effect's own fields: the trigger id,
+# and the instance's tenant when it is not the default one (docs/tenants.md).
+_ENVELOPE = frozenset({"trigger_id", "tenant"})
 
 
 def encode_effect(effect: Effect) -> tuple[str, dict[str, Any]]:

@@ -32,6 +32,8 @@ should do next:
     ├── DecisionError        a DMN decision that cannot give a result (an incident at its task)
     │   ├── DecisionNotDeployed    no deployed decision has that id; deploy its .dmn
     │   └── DecisionEvaluationError a hit-policy violation (UNIQUE with two matches, ...)
+    ├── PoisonTrigger        a trigger whose deliveries kept ending their worker; kept, not applied
+    ├── DatabaseUnavailable  the database stayed locked or unreachable past the bounded retries
     └── EngineInvariantError an internal invariant broke: a bug in dormant, never the user's
 
 ``BpmnError`` is not a ``DormantError``: it is what a job raises on purpose to
@@ -49,6 +51,7 @@ __all__ = [
     "CheckpointTooNew",
     "CorruptCheckpoint",
     "CorruptEffect",
+    "DatabaseUnavailable",
     "DecisionError",
     "DecisionEvaluationError",
     "DecisionNotDeployed",
@@ -61,10 +64,12 @@ __all__ = [
     "InvalidModel",
     "InvalidOperation",
     "InvalidSetting",
+    "InvalidTestCases",
     "InvalidVariables",
     "ModelError",
     "NotMigrated",
     "OperatorError",
+    "PoisonTrigger",
     "StoredDataError",
     "TransitionDenied",
     "UnknownDeployment",
@@ -127,6 +132,11 @@ class UnknownTask(CallerError):
 
 class InvalidSetting(CallerError):
     """A setting that cannot be used (bad URL, non-positive backoff, ...)."""
+
+
+class InvalidTestCases(CallerError):
+    """A process test file (``dormant test CASES.json``) that cannot be run: not JSON,
+    not the test-case format, or an instruction dormant does not support."""
 
 
 class ModelError(DormantError):
@@ -233,7 +243,8 @@ class ExpressionLimitExceeded(ExpressionError):
     """A FEEL evaluation went past one of its bounds (``engine_core.feel.limits``).
 
     ``limit`` names the bound (``steps``, ``string_length``, ``collection_size``,
-    ``call_depth``, ``nesting_depth``, ``expression_length``) so an operator knows which
+    ``call_depth``, ``nesting_depth``, ``expression_length``, ``result_size``,
+    ``regex_program_size``) so an operator knows which
     setting to look at; the model, not the engine, is at fault.
     """
 
@@ -275,6 +286,19 @@ class DecisionNotDeployed(DecisionError):
 class DecisionEvaluationError(DecisionError):
     """The decision broke its own rules: UNIQUE with two matching rules, ANY with
     different outputs, an aggregate over values that are not numbers."""
+
+
+class PoisonTrigger(DormantError):
+    """A trigger whose deliveries kept ending their worker (a hard time limit, a signal,
+    memory) past ``DORMANT_MAX_DELIVERIES``: applying it again would only take a worker
+    slot again, so it is kept for an operator instead (docs/limits.md, "What an operator
+    sees: poison triggers")."""
+
+
+class DatabaseUnavailable(DormantError):
+    """The database stayed locked or unreachable for the whole of a producer's bounded
+    retries (on the embedded SQLite default: workers holding its one write lock). Nothing
+    was written; sending the same call again later is safe."""
 
 
 class EngineInvariantError(DormantError):

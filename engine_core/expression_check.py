@@ -68,6 +68,7 @@ def _expressions(definition: ProcessDefinition) -> Iterator[tuple[str, str, str]
         if node.ad_hoc is not None:
             yield from always(nid, "activeElementsCollection", node.ad_hoc.active_elements)
             yield from always(nid, "completionCondition", node.ad_hoc.completion_condition)
+            yield from always(nid, "outputElement", node.ad_hoc.output_element)
     for listener in definition.execution_listeners:
         what = f"process {listener.event} execution listener"
         yield from attribute(definition.key, f"{what} type", listener.job_type)

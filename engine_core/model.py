@@ -153,11 +153,17 @@ class LoopSpec:
 class AdHocSpec:
     """An ad-hoc sub-process: ``zeebe:adHoc activeElementsCollection`` (FEEL, a list of
     inner element ids, evaluated on entry), ``bpmn:completionCondition`` (FEEL, read
-    when an inner path ends) and ``cancelRemainingInstances`` (BPMN attribute)."""
+    when an inner path ends) and ``cancelRemainingInstances`` (BPMN attribute);
+    ``outputCollection`` (a variable name) and ``outputElement`` (FEEL, evaluated as
+    each inner element completes, its value appended to that list). With a
+    ``zeebe:taskDefinition`` (the node's job type) it is the job-worker
+    implementation: a job decides what runs (engine_core/ad_hoc.py)."""
 
     active_elements: str | None = None
     completion_condition: str | None = None
     cancel_remaining: bool = True
+    output_collection: str | None = None
+    output_element: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

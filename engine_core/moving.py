@@ -98,6 +98,8 @@ def take_flows(rt: Runtime, token: Token, flow_ids: Iterable[str]) -> None:
         end_token(rt, token)
         return
     first, *rest = flows
+    if rest:
+        rt.reserve_tokens(len(rest), token.node_id)
     for flow in rest:
         rt.spawn(flow.target, token.scope_id, [*token.lineage, token.id], flow.id)
     arrive(rt, token, first.target, first.id)
@@ -204,6 +206,7 @@ def _to_end_listeners(rt: Runtime, token: Token, node: Node) -> bool:
 
 
 def _leave_along_flows(rt: Runtime, token: Token, node: Node) -> None:
+    collect_ad_hoc_output(rt, token, node)
     _record_compensable(rt, token)
     _finish_at_node(rt, token)
     if node.kind is NodeKind.INTERMEDIATE_THROW_EVENT and node.event.kind is EventKind.LINK:
@@ -257,7 +260,48 @@ def _record_compensable(rt: Runtime, token: Token) -> None:
             return
 
 
+def collect_ad_hoc_output(rt: Runtime, token: Token, node: Node) -> None:
+    """An element directly inside an ad-hoc sub-process with ``outputElement`` is
+    completing: the expression is evaluated in the element's own scope (its local
+    variables, the job's activation variables among them, are still there) and its
+    value appended to the sub-process's ``outputCollection``."""
+    parent = rt.defn.nodes.get(node.parent) if node.parent else None
+    spec = parent.ad_hoc if parent is not None else None
+    if spec is None or not spec.output_element or not spec.output_collection:
+        return
+    scope = rt.cp.scopes.get(token.scope_id)
+    if scope is None or parent is None or scope.node_id != parent.id:
+        return
+    value = json_value(
+        evaluate(always_expression(spec.output_element), rt.token_vars(token), node.id, rt.now)
+    )
+    current = scope.variables.get(spec.output_collection)
+    items = list(current) if isinstance(current, list) else []
+    rt.propagate(scope.id, {spec.output_collection: [*items, value]})
+
+
 # -- ending tokens and scopes ---------------------------------------------------------
+
+
+# The phase of a job-worker ad-hoc sub-process's token asking for its next job
+# (nodes.enter opens it: engine_core/ad_hoc.py).
+AD_HOC_NEXT_JOB = "ad-hoc-next-job"
+
+
+def _end_job_worker_path(rt: Runtime, token: Token, scope: Scope) -> None:
+    """A path inside a job-worker ad-hoc sub-process ended: it completes if its job
+    said so and nothing else runs inside; otherwise its token asks for the next job
+    (its worker decides what runs next). A token in an incident asks nothing: the
+    incident's retry opens the job."""
+    rt.remove_token(token, TokenState.COMPLETED)
+    if scope.ad_hoc_fulfilled:
+        check_scope(rt, scope.id, by=token.node_id)
+        return
+    holder = rt.cp.tokens.get(scope.token_id) if scope.token_id else None
+    if holder is not None and holder.state is TokenState.WAITING:
+        holder.listener_phase = AD_HOC_NEXT_JOB
+        move_token(holder, TokenState.ACTIVE)
+        rt.queue.append(holder.id)
 
 
 def _end_ad_hoc_path(rt: Runtime, token: Token, scope: Scope, owner: Node) -> None:
@@ -272,6 +316,9 @@ def _end_ad_hoc_path(rt: Runtime, token: Token, scope: Scope, owner: Node) -> No
     in Zeebe: only a later path whose end meets the condition completes it."""
     spec = owner.ad_hoc
     assert spec is not None
+    if owner.job_type is not None:
+        _end_job_worker_path(rt, token, scope)
+        return
     met = True
     if spec.completion_condition:
         met = _ad_hoc_condition(rt, spec.completion_condition, scope, owner)

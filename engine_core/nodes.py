@@ -24,6 +24,7 @@ from dormant.engine_core.incidents import raise_failure
 from dormant.engine_core.joins import parallel_join
 from dormant.engine_core.model import EventKind, Node, NodeKind
 from dormant.engine_core.moving import (
+    AD_HOC_NEXT_JOB,
     arrive,
     chosen_flows,
     finish_event_sub,
@@ -45,6 +46,13 @@ Handler = Callable[[Runtime, Token, Node], None]
 
 def enter(rt: Runtime, token: Token) -> None:
     node = rt.node(token.node_id)
+    if token.listener_phase == AD_HOC_NEXT_JOB:
+        token.listener_phase = None
+        try:
+            ad_hoc.next_job(rt, token, node)
+        except TechnicalFailure as failure:
+            raise_failure(rt, failure, token, node)
+        return
     if token.listener_phase in listeners.AROUND:
         _around(rt, token, node)
         return

@@ -15,6 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from dormant.engine_core.checkpoint import ROOT_SCOPE
 
 __all__ = [
+    "AdHocActivation",
+    "AdHocResult",
     "Cancel",
     "ChildCompleted",
     "ChildFailed",
@@ -105,11 +107,34 @@ class TaskUpdate(_Trigger):
     changes: dict[str, Any] = Field(default_factory=dict)
 
 
+class AdHocActivation(BaseModel):
+    """One element a job names to activate in its ad-hoc sub-process, with the
+    variables it starts with (local to that element)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    element_id: str = Field(min_length=1, max_length=255)
+    variables: dict[str, Any] = Field(default_factory=dict)
+
+
+class AdHocResult(BaseModel):
+    """What the job of an ad-hoc sub-process's job-worker implementation decided
+    (Camunda 8.8's job result of type ``adHocSubProcess``, engine_core/ad_hoc.py)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    activate: list[AdHocActivation] = Field(default_factory=list)
+    completion_condition_fulfilled: bool = False
+    cancel_remaining: bool = False
+
+
 class JobCompleted(_Trigger):
     kind: Literal["job_completed"] = "job_completed"
     wait_id: str
     attempt: int = 1
     variables: dict[str, Any] = Field(default_factory=dict)
+    # Only for the job of an ad-hoc sub-process (its job-worker implementation).
+    ad_hoc: AdHocResult | None = None
 
 
 class JobFailed(_Trigger):

@@ -114,9 +114,13 @@ class InstanceView:
     suspended: bool = False
     held: int = 0
     scopes: list[ScopeView] = field(default_factory=list)
-    # Triggers kept for an operator because they could not be applied (the instance is
-    # flagged while any is kept): `dormant triggers list --failed --instance ID`.
+    # Triggers kept for an operator because they could not be applied and not overtaken
+    # since (the instance is flagged while any is): `dormant triggers list --failed
+    # --instance ID` lists them, the overtaken ones marked.
     failed_triggers: int = 0
+    # Its process's tenant (docs/tenants.md); the checkpoint does not carry it, the
+    # instance row does.
+    tenant: str = "<default>"
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +139,9 @@ class FailedTriggerView:
     first_at: datetime
     last_at: datetime
     body: dict[str, Any]
+    # The instance moved on after it failed, or its trigger id applied after all: still
+    # listed (retry or drop it), but it no longer flags the instance.
+    overtaken: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +164,7 @@ class UserTaskView:
     state: str = "created"
     # Why a task listener denied the last transition (completion, assignment, update).
     denied_reason: str | None = None
+    tenant: str = "<default>"
 
 
 @dataclass(frozen=True, slots=True)

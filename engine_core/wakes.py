@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from dormant.engine_core import (
+    ad_hoc,
     boundaries,
     calls,
     event_subs,
@@ -35,6 +36,7 @@ from dormant.engine_core.checkpoint import (
 )
 from dormant.engine_core.errors import InvalidOperation
 from dormant.engine_core.incidents import leave_or_raise
+from dormant.engine_core.model import NodeKind
 from dormant.engine_core.moving import cancel_instance
 from dormant.engine_core.runtime import Runtime
 from dormant.engine_core.transitions import move_token
@@ -189,6 +191,8 @@ def _job_completed(rt: Runtime, trigger: JobCompleted) -> Wake:
         return user_tasks.listener_completed(rt, wait, trigger)
     if wait is not None and wait.execution_listener is not None:
         return listeners.completed(rt, wait, trigger)
+    if wait is not None and rt.node(wait.node_id).kind is NodeKind.AD_HOC_SUB_PROCESS:
+        return ad_hoc.job_completed(rt, wait, trigger)
     return jobs.completed(rt, trigger)
 
 
@@ -213,16 +217,25 @@ def _continue(rt: Runtime, trigger: Continue) -> Wake:
     return INSTANCE if pending else STALE
 
 
+def _parked(rt: Runtime, wake: Wake) -> Wake:
+    """Queue, behind the token an operator's action woke, the tokens a step left active
+    when it reached DORMANT_MAX_TOKENS (engine._run): parked behind its one incident,
+    they move on with the action on it, and meet the bound again, as the same
+    incident, if it still holds."""
+    rt.queue.extend(t.id for t in rt.cp.tokens.values() if t.state is TokenState.ACTIVE)
+    return wake
+
+
 def _incident_retry(rt: Runtime, trigger: IncidentRetry) -> Wake:
-    return Wake.token(incidents.retry(rt, trigger.incident_id))
+    return _parked(rt, Wake.token(incidents.retry(rt, trigger.incident_id)))
 
 
 def _incident_resolve(rt: Runtime, trigger: IncidentResolve) -> Wake:
-    return Wake.token(incidents.resolve(rt, trigger.incident_id))
+    return _parked(rt, Wake.token(incidents.resolve(rt, trigger.incident_id)))
 
 
 def _incident_drop(rt: Runtime, trigger: IncidentDrop) -> Wake:
-    return Wake.token(incidents.drop(rt, trigger.incident_id))
+    return _parked(rt, Wake.token(incidents.drop(rt, trigger.incident_id)))
 
 
 _HANDLERS: dict[type, TriggerHandler] = {

@@ -19,7 +19,7 @@ are the engine's (engine_core/jobs.py); this table is only its mailbox.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -27,6 +27,7 @@ from typing import Any
 from sqlalchemy import Engine, and_, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
+from dormant.engine_core.tenants import DEFAULT_TENANT
 from dormant.persistence.tables import api_jobs, api_keys, instances, subscriptions
 
 __all__ = [
@@ -118,6 +119,7 @@ class ApiJob:
     headers: dict[str, str]
     worker: str | None
     deadline: datetime | None
+    tenant: str = DEFAULT_TENANT
 
 
 def _job(row: Any) -> ApiJob:
@@ -132,6 +134,7 @@ def _job(row: Any) -> ApiJob:
         headers={str(k): str(v) for k, v in (row.headers or {}).items()},
         worker=row.worker,
         deadline=row.deadline,
+        tenant=row.tenant_id,
     )
 
 
@@ -147,6 +150,7 @@ def offer(
     variables: dict[str, Any],
     headers: dict[str, str],
     now: datetime,
+    tenant: str = DEFAULT_TENANT,
 ) -> int:
     """Make a dispatched job activatable; returns its key. Idempotent (the outbox may
     relay a row twice), and an earlier attempt of the same wait (the engine timed it
@@ -173,24 +177,33 @@ def offer(
                     variables=variables,
                     headers=headers,
                     created_at=now,
+                    tenant_id=tenant,
                 )
             )
     return key
 
 
 def activate(
-    engine: Engine, job_type: str, worker: str, timeout: timedelta, limit: int, now: datetime
+    engine: Engine,
+    job_type: str,
+    worker: str,
+    timeout: timedelta,
+    limit: int,
+    now: datetime,
+    tenants: Sequence[str] | None = None,
 ) -> list[ApiJob]:
-    """Hand up to ``limit`` ready jobs of ``job_type`` to ``worker`` until now +
-    ``timeout``. Each job goes to one activation: rows are locked and skipped by any
-    other activation running at the same time (``FOR UPDATE SKIP LOCKED`` on
-    PostgreSQL; SQLite has one writer)."""
+    """Hand up to ``limit`` ready jobs of ``job_type`` (of ``tenants`` only, when
+    given) to ``worker`` until now + ``timeout``. Each job goes to one activation: rows
+    are locked and skipped by any other activation running at the same time (``FOR
+    UPDATE SKIP LOCKED`` on PostgreSQL; SQLite has one writer)."""
     stmt = (
         select(api_jobs)
         .where(api_jobs.c.job_type == job_type, api_jobs.c.worker.is_(None))
         .order_by(api_jobs.c.key)
         .limit(limit)
     )
+    if tenants is not None:
+        stmt = stmt.where(api_jobs.c.tenant_id.in_(list(tenants)))
     with engine.begin() as conn:
         if conn.dialect.name == "postgresql":
             stmt = stmt.with_for_update(skip_locked=True)
@@ -257,15 +270,19 @@ def instance_processes(engine: Engine, ids: Iterable[str]) -> dict[str, tuple[st
     return {str(r.id): (str(r.key), int(r.version)) for r in rows}
 
 
-def message_holders(engine: Engine, name: str, correlation_key: str | None) -> list[str]:
-    """The instances waiting for a message of ``name`` and ``correlation_key`` now,
-    oldest subscription first: what a synchronous correlation answers with."""
+def message_holders(
+    engine: Engine, name: str, correlation_key: str | None, tenant: str = DEFAULT_TENANT
+) -> list[str]:
+    """The instances of ``tenant`` waiting for a message of ``name`` and
+    ``correlation_key`` now, oldest subscription first: what a synchronous correlation
+    answers with."""
     with engine.connect() as conn:
         rows = conn.execute(
             select(subscriptions.c.instance_id)
             .where(
                 subscriptions.c.kind == "message",
                 subscriptions.c.name == name,
+                subscriptions.c.tenant_id == tenant,
                 subscriptions.c.correlation_key == correlation_key
                 if correlation_key is not None
                 else subscriptions.c.correlation_key.is_(None),

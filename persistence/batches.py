@@ -19,7 +19,7 @@ import logging
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -29,7 +29,12 @@ from pydantic import ValidationError
 from sqlalchemy import Connection, insert, select, update
 from sqlalchemy.exc import OperationalError
 
-from dormant.engine_core.errors import DormantError, InvalidOperation, UnknownIncident
+from dormant.engine_core.errors import (
+    DormantError,
+    InvalidOperation,
+    UnknownIncident,
+    UnknownInstance,
+)
 from dormant.engine_core.triggers import (
     Cancel,
     IncidentDrop,
@@ -41,7 +46,8 @@ from dormant.engine_core.triggers import (
     Suspend,
     Trigger,
 )
-from dormant.persistence.selection import Selector, Target, select_targets
+from dormant.persistence import audit
+from dormant.persistence.selection import INCIDENT_OPERATIONS, Selector, Target, select_targets
 from dormant.persistence.store import Store
 from dormant.persistence.tables import batch_items, batches
 
@@ -159,8 +165,11 @@ def create(
     selector: Selector,
     params: dict[str, Any],
     now: datetime,
+    audited: Mapping[str, Any] | None = None,
 ) -> BatchView:
-    """Select the targets and write the batch with one item per target, in one commit."""
+    """Select the targets and write the batch with one item per target, in one commit;
+    with ``audited`` (an operator's command, persistence/audit.py) its ``done`` row in
+    that same commit, naming the batch and how many it selected."""
     if operation not in _TRIGGERS:
         raise InvalidOperation(f"no bulk operation {operation!r}; one of {', '.join(_TRIGGERS)}")
     try:  # the parameters are checked before anything is written
@@ -196,6 +205,11 @@ def create(
                     for i, t in enumerate(targets)
                 ],
             )
+        if audited is not None:
+            done = audit.done_row(
+                audited, now, target=f"batch {batch_id}", more={"selected": len(targets)}
+            )
+            audit.record(conn, [done])
     found = batch(store, batch_id)
     assert found is not None
     return found
@@ -319,8 +333,10 @@ def _apply_item(
     seq = int(item.seq)
     instance_id = item.instance_id
     try:
-        if instance_id is None:
+        if instance_id is None and operation in INCIDENT_OPERATIONS:
             raise UnknownIncident(f"no incident {item.target_id!r}")
+        if instance_id is None:  # another tenant's, to a batch of one tenant
+            raise UnknownInstance(f"no instance {item.target_id!r} in the batch's tenant")
         trigger = _TRIGGERS[operation](params, item.target_id)
         applied = store.apply(
             instance_id,

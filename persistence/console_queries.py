@@ -61,14 +61,14 @@ _INSTANCE_COLUMNS = tuple(
     instances.c[n]
     for n in (
         "id", "key", "version", "status", "business_key", "created_at", "updated_at",
-        "parent_id",
+        "parent_id", "tenant_id",
     )
 )  # fmt: skip
 _INCIDENT_COLUMNS = tuple(
     incident_table.c[n]
     for n in (
         "id", "instance_id", "process_key", "node_id", "state", "cause_class", "attempts",
-        "first_at", "last_at", "retry_at",
+        "first_at", "last_at", "retry_at", "tenant_id",
     )
 )  # fmt: skip
 _SQLITE_TOKEN_NODES = (
@@ -86,6 +86,7 @@ class InstanceFilter:
     waiting_at: str | None = None
     started_from: datetime | None = None
     started_to: datetime | None = None
+    tenant: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +96,7 @@ class IncidentFilter:
     cause_class: str | None = None
     state: str | None = None
     instance_id: str | None = None
+    tenant: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +109,7 @@ class InstanceRow:
     created_at: datetime
     updated_at: datetime
     parent_id: str | None
+    tenant_id: str = "<default>"
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +124,7 @@ class IncidentRow:
     first_at: datetime
     last_at: datetime
     retry_at: datetime | None
+    tenant_id: str = "<default>"
 
 
 @dataclass(frozen=True, slots=True)
@@ -400,6 +404,7 @@ class ConsoleQueries:
             (c.version, f.version),
             (c.status, f.status),
             (c.business_key, f.business_key),
+            (c.tenant_id, f.tenant),
         ):
             if value is not None:
                 where.append(column == value)
@@ -451,6 +456,7 @@ class ConsoleQueries:
             (t.node_id, f.node_id),
             (t.cause_class, f.cause_class),
             (t.instance_id, f.instance_id),
+            (t.tenant_id, f.tenant),
         ):
             if value is not None:
                 where.append(column == value)

@@ -31,6 +31,7 @@ __all__ = [
     "DecisionCache",
     "ParsedDecisions",
     "deployed_decision",
+    "file_versions",
     "insert_decisions",
     "latest_decision",
     "parse_decisions",
@@ -251,6 +252,25 @@ def _latest(conn: Connection) -> dict[str, Decision]:
         ]
         for row in rows
     }
+
+
+def file_versions(conn: Connection, decision_id: str, version: int) -> dict[str, int]:
+    """The version of each decision deployed from the same file as ``decision_id``
+    ``version`` (the newest deployment of that file): the decisions it requires are
+    evaluated as deployed with it, and each has its own version count."""
+    checksum = (
+        select(decisions.c.dmn_checksum)
+        .where(decisions.c.decision_id == decision_id, decisions.c.version == version)
+        .scalar_subquery()
+    )
+    rows = conn.execute(
+        select(decisions.c.decision_id, func.max(decisions.c.version))
+        .where(decisions.c.dmn_checksum == checksum)
+        .group_by(decisions.c.decision_id)
+    )
+    found = {str(row[0]): int(row[1]) for row in rows}
+    found[decision_id] = version
+    return found
 
 
 def deployed_decision(

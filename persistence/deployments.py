@@ -18,8 +18,9 @@ from sqlalchemy import Connection, bindparam, func, insert, select, update
 
 from dormant.engine_core.bpmn import read_bpmn  # the reader validates and refuses first
 from dormant.engine_core.dmn import is_dmn
-from dormant.engine_core.errors import UnknownDeployment, UnknownProcess
+from dormant.engine_core.errors import InvalidModel, UnknownDeployment, UnknownProcess
 from dormant.engine_core.model import ProcessDefinition
+from dormant.engine_core.tenants import DEFAULT_TENANT
 from dormant.engine_core.xml_input import model_text
 from dormant.persistence import round_trips
 from dormant.persistence.db import Transactions
@@ -51,14 +52,14 @@ _PARSED_LOCK = threading.Lock()
 # A start's definition lookup, built once per process (bound parameters): building a
 # statement and its cache key at every start cost about 90 microseconds.
 _LATEST_DEFINITION = (
-    select(definitions.c.version, definitions.c.checksum)
+    select(definitions.c.version, definitions.c.checksum, definitions.c.tenant_id)
     .where(definitions.c.key == bindparam("key"))
     .order_by(definitions.c.version.desc())
     .limit(1)
 )
-_DEFINITION_VERSION = select(definitions.c.version, definitions.c.checksum).where(
-    definitions.c.key == bindparam("key"), definitions.c.version == bindparam("version")
-)
+_DEFINITION_VERSION = select(
+    definitions.c.version, definitions.c.checksum, definitions.c.tenant_id
+).where(definitions.c.key == bindparam("key"), definitions.c.version == bindparam("version"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +97,7 @@ class DeploymentRecord:
     key: int
     deployed_at: datetime
     resources: tuple[Resource, ...]
+    tenant: str = DEFAULT_TENANT
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,22 +149,28 @@ def _resources(payload: Any) -> tuple[Resource, ...]:
     )
 
 
-def _starts_index(conn: Connection) -> dict[tuple[str, str], list[tuple[str, int, list[str]]]]:
+# (kind, tenant, name) -> (process key, latest version, start node ids)
+_StartsIndex = dict[tuple[str, str, str], list[tuple[str, int, list[str]]]]
+
+
+def _starts_index(conn: Connection) -> _StartsIndex:
     latest = (
         select(definitions.c.key, func.max(definitions.c.version).label("version"))
         .group_by(definitions.c.key)
         .subquery()
     )
-    q = select(definitions.c.key, definitions.c.version, definitions.c.starts).join(
+    q = select(
+        definitions.c.key, definitions.c.version, definitions.c.starts, definitions.c.tenant_id
+    ).join(
         latest,
         (definitions.c.key == latest.c.key) & (definitions.c.version == latest.c.version),
     )
-    out: dict[tuple[str, str], list[tuple[str, int, list[str]]]] = {}
+    out: _StartsIndex = {}
     for row in conn.execute(q.order_by(definitions.c.key)):
         for kind in ("message", "signal"):
             for name, nodes in ((row.starts or {}).get(kind) or {}).items():
                 if nodes:
-                    out.setdefault((kind, name), []).append(
+                    out.setdefault((kind, row.tenant_id, name), []).append(
                         (row.key, int(row.version), list(nodes))
                     )
     return out
@@ -180,10 +188,11 @@ class Deployments:
         # The latest version of each key this process has looked up (a guess for a
         # start to come: ``Store.may_run_a_job_first``).
         self._latest_seen: dict[str, ProcessDefinition] = {}
-        # (count of deployments, (kind, name) -> the processes it starts): latest_starts.
-        self._starts_index: (
-            tuple[int, dict[tuple[str, str], list[tuple[str, int, list[str]]]]] | None
-        ) = None
+        # Process key -> the tenant that owns it, read with its definition: a key's
+        # tenant never changes (``_owned``), so it is cached as the model is.
+        self._tenants: dict[str, str] = {}
+        # (count of deployments, (kind, tenant, name) -> the processes it starts).
+        self._starts_index: tuple[int, _StartsIndex] | None = None
 
     def seen(self, key: str, version: int | None) -> ProcessDefinition | None:
         """The definition of ``key`` this process has already parsed: ``version``'s,
@@ -192,16 +201,20 @@ class Deployments:
         known = self._definitions.get((key, version)) if version is not None else None
         return known if known is not None else self._latest_seen.get(key)
 
-    def deploy(self, source: str | bytes, now: datetime) -> list[Deployment]:
+    def deploy(
+        self, source: str | bytes, now: datetime, *, tenant: str = DEFAULT_TENANT
+    ) -> list[Deployment]:
         """Deploy every executable process in ``source``, or every decision of a DMN
         document: one deployment; one ``Deployment`` per resource."""
-        return self.deploy_many([source], now)
+        return self.deploy_many([source], now, tenant=tenant)
 
     def deploy_many(
         self,
         sources: Sequence[str | bytes],
         now: datetime,
         names: Sequence[str | None] | None = None,
+        *,
+        tenant: str = DEFAULT_TENANT,
     ) -> list[Deployment]:
         """Deploy several documents (BPMN and DMN) as ONE deployment, in one
         transaction; every document is read and refused before anything is written.
@@ -221,16 +234,17 @@ class Deployments:
         ):
             return []
         with self._db.transaction() as conn:
+            self._owned(conn, parsed, tenant)
             resources, changed = self._unchanged(conn, parsed)
             key = int(
                 conn.execute(
                     insert(deployments)
-                    .values(deployed_at=now, resources=[])
+                    .values(deployed_at=now, resources=[], tenant_id=tenant)
                     .returning(deployments.c.key)
                 ).scalar_one()
             )
             if changed:
-                resources = self._insert_all(conn, parsed, key, now)
+                resources = self._insert_all(conn, parsed, key, now, tenant)
             conn.execute(
                 update(deployments)
                 .where(deployments.c.key == key)
@@ -248,6 +262,26 @@ class Deployments:
                 "" if d.created else " (unchanged)",
             )
         return out
+
+    @staticmethod
+    def _owned(conn: Connection, parsed: list[_Parsed], tenant: str) -> None:
+        """A process id belongs to the tenant that deployed it first: every version of
+        a key has one tenant, so a start, a message start and a call activity resolve
+        a key to one tenant's model (docs/tenants.md). Another tenant's deploy of that
+        id is refused before anything is written."""
+        keys = sorted({d.key for doc in parsed for d in doc.processes})
+        if not keys:
+            return
+        owners = conn.execute(
+            select(definitions.c.key, definitions.c.tenant_id)
+            .where(definitions.c.key.in_(keys), definitions.c.tenant_id != tenant)
+            .limit(1)
+        ).first()
+        if owners is not None:
+            raise InvalidModel(
+                f"process id {owners.key!r} is deployed for another tenant; a process id "
+                f"belongs to one tenant, deploy it for tenant {tenant!r} under another id"
+            )
 
     def _unchanged(self, conn: Connection, parsed: list[_Parsed]) -> tuple[list[Resource], bool]:
         """Each resource at its latest version, and whether any is new or changed."""
@@ -283,7 +317,7 @@ class Deployments:
         return out, changed
 
     def _insert_all(
-        self, conn: Connection, parsed: list[_Parsed], key: int, now: datetime
+        self, conn: Connection, parsed: list[_Parsed], key: int, now: datetime, tenant: str
     ) -> list[Resource]:
         out: list[Resource] = []
         for doc in parsed:
@@ -304,6 +338,7 @@ class Deployments:
                         starts=_starts_of(definition),
                         deployment_key=key,
                         version_tag=definition.version_tag,
+                        tenant_id=tenant,
                     )
                 )
                 with _PARSED_LOCK:
@@ -320,20 +355,26 @@ class Deployments:
                     out.append(Resource("decision", decision_id, version, True, doc.name))
         return out
 
-    def records(self, limit: int = 100) -> list[DeploymentRecord]:
-        """The newest deployments first."""
+    def records(self, limit: int = 100, *, tenant: str | None = None) -> list[DeploymentRecord]:
+        """The newest deployments first (of ``tenant`` only, when given)."""
+        q = select(deployments).order_by(deployments.c.key.desc()).limit(limit)
+        if tenant is not None:
+            q = q.where(deployments.c.tenant_id == tenant)
         with self._db.read() as conn:
-            rows = conn.execute(
-                select(deployments).order_by(deployments.c.key.desc()).limit(limit)
-            ).all()
-        return [DeploymentRecord(int(r.key), r.deployed_at, _resources(r.resources)) for r in rows]
+            rows = conn.execute(q).all()
+        return [
+            DeploymentRecord(int(r.key), r.deployed_at, _resources(r.resources), r.tenant_id)
+            for r in rows
+        ]
 
     def record(self, key: int) -> DeploymentRecord:
         with self._db.read() as conn:
             row = conn.execute(select(deployments).where(deployments.c.key == key)).first()
         if row is None:
             raise UnknownDeployment(f"no deployment {key}; `dormant deployments list` lists them")
-        return DeploymentRecord(int(row.key), row.deployed_at, _resources(row.resources))
+        return DeploymentRecord(
+            int(row.key), row.deployed_at, _resources(row.resources), row.tenant_id
+        )
 
     def definition(
         self, key: str, version: int | None = None, *, conn: Connection | None = None
@@ -365,9 +406,19 @@ class Deployments:
                     _PARSED[(row.checksum, d.key)] = d
             cached = _PARSED[(row.checksum, key)]
         self._definitions[(key, row.version)] = cached
+        self._tenants[key] = row.tenant_id
         if version is None:
             self._latest_seen[key] = cached
         return cached, int(row.version)
+
+    def tenant(self, key: str, *, conn: Connection | None = None) -> str:
+        """The tenant that owns process ``key`` (``UnknownProcess`` if none is
+        deployed): read with its latest definition once per process, then cached."""
+        found = self._tenants.get(key)
+        if found is None:
+            self.definition(key, conn=conn)
+            found = self._tenants[key]
+        return found
 
     def _unknown_process(self, conn: Connection, key: str, version: int | None) -> UnknownProcess:
         versions = [
@@ -398,10 +449,12 @@ class Deployments:
         kind: str,
         name: str,
         *,
+        tenant: str = DEFAULT_TENANT,
         conn: Connection | None = None,
         deployments_count: int | None = None,
     ) -> list[tuple[str, int, list[str]]]:
-        """(key, latest version, start node ids) of processes started by ``kind`` ``name``.
+        """(key, latest version, start node ids) of ``tenant``'s processes started by
+        ``kind`` ``name``.
 
         Read through an index of every latest version's starts, rebuilt when the count
         of deployments changes (rows are only inserted, and every deploy adds one in
@@ -410,7 +463,9 @@ class Deployments:
         statement of its own (``deployments_count_column()``) passes it and saves the trip."""
         if conn is None:
             with self._db.read() as c:
-                return self.latest_starts(kind, name, conn=c, deployments_count=deployments_count)
+                return self.latest_starts(
+                    kind, name, tenant=tenant, conn=c, deployments_count=deployments_count
+                )
         count = (
             deployments_count
             if deployments_count is not None
@@ -420,7 +475,7 @@ class Deployments:
         if seen is None or seen[0] != count:
             seen = (count, _starts_index(conn))
             self._starts_index = seen
-        return [(k, v, list(nodes)) for k, v, nodes in seen[1].get((kind, name), ())]
+        return [(k, v, list(nodes)) for k, v, nodes in seen[1].get((kind, tenant, name), ())]
 
     def tagged_version(self, conn: Connection, key: str, tag: str) -> int:
         """The newest deployed version of ``key`` whose model carries ``tag``."""

@@ -16,6 +16,15 @@ record of the failure must not fail the same way.
 The row id is derived from (task, instance, trigger id): the same trigger failing
 again updates its row (``attempts`` + 1), it never piles up copies.
 
+A failed trigger **flags** its instance only while it is not overtaken (``overtaken``):
+once the instance has moved on — a later trigger applied to it after this one was kept
+(its ``updated_at``, written by every applied step, is past the failure's ``last_at``),
+or a delivery of this very trigger id applied after all (its id is among the processed
+ones, persistence/processed.py) — the failure no longer describes the instance's state.
+It stays listed, marked overtaken, for an operator to drop or retry (a retry of one that
+applied is a duplicate); only the flag goes (issue 24: "a failed trigger whose instance
+moved on or whose retry succeeded no longer flags the instance").
+
 Undecodable checkpoints have their own incident class here as well (``flag_checkpoint``):
 the instance's status becomes ``flagged``, and an incident row of class
 ``CorruptCheckpoint`` or ``CheckpointTooNew`` makes it visible in `incidents list`.
@@ -29,19 +38,27 @@ import inspect
 import json
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, delete, insert, select, update
+from sqlalchemy import ColumnElement, Connection, delete, exists, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from dormant.engine_core.checkpoint import IncidentState
 from dormant.engine_core.errors import InvalidOperation, UnknownFailedTrigger
 from dormant.engine_core.states import FLAGGED
 from dormant.engine_core.views import FailedTriggerView
+from dormant.persistence import audit, deliveries
 from dormant.persistence.db import Transactions
-from dormant.persistence.tables import facts, failed_triggers, inbox, incidents, instances
+from dormant.persistence.tables import (
+    facts,
+    failed_triggers,
+    inbox,
+    incidents,
+    instances,
+    processed_triggers,
+)
 
 __all__ = [
     "CHECKPOINT_INCIDENT",
@@ -49,7 +66,9 @@ __all__ = [
     "FailedTriggers",
     "decode_body",
     "encode_body",
+    "flagging_counts",
     "one_line",
+    "overtaken",
 ]
 
 # The node id, and the id suffix, of an undecodable checkpoint's incident.
@@ -133,6 +152,31 @@ def call_kwargs(run: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict
         return {**kwargs, "args": list(args)}
 
 
+def overtaken() -> ColumnElement[bool]:
+    """True for a failed trigger row whose instance moved on after it was kept, or whose
+    trigger id was applied after all (module docstring): it no longer flags."""
+    ft = failed_triggers
+    return or_(
+        exists().where(
+            processed_triggers.c.instance_id == ft.c.instance_id,
+            processed_triggers.c.trigger_id == ft.c.trigger_id,
+        ),
+        exists().where(instances.c.id == ft.c.instance_id, instances.c.updated_at > ft.c.last_at),
+    )
+
+
+def flagging_counts(conn: Connection, instance_ids: list[str]) -> dict[str, int]:
+    """Per instance, its failed triggers that flag it (not overtaken); absent: none."""
+    if not instance_ids:
+        return {}
+    rows = conn.execute(
+        select(failed_triggers.c.instance_id, func.count())
+        .where(failed_triggers.c.instance_id.in_(instance_ids), ~overtaken())
+        .group_by(failed_triggers.c.instance_id)
+    ).all()
+    return {str(r[0]): int(r[1]) for r in rows}
+
+
 def _view(row: Any) -> FailedTriggerView:
     return FailedTriggerView(
         id=row.id,
@@ -146,6 +190,7 @@ def _view(row: Any) -> FailedTriggerView:
         first_at=row.first_at,
         last_at=row.last_at,
         body=decode_body(row.body),
+        overtaken=bool(row.overtaken),
     )
 
 
@@ -229,7 +274,7 @@ class FailedTriggers:
         self, instance_id: str | None = None, limit: int = 1000
     ) -> list[FailedTriggerView]:
         """Kept triggers, the most recently failed last."""
-        q = select(failed_triggers)
+        q = select(failed_triggers, overtaken().label("overtaken"))
         if instance_id is not None:
             q = q.where(failed_triggers.c.instance_id == instance_id)
         with self._db.read() as conn:
@@ -239,7 +284,9 @@ class FailedTriggers:
     def failed_trigger(self, failed_id: str) -> FailedTriggerView:
         with self._db.read() as conn:
             row = conn.execute(
-                select(failed_triggers).where(failed_triggers.c.id == failed_id)
+                select(failed_triggers, overtaken().label("overtaken")).where(
+                    failed_triggers.c.id == failed_id
+                )
             ).first()
         if row is None:
             raise UnknownFailedTrigger(
@@ -283,6 +330,8 @@ class FailedTriggers:
                         id=inbox_id, kind=view.task, payload=payload, created_at=now
                     )
                 )
+                if view.trigger_id:  # its deliveries counted from zero again
+                    deliveries.forget(conn, view.trigger_id)
         except SQLAlchemyError as exc:
             raise InvalidOperation(
                 f"failed trigger {failed_id} cannot be sent again as it is "
@@ -290,11 +339,17 @@ class FailedTriggers:
             ) from exc
         return view.task, view.routing_key, kwargs, inbox_id
 
-    def drop_failed(self, failed_id: str, now: datetime) -> FailedTriggerView:
-        """Delete a kept trigger for good; its instance's history records the drop."""
+    def drop_failed(
+        self, failed_id: str, now: datetime, audited: Mapping[str, Any] | None = None
+    ) -> FailedTriggerView:
+        """Delete a kept trigger for good; its instance's history records the drop, and
+        the audit trail ``audited``'s ``done`` row (persistence/audit.py), in the same
+        commit."""
         view = self.failed_trigger(failed_id)
         with self._db.transaction() as conn:
             conn.execute(delete(failed_triggers).where(failed_triggers.c.id == failed_id))
+            if audited is not None:
+                audit.record(conn, [audit.done_row(audited, now, instance_id=view.instance_id)])
             if view.instance_id is not None:
                 rev = conn.execute(
                     select(instances.c.revision).where(instances.c.id == view.instance_id)

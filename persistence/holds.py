@@ -25,6 +25,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 
 from dormant.engine_core.checkpoint import Wait, WaitKind
 from dormant.engine_core.effects import DeliverBuffered, encode_effect
+from dormant.engine_core.tenants import DEFAULT_TENANT
 from dormant.engine_core.triggers import MessageReceived
 from dormant.persistence.outbox_queue import OutboxRow
 from dormant.persistence.tables import (
@@ -73,9 +74,10 @@ def _deadline_row(instance_id: str, w: Wait) -> dict[str, Any]:
     return {"instance_id": instance_id, "wait_id": w.id, "due_at": w.due_at, "attempts": 0}
 
 
-def _subscription_row(instance_id: str, w: Wait) -> dict[str, Any]:
+def _subscription_row(instance_id: str, w: Wait, tenant: str = DEFAULT_TENANT) -> dict[str, Any]:
     message = w.kind is WaitKind.MESSAGE
     return {
+        "tenant_id": tenant,
         "instance_id": instance_id,
         "wait_id": w.id,
         "kind": "message" if message else "signal",
@@ -100,8 +102,9 @@ def _task_fields(w: Wait) -> dict[str, Any]:
     }
 
 
-def _task_row(instance_id: str, w: Wait, now: datetime) -> dict[str, Any]:
+def _task_row(instance_id: str, w: Wait, now: datetime, tenant: str) -> dict[str, Any]:
     return {
+        "tenant_id": tenant,
         "task_id": f"{instance_id}.{w.id}",
         "instance_id": instance_id,
         "wait_id": w.id,
@@ -149,9 +152,12 @@ def sync_holds(
     old: Mapping[str, Wait],
     new: Mapping[str, Wait],
     now: datetime,
+    *,
+    tenant: str = DEFAULT_TENANT,
 ) -> list[BufferedDelivery]:
-    """Bring the hold rows of ``instance_id`` (of process ``process_key``) from ``old``
-    to ``new``; returns the buffered messages its new subscriptions took.
+    """Bring the hold rows of ``instance_id`` (of process ``process_key``, of
+    ``tenant``) from ``old`` to ``new``; returns the buffered messages its new
+    subscriptions took.
 
     Only the waits that changed cost a statement; every statement is queued on
     ``writes`` (one round trip with the checkpoint's own write), except where a row is
@@ -182,9 +188,9 @@ def sync_holds(
             elif prev.due_at != n.due_at:
                 moved_dl.append(n)
         if n.holds_subscription and (prev is None or wid in gone_sub):
-            add_sub.append(_subscription_row(instance_id, n))
+            add_sub.append(_subscription_row(instance_id, n, tenant))
         if n.kind is WaitKind.USER_TASK and (prev is None or prev.kind is not WaitKind.USER_TASK):
-            add_task.append(_task_row(instance_id, n, now))
+            add_task.append(_task_row(instance_id, n, now, tenant))
             new_candidates.append(n)
         elif n.kind is WaitKind.USER_TASK and prev is not None:
             # Assigned, updated, corrected by a listener, in another lifecycle state, or
@@ -268,6 +274,7 @@ def _consume_buffered(
         select(messages.c.message_id, messages.c.variables)
         .where(
             messages.c.name == name,
+            messages.c.tenant_id == sub["tenant_id"],  # a message stays in its tenant
             # Not IS NOT DISTINCT FROM, which ix_messages_name_key never serves.
             messages.c.correlation_key.is_(None)
             if key is None

@@ -53,6 +53,8 @@ class InboxRow:
     task: str
     payload: Any
     created_at: datetime
+    # Deliveries after the first counted so far (persistence/deliveries.py).
+    redeliveries: int = 0
 
     @property
     def routing_key(self) -> str:
@@ -154,12 +156,16 @@ def mark_processed(engine: Engine, inbox_id: str) -> None:
 
 
 def mark_republished(engine: Engine, inbox_ids: list[str]) -> None:
-    """The sweep re-sent these: leave them alone for a redelivery window."""
+    """The sweep re-sent these: leave them alone for a redelivery window, and count
+    the re-send as a delivery that may follow one that died, in this same write
+    (persistence/deliveries.py)."""
     if not inbox_ids:
         return
     with engine.begin() as conn:
         conn.execute(
-            update(inbox).where(inbox.c.id.in_(inbox_ids)).values(republished_at=clock.now())
+            update(inbox)
+            .where(inbox.c.id.in_(inbox_ids))
+            .values(republished_at=clock.now(), redeliveries=inbox.c.redeliveries + 1)
         )
 
 
@@ -177,7 +183,13 @@ def unprocessed(
     again = now - timedelta(seconds=redeliver_after_seconds)
     with engine.connect() as conn:
         rows = conn.execute(
-            select(inbox.c.id, inbox.c.kind, inbox.c.payload, inbox.c.created_at)
+            select(
+                inbox.c.id,
+                inbox.c.kind,
+                inbox.c.payload,
+                inbox.c.created_at,
+                inbox.c.redeliveries,
+            )
             .where(
                 inbox.c.processed_at.is_(None),
                 inbox.c.parked_at.is_(None),
@@ -187,7 +199,7 @@ def unprocessed(
             .order_by(inbox.c.created_at)
             .limit(limit)
         ).all()
-    return [InboxRow(r.id, r.kind, r.payload, r.created_at) for r in rows]
+    return [InboxRow(r.id, r.kind, r.payload, r.created_at, r.redeliveries) for r in rows]
 
 
 def waiting(engine: Engine, written_by: datetime) -> int:

@@ -33,7 +33,7 @@ from dormant.engine_core.views import (
 )
 from dormant.persistence.db import Transactions, read_only
 from dormant.persistence.fact_rows import fact_views
-from dormant.persistence.failed_triggers import CHECKPOINT_INCIDENT, FLAGGED
+from dormant.persistence.failed_triggers import CHECKPOINT_INCIDENT, FLAGGED, flagging_counts
 from dormant.persistence.tables import (
     deadlines,
     definitions,
@@ -80,6 +80,7 @@ _ROW = (
     instances.c.updated_at,
     instances.c.parent_id,
     instances.c.checkpoint,
+    instances.c.tenant_id,
 )
 
 
@@ -108,11 +109,19 @@ class Queries:
             return self._views(conn, [row])[0]
 
     def instances(
-        self, status: str | None = None, key: str | None = None, limit: int = 1000
+        self,
+        status: str | None = None,
+        key: str | None = None,
+        limit: int = 1000,
+        *,
+        tenant: str | None = None,
     ) -> list[InstanceView]:
-        """Every instance row is listed: one whose checkpoint cannot be read shows as
-        ``flagged`` with its incident instead of failing the listing for everyone."""
+        """Every instance row is listed (of ``tenant`` only, when given): one whose
+        checkpoint cannot be read shows as ``flagged`` with its incident instead of
+        failing the listing for everyone."""
         q = select(*_ROW)
+        if tenant is not None:
+            q = q.where(instances.c.tenant_id == tenant)
         if status is not None:
             q = q.where(instances.c.status == status)
         if key is not None:
@@ -124,13 +133,7 @@ class Queries:
             return self._views(conn, rows)
 
     def _views(self, conn: Connection, rows: Sequence[Any]) -> list[InstanceView]:
-        failed: dict[str, int] = dict(
-            conn.execute(
-                select(failed_triggers.c.instance_id, func.count())
-                .where(failed_triggers.c.instance_id.in_([r.id for r in rows]))
-                .group_by(failed_triggers.c.instance_id)
-            ).all()
-        )
+        failed = flagging_counts(conn, [r.id for r in rows])
         out = []
         for row in rows:
             try:
@@ -138,7 +141,11 @@ class Queries:
             except (CorruptCheckpoint, CheckpointTooNew) as exc:
                 view = _unreadable(conn, row, exc)
             count = int(failed.get(row.id, 0))
-            out.append(dataclasses.replace(view, failed_triggers=count) if count else view)
+            if count:
+                view = dataclasses.replace(view, failed_triggers=count)
+            if row.tenant_id != view.tenant:
+                view = dataclasses.replace(view, tenant=row.tenant_id)
+            out.append(view)
         return out
 
     def user_tasks(
@@ -149,10 +156,13 @@ class Queries:
         candidate_user: str | None = None,
         candidate_group: str | None = None,
         due_before: datetime | None = None,
+        tenant: str | None = None,
     ) -> list[UserTaskView]:
         """Open user tasks, oldest first; every filter given must hold (a candidate
         filter matches the tasks that name that user or group as a candidate)."""
         q = select(user_tasks)
+        if tenant is not None:
+            q = q.where(user_tasks.c.tenant_id == tenant)
         if instance_id is not None:
             q = q.where(user_tasks.c.instance_id == instance_id)
         if assignee is not None:
@@ -219,6 +229,7 @@ class Queries:
         key: str | None = None,
         node_id: str | None = None,
         limit: int = 1000,
+        tenant: str | None = None,
     ) -> list[IncidentView]:
         """Incidents, open and closed, newest failure last; filtered on the projection."""
         if state is not None and state not in INCIDENT_STATES:
@@ -226,6 +237,8 @@ class Queries:
                 f"no incident state {state!r}; states: {', '.join(INCIDENT_STATES)}"
             )
         q = select(incident_table.c.id, incident_table.c.instance_id)
+        if tenant is not None:
+            q = q.where(incident_table.c.tenant_id == tenant)
         if instance_id is not None:
             q = q.where(incident_table.c.instance_id == instance_id)
         if state is not None:
@@ -321,6 +334,7 @@ def _task_view(r: Any, names: dict[str, list[str]]) -> UserTaskView:
         external_reference=r.external_reference,
         state=r.state,
         denied_reason=r.denied_reason,
+        tenant=r.tenant_id,
     )
 
 

@@ -67,6 +67,7 @@ from dormant.engine_core.inputs import (
     check_ttl,
     check_variables,
 )
+from dormant.engine_core.tenants import DEFAULT_TENANT, check_tenant
 from dormant.engine_core.triggers import MessageReceived, SignalReceived, Trigger
 from dormant.persistence import round_trips
 from dormant.persistence.deployments import deployments_count_column
@@ -191,6 +192,7 @@ def _first_delivery_statement(keyed: bool) -> Any:
         subscriptions.c.kind == "message",
         subscriptions.c.name == bindparam("name"),
         _key_matches(bindparam("key") if keyed else None),
+        subscriptions.c.tenant_id == bindparam("tenant"),
     )
     first = (
         select(subscriptions.c.instance_id)
@@ -204,7 +206,12 @@ def _first_delivery_statement(keyed: bool) -> Any:
     locked = locking_instance(first, bindparam("message_id")).subquery("locked")
     return (
         select(
-            exists().where(messages.c.message_id == bindparam("message_id")).label("seen"),
+            exists()
+            .where(
+                messages.c.message_id == bindparam("message_id"),
+                messages.c.tenant_id == bindparam("tenant"),
+            )
+            .label("seen"),
             deployments_count_column().label("deployments"),
             subscriptions.c.instance_id.label("holder_instance"),
             subscriptions.c.wait_id.label("holder_wait"),
@@ -265,6 +272,8 @@ class _FanOut:
 @dataclass(slots=True)
 class MessageOutcome(_FanOut):
     message_id: str
+    # The producer's tenant: only its holders and its processes' message starts.
+    tenant: str = DEFAULT_TENANT
     duplicate: bool = False
     delivered_to: list[str] = field(default_factory=list)
     started: list[str] = field(default_factory=list)
@@ -309,6 +318,7 @@ class MessageOutcome(_FanOut):
 @dataclass(slots=True)
 class SignalOutcome(_FanOut):
     signal_id: str
+    tenant: str = DEFAULT_TENANT
     delivered_to: list[str] = field(default_factory=list)
     started: list[str] = field(default_factory=list)
     applied: list[Applied] = field(default_factory=list)
@@ -388,6 +398,8 @@ class Router:
         now: datetime,
         **start: Any,
     ) -> Applied | None:
+        """``start``: ``NewInstance``'s options, the tenant among them (kept with a
+        failed start, so its redelivery is checked against the same tenant)."""
         return self._isolated(
             UndeliveredStart(process_key, instance_id, variables, trigger_id, start),
             now,
@@ -397,17 +409,24 @@ class Router:
             ),
         )
 
-    def _holders(self, kind: str, name: str, key: str | None) -> list[Holder]:
+    def _holders(self, kind: str, name: str, key: str | None, tenant: str) -> list[Holder]:
         with self.store.read() as conn:
-            return self._holders_in(conn, kind, name, key)
+            return self._holders_in(conn, kind, name, key, tenant)
 
     @staticmethod
-    def _holders_in(conn: Connection, kind: str, name: str, key: str | None) -> list[Holder]:
-        """Matching subscriptions with their instance's process, in HOLDER_ORDER."""
+    def _holders_in(
+        conn: Connection, kind: str, name: str, key: str | None, tenant: str
+    ) -> list[Holder]:
+        """``tenant``'s matching subscriptions with their instance's process, in
+        HOLDER_ORDER."""
         q = (
             select(subscriptions.c.instance_id, subscriptions.c.wait_id, instances.c.key)
             .join(instances, instances.c.id == subscriptions.c.instance_id)
-            .where(subscriptions.c.kind == kind, subscriptions.c.name == name)
+            .where(
+                subscriptions.c.kind == kind,
+                subscriptions.c.name == name,
+                subscriptions.c.tenant_id == tenant,
+            )
         )
         if kind == "message":
             q = q.where(_key_matches(key))
@@ -425,9 +444,12 @@ class Router:
         ttl_seconds: float | None,
         now: datetime,
         inbox_id: str | None = None,
+        tenant: str = DEFAULT_TENANT,
     ) -> MessageOutcome:
-        """Route one message (the module docstring's order); ``inbox_id``: the Client's
-        inbox row, marked processed in the transaction that records the message."""
+        """Route one message of ``tenant`` (the module docstring's order) to that
+        tenant's holders and processes only; ``inbox_id``: the Client's inbox row,
+        marked processed in the transaction that records the message."""
+        tenant = check_tenant(tenant)
         correlation_key, variables, message_id, ttl_seconds = check_message(
             name,
             correlation_key,
@@ -436,7 +458,7 @@ class Router:
             ttl_seconds,
             limits=self.store.settings.limits,
         )
-        out = MessageOutcome(message_id, ttl_seconds=ttl_seconds)
+        out = MessageOutcome(message_id, tenant, ttl_seconds=ttl_seconds)
         look = self._deliver_first(out, name, correlation_key, variables, now, inbox_id)
         if out.duplicate:
             return out
@@ -473,7 +495,7 @@ class Router:
         look = _FirstLook()
 
         def find(conn: Connection) -> Found | None:
-            params = {"message_id": out.message_id, "name": name}
+            params = {"message_id": out.message_id, "name": name, "tenant": out.tenant}
             if key is not None:
                 params["key"] = key
             rows = round_trips.first(conn, _FIRST_DELIVERY[key is not None], params)
@@ -483,7 +505,11 @@ class Router:
                 return None
             look.holders = self._first_holders(rows)
             look.starts = self.store.deployments.latest_starts(
-                "message", name, conn=conn, deployments_count=int(head.deployments)
+                "message",
+                name,
+                tenant=out.tenant,
+                conn=conn,
+                deployments_count=int(head.deployments),
             )
             if not look.holders:
                 return None
@@ -537,7 +563,7 @@ class Router:
         inbox_id: str | None = None,
     ) -> None:
         if holders is None:
-            holders = self._holders("message", name, key)
+            holders = self._holders("message", name, key, out.tenant)
         groups = waits_to_wake(holders, out.served)
         # The dedup row rides the LAST holder's transaction when no message start is left
         # to run after it (else ``_record`` writes it): a crash before it leaves the
@@ -632,6 +658,7 @@ class Router:
             reached = {**out.served, taker.process_key: taker.instance_id}
             row = {
                 "message_id": out.message_id,
+                "tenant_id": out.tenant,
                 "name": name,
                 "correlation_key": key,
                 "variables": variables if buffer else {},
@@ -685,6 +712,7 @@ class Router:
                     version=plan.version,
                     start_node_id=plan.start_node_id,
                     start_key=plan.start_key,
+                    tenant=out.tenant,
                 )
             except StartKeyTaken:
                 running = self._running_with_key(process_key, key)
@@ -746,6 +774,7 @@ class Router:
                         subscriptions.c.kind == "message",
                         subscriptions.c.name == name,
                         _key_matches(key),
+                        subscriptions.c.tenant_id == out.tenant,
                     )
                     .limit(1)
                 )
@@ -755,13 +784,16 @@ class Router:
                 conn.execute(mark_processed_statement(inbox_id, now))
                 out.inbox_marked = True
             if conn.execute(
-                select(messages.c.message_id).where(messages.c.message_id == out.message_id)
+                select(messages.c.message_id).where(
+                    messages.c.message_id == out.message_id, messages.c.tenant_id == out.tenant
+                )
             ).first():
                 out.duplicate = not taken
                 return True
             conn.execute(
                 insert(messages).values(
                     message_id=out.message_id,
+                    tenant_id=out.tenant,
                     name=name,
                     correlation_key=key,
                     variables=variables if buffer else {},
@@ -781,6 +813,7 @@ class Router:
                     name,
                     key,
                     now,
+                    tenant=out.tenant,
                     kept=settings.unmatched_messages_kept,
                     retention_seconds=settings.unmatched_messages_retention_seconds,
                 )
@@ -795,15 +828,23 @@ class Router:
         return True
 
     def signal(
-        self, name: str, variables: dict[str, Any] | None, *, signal_id: str | None, now: datetime
+        self,
+        name: str,
+        variables: dict[str, Any] | None,
+        *,
+        signal_id: str | None,
+        now: datetime,
+        tenant: str = DEFAULT_TENANT,
     ) -> SignalOutcome:
-        """Broadcast: every holder of a signal subscription, every signal start."""
+        """Broadcast within ``tenant``: every holder of a signal subscription of that
+        tenant, every signal start of its processes."""
+        tenant = check_tenant(tenant)
         limits = self.store.settings.limits
         check_name(name, "signal name", limits)
         variables = check_variables(variables, f"signal {name!r} variables", limits)
         signal_id = check_text(signal_id or str(uuid.uuid4()), "signal id", limits, InvalidMessage)
-        out = SignalOutcome(signal_id)
-        for holder in self._holders("signal", name, None):
+        out = SignalOutcome(signal_id, tenant)
+        for holder in self._holders("signal", name, None, tenant):
             instance_id, wait_id = holder.instance_id, holder.wait_id
             trigger = SignalReceived(wait_id=wait_id, name=name, variables=variables)
             applied = self._apply_isolated(instance_id, trigger, f"{signal_id}:{wait_id}", now)
@@ -813,7 +854,8 @@ class Router:
             out.applied.append(applied)
             if instance_id not in out.delivered_to:
                 out.delivered_to.append(instance_id)
-        for process_key, version, nodes in self.store.deployments.latest_starts("signal", name):
+        starts = self.store.deployments.latest_starts("signal", name, tenant=tenant)
+        for process_key, version, nodes in starts:
             instance_id = str(uuid.uuid5(NAMESPACE, f"{process_key}:{signal_id}"))
             started = self._start_isolated(
                 instance_id,
@@ -823,6 +865,7 @@ class Router:
                 now,
                 version=version,
                 start_node_id=nodes[0],
+                tenant=tenant,
             )
             if started is None:
                 out.failed.append(instance_id)

@@ -46,6 +46,9 @@ class Selector(BaseModel):
     started_after: datetime | None = None
     # Incidents only.
     cause_class: str | None = None
+    # Only this tenant's (docs/tenants.md); with ``ids``, an id of another tenant is
+    # refused at its item, as an unknown one.
+    tenant: str | None = None
 
     def check(self, operation: str) -> None:
         if self.ids and self.key is not None:
@@ -83,6 +86,8 @@ def select_targets(conn: Connection, operation: str, selector: Selector) -> list
 
 def _incidents(conn: Connection, s: Selector) -> list[Target]:
     q = select(incident_table.c.id, incident_table.c.instance_id)
+    if s.tenant is not None:
+        q = q.where(incident_table.c.tenant_id == s.tenant)
     if s.ids:
         rows = {r.id: r.instance_id for r in conn.execute(q.where(incident_table.c.id.in_(s.ids)))}
         return [Target(target_id=i, instance_id=rows.get(i)) for i in dict.fromkeys(s.ids)]
@@ -102,9 +107,21 @@ def _incidents(conn: Connection, s: Selector) -> list[Target]:
 
 
 def _instances(conn: Connection, s: Selector) -> list[Target]:
+    if s.ids and s.tenant is not None:
+        ids = list(dict.fromkeys(s.ids))
+        mine = set(
+            conn.execute(
+                select(instances.c.id).where(
+                    instances.c.id.in_(ids), instances.c.tenant_id == s.tenant
+                )
+            ).scalars()
+        )
+        return [Target(target_id=i, instance_id=i if i in mine else None) for i in ids]
     if s.ids:
         return [Target(target_id=i, instance_id=i) for i in dict.fromkeys(s.ids)]
     q = select(instances.c.id).where(instances.c.key == s.key)
+    if s.tenant is not None:
+        q = q.where(instances.c.tenant_id == s.tenant)
     if s.status is not None:
         q = q.where(instances.c.status == s.status)
     else:

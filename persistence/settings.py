@@ -25,6 +25,7 @@ from pydantic import (
 
 from dormant.engine_core.errors import InvalidSetting
 from dormant.engine_core.inputs import DEFAULT_LIMITS, Limits
+from dormant.engine_core.job_flow import FlowLimits
 from dormant.engine_core.model import RetryPolicy
 from dormant.engine_core.services import JobTypeSettings
 
@@ -45,6 +46,34 @@ class JobTypeSetting(BaseModel):
     # docs/camunda-api.md): a job of this type is never sent to Celery; it waits in
     # ``api_jobs`` for an activation (persistence/api_keys.py).
     api: bool = False
+    # Flow control (docs/flow-control.md, engine_core/job_flow.py): jobs out at once for
+    # the type and per key (``key``: FEEL over the job's variables, e.g. "=customerId"),
+    # and jobs started per ``rate_period_seconds`` for the type and per key.
+    concurrency: int | None = Field(default=None, ge=1)
+    key: str | None = Field(default=None, min_length=1, max_length=1000)
+    key_concurrency: int | None = Field(default=None, ge=1)
+    rate: int | None = Field(default=None, ge=1)
+    key_rate: int | None = Field(default=None, ge=1)
+    rate_period_seconds: PositiveFloat = 1.0
+
+    @model_validator(mode="after")
+    def _flow(self) -> JobTypeSetting:
+        try:
+            self.flow_limits  # noqa: B018 - checked once here, with its one-line error
+        except InvalidSetting as exc:
+            raise ValueError(str(exc)) from exc
+        return self
+
+    @property
+    def flow_limits(self) -> FlowLimits:
+        return FlowLimits(
+            concurrency=self.concurrency,
+            key=self.key,
+            key_concurrency=self.key_concurrency,
+            rate=self.rate,
+            key_rate=self.key_rate,
+            rate_period_seconds=self.rate_period_seconds,
+        )
 
     @field_validator("eager", mode="before")
     @classmethod
@@ -80,13 +109,19 @@ ENV_VARS: dict[str, str] = {
     "processed_trigger_retention_seconds": "DORMANT_PROCESSED_TRIGGER_RETENTION_SECONDS",
     "audit_retention_days": "DORMANT_AUDIT_RETENTION_DAYS",
     "job_types": "DORMANT_JOB_TYPES",
+    "priority_levels": "DORMANT_PRIORITY_LEVELS",
+    "priority_variable": "DORMANT_PRIORITY_VARIABLE",
     "step_budget": "DORMANT_STEP_BUDGET",
     "max_model_bytes": "DORMANT_MAX_MODEL_BYTES",
     "max_loop_items": "DORMANT_MAX_LOOP_ITEMS",
     "max_checkpoint_bytes": "DORMANT_MAX_CHECKPOINT_BYTES",
     "max_tokens": "DORMANT_MAX_TOKENS",
     "unmatched_messages_kept": "DORMANT_UNMATCHED_MESSAGES_KEPT",
+    "max_deliveries": "DORMANT_MAX_DELIVERIES",
     "unmatched_messages_retention_seconds": "DORMANT_UNMATCHED_MESSAGES_RETENTION_SECONDS",
+    "transient_retries": "DORMANT_TRANSIENT_RETRIES",
+    "transient_backoff_seconds": "DORMANT_TRANSIENT_BACKOFF_SECONDS",
+    "transient_backoff_max_seconds": "DORMANT_TRANSIENT_BACKOFF_MAX_SECONDS",
 }
 
 # The processed trigger ids' retention is at least this many times the longest
@@ -118,6 +153,9 @@ def parse_bool(name: str, raw: object) -> bool:
     )
 
 
+# The most transient retries a setting may ask for: past it a trigger that cannot heal
+# waits hours at the backoff cap before a person hears of it.
+TRANSIENT_RETRIES_CEILING = 100
 # Past this the JSON encoder and decoder themselves would recurse too deep.
 MAX_DEPTH_CEILING = 500
 # The most triggers one task applies in one transaction: past a few dozen the commit
@@ -204,6 +242,11 @@ class Settings(BaseModel):
     # "eager": true}} (JSON in the environment); a type not named uses the two settings
     # above and goes through the broker.
     job_types: dict[str, JobTypeSetting] = Field(default_factory=dict)
+    # Instance priorities (docs/flow-control.md, "Priorities"): 0 is off; N gives the
+    # broker's queues N + 1 levels (RabbitMQ x-max-priority, Redis priority steps), and a
+    # start's or a job's message its priority from the variable ``priority_variable``.
+    priority_levels: int = Field(default=0, ge=0, le=10)
+    priority_variable: str = Field(default="priority", min_length=1, max_length=255)
     # Node entries one trigger may make before the instance commits and continues in a
     # follow-up trigger (docs/limits.md, "Step budget").
     step_budget: int = 1000
@@ -222,6 +265,18 @@ class Settings(BaseModel):
     # own transaction, so the table never grows past the bound (docs/limits.md).
     unmatched_messages_kept: int = 1000
     unmatched_messages_retention_seconds: float = 86_400.0
+    # Deliveries of one trigger that may start; the next one is not applied: the trigger
+    # is kept as a PoisonTrigger (persistence/deliveries.py; docs/limits.md, "What an
+    # operator sees: poison triggers").
+    max_deliveries: int = 3
+    # A transient failure (tasks/transient.py: a lost connection, a deadlock, a lock or
+    # statement timeout, the broker unreachable) is retried this many times after the
+    # first try, each after a jittered wait that doubles from the base up to the cap,
+    # before it is kept like a deterministic one (docs/limits.md, "Transient failures").
+    # The defaults ride out about a minute and a half of outage.
+    transient_retries: int = 8
+    transient_backoff_seconds: float = 0.5
+    transient_backoff_max_seconds: float = 15.0
 
     @field_validator("audit_retention_days")
     @classmethod
@@ -259,6 +314,8 @@ class Settings(BaseModel):
         "redis_visibility_timeout",
         "processed_trigger_retention_seconds",
         "unmatched_messages_retention_seconds",
+        "transient_backoff_seconds",
+        "transient_backoff_max_seconds",
     )
     @classmethod
     def _positive(cls, value: float | None) -> float | None:
@@ -284,7 +341,9 @@ class Settings(BaseModel):
             for name, s in self.job_types.items()
         }
 
-    @field_validator("step_budget", "max_loop_items", "max_tokens", "unmatched_messages_kept")
+    @field_validator(
+        "step_budget", "max_loop_items", "max_tokens", "unmatched_messages_kept", "max_deliveries"
+    )
     @classmethod
     def _budget(cls, value: int) -> int:
         if value < 1:
@@ -303,6 +362,16 @@ class Settings(BaseModel):
     def _attempts(cls, value: int) -> int:
         if value < 0:
             raise ValueError("must be a whole number of attempts, 0 (no automatic retry) or more")
+        return value
+
+    @field_validator("transient_retries")
+    @classmethod
+    def _transient_retries(cls, value: int) -> int:
+        if not 0 <= value <= TRANSIENT_RETRIES_CEILING:
+            raise ValueError(
+                "must be a whole number of retries from 0 (keep at the first transient "
+                f"failure) to {TRANSIENT_RETRIES_CEILING}"
+            )
         return value
 
     @field_validator("max_variables_bytes")
@@ -344,6 +413,15 @@ class Settings(BaseModel):
             raise ValueError(
                 "DORMANT_TRIGGER_TIME_LIMIT_SECONDS must be greater than "
                 "DORMANT_TRIGGER_SOFT_TIME_LIMIT_SECONDS"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _backoff_cap_past_base(self) -> Settings:
+        if self.transient_backoff_max_seconds < self.transient_backoff_seconds:
+            raise ValueError(
+                "DORMANT_TRANSIENT_BACKOFF_MAX_SECONDS must be at least "
+                f"DORMANT_TRANSIENT_BACKOFF_SECONDS ({self.transient_backoff_seconds:g} s here)"
             )
         return self
 

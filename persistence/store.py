@@ -60,9 +60,11 @@ from dormant.engine_core.errors import (
     CorruptCheckpoint,
     InvalidOperation,
     UnknownInstance,
+    UnknownProcess,
 )
 from dormant.engine_core.inputs import check_text, check_variables
 from dormant.engine_core.operations import projected_waits
+from dormant.engine_core.tenants import DEFAULT_TENANT
 from dormant.engine_core.triggers import MigrateInstance, Start, Trigger
 from dormant.persistence import clock, migrate, round_trips, savepoints
 from dormant.persistence.db import make_engine, read_only
@@ -73,6 +75,7 @@ from dormant.persistence.failed_triggers import FLAGGED, FailedTriggers
 from dormant.persistence.holds import sync_holds
 from dormant.persistence.inbox import queue_mark_processed
 from dormant.persistence.incident_rows import sync_incidents
+from dormant.persistence.job_flow import JobFlow
 from dormant.persistence.outbox_queue import OutboxQueue, OutboxRow
 from dormant.persistence.published_jobs import FLUSH_AFTER_SECONDS, Ride
 from dormant.persistence.queries import Queries
@@ -126,6 +129,10 @@ class NewInstance:
     parent: dict[str, str] | None = None
     trigger_id: str | None = None
     inbox_id: str | None = None
+    # The producer's tenant: the process must be that tenant's (``UnknownProcess`` if
+    # not); a call activity's child carries its parent's. None: the process's own
+    # tenant (a timer start), or with ``parent`` the parent's, read (docs/tenants.md).
+    tenant: str | None = None
 
     def trigger(self) -> Start:
         return Start(
@@ -166,6 +173,8 @@ class _StepWrite:
     ride: Ride | None = None
     last: bool = False
     earlier: _Earlier | None = None
+    # The instance's tenant, stamped on the hold and incident rows it writes.
+    tenant: str = DEFAULT_TENANT
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,6 +295,7 @@ def locking_instance(instance_id: Any, trigger_id: Any | None) -> Any:
             instances.c.version,
             instances.c.status,
             instances.c.revision,
+            instances.c.tenant_id,
             # As text (``checkpoint::text`` on PostgreSQL): ``apply`` validates it in
             # one pass, with no dict parsed by the driver in between.
             cast(instances.c.checkpoint, Text).label("checkpoint"),
@@ -356,6 +366,7 @@ _START = insert(instances).values(
                 "created_at",
                 "updated_at",
                 "parent_id",
+                "tenant_id",
             )
         },
         "checkpoint": cast(bindparam("start_checkpoint", type_=Text), JSONB),
@@ -413,6 +424,7 @@ class Store:
         self.outbox = OutboxQueue(
             self, min(FLUSH_AFTER_SECONDS, settings.outbox_sweep_after_seconds / 4)
         )
+        self.flow = JobFlow(self.engine, {t: s.flow_limits for t, s in settings.job_types.items()})
         if check_schema:
             migrate.ensure_schema(self.engine)
 
@@ -543,13 +555,38 @@ class Store:
             if existing is not None:
                 return existing
         definition, ver = self.deployments.definition(new.key, new.version, conn=conn)
+        new = dataclasses.replace(new, tenant=self._start_tenant(conn, new))
         first = core.new_checkpoint(definition, new.instance_id, ver, now)
         services = self._decisions.services(conn, definition)
         step = core.apply(definition, first, new.trigger(), now=now, services=services)
         written = _StepWrite(
-            new.instance_id, first, step, now, new.trigger_id, new.inbox_id, ride=ride, last=last
+            new.instance_id,
+            first,
+            step,
+            now,
+            new.trigger_id,
+            new.inbox_id,
+            ride=ride,
+            last=last,
+            tenant=new.tenant or DEFAULT_TENANT,
         )
         return self._write_start(conn, new, written, checked)
+
+    def _start_tenant(self, conn: Connection, new: NewInstance) -> str:
+        """The tenant of the instance ``new`` starts: its process's. A producer bound to
+        another tenant meets ``UnknownProcess``, worded as for a key nobody deployed,
+        so a start tells no tenant what another one has; a call activity's child must
+        be of its parent's tenant (the start task names it; a caller of the Store that
+        does not costs one more read)."""
+        owner = self.deployments.tenant(new.key, conn=conn)
+        asked = new.tenant
+        if asked is None and new.parent is not None:
+            asked = conn.execute(
+                select(instances.c.tenant_id).where(instances.c.id == new.parent["instance_id"])
+            ).scalar()
+        if asked is not None and asked != owner:
+            raise UnknownProcess(f"no process {new.key!r} is deployed for tenant {asked!r}")
+        return owner
 
     def _write_start(
         self, conn: Connection, new: NewInstance, written: _StepWrite, checked: bool
@@ -574,6 +611,7 @@ class Store:
             "created_at": earlier.at if earlier is not None else now,
             "updated_at": now,
             "parent_id": (new.parent or {}).get("instance_id"),
+            "tenant_id": written.tenant,
             "waiting_nodes": waiting_nodes(cp),
         }
         postgres = conn.dialect.name == "postgresql"
@@ -632,6 +670,7 @@ class Store:
             if new.version_tag is not None and version is None:
                 version = self.deployments.tagged_version(conn, new.key, new.version_tag)
             definition, ver = self.deployments.definition(new.key, version, conn=conn)
+            tenant = self._start_tenant(conn, new)
             services = self._decisions.services(conn, definition)
         first = core.new_checkpoint(definition, new.instance_id, ver, now)
         step = core.apply(definition, first, new.trigger(), now=now, services=services)
@@ -665,6 +704,7 @@ class Store:
                 ride=ride,
                 last=True,
                 earlier=earlier,
+                tenant=tenant,
             )
             return self._write_start(conn, new, written, checked)
 
@@ -899,7 +939,17 @@ class Store:
         before = step.holds_before if step.holds_before is not None else decode_holds(stored)
         return self._write_step(
             writes,
-            _StepWrite(instance_id, before, step, now, trigger_id, also=also, ride=ride, last=True),
+            _StepWrite(
+                instance_id,
+                before,
+                step,
+                now,
+                trigger_id,
+                also=also,
+                ride=ride,
+                last=True,
+                tenant=row.tenant_id,
+            ),
         )
 
     def _queue_checkpoint(
@@ -963,10 +1013,17 @@ class Store:
         )
         old, earlier, ride = written.old, written.earlier, written.ride
         cp = step.checkpoint
+        waits_before, waits_after = projected_waits(old), projected_waits(cp)
         buffered = sync_holds(
-            writes, instance_id, cp.process_key, projected_waits(old), projected_waits(cp), now
+            writes,
+            instance_id,
+            cp.process_key,
+            waits_before,
+            waits_after,
+            now,
+            tenant=written.tenant,
         )
-        sync_incidents(writes, old, cp)
+        sync_incidents(writes, old, cp, written.tenant)
         facts_at = [(cp.revision, now, f) for f in step.facts]
         if earlier is not None:
             before = earlier.step
@@ -976,14 +1033,20 @@ class Store:
         # the row id: SQLite reuses the id of a deleted row, so a CancelChild published
         # as "outbox:7" after the StartChild "outbox:7" was deleted would be dropped by
         # the child as a duplicate of its own start.
+        # A non-default tenant rides each payload: a thrown message or signal stays in
+        # it, a child starts in it, a job carries it (tasks/outbox.py).
+        envelope = {} if written.tenant == DEFAULT_TENANT else {"tenant": written.tenant}
         rows: list[dict[str, Any]] = [
             {
                 "kind": kind,
-                "payload": payload | {"trigger_id": f"{instance_id}@{cp.revision}.{i}"},
+                "payload": payload | {"trigger_id": f"{instance_id}@{cp.revision}.{i}"} | envelope,
                 "created_at": now,
             }
             for i, (kind, payload) in enumerate(encode_effect(e) for e in step.effects)
         ]
+        # Flow control (persistence/job_flow.py): a job over its type's limits waits
+        # instead of being sent; a job whose wait ended frees its slot for the next.
+        rows = self.flow.on_step(writes.conn, instance_id, waits_before, waits_after, rows, now)
         if rows:
             writes.add_rows(outbox, rows, returning=(outbox.c.id, "outbox"))
         if trigger_id is not None:

@@ -35,6 +35,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.types import TypeDecorator
 
 from dormant.engine_core.checkpoint import IncidentState, InstanceStatus
+from dormant.engine_core.tenants import DEFAULT_TENANT, MAX_TENANT_LENGTH
 
 __all__ = [
     "ACTIVE_STATUSES",
@@ -56,6 +57,10 @@ __all__ = [
     "held_jobs",
     "inbox",
     "instances",
+    "job_flow_keys",
+    "job_flow_slots",
+    "job_flow_types",
+    "job_flow_waiting",
     "job_type_pauses",
     "message_correlations",
     "messages",
@@ -64,6 +69,8 @@ __all__ = [
     "processed_triggers",
     "start_timers",
     "subscriptions",
+    "tenant_column",
+    "trigger_redeliveries",
     "unmatched_messages",
     "user_task_candidates",
     "user_tasks",
@@ -109,6 +116,18 @@ def _Id() -> Any:
     return BigInteger().with_variant(Integer(), "sqlite")
 
 
+def tenant_column() -> Column[str]:
+    """The tenant a row belongs to (migration 0022, docs/tenants.md): NOT NULL, and
+    ``<default>`` for every row written before tenants or without one, so a database
+    that never names a tenant reads exactly as before."""
+    return Column(
+        "tenant_id",
+        String(MAX_TENANT_LENGTH),
+        nullable=False,
+        server_default=text(f"'{DEFAULT_TENANT}'"),
+    )
+
+
 metadata = MetaData(
     naming_convention={
         "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -129,6 +148,7 @@ deployments = Table(
     Column("key", _Id(), primary_key=True, autoincrement=True),
     Column("deployed_at", UtcDateTime, nullable=False),
     Column("resources", JsonDoc(), nullable=False),
+    tenant_column(),
 )
 
 definitions = Table(
@@ -145,6 +165,9 @@ definitions = Table(
     Column("starts", JsonDoc(), nullable=False),
     Column("deployment_key", _Id(), index=True),
     Column("version_tag", String(255)),
+    # The tenant that owns this process id: every version of a key has the same one
+    # (a deploy for another tenant is refused, docs/tenants.md).
+    tenant_column(),
 )
 
 # DMN decisions, one row per (decision id, version). ``source`` is the whole .dmn file
@@ -201,6 +224,8 @@ instances = Table(
     # checkpoint: the console's "a token waits at node X" (migration 0013). A trigger
     # whose tokens stay put writes the same value, which keeps its UPDATE HOT.
     Column("waiting_nodes", JsonDoc(), nullable=False, server_default=text("'[]'")),
+    # Its process's tenant, fixed at the start (docs/tenants.md).
+    tenant_column(),
     Index("ix_instances_key_start_key", "key", "start_key"),
     # Keyed message start joins, never duplicates: at most one RUNNING instance per
     # (process key, start key). Two racing starts: the second insert waits for the
@@ -218,6 +243,8 @@ instances = Table(
     Index("ix_instances_key_version_created_at_id", "key", "version", "created_at", "id"),
     Index("ix_instances_status_created_at_id", "status", "created_at", "id"),
     Index("ix_instances_business_key_created_at_id", "business_key", "created_at", "id"),
+    # A tenant's lists, newest first (migration 0022).
+    Index("ix_instances_tenant_id_created_at_id", "tenant_id", "created_at", "id"),
     postgresql_with={"fillfactor": INSTANCES_FILLFACTOR},
 )
 # "A token waits at node X" (persistence/console_queries.py): GIN over ``waiting_nodes``
@@ -266,7 +293,9 @@ subscriptions = Table(
     Column("kind", String(16), nullable=False),  # 'message' | 'signal'
     Column("name", String(255), nullable=False),
     Column("correlation_key", String(255)),
-    Index("ix_subscriptions_kind_name_key", "kind", "name", "correlation_key"),
+    # The holder's tenant: a message or signal reaches only its own tenant's holders.
+    tenant_column(),
+    Index("ix_subscriptions_kind_name_key_tenant", "kind", "name", "correlation_key", "tenant_id"),
 )
 
 user_tasks = Table(
@@ -289,6 +318,8 @@ user_tasks = Table(
     # listeners run; and why the last transition was denied.
     Column("state", String(16), nullable=False, server_default=text("'created'")),
     Column("denied_reason", String(1024)),
+    tenant_column(),
+    Index("ix_user_tasks_tenant_id", "tenant_id"),
 )
 
 # A user task's candidate users and groups, one row each, so "tasks group G may take"
@@ -319,6 +350,8 @@ incidents = Table(
     Column("first_at", UtcDateTime, nullable=False),
     Column("last_at", UtcDateTime, nullable=False),
     Column("retry_at", UtcDateTime),
+    tenant_column(),
+    Index("ix_incidents_tenant_id", "tenant_id"),
     Index("ix_incidents_state_process_key_node_id", "state", "process_key", "node_id"),
     Index("ix_incidents_last_at_id", "last_at", "id"),
 )
@@ -360,10 +393,18 @@ processed_triggers = Table(
     Index("ix_processed_triggers_at", "at", postgresql_using="brin"),
 )
 
+# A message id is its producer's: unique within its tenant (migration 0022), so one
+# tenant's id never makes another tenant's message a duplicate.
 messages = Table(
     "messages",
     metadata,
     Column("message_id", String(255), primary_key=True),
+    Column(
+        "tenant_id",
+        String(MAX_TENANT_LENGTH),
+        primary_key=True,
+        server_default=text(f"'{DEFAULT_TENANT}'"),
+    ),
     Column("name", String(255), nullable=False),
     Column("correlation_key", String(255)),
     Column("variables", JsonDoc(), nullable=False),
@@ -388,6 +429,7 @@ unmatched_messages = Table(
     Column("name", String(255), nullable=False, index=True),
     Column("correlation_key", String(255)),
     Column("at", UtcDateTime, nullable=False, index=True),
+    tenant_column(),
 )
 
 # The processes a message has correlated to, each once (Zeebe's cardinality): written
@@ -417,6 +459,12 @@ inbox = Table(
     # on (migration 0017, persistence/parked.py).
     Column("parked_at", UtcDateTime),
     Column("parked_error", Text),
+    # Deliveries after the first that were counted (migration 0020, persistence/
+    # deliveries.py): the sweep's re-sends and the broker's flagged redeliveries.
+    Column("redeliveries", Integer, nullable=False, server_default="0"),
+    # The last error known of a delivery that died (a hard time limit's, written by the
+    # worker's main process): what a poison trigger is kept with.
+    Column("last_error", Text),
 )
 # Only the rows still waiting (migration 0009): the sweep and the backlog gauge read
 # these, and processed rows are kept as the producer's record.
@@ -425,6 +473,17 @@ Index(
     inbox.c.created_at,
     postgresql_where=inbox.c.processed_at.is_(None),
     sqlite_where=inbox.c.processed_at.is_(None),
+)
+
+# The redeliveries of a trigger with no inbox row, keyed by its trigger id (migration
+# 0020, persistence/deliveries.py): a row only once the broker delivered it again.
+trigger_redeliveries = Table(
+    "trigger_redeliveries",
+    metadata,
+    Column("trigger_id", String(255), primary_key=True),
+    Column("redeliveries", Integer, nullable=False),
+    Column("last_error", Text),
+    Column("updated_at", UtcDateTime, nullable=False, index=True),
 )
 
 # Triggers that could not be applied, kept for an operator (persistence/failed_triggers.py).
@@ -497,6 +556,64 @@ held_jobs = Table(
     Column("held_at", UtcDateTime, nullable=False),
 )
 
+# Flow control of job types (persistence/job_flow.py, docs/flow-control.md; migration
+# 0021). One row per limited type (its counts, its run-time limits if an operator set
+# them, its pause) and per key of it; a slot per job out; a waiting row per job that
+# was over a limit, granted round-robin across keys when a slot frees.
+job_flow_types = Table(
+    "job_flow_types",
+    metadata,
+    Column("job_type", String(255), primary_key=True),
+    Column("running", Integer, nullable=False, default=0),
+    Column("waiting", Integer, nullable=False, default=0),
+    # every grant of the type counts here; a key's ``last_grant`` is the count then
+    Column("grants", BigInteger, nullable=False, default=0),
+    Column("paused_until", UtcDateTime),
+    Column("tokens", Float),
+    Column("tokens_at", UtcDateTime),
+    # the operator's limits (``dormant job-types set-limit``), over DORMANT_JOB_TYPES
+    Column("limits", JsonDoc()),
+    Column("limits_set_at", UtcDateTime),
+)
+
+job_flow_keys = Table(
+    "job_flow_keys",
+    metadata,
+    Column("job_type", String(255), primary_key=True),
+    Column("flow_key", String(255), primary_key=True),
+    Column("running", Integer, nullable=False, default=0),
+    Column("waiting", Integer, nullable=False, default=0),
+    Column("last_grant", BigInteger, nullable=False, default=0),
+    Column("paused_until", UtcDateTime),
+    Column("tokens", Float),
+    Column("tokens_at", UtcDateTime),
+)
+
+job_flow_slots = Table(
+    "job_flow_slots",
+    metadata,
+    Column("instance_id", String(255), primary_key=True),
+    Column("wait_id", String(255), primary_key=True),
+    Column("job_type", String(255), nullable=False),
+    Column("flow_key", String(255), nullable=False),
+    Column("payload", JsonDoc(), nullable=False),
+    Column("granted_at", UtcDateTime, nullable=False),
+)
+
+job_flow_waiting = Table(
+    "job_flow_waiting",
+    metadata,
+    Column("id", _Id(), primary_key=True, autoincrement=True),
+    Column("job_type", String(255), nullable=False),
+    Column("flow_key", String(255), nullable=False),
+    Column("instance_id", String(255), nullable=False),
+    Column("wait_id", String(255), nullable=False),
+    Column("payload", JsonDoc(), nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+    Index("job_flow_waiting_key", "job_type", "flow_key", "id"),
+    Index("job_flow_waiting_wait", "instance_id", "wait_id"),
+)
+
 # The console's signed-in sessions (persistence/console_sessions.py): the cookie names a
 # row; signing out deletes it.
 console_sessions = Table(
@@ -537,6 +654,8 @@ api_jobs = Table(
     Column("worker", String(255)),
     Column("deadline", UtcDateTime),
     Column("created_at", UtcDateTime, nullable=False),
+    # Its instance's tenant: an activation may ask for chosen tenants' jobs only.
+    tenant_column(),
     Index("ix_api_jobs_job_type_worker", "job_type", "worker"),
     Index("ix_api_jobs_instance_id_wait_id", "instance_id", "wait_id"),
 )

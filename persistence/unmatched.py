@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import Connection, Engine, delete, insert, select
 
+from dormant.engine_core.tenants import DEFAULT_TENANT
 from dormant.persistence.tables import messages, unmatched_messages
 
 __all__ = [
@@ -79,6 +80,7 @@ def record_unmatched(
     correlation_key: str | None,
     now: datetime,
     *,
+    tenant: str = DEFAULT_TENANT,
     kept: int,
     retention_seconds: float,
 ) -> None:
@@ -87,7 +89,13 @@ def record_unmatched(
     grow with inserts), the age bound by ``at``: both through an index."""
     new_id = conn.execute(
         insert(unmatched_messages)
-        .values(message_id=message_id, name=name, correlation_key=correlation_key, at=now)
+        .values(
+            message_id=message_id,
+            name=name,
+            correlation_key=correlation_key,
+            at=now,
+            tenant_id=tenant,
+        )
         .returning(unmatched_messages.c.id)
     ).scalar_one()
     u = unmatched_messages.c
@@ -103,28 +111,35 @@ def unmatched(
     retention_seconds: float,
     *,
     name: str | None = None,
+    tenant: str | None = None,
     limit: int = 100,
 ) -> list[UnmatchedMessage]:
-    """The most recent unmatched messages first (``name``: of that name only); a row
-    past the retention is not shown even before the next drop trims it."""
+    """The most recent unmatched messages first (``name``: of that name only;
+    ``tenant``: of that tenant only); a row past the retention is not shown even
+    before the next drop trims it."""
     u = unmatched_messages.c
     q = select(u.name, u.correlation_key, u.at, u.message_id).where(
         u.at >= now - timedelta(seconds=retention_seconds)
     )
     if name is not None:
         q = q.where(u.name == name)
+    if tenant is not None:
+        q = q.where(u.tenant_id == tenant)
     with engine.connect() as conn:
         rows = conn.execute(q.order_by(u.id.desc()).limit(limit)).all()
     return [UnmatchedMessage(r.name, r.correlation_key, r.at, r.message_id) for r in rows]
 
 
-def read_receipt(engine: Engine, message_id: str) -> MessageReceipt | None:
-    """The message's outcome once it is recorded; None while it is not (yet)."""
+def read_receipt(
+    engine: Engine, message_id: str, tenant: str = DEFAULT_TENANT
+) -> MessageReceipt | None:
+    """The outcome of ``tenant``'s message once it is recorded; None while it is not
+    (yet)."""
     m = messages.c
     with engine.connect() as conn:
         row = conn.execute(
             select(m.expires_at, m.consumed_by_instance, m.correlations).where(
-                m.message_id == message_id
+                m.message_id == message_id, m.tenant_id == tenant
             )
         ).first()
     if row is None:

@@ -68,7 +68,7 @@ from dormant.engine_core.errors import DormantError
 from dormant.persistence import clock, migrate
 from dormant.persistence.settings import Settings
 from dormant.persistence.store import Store
-from dormant.tasks import quiet_logs, wire
+from dormant.tasks import priorities, quiet_logs, wire
 from dormant.tasks.job_task import JobTask
 from dormant.tasks.tracing import publish_headers
 
@@ -140,6 +140,9 @@ RELAY_OUTBOX_EVERY = 3.0
 BATCH_SWEEP_EVERY = 5.0
 # How often beat deletes processed trigger ids past their retention (persistence/processed.py).
 PROCESSED_SWEEP_EVERY = 60.0
+# How often beat grants waiting jobs no finished job will (docs/flow-control.md): the
+# lag of a job behind a RateLimited pause, a token bucket or a raised limit.
+FLOW_SWEEP_EVERY = 0.5
 
 
 _REDIS_SCHEMES = ("redis://", "rediss://", "redis+socket://")
@@ -190,10 +193,17 @@ def _conf(s: Settings) -> dict[str, Any]:
         "task_acks_late": True,
         "task_reject_on_worker_lost": True,
         "worker_prefetch_multiplier": 1,
+        # Each pool process gets its own graceful-exit event (billiard's restart
+        # sentinel): a process whose job ran out of memory sets its own and is replaced
+        # once the failure is reported (tasks/job_task.py, ``retire_this_process``).
+        "worker_pool_restarts": True,
         # SIGTERM is a cold shutdown with this grace (the CLI sets REMAP_SIGTERM): a
         # warm one waits for running tasks without any bound.
         "worker_soft_shutdown_timeout": s.worker_shutdown_timeout_seconds,
-        "broker_transport_options": _transport_options(s.broker_url, s.redis_visibility_timeout),
+        "broker_transport_options": _transport_options(s.broker_url, s.redis_visibility_timeout)
+        | priorities.transport_options(s.broker_url, s.priority_levels),
+        # Instance priorities, when on (tasks/priorities.py): RabbitMQ's x-max-priority.
+        **priorities.broker_options(s.broker_url, s.priority_levels),
         # Redis: dormant's exchanges known to each channel before kombu's restore of a
         # dead worker's messages (tasks/redis_transport.py says why).
         "broker_transport": broker_transport(s.broker_url),
@@ -231,6 +241,15 @@ def _conf(s: Settings) -> dict[str, Any]:
                     "routing_key": "trigger.batches_sweep",
                 },
             },
+            wire.FLOW_SWEEP: {
+                "task": wire.FLOW_SWEEP,
+                "schedule": FLOW_SWEEP_EVERY,
+                "options": {
+                    "queue": "dormant",
+                    "exchange": "dormant",
+                    "routing_key": "trigger.flow_sweep",
+                },
+            },
             wire.PROCESSED_SWEEP: {
                 "task": wire.PROCESSED_SWEEP,
                 "schedule": PROCESSED_SWEEP_EVERY,
@@ -254,6 +273,7 @@ app = Celery(
         "dormant.tasks.triggers",
         "dormant.tasks.timers",
         "dormant.tasks.jobs",
+        "dormant.tasks.job_flow",
         "dormant.tasks.operations",
         "dormant.tasks.failed",
     ],
@@ -343,12 +363,20 @@ def _bound_trigger_tasks(**_: Any) -> None:
     before the consumer builds its per-task request classes (which copy the limits).
     Celery enforces them in the prefork pool only (``dormant worker``); the soft one
     raises ``SoftTimeLimitExceeded`` inside the task, which the trigger tasks keep as a
-    failed trigger, the hard one kills the pool process (the trigger is redelivered).
+    failed trigger, the hard one kills the pool process.
+
+    A trigger past its hard limit is put back on its queue (``acks_on_timeout`` off,
+    Celery 5.7), not acknowledged as Celery does by default: acknowledged, a plain
+    producer's trigger (no inbox row for the sweep to re-send) would be lost. Put back,
+    it comes again flagged ``redelivered`` and is counted, and past
+    ``DORMANT_MAX_DELIVERIES`` it is kept as a ``PoisonTrigger`` (docs/limits.md,
+    "What an operator sees: poison triggers").
     """
     for name, task in app.tasks.items():
         if name.startswith("dormant."):
             task.soft_time_limit = settings.trigger_soft_time_limit_seconds
             task.time_limit = settings.trigger_time_limit_seconds
+            task.acks_on_timeout = False
 
 
 worker_init.connect(_bound_trigger_tasks, weak=False)
@@ -405,6 +433,7 @@ def publish(
     headers: dict[str, Any] | None = None,
     connection: Any = None,
     producer: Any = None,
+    priority: int | None = None,
 ) -> None:
     """Send one task, always naming queue, exchange and a dotted routing key (an
     undotted one is replaced by the task's own, ``wire.dotted_key``).
@@ -430,6 +459,8 @@ def publish(
             headers=traced,
             connection=connection,
             producer=producer,
+            # An instance's priority (tasks/priorities.py); None: the queue's default.
+            **({"priority": priority} if priority is not None else {}),
             # What Flower shows of the arguments: no variable's value (tasks/wire.py).
             argsrepr="()",
             kwargsrepr=wire.shown_kwargs(task_name, kwargs),

@@ -23,12 +23,15 @@ from dormant.engine_core.errors import (
     UnknownInstance,
 )
 from dormant.engine_core.states import INCIDENT_STATES, LISTED_STATUSES, QUEUED
+from dormant.persistence import audit as audit_rows
 from dormant.persistence import clock
 from dormant.tasks.cli_common import make_client as _client
-from dormant.tasks.cli_common import parse_vars, parse_when, read_database
+from dormant.tasks.cli_common import named_tenant, parse_vars, parse_when, read_database
 from dormant.tasks.cli_common import var_option as _var
 from dormant.tasks.cli_deployments import register as register_deployments
+from dormant.tasks.cli_flow import register as register_flow
 from dormant.tasks.cli_operations import register as register_operations
+from dormant.tasks.cli_process_tests import register as register_process_tests
 from dormant.tasks.display import (
     audit_columns,
     failed_trigger_columns,
@@ -58,13 +61,24 @@ __all__ = ["cli", "main"]
     help="who the audit trail records for operator actions (default: $DORMANT_ACTOR, "
     "else the OS user)",
 )
+@click.option(
+    "--tenant",
+    default=None,
+    envvar="DORMANT_TENANT",
+    metavar="TENANT",
+    help="act for this tenant: deploy, start, send, signal and complete tasks for it, and "
+    "list only its instances, tasks, incidents and deployments (default: $DORMANT_TENANT, "
+    "else every tenant's lists and <default> for the rest; docs/tenants.md)",
+)
 @click.pass_context
-def cli(ctx: click.Context, actor: str | None) -> None:
+def cli(ctx: click.Context, actor: str | None, tenant: str | None) -> None:
     """dormant: a BPMN process engine on Celery."""
-    ctx.ensure_object(dict)["actor"] = actor
+    obj = ctx.ensure_object(dict)
+    obj["actor"] = actor
+    obj["tenant"] = tenant
 
 
-# -- the audit trail (docs/operations.md "Audit trail") -------------------------------
+# -- the audit trail (docs/audit.md) -------------------------------
 
 
 @cli.group()
@@ -72,26 +86,86 @@ def audit() -> None:
     """The audit trail of operator actions."""
 
 
+def _audit_filters(command: Any) -> Any:
+    """The filters ``audit list`` and ``audit export`` share (docs/audit.md)."""
+    for option in reversed(
+        (
+            click.option("--actor", default=None, help="actions by this user"),
+            click.option(
+                "--source", type=click.Choice(audit_rows.SOURCES), default=None, help="from here"
+            ),
+            click.option("--action", default=None, help="this action (cancel, incident_retry…)"),
+            click.option("--instance", "instance_id", default=None, help="on this instance"),
+            click.option(
+                "--outcome", type=click.Choice(audit_rows.OUTCOMES), default=None, help="outcome"
+            ),
+            click.option("--since", default=None, metavar="T", help="at or after T (ISO 8601)"),
+            click.option("--until", default=None, metavar="T", help="before T (ISO 8601)"),
+        )
+    ):
+        command = option(command)
+    return command
+
+
+def _audit_filter(
+    actor: str | None,
+    source: str | None,
+    action: str | None,
+    instance_id: str | None,
+    outcome: str | None,
+    since: str | None,
+    until: str | None,
+) -> audit_rows.AuditFilter:
+    return audit_rows.AuditFilter(
+        actor=actor,
+        source=source,
+        action=action,
+        instance_id=instance_id,
+        outcome=outcome,
+        since=parse_when(since),
+        until=parse_when(until),
+    )
+
+
 @audit.command("list")
-@click.option("--actor", default=None, help="actions by this user")
-@click.option("--instance", "instance_id", default=None, help="actions on this instance")
-@click.option("--since", default=None, metavar="T", help="at or after T (ISO 8601)")
+@_audit_filters
 @click.option("--limit", type=click.IntRange(1, 10_000), default=200, show_default=True)
 @_output
 def audit_list(
     actor: str | None,
+    source: str | None,
+    action: str | None,
     instance_id: str | None,
+    outcome: str | None,
     since: str | None,
+    until: str | None,
     limit: int,
     fmt: str,
     as_json: bool,
 ) -> None:
     """Operator actions, newest first: who, from where, what, on what, the outcome
     (variable values hidden)."""
-    rows = _client().audit_log(
-        actor=actor, instance_id=instance_id, since=parse_when(since), limit=limit
-    )
+    where = _audit_filter(actor, source, action, instance_id, outcome, since, until)
+    rows = _client().audit_log(where=where, limit=limit)
     _emit(rows, audit_columns(clock.now()), fmt, as_json, lambda a: a.as_json(), "no audit entries")
+
+
+@audit.command("export")
+@_audit_filters
+def audit_export(
+    actor: str | None,
+    source: str | None,
+    action: str | None,
+    instance_id: str | None,
+    outcome: str | None,
+    since: str | None,
+    until: str | None,
+) -> None:
+    """Every matching action as JSON lines, oldest first, streamed (no row cap: the
+    retention bounds it; docs/audit.md "Export")."""
+    where = _audit_filter(actor, source, action, instance_id, outcome, since, until)
+    for entry in _client().audit_export(where):
+        click.echo(json.dumps(entry.as_json(), sort_keys=True))
 
 
 # -- database ------------------------------------------------------------------------
@@ -422,6 +496,7 @@ def instances_list(
 
     now = clock.now()
     selected = InstanceFilter(
+        tenant=named_tenant(),
         key=key,
         version=version,
         status=status,
@@ -542,7 +617,10 @@ def incidents_list(
     from dormant.engine_core.views import to_dict
 
     columns = incident_columns(clock.now())
-    found = read_database(lambda q: q.incidents(instance_id, state, key=key, node_id=node_id))
+    tenant = named_tenant()
+    found = read_database(
+        lambda q: q.incidents(instance_id, state, key=key, node_id=node_id, tenant=tenant)
+    )
     _emit(found, columns, fmt, as_json, to_dict, "no incidents")
 
 
@@ -559,6 +637,8 @@ def incidents_show(incident_id: str) -> None:
 # (one or in bulk); the batches group.
 register_operations(cli, instances, incidents)
 register_deployments(cli)
+register_process_tests(cli)
+register_flow(cli)
 
 
 # -- failed triggers -----------------------------------------------------------------
@@ -722,6 +802,13 @@ _metrics_host = click.option(
     help="comma-separated queues (default: dormant.timers,dormant,celery; "
     "a timer worker: --queues dormant.timers)",
 )
+@click.option(
+    "--tenants",
+    default=None,
+    metavar="T1,T2",
+    help="serve the jobs of these tenants only, from their own queues; <default> among "
+    "them adds the usual queues (triggers and the default tenant's jobs); docs/tenants.md",
+)
 @_metrics_port
 @_metrics_host
 @click.option("--events", "-E", is_flag=True, help="send task events (Flower's task list)")
@@ -738,6 +825,7 @@ def worker(
     includes: tuple[str, ...],
     concurrency: int | None,
     queues: str | None,
+    tenants: str | None,
     metrics_port: int | None,
     metrics_host: str,
     events: bool,
@@ -747,16 +835,22 @@ def worker(
 ) -> None:
     """Run a worker: trigger tasks and the jobs of --include modules."""
     _stop_promptly_on_sigterm()
+    chosen = _tenant_queues(tenants, queues)
     _serve_metrics(metrics_port, metrics_host)
     _ensure_database()
     from dormant.tasks.app import WORKER_QUEUES, app
 
     _warn_without_timers(queues)
+    consumed = queues or WORKER_QUEUES
+    if chosen is not None:
+        extra, consumed = chosen
+        for queue in extra:  # their own exchange and key, not a missing queue's defaults
+            app.amqp.queues.add(queue)
     argv = [
         "worker",
         f"--loglevel={loglevel}",
         "-Q",
-        queues or WORKER_QUEUES,
+        consumed,
         "--without-mingle",
         "--without-gossip",
     ]
@@ -773,6 +867,24 @@ def worker(
         # and Flower then shows one worker where two run (issue 28).
         argv.append("--hostname=" + (name if "@" in name else f"{name}@%h"))
     app.worker_main(argv)
+
+
+def _tenant_queues(tenants: str | None, queues: str | None) -> tuple[list[Any], str] | None:
+    """``--tenants``: the tenants' queues to declare and the ``-Q`` list (with
+    ``--queues`` too: those queues and the tenants'); a bad tenant id is a usage
+    error naming the rule."""
+    if tenants is None:
+        return None
+    from dormant.tasks.app import WORKER_QUEUES
+    from dormant.tasks.tenant_queues import tenant_queue_names
+
+    try:
+        extra, names = tenant_queue_names(tenants.split(","), queues or WORKER_QUEUES)
+    except InvalidField as exc:
+        raise click.BadParameter(str(exc), param_hint="--tenants") from exc
+    if queues:
+        names = ",".join(dict.fromkeys([*queues.split(","), *names.split(",")]))
+    return extra, names
 
 
 @cli.command()

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from dormant.engine_core.errors import InvalidOperation, InvalidVariables
+from dormant.engine_core.errors import InvalidField, InvalidOperation, InvalidVariables
+from dormant.engine_core.tenants import check_tenant
 
 if TYPE_CHECKING:
     from dormant.persistence.queries import EngineQueries
@@ -21,6 +22,7 @@ T = TypeVar("T")
 __all__ = [
     "make_client",
     "named_actor",
+    "named_tenant",
     "parse_node_pairs",
     "parse_vars",
     "parse_when",
@@ -51,12 +53,12 @@ def parse_vars(pairs: tuple[str, ...]) -> dict[str, Any]:
 def make_client() -> Any:
     """The command's Client, acting for ``dormant --as USER`` (else ``DORMANT_ACTOR``,
     else the operating system's user: ``default_actor``) from the CLI, as the audit
-    trail records it (docs/operations.md "Audit trail")."""
+    trail records it (docs/audit.md)."""
     # Late on purpose: the Client brings Celery and kombu, which ``dormant --help`` and
     # the read-only lists never need (bench/bench_cli.py).
     from dormant.tasks.client import Client
 
-    return Client(actor=named_actor(), source="cli")
+    return Client(actor=named_actor(), source="cli", tenant=named_tenant())
 
 
 def named_actor() -> str | None:
@@ -65,6 +67,20 @@ def named_actor() -> str | None:
     obj = None if ctx is None else ctx.find_root().obj
     actor = obj.get("actor") if isinstance(obj, dict) else None
     return actor if isinstance(actor, str) and actor else None
+
+
+def named_tenant() -> str | None:
+    """The top-level ``--tenant`` (or ``DORMANT_TENANT``) of the running command,
+    checked: a bad one is a usage error naming the rule (engine_core/tenants.py)."""
+    ctx = click.get_current_context(silent=True)
+    obj = None if ctx is None else ctx.find_root().obj
+    tenant = obj.get("tenant") if isinstance(obj, dict) else None
+    if not isinstance(tenant, str) or not tenant:
+        return None
+    try:
+        return check_tenant(tenant, "--tenant")
+    except InvalidField as exc:
+        raise click.BadParameter(str(exc), param_hint="--tenant") from exc
 
 
 def read_database(reading: Callable[[EngineQueries], T]) -> T:

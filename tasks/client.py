@@ -27,7 +27,7 @@ import getpass
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any, overload
@@ -40,12 +40,15 @@ from dormant.engine_core.errors import (
     InvalidOperation,
     InvalidVariables,
     TransitionDenied,
+    UnknownDeployment,
     UnknownInstance,
     UnknownProcess,
     UnknownTask,
 )
 from dormant.engine_core.inputs import check_name, check_text, check_variables, variables_params
+from dormant.engine_core.job_flow import FlowLimits
 from dormant.engine_core.task_attributes import UPDATABLE, check_changes
+from dormant.engine_core.tenants import check_tenant
 from dormant.engine_core.triggers import (
     Cancel,
     IncidentDrop,
@@ -64,6 +67,7 @@ from dormant.persistence import audit, clock, inbox, parked, unmatched
 from dormant.persistence.batches import BatchItemView, BatchState, BatchView
 from dormant.persistence.deployments import Deployment, DeploymentRecord
 from dormant.persistence.failed_triggers import CHECKPOINT_INCIDENT
+from dormant.persistence.job_flow import FlowRow
 from dormant.persistence.parked import ParkedRow
 from dormant.persistence.routing import check_message
 from dormant.persistence.selection import Selector, Target
@@ -72,11 +76,13 @@ from dormant.persistence.store import Store
 from dormant.persistence.unmatched import MessageReceipt
 from dormant.tasks import wire
 from dormant.tasks.client_operations import Operations
+from dormant.tasks.priorities import message_priority
+from dormant.tasks.transient import retry_database
 from dormant.tasks.wire import Send
 
 __all__ = ["ENV_ACTOR", "Client", "default_actor"]
 
-# Who acts when the caller names nobody (docs/operations.md "Audit trail").
+# Who acts when the caller names nobody (docs/audit.md).
 ENV_ACTOR = "DORMANT_ACTOR"
 
 
@@ -106,10 +112,19 @@ class Client:
         *,
         actor: str | None = None,
         source: str = "client",
+        tenant: str | None = None,
     ) -> None:
         """``actor``: who this Client's operator actions are recorded as (the audit
         trail and the instance's history; default ``default_actor()``); ``source``:
-        from where (``client``, ``cli``, ``console``, ``api``)."""
+        from where (``client``, ``cli``, ``console``, ``api``).
+
+        ``tenant``: the tenant this Client deploys, starts, messages, signals and
+        completes tasks for (docs/tenants.md); without one, the default tenant
+        (``<default>``). A Client bound to a tenant also reads only that tenant's
+        instances, tasks, incidents and deployments; an unbound one reads every
+        tenant's (the operator's view), each list taking a ``tenant`` filter."""
+        self.tenant = check_tenant(tenant)
+        self._bound = tenant is not None
         self.settings = Settings.from_env(database_url=database_url, broker_url=broker_url)
         self._store = Store(settings=self.settings)
         self._known_keys: set[str] = set()
@@ -134,6 +149,16 @@ class Client:
         the console's one Client serves each signed-in user so."""
         other = copy.copy(self)
         other.actor, other.source = actor, source
+        other._operations = other._operations_for()
+        return other
+
+    def for_tenant(self, tenant: str | None) -> Client:
+        """This Client (its Store and pools shared) bound to ``tenant`` (None: the
+        default tenant): the REST API's one Client acts for each request's
+        ``tenantId`` so (docs/tenants.md)."""
+        other = copy.copy(self)
+        other.tenant, other._bound = check_tenant(tenant), True
+        other._known_keys = set()
         other._operations = other._operations_for()
         return other
 
@@ -169,11 +194,21 @@ class Client:
         instance_id: str | None = None,
         since: datetime | None = None,
         limit: int = 200,
+        where: audit.AuditFilter | None = None,
     ) -> list[audit.AuditEntry]:
-        """The audit trail, newest first (docs/operations.md "Audit trail")."""
+        """The audit trail, newest first (docs/audit.md)."""
         return audit.entries(
-            self._store.engine, actor=actor, instance_id=instance_id, since=since, limit=limit
+            self._store.engine,
+            actor=actor,
+            instance_id=instance_id,
+            since=since,
+            limit=limit,
+            where=where,
         )
+
+    def audit_export(self, where: audit.AuditFilter) -> Iterator[audit.AuditEntry]:
+        """Every row ``where`` selects, oldest first, streamed (docs/audit.md, "Export")."""
+        return audit.export(self._store.engine, where)
 
     # -- sending ---------------------------------------------------------------------
 
@@ -194,15 +229,35 @@ class Client:
             if kwargs.get("audit") is not None
         ]
         # An operator action's ``accepted`` row commits with its inbox row: neither
-        # without the other (docs/operations.md, "Audit trail").
-        inbox_ids = inbox.record_many(
-            self._store.engine,
-            triggers,
-            also=(lambda conn: audit.record(conn, accepted)) if accepted else None,
+        # without the other (docs/audit.md).
+        inbox_ids = retry_database(
+            lambda: inbox.record_many(
+                self._store.engine,
+                triggers,
+                also=(lambda conn: audit.record(conn, accepted)) if accepted else None,
+            ),
+            self._database_patience(),
+            f"{triggers[0].task if triggers else 'trigger'} not sent",
+            self.settings,
         )
-        with pooled_producer(self.settings.broker_url) as producer:
+        s = self.settings
+        with pooled_producer(s.broker_url) as producer:
             for inbox_id, (task, routing_key, kwargs) in zip(inbox_ids, triggers, strict=True):
-                publish(task, routing_key, {**kwargs, "inbox_id": inbox_id}, producer=producer)
+                # a start's instance priority (tasks/priorities.py; None when off)
+                priority = (
+                    message_priority(
+                        s.broker_url, s.priority_levels, s.priority_variable, kwargs["variables"]
+                    )
+                    if task == wire.START and isinstance(kwargs.get("variables"), dict)
+                    else None
+                )
+                publish(
+                    task,
+                    routing_key,
+                    {**kwargs, "inbox_id": inbox_id},
+                    producer=producer,
+                    priority=priority,
+                )
         return inbox_ids
 
     # -- processes -------------------------------------------------------------------
@@ -229,7 +284,9 @@ class Client:
         given = (path_or_xml, *more)
         sources = [_read_source(p, limit) for p in given]
         names = [str(p) if isinstance(p, Path) or _is_path(p) else None for p in given]
-        deployments = list(self._store.deployments.deploy_many(sources, clock.now(), names))
+        deployments = list(
+            self._store.deployments.deploy_many(sources, clock.now(), names, tenant=self.tenant)
+        )
         if not deployments:
             raise InvalidModel("the document defines no executable process")
         self._command(
@@ -240,13 +297,29 @@ class Client:
         )
         return deployments
 
-    def deployments(self, limit: int = 100) -> list[DeploymentRecord]:
-        """The newest deployments first: key, time, resources."""
-        return self._store.deployments.records(limit)
+    def deployments(self, limit: int = 100, *, tenant: str | None = None) -> list[DeploymentRecord]:
+        """The newest deployments first: key, time, resources, tenant."""
+        return self._store.deployments.records(limit, tenant=self._reads(tenant))
 
     def deployment(self, key: int) -> DeploymentRecord:
         """One deployment; ``UnknownDeployment`` when no deployment has that key."""
-        return self._store.deployments.record(key)
+        found = self._store.deployments.record(key)
+        if self._bound and found.tenant != self.tenant:
+            raise UnknownDeployment(f"no deployment {key} for tenant {self.tenant!r}")
+        return found
+
+    def _reads(self, tenant: str | None) -> str | None:
+        """The tenant a list is filtered on: a bound Client's own (another one asked
+        for is refused), else the ``tenant`` asked for (None: every tenant)."""
+        asked = None if tenant is None else check_tenant(tenant)
+        if not self._bound:
+            return asked
+        if asked is not None and asked != self.tenant:
+            raise InvalidField(
+                f"this Client is bound to tenant {self.tenant!r} and reads no other "
+                f"(asked for {asked!r})"
+            )
+        return self.tenant
 
     def start(
         self,
@@ -261,6 +334,7 @@ class Client:
         message = self._start_message(key, variables, business_key)
         if version is not None:
             self._store.deployments.definition(key, version)  # UnknownProcess if none
+            self._own_process(key)
             task, routing_key, kwargs = message
             message = Send(task, routing_key, {**kwargs, "version": version})
         self._send(message)
@@ -299,11 +373,34 @@ class Client:
         if business_key is not None:
             check_text(business_key, "business key", self._limits)
         if key not in self._known_keys:
-            self._definition(key)
-            # A deployed key stays deployed (versions are never deleted): one lookup
-            # per key and Client, not one per start.
+            retry_database(
+                lambda: self._definition(key),
+                self._database_patience(),
+                f"start of {key!r}",
+                self.settings,
+            )
+            self._own_process(key)
+            # A deployed key stays deployed (versions are never deleted) and keeps its
+            # tenant: one lookup per key and Client, not one per start.
             self._known_keys.add(key)
-        return wire.start(key, uuid.uuid4().hex, variables, business_key=business_key)
+        return wire.start(
+            key, uuid.uuid4().hex, variables, business_key=business_key, tenant=self.tenant
+        )
+
+    def _own_process(self, key: str) -> None:
+        """Refuse a process of another tenant, worded as one nobody deployed: a
+        producer learns nothing of another tenant's processes (docs/tenants.md)."""
+        if self._store.deployments.tenant(key) != self.tenant:
+            raise UnknownProcess(
+                f"no process {key!r} is deployed for tenant {self.tenant!r}; deploy it "
+                "with a Client of that tenant"
+            )
+
+    def _database_patience(self) -> float:
+        """How long a send waits out a locked or unreachable database before it says so
+        (tasks/transient.py ``retry_database``): two whole statement timeouts, so a
+        producer queued behind the workers' writes on SQLite gets its turn."""
+        return 2 * self.settings.db_statement_timeout_seconds
 
     def _definition(self, key: str) -> Any:
         try:
@@ -368,7 +465,7 @@ class Client:
         checked = check_message(
             name, correlation_key, variables, message_id, ttl, limits=self._limits
         )
-        message = wire.message(name, *checked)
+        message = wire.message(name, *checked, self.tenant)
         self._send(message)
         sent_id = str(message.kwargs["message_id"])
         if receipt is None:
@@ -383,7 +480,7 @@ class Client:
             raise InvalidField("a receipt's wait is a number of seconds, 0 or more")
         deadline = time.monotonic() + wait
         while True:
-            found = unmatched.read_receipt(self._store.engine, message_id)
+            found = unmatched.read_receipt(self._store.engine, message_id, self.tenant)
             if found is not None:
                 return found
             if time.monotonic() >= deadline:
@@ -391,7 +488,7 @@ class Client:
             time.sleep(_RECEIPT_POLL_SECONDS)
 
     def unmatched_messages(
-        self, *, name: str | None = None, limit: int = 100
+        self, *, name: str | None = None, limit: int = 100, tenant: str | None = None
     ) -> list[unmatched.UnmatchedMessage]:
         """Recent messages that went nowhere (no holder, no start, no TTL), newest
         first: a bounded, expiring record (docs/limits.md, "Unmatched messages")."""
@@ -402,6 +499,7 @@ class Client:
             clock.now(),
             self.settings.unmatched_messages_retention_seconds,
             name=name,
+            tenant=self._reads(tenant),
             limit=min(limit, self.settings.unmatched_messages_kept),
         )
 
@@ -422,18 +520,19 @@ class Client:
                 )
             try:
                 checked = check_message(**entry, limits=self._limits)
-                batch.append(wire.message(entry["name"], *checked))
+                batch.append(wire.message(entry["name"], *checked, self.tenant))
             except (InvalidField, InvalidVariables) as exc:
                 raise type(exc)(f"send_messages[{index}]: {exc}") from exc
         self._send_many(batch)
         return [str(message.kwargs["message_id"]) for message in batch]
 
     def signal(self, name: str, variables: dict[str, Any] | None = None) -> str:
-        """Broadcast a signal to every instance waiting for it; returns the signal id."""
+        """Broadcast a signal to every instance of this Client's tenant waiting for it
+        (and its processes' signal starts); returns the signal id."""
         check_name(name, "signal name", self._limits)
         variables = check_variables(variables, f"signal {name!r} variables", self._limits)
         signal_id = uuid.uuid4().hex
-        self._send(wire.signal(name, variables, signal_id))
+        self._send(wire.signal(name, variables, signal_id, self.tenant))
         return signal_id
 
     # -- user tasks ------------------------------------------------------------------
@@ -446,9 +545,10 @@ class Client:
         candidate_user: str | None = None,
         candidate_group: str | None = None,
         due_before: datetime | None = None,
+        tenant: str | None = None,
     ) -> list[UserTaskView]:
         """Open user tasks; each filter given must hold (``due_before``: a due date
-        strictly earlier, timezone-aware)."""
+        strictly earlier, timezone-aware; ``tenant``: of that tenant)."""
         if due_before is not None and due_before.utcoffset() is None:
             raise InvalidField("due_before needs a time zone (e.g. 2026-10-02T08:00:00+00:00)")
         return list(
@@ -458,17 +558,22 @@ class Client:
                 candidate_user=candidate_user,
                 candidate_group=candidate_group,
                 due_before=due_before,
+                tenant=self._reads(tenant),
             )
         )
 
     def user_task(self, task_id: str) -> UserTaskView:
-        """One open user task (``UnknownTask`` when none has this id)."""
-        return self._store.queries.task_view(task_id)
+        """One open user task (``UnknownTask`` when none has this id, or when it is
+        another tenant's and this Client is bound to one)."""
+        view = self._store.queries.task_view(task_id)
+        if self._bound and view.tenant != self.tenant:
+            raise UnknownTask(f"no open user task has id {task_id!r} for tenant {self.tenant!r}")
+        return view
 
     def _transition(self, task_id: str, what: str) -> UserTaskView:
         """The task, if it can take a transition now: refused while the listeners of
         another one run (``InvalidOperation``), as the engine would refuse it."""
-        view = self._store.queries.task_view(task_id)
+        view = self.user_task(task_id)
         if view.state != "created":
             raise InvalidOperation(
                 f"user task {task_id} is {view.state} (its task listeners run); "
@@ -491,8 +596,10 @@ class Client:
         completed; False without ``wait``, or past it with the completion under way."""
         variables = check_variables(variables, "task variables", self._limits)
         view = self._transition(task_id, "complete")
+        if view.tenant != self.tenant:  # a producer completes its own tenant's tasks only
+            raise UnknownTask(f"no open user task has id {task_id!r} for tenant {self.tenant!r}")
         seen = len(self._store.queries.history(view.instance_id)) if wait is not None else 0
-        self._send(wire.complete_task(task_id, variables))
+        self._send(wire.complete_task(task_id, variables, self.tenant))
         return self._completion(view, seen, wait) if wait is not None else False
 
     def _completion(self, view: UserTaskView, seen: int, wait: float) -> bool:
@@ -569,7 +676,9 @@ class Client:
     # -- instances -------------------------------------------------------------------
 
     def instance(self, instance_id: str) -> InstanceView:
-        found = self._store.queries.instance(instance_id)
+        found: InstanceView | None = self._store.queries.instance(instance_id)
+        if found is not None and self._bound and found.tenant != self.tenant:
+            found = None  # another tenant's: unknown to a Client bound to this one
         if found is None:
             raise UnknownInstance(
                 f"no instance {instance_id!r}; list them with `dormant instances list`"
@@ -577,9 +686,14 @@ class Client:
         return found
 
     def instances(
-        self, status: str | None = None, key: str | None = None, limit: int = 1000
+        self,
+        status: str | None = None,
+        key: str | None = None,
+        limit: int = 1000,
+        *,
+        tenant: str | None = None,
     ) -> list[InstanceView]:
-        return list(self._store.queries.instances(status, key, limit))
+        return list(self._store.queries.instances(status, key, limit, tenant=self._reads(tenant)))
 
     def cancel(self, instance_id: str) -> None:
         view = self.instance(instance_id)
@@ -651,16 +765,36 @@ class Client:
         """Paused job types and how many jobs each holds."""
         return self._operations.paused_job_types()
 
+    def job_types(self) -> list[FlowRow]:
+        """Flow control, per limited job type and per key with jobs out, waiting or
+        paused: running, waiting, limit, rate, paused until (docs/flow-control.md)."""
+        return self._operations.job_types()
+
+    def set_job_type_limits(self, job_type: str, **changes: Any) -> FlowLimits:
+        """Change ``job_type``'s limits at run time (``concurrency``, ``key``,
+        ``key_concurrency``, ``rate``, ``key_rate``, ``rate_period_seconds``; None removes
+        one); no change given: back to ``DORMANT_JOB_TYPES``. Audited. Workers see it
+        within a second; jobs waiting under a raised limit go with beat's next sweep."""
+        return self._operations.set_job_type_limits(job_type, changes)
+
     def select(self, operation: str, selector: Selector) -> list[Target]:
         """What a bulk operation would act on (a dry run)."""
-        return self._operations.select(operation, selector)
+        return self._operations.select(operation, self._scoped(selector))
 
     def bulk(
         self, operation: str, selector: Selector, params: Mapping[str, Any] | None = None
     ) -> BatchView:
         """Write a batch for ``operation`` (``incident_retry|resolve|drop``, ``cancel``,
         ``suspend``, ``resume``, ``migrate``, ``set_variables``) and start it."""
-        return self._operations.bulk(operation, selector, params)
+        return self._operations.bulk(operation, self._scoped(selector), params)
+
+    def _scoped(self, selector: Selector) -> Selector:
+        """A batch's selector within this Client's tenant when it is bound to one: a
+        batch then acts on nothing of another tenant (docs/tenants.md)."""
+        tenant = self._reads(selector.tenant)
+        if tenant == selector.tenant:
+            return selector
+        return selector.model_copy(update={"tenant": tenant})
 
     def batches(self, limit: int = 100) -> list[BatchView]:
         return self._operations.batches(limit)
@@ -699,12 +833,20 @@ class Client:
         *,
         key: str | None = None,
         node_id: str | None = None,
+        tenant: str | None = None,
     ) -> list[IncidentView]:
         """Incidents, open and closed, oldest last failure first; every filter is optional."""
-        return list(self._store.queries.incidents(instance_id, state, key=key, node_id=node_id))
+        return list(
+            self._store.queries.incidents(
+                instance_id, state, key=key, node_id=node_id, tenant=self._reads(tenant)
+            )
+        )
 
     def incident(self, incident_id: str) -> IncidentView:
-        return self._store.queries.incident(incident_id)
+        found = self._store.queries.incident(incident_id)
+        if self._bound:
+            self.instance(found.instance_id)  # UnknownInstance: another tenant's
+        return found
 
     def _operate(self, incident_id: str, op: str) -> None:
         incident = self.incident(incident_id)
@@ -757,16 +899,16 @@ class Client:
         from dormant.tasks.app import app, broker_transport
         from dormant.tasks.failed import resend
 
+        owner = self._store.failed.failed_trigger(failed_id).instance_id
         url = self.settings.broker_url
         with app.connection_for_write(url, transport=broker_transport(url)) as conn:
             resend(self._store, failed_id, connection=conn)
-        self._command("trigger_retry", target=failed_id, done=True)
+        self._command("trigger_retry", target=failed_id, instance_id=owner, done=True)
 
     def drop_trigger(self, failed_id: str) -> FailedTriggerView:
         """Delete a failed trigger for good (its instance's history records it)."""
-        dropped = self._store.failed.drop_failed(failed_id, clock.now())
-        self._command("trigger_drop", target=failed_id, instance_id=dropped.instance_id, done=True)
-        return dropped
+        cmd = self._command("trigger_drop", target=failed_id)
+        return self._store.failed.drop_failed(failed_id, clock.now(), cmd)
 
     # -- parked sweep rows (persistence/parked.py) -------------------------------------
 
@@ -775,12 +917,15 @@ class Client:
         return parked.parked_rows(self._store.engine)
 
     def retry_parked(self, ref: str) -> None:
-        """Unpark ``ref`` (``inbox:<id>`` / ``outbox:<id>``): the next sweep sends it."""
+        """Unpark ``ref`` (``inbox:<id>`` / ``outbox:<id>``): the next sweep sends it.
+        Audited like every operator action (docs/audit.md)."""
         parked.retry(self._store.engine, ref)
+        self._command("parked_retry", target=ref, done=True)
 
     def drop_parked(self, ref: str) -> None:
-        """Delete parked row ``ref`` for good: what it held is never sent."""
+        """Delete parked row ``ref`` for good: what it held is never sent. Audited."""
         parked.drop(self._store.engine, ref)
+        self._command("parked_drop", target=ref, done=True)
 
 
 def _is_path(path_or_xml: str | bytes | Path) -> bool:

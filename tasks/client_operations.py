@@ -21,6 +21,7 @@ from typing import Any
 from dormant.engine_core.checkpoint import ROOT_SCOPE, InstanceStatus
 from dormant.engine_core.errors import InvalidOperation
 from dormant.engine_core.inputs import Limits, variables_params
+from dormant.engine_core.job_flow import FlowLimits
 from dormant.engine_core.migration import problems
 from dormant.engine_core.triggers import (
     MigrateInstance,
@@ -33,6 +34,7 @@ from dormant.engine_core.triggers import (
 from dormant.engine_core.views import InstanceView
 from dormant.persistence import batches, clock, job_pause
 from dormant.persistence.batches import BatchItemView, BatchState, BatchView
+from dormant.persistence.job_flow import FlowRow
 from dormant.persistence.selection import Selector, Target
 from dormant.persistence.store import Store
 from dormant.tasks import wire
@@ -167,6 +169,16 @@ class Operations:
     def paused_job_types(self) -> dict[str, int]:
         return job_pause.paused(self._store.engine)
 
+    def job_types(self) -> list[FlowRow]:
+        return self._store.flow.rows(clock.now())
+
+    def set_job_type_limits(self, job_type: str, changes: Mapping[str, Any]) -> FlowLimits:
+        limits = self._store.flow.set_limits(job_type, changes, clock.now())
+        self._command(
+            "job_type_set_limits", target=job_type, params=dict(changes) or None, done=True
+        )
+        return limits
+
     # -- in bulk -------------------------------------------------------------------
 
     def select(self, operation: str, selector: Selector) -> list[Target]:
@@ -191,17 +203,14 @@ class Operations:
             self._store.deployments.definition(selector.key, int(params.get("version", 0)))
         if self._actor is not None:
             params["actor"] = self._actor
-        view = batches.create(self._store, operation, selector, params, clock.now())
-        self._command(
+        cmd = self._command(
             f"bulk_{operation}",
-            target=f"batch {view.id}",
             params={
                 "selector": selector.model_dump(mode="json", exclude_none=True),
                 **{k: v for k, v in params.items() if k != "actor"},
-                "selected": view.selected,
             },
-            done=True,
         )
+        view = batches.create(self._store, operation, selector, params, clock.now(), cmd)
         if view.state == BatchState.RUNNING:
             with pooled_producer(self._broker_url) as producer:
                 enqueue_batch(view.id, producer=producer)

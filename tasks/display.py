@@ -304,6 +304,7 @@ def failed_trigger_columns(now: datetime) -> list[Column]:
         Column("TASK", lambda f: f.task),
         Column("ERROR", lambda f: f.error_class),
         Column("ATTEMPTS", lambda f: str(f.attempts)),
+        Column("FLAGS", lambda f: "no: overtaken" if f.overtaken else "yes"),
         Column("LAST FAILED", lambda f: ago(f.last_at, now), lambda f: iso(f.last_at)),
         Column("WHY", lambda f: f.error[:120], lambda f: f.error),
     ]

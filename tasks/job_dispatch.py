@@ -14,19 +14,22 @@ from kombu.entity import Exchange, Queue
 
 from dormant.engine_core.effects import DispatchJob
 from dormant.engine_core.job_types import reserved_job_type
+from dormant.engine_core.tenants import DEFAULT_TENANT
 from dormant.engine_core.triggers import JobCompleted, JobErrorThrown, JobFailed
 from dormant.persistence import api_keys, clock
 from dormant.persistence.store import JobRun
 from dormant.tasks import app as app_module
-from dormant.tasks import metrics, wire
+from dormant.tasks import metrics, priorities, wire
 from dormant.tasks.app import QUEUE, app, publish
 from dormant.tasks.job_headers import (
     HEADER_ATTEMPT,
     HEADER_IDEMPOTENCY_KEY,
     HEADER_INSTANCE,
     HEADER_TASK_HEADERS,
+    HEADER_TENANT,
     HEADER_WAIT,
 )
+from dormant.tasks.tenant_queues import tenant_queue
 
 __all__ = [
     "defer",
@@ -52,8 +55,10 @@ def job_queue(job_type: str) -> Queue:
     return Queue(name, Exchange(name, type="direct"), routing_key=wire.job_routing_key(job_type))
 
 
-def dispatch(job: DispatchJob) -> None:
-    """Send one job: the ``DispatchJob`` effect of an outbox row (``parse_effect``)."""
+def dispatch(job: DispatchJob, tenant: str = DEFAULT_TENANT) -> None:
+    """Send one job: the ``DispatchJob`` effect of an outbox row (``parse_effect``),
+    of an instance of ``tenant``. Another tenant's than the default goes to that
+    tenant's own queue, read by ``dormant worker --tenants`` (docs/tenants.md)."""
     instance_id, wait_id, attempt = job.instance_id, job.wait_id, job.attempt
     job_type = job.job_type
     key = job.idempotency_key
@@ -70,16 +75,17 @@ def dispatch(job: DispatchJob) -> None:
         return
     own = app_module.settings.job_types.get(job_type)
     if own is not None and own.api:
-        _offer_to_api(job)
+        _offer_to_api(job, tenant)
         return
-    queue = job_queue(job_type)
+    queue = job_queue(job_type) if tenant == DEFAULT_TENANT else tenant_queue(tenant)
     publish(
         job_type,
-        wire.job_routing_key(job_type),
+        wire.job_routing_key(job_type) if tenant == DEFAULT_TENANT else str(queue.routing_key),
         dict(job.variables),
         queue=queue,
         exchange=queue.exchange.name if queue.exchange else None,
-        headers=_job_headers(job),
+        headers=_job_headers(job, tenant),
+        priority=_priority(job.variables),
     )
     metrics.job_dispatched(job_type)
     log.info(
@@ -91,7 +97,15 @@ def dispatch(job: DispatchJob) -> None:
     )
 
 
-def _offer_to_api(job: DispatchJob) -> None:
+def _priority(variables: dict[str, Any]) -> int | None:
+    """The instance's priority for the broker, when priorities are on (tasks/priorities.py)."""
+    s = app_module.settings
+    return priorities.message_priority(
+        s.broker_url, s.priority_levels, s.priority_variable, variables
+    )
+
+
+def _offer_to_api(job: DispatchJob, tenant: str) -> None:
     """A job of a type API workers serve (``DORMANT_JOB_TYPES`` ``"api": true``): kept
     for their activation instead of sent to Celery (persistence/api_keys.py)."""
     key = api_keys.offer(
@@ -105,6 +119,7 @@ def _offer_to_api(job: DispatchJob) -> None:
         variables=dict(job.variables),
         headers={str(k): str(v) for k, v in job.headers.items()},
         now=clock.now(),
+        tenant=tenant,
     )
     metrics.job_dispatched(job.job_type)
     log.info(
@@ -117,9 +132,11 @@ def _offer_to_api(job: DispatchJob) -> None:
     )
 
 
-def _job_headers(job: DispatchJob) -> dict[str, Any]:
-    """The headers that tie a job's message (or its run in place) to its wait."""
+def _job_headers(job: DispatchJob, tenant: str = DEFAULT_TENANT) -> dict[str, Any]:
+    """The headers that tie a job's message (or its run in place) to its wait, and
+    name its instance's tenant."""
     return {
+        HEADER_TENANT: tenant,
         HEADER_TASK_HEADERS: {str(k): str(v) for k, v in job.headers.items()},
         HEADER_INSTANCE: job.instance_id,
         HEADER_WAIT: job.wait_id,

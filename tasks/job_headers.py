@@ -15,6 +15,7 @@ __all__ = [
     "HEADER_IDEMPOTENCY_KEY",
     "HEADER_INSTANCE",
     "HEADER_TASK_HEADERS",
+    "HEADER_TENANT",
     "HEADER_WAIT",
     "job_context",
     "read_header",
@@ -26,6 +27,8 @@ HEADER_ATTEMPT = "dormant_attempt"
 HEADER_IDEMPOTENCY_KEY = "dormant_idempotency_key"
 # The model's zeebe:taskHeaders, as one JSON object (never as message headers).
 HEADER_TASK_HEADERS = "dormant_task_headers"
+# The tenant of the instance the job serves (docs/tenants.md).
+HEADER_TENANT = "dormant_tenant_id"
 
 
 def read_header(request: Any, name: str) -> Any:

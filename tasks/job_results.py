@@ -13,11 +13,14 @@ from celery.signals import task_failure, task_success, task_unknown
 
 from dormant.engine_core.errors import BpmnError, DormantError, UnknownInstance
 from dormant.engine_core.inputs import shorten
+from dormant.engine_core.job_flow import RateLimited
 from dormant.engine_core.triggers import JobCompleted, JobErrorThrown, JobFailed
 from dormant.persistence import clock
+from dormant.tasks import app as app_module
 from dormant.tasks import metrics, tracing, wire
 from dormant.tasks.app import publish, store
 from dormant.tasks.job_dispatch import defer, keep_outcome
+from dormant.tasks.job_flow import rate_limited
 from dormant.tasks.job_headers import (
     HEADER_ATTEMPT,
     HEADER_IDEMPOTENCY_KEY,
@@ -26,66 +29,97 @@ from dormant.tasks.job_headers import (
     job_context,
 )
 from dormant.tasks.outbox import publish_rows
+from dormant.tasks.transient import backoff as transient_backoff
+from dormant.tasks.transient import may_retry
 
 __all__ = ["report"]
 
 log = logging.getLogger("dormant.jobs")
 
 
+# Retries a job's outcome gets in the job's own pool process before it is handed to
+# any worker: short ones, because the job's message stays unacknowledged meanwhile and
+# the process serves no other job; the deferred trigger task has the whole transient
+# budget (tasks/triggers.py).
+RETRIES_IN_PLACE = 2
+# The waits of an unknown instance's retries: a start's transaction, not a fault, so
+# they do not shrink with the transient backoff settings.
+UNKNOWN_DELAYS = (0.5, 2.0)
+
+
 @tracing.report_span
 def report(instance_id: str, trigger: Any, trigger_id: str) -> None:
     """Apply a job's outcome now; if the database refuses, hand it to the broker.
 
-    Three quick tries cover a database restart; after that the trigger is published as
-    ``dormant.apply_trigger`` (which retries with backoff) rather than dropped.
+    A transient failure (tasks/transient.py) is retried in place a little, under the
+    same settings as every trigger (``DORMANT_TRANSIENT_*``), then published as
+    ``dormant.apply_trigger``, whose task retries it with the rest of that budget: the
+    result heals by itself, never dropped. An unknown instance gets the same short
+    patience: it may be a start still being written, whose job ran before it
+    (``run_before_start``). A refusal is kept for an operator at once; any other error
+    is deferred too, so a second try decides it.
     """
-    last: Exception | None = None
-    delays = (0.0, 0.5, 2.0)
-    for attempt, delay in enumerate(delays, 1):
-        if delay:
-            time.sleep(delay)
+    settings = app_module.settings
+    retries = 0
+    while True:
         began = time.perf_counter()
         try:
             applied = store().apply(instance_id, trigger, clock.now(), trigger_id=trigger_id)
+            break
         except Exception as exc:  # mapped below: the result must not be lost
-            # Retrying cannot help a refusal: keep it for an operator. An unknown
-            # instance gets the quick tries first: it may be a start still being
-            # written, whose job ran before it (``run_before_start``) and asked Celery
-            # for a prompt retry.
             unknown = isinstance(exc, UnknownInstance)
-            if isinstance(exc, DormantError) and (not unknown or attempt == len(delays)):
-                task, routing_key, kwargs = wire.apply_trigger(instance_id, trigger, trigger_id)
-                failed_id = store().failed.keep_failed(
-                    task,
-                    routing_key,
-                    kwargs,
-                    exc,
-                    clock.now(),
-                    trigger_id=trigger_id,
-                    instance_id=instance_id,
-                )
-                log.error(
-                    "job result for instance %s not applied, kept as failed trigger %s: %s",
+            patient = unknown or may_retry(exc, retries, settings)
+            if patient and retries < RETRIES_IN_PLACE:
+                delay = UNKNOWN_DELAYS[retries] if unknown else transient_backoff(retries, settings)
+                log.info(
+                    "job result for instance %s: %s, retrying in %.2f s",
                     instance_id,
-                    failed_id,
                     type(exc).__name__,
+                    delay,
                 )
+                time.sleep(delay)
+                retries += 1
+                continue
+            if isinstance(exc, DormantError):
+                _keep(instance_id, trigger, trigger_id, exc)
                 return
-            last = exc
-            continue
-        metrics.record_trigger(trigger.kind, applied, time.perf_counter() - began)
-        publish_rows(applied.outbox_rows)
-        _tell_flower(instance_id, applied)
-        log.info(
-            "instance=%s revision=%s trigger=%s%s",
-            instance_id,
-            applied.revision,
-            trigger.kind,
-            " duplicate" if applied.duplicate else "",
-        )
-        return
-    log.warning("job result for instance %s deferred to a worker: %r", instance_id, last)
-    defer(instance_id, trigger, trigger_id)
+            log.warning(
+                "job result for instance %s deferred to a worker: %s",
+                instance_id,
+                type(exc).__name__,
+            )
+            defer(instance_id, trigger, trigger_id)
+            return
+    metrics.record_trigger(trigger.kind, applied, time.perf_counter() - began)
+    publish_rows(applied.outbox_rows)
+    _tell_flower(instance_id, applied)
+    log.info(
+        "instance=%s revision=%s trigger=%s%s",
+        instance_id,
+        applied.revision,
+        trigger.kind,
+        " duplicate" if applied.duplicate else "",
+    )
+
+
+def _keep(instance_id: str, trigger: Any, trigger_id: str, exc: Exception) -> None:
+    """Retrying cannot help a refusal: keep the outcome as a failed trigger."""
+    task, routing_key, kwargs = wire.apply_trigger(instance_id, trigger, trigger_id)
+    failed_id = store().failed.keep_failed(
+        task,
+        routing_key,
+        kwargs,
+        exc,
+        clock.now(),
+        trigger_id=trigger_id,
+        instance_id=instance_id,
+    )
+    log.error(
+        "job result for instance %s not applied, kept as failed trigger %s: %s",
+        instance_id,
+        failed_id,
+        type(exc).__name__,
+    )
 
 
 def _tell_flower(instance_id: str, applied: Any) -> None:
@@ -122,6 +156,9 @@ def _on_failure(sender: Any = None, exception: BaseException | None = None, **_:
     if ctx is None or exception is None:
         return
     instance_id, wait_id, attempt, key = ctx
+    if isinstance(exception, RateLimited):  # not a failure: back to waiting, no retry used
+        rate_limited(sender, exception, instance_id, wait_id, attempt)
+        return
     trigger: JobErrorThrown | JobFailed
     if isinstance(exception, BpmnError):
         trigger = JobErrorThrown(

@@ -13,21 +13,34 @@ and with it the worker (issue 24, row 7). Both become ordinary exceptions of the
 here, so ``task_failure`` reports a ``JobFailed`` (tasks/job_results.py): the engine's
 retries run and their exhaustion is an incident whose cause names what was wrong.
 
+After a ``MemoryError`` the pool process is not trusted to run more work (the failed
+allocation may have left its heap fragmented or a library's state half-built): it
+retires itself by billiard's graceful restart path, the per-process event
+``worker_pool_restarts`` gives it (tasks/app.py). Billiard reads that event before the
+process waits for its next task, so the process first reports the job's failure like
+any other, then exits with status 0 between tasks, and the pool starts a fresh process
+in its place: no signal, no task in flight lost, nothing redelivered.
+
 Tasks that are not jobs (no job headers: dormant's own tasks, or a user's task sent
 directly) are left exactly as Celery runs them.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 from typing import Any, ClassVar
 
+from billiard.process import current_process
 from celery import Task
 
 from dormant.engine_core.errors import InvalidVariables
 from dormant.engine_core.inputs import DEFAULT_LIMITS, Limits, check_value, check_variables
 from dormant.tasks.job_headers import job_context
 
-__all__ = ["JobOutOfMemory", "JobTask", "UnencodableJobResult"]
+__all__ = ["JobOutOfMemory", "JobTask", "UnencodableJobResult", "retire_this_process"]
+
+log = logging.getLogger("dormant.jobs")
 
 
 class UnencodableJobResult(Exception):
@@ -50,10 +63,25 @@ class JobTask(Task):
         try:
             result = super().__call__(*args, **kwargs)
         except MemoryError as exc:
+            retire_this_process(f"job {self.name} ran out of memory")
             # Raised from ``None``: the traceback would keep the job's frames (and what
             # they allocated) alive while the failure is reported.
             raise JobOutOfMemory(f"the job ran out of memory (MemoryError: {exc})") from None
         return checked_result(result, self.limits)
+
+
+def retire_this_process(why: str) -> bool:
+    """Ask billiard to end this pool process before it takes another task (module
+    docstring); False where there is no such path: not a pool process (a task run
+    eagerly, a solo or threads pool), or a worker started without pool restarts."""
+    worker = getattr(current_process(), "_target", None)
+    event = getattr(worker, "_shutdown", None)
+    if event is None or not hasattr(event, "set"):
+        log.warning("%s; this process cannot be replaced and keeps running", why)
+        return False
+    event.set()
+    log.warning("%s; pool process %d exits after reporting it and is replaced", why, os.getpid())
+    return True
 
 
 def checked_result(result: Any, limits: Limits) -> dict[str, Any]:

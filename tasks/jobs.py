@@ -59,12 +59,18 @@ elsewhere by Celery's own routing (``task_routes`` or the task's ``queue`` optio
 sent to that queue instead, through its own direct exchange with the same routing key
 ``job.<type>``, so it is never also copied into ``dormant``. Start a worker for it with
 ``dormant worker --queues <queue> --include <module>``.
+
+Tenants: every job names its instance's tenant in ``dormant_tenant_id``
+(``job_tenant(self)``); a job of another tenant than the default goes to that
+tenant's queue instead (tasks/tenant_queues.py, docs/tenants.md), and such a job is
+never run in place (eager).
 """
 
 from __future__ import annotations
 
 from celery import Task
 
+from dormant.engine_core.tenants import DEFAULT_TENANT
 from dormant.engine_core.triggers import JobHeartbeat
 from dormant.tasks import wire
 from dormant.tasks.app import app
@@ -72,12 +78,13 @@ from dormant.tasks.job_dispatch import kept_for_a_start
 from dormant.tasks.job_headers import (
     HEADER_IDEMPOTENCY_KEY,
     HEADER_TASK_HEADERS,
+    HEADER_TENANT,
     job_context,
     read_header,
 )
 from dormant.tasks.job_results import report
 
-__all__ = ["heartbeat", "idempotency_key", "incident_raised", "task_headers"]
+__all__ = ["heartbeat", "idempotency_key", "incident_raised", "job_tenant", "task_headers"]
 
 
 @app.task(name=wire.INCIDENT_RAISED)
@@ -101,6 +108,16 @@ def task_headers(task: Task) -> dict[str, str]:
     """The running job's ``zeebe:taskHeaders`` (empty outside a job or without any)."""
     value = read_header(task.request, HEADER_TASK_HEADERS)
     return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
+
+
+def job_tenant(task: Task) -> str | None:
+    """The tenant of the instance the running job serves (``<default>`` for a job
+    without one), or None outside a job: a job worker serving several tenants
+    (``dormant worker --tenants a,b``) picks its credentials or database by it."""
+    if job_context(task) is None:
+        return None
+    value = read_header(task.request, HEADER_TENANT)
+    return str(value) if value else DEFAULT_TENANT
 
 
 def heartbeat(task: Task, extend_seconds: float | None = None) -> bool:

@@ -59,7 +59,14 @@ from dormant.persistence.parked import count_parked
 from dormant.persistence.results import TriggerResult, raised_incidents
 from dormant.persistence.settings import Settings
 from dormant.persistence.store import Applied
-from dormant.persistence.tables import deadlines, inbox, outbox, start_timers
+from dormant.persistence.tables import (
+    deadlines,
+    inbox,
+    job_flow_keys,
+    job_flow_types,
+    outbox,
+    start_timers,
+)
 from dormant.persistence.tables import incidents as incident_table
 from dormant.tasks import tracing
 
@@ -117,6 +124,11 @@ JOBS_DISPATCHED = Counter(
 JOBS_FAILED = Counter(
     "dormant_jobs_failed",
     "Jobs whose final failure (after Celery's own retries) was reported, by job type.",
+    ["job_type"],
+)
+JOBS_RATE_LIMITED = Counter(
+    "dormant_jobs_rate_limited",
+    "Jobs that raised RateLimited: put back to wait, no retry consumed (docs/flow-control.md).",
     ["job_type"],
 )
 JOBS_TIMED_OUT = Counter(
@@ -265,6 +277,10 @@ def job_dispatched(job_type: str) -> None:
     JOBS_DISPATCHED.labels(job_type).inc()
 
 
+def job_rate_limited(job_type: str) -> None:
+    JOBS_RATE_LIMITED.labels(job_type).inc()
+
+
 def job_failed(job_type: str) -> None:
     JOBS_FAILED.labels(job_type).inc()
 
@@ -281,6 +297,9 @@ def timer_fired(due_at: str | None, now: datetime, status: str) -> None:
 
 
 # -- database state, read at scrape time ---------------------------------------------
+
+# The most keys of flow-controlled job types one scrape reports (docs/flow-control.md).
+_FLOW_KEYS = 50
 
 
 class DatabaseCollector(Collector):
@@ -331,9 +350,18 @@ class DatabaseCollector(Collector):
             )
             waiting = count(conn, deadlines) + count(conn, start_timers)
             open_rows = conn.execute(
-                select(incident_table.c.process_key, incident_table.c.node_id, func.count())
+                select(
+                    incident_table.c.process_key,
+                    incident_table.c.node_id,
+                    incident_table.c.tenant_id,
+                    func.count(),
+                )
                 .where(incident_table.c.state == IncidentState.OPEN.value)
-                .group_by(incident_table.c.process_key, incident_table.c.node_id)
+                .group_by(
+                    incident_table.c.process_key,
+                    incident_table.c.node_id,
+                    incident_table.c.tenant_id,
+                )
             ).all()
             inbox_backlog, inbox_oldest = conn.execute(
                 select(func.count(), func.min(inbox.c.created_at)).where(
@@ -345,6 +373,32 @@ class DatabaseCollector(Collector):
                 select(func.count(), func.min(outbox.c.created_at))
             ).one()
             parked_rows = count_parked(conn)
+            flow_types = conn.execute(
+                select(
+                    job_flow_types.c.job_type,
+                    job_flow_types.c.running,
+                    job_flow_types.c.waiting,
+                    job_flow_types.c.paused_until,
+                )
+            ).all()
+            # keys: only those with jobs out, waiting or paused, the busiest first, and at
+            # most _FLOW_KEYS of them (a key is data, e.g. a customer id: unbounded)
+            flow_keys = conn.execute(
+                select(
+                    job_flow_keys.c.job_type,
+                    job_flow_keys.c.flow_key,
+                    job_flow_keys.c.running,
+                    job_flow_keys.c.waiting,
+                    job_flow_keys.c.paused_until,
+                )
+                .where(
+                    (job_flow_keys.c.running > 0)
+                    | (job_flow_keys.c.waiting > 0)
+                    | (job_flow_keys.c.paused_until > now)
+                )
+                .order_by((job_flow_keys.c.running + job_flow_keys.c.waiting).desc())
+                .limit(_FLOW_KEYS)
+            ).all()
 
         def gauge(name: str, doc: str, value: float) -> Metric:
             g = GaugeMetricFamily(name, doc)
@@ -356,8 +410,18 @@ class DatabaseCollector(Collector):
             "Incidents in state open (not retry_scheduled, not closed), by process and node.",
             labels=["process", "node"],
         )
-        for key, node, n in open_rows:
+        # A process id belongs to one tenant, so (process, node) never spans two.
+        by_tenant: dict[str, int] = {}
+        for key, node, tenant, n in open_rows:
             incidents_open.add_metric([key, node], n)
+            by_tenant[tenant] = by_tenant.get(tenant, 0) + int(n)
+        tenant_incidents = GaugeMetricFamily(
+            "dormant_tenant_incidents_open",
+            "Incidents in state open, by tenant (docs/tenants.md).",
+            labels=["tenant"],
+        )
+        for tenant, n in sorted(by_tenant.items()):
+            tenant_incidents.add_metric([tenant], n)
         outbox_backlog = GaugeMetricFamily(
             "dormant_outbox_backlog",
             "Outbox rows not yet acknowledged: unpublished, or published and not consumed.",
@@ -373,7 +437,34 @@ class DatabaseCollector(Collector):
         )
         for table, n in sorted(parked_rows.items()):
             sweep_parked.add_metric([table], n)
+        flow = {
+            name: GaugeMetricFamily(f"dormant_job_flow_{name}", doc, labels=["job_type", "key"])
+            for name, doc in (
+                ("running", "Jobs out under flow control (holding a slot), by type and key."),
+                ("waiting", "Jobs waiting for a slot, a token or a pause's end."),
+                ("paused_seconds", "Seconds left of a RateLimited pause (0: not paused)."),
+            )
+        }
+
+        def paused_left(until: datetime | None) -> float:
+            if until is None:
+                return 0.0
+            if until.tzinfo is None:  # SQLite through a plain engine: stored as UTC
+                until = until.replace(tzinfo=UTC)
+            return max(0.0, (until - now).total_seconds())
+
+        # the type's own line has key "" and holds the totals
+        for t in flow_types:
+            flow["running"].add_metric([t.job_type, ""], t.running)
+            flow["waiting"].add_metric([t.job_type, ""], t.waiting)
+            flow["paused_seconds"].add_metric([t.job_type, ""], paused_left(t.paused_until))
+        for k in flow_keys:
+            label = k.flow_key or "(none)"
+            flow["running"].add_metric([k.job_type, label], k.running)
+            flow["waiting"].add_metric([k.job_type, label], k.waiting)
+            flow["paused_seconds"].add_metric([k.job_type, label], paused_left(k.paused_until))
         return [
+            *flow.values(),
             gauge("dormant_deadlines_due", "Deadlines due and not yet fired (the backlog).", due),
             gauge(
                 "dormant_deadlines_waiting",
@@ -381,6 +472,7 @@ class DatabaseCollector(Collector):
                 waiting,
             ),
             incidents_open,
+            tenant_incidents,
             gauge(
                 "dormant_inbox_backlog",
                 "Producer triggers written and not yet processed.",

@@ -39,6 +39,7 @@ from dormant.engine_core.effects import (
     parse_effect,
 )
 from dormant.engine_core.errors import StoredDataError, UnknownEffect
+from dormant.engine_core.tenants import DEFAULT_TENANT
 from dormant.engine_core.triggers import Continue, Trigger
 from dormant.persistence import clock, job_pause
 from dormant.persistence.published_jobs import flush_every
@@ -72,22 +73,28 @@ def _apply_trigger(
     publish(*wire.apply_trigger(instance_id, trigger, trigger_id), headers=headers)
 
 
-def _dispatch_job(job: DispatchJob, tid: str, headers: dict[str, Any]) -> None:
-    dispatch(job)
+# Each publisher takes the effect, its trigger id, the follow-up's headers and the
+# tenant of the instance that wrote it (the row's envelope, docs/tenants.md).
 
 
-def _throw_message(m: ThrowMessage, tid: str, headers: dict[str, Any]) -> None:
+def _dispatch_job(job: DispatchJob, tid: str, headers: dict[str, Any], tenant: str) -> None:
+    dispatch(job, tenant)
+
+
+def _throw_message(m: ThrowMessage, tid: str, headers: dict[str, Any], tenant: str) -> None:
     message = wire.message(
-        m.name, m.correlation_key, m.variables, m.message_id or tid, m.ttl_seconds
+        m.name, m.correlation_key, m.variables, m.message_id or tid, m.ttl_seconds, tenant
     )
     publish(*message, headers=headers)
 
 
-def _throw_signal(s: ThrowSignal, tid: str, headers: dict[str, Any]) -> None:
-    publish(*wire.signal(s.name, s.variables, s.signal_id or tid), headers=headers)
+def _throw_signal(s: ThrowSignal, tid: str, headers: dict[str, Any], tenant: str) -> None:
+    publish(*wire.signal(s.name, s.variables, s.signal_id or tid, tenant), headers=headers)
 
 
-def _start_child(c: StartChild, tid: str, headers: dict[str, Any]) -> None:
+def _start_child(c: StartChild, tid: str, headers: dict[str, Any], tenant: str) -> None:
+    """The child starts in its parent's tenant: named here, so the start needs no read
+    of its parent to know it (persistence/store.py ``_start_tenant``)."""
     # The version the call activity bound (or, from a step lent no catalog, the tag).
     tagged: dict[str, Any] = {"version_tag": c.version_tag} if c.version_tag else {}
     if c.version is not None:
@@ -98,31 +105,37 @@ def _start_child(c: StartChild, tid: str, headers: dict[str, Any]) -> None:
         "root_instance_id": c.root_instance_id,
     }
     start = wire.start(
-        c.process_key, c.child_instance_id, c.variables, trigger_id=tid, parent=parent, **tagged
+        c.process_key,
+        c.child_instance_id,
+        c.variables,
+        trigger_id=tid,
+        parent=parent,
+        **tagged,
+        tenant=tenant,
     )
     publish(*start, headers=headers)
 
 
-def _cancel_child(c: CancelChild, tid: str, headers: dict[str, Any]) -> None:
+def _cancel_child(c: CancelChild, tid: str, headers: dict[str, Any], tenant: str) -> None:
     publish(*wire.cancel(c.child_instance_id, trigger_id=tid), headers=headers)
 
 
-def _notify_parent(n: NotifyParent, tid: str, headers: dict[str, Any]) -> None:
+def _notify_parent(n: NotifyParent, tid: str, headers: dict[str, Any], tenant: str) -> None:
     _apply_trigger(n.parent_instance_id, parent_trigger(n), tid, headers)
 
 
-def _continue_instance(d: ContinueInstance, tid: str, headers: dict[str, Any]) -> None:
+def _continue_instance(d: ContinueInstance, tid: str, headers: dict[str, Any], tenant: str) -> None:
     """A step stopped at its budget: the rest of its work is this follow-up trigger."""
     _apply_trigger(d.instance_id, Continue(), tid, headers)
 
 
-def _deliver_buffered(d: DeliverBuffered, tid: str, headers: dict[str, Any]) -> None:
+def _deliver_buffered(d: DeliverBuffered, tid: str, headers: dict[str, Any], tenant: str) -> None:
     """A buffered message consumed by a new subscription: the Store wrote the trigger."""
     _apply_trigger(d.instance_id, d.trigger, tid, headers)
 
 
 # the effect's type -> its publisher
-PUBLISHERS: dict[type, Callable[[Any, str, dict[str, Any]], None]] = {
+PUBLISHERS: dict[type, Callable[[Any, str, dict[str, Any], str], None]] = {
     DispatchJob: _dispatch_job,
     ThrowMessage: _throw_message,
     ThrowSignal: _throw_signal,
@@ -158,7 +171,8 @@ def publish_row(row: Any) -> None:
     follow_up = not isinstance(effect, DispatchJob)
     tid = payload.get("trigger_id") or wire.outbox_trigger_id(row_id)
     headers = {HEADER_OUTBOX: {"id": row_id, "trigger_id": tid}} if follow_up else {}
-    PUBLISHERS[type(effect)](effect, tid, headers)
+    tenant = str(payload.get("tenant") or DEFAULT_TENANT)
+    PUBLISHERS[type(effect)](effect, tid, headers, tenant)
     if follow_up:
         store().outbox.mark_published(row_id, until_consumed=True)
     else:
@@ -184,7 +198,12 @@ def publish_keeping_a_job(rows: Iterable[Any]) -> DispatchJob | None:
     kept: DispatchJob | None = None
     rest: list[Any] = []
     for row in rows:
-        if kept is None and _field(row, "kind") == DispatchJob.__name__:
+        # Another tenant's job goes to its tenant's queue, never run here.
+        if (
+            kept is None
+            and _field(row, "kind") == DispatchJob.__name__
+            and "tenant" not in _field(row, "payload")
+        ):
             try:
                 job = parse_effect(DispatchJob.__name__, _field(row, "payload"))
             except StoredDataError:  # publish_row logs it and leaves the row

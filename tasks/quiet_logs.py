@@ -1,12 +1,12 @@
 """Housekeeping that did nothing writes no log line.
 
-Beat sends ``dormant.scan_deadlines`` every half second and the outbox and batch sweeps
-every few seconds; Celery logs each send, each receipt and each success at INFO. An idle
-``dormant dev`` wrote 1.1 MB of such lines in 17 minutes (issue 28), burying the lines
-that matter. This filter drops, for those three tasks only: beat's "Sending due task",
-the worker's "received", and "succeeded" when the sweep returned 0 (found nothing). A
-sweep that found work still logs its success with the count, and the tasks log what
-they did themselves (``scan_deadlines: 3 due``). Failures are never filtered.
+Beat sends ``dormant.scan_deadlines`` and the job flow sweep every half second and the
+outbox and batch sweeps every few seconds; Celery logs each send, each receipt and each
+success at INFO. An idle ``dormant dev`` wrote 1.1 MB of such lines in 17 minutes (issue
+28), burying the lines that matter. This filter drops, for those tasks only: beat's
+"Sending due task", the worker's "received", and "succeeded" when the sweep returned 0
+(found nothing). A sweep that found work still logs its success with the count, and the
+tasks log what they did themselves (``scan_deadlines: 3 due``). Failures are never filtered.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from dormant.tasks import wire
 __all__ = ["HOUSEKEEPING", "HousekeepingFilter", "install"]
 
 HOUSEKEEPING: frozenset[str] = frozenset(
-    {wire.SCAN_DEADLINES, wire.RELAY_OUTBOX, wire.BATCHES_SWEEP}
+    {wire.SCAN_DEADLINES, wire.RELAY_OUTBOX, wire.BATCHES_SWEEP, wire.FLOW_SWEEP}
 )
 # Celery's loggers of a send (beat), a receipt (worker) and a success (pool).
 _LOGGERS = ("celery.beat", "celery.worker.strategy", "celery.app.trace")

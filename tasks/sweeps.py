@@ -37,6 +37,7 @@ from dormant.persistence import clock, inbox, parked
 from dormant.persistence.failed_triggers import one_line
 from dormant.persistence.outbox_queue import OutboxRow
 from dormant.tasks import app as app_module
+from dormant.tasks import wire
 from dormant.tasks.app import publish, store
 from dormant.tasks.broker_holds import held_messages
 from dormant.tasks.outbox import publish_row
@@ -124,7 +125,10 @@ def _resend(lost: _Lost, sent_inbox: list[str]) -> None:
     if isinstance(row, OutboxRow):
         publish_row(row)
         return
-    publish(row.task, row.routing_key, {**row.kwargs, "inbox_id": row.id})
+    # Its delivery's number (the first was 1; ``mark_republished`` counts this one once
+    # it is sent): persistence/deliveries.py.
+    number = {wire.DELIVERY_HEADER: row.redeliveries + 2}
+    publish(row.task, row.routing_key, {**row.kwargs, "inbox_id": row.id}, headers=number)
     sent_inbox.append(row.id)
 
 

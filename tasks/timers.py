@@ -78,7 +78,8 @@ from dormant.tasks.app import TIMER_FIRE_KEY, app, publish, store
 from dormant.tasks.metrics import observe_trigger, timer_fired
 from dormant.tasks.outbox import consumed, publish_rows
 from dormant.tasks.sweeps import SCAN_BATCH, each_row
-from dormant.tasks.transient import MAX_TRANSIENT_RETRIES
+from dormant.tasks.transient import RETRY_UNBOUNDED
+from dormant.tasks.transient import backoff as transient_backoff
 from dormant.tasks.triggers import (
     _run,
     describe_result,
@@ -222,7 +223,7 @@ def fire_deadlines(self: Task, claims: list[dict[str, Any]]) -> str:
     began = time.monotonic()
     budget = app_module.settings.trigger_soft_time_limit_seconds * FIRE_BATCH_TIME_SHARE
     retries = int(self.request.retries or 0)
-    give_up = retries >= MAX_TRANSIENT_RETRIES
+    give_up = retries >= app_module.settings.transient_retries
     items = list(claims) if isinstance(claims, list) else [claims]
     done = 0
     for i, claim in enumerate(items):
@@ -242,15 +243,15 @@ def fire_deadlines(self: Task, claims: list[dict[str, Any]]) -> str:
             raise self.retry(
                 kwargs={"claims": items[i:]},
                 exc=exc,
-                countdown=retry_backoff(retries),
-                max_retries=None,
+                countdown=transient_backoff(retries, app_module.settings),
+                max_retries=RETRY_UNBOUNDED,
             ) from exc
         except _NotKept as exc:
             raise self.retry(
                 kwargs={"claims": items[i:]},
                 exc=exc.cause,
                 countdown=retry_backoff(min(retries, 6)),
-                max_retries=None,
+                max_retries=RETRY_UNBOUNDED,
             ) from exc
         except SoftTimeLimitExceeded:
             log.error(

@@ -40,12 +40,21 @@ from datetime import datetime
 from typing import Any
 
 from celery import Task
+from celery.exceptions import TimeLimitExceeded
+from celery.signals import task_failure
 
 from dormant.engine_core.calls import missing_child
 from dormant.engine_core.effects import DispatchJob
-from dormant.engine_core.errors import DormantError, OperatorError, UnknownProcess, UnknownTask
+from dormant.engine_core.errors import (
+    DormantError,
+    OperatorError,
+    PoisonTrigger,
+    UnknownProcess,
+    UnknownTask,
+)
 from dormant.engine_core.inputs import check_variables
 from dormant.engine_core.task_attributes import check_changes
+from dormant.engine_core.tenants import DEFAULT_TENANT, check_tenant
 from dormant.engine_core.triggers import (
     Cancel,
     IncidentDrop,
@@ -58,7 +67,7 @@ from dormant.engine_core.triggers import (
     parse_trigger,
 )
 from dormant.persistence import audit as audit_rows
-from dormant.persistence import clock, inbox, job_pause
+from dormant.persistence import clock, deliveries, inbox, job_pause
 from dormant.persistence.failed_triggers import call_kwargs, one_line
 from dormant.persistence.outbox_queue import OutboxRow
 from dormant.persistence.results import TriggerResult
@@ -79,7 +88,7 @@ from dormant.tasks.job_dispatch import (
 from dormant.tasks.metrics import observe_trigger
 from dormant.tasks.outbox import consumed, publish_keeping_a_job, publish_rows
 from dormant.tasks.sweeps import relay
-from dormant.tasks.transient import MAX_TRANSIENT_RETRIES, is_transient
+from dormant.tasks.transient import RETRY_UNBOUNDED, is_transient, may_retry
 from dormant.tasks.transient import backoff as transient_backoff
 
 __all__ = [
@@ -94,6 +103,7 @@ __all__ = [
     "keep_as",
     "message",
     "outbox_rows_of",
+    "poison",
     "relay_outbox",
     "retry_backoff",
     "signal",
@@ -156,6 +166,8 @@ class _JobBeforeStart:
             return None
         if job_pause.is_paused(store().engine, job.job_type):
             return None  # its dispatch is written; publishing it holds it (tasks/outbox.py)
+        if store().flow.limits_of(job.job_type) is not None:
+            return None  # its slot is taken with its dispatch (persistence/job_flow.py)
         self.ran = True
         try:
             return run_before_start(job, self.hostname)
@@ -184,6 +196,10 @@ def _run(
     ``job_before``: the start's job runner, which may have run its one job already."""
     began = time.monotonic()
     tid = trigger_id or inbox_id or task.request.id or "eager"
+    number = _delivery_number(task, inbox_id, tid)
+    if number > app_module.settings.max_deliveries:
+        refused = poison(number, _last_error(inbox_id, tid))
+        return _keep(task, kind, refused, tid, inbox_id, instance_id)
     try:
         result = drain.applied(task, kind, call, tid, alone=job_before is not None)
     except OperatorError as exc:
@@ -194,10 +210,13 @@ def _run(
         consumed(task.request)
         raise
     except Exception as exc:
-        if is_transient(exc) and task.request.retries < MAX_TRANSIENT_RETRIES:
+        settings = app_module.settings
+        if may_retry(exc, task.request.retries, settings):
             log.info("trigger=%s transient failure, retrying: %s", kind, type(exc).__name__)
             raise task.retry(
-                exc=exc, countdown=transient_backoff(task.request.retries), max_retries=None
+                exc=exc,
+                countdown=transient_backoff(task.request.retries, settings),
+                max_retries=RETRY_UNBOUNDED,
             ) from exc
         if is_transient(exc):
             log.error("trigger=%s gave up after %s transient errors", kind, task.request.retries)
@@ -217,6 +236,77 @@ def _run(
     if job is not None:
         _run_job_here(job, task.request.hostname)
     return None
+
+
+def _delivery_number(task: Task, inbox_id: str | None, tid: str) -> int:
+    """Which delivery of its trigger this is, counting only what may follow a delivery
+    that died (persistence/deliveries.py): a first delivery is 1 and costs nothing; one
+    the broker flags as redelivered is counted in a commit of its own before it is
+    applied; one the inbox sweep re-sent carries its number in a header. A count that
+    cannot be written leaves the delivery uncounted: its apply meets the same fault,
+    and the transient retries handle it."""
+    request = task.request
+    if request.is_eager or request.called_directly:
+        return 1
+    if (request.delivery_info or {}).get("redelivered"):
+        try:
+            return 1 + deliveries.count_redelivery(store().engine, inbox_id, tid, clock.now())
+        except Exception as exc:
+            log.info("trigger %s: redelivery not counted (%s)", tid, type(exc).__name__)
+            return 1
+    nested = getattr(request, "headers", None) or {}
+    sent = getattr(request, wire.DELIVERY_HEADER, None) or nested.get(wire.DELIVERY_HEADER)
+    return sent if isinstance(sent, int) and sent > 1 else 1
+
+
+def poison(number: int, last_error: str | None = None) -> PoisonTrigger:
+    """The error a poison trigger is kept with: which delivery was refused, the bound,
+    and the last error known: a hard time limit's, as the worker's main process kept
+    it (``_on_ending``), else the ending itself (a pool process killed by a signal or
+    out of memory returns no error; the worker's log names it)."""
+    bound = app_module.settings.max_deliveries
+    last = last_error or (
+        "the worker process ended during the delivery (a signal or out of memory; "
+        "the worker's log says which)"
+    )
+    return PoisonTrigger(
+        f"delivery {number} refused (DORMANT_MAX_DELIVERIES={bound}): the deliveries "
+        f"before it never finished; last error: {last}"
+    )
+
+
+def _last_error(inbox_id: str | None, tid: str) -> str | None:
+    try:
+        return deliveries.last_error(store().engine, inbox_id, tid)
+    except Exception as exc:  # the trigger is still kept, with the ending it can name
+        log.info("trigger %s: last error not read (%s)", tid, type(exc).__name__)
+        return None
+
+
+@task_failure.connect(weak=False)
+def _on_ending(
+    sender: Any = None,
+    task_id: str | None = None,
+    exception: BaseException | None = None,
+    kwargs: Any = None,
+    **_: Any,
+) -> None:
+    """A trigger task past its hard time limit: Celery kills its pool process and tells
+    the worker's main process, which keeps the error for the poison trigger it may
+    become (persistence/deliveries.py). Only then, so no delivery that finishes pays."""
+    if not isinstance(exception, TimeLimitExceeded):
+        return
+    if getattr(sender, "name", None) not in wire.TRIGGERS:
+        return
+    body = kwargs if isinstance(kwargs, dict) else {}
+    inbox_id = body.get("inbox_id") if isinstance(body.get("inbox_id"), str) else None
+    tid = str(body.get("trigger_id") or inbox_id or task_id)
+    limit = exception.args[0] if exception.args else "?"
+    error = f"TimeLimitExceeded: past the hard time limit ({limit} s), the pool process was killed"
+    try:
+        deliveries.record_ending(store().engine, inbox_id, tid, error, clock.now())
+    except Exception as exc:  # the poison trigger is then kept naming the ending only
+        log.warning("trigger %s: its hard time limit not recorded (%s)", tid, exc)
 
 
 def _run_job_here(job: DispatchJob, hostname: str | None) -> None:
@@ -259,7 +349,7 @@ def _keep(
     except Exception as keep_exc:
         log.error("trigger=%s failed and could not be kept (%s); retrying", kind, keep_exc)
         raise task.retry(
-            exc=exc, countdown=retry_backoff(min(request.retries, 6)), max_retries=None
+            exc=exc, countdown=retry_backoff(min(request.retries, 6)), max_retries=RETRY_UNBOUNDED
         ) from exc
     _processed(inbox_id)
     consumed(request)
@@ -317,19 +407,28 @@ def start(
     version_tag: str | None = None,
     inbox_id: str | None = None,
     trigger_id: str | None = None,
+    tenant: str | None = None,
 ) -> str | None:
     """Start instance ``instance_id`` of process ``key`` (idempotent on the id); with
     ``version_tag``, of its newest version carrying that ``zeebe:versionTag``.
 
-    A call activity's child (``parent`` given) whose process is not deployed fails
-    back to its caller with the trigger the core decides (``calls.missing_child``).
+    ``tenant``: the producer's; a start without one is the default tenant's, and a
+    process of another tenant is unknown to it (docs/tenants.md). A call activity's
+    child is started in its parent's tenant. A child (``parent`` given) whose
+    process is not deployed fails back to its caller with the trigger the core
+    decides (``calls.missing_child``).
     """
 
-    job_before = _JobBeforeStart.for_task(self)
+    # Another tenant's start never runs its first job here: that job goes to its
+    # tenant's queue (tasks/tenant_queues.py).
+    job_before = _JobBeforeStart.for_task(self) if tenant in (None, DEFAULT_TENANT) else None
     if job_before is not None and not store().may_run_a_job_first(key, version, job_before):
         job_before = None  # no job of the model would run first: free to share a batch
 
     def call(tid: str, now: datetime) -> Any:
+        # A call activity's child names its parent's tenant (tasks/outbox.py
+        # ``_start_child``; left out for the default one, like every producer's).
+        asked = check_tenant(tenant)
         try:
             return store().start(
                 NewInstance(
@@ -344,6 +443,7 @@ def start(
                     trigger_id=tid,
                     version_tag=version_tag,
                     inbox_id=inbox_id,
+                    tenant=asked,
                 ),
                 now=now,
                 job_first=job_before,
@@ -370,8 +470,10 @@ def message(
     *,
     inbox_id: str | None = None,
     trigger_id: str | None = None,
+    tenant: str | None = None,
 ) -> str | None:
-    """Correlate a message to its holders, start a message start, or buffer it (TTL)."""
+    """Correlate a message to its holders, start a message start, or buffer it (TTL),
+    all within ``tenant`` (none: the default tenant)."""
 
     def call(tid: str, now: datetime) -> Any:
         return Router(store(), wire.redelivery).message(
@@ -382,6 +484,7 @@ def message(
             ttl_seconds=ttl,
             now=now,
             inbox_id=inbox_id,
+            tenant=check_tenant(tenant),
         )
 
     return _run(self, "message", call, inbox_id, trigger_id)
@@ -396,23 +499,26 @@ def signal(
     *,
     inbox_id: str | None = None,
     trigger_id: str | None = None,
+    tenant: str | None = None,
 ) -> str | None:
-    """Broadcast a signal to every holder (and signal starts)."""
+    """Broadcast a signal to every holder (and signal starts) of ``tenant`` (none:
+    the default tenant)."""
 
     def call(tid: str, now: datetime) -> Any:
         return Router(store(), wire.redelivery).signal(
-            name, variables or {}, signal_id=signal_id or tid, now=now
+            name, variables or {}, signal_id=signal_id or tid, now=now, tenant=check_tenant(tenant)
         )
 
     return _run(self, "signal", call, inbox_id, trigger_id)
 
 
-def _task_wait(task_id: str) -> tuple[str, str]:
-    found = store().queries.task(task_id)
-    if found is None:
-        raise UnknownTask(f"no open user task {task_id!r}; list them with `dormant tasks list`")
-    instance_id, wait_id = found
-    return str(instance_id), str(wait_id)
+def _task_wait(task_id: str, tenant: str | None = None) -> tuple[str, str]:
+    """The open task's (instance, wait); with ``tenant``, only a task of that tenant:
+    another tenant's task is unknown to it, worded as a task nobody has."""
+    view = store().queries.task_view(task_id)
+    if tenant is not None and view.tenant != tenant:
+        raise UnknownTask(f"no open user task has id {task_id!r} for tenant {tenant!r}")
+    return view.instance_id, view.id.rsplit(".", 1)[1]
 
 
 @app.task(name=wire.COMPLETE_TASK, bind=True)
@@ -423,12 +529,14 @@ def complete_task(
     *,
     inbox_id: str | None = None,
     trigger_id: str | None = None,
+    tenant: str | None = None,
 ) -> str | None:
-    """Complete user task ``task_id`` with ``variables``."""
+    """Complete user task ``task_id`` with ``variables``; the task must be ``tenant``'s
+    (none: the default tenant's)."""
 
     def call(tid: str, now: datetime) -> Any:
         checked = check_variables(variables, "task variables", store().settings.limits)
-        instance_id, wait_id = _task_wait(task_id)
+        instance_id, wait_id = _task_wait(task_id, check_tenant(tenant))
         trigger = TaskCompleted(wait_id=wait_id, variables=checked)
         return store().apply(instance_id, trigger, now, trigger_id=tid, inbox_id=inbox_id)
 
@@ -494,21 +602,12 @@ def cancel(
     """Terminate an instance (its waits and hold rows go with it)."""
 
     if audit is None and inbox_id is None and trigger_id is None:
-        audit = by_hand("cancel", instance_id, instance_id)
+        audit = audit_rows.by_hand("cancel", target=instance_id, instance_id=instance_id)
 
     def call(tid: str, now: datetime) -> Any:
         return apply_audited(instance_id, Cancel(), now, tid, inbox_id, audit)
 
     return _run(self, "cancel", call, inbox_id, trigger_id, instance_id=instance_id)
-
-
-def by_hand(action: str, target: str, instance_id: str | None) -> dict[str, Any]:
-    """The command of a management task sent by hand (Flower, ``send_task``): no Client
-    took it, so nobody is known; it is recorded from ``celery`` (docs/operations.md,
-    "Audit trail") with its outcome only."""
-    return audit_rows.command(
-        audit_rows.UNKNOWN_ACTOR, "celery", action, target=target, instance_id=instance_id
-    )
 
 
 def apply_audited(
@@ -572,7 +671,9 @@ def _incident_task(name: str, trigger_cls: Any, op: str) -> Any:
         command = audit
         if command is None and inbox_id is None and trigger_id is None:
             owner = incident_id.rsplit(".", 1)[0] if isinstance(incident_id, str) else None
-            command = by_hand(f"incident_{op}", str(incident_id), owner)
+            command = audit_rows.by_hand(
+                f"incident_{op}", target=str(incident_id), instance_id=owner
+            )
 
         def call(tid: str, now: datetime) -> Any:
             instance_id = incident_instance(incident_id)

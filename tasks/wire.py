@@ -24,6 +24,7 @@ from __future__ import annotations
 import uuid
 from typing import Any, NamedTuple
 
+from dormant.engine_core.tenants import DEFAULT_TENANT
 from dormant.engine_core.triggers import Trigger
 from dormant.persistence.routing import Undelivered, UndeliveredStart
 
@@ -35,8 +36,10 @@ __all__ = [
     "BULK",
     "CANCEL",
     "COMPLETE_TASK",
+    "DELIVERY_HEADER",
     "FIRE_DEADLINE",
     "FIRE_DEADLINES",
+    "FLOW_SWEEP",
     "HIDDEN",
     "INCIDENT_OPS",
     "INCIDENT_RAISED",
@@ -150,6 +153,7 @@ PROCESSED_SWEEP = "dormant.processed.sweep"
 BULK = "dormant.bulk"
 JOBS_PAUSE = "dormant.jobs.pause"
 JOBS_RESUME = "dormant.jobs.resume"
+FLOW_SWEEP = "dormant.jobs.flow_sweep"
 TRIGGERS_RETRY = "dormant.triggers.retry"
 TRIGGERS_DROP = "dormant.triggers.drop"
 MANAGEMENT: frozenset[str] = frozenset(
@@ -161,11 +165,16 @@ MANAGEMENT: frozenset[str] = frozenset(
         BULK,
         JOBS_PAUSE,
         JOBS_RESUME,
+        FLOW_SWEEP,
         TRIGGERS_RETRY,
         TRIGGERS_DROP,
         INCIDENT_RAISED,
     }
 )
+# The message header the inbox sweep names a re-sent trigger's delivery number in
+# (persistence/deliveries.py): the worker counts it without reading the database.
+DELIVERY_HEADER = "dormant_delivery"
+
 # Every task dormant registers: a model's job type may take none of them
 # (engine_core/job_types.py reserves the ``dormant.`` prefix).
 TASK_NAMES: frozenset[str] = TRIGGERS | MANAGEMENT
@@ -195,6 +204,7 @@ _NAMING = frozenset(
         "scope",
         "retry_incidents",
         "unset",
+        "tenant",
     }
 )
 HIDDEN = "…"
@@ -232,6 +242,15 @@ def _with_id(kwargs: dict[str, Any], trigger_id: str | None) -> dict[str, Any]:
     return kwargs if trigger_id is None else {**kwargs, "trigger_id": trigger_id}
 
 
+def _with_tenant(kwargs: dict[str, Any], tenant: str | None) -> dict[str, Any]:
+    """A trigger's ``tenant`` keyword (docs/tenants.md): left out for the default
+    tenant, so a body is what it was before tenants, and a plain Celery producer that
+    never names one is the default tenant's."""
+    if tenant is None or tenant == DEFAULT_TENANT:
+        return kwargs
+    return {**kwargs, "tenant": tenant}
+
+
 # -- the bodies ------------------------------------------------------------------------
 
 
@@ -245,9 +264,10 @@ def start(
 ) -> Send:
     """Start ``instance_id`` of process ``key``; ``start_options`` are ``dormant.start``'s
     keyword arguments (``business_key``, ``version``, ``start_node_id``, ``start_key``,
-    ``parent``, ``version_tag``)."""
+    ``parent``, ``version_tag``, ``tenant``)."""
+    tenant = start_options.pop("tenant", None)
     body = {"key": key, "instance_id": instance_id, "variables": variables, **start_options}
-    return Send(START, "trigger.start", _with_id(body, trigger_id))
+    return Send(START, "trigger.start", _with_tenant(_with_id(body, trigger_id), tenant))
 
 
 def message(
@@ -256,9 +276,11 @@ def message(
     variables: dict[str, Any],
     message_id: str,
     ttl: float | None,
+    tenant: str | None = None,
 ) -> Send:
     """A message, on ``message.<name>`` so each name can have a queue of its own; the
-    fields after the name as ``persistence/routing.py``'s ``check_message`` returns them."""
+    fields after the name as ``persistence/routing.py``'s ``check_message`` returns them,
+    and the producer's tenant."""
     body = {
         "name": name,
         "correlation_key": correlation_key,
@@ -266,19 +288,20 @@ def message(
         "message_id": message_id,
         "ttl": ttl,
     }
-    return Send(MESSAGE, f"message.{name}", body)
+    return Send(MESSAGE, f"message.{name}", _with_tenant(body, tenant))
 
 
-def signal(name: str, variables: dict[str, Any], signal_id: str) -> Send:
-    """A signal broadcast, on ``signal.<name>``; its id is its trigger id's prefix."""
+def signal(name: str, variables: dict[str, Any], signal_id: str, tenant: str | None = None) -> Send:
+    """A signal broadcast within ``tenant``, on ``signal.<name>``; its id is its
+    trigger id's prefix."""
     body = {"name": name, "variables": variables, "signal_id": signal_id}
-    return Send(SIGNAL, f"signal.{name}", body)
+    return Send(SIGNAL, f"signal.{name}", _with_tenant(body, tenant))
 
 
-def complete_task(task_id: str, variables: dict[str, Any]) -> Send:
-    return Send(
-        COMPLETE_TASK, "trigger.task_completed", {"task_id": task_id, "variables": variables}
-    )
+def complete_task(task_id: str, variables: dict[str, Any], tenant: str | None = None) -> Send:
+    """Complete a user task; refused by the worker when the task is not ``tenant``'s."""
+    body = {"task_id": task_id, "variables": variables}
+    return Send(COMPLETE_TASK, "trigger.task_completed", _with_tenant(body, tenant))
 
 
 def assign_task(task_id: str, assignee: str | None, *, claim: bool) -> Send:

@@ -24,7 +24,8 @@ _TABLES = (
     "definitions, instances, deadlines, subscriptions, user_tasks, user_task_candidates, "
     "facts, outbox, "
     "processed_triggers, messages, inbox, start_timers, incidents, decisions, "
-    "batches, batch_items, job_type_pauses, held_jobs, forms, unmatched_messages"
+    "batches, batch_items, job_type_pauses, held_jobs, forms, unmatched_messages, "
+    "job_flow_types, job_flow_keys, job_flow_slots, job_flow_waiting"
 )
 
 

@@ -3,7 +3,8 @@
 Models written for Camunda 8 call these beside the DMN ones: ``assert``, ``is blank``,
 ``put`` / ``put all`` (aliases of ``context put`` / ``context merge``), ``get or else``,
 ``to json`` / ``from json``, ``to base64`` / ``from base64``, ``uuid``, ``decimal`` with
-a rounding mode, ``overlaps before`` / ``overlaps after``. Where feel-scala fails rather
+a rounding mode, ``overlaps before`` / ``overlaps after``, and Camunda 8.8's ``fromAi``
+(an AI agent tool's parameter: its value). Where feel-scala fails rather
 than answering null (``assert`` of a false condition), so do we: an ``ExpressionError``,
 which the engine turns into an incident.
 """
@@ -77,6 +78,16 @@ def is_blank(s: Any) -> Any:
 @builtin("get or else", "value", "default")
 def get_or_else(value: Any, default: Any) -> Any:
     return default if value is None else value
+
+
+@builtin("fromAi", "value", "description?", "type?", "schema?", "options?")
+def from_ai(
+    value: Any, description: Any = None, type: Any = None, schema: Any = None, options: Any = None
+) -> Any:
+    """Camunda 8.8's marker for a tool's parameter in an AI agent's ad-hoc sub-process:
+    at run time the value itself (the agent's job put it in ``toolCall``); the other
+    arguments describe it to the model and are not read here."""
+    return value
 
 
 builtin("put", "context", "key", "value")(context_put)

@@ -18,6 +18,7 @@ sent as a string of digits. Errors: RFC 9457 problem documents
 from __future__ import annotations
 
 import base64
+import copy
 import json
 import re
 import time
@@ -30,12 +31,13 @@ from pydantic import BaseModel, ValidationError
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute, Mount, Route
 
 from dormant.engine_core.checkpoint import ROOT_SCOPE, IncidentState, InstanceStatus
-from dormant.engine_core.dmn import evaluate_decision
+from dormant.engine_core.dmn import DecisionEvaluation, explain_decision
 from dormant.engine_core.effects import job_idempotency_key
 from dormant.engine_core.errors import (
     DormantError,
@@ -46,53 +48,50 @@ from dormant.engine_core.errors import (
     UnknownProcess,
     UnknownTask,
 )
-from dormant.engine_core.triggers import JobCompleted, JobErrorThrown, JobFailed, JobHeartbeat
+from dormant.engine_core.model import NodeKind
+from dormant.engine_core.tenants import check_tenant, check_tenants
+from dormant.engine_core.triggers import (
+    AdHocActivation,
+    AdHocResult,
+    JobCompleted,
+    JobErrorThrown,
+    JobFailed,
+    JobHeartbeat,
+)
 from dormant.engine_core.views import IncidentView, InstanceView, UserTaskView
 from dormant.persistence import api_keys, clock
 from dormant.persistence.console_queries import ConsoleQueries
 from dormant.persistence.db import read_only
-from dormant.persistence.decisions import deployed_decision
+from dormant.persistence.decisions import deployed_decision, file_versions
 from dormant.tasks import wire
-from dormant.tasks.api import schemas
+from dormant.tasks.api import oauth, schemas
+from dormant.tasks.api.auth import ApiGuard
+from dormant.tasks.api.problems import Problem
+from dormant.tasks.api.problems import problem as _problem
 from dormant.tasks.client import Client
+from dormant.tasks.console.config import ConsoleConfig
 from dormant.tasks.console.forms import embedded_form
+from dormant.tasks.console.security import ACTOR
+from dormant.tasks.console.throttle import SignInThrottle
 
-__all__ = ["GATEWAY_VERSION", "create_app", "routes"]
+__all__ = ["GATEWAY_VERSION", "PREFIX", "create_app", "routes", "v2_app"]
 
 # What Modeler reads from the topology: below 8.8.0 it turns task testing off.
 GATEWAY_VERSION = "8.8.0"
 TENANT = "<default>"
+# Where the routes are mounted, in ``dormant api`` and ``dormant console`` alike.
+PREFIX = "/v2"
 # Long polling: how long an activation with ``requestTimeout: 0`` waits for a job, and
 # how often it looks again (docs/limits.md).
 DEFAULT_REQUEST_TIMEOUT_S = 5.0
 POLL_S = 0.2
 # ``awaitCompletion`` with no ``requestTimeout``.
 DEFAULT_AWAIT_S = 30.0
+# The actor of a call with no credentials (only on loopback with none configured).
+ANONYMOUS_ACTOR = "api"
 # Element instance and variable searches with no ``processInstanceKey`` read the newest
 # instances, this many (docs/limits.md).
 SEARCH_INSTANCES = 1000
-
-
-class Problem(Exception):
-    """An answer that is an RFC 9457 problem document."""
-
-    def __init__(self, status: int, title: str, detail: str) -> None:
-        super().__init__(detail)
-        self.status, self.title, self.detail = status, title, detail
-
-
-def _problem(status: int, title: str, detail: str, instance: str) -> JSONResponse:
-    return JSONResponse(
-        {
-            "type": "about:blank",
-            "title": title,
-            "status": status,
-            "detail": detail,
-            "instance": instance,
-        },
-        status_code=status,
-        media_type="application/problem+json",
-    )
 
 
 _NOT_FOUND = (
@@ -120,10 +119,20 @@ class Api:
 
     def __init__(self, client: Client) -> None:
         # The API's operator actions (a cancel, an incident resolution) are recorded as
-        # from ``api``, for the API process's actor (docs/operations.md, "Audit trail").
-        self.client = client.acting_as(client.actor, "api")
+        # from ``api``; each call acts for its caller (``acting``; docs/audit.md).
+        self.client = client.acting_as(ANONYMOUS_ACTOR, "api")
         self.engine = client._store.engine
         self.queries = ConsoleQueries(self.engine)
+
+    def acting(self, caller: str | None) -> Api:
+        """This Api for one call: its Client records ``caller`` (the guard's
+        ``ACTOR``: the Basic user, the OAuth client id, ``token``) as the actor, and
+        ``api`` for an anonymous loopback caller."""
+        if caller is None:
+            return self
+        other = copy.copy(self)
+        other.client = self.client.acting_as(caller, "api")
+        return other
 
     def key(self, kind: str, dormant_id: str) -> str:
         return str(api_keys.key_of(self.engine, kind, dormant_id))
@@ -155,6 +164,8 @@ def _endpoint(
 
     async def endpoint(request: Request) -> Response:
         api: Api = request.app.state.api
+        actor = request.scope.get(ACTOR)
+        api = api.acting(actor if isinstance(actor, str) else None)
         path = request.url.path
         try:
             if multipart:
@@ -195,7 +206,8 @@ async def _multipart(request: Request) -> dict[str, Any]:
     for part in form.getlist("resources"):
         if isinstance(part, UploadFile):
             files.append((part.filename or "resource", await part.read()))
-    return {"resources": files}
+    tenant = form.get("tenantId")
+    return {"resources": files, "tenantId": tenant if isinstance(tenant, str) else None}
 
 
 M = TypeVar("M", bound=BaseModel)
@@ -334,10 +346,13 @@ def deploy(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
     if not files:
         raise Problem(400, "INVALID_ARGUMENT", "no resources to deploy (multipart 'resources')")
     store = api.client._store
+    tenant = check_tenant(body.get("tenantId"), "tenantId")
     # Forms go through the same deploy as models: told apart by content, kept in
     # ``forms`` (persistence/forms.py), versioned per form id.
     names: list[str | None] = [n for n, _ in files]
-    deployed = store.deployments.deploy_many([d for _, d in files], clock.now(), names)
+    deployed = store.deployments.deploy_many(
+        [d for _, d in files], clock.now(), names, tenant=tenant
+    )
     if not deployed:
         raise Problem(
             400,
@@ -356,7 +371,7 @@ def deploy(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
                         "formId": r.id,
                         "version": r.version,
                         "resourceName": resource_name,
-                        "tenantId": TENANT,
+                        "tenantId": tenant,
                         "formKey": api.key("form", r.id),
                     }
                 }
@@ -368,7 +383,7 @@ def deploy(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
                         "processDefinitionId": r.id,
                         "processDefinitionVersion": r.version,
                         "resourceName": resource_name,
-                        "tenantId": TENANT,
+                        "tenantId": tenant,
                         "processDefinitionKey": api.key("process", f"{r.id}:{r.version}"),
                     }
                 }
@@ -381,7 +396,7 @@ def deploy(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
                         "decisionDefinitionId": r.id,
                         "version": r.version,
                         "name": r.id,
-                        "tenantId": TENANT,
+                        "tenantId": tenant,
                         "decisionRequirementsId": r.id,
                         "decisionDefinitionKey": key,
                         "decisionRequirementsKey": key,
@@ -389,7 +404,7 @@ def deploy(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
                 }
             )
     key = api.key("deployment", str(deployment_key))
-    return {"deploymentKey": key, "tenantId": TENANT, "deployments": out}
+    return {"deploymentKey": key, "tenantId": tenant, "deployments": out}
 
 
 # -- process instances ---------------------------------------------------------------
@@ -414,7 +429,9 @@ def create_instance(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any
             "or processDefinitionKey",
         )
     _, version = store.deployments.definition(process_key, version)
-    instance_id = api.client.start(process_key, req.variables, req.business_id, version=version)
+    tenant = check_tenant(req.tenant_id, "tenantId")
+    producer = api.client.for_tenant(tenant)
+    instance_id = producer.start(process_key, req.variables, req.business_id, version=version)
     variables: dict[str, Any] = {}
     if req.await_completion:
         wait_s = req.request_timeout / 1000 if req.request_timeout > 0 else DEFAULT_AWAIT_S
@@ -432,7 +449,7 @@ def create_instance(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any
     return {
         "processDefinitionId": process_key,
         "processDefinitionVersion": version,
-        "tenantId": TENANT,
+        "tenantId": tenant,
         "variables": variables,
         "processDefinitionKey": api.key("process", f"{process_key}:{version}"),
         "processInstanceKey": api.key("instance", instance_id),
@@ -492,7 +509,7 @@ def _instance(api: Api, view: InstanceView, keys: dict[str, str] | None = None) 
         "state": _instance_state(view),
         "suspendedDate": None,
         "hasIncident": any(not IncidentState(i.state).closed for i in view.incidents),
-        "tenantId": TENANT,
+        "tenantId": view.tenant,
         "processInstanceKey": own,
         "processDefinitionKey": api.key("process", f"{view.key}:{view.version}"),
         "parentProcessInstanceKey": keys[parent] if parent is not None else None,
@@ -607,6 +624,7 @@ def migrate_instance(api: Api, body: dict[str, Any], path: dict[str, str]) -> An
 
 def activate_jobs(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
     req = _model(schemas.ActivateJobs, body)
+    tenants = check_tenants(req.tenant_ids, "tenantIds") if req.tenant_ids else None
     worker = req.worker or "default"
     timeout = timedelta(milliseconds=req.timeout)
     if req.request_timeout < 0:
@@ -618,7 +636,7 @@ def activate_jobs(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
     deadline = time.monotonic() + wait_s
     while True:
         jobs = api_keys.activate(
-            api.engine, req.type, worker, timeout, req.max_jobs_to_activate, clock.now()
+            api.engine, req.type, worker, timeout, req.max_jobs_to_activate, clock.now(), tenants
         )
         retries = _live(api, jobs)
         jobs = [j for j in jobs if j.key in retries]
@@ -658,13 +676,13 @@ def activate_jobs(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
                 "retries": retries[job.key],
                 "deadline": int((job.deadline or clock.now()).timestamp() * 1000),
                 "variables": variables,
-                "tenantId": TENANT,
+                "tenantId": job.tenant,
                 "physicalTenantId": TENANT,
                 "jobKey": str(job.key),
                 "processInstanceKey": own,
                 "processDefinitionKey": api.key("process", f"{process_key}:{version}"),
                 "elementInstanceKey": api.key("element", f"{job.instance_id}.{job.wait_id}"),
-                "kind": "BPMN_ELEMENT",
+                "kind": _job_kind(api, job, (process_key, version)),
                 "listenerEventType": "UNSPECIFIED",
                 "userTask": None,
                 "tags": [],
@@ -674,6 +692,20 @@ def activate_jobs(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
             }
         )
     return {"jobs": out}
+
+
+def _job_kind(api: Api, job: api_keys.ApiJob, process: tuple[str, int]) -> str:
+    """``AD_HOC_SUB_PROCESS`` for the job of a job-worker ad-hoc sub-process (the
+    worker answers it with a result naming the elements to run), else
+    ``BPMN_ELEMENT``."""
+    try:
+        definition, _ = api.client._store.deployments.definition(*process)
+    except DormantError:
+        return "BPMN_ELEMENT"
+    node = definition.nodes.get(job.node_id)
+    if node is not None and node.kind is NodeKind.AD_HOC_SUB_PROCESS:
+        return "AD_HOC_SUB_PROCESS"
+    return "BPMN_ELEMENT"
 
 
 def _live(api: Api, jobs: list[api_keys.ApiJob]) -> dict[int, int]:
@@ -714,10 +746,46 @@ def _report(api: Api, job: api_keys.ApiJob, trigger: Any) -> None:
     api.client.report_job(job.instance_id, trigger, wire.job_result_id(idem))
 
 
+def _ad_hoc_result(api: Api, key: str, result: schemas.JobResult) -> AdHocResult:
+    """A result of type ``adHocSubProcess``, checked before the job is taken: only the
+    job of an ad-hoc sub-process (its job-worker implementation) takes one."""
+    if result.type not in (None, "adHocSubProcess"):
+        raise Problem(
+            400,
+            "INVALID_ARGUMENT",
+            f"result type {result.type!r} is not served; dormant takes the job result of "
+            "an ad-hoc sub-process (type adHocSubProcess) only (docs/camunda-api.md)",
+        )
+    job = api_keys.job(api.engine, int(key)) if key.isdigit() else None
+    if job is not None:
+        process = api_keys.instance_processes(api.engine, [job.instance_id])
+        process_key, version = process.get(job.instance_id, ("", 0))
+        definition, _ = api.client._store.deployments.definition(process_key, version)
+        node = definition.nodes.get(job.node_id)
+        if node is None or node.kind is not NodeKind.AD_HOC_SUB_PROCESS:
+            raise Problem(
+                400,
+                "INVALID_ARGUMENT",
+                f"job {key} is the job of element {job.node_id!r}, not of an ad-hoc "
+                "sub-process: a result of type adHocSubProcess is for those only",
+            )
+    return AdHocResult(
+        activate=[
+            AdHocActivation(element_id=a.element_id, variables=a.variables or {})
+            for a in result.activate_elements
+        ],
+        completion_condition_fulfilled=result.is_completion_condition_fulfilled,
+        cancel_remaining=result.is_cancel_remaining_instances,
+    )
+
+
 def complete_job(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
     req = _model(schemas.CompleteJob, body)
+    ad_hoc = _ad_hoc_result(api, path["key"], req.result) if req.result is not None else None
     job = _take(api, path["key"])
-    trigger = JobCompleted(wait_id=job.wait_id, attempt=job.attempt, variables=req.variables or {})
+    trigger = JobCompleted(
+        wait_id=job.wait_id, attempt=job.attempt, variables=req.variables or {}, ad_hoc=ad_hoc
+    )
     _report(api, job, trigger)
     return None
 
@@ -786,15 +854,17 @@ def update_job(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
 def publish_message(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
     req = _model(schemas.PublishMessage, body)
     ttl = None if req.time_to_live is None else req.time_to_live / 1000
-    message_id = api.client.send_message(
+    producer = api.client.for_tenant(check_tenant(req.tenant_id, "tenantId"))
+    message_id = producer.send_message(
         req.name, req.correlation_key, req.variables, req.message_id, ttl
     )
-    return {"tenantId": TENANT, "messageKey": api.key("message", message_id)}
+    return {"tenantId": producer.tenant, "messageKey": api.key("message", message_id)}
 
 
 def correlate_message(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
     req = _model(schemas.CorrelateMessage, body)
-    holders = api_keys.message_holders(api.engine, req.name, req.correlation_key)
+    producer = api.client.for_tenant(check_tenant(req.tenant_id, "tenantId"))
+    holders = api_keys.message_holders(api.engine, req.name, req.correlation_key, producer.tenant)
     if not holders:
         raise Problem(
             404,
@@ -802,9 +872,9 @@ def correlate_message(api: Api, body: dict[str, Any], path: dict[str, str]) -> A
             f"no process instance waits for message {req.name!r} with correlation key "
             f"{req.correlation_key!r}",
         )
-    message_id = api.client.send_message(req.name, req.correlation_key, req.variables, None, 0)
+    message_id = producer.send_message(req.name, req.correlation_key, req.variables, None, 0)
     return {
-        "tenantId": TENANT,
+        "tenantId": producer.tenant,
         "messageKey": api.key("message", message_id),
         "processInstanceKey": api.key("instance", holders[0]),
     }
@@ -812,8 +882,9 @@ def correlate_message(api: Api, body: dict[str, Any], path: dict[str, str]) -> A
 
 def broadcast_signal(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
     req = _model(schemas.BroadcastSignal, body)
-    signal_id = api.client.signal(req.signal_name, req.variables)
-    return {"tenantId": TENANT, "signalKey": api.key("signal", signal_id)}
+    producer = api.client.for_tenant(check_tenant(req.tenant_id, "tenantId"))
+    signal_id = producer.signal(req.signal_name, req.variables)
+    return {"tenantId": producer.tenant, "signalKey": api.key("signal", signal_id)}
 
 
 # -- user tasks ----------------------------------------------------------------------
@@ -833,7 +904,7 @@ def _user_task(api: Api, view: UserTaskView, process: tuple[str, int]) -> dict[s
         "completionDate": None,
         "followUpDate": _iso(view.follow_up_date),
         "dueDate": _iso(view.due_date),
-        "tenantId": TENANT,
+        "tenantId": view.tenant,
         "externalFormReference": view.external_reference,
         "processDefinitionVersion": process[1],
         "customHeaders": {},
@@ -899,7 +970,10 @@ def unassign_user_task(api: Api, body: dict[str, Any], path: dict[str, str]) -> 
 
 def complete_user_task(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
     req = _model(schemas.CompleteUserTask, body)
-    api.client.complete_task(_task_id(api, path["key"]), req.variables)
+    task_id = _task_id(api, path["key"])
+    # The task's own tenant: the request names none (docs/tenants.md).
+    producer = api.client.for_tenant(api.client.user_task(task_id).tenant)
+    producer.complete_task(task_id, req.variables)
     return None
 
 
@@ -974,7 +1048,7 @@ def _element_rows(api: Api, view: InstanceView) -> list[dict[str, Any]]:
     }
     base = {
         "processDefinitionId": view.key,
-        "tenantId": TENANT,
+        "tenantId": view.tenant,
         "processInstanceKey": instance_key,
         "rootProcessInstanceKey": instance_key,
         "processDefinitionKey": process_key,
@@ -1134,10 +1208,32 @@ def search_variables(api: Api, body: dict[str, Any], path: dict[str, str]) -> An
 # -- decisions -----------------------------------------------------------------------
 
 
+def _matched_rules(step: DecisionEvaluation) -> list[dict[str, Any]]:
+    return [
+        {
+            "ruleId": rule.id,
+            "ruleIndex": rule.index,
+            "evaluatedOutputs": [
+                {
+                    "outputId": out.id,
+                    "outputName": out.name,
+                    "outputValue": json.dumps(out.value),
+                    "ruleId": rule.id,
+                    "ruleIndex": rule.index,
+                }
+                for out in rule.outputs
+            ],
+        }
+        for rule in step.matched
+    ]
+
+
 def evaluate_decision_(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
     """A deployed decision evaluated with the given variables, as a business rule task
-    would (engine_core/dmn.py); nothing is written. ``output`` is the result as JSON
-    text; matched rules and evaluated inputs are not reported."""
+    would (engine_core/dmn.py ``explain_decision``); nothing is written. ``output`` is
+    the result as JSON text; ``evaluatedDecisions`` lists every decision evaluated, the
+    required ones first, each with its table's inputs and the rules that made its
+    result."""
     req = _model(schemas.EvaluateDecision, body)
     if req.decision_definition_key is not None:
         decision_id, _, v = api.resolve(
@@ -1150,20 +1246,45 @@ def evaluate_decision_(api: Api, body: dict[str, Any], path: dict[str, str]) -> 
         raise Problem(400, "INVALID_ARGUMENT", "give decisionDefinitionId or decisionDefinitionKey")
     with read_only(api.engine) as conn:
         found = deployed_decision(conn, decision_id, version)
-    if found is None:
-        raise Problem(404, "NOT_FOUND", f"no decision {decision_id!r} is deployed")
+        if found is None:
+            raise Problem(404, "NOT_FOUND", f"no decision {decision_id!r} is deployed")
+        versions = file_versions(conn, decision_id, found[0])
     version, decisions = found
     try:
-        result = evaluate_decision(decisions, decision_id, req.variables or {}, now=clock.now())
+        trace = explain_decision(decisions, decision_id, req.variables or {}, now=clock.now())
     except Exception as exc:  # a hit policy broken, an expression failed: the caller's input
         raise Problem(
             400, "INVALID_ARGUMENT", f"decision {decision_id!r} v{version}: {exc}"
         ) from exc
     key = api.key("decision", f"{decision_id}:{version}")
-    decision = decisions[decision_id]
-    name = decision.name or decision_id
-    output = json.dumps(result)
+    name = decisions[decision_id].name or decision_id
+    output = json.dumps(trace[-1].result)
     evaluation = api.key("decision_evaluation", uuid.uuid4().hex)
+    names = {step.decision_id: f"{step.decision_id}:{versions[step.decision_id]}" for step in trace}
+    keys = api.keys("decision", list(names.values()))
+    evaluated = []
+    for n, step in enumerate(trace, 1):
+        decision = decisions[step.decision_id]
+        evaluated.append(
+            {
+                "decisionDefinitionId": step.decision_id,
+                "decisionDefinitionName": decision.name or step.decision_id,
+                "decisionDefinitionVersion": versions[step.decision_id],
+                "decisionDefinitionType": "DECISION_TABLE"
+                if decision.table is not None
+                else "LITERAL_EXPRESSION",
+                "output": json.dumps(step.result),
+                "tenantId": TENANT,
+                "matchedRules": _matched_rules(step),
+                "evaluatedInputs": [
+                    {"inputId": i.id, "inputName": i.name, "inputValue": json.dumps(i.value)}
+                    for i in step.inputs
+                ],
+                "decisionDefinitionKey": keys[names[step.decision_id]],
+                # Camunda's shape: the evaluation's key and the decision's place in it
+                "decisionEvaluationInstanceKey": f"{evaluation}-{n}",
+            }
+        )
     return {
         "decisionDefinitionId": decision_id,
         "decisionDefinitionKey": key,
@@ -1173,23 +1294,7 @@ def evaluate_decision_(api: Api, body: dict[str, Any], path: dict[str, str]) -> 
         "decisionInstanceKey": evaluation,
         "decisionRequirementsId": decision_id,
         "decisionRequirementsKey": key,
-        "evaluatedDecisions": [
-            {
-                "decisionDefinitionId": decision_id,
-                "decisionDefinitionName": name,
-                "decisionDefinitionVersion": version,
-                "decisionDefinitionType": "DECISION_TABLE"
-                if decision.table is not None
-                else "LITERAL_EXPRESSION",
-                "output": output,
-                "tenantId": TENANT,
-                "matchedRules": [],
-                "evaluatedInputs": [],
-                "decisionDefinitionKey": key,
-                # Camunda's shape: the evaluation's key and the decision's place in it
-                "decisionEvaluationInstanceKey": f"{evaluation}-1",
-            }
-        ],
+        "evaluatedDecisions": evaluated,
         "failedDecisionDefinitionId": None,
         "failureMessage": None,
         "output": output,
@@ -1257,42 +1362,42 @@ def resolve_incident(api: Api, body: dict[str, Any], path: dict[str, str]) -> An
 
 
 def routes() -> list[BaseRoute]:
-    """Every route served (docs/camunda-api.md lists them, one table)."""
+    """Every route served, below ``PREFIX`` (docs/camunda-api.md lists them, one table)."""
     table: list[tuple[str, str, Handler]] = [
-        ("GET", "/v2/topology", topology),
-        ("GET", "/v2/status", status),
-        ("GET", "/v2/license", license_),
-        ("POST", "/v2/process-instances", create_instance),
-        ("POST", "/v2/process-instances/search", search_instances),
-        ("GET", "/v2/process-instances/{key}", get_instance),
-        ("POST", "/v2/process-instances/{key}/cancellation", cancel_instance),
-        ("POST", "/v2/process-instances/{key}/modification", modify_instance),
-        ("POST", "/v2/process-instances/{key}/migration", migrate_instance),
-        ("POST", "/v2/jobs/activation", activate_jobs),
-        ("POST", "/v2/jobs/{key}/completion", complete_job),
-        ("POST", "/v2/jobs/{key}/failure", fail_job),
-        ("POST", "/v2/jobs/{key}/error", throw_job_error),
-        ("PATCH", "/v2/jobs/{key}", update_job),
-        ("POST", "/v2/messages/publication", publish_message),
-        ("POST", "/v2/messages/correlation", correlate_message),
-        ("POST", "/v2/signals/broadcast", broadcast_signal),
-        ("POST", "/v2/user-tasks/search", search_user_tasks),
-        ("GET", "/v2/user-tasks/{key}", get_user_task),
-        ("POST", "/v2/user-tasks/{key}/assignment", assign_user_task),
-        ("DELETE", "/v2/user-tasks/{key}/assignee", unassign_user_task),
-        ("POST", "/v2/user-tasks/{key}/completion", complete_user_task),
-        ("GET", "/v2/user-tasks/{key}/form", user_task_form),
-        ("POST", "/v2/element-instances/search", search_element_instances),
-        ("GET", "/v2/element-instances/{key}", get_element_instance),
-        ("PUT", "/v2/element-instances/{key}/variables", set_element_variables),
-        ("POST", "/v2/variables/search", search_variables),
-        ("POST", "/v2/decision-definitions/evaluation", evaluate_decision_),
-        ("POST", "/v2/incidents/search", search_incidents),
-        ("GET", "/v2/incidents/{key}", get_incident),
-        ("POST", "/v2/incidents/{key}/resolution", resolve_incident),
+        ("GET", "/topology", topology),
+        ("GET", "/status", status),
+        ("GET", "/license", license_),
+        ("POST", "/process-instances", create_instance),
+        ("POST", "/process-instances/search", search_instances),
+        ("GET", "/process-instances/{key}", get_instance),
+        ("POST", "/process-instances/{key}/cancellation", cancel_instance),
+        ("POST", "/process-instances/{key}/modification", modify_instance),
+        ("POST", "/process-instances/{key}/migration", migrate_instance),
+        ("POST", "/jobs/activation", activate_jobs),
+        ("POST", "/jobs/{key}/completion", complete_job),
+        ("POST", "/jobs/{key}/failure", fail_job),
+        ("POST", "/jobs/{key}/error", throw_job_error),
+        ("PATCH", "/jobs/{key}", update_job),
+        ("POST", "/messages/publication", publish_message),
+        ("POST", "/messages/correlation", correlate_message),
+        ("POST", "/signals/broadcast", broadcast_signal),
+        ("POST", "/user-tasks/search", search_user_tasks),
+        ("GET", "/user-tasks/{key}", get_user_task),
+        ("POST", "/user-tasks/{key}/assignment", assign_user_task),
+        ("DELETE", "/user-tasks/{key}/assignee", unassign_user_task),
+        ("POST", "/user-tasks/{key}/completion", complete_user_task),
+        ("GET", "/user-tasks/{key}/form", user_task_form),
+        ("POST", "/element-instances/search", search_element_instances),
+        ("GET", "/element-instances/{key}", get_element_instance),
+        ("PUT", "/element-instances/{key}/variables", set_element_variables),
+        ("POST", "/variables/search", search_variables),
+        ("POST", "/decision-definitions/evaluation", evaluate_decision_),
+        ("POST", "/incidents/search", search_incidents),
+        ("GET", "/incidents/{key}", get_incident),
+        ("POST", "/incidents/{key}/resolution", resolve_incident),
     ]
     out: list[BaseRoute] = [
-        Route("/v2/deployments", _endpoint(deploy, multipart=True), methods=["POST"])
+        Route("/deployments", _endpoint(deploy, multipart=True), methods=["POST"])
     ]
     out += [Route(p, _endpoint(h), methods=[m]) for m, p, h in table]
     return out
@@ -1308,9 +1413,34 @@ async def _not_found(request: Request, exc: Exception) -> Response:
     )
 
 
-def create_app(client: Client | None = None) -> Starlette:
-    """The API as an ASGI app, on ``client`` (a new Client from the environment when
-    None)."""
-    app = Starlette(routes=routes(), exception_handlers={404: _not_found, 405: _not_found})
-    app.state.api = Api(client if client is not None else Client())
+def v2_app(
+    client: Client, config: ConsoleConfig, throttle: SignInThrottle | None = None
+) -> Starlette:
+    """The routes with their guard (auth.py), one app for both hosts: ``dormant api``
+    mounts it at ``PREFIX``, and so does ``dormant console`` beside its pages, sharing
+    the console's sign-in throttle."""
+    app = Starlette(
+        routes=routes(),
+        middleware=[Middleware(ApiGuard, config=config, throttle=throttle or SignInThrottle())],
+        exception_handlers={404: _not_found, 405: _not_found},
+    )
+    app.state.api = Api(client)
     return app
+
+
+def create_app(
+    client: Client | None = None,
+    config: ConsoleConfig | None = None,
+    throttle: SignInThrottle | None = None,
+) -> Starlette:
+    """The API as an ASGI app, on ``client`` (a new Client from the environment when
+    None), authenticated as ``config`` says (the console's settings; None: no
+    credentials, loopback only)."""
+    config = config if config is not None else ConsoleConfig()
+    config.check()
+    throttle = throttle or SignInThrottle()
+    v2 = v2_app(client if client is not None else Client(), config, throttle)
+    return Starlette(
+        routes=[Mount(PREFIX, app=v2), Mount(oauth.PATH, app=oauth.oauth_app(config, throttle))],
+        exception_handlers={404: _not_found, 405: _not_found},
+    )

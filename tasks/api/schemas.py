@@ -3,9 +3,10 @@ serves, as its own pydantic models, written from Camunda's public documentation
 (docs/camunda-api.md). One declared schema per request: a body that does not fit is a
 400 problem naming the field, before anything is read or written.
 
-Fields the clients send that dormant has no use for (``tenantId``,
-``operationReference``, ...) are accepted and ignored (``extra="ignore"``): c8ctl and
-Desktop Modeler send ``tenantId: "<default>"`` everywhere.
+Fields the clients send that dormant has no use for (``operationReference``, ...) are
+accepted and ignored (``extra="ignore"``). ``tenantId`` is read where a request acts
+for a tenant (creating an instance, publishing or correlating a message, broadcasting
+a signal; docs/tenants.md): c8ctl and Desktop Modeler send ``"<default>"``.
 """
 
 from __future__ import annotations
@@ -39,7 +40,11 @@ class _Request(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
 
 
-class CreateInstance(_Request):
+class _TenantRequest(_Request):
+    tenant_id: str | None = None  # None: the default tenant
+
+
+class CreateInstance(_TenantRequest):
     process_definition_id: str | None = None
     process_definition_version: int = -1  # -1: the latest version
     process_definition_key: str | None = Field(default=None, pattern=r"^-?[0-9]+$")
@@ -53,6 +58,7 @@ class CreateInstance(_Request):
 
 class ActivateJobs(_Request):
     type: str = Field(min_length=1)
+    tenant_ids: list[str] | None = None  # None or empty: every tenant's jobs
     worker: str | None = None
     timeout: int = Field(gt=0)  # milliseconds
     max_jobs_to_activate: int = Field(gt=0, le=1000)
@@ -60,8 +66,23 @@ class ActivateJobs(_Request):
     request_timeout: int = 0  # milliseconds; 0: the server's default, < 0: answer at once
 
 
+class ActivateElement(_Request):
+    element_id: str = Field(min_length=1, max_length=255)
+    variables: dict[str, Any] | None = None
+
+
+class JobResult(_Request):
+    """A job completion's ``result``; dormant serves the ad-hoc sub-process's."""
+
+    type: str | None = None
+    activate_elements: list[ActivateElement] = Field(default_factory=list)
+    is_completion_condition_fulfilled: bool = False
+    is_cancel_remaining_instances: bool = False
+
+
 class CompleteJob(_Request):
     variables: dict[str, Any] | None = None
+    result: JobResult | None = None
 
 
 class FailJob(_Request):
@@ -86,7 +107,7 @@ class UpdateJob(_Request):
     changeset: JobChangeset
 
 
-class PublishMessage(_Request):
+class PublishMessage(_TenantRequest):
     name: str = Field(min_length=1)
     correlation_key: str | None = None
     time_to_live: int | None = Field(default=None, ge=0)  # milliseconds
@@ -94,13 +115,13 @@ class PublishMessage(_Request):
     variables: dict[str, Any] | None = None
 
 
-class CorrelateMessage(_Request):
+class CorrelateMessage(_TenantRequest):
     name: str = Field(min_length=1)
     correlation_key: str | None = None
     variables: dict[str, Any] | None = None
 
 
-class BroadcastSignal(_Request):
+class BroadcastSignal(_TenantRequest):
     signal_name: str = Field(min_length=1)
     variables: dict[str, Any] | None = None
 

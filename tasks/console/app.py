@@ -47,6 +47,7 @@ from dormant.engine_core.errors import (
     UnknownInstance,
 )
 from dormant.engine_core.history import business_history
+from dormant.engine_core.tenants import check_tenant
 from dormant.engine_core.views import instance_view
 from dormant.persistence.console_queries import ConsoleQueries, IncidentFilter, InstanceFilter
 from dormant.tasks.client import Client
@@ -178,6 +179,7 @@ def instance_list(request: Request) -> Response:
             waiting_at=_opt(request, "node"),
             started_from=_moment(request, "started_from"),
             started_to=_moment(request, "started_to"),
+            tenant=_tenant(request),
         )
         page = _queries(request).instance_page(filters, _opt(request, "after"))
     except DormantError as exc:
@@ -284,18 +286,25 @@ def instance_state(request: Request) -> Response:
     )
 
 
+def _tenant(request: Request) -> str | None:
+    """The ``tenant`` filter (docs/tenants.md), checked: a bad one is the page's error."""
+    raw = _opt(request, "tenant")
+    return None if raw is None else check_tenant(raw, "tenant")
+
+
 def incident_list(request: Request) -> Response:
     state = request.query_params.get("state", "unresolved") or None
-    filters = IncidentFilter(
-        key=_opt(request, "process"),
-        node_id=_opt(request, "node"),
-        cause_class=_opt(request, "cause_class"),
-        state=state,
-        instance_id=_opt(request, "instance"),
-    )
     error = None
     page = None
     try:
+        filters = IncidentFilter(
+            key=_opt(request, "process"),
+            node_id=_opt(request, "node"),
+            cause_class=_opt(request, "cause_class"),
+            state=state,
+            instance_id=_opt(request, "instance"),
+            tenant=_tenant(request),
+        )
         page = _queries(request).incident_page(filters, _opt(request, "after"))
     except DormantError as exc:
         error = f"error: {exc}"
@@ -361,7 +370,8 @@ async def login(request: Request) -> Response:
     if not csrf_ok(request, form):
         return PlainTextResponse("refused: the form's CSRF token is missing or wrong", 403)
     user, password = str(form.get("user", "")), str(form.get("password", ""))
-    if not config.has_credentials or not sign_in(config, user, password):
+    role = sign_in(config, user, password) if config.has_credentials else None
+    if role is None:
         if config.has_credentials:
             await asyncio.sleep(throttle.failed(client))
         _flash(request, "error", "error: wrong user or password")
@@ -370,6 +380,7 @@ async def login(request: Request) -> Response:
     await run_in_threadpool(sessions.end, request.session.get("sid"))
     request.session.clear()  # a fresh session (and CSRF token) for the signed-in user
     request.session["user"] = user or "token"
+    request.session["role"] = role
     request.session["sid"] = await run_in_threadpool(sessions.start)
     return RedirectResponse(_safe_next(form.get("next"), root + "/processes"), status_code=303)
 
@@ -442,18 +453,22 @@ def create_app(
     client: Any = None,
     extra_routes: Sequence[BaseRoute] = (),
     throttle: SignInThrottle | None = None,
+    mounts: Sequence[Mount] = (),
 ) -> Starlette:
     """The console app. ``extra_routes`` is where other endpoints of the same process
     join it (Prometheus' ``/metrics``): they are served beside the pages, outside the
-    page templates, and are listed before them so they win a path clash. ``throttle``
-    replaces the default sign-in throttle (its bounds: throttle.py)."""
+    page templates, and are listed before them so they win a path clash. ``mounts``
+    are apps served beside the pages that guard themselves (the Camunda API, whose
+    guard decides with this console's settings: serve.py): the console's Guard passes
+    their paths through. ``throttle`` replaces the default sign-in throttle (its
+    bounds: throttle.py)."""
     config.check()
     if client is None:
         client = Client()
     sessions = Sessions(client._store.engine)
     throttle = throttle or SignInThrottle()
     app = Starlette(
-        routes=[*extra_routes, *routes()],
+        routes=[*extra_routes, *mounts, *routes()],
         middleware=[
             Middleware(AccessLog),
             Middleware(_SecurityHeaders),
@@ -465,7 +480,13 @@ def create_app(
                 https_only=config.secure_cookies,
                 max_age=SESSION_SECONDS,
             ),
-            Middleware(Guard, config=config, sessions=sessions, throttle=throttle),
+            Middleware(
+                Guard,
+                config=config,
+                sessions=sessions,
+                throttle=throttle,
+                elsewhere=tuple(mount.path + "/" for mount in mounts),
+            ),
         ],
     )
     app.state.sessions = sessions

@@ -24,9 +24,11 @@ __all__ = [
     "ENV_AUTH",
     "ENV_GROUPS",
     "ENV_HOSTS",
+    "ENV_OAUTH_CLIENT",
     "ENV_SECRET",
     "ENV_SECURE_COOKIES",
     "ENV_TOKEN",
+    "ENV_VIEWER",
     "LOOPBACK_NAMES",
     "MIN_SECRET_CHARS",
     "ConsoleConfig",
@@ -35,6 +37,12 @@ __all__ = [
 
 ENV_AUTH = "DORMANT_CONSOLE_AUTH"  # user:password (HTTP basic auth and the sign-in form)
 ENV_TOKEN = "DORMANT_CONSOLE_TOKEN"  # a bearer token (scripts, a proxy that injects it)
+# user:password of a viewer: reads everything (values too), acts on nothing
+# (docs/console.md, Authentication; docs/camunda-api.md, Authentication).
+ENV_VIEWER = "DORMANT_CONSOLE_VIEWER_AUTH"
+# client-id:client-secret the Camunda API's token endpoint issues bearer tokens for
+# (OAuth client credentials; tasks/console/tokens.py).
+ENV_OAUTH_CLIENT = "DORMANT_CONSOLE_OAUTH_CLIENT"
 ENV_SECRET = "DORMANT_CONSOLE_SECRET"  # signs the session cookie; random per process if unset
 # The signed-in user's candidate groups, comma separated: the tasklist's "tasks I may
 # work on" (docs/console.md, Tasks).
@@ -66,6 +74,26 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def _user_password(
+    env: Mapping[str, str], name: str, parts: tuple[str, str] = ("user", "password")
+) -> tuple[str | None, str | None]:
+    auth = env.get(name, "")
+    if not auth:
+        return None, None
+    user, sep, password = auth.partition(":")
+    if not sep or not user or not password:
+        raise InvalidSetting(
+            f"{name} must be {parts[0]}:{parts[1]} with both parts non-empty, got "
+            f"{'a value without a colon' if not sep else 'an empty part'}"
+        )
+    if len(password) < MIN_SECRET_CHARS:
+        raise InvalidSetting(
+            f"{name}'s {parts[1]} must be at least {MIN_SECRET_CHARS} characters "
+            f"long (as {ENV_TOKEN}), got {len(password)}"
+        )
+    return user, password
+
+
 @dataclass(frozen=True, slots=True)
 class ConsoleConfig:
     host: str = "127.0.0.1"
@@ -74,6 +102,12 @@ class ConsoleConfig:
     user: str | None = None
     password: str | None = None
     token: str | None = None
+    # A second basic user whose role is viewer: it may read, never act.
+    viewer_user: str | None = None
+    viewer_password: str | None = None
+    # OAuth client credentials: the token endpoint's one client (an operator).
+    oauth_client_id: str | None = None
+    oauth_client_secret: str | None = None
     secret: str = ""
     # Set cookies with Secure (the console is served over HTTPS, e.g. behind a proxy).
     secure_cookies: bool = False
@@ -85,7 +119,9 @@ class ConsoleConfig:
 
     @property
     def has_credentials(self) -> bool:
-        return self.user is not None or self.token is not None
+        return any(
+            v is not None for v in (self.user, self.token, self.viewer_user, self.oauth_client_id)
+        )
 
     @property
     def open_access(self) -> bool:
@@ -122,20 +158,15 @@ class ConsoleConfig:
         read_only: bool = False,
     ) -> ConsoleConfig:
         env = os.environ if env is None else env
-        user = password = None
-        auth = env.get(ENV_AUTH, "")
-        if auth:
-            user, sep, password = auth.partition(":")
-            if not sep or not user or not password:
-                raise InvalidSetting(
-                    f"{ENV_AUTH} must be user:password with both parts non-empty, got "
-                    f"{'a value without a colon' if not sep else 'an empty part'}"
-                )
-            if len(password) < MIN_SECRET_CHARS:
-                raise InvalidSetting(
-                    f"{ENV_AUTH}'s password must be at least {MIN_SECRET_CHARS} characters "
-                    f"long (as {ENV_TOKEN}), got {len(password)}"
-                )
+        user, password = _user_password(env, ENV_AUTH)
+        viewer_user, viewer_password = _user_password(env, ENV_VIEWER)
+        client_id, client_secret = _user_password(
+            env, ENV_OAUTH_CLIENT, ("client-id", "client-secret")
+        )
+        if viewer_user is not None and viewer_user == user:
+            raise InvalidSetting(
+                f"{ENV_VIEWER} names the same user as {ENV_AUTH} ({user!r}): a user has one role"
+            )
         token = env.get(ENV_TOKEN) or None
         if token is not None and len(token) < MIN_SECRET_CHARS:
             raise InvalidSetting(f"{ENV_TOKEN} must be at least {MIN_SECRET_CHARS} characters long")
@@ -154,6 +185,10 @@ class ConsoleConfig:
             user=user,
             password=password,
             token=token,
+            viewer_user=viewer_user,
+            viewer_password=viewer_password,
+            oauth_client_id=client_id,
+            oauth_client_secret=client_secret,
             secret=env.get(ENV_SECRET) or secrets.token_urlsafe(32),
             secure_cookies=parse_bool(ENV_SECURE_COOKIES, env.get(ENV_SECURE_COOKIES, "")),
             hosts=tuple(h.strip("[]") for h in hosts if h),

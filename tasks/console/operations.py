@@ -2,7 +2,8 @@
 resume, set variables, migrate and modify on the instance page; cancel / suspend /
 resume of every instance the instances list's filter selects; retry / resolve / drop of
 every incident the incidents list's filter selects; a migrate or set-variables of every
-instance it selects; the batches pages; and the job types page (pause / resume).
+instance it selects; the batches pages; the job types page (pause / resume); and the
+parked sweep rows (retry / drop, each confirmed).
 
 Each goes through ``app._act`` (the same refusals: read-only, unauthenticated, a wrong
 CSRF token) and through the very Client methods the CLI calls, so a console operator
@@ -13,26 +14,35 @@ CLI would print it, after the guards, never before them.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import json
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
+from starlette.concurrency import iterate_in_threadpool
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
+from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
 from dormant.engine_core.checkpoint import ROOT_SCOPE
 from dormant.engine_core.errors import InvalidOperation
+from dormant.persistence.audit import OUTCOMES, SOURCES, AuditFilter
 from dormant.persistence.batches import ItemOutcome
 from dormant.persistence.selection import Selector
 from dormant.tasks.cli_common import parse_node_pairs as _pairs
 from dormant.tasks.cli_common import parse_vars
 from dormant.tasks.console.pages import _act, _client, _confirmed, _moment, _opt, _render, _when
+from dormant.tasks.console.security import authenticated, refuse_anonymous
 
 __all__ = ["routes"]
 
 # The filters of the incidents list a bulk retry carries over (form field → Selector).
-_INCIDENT_FILTERS = (("process", "key"), ("node", "node"), ("cause_class", "cause_class"))
+_INCIDENT_FILTERS = (
+    ("process", "key"),
+    ("node", "node"),
+    ("cause_class", "cause_class"),
+    ("tenant", "tenant"),
+)
 # The filters of the instances list a bulk operation carries over (form field → Selector).
 # The list's business key is matched as the CLI's --business-key-like (``%``, ``_``).
 _INSTANCE_FILTERS = (
@@ -40,6 +50,7 @@ _INSTANCE_FILTERS = (
     ("status", "status"),
     ("business_key", "business_key_like"),
     ("node", "node"),
+    ("tenant", "tenant"),
 )
 _INSTANCE_BULK = ("cancel", "suspend", "resume", "migrate", "set-variables")
 _INCIDENT_BULK = ("retry", "resolve", "drop")
@@ -260,9 +271,11 @@ def batch_page(request: Request) -> Response:
 
 
 def job_types(request: Request) -> Response:
-    """The paused job types and how many jobs each holds (``dormant jobs paused``)."""
-    paused = sorted(_client(request).paused_job_types().items())
-    return _render(request, "jobs.html", paused=paused)
+    """The paused job types and how many jobs each holds (``dormant jobs paused``), and
+    flow control per type and per key (``dormant job-types list``)."""
+    client = _client(request)
+    paused = sorted(client.paused_job_types().items())
+    return _render(request, "jobs.html", paused=paused, flow=client.job_types())
 
 
 async def pause_job_type(request: Request) -> Response:
@@ -283,30 +296,107 @@ async def resume_job_type(request: Request) -> Response:
     )
 
 
+def parked_list(request: Request) -> Response:
+    """Inbox and outbox rows a sweep parked with their error (``dormant triggers
+    parked``; persistence/parked.py), oldest parking first."""
+    return _render(request, "parked.html", rows=_client(request).parked_rows())
+
+
+# What a parked row's action does, on its confirmation page.
+_PARKED_CONSEQUENCES = {
+    "retry": "The row is unparked: the next sweep processes it again (an outbox row is "
+    "published as if never sent, an inbox row re-sent). If it fails again it is parked "
+    "again with the new error.",
+    "drop": "The row is deleted for good: what it held is never sent. This cannot be undone.",
+}
+
+
+async def parked_action(request: Request) -> Response:
+    """Retry or drop one parked row, named by its ref (``inbox:<id>``/``outbox:<id>``),
+    after a confirmation; the Client records it in the audit trail."""
+    op = request.path_params["op"]
+    if op not in _PARKED_CONSEQUENCES:
+        return PlainTextResponse(f"no parked row action {op!r}", status_code=404)
+    form = await request.form()
+    ref = _field(form, "ref")
+    asked = await _confirmed(
+        request, f"{op.capitalize()} parked row {ref}", _PARKED_CONSEQUENCES[op]
+    )
+    if asked is not None:
+        return asked
+    client = _client(request)
+    call = client.retry_parked if op == "retry" else client.drop_parked
+    return await _act(request, f"{op} {ref}", call, ref)
+
+
+_AUDIT_FIELDS = ("actor", "source", "action", "instance", "outcome", "since", "until")
+
+
+def _audit_filter(request: Request) -> AuditFilter:
+    """The page's filters, as ``dormant audit list`` takes them (InvalidOperation naming
+    a bad one)."""
+    return AuditFilter(
+        actor=_opt(request, "actor"),
+        source=_opt(request, "source"),
+        action=_opt(request, "action"),
+        instance_id=_opt(request, "instance"),
+        outcome=_opt(request, "outcome"),
+        since=_moment(request, "since"),
+        until=_moment(request, "until"),
+    )
+
+
 def audit_list(request: Request) -> Response:
-    """The audit trail (``dormant audit list``), newest first, filtered by actor,
-    instance and time; server-rendered like the other lists."""
+    """The audit trail (``dormant audit list``), newest first, filtered; server-rendered
+    like the other lists. It names who did what, so only a signed-in reader (an
+    operator or a viewer) sees it (docs/audit.md)."""
+    if not authenticated(request):
+        return refuse_anonymous()
     try:
-        since = _moment(request, "since")
+        where = _audit_filter(request)
     except InvalidOperation as exc:
         return _render(request, "error.html", message=f"error: {exc}", status_code=400)
-    actor, instance_id = _opt(request, "actor"), _opt(request, "instance")
-    entries = _client(request).audit_log(
-        actor=actor, instance_id=instance_id, since=since, limit=_AUDIT_SHOWN
-    )
+    entries = _client(request).audit_log(where=where, limit=_AUDIT_SHOWN)
+    filters = {name: request.query_params.get(name, "") for name in _AUDIT_FIELDS}
     return _render(
         request,
         "audit.html",
         entries=entries,
-        actor=actor or "",
-        instance=instance_id or "",
-        since=request.query_params.get("since", ""),
+        filters=filters,
+        query=urlencode({k: v for k, v in filters.items() if v}),
+        sources=SOURCES,
+        outcomes=OUTCOMES,
+        shown=_AUDIT_SHOWN,
+    )
+
+
+def audit_export(request: Request) -> Response:
+    """``/audit.jsonl``: what ``/audit`` shows with the same filters, every matching row
+    (no cap: the retention bounds it), oldest first, one JSON object a line, streamed
+    as ``dormant audit export`` prints it."""
+    if not authenticated(request):
+        return refuse_anonymous()
+    try:
+        where = _audit_filter(request)
+    except InvalidOperation as exc:
+        return PlainTextResponse(f"refused: {exc}", status_code=400)
+    rows = _client(request).audit_export(where)
+
+    def lines() -> Iterator[str]:
+        for entry in rows:
+            yield json.dumps(entry.as_json(), sort_keys=True) + "\n"
+
+    return StreamingResponse(
+        iterate_in_threadpool(lines()),
+        media_type="application/jsonl",
+        headers={"Content-Disposition": 'attachment; filename="audit.jsonl"'},
     )
 
 
 def routes() -> list[BaseRoute]:
     return [
         Route("/audit", audit_list),
+        Route("/audit.jsonl", audit_export),
         Route(
             "/instances/{instance_id}/suspend",
             _instance_op("suspend", "suspending"),
@@ -325,4 +415,6 @@ def routes() -> list[BaseRoute]:
         Route("/jobs", job_types),
         Route("/jobs/pause", pause_job_type, methods=["POST"]),
         Route("/jobs/resume", resume_job_type, methods=["POST"]),
+        Route("/parked", parked_list),
+        Route("/parked/{op}", parked_action, methods=["POST"]),
     ]

@@ -54,7 +54,7 @@ def _queries(request: Request) -> ConsoleQueries:
 def _client(request: Request) -> Any:
     """The console's Client acting for the signed-in user (``user_of``; ``anonymous``
     when nobody is, which only a read or an open console allows), so the audit trail
-    and the instance's history name who did it (docs/operations.md "Audit trail")."""
+    and the instance's history name who did it (docs/audit.md)."""
     return request.app.state.client.acting_as(user_of(request) or "anonymous", "console")
 
 
@@ -69,7 +69,9 @@ def _render(request: Request, name: str, **context: Any) -> Response:
         path_qs=_here(request),
     )
     status = context.pop("status_code", 200)
-    if request.query_params.get("partial") == "1":
+    if request.query_params.get("partial") == "1" and name != "error.html":
+        # An error has no fragment: the whole page, with its status, which the refresh
+        # leaves alone (console.js swaps only what a 200 brings).
         name = name.replace(".html", "_live.html")
     return templates.TemplateResponse(request, name, context, status_code=status)
 

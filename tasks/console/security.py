@@ -5,14 +5,18 @@
   before anything else — a page a developer visits that reaches the port by DNS
   rebinding names its own host.
 * Authenticated means: an ``Authorization: Basic`` header with the configured user and
-  password, an ``Authorization: Bearer`` header with the configured token, or a session
-  signed in through the sign-in form (a signed, HttpOnly, SameSite=Lax cookie naming a
-  session kept in the database that has not ended: sign-out ends it). With no
-  credentials configured the console runs only on loopback (config.py) and a *direct*
-  loopback request — one carrying no proxy header — counts as the operator's.
+  password (or the viewer's), an ``Authorization: Bearer`` header with the configured
+  token (or one the OAuth token endpoint issued: tokens.py), or a session signed in
+  through the sign-in form (a signed, HttpOnly, SameSite=Lax cookie naming a session
+  kept in the database that has not ended: sign-out ends it). With no credentials
+  configured the console runs only on loopback (config.py) and a *direct* loopback
+  request — one carrying no proxy header — counts as the operator's.
+* Two roles: an operator reads and acts; a viewer reads, values included, and acts on
+  nothing. ``identify`` is the one place that decides who asks, for the console's pages
+  and for the Camunda API (tasks/api/auth.py) alike.
 * ``Guard`` decides all of that before a handler runs and before any body is read: an
-  anonymous or read-only POST to an action is refused on its headers alone. Wrong
-  credentials count against the sign-in throttle (throttle.py).
+  anonymous, viewer or read-only POST to an action is refused on its headers alone.
+  Wrong credentials count against the sign-in throttle (throttle.py).
 * Every POST carries the session's CSRF token in a hidden field and is refused
   without it, whatever authenticated it: browsers send basic credentials and cookies
   on a cross-site POST by themselves, so only a value a foreign page cannot read
@@ -30,6 +34,7 @@ import hmac
 import logging
 import secrets
 import time
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
@@ -44,25 +49,43 @@ from dormant.persistence import clock
 from dormant.persistence import console_sessions as session_rows
 from dormant.tasks.console.config import ENV_HOSTS, ConsoleConfig, is_loopback
 from dormant.tasks.console.throttle import SignInThrottle
+from dormant.tasks.console.tokens import valid as valid_token
 
 __all__ = [
+    "ACTOR",
     "AUTHED",
+    "OPERATOR",
+    "ROLE",
     "SESSION_SECONDS",
+    "VIEWER",
     "AccessLog",
     "Guard",
+    "Refusal",
     "Sessions",
     "authenticated",
     "client_of",
     "csrf_ok",
     "csrf_token",
+    "header_actor",
+    "host_refusal",
+    "identify",
     "refuse_anonymous",
+    "request_headers",
+    "role_of",
     "sign_in",
     "too_many",
     "user_of",
 ]
 
-# The scope key Guard writes its verdict to.
+# The scope keys Guard writes its verdict to: anyone signed in, and their role.
 AUTHED = "dormant.console.authed"
+ROLE = "dormant.console.role"
+# Who the Camunda API's guard found: the audit trail's actor for the call (None: an
+# anonymous loopback caller).
+ACTOR = "dormant.console.actor"
+# The roles: an operator reads and acts; a viewer reads (values too) and acts on nothing.
+OPERATOR = "operator"
+VIEWER = "viewer"
 SESSION_SECONDS = 12 * 3600
 # Headers a proxy adds: a request carrying one is not a direct local one.
 PROXY_HEADERS = (
@@ -86,21 +109,45 @@ def _same(given: str, expected: str | None) -> bool:
     return expected is not None and hmac.compare_digest(given.encode(), expected.encode())
 
 
-def _header_identity(config: ConsoleConfig, header: str) -> bool:
+def _header_role(config: ConsoleConfig, header: str) -> str | None:
+    """The role an ``Authorization`` header proves, or None for wrong credentials."""
     scheme, _, value = header.partition(" ")
     scheme = scheme.lower()
     if scheme == "bearer":
-        return _same(value.strip(), config.token)
-    if scheme == "basic" and config.user is not None:
+        given = value.strip()
+        if _same(given, config.token) or valid_token(config, given, clock.now().timestamp()):
+            return OPERATOR
+        return None
+    if scheme == "basic" and (config.user is not None or config.viewer_user is not None):
         try:
             user, sep, password = base64.b64decode(value.strip()).decode().partition(":")
         except (binascii.Error, UnicodeDecodeError):
-            return False
-        # Both compared, always: no early exit telling a right user from a wrong one.
-        ok_user = _same(user, config.user)
-        ok_password = _same(password, config.password)
-        return bool(sep) and ok_user and ok_password
-    return False
+            return None
+        return sign_in(config, user, password) if sep else None
+    return None
+
+
+def header_actor(config: ConsoleConfig, header: str) -> str | None:
+    """Who an ``Authorization`` header that ``identify`` accepted names, for the audit
+    trail (docs/audit.md): the Basic user, the OAuth client id for a token the token
+    endpoint issued, ``token`` for the static ``DORMANT_CONSOLE_TOKEN``; None for no
+    (or an unreadable) header."""
+    scheme, _, value = header.partition(" ")
+    scheme = scheme.lower()
+    if scheme == "basic":
+        try:
+            user, sep, _password = base64.b64decode(value.strip()).decode().partition(":")
+        except (binascii.Error, UnicodeDecodeError):
+            return None
+        return user if sep and user else None
+    if scheme == "bearer":
+        given = value.strip()
+        if config.oauth_client_id is not None and valid_token(
+            config, given, clock.now().timestamp()
+        ):
+            return config.oauth_client_id
+        return "token" if given else None
+    return None
 
 
 def authenticated(request: Request) -> bool:
@@ -166,22 +213,118 @@ def refuse_anonymous() -> Response:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A request refused before its route runs: the console answers it as text, the
+    Camunda API (tasks/api/auth.py) as a problem document."""
+
+    status: int
+    title: str
+    detail: str
+    headers: tuple[tuple[str, str], ...] = ()
+
+    def as_text(self) -> Response:
+        return PlainTextResponse(
+            f"refused: {self.detail}", status_code=self.status, headers=dict(self.headers)
+        )
+
+
+_CHALLENGE = (("WWW-Authenticate", 'Basic realm="dormant"'),)
+
+
+def request_headers(scope: Scope) -> dict[str, str]:
+    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", ())}
+
+
+def host_refusal(config: ConsoleConfig, headers: dict[str, str]) -> Refusal | None:
+    """A ``Host`` or ``Origin`` that is not ours (the module docstring: DNS rebinding)."""
+    if not config.host_allowed(_host_name(headers.get("host", ""))):
+        return Refusal(
+            400,
+            "INVALID_HOST",
+            f"this console does not answer for that host (see {ENV_HOSTS})",
+        )
+    origin = headers.get("origin")
+    if origin is not None and not config.host_allowed(urlsplit(origin).hostname or ""):
+        return Refusal(
+            403, "FORBIDDEN", "a request from another site (its Origin is not this console)"
+        )
+    return None
+
+
+async def identify(
+    config: ConsoleConfig,
+    scope: Scope,
+    headers: dict[str, str],
+    throttle: SignInThrottle,
+    sessions: Sessions | None,
+) -> str | Refusal | None:
+    """Who asks: ``OPERATOR``, ``VIEWER``, None (nobody in particular), or a refusal
+    for wrong credentials (counted by the throttle) or a locked-out client. The one
+    place both the console and the Camunda API decide it; ``sessions`` None ignores the
+    sign-in cookie (API clients send headers; a cookie would let any page the browser
+    visits act). An empty ``Authorization`` header is no credential (Modeler always
+    sends one)."""
+    role = OPERATOR if config.open_access and _direct_local(scope) else None
+    header = headers.get("authorization")
+    if role is None and header and config.has_credentials:
+        client = client_of(scope)
+        wait = throttle.refused_for(client)
+        if wait > 0:
+            seconds = str(max(1, round(wait)))
+            return Refusal(
+                429,
+                "TOO_MANY_REQUESTS",
+                f"too many failed sign-ins; try again in {seconds} s",
+                (("Retry-After", seconds),),
+            )
+        role = _header_role(config, header)
+        if role is None:
+            await asyncio.sleep(throttle.failed(client))
+            return Refusal(401, "UNAUTHORIZED", "wrong credentials", _CHALLENGE)
+        throttle.succeeded(client)
+    if role is None and config.has_credentials and sessions is not None:
+        session = scope.get("session", {})
+        sid = session.get("sid")
+        if sid is not None and await run_in_threadpool(sessions.live, sid):
+            # Sessions started before roles existed were all an operator's.
+            role = VIEWER if session.get("role") == VIEWER else OPERATOR
+    if role is not None and config.read_only:
+        role = VIEWER
+    return role
+
+
+def role_of(scope: Scope) -> str | None:
+    """The role the guard found for this request (OPERATOR, VIEWER or None)."""
+    role = scope.get(ROLE)
+    return role if isinstance(role, str) else None
+
+
 class Guard:
     """Host, Origin and identity, decided before the route runs and before a body is
     read. Sits inside the session middleware (it reads the session) and writes its
-    verdict to ``scope[AUTHED]``; redirects the app or the router make leave it
-    relative, never naming the request's host."""
+    verdict to ``scope[AUTHED]`` and ``scope[ROLE]``; redirects the app or the router
+    make leave it relative, never naming the request's host. Paths under one of
+    ``elsewhere`` belong to an app mounted there with a guard of its own (the Camunda
+    API's, tasks/api/auth.py) and are passed through untouched."""
 
     def __init__(
-        self, app: ASGIApp, *, config: ConsoleConfig, sessions: Sessions, throttle: SignInThrottle
+        self,
+        app: ASGIApp,
+        *,
+        config: ConsoleConfig,
+        sessions: Sessions,
+        throttle: SignInThrottle,
+        elsewhere: tuple[str, ...] = (),
     ) -> None:
         self.app = app
         self.config = config
         self.sessions = sessions
         self.throttle = throttle
+        self.elsewhere = elsewhere
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or _path(scope).startswith(self.elsewhere):
             await self.app(scope, receive, send)
             return
         refused = await self._refusal(scope)
@@ -201,45 +344,23 @@ class Guard:
 
     async def _refusal(self, scope: Scope) -> Response | None:
         config = self.config
-        headers = {
-            k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", ())
-        }
-        path = scope["path"]
-        root = scope.get("root_path", "")
-        if root and path.startswith(root):
-            path = path[len(root) :] or "/"
+        headers = request_headers(scope)
+        path = _path(scope)
         if path not in _ANY_HOST:
-            if not config.host_allowed(_host_name(headers.get("host", ""))):
-                return PlainTextResponse(
-                    f"refused: this console does not answer for that host (see {ENV_HOSTS})",
-                    status_code=400,
-                )
-            origin = headers.get("origin")
-            if origin is not None and not config.host_allowed(urlsplit(origin).hostname or ""):
-                return PlainTextResponse(
-                    "refused: a request from another site (its Origin is not this console)",
-                    status_code=403,
-                )
-        authed = config.open_access and _direct_local(scope)
-        header = headers.get("authorization")
-        if not authed and header and config.has_credentials:
-            client = client_of(scope)
-            wait = self.throttle.refused_for(client)
-            if wait > 0:
-                return too_many(wait)
-            if not _header_identity(config, header):
-                await asyncio.sleep(self.throttle.failed(client))
+            refused = host_refusal(config, headers)
+            if refused is not None:
+                return refused.as_text()
+        found = await identify(config, scope, headers, self.throttle, self.sessions)
+        if isinstance(found, Refusal):
+            if found.status == 401:
                 return PlainTextResponse(
                     "refused: wrong credentials",
                     status_code=401,
                     headers={"WWW-Authenticate": 'Basic realm="dormant console"'},
                 )
-            self.throttle.succeeded(client)
-            authed = True
-        if not authed and config.has_credentials:
-            sid = scope.get("session", {}).get("sid")
-            authed = sid is not None and await run_in_threadpool(self.sessions.live, sid)
-        scope[AUTHED] = authed
+            return found.as_text()
+        scope[AUTHED] = found is not None
+        scope[ROLE] = found
         if scope["method"] == "POST":
             if path in _OPEN_POSTS:
                 length = headers.get("content-length", "")
@@ -251,9 +372,23 @@ class Guard:
                     )
             elif config.read_only:
                 return PlainTextResponse("refused: this console runs read-only", status_code=403)
-            elif not authed:
+            elif found is None:
                 return refuse_anonymous()
+            elif found != OPERATOR:
+                return PlainTextResponse(
+                    "refused: a viewer may only read; actions need an operator's credentials",
+                    status_code=403,
+                )
         return None
+
+
+def _path(scope: Scope) -> str:
+    """The path below the app's root (a proxy's prefix removed)."""
+    path: str = scope["path"]
+    root = scope.get("root_path", "")
+    if root and path.startswith(root):
+        path = path[len(root) :] or "/"
+    return path
 
 
 def _relative(location: bytes) -> bytes:
@@ -267,12 +402,17 @@ def _relative(location: bytes) -> bytes:
     )
 
 
-def sign_in(config: ConsoleConfig, user: str, password: str) -> bool:
-    """The sign-in form's check: the configured user and password, or the token as
-    the password of any user (one place to rotate)."""
-    ok_user = _same(user, config.user)
-    ok_password = _same(password, config.password)
-    return (ok_user and ok_password) or _same(password, config.token)
+def sign_in(config: ConsoleConfig, user: str, password: str) -> str | None:
+    """The role a user and password sign in as (the sign-in form's and Basic's check):
+    the configured operator, the viewer, or the token as the password of any user (one
+    place to rotate); None when they match nothing. Every pair is compared, always: no
+    early exit telling a right user from a wrong one."""
+    operator = _same(user, config.user) & _same(password, config.password)
+    viewer = _same(user, config.viewer_user) & _same(password, config.viewer_password)
+    by_token = _same(password, config.token)
+    if operator or by_token:
+        return OPERATOR
+    return VIEWER if viewer else None
 
 
 def csrf_token(request: Request) -> str:
@@ -328,13 +468,8 @@ def user_of(request: Request) -> str | None:
     session_user = request.session.get("user")
     if isinstance(session_user, str) and session_user:
         return session_user
-    scheme, _, value = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() == "basic":
-        try:
-            return base64.b64decode(value.strip()).decode().partition(":")[0]
-        except (binascii.Error, UnicodeDecodeError):
-            return None
-    if scheme.lower() == "bearer":
-        return "token"
     config: ConsoleConfig = request.app.state.config
+    named = header_actor(config, request.headers.get("authorization", ""))
+    if named is not None:
+        return named
     return "local" if config.open_access else None

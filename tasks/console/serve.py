@@ -11,14 +11,37 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 
 import uvicorn
+from starlette.applications import Starlette
+from starlette.routing import BaseRoute, Mount
 
+from dormant.tasks.api import oauth
+from dormant.tasks.api.app import PREFIX, v2_app
+from dormant.tasks.client import Client
 from dormant.tasks.console.app import create_app
 from dormant.tasks.console.config import ConsoleConfig
+from dormant.tasks.console.throttle import SignInThrottle
 from dormant.tasks.metrics import console_route
 
-__all__ = ["serve"]
+__all__ = ["console_app", "serve"]
+
+
+def console_app(
+    config: ConsoleConfig, *, client: Client | None = None, extra_routes: Sequence[BaseRoute] = ()
+) -> Starlette:
+    """The console as ``dormant console`` serves it: the pages, and the Camunda API's
+    routes under ``/v2`` (the very app ``dormant api`` serves, docs/camunda-api.md),
+    guarded by the API's guard with this console's credentials, roles and sign-in
+    throttle."""
+    client = client if client is not None else Client()
+    throttle = SignInThrottle()
+    api = Mount(PREFIX, app=v2_app(client, config, throttle))
+    token = Mount(oauth.PATH, app=oauth.oauth_app(config, throttle))
+    return create_app(
+        config, client=client, extra_routes=extra_routes, throttle=throttle, mounts=[api, token]
+    )
 
 
 def serve(*, host: str, port: int, read_only: bool, root_path: str = "") -> None:
@@ -27,7 +50,7 @@ def serve(*, host: str, port: int, read_only: bool, root_path: str = "") -> None
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
 
-    app = create_app(config, extra_routes=[console_route()])  # Prometheus: docs/metrics.md
+    app = console_app(config, extra_routes=[console_route()])  # Prometheus: docs/metrics.md
     mode = "read-only" if read_only else "actions enabled"
     auth = "credentials required for actions" if config.has_credentials else "no sign-in (loopback)"
     logging.getLogger("dormant.console").info(

@@ -181,7 +181,8 @@ async def complete(request: Request) -> Response:
         else:
             text = lines if isinstance(lines, str) else ""
             values = parse_vars(tuple(line for line in text.splitlines() if line.strip()))
-        client.complete_task(task_id, values)
+        # The operator's view completes a task for its own tenant (docs/tenants.md).
+        client.for_tenant(client.user_task(task_id).tenant).complete_task(task_id, values)
 
     response = await _act(request, f"completing {task_id}", call)
     if response.status_code == 303 and not _flashed_error(request):

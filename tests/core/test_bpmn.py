@@ -278,7 +278,8 @@ TD = ext('<zeebe:taskDefinition type="t"/>')
         (
             '<bpmn:adHocSubProcess id="ah" name="Pay">'
             '<bpmn:extensionElements><zeebe:taskDefinition type="agent"/></bpmn:extensionElements>'
-            '<bpmn:task id="x"/></bpmn:adHocSubProcess>',
+            '<bpmn:task id="x"/><bpmn:completionCondition>=done</bpmn:completionCondition>'
+            "</bpmn:adHocSubProcess>",
             "ah",
             "adHocSubProcess",
         ),

@@ -393,3 +393,69 @@ def test_is_dmn_tells_dmn_from_bpmn_by_namespace() -> None:
     assert is_dmn(definitions(literal("d", "1")))
     assert not is_dmn('<definitions xmlns="http://www.omg.org/spec/BPMN/20100524/MODEL"/>')
     assert not is_dmn("not xml")
+
+
+# -- explaining: what Camunda's API reports as evaluatedInputs and matchedRules -------------
+
+
+def explain(xml: str, did: str, **variables: Any) -> list[Any]:
+    from dormant.engine_core.dmn import explain_decision
+
+    decisions = {d.id: d for d in read_dmn(xml)}
+    trace = explain_decision(decisions, did, variables)
+    assert trace[-1].result == evaluate_decision(decisions, did, variables)
+    return [
+        (
+            step.decision_id,
+            [(i.id, i.name, i.value) for i in step.inputs],
+            [(r.id, r.index, [(o.id, o.name, o.value) for o in r.outputs]) for r in step.matched],
+        )
+        for step in trace
+    ]
+
+
+@pytest.mark.parametrize(
+    ("hit", "score", "matched"),
+    [
+        # single hit: the one rule the result came from, not every rule that matched
+        ("FIRST", 95, [("r0", 1, [("o0", "grade", "A"), ("o1", "points", 3)])]),
+        ("FIRST", 60, [("r1", 2, [("o0", "grade", "B"), ("o1", "points", 2)])]),
+        (
+            "PRIORITY",
+            60,
+            [("r2", 3, [("o0", "grade", "C"), ("o1", "points", 1)])],
+        ),
+        # multi hit: every rule that matched, in the result's order
+        (
+            "RULE ORDER",
+            60,
+            [
+                ("r1", 2, [("o0", "grade", "B"), ("o1", "points", 2)]),
+                ("r2", 3, [("o0", "grade", "C"), ("o1", "points", 1)]),
+            ],
+        ),
+    ],
+)
+def test_explain_names_the_inputs_and_the_rules_that_made_the_result(
+    hit: str, score: int, matched: list[Any]
+) -> None:
+    outputs: list[str | tuple[str, str]] = [("grade", '"C","B","A"'), "points"]
+    xml = definitions(table("g", ["score"], outputs, SCORES, hit=hit))
+    ((did, inputs, rules),) = explain(xml, "g", score=score)
+    assert did == "g" and inputs == [("i0", "In 0", score)]
+    assert rules == matched
+
+
+def test_explain_lists_required_decisions_first_and_no_match_matches_nothing() -> None:
+    xml = definitions(
+        literal("tier", 'if amount > 100 then "big" else "small"', variable="tier"),
+        table("route", ["tier"], ["queue"], [(['"big"'], ['"desk"'])], requires=("tier",)),
+    )
+    assert explain(xml, "route", amount=500) == [
+        ("tier", [], []),
+        ("route", [("i0", "In 0", "big")], [("r0", 1, [("o0", "queue", "desk")])]),
+    ]
+    assert explain(xml, "route", amount=5) == [
+        ("tier", [], []),
+        ("route", [("i0", "In 0", "small")], []),
+    ]

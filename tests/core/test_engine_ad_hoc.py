@@ -259,9 +259,20 @@ def test_the_reader_takes_the_zeebe_settings() -> None:
 @pytest.mark.parametrize(
     ("attrs", "ext", "inner", "names"),
     [
-        ("", '<zeebe:adHoc outputCollection="results"/>', "", "outputCollection"),
-        ("", '<zeebe:adHoc outputElement="=r"/>', "", "outputElement"),
-        ("", '<zeebe:taskDefinition type="agent"/>', "", "zeebe:taskDefinition"),
+        ("", '<zeebe:adHoc outputCollection="results"/>', "", "outputElement"),
+        ("", '<zeebe:adHoc outputElement="=r"/>', "", "outputCollection"),
+        (
+            "",
+            '<zeebe:taskDefinition type="agent"/><zeebe:adHoc activeElementsCollection="=x"/>',
+            "",
+            "activeElementsCollection",
+        ),
+        (
+            "",
+            '<zeebe:taskDefinition type="agent"/>',
+            "<bpmn:completionCondition>=done</bpmn:completionCondition>",
+            "completionCondition",
+        ),
         ('ordering="Sequential"', "", "", "ordering"),
     ],
 )

@@ -100,10 +100,12 @@ CORE_TIERS: list[set[str]] = [
         "views",
         "history",
         "job_types",
+        "job_flow",
         "inputs",
         "xml_input",
         "task_attributes",
         "lazy",
+        "tenants",
     },
     # readers: BPMN XML and code-first models into definitions
     {"bpmn", "bpmn_extensions", "builder", "validate", "expression_check"},
@@ -289,6 +291,7 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     ("tasks.cli", "dormant.engine_core.views"): f"the checkpoint documents: {_CLI_FAST}",
     ("tasks.cli", "dormant.engine_core.history"): f"the checkpoint documents: {_CLI_FAST}",
     ("tasks.cli", "dormant.tasks.tasklist_query"): f"the checkpoint documents: {_CLI_FAST}",
+    ("tasks.cli", "dormant.tasks.tenant_queues"): f"kombu, for `worker --tenants`: {_CLI_FAST}",
     ("tasks.cli_common", "dormant.tasks.client"): f"the Client and the Store: {_CLI_FAST}",
     ("tasks.cli_common", "dormant.persistence.db"): f"SQLAlchemy: {_CLI_FAST}",
     ("tasks.cli_common", "sqlalchemy.exc"): f"SQLAlchemy: {_CLI_FAST}",
@@ -297,6 +300,12 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     ("tasks.cli_common", "dormant.persistence.settings"): f"pydantic: {_CLI_FAST}",
     ("tasks.cli_deployments", "dormant.tasks.client"): f"the Client and the Store: {_CLI_FAST}",
     ("tasks.cli_operations", "dormant.persistence.selection"): f"SQLAlchemy: {_CLI_FAST}",
+    ("tasks.cli_process_tests", "dormant.tasks.process_tests"): f"the engine: {_CLI_FAST}",
+    # the settings read the flow limits; only a job's key evaluates FEEL
+    ("engine_core.job_flow", "dormant.engine_core.expressions"): (
+        "the FEEL grammar, for a job's flow key only: the settings (and so the CLI) "
+        "read engine_core/job_flow.py"
+    ),
     # the Client sends through the Celery app, and imports it only then
     ("tasks.client", "dormant.tasks.app"): _CLIENT_CHEAP,
     ("tasks.client", "dormant.tasks.failed"): _CLIENT_CHEAP,

@@ -7,6 +7,13 @@ the worker's environment (test code only; nothing here is in the product):
 key to (one ``write`` of one short line with ``O_APPEND``: lines never interleave), so a
 test counts job runs per key: a key seen twice is an at-least-once redelivery.
 
+``DORMANT_TEST_POISON`` — a file; while it exists, a trigger whose variables name
+``poison`` is a poison one (issue 24, row 1): a start with ``"poison": "hang"`` never
+finishes (it sleeps and swallows the soft time limit, as FEEL work in C code that never
+sees it would), so only the hard time limit ends it, with its pool process; a message
+with ``"poison": "kill"`` SIGKILLs its own pool process (the OOM killer's stand-in).
+Deleting the file is the fix an operator makes before retrying them.
+
 ``DORMANT_TEST_KILL_AT`` — SIGKILL this worker's whole process group, once (a marker
 file next to the log says it happened), at:
 
@@ -20,17 +27,22 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from celery import Task
+from celery.exceptions import SoftTimeLimitExceeded
 
+from dormant.persistence.routing import Router
+from dormant.persistence.store import Store
 from dormant.tasks import job_results, triggers
 from dormant.tasks.app import app
 from dormant.tasks.jobs import idempotency_key
 
 KILL_AT = os.environ.get("DORMANT_TEST_KILL_AT", "")
+POISON = os.environ.get("DORMANT_TEST_POISON", "")
 LOG = os.environ.get("DORMANT_TEST_JOB_LOG", "")
 
 
@@ -81,6 +93,34 @@ if KILL_AT:
     job_results.report = _report_then_maybe_die  # type: ignore[assignment]
 
 
+_start = Store.start
+_message = Router.message
+
+
+def _start_or_hang(self: Store, new: Any, *args: Any, **kwargs: Any) -> Any:
+    while new.variables.get("poison") == "hang" and os.path.exists(POISON):
+        try:
+            time.sleep(60)
+        except SoftTimeLimitExceeded:
+            continue
+    return _start(self, new, *args, **kwargs)
+
+
+def _message_or_die(self: Router, name: str, key: Any, variables: Any, **kwargs: Any) -> Any:
+    if (variables or {}).get("poison") == "kill" and os.path.exists(POISON):
+        # Mid-work, as the OOM killer strikes: a pool process killed before the main
+        # process saw it take the task leaves the message reserved until the
+        # visibility timeout (Celery's race, not the one under test).
+        time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGKILL)
+    return _message(self, name, key, variables, **kwargs)
+
+
+if POISON:
+    Store.start = _start_or_hang  # type: ignore[method-assign]
+    Router.message = _message_or_die  # type: ignore[method-assign]
+
+
 def runs(log: Path) -> dict[str, int]:
     """Job runs per idempotency key."""
     out: dict[str, int] = {}
@@ -118,6 +158,30 @@ def unencodable(what: str = "set", **_: Any) -> Any:
 
 @app.task(name="fault-oom")
 def out_of_memory(**_: Any) -> dict[str, Any]:
-    """Asks for a petabyte: a real ``MemoryError``, more than any address space holds."""
+    """Asks for a petabyte: a real ``MemoryError``, more than any address space holds.
+    First writes its process id to ``DORMANT_TEST_JOB_LOG`` + ``.oom-pids``, so a test
+    sees that process replaced afterwards."""
+    if LOG:
+        fd = os.open(LOG + ".oom-pids", os.O_CREAT | os.O_APPEND | os.O_WRONLY)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        os.close(fd)
     block = bytearray(1 << 50)
     return {"size": len(block)}
+
+
+@app.task(name="fault-gate", bind=True)
+def gate(self: Task, **_: Any) -> dict[str, Any]:
+    """Records its run like ``fault-record``, then waits (at most a minute) for the file
+    ``DORMANT_TEST_JOB_LOG`` + ``.open`` before it returns: the test decides when the
+    job's result is reported (tests/faults/test_transient_worker.py)."""
+    import time
+
+    key = idempotency_key(self) or "?"
+    fd = os.open(LOG, os.O_CREAT | os.O_APPEND | os.O_WRONLY)
+    os.write(fd, (key + "\n").encode())
+    os.close(fd)
+    opened = Path(LOG + ".open")
+    deadline = time.monotonic() + 60
+    while not opened.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return {"gated": True}

@@ -83,3 +83,52 @@ def test_a_backlog_queued_while_every_worker_was_down_is_not_sent_again(
     )
     assert len(per_trigger) == BACKLOG
     assert total / BACKLOG <= MAX_DELIVERIES_PER_TRIGGER
+
+
+def test_rabbitmq_holds_are_counted_never_below_what_it_holds() -> None:
+    """The RabbitMQ path of tasks/broker_holds.py, on the machine's RabbitMQ in a
+    vhost of its own: ready messages are counted exactly; a consumer holding one
+    unacknowledged is counted as its whole prefetch window, so the count never falls
+    below what the broker holds (the sweep errs towards waiting, never a duplicate)."""
+    import subprocess
+    import uuid
+
+    from kombu import Connection
+
+    from dormant.tasks import app as app_module
+    from dormant.tasks import wire
+    from dormant.tasks.app import QUEUE, configure, publish
+    from dormant.tasks.broker_holds import held_messages
+
+    vhost = f"dormant-holds-{uuid.uuid4().hex[:8]}"
+    ctl = ["rabbitmqctl", "-q"]
+    subprocess.run([*ctl, "add_vhost", vhost], check=True, timeout=60, capture_output=True)
+    saved = app_module.settings
+    url = f"amqp://guest:guest@127.0.0.1:5672/{vhost}"
+    try:
+        subprocess.run(
+            [*ctl, "set_permissions", "-p", vhost, "guest", ".*", ".*", ".*"],
+            check=True,
+            timeout=60,
+            capture_output=True,
+        )
+        configure(saved.model_copy(update={"broker_url": url}))
+        assert held_messages() == 0  # no queue declared yet: it holds nothing
+        for n in range(5):
+            publish(*wire.start("nowhere", f"held-{n}", {}))
+        wait_for(lambda: held_messages() == 5, 30, 0.2, "5 ready messages counted")
+        with Connection(url) as conn:
+            channel = conn.channel()
+            channel.basic_qos(0, 1, False)
+            taken = []
+            consumer = conn.Consumer(
+                QUEUE, channel=channel, callbacks=[lambda b, m: taken.append(m)]
+            )
+            with consumer:
+                wait_for(lambda: conn.drain_events(timeout=1) or taken, 30, 0.1, "one delivered")
+                # 4 ready + 1 unacknowledged: counted as 4 + the consumer's window.
+                assert held_messages() >= 5
+    finally:
+        configure(saved)
+        # Not waited for: the vhost is this test's alone, and the tool takes seconds.
+        subprocess.Popen([*ctl, "delete_vhost", vhost], stdout=subprocess.DEVNULL)

@@ -154,11 +154,21 @@ class Stack:
     def dormant(self, *args: str) -> list[str]:
         return [sys.executable, "-m", "dormant.tasks.cli", *args]
 
-    def worker(self, name: str = "worker", concurrency: int = 2, queues: str | None = None) -> Proc:
-        """A ``dormant worker``; ``queues``: its ``--queues`` (default: the CLI's)."""
-        return self._worker(name, concurrency, queues).start()
+    def worker(
+        self,
+        name: str = "worker",
+        concurrency: int = 2,
+        queues: str | None = None,
+        *,
+        tenants: str | None = None,
+    ) -> Proc:
+        """A ``dormant worker``; ``queues``: its ``--queues`` (default: the CLI's);
+        ``tenants``: its ``--tenants``."""
+        return self._worker(name, concurrency, queues, tenants).start()
 
-    def _worker(self, name: str, concurrency: int, queues: str | None) -> Proc:
+    def _worker(
+        self, name: str, concurrency: int, queues: str | None, tenants: str | None = None
+    ) -> Proc:
         proc = Proc(
             f"{name}-{len(self.procs)}",
             self.dormant(
@@ -170,6 +180,7 @@ class Stack:
                 "--loglevel",
                 "INFO",
                 *(("--queues", queues) if queues else ()),
+                *(("--tenants", tenants) if tenants else ()),
             ),
             self.env,
             self.tmp,

@@ -47,6 +47,16 @@ def test_filters_select_what_they_name(store: Store, now: datetime) -> None:
     assert pick(key="sel", status="completed") == []
     assert len(pick("incident_retry", key="other", node="gw", cause_class="ExpressionError")) == 2
     assert pick("incident_retry", key="other", cause_class="NoSuchClass") == []
+    # A tenant's batch selects its tenant's alone (docs/tenants.md).
+    assert pick(key="sel", tenant="<default>") == ids and pick(key="sel", tenant="acme") == []
+    assert pick("incident_retry", key="other", tenant="acme") == []
+    assert [t.instance_id for t in batches.preview(store, "cancel", Selector(ids=ids[:1]))] == [
+        ids[0]
+    ]
+    assert (
+        batches.preview(store, "cancel", Selector(ids=ids[:1], tenant="acme"))[0].instance_id
+        is None
+    )
     for bad, reason in [
         ({}, "nothing selected"),
         ({"ids": ["a"], "key": "sel"}, "not both"),

@@ -30,7 +30,7 @@ sdk = pytest.importorskip("camunda_orchestration_sdk")  # the dev extra installs
 
 pytestmark = pytest.mark.timeout(240)
 
-API_TYPES = ("api-double", "api-flaky", "api-reject", "api-patched")
+API_TYPES = ("api-double", "api-flaky", "api-reject", "api-patched", "api-agent", "api-tool")
 ZEEBE = 'xmlns:zeebe="http://camunda.org/schema/zeebe/1.0"'
 
 
@@ -520,6 +520,29 @@ def test_refusals_are_problem_documents_and_bodiless_posts_are_accepted(
         unknown = http.post("/v2/clock", json={})
         assert unknown.status_code == 404 and set(fields) <= set(unknown.json())
 
+        # A tenant's deploy, start and instance carry its tenantId (docs/tenants.md);
+        # another tenant (the default one here) cannot start its process.
+        theirs = http.post(
+            "/v2/deployments",
+            files=[
+                ("tenantId", (None, "api-acme")),
+                ("resources", ("acme.bpmn", _signal_wait("api-acme-p"), "application/xml")),
+            ],
+        )
+        assert theirs.status_code == 200 and theirs.json()["tenantId"] == "api-acme"
+        entry = theirs.json()["deployments"][0]["processDefinition"]
+        assert entry["tenantId"] == "api-acme"
+        create = {"processDefinitionId": "api-acme-p"}
+        refused = http.post("/v2/process-instances", json=create)
+        assert refused.status_code == 404 and "tenant '<default>'" in refused.json()["detail"]
+        started = http.post("/v2/process-instances", json=create | {"tenantId": "api-acme"})
+        assert started.status_code == 200 and started.json()["tenantId"] == "api-acme"
+        key = started.json()["processInstanceKey"]
+        shown = wait_for(lambda: http.get(f"/v2/process-instances/{key}").json().get("tenantId"))
+        assert shown == "api-acme"
+        bad_tenant = http.post("/v2/process-instances", json=create | {"tenantId": "a b"})
+        assert bad_tenant.status_code == 400 and "tenantId" in bad_tenant.json()["detail"]
+
 
 def _form_task(process_id: str, form_id: str) -> str:
     body = f"""<bpmn:userTask id="review" name="Review">
@@ -710,6 +733,33 @@ def test_a_deployed_decision_is_evaluated_by_id_and_by_key(api: ApiStack, tmp_pa
     assert by_id.decision_definition_version == dish.version
     assert str(by_key.decision_definition_key) == str(dish.decision_definition_key)
 
+    # How: the required decision first, then the table's input and the rule that made
+    # the result (FIRST: r1 alone at month 10, though r2's "-" matches too).
+    season, chosen = by_id.to_dict()["evaluatedDecisions"]
+    assert season["decisionDefinitionId"] == "season" and json.loads(season["output"]) == "Fall"
+    assert season["decisionDefinitionType"] == "LITERAL_EXPRESSION"
+    assert season["matchedRules"] == [] and season["evaluatedInputs"] == []
+    assert chosen["evaluatedInputs"] == [
+        {"inputId": "i1", "inputName": "Season", "inputValue": '"Fall"'}
+    ]
+    assert chosen["matchedRules"] == [
+        {
+            "ruleId": "r1",
+            "ruleIndex": 1,
+            "evaluatedOutputs": [
+                {
+                    "outputId": "o1",
+                    "outputName": "dish",
+                    "outputValue": '"Stew"',
+                    "ruleId": "r1",
+                    "ruleIndex": 1,
+                }
+            ],
+        }
+    ]
+    (rule,) = by_key.evaluated_decisions[-1].matched_rules
+    assert (rule.rule_id, rule.rule_index) == ("r2", 2)
+
 
 def test_modification_and_migration_are_the_engines_operations(
     api: ApiStack, tmp_path: Path
@@ -890,3 +940,198 @@ def test_a_form_embedded_in_the_process_is_served_too(api: ApiStack, tmp_path: P
         "decision",
     ]
     assert str(served.form_key) == str(open_task.form_key)
+
+
+# What Desktop Modeler (5.x, its Camunda 8 REST client: @camunda8/sdk's CamundaRestClient
+# as app/lib/zeebe-api uses it) sends for Deploy and Run against an http:// cluster URL
+# with authentication "none": every request carries these headers, the Authorization
+# header empty.
+MODELER_HEADERS = {
+    "content-type": "application/json",
+    "authorization": "",
+    "user-agent": "camunda8-sdk/rest camunda-modeler",
+    "accept": "*/*",
+}
+MODELER_BOUNDARY = "--------------------------471018244683936217458133"
+
+
+def _modeler_upload(name: str, text: str) -> bytes:
+    """The deploy body as the form-data package writes it: one ``resources`` part (the
+    file name Modeler derives from the tab, a type guessed from the extension, unknown
+    for .bpmn) and the tenant after it."""
+    return (
+        f"--{MODELER_BOUNDARY}\r\n"
+        f'Content-Disposition: form-data; name="resources"; filename="{name}"\r\n'
+        "Content-Type: application/octet-stream\r\n\r\n"
+        f"{text}\r\n"
+        f"--{MODELER_BOUNDARY}\r\n"
+        'Content-Disposition: form-data; name="tenantId"\r\n\r\n'
+        "<default>\r\n"
+        f"--{MODELER_BOUNDARY}--\r\n"
+    ).encode()
+
+
+def test_desktop_modeler_deploys_and_runs_as_it_does_against_camunda(
+    api: ApiStack, tmp_path: Path
+) -> None:
+    """Modeler's Deploy and Run, request by request: topology (it reads
+    ``gatewayVersion``; below 8.8.0 it turns task testing off), the multipart deploy,
+    topology again, the start by process id with the variables typed into its dialog
+    and the tenant; each answer has every field Modeler reads."""
+    import httpx
+
+    process_id = "api-modeler-run"
+    with httpx.Client(base_url=api.url, timeout=30, headers=MODELER_HEADERS) as http:
+        topology = http.get("/v2/topology")
+        assert topology.status_code == 200, topology.text
+        assert topology.json()["gatewayVersion"] == "8.8.0"
+        assert topology.json()["brokers"][0]["partitions"]
+
+        deployed = http.post(
+            "/v2/deployments",
+            content=_modeler_upload("order run.bpmn", _user_task(process_id)),
+            headers={
+                "content-type": f"multipart/form-data; boundary={MODELER_BOUNDARY}",
+                "accept": "application/json",
+            },
+        )
+        assert deployed.status_code == 200, deployed.text
+        answer = deployed.json()
+        assert answer["deploymentKey"].isdigit() and answer["tenantId"] == "<default>"
+        (entry,) = answer["deployments"]
+        definition = entry["processDefinition"]
+        assert definition["processDefinitionId"] == process_id
+        assert definition["resourceName"] == "order run.bpmn"
+        assert definition["processDefinitionKey"].isdigit()
+        assert definition["processDefinitionVersion"] == 1
+        assert definition["tenantId"] == "<default>"
+
+        assert http.get("/v2/topology").status_code == 200
+        started = http.post(
+            "/v2/process-instances",
+            json={
+                "processDefinitionId": process_id,
+                "variables": {"order": {"id": "A-1", "total": 12.5}, "rush": True},
+                "tenantId": "<default>",
+            },
+        )
+        assert started.status_code == 200, started.text
+        run = started.json()
+        assert run["processInstanceKey"].isdigit()
+        assert run["processDefinitionKey"] == definition["processDefinitionKey"]
+        assert run["processDefinitionId"] == process_id
+        assert run["processDefinitionVersion"] == 1
+        assert run["tenantId"] == "<default>"
+
+    instance_id = api.instance_id(run["processInstanceKey"])
+    view = wait_for(
+        lambda: api.stack.client.instance(instance_id), what="the run's instance applied"
+    )
+    assert view.variables == {"order": {"id": "A-1", "total": 12.5}, "rush": True}
+
+
+AGENT = f"""<?xml version="1.0" encoding="UTF-8"?>
+<bpmn:definitions xmlns:bpmn="http://www.omg.org/spec/BPMN/20100524/MODEL" {ZEEBE}
+    id="d-agent" targetNamespace="http://dormant.dev/tests">
+  <bpmn:process id="api-agent-p" isExecutable="true">
+    <bpmn:startEvent id="start"/>
+    <bpmn:sequenceFlow id="f1" sourceRef="start" targetRef="agent"/>
+    <bpmn:adHocSubProcess id="agent" name="Agent">
+      <bpmn:extensionElements>
+        <zeebe:taskDefinition type="api-agent"/>
+        <zeebe:adHoc outputCollection="toolCallResults"
+                     outputElement="={{id: toolCall.id, content: toolCallResult}}"/>
+      </bpmn:extensionElements>
+      <bpmn:serviceTask id="lookup" name="Look up">
+        <bpmn:extensionElements>
+          <zeebe:taskDefinition type="api-tool"/>
+          <zeebe:ioMapping><zeebe:input source="=toolCall.query" target="query"/></zeebe:ioMapping>
+        </bpmn:extensionElements>
+      </bpmn:serviceTask>
+    </bpmn:adHocSubProcess>
+    <bpmn:sequenceFlow id="f2" sourceRef="agent" targetRef="end"/>
+    <bpmn:endEvent id="end"/>
+  </bpmn:process>
+</bpmn:definitions>
+"""
+
+
+def test_an_ai_agent_ad_hoc_sub_process_is_driven_by_sdk_job_results(
+    api: ApiStack, tmp_path: Path
+) -> None:
+    """The job-worker implementation (Camunda 8.8's agentic form) with the SDK's own
+    calls: the agent's job names a tool with its arguments in ``result``, the tool's
+    job sees them, the next agent job sees ``toolCallResults``, and a result saying the
+    condition is fulfilled completes the sub-process."""
+    from camunda_orchestration_sdk import (
+        JobActivationRequest,
+        JobCompletionRequest,
+        ProcessCreationById,
+    )
+    from camunda_orchestration_sdk.errors import ApiError
+    from camunda_orchestration_sdk.models.job_result_activate_element import (
+        JobResultActivateElement,
+    )
+    from camunda_orchestration_sdk.models.job_result_ad_hoc_sub_process import (
+        JobResultAdHocSubProcess,
+    )
+
+    api.deploy(tmp_path, "agent.bpmn", AGENT)
+
+    def activate(camunda: Any, job_type: str) -> Any:
+        found = camunda.activate_jobs(
+            data=JobActivationRequest(
+                type_=job_type, timeout=60000, max_jobs_to_activate=1, request_timeout=1000
+            )
+        )
+        return found.jobs[0] if found.jobs else None
+
+    def complete(camunda: Any, job: Any, variables: dict[str, Any], result: Any) -> None:
+        data = {"variables": variables, "result": result.to_dict()}
+        camunda.complete_job(job.job_key, data=JobCompletionRequest.from_dict(data))
+
+    with api.camunda() as camunda:
+        created = camunda.create_process_instance(
+            data=ProcessCreationById(
+                process_definition_id="api-agent-p", variables=_start_vars({"ask": "why?"})
+            )
+        )
+        first = wait_for(lambda: activate(camunda, "api-agent"), 60, what="the agent's job")
+        assert first.kind == "AD_HOC_SUB_PROCESS"
+        seen = first.variables.to_dict()
+        assert [e["elementId"] for e in seen["adHocSubProcessElements"]] == ["lookup"]
+        assert seen["toolCallResults"] == [] and seen["ask"] == "why?"
+        call = JobResultActivateElement.from_dict(
+            {"elementId": "lookup", "variables": {"toolCall": {"id": "c1", "query": "q1"}}}
+        )
+        complete(
+            camunda,
+            first,
+            {"turns": 1},
+            JobResultAdHocSubProcess(activate_elements=[call], type_="adHocSubProcess"),
+        )
+
+        tool = wait_for(lambda: activate(camunda, "api-tool"), 60, what="the tool's job")
+        assert tool.variables.to_dict()["query"] == "q1" and tool.kind == "BPMN_ELEMENT"
+        # A tool's job takes no ad-hoc result; refused before the job is taken.
+        with pytest.raises(ApiError) as refused:
+            complete(camunda, tool, {}, JobResultAdHocSubProcess(type_="adHocSubProcess"))
+        assert refused.value.status_code == 400
+        camunda.complete_job(
+            tool.job_key,
+            data=JobCompletionRequest.from_dict({"variables": {"toolCallResult": "because"}}),
+        )
+
+        again = wait_for(lambda: activate(camunda, "api-agent"), 60, what="the next agent job")
+        assert again.variables.to_dict()["toolCallResults"] == [{"id": "c1", "content": "because"}]
+        complete(
+            camunda,
+            again,
+            {"answer": "because"},
+            JobResultAdHocSubProcess(
+                is_completion_condition_fulfilled=True, type_="adHocSubProcess"
+            ),
+        )
+    instance_id = api.instance_id(str(created.process_instance_key))
+    api.stack.wait_status(instance_id, "completed")
+    assert api.stack.client.instance(instance_id).variables["answer"] == "because"

@@ -68,7 +68,9 @@ def test_show_spells_out_the_wait(env: dict[str, str]) -> None:
     iid = a_retried_charge(env)
     shown = run(env, "instances", "show", iid)
     assert re.search(r"waiting for job charge-card, attempt 2, times out in [45]m", shown), shown
-    assert "business key: order-7" in shown and "started just now" in shown
+    # "just now" on a quiet machine; a loaded one takes seconds to start the CLI.
+    assert "business key: order-7" in shown, shown
+    assert re.search(r"started (just now|\d+s ago)", shown), shown
     assert "waiting for user task Approve (task approve-1." in run(
         env, "instances", "show", "approve-1"
     )
@@ -85,7 +87,8 @@ def test_lists_are_tables_on_a_terminal_and_tsv_or_json_when_piped(env: dict[str
     for header in ("PROCESS", "STATUS", "STARTED"):
         at = table[0].index(header)
         assert all(line[at - 2 : at] == "  " and line[at] != " " for line in table[1:]), table
-    assert "cli-pay v1" in table[1] + table[2] and "just now" in table[1]
+    assert "cli-pay v1" in table[1] + table[2], table
+    assert re.search(r"just now|\b\d+s ago", table[1]), table
 
     piped = run(env, "instances", "list").splitlines()  # not a terminal: TSV, no header
     assert len(piped) == 2

@@ -368,3 +368,13 @@ def test_the_process_page_draws_each_elements_counts_on_the_diagram(
     assert (count("charge", "passed"), count("paid", "waiting")) == ("1", "1")
     assert (count("placed", "passed"), count("done", "passed")) == ("2", "")
     screenshot(browser, "process-counts")
+
+    # The page refreshes itself as the lists do (console.js, data-interval): a third
+    # instance waiting at ``paid`` shows on the diagram and in the table, no reload.
+    browser.execute_script("window.__sameDocument = 42;")
+    c.start("payment-counts", {"flag": str(ok_flag), "order": "o-10"})
+    _wait(browser, lambda d: count("paid", "waiting") == "2", timeout=60)
+    assert count("placed", "passed") == "3" and count("charge", "incident") == "1"
+    row = _css(browser, '#node-counts tr[data-node="paid"] td')
+    assert [td.text for td in row][:2] == ["paid", "2"]
+    assert browser.execute_script("return window.__sameDocument;") == 42

@@ -33,6 +33,7 @@ from tests.integration.console.kit import (
 pytestmark = pytest.mark.integration
 
 ORDER = "o-SECRET-77"
+DROPPED = "o-SECRET-DROPPED-5"
 BASIC = {"Authorization": "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()}
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
 WRONG_BEARER = {"Authorization": "Bearer not-the-token-0123456789"}
@@ -153,21 +154,35 @@ def test_a_proxied_request_is_not_the_local_operator(
 def test_values_and_correlation_keys_are_hidden_from_who_may_not_see_them(
     gstack: Stack, console: Console, waiting: str
 ) -> None:
+    # A message that went nowhere: its correlation key is listed on /messages, and is a
+    # value like a wait's key (docs/console.md, "Messages").
+    dropped = gstack.client.send_message("guards-nowhere", DROPPED, message_id="g-1", receipt=60)
+    assert dropped.outcome == "dropped"
+    unmatched = ("/messages", "/messages?partial=1")
     with console.http() as anonymous:
         page = html.unescape(anonymous.get(f"/instances/{waiting}").text)
         state = anonymous.get(f"/api/instances/{waiting}").text
+        listed = [html.unescape(anonymous.get(path).text) for path in unmatched]
     assert "message paid key (hidden)" in page
     for text in (page, state):
         assert ORDER not in text
+    for text in listed:
+        assert 'data-message-id="g-1"' in text and "hidden: sign in" in text
+        assert DROPPED not in text
     with console.http(headers=BASIC) as ops:
         assert f"message paid key {ORDER}" in html.unescape(ops.get(f"/instances/{waiting}").text)
         assert ORDER in ops.get(f"/api/instances/{waiting}").text
+        for path in unmatched:
+            assert DROPPED in ops.get(path).text
     # Read-only without credentials: nobody is signed in, the local user neither.
     ro = console_proc(gstack, "--read-only", auth=False, name="console-ro-open")
     with ro.http() as me:
         page = html.unescape(me.get(f"/instances/{waiting}").text)
         assert ORDER not in page and "hidden" in page
         assert ORDER not in me.get(f"/api/instances/{waiting}").text
+        for path in unmatched:
+            text = html.unescape(me.get(path).text)
+            assert 'data-message-id="g-1"' in text and DROPPED not in text
 
 
 def _sign_in(browser: httpx.Client, password: str) -> httpx.Response:

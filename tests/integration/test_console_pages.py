@@ -216,3 +216,9 @@ def test_the_process_page_counts_each_element(pages: Any) -> None:
     assert "/processes/payment/1" in pages.get("/processes").text  # linked from the list
     assert pages.get("/processes/payment/9").status_code == 404
     assert "dm-counts" in pages.get("/static/process.js").text
+    # It refreshes as the lists do (console.js): its own URL, a fragment with the counts.
+    assert 'id="live" data-live="/processes/payment/1" data-interval="10000"' in page.text
+    live = pages.get("/processes/payment/1?partial=1")
+    assert "<html" not in live.text and 'id="diagram-counts"' in live.text
+    assert '<tr data-node="charge">' in live.text and 'id="diagram-xml"' not in live.text
+    assert pages.get("/processes/payment/9?partial=1").status_code == 404

@@ -108,6 +108,9 @@ def test_every_instance_filter(world: dict[str, Any]) -> None:
     assert _all(q, window) == newest_first(ids[5:12])
     both = InstanceFilter(has_open_incident=True, business_key="bk-0", waiting_at="charge")
     assert _all(q, both) == newest_first(ids[0:10:3])
+    # The tenant (docs/tenants.md): every instance here is the default tenant's.
+    assert _all(q, InstanceFilter(tenant="<default>")) == newest_first(ids)
+    assert _all(q, InstanceFilter(tenant="acme")) == []
 
 
 def test_incident_pages_filters_and_process_summary(world: dict[str, Any]) -> None:
@@ -125,6 +128,10 @@ def test_incident_pages_filters_and_process_summary(world: dict[str, Any]) -> No
     assert len(q.incident_page(IncidentFilter(node_id="charge", cause_class="JobFailed")).rows)
     assert q.incident_page(IncidentFilter(cause_class="KeyError")).rows == []
     assert q.incident_page(IncidentFilter(state="resolved")).rows == []
+    assert q.incident_page(IncidentFilter(tenant="acme")).rows == []
+    assert {r.tenant_id for r in q.incident_page(IncidentFilter(tenant="<default>")).rows} == {
+        "<default>"
+    }
     assert q.cause_classes() == ["JobFailed"]
 
     [summary] = q.processes()

@@ -280,3 +280,26 @@ def test_a_linked_form_is_deployed_beside_the_process_and_used(console: Any) -> 
         headers=BASIC,
     )
     assert _sent(console)[-1]["variables"] == {"refund": 50}
+
+
+def test_the_tasklist_completes_a_task_for_its_own_tenant(console: Any) -> None:
+    """The console is the operator's view: a task of another tenant than the default is
+    completed for that tenant, on the wire too (docs/tenants.md)."""
+    client = console.app.state.client
+    model = REVIEW.read_text().replace('<bpmn:process id="review"', '<bpmn:process id="t-review"')
+    client.for_tenant("acme").deploy(model)
+    start = NewInstance("t-review", "acme-1", {"priority": 50}, tenant="acme")
+    client._store.start(start, now=datetime.now(UTC))
+    token = _csrf(console.get("/tasks", headers=BASIC).text)
+    done = console.post(
+        "/tasks/acme-1.w2/complete",
+        data={
+            "csrf": token,
+            "data": json.dumps({"comment": "fine", "amount": 7, "decision": "approve"}),
+        },
+        headers=BASIC,
+        follow_redirects=False,
+    )
+    assert done.headers["location"] == "/tasks"
+    sent = _sent(console)[-1]
+    assert sent["task_id"] == "acme-1.w2" and sent["tenant"] == "acme"

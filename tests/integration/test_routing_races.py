@@ -53,9 +53,9 @@ class LaggingRouter(Router):
         return self._lagging(Router._first_holders(rows))
 
     def _holders_in(  # type: ignore[override]
-        self, conn: Any, kind: str, name: str, key: str | None
+        self, conn: Any, kind: str, name: str, key: str | None, tenant: str
     ) -> list[Holder]:
-        return self._lagging(Router._holders_in(conn, kind, name, key))
+        return self._lagging(Router._holders_in(conn, kind, name, key, tenant))
 
 
 def test_a_message_whose_wait_was_replaced_is_correlated_again(store: Any, now: datetime) -> None:

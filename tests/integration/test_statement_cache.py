@@ -181,10 +181,10 @@ def test_the_message_lookup_is_served_by_the_subscriptions_index(
 ) -> None:
     """``IS NOT DISTINCT FROM`` is never served by an index: a message's lookup written
     so scanned every subscription at every message. With sequential scans priced out,
-    the plan of the message's first statement finds subscriptions by (kind, name, key)
-    in ix_subscriptions_kind_name_key, for a correlation key and for none."""
+    the plan of the message's first statement finds subscriptions by (kind, name, key,
+    tenant) in ix_subscriptions_kind_name_key_tenant, for a correlation key and for none."""
     compiled = routing._FIRST_DELIVERY[keyed].compile(dialect=pg_store.engine.dialect)
-    given = {"message_id": "m", "name": "n", **({"key": "k"} if keyed else {})}
+    given = {"message_id": "m", "name": "n", "tenant": "t", **({"key": "k"} if keyed else {})}
     with pg_store.engine.begin() as conn:
         conn.exec_driver_sql("SET LOCAL enable_seqscan = off")
         plan = "\n".join(
@@ -197,3 +197,4 @@ def test_the_message_lookup_is_served_by_the_subscriptions_index(
     # The key is in the index condition, not a filter over every (kind, name) match.
     conditions = [line for line in plan.splitlines() if "Index Cond" in line]
     assert any("correlation_key" in line for line in conditions), plan
+    assert any("tenant_id" in line for line in conditions), plan

@@ -12,12 +12,19 @@ from celery import Task
 
 from dormant.engine_core.errors import BpmnError
 from dormant.tasks.app import app
-from dormant.tasks.jobs import idempotency_key, task_headers
+from dormant.tasks.jobs import idempotency_key, job_tenant, task_headers
 
 
 @app.task(name="test-double", bind=True)
 def double(self: Task, n: int = 0, **_: Any) -> dict[str, Any]:
     return {"doubled": n * 2, "job_key": idempotency_key(self)}
+
+
+@app.task(name="test-tenant", bind=True)
+def tenant_of(self: Task, **_: Any) -> dict[str, Any]:
+    """Reports the tenant its job came with, and the queue it was read from."""
+    queue = (self.request.delivery_info or {}).get("routing_key")
+    return {"served_tenant": job_tenant(self), "served_key": queue}
 
 
 @app.task(name="test-fail")

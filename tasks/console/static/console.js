@@ -10,9 +10,16 @@
     if (document.hidden || live.querySelector("form:hover")) return;
     fetch(url, { credentials: "same-origin", headers: { "Accept": "text/html" } })
       .then(function (r) { return r.ok ? r.text() : null; })
-      .then(function (html) { if (html !== null && html !== live.innerHTML) live.innerHTML = html; })
+      .then(function (html) {
+        if (html === null || html === live.innerHTML) return;
+        live.innerHTML = html;
+        // A page that draws from the fragment (the process page's counts on its
+        // diagram, process.js) redraws on this event.
+        live.dispatchEvent(new Event("dormant:refreshed"));
+      })
       .catch(function () {});
   }
-  // The processes page counts every instance by status: it refreshes less often.
+  // The processes page counts every instance by status, a process page reads its
+  // recent instances' facts: they refresh less often (data-interval).
   setInterval(refresh, Number(live.getAttribute("data-interval")) || 3000);
 })();

@@ -1,0 +1,102 @@
+"""Who may call the Camunda API: the console's identities and roles, decided by the
+console's own code (tasks/console/security.py ``identify``: one mechanism, one
+throttle), refused as problem documents (docs/camunda-api.md, "Authentication").
+
+* No credentials are needed only when none are configured, and then only by a direct
+  loopback request (no proxy header): the developer's own machine. Otherwise every
+  route needs ``Authorization: Basic`` (``DORMANT_CONSOLE_AUTH``, or the viewer's
+  ``DORMANT_CONSOLE_VIEWER_AUTH``) or ``Bearer`` (``DORMANT_CONSOLE_TOKEN``, or a token
+  from the OAuth token endpoint, oauth.py): 401 without.
+* A viewer reads: ``GET`` routes and the ``…/search`` POSTs. Anything else acts (a
+  deploy, a start, a job's completion, an evaluation) and needs an operator: 403.
+* The session cookie of the console's sign-in form is never read here: the clients
+  send headers, and a cookie would let any page the browser visits act. A foreign
+  ``Host`` or ``Origin`` is refused as on the console's pages (DNS rebinding).
+"""
+
+from __future__ import annotations
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from dormant.tasks.api.problems import problem
+from dormant.tasks.console.config import ENV_AUTH, ENV_TOKEN, ConsoleConfig
+from dormant.tasks.console.security import (
+    ACTOR,
+    OPERATOR,
+    ROLE,
+    Refusal,
+    header_actor,
+    host_refusal,
+    identify,
+    request_headers,
+)
+from dormant.tasks.console.throttle import SignInThrottle
+
+__all__ = ["ApiGuard", "is_read"]
+
+_READ_METHODS = ("GET", "HEAD")
+_CHALLENGE = (("WWW-Authenticate", 'Basic realm="dormant"'),)
+
+
+def is_read(method: str, path: str) -> bool:
+    """Whether a call only reads: a get, or a search (a POST only for its filter body)."""
+    return method in _READ_METHODS or (method == "POST" and path.endswith("/search"))
+
+
+class ApiGuard:
+    """Decides before the route runs and before any body is read; writes the role to
+    ``scope[ROLE]``."""
+
+    def __init__(self, app: ASGIApp, *, config: ConsoleConfig, throttle: SignInThrottle) -> None:
+        self.app = app
+        self.config = config
+        self.throttle = throttle
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        refused = await self._refusal(scope)
+        if refused is not None:
+            answer = problem(
+                refused.status,
+                refused.title,
+                refused.detail,
+                scope["path"],
+                headers=dict(refused.headers),
+            )
+            await answer(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+    async def _refusal(self, scope: Scope) -> Refusal | None:
+        headers = request_headers(scope)
+        refused = host_refusal(self.config, headers)
+        if refused is not None:
+            return refused
+        found = await identify(self.config, scope, headers, self.throttle, None)
+        if isinstance(found, Refusal):
+            return found
+        if found is None:
+            return Refusal(
+                401,
+                "UNAUTHORIZED",
+                f"this API needs credentials: Basic ({ENV_AUTH}'s user) or Bearer "
+                f"({ENV_TOKEN}, or a token from POST /oauth/token); none are needed only "
+                "on loopback with none configured",
+                _CHALLENGE,
+            )
+        method, path = scope["method"], scope["path"]
+        if found != OPERATOR and not is_read(method, path):
+            return Refusal(
+                403,
+                "FORBIDDEN",
+                f"{method} {path} acts, and a {found} may only read (gets and searches); "
+                f"acting needs an operator's credentials",
+            )
+        scope[ROLE] = found
+        # Credentials were checked only when some are configured; an open loopback API
+        # names nobody (its actions are recorded as ``api``: docs/audit.md).
+        if self.config.has_credentials:
+            scope[ACTOR] = header_actor(self.config, headers.get("authorization", ""))
+        return None
