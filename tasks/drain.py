@@ -17,7 +17,9 @@ How, in order:
    with nothing: the batch is 1 and the trigger is applied exactly as on its own
    (latency first). A message that is not a batchable trigger ends the poll; it is
    published again as it is (same task id, body and headers) and only then
-   acknowledged: a fresh delivery, never a "redelivered" one.
+   acknowledged: a fresh delivery, never a "redelivered" one. A message the broker
+   flags as redelivered also ends the poll, given back to the broker still flagged:
+   its delivery is counted once, by a task of its own (the poison bound).
 2. Each taken trigger's task body runs up to its apply (``collect``): the shell hands
    over its call and trigger id, and nothing else of the body runs yet.
 3. The calls run in ONE transaction (persistence/savepoints.py), sorted by the row they
@@ -189,16 +191,22 @@ def _collect(message: Any, hostname: str | None) -> _Item:
     item = _Item(task, request, message, order=_order(name, args, kwargs))
     _pass.phase, _pass.item = "collect", item
     task.push_request(**request, **{metrics.BATCH_COLLECT: True})
+    finished = False
     try:
         task.run(*args, **kwargs)
+        finished = True  # its shell ended it before any apply (a poison trigger kept)
     except _Collected:
         pass
+    except Retry:
+        finished = True  # its retry is a message of its own now
     except Exception:
         log.debug("task %s[%s] not batched: its body refused it", name, request.get("id"))
     finally:
         task.pop_request()
         _pass.phase = _pass.item = None
-    if item.call is None:
+    if finished:
+        _ack(message, name, request)
+    elif item.call is None:
         _publish_again(message)
     return item
 
@@ -219,10 +227,14 @@ def _replay(item: _Item) -> None:
     finally:
         task.pop_request()
         _pass.phase = _pass.item = None
+    _ack(item.message, task.name, request)
+
+
+def _ack(message: Any, name: str, request: dict[str, Any]) -> None:
     try:
-        item.message.ack()
+        message.ack()
     except Exception:  # delivered again, and recognised as applied by its trigger id
-        log.exception("task %s[%s] not acknowledged", task.name, request.get("id"))
+        log.exception("task %s[%s] not acknowledged", name, request.get("id"))
 
 
 def _order(name: str, args: Any, kwargs: Any) -> tuple[str, str]:
@@ -297,6 +309,11 @@ def _take() -> list[Any]:
         while len(taken) < wanted:
             message = queue.get(no_ack=False, accept=["json"])
             if message is None:
+                break
+            if (message.delivery_info or {}).get("redelivered"):
+                # Its delivery is counted once, by a task of its own (the poison
+                # bound, tasks/triggers.py): back to the broker, still flagged.
+                _give_back(message)
                 break
             if (message.headers or {}).get("task") not in BATCHABLE:
                 _publish_again(message)
