@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from celery import Task
+from celery import Task, signals
 from celery.exceptions import Retry
 from kombu.connection import Connection
 from kombu.messaging import Producer
@@ -215,16 +215,25 @@ def _replay(item: _Item) -> None:
     """The taken trigger's shell, after the commit, with the outcome its apply had;
     then its message is acknowledged (the single task's late acknowledgement)."""
     task, request = item.task, item.request
+    args, kwargs, task_id = request["args"], request["kwargs"], request.get("id")
     _pass.phase, _pass.item = "replay", item
     task.push_request(**request)
+    # Celery's own signals around it, as its tracer sends them for a task it runs: what
+    # watches deliveries through them sees each trigger of a batch once.
+    signals.task_prerun.send(sender=task, task_id=task_id, task=task, args=args, kwargs=kwargs)
+    state = "SUCCESS"
     try:
-        task.run(*request["args"], **request["kwargs"])
+        task.run(*args, **kwargs)
     except Retry:
-        pass  # the retry is a message of its own now, as for a single task
+        state = "RETRY"  # the retry is a message of its own now, as for a single task
     except Exception:
         # As Celery does for a task that raised with acks late: logged, acknowledged.
-        log.exception("task %s[%s] raised", task.name, request.get("id"))
+        state = "FAILURE"
+        log.exception("task %s[%s] raised", task.name, task_id)
     finally:
+        signals.task_postrun.send(
+            sender=task, task_id=task_id, task=task, args=args, kwargs=kwargs, state=state
+        )
         task.pop_request()
         _pass.phase = _pass.item = None
     _ack(item.message, task.name, request)
