@@ -186,7 +186,7 @@ class Deployments:
         self._db = db
         self._definitions: dict[tuple[str, int], ProcessDefinition] = {}
         # The latest version of each key this process has looked up (a guess for a
-        # start to come: ``Store._may_run_a_job_first``).
+        # start to come: ``Store.may_run_a_job_first``).
         self._latest_seen: dict[str, ProcessDefinition] = {}
         # Process key -> the tenant that owns it, read with its definition: a key's
         # tenant never changes (``_owned``), so it is cached as the model is.

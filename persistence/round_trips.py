@@ -184,7 +184,7 @@ def first(conn: Connection, statement: Any, params: Mapping[str, Any] | None) ->
     begin = info.get(_BEGIN_PENDING, False)
     driven = _driven(statement, conn.dialect) if begin or info.get(_READING) else None
     if driven is None:
-        return list(conn.execute(statement, params))
+        return _executed(conn, statement, params)
     if not begin:
         return _run(conn, driven, params, (None, None))
     del info[_BEGIN_PENDING]
@@ -201,11 +201,18 @@ def last(conn: Connection, statement: Any, params: Mapping[str, Any] | None) -> 
     info = conn.info
     driven = _driven(statement, conn.dialect) if info.get(_LATE) else None
     if driven is None:
-        return list(conn.execute(statement, params))
+        return _executed(conn, statement, params)
     begin = b"BEGIN" if info.pop(_BEGIN_PENDING, False) else None
     rows = _run(conn, driven, params, (begin, b"COMMIT"))
     info[_ENDED] = True
     return rows
+
+
+def _executed(conn: Connection, statement: Any, params: Mapping[str, Any] | None) -> list[Any]:
+    """Through SQLAlchemy: the rows, or none for a statement that returns none (a
+    write with no RETURNING, as a driven statement's ``fetched`` is then empty)."""
+    result = conn.execute(statement, params)
+    return list(result) if result.returns_rows else []
 
 
 def _run(

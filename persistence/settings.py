@@ -98,6 +98,7 @@ ENV_VARS: dict[str, str] = {
     "incident_retry_backoff_seconds": "DORMANT_INCIDENT_RETRY_BACKOFF_SECONDS",
     "trigger_soft_time_limit_seconds": "DORMANT_TRIGGER_SOFT_TIME_LIMIT_SECONDS",
     "trigger_time_limit_seconds": "DORMANT_TRIGGER_TIME_LIMIT_SECONDS",
+    "trigger_batch_max": "DORMANT_TRIGGER_BATCH_MAX",
     "db_statement_timeout_seconds": "DORMANT_DB_STATEMENT_TIMEOUT_SECONDS",
     "db_idle_in_transaction_timeout_seconds": "DORMANT_DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS",
     "worker_shutdown_timeout_seconds": "DORMANT_WORKER_SHUTDOWN_TIMEOUT_SECONDS",
@@ -157,6 +158,9 @@ def parse_bool(name: str, raw: object) -> bool:
 TRANSIENT_RETRIES_CEILING = 100
 # Past this the JSON encoder and decoder themselves would recurse too deep.
 MAX_DEPTH_CEILING = 500
+# The most triggers one task applies in one transaction: past a few dozen the commit
+# saved is noise, while every trigger in the batch waits for the slowest one's savepoint.
+MAX_TRIGGER_BATCH = 256
 
 
 def normalise_database_url(url: str) -> str:
@@ -203,6 +207,10 @@ class Settings(BaseModel):
     # (60 s), past which a running trigger would be delivered a second time anyway.
     trigger_soft_time_limit_seconds: float = 30.0
     trigger_time_limit_seconds: float = 45.0
+    # How many queued triggers one trigger task may apply in one transaction, each in a
+    # savepoint of its own (tasks/drain.py; docs/internals.md, "Several triggers per
+    # task"). 1 turns batching off; an idle queue gives batches of 1 anyway.
+    trigger_batch_max: int = 16
     # On every engine connection to PostgreSQL (applied at connect): no statement, lock
     # wait included, runs longer than this, and no session sits idle inside an open
     # transaction (holding an instance's row lock) longer than that.
@@ -371,6 +379,13 @@ class Settings(BaseModel):
     def _bytes(cls, value: int) -> int:
         if value < 1024:
             raise ValueError("must be a whole number of bytes, at least 1024")
+        return value
+
+    @field_validator("trigger_batch_max")
+    @classmethod
+    def _batch(cls, value: int) -> int:
+        if not 1 <= value <= MAX_TRIGGER_BATCH:
+            raise ValueError(f"must be a whole number of triggers from 1 to {MAX_TRIGGER_BATCH}")
         return value
 
     @field_validator("max_variables_depth")

@@ -66,7 +66,7 @@ from dormant.engine_core.inputs import check_text, check_variables
 from dormant.engine_core.operations import projected_waits
 from dormant.engine_core.tenants import DEFAULT_TENANT
 from dormant.engine_core.triggers import MigrateInstance, Start, Trigger
-from dormant.persistence import clock, migrate, round_trips
+from dormant.persistence import clock, migrate, round_trips, savepoints
 from dormant.persistence.db import make_engine, read_only
 from dormant.persistence.decisions import DecisionCache
 from dormant.persistence.deployments import Deployment, Deployments
@@ -450,7 +450,13 @@ class Store:
     @contextmanager
     def _tx(self) -> Iterator[Connection]:
         """A write transaction (BEGIN IMMEDIATE on SQLite); on PostgreSQL its BEGIN and
-        COMMIT ride with its first and last statements (persistence/round_trips.py)."""
+        COMMIT ride with its first and last statements (persistence/round_trips.py).
+        Inside a batch (persistence/savepoints.py) it is a savepoint of the batch's."""
+        batch = savepoints.joined(self.engine)
+        if batch is not None:
+            with batch.begin_nested():
+                yield batch
+            return
         if not self.is_postgres:
             with self.engine.begin() as conn:
                 yield conn
@@ -497,7 +503,7 @@ class Store:
         if new.business_key is not None:
             check_text(new.business_key, "business key", limits)
         try:
-            if job_first is not None and self._may_run_a_job_first(new.key, new.version, job_first):
+            if job_first is not None and self.may_run_a_job_first(new.key, new.version, job_first):
                 applied = self._start_job_first(new, now, job_first)
             else:
                 with self.outbox.published_jobs.riding() as ride, self._tx() as conn:
@@ -627,7 +633,7 @@ class Store:
             writes.add(insert(instances).values(documents()))
         return self._write_step(writes, written)
 
-    def _may_run_a_job_first(self, key: str, version: int | None, job_first: RunJobFirst) -> bool:
+    def may_run_a_job_first(self, key: str, version: int | None, job_first: RunJobFirst) -> bool:
         """Is ``_start_job_first`` worth it? When no job runs first, its definition read
         is a statement and a server transaction of its own, where the ordinary start
         sends it with its BEGIN. So only for a model of ``key`` this process has loaded

@@ -71,6 +71,7 @@ from dormant.persistence.tables import incidents as incident_table
 from dormant.tasks import tracing
 
 __all__ = [
+    "BATCH_COLLECT",
     "CONSOLE_SIGN_IN_LOCKOUTS",
     "DatabaseCollector",
     "applied_of",
@@ -81,6 +82,7 @@ __all__ = [
     "job_failed",
     "observe_trigger",
     "outcome_of",
+    "record_refusal",
     "record_trigger",
     "registry",
     "serve",
@@ -216,6 +218,17 @@ def record_trigger(kind: str, result: TriggerResult | None, seconds: float | Non
     return outcome
 
 
+# The request attribute that marks a batch's first pass over a taken trigger.
+BATCH_COLLECT = "dormant_batch_collect"
+
+
+def record_refusal(kind: str, exc: BaseException) -> None:
+    """Count one trigger whose apply raised (the shell then retries or keeps it)."""
+    outcome = _outcome_of_exception(exc)
+    TRIGGERS_APPLIED.labels(kind, outcome).inc()
+    tracing.annotate(outcome, [])
+
+
 def observe_trigger(run: Callable[..., None]) -> Callable[..., str | None]:
     """Wrap the trigger tasks' shell (``tasks.triggers._run``): time the apply, count
     its outcome, open its trace span around the whole task (so what it publishes after
@@ -229,6 +242,11 @@ def observe_trigger(run: Callable[..., None]) -> Callable[..., str | None]:
     def wrapper(
         task: Any, kind: str, call: Callable[[str, datetime], Any], *a: Any, **kw: Any
     ) -> str | None:
+        if getattr(task.request, BATCH_COLLECT, False):
+            # A batch's first pass over a taken trigger (tasks/drain.py): it only hands
+            # its call over; its span and count come with the pass after the commit.
+            run(task, kind, call, *a, **kw)
+            return None
         seen: dict[str, Any] = {}
 
         def watched(tid: str, now: datetime) -> Any:
@@ -247,9 +265,7 @@ def observe_trigger(run: Callable[..., None]) -> Callable[..., str | None]:
                 run(task, kind, watched, *a, **kw)
             finally:
                 if "error" in seen:
-                    outcome = _outcome_of_exception(seen["error"])
-                    TRIGGERS_APPLIED.labels(kind, outcome).inc()
-                    tracing.annotate(outcome, [])
+                    record_refusal(kind, seen["error"])
                 elif "result" in seen:
                     record_trigger(kind, seen["result"], seen["seconds"])
         return summary(seen.get("result")) if "error" not in seen else None

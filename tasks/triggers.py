@@ -76,7 +76,7 @@ from dormant.persistence.store import JobRun, NewInstance
 from dormant.persistence.tables import audit_log
 from dormant.persistence.writes import Writes
 from dormant.tasks import app as app_module
-from dormant.tasks import wire
+from dormant.tasks import drain, wire
 from dormant.tasks.app import app, marks_redeliveries, store
 from dormant.tasks.job_dispatch import (
     dispatch,
@@ -150,6 +150,8 @@ class _JobBeforeStart:
         request = task.request
         if request.is_eager or request.called_directly or not some_job_type_is_eager():
             return None
+        if drain.collecting():  # taken into a batch: its locks wait for no job
+            return None
         if not marks_redeliveries(app_module.settings.broker_url):
             return None
         if request.retries or (request.delivery_info or {}).get("redelivered"):
@@ -199,7 +201,7 @@ def _run(
         refused = poison(number, _last_error(inbox_id, tid))
         return _keep(task, kind, refused, tid, inbox_id, instance_id)
     try:
-        result = call(tid, clock.now())
+        result = drain.applied(task, kind, call, tid, alone=job_before is not None)
     except OperatorError as exc:
         if not operator:
             return _keep(task, kind, exc, tid, inbox_id, instance_id)
@@ -420,6 +422,8 @@ def start(
     # Another tenant's start never runs its first job here: that job goes to its
     # tenant's queue (tasks/tenant_queues.py).
     job_before = _JobBeforeStart.for_task(self) if tenant in (None, DEFAULT_TENANT) else None
+    if job_before is not None and not store().may_run_a_job_first(key, version, job_before):
+        job_before = None  # no job of the model would run first: free to share a batch
 
     def call(tid: str, now: datetime) -> Any:
         # A call activity's child names its parent's tenant (tasks/outbox.py

@@ -43,7 +43,7 @@ class Runner:
 
 def _deployed(store: Store, now: datetime) -> None:
     """SERVICE deployed, and its latest version looked up once, as a worker's first
-    start of a key does (``Store._may_run_a_job_first`` guesses from it)."""
+    start of a key does (``Store.may_run_a_job_first`` guesses from it)."""
     store.deployments.deploy(SERVICE, now)
     store.deployments.definition("bench_service")
 

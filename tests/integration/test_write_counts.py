@@ -24,6 +24,10 @@ test writes. The counts are exact, so each is pinned at its target:
 * a message with two holders: two write transactions (the record and the inbox mark
   ride the last holder's).
 
+Triggers the worker finds queued together may be applied in one batch (tasks/drain.py):
+one commit for several, each trigger adding a SAVEPOINT and its RELEASE. The counts
+below are the single trigger's as upper bounds, so a batch keeps or lowers them.
+
 And the duplicate check answered under the lock from an older snapshot (a delivery that
 waited for the row lock while another delivery of the same trigger committed) is caught
 at the write and answered 'duplicate', never applied twice, never an error.
@@ -149,10 +153,13 @@ def test_a_message_trigger_through_the_client_costs_two_write_transactions(
     finally:
         client.close()
     assert ours.write_transactions == N  # the inbox rows, one each
-    assert worker.write_transactions == N, worker  # the apply: lock, record, inbox mark
+    # The apply (lock, record, inbox mark): one transaction per trigger on its own, one
+    # per batch when the worker took several queued together (tasks/drain.py).
+    assert 1 <= worker.write_transactions <= N, worker
     # The lookup that locks, then one write statement; and in each pool process's first
     # message, the read of the deployments' message starts (once per process and deploy).
-    assert 2 * N + 1 <= worker.write_statements <= 2 * N + 2, worker
+    # A trigger applied in a batch adds its SAVEPOINT and RELEASE to those two.
+    assert 2 * N + 1 <= worker.write_statements <= 4 * N + 2, worker
     assert (ours.write_transactions + worker.write_transactions) / N <= 2
 
 
@@ -171,7 +178,8 @@ def test_an_instance_start_job_end_through_the_client_costs_three_write_transact
     # The start; the result (+ job row). A pool process whose last published job is run
     # by the other one deletes that row by its timer: one transaction more, at most one
     # per pool process (without the ride it would be one per job).
-    assert 2 * N <= worker.write_transactions <= 2 * N + 2, worker
+    # (fewer when starts queued together were applied in one batch: tasks/drain.py)
+    assert N + 1 <= worker.write_transactions <= 2 * N + 2, worker
     assert _job_rows(s, bare) == 0  # every job row deleted, none left for the sweep
 
     client = sqlcount.TxCounter(s.client._store.engine)
@@ -185,7 +193,7 @@ def test_an_instance_start_job_end_through_the_client_costs_three_write_transact
     assert ours.write_transactions == N  # the inbox rows
     # The inbox mark rides the start's own transaction: no write more than the bare start
     # (a mark of its own would be one per start; the timer's, as above, at most two).
-    assert 2 * N <= worker2.write_transactions <= 2 * N + 2, (worker, worker2)
+    assert N + 1 <= worker2.write_transactions <= 2 * N + 2, (worker, worker2)
     # Three per instance, and the timer's at most two in all (the bound just above).
     assert ours.write_transactions + worker2.write_transactions <= 3 * N + 2
     assert _job_rows(s, via_client) == 0
@@ -209,7 +217,7 @@ def test_an_instance_start_eager_job_end_costs_one_write_transaction(
     worker = _settled(log) - before
     # The start, its job's result with it; the first start of the key in each of the
     # two pool processes loads the model and goes the ordinary way (two transactions).
-    assert N <= worker.write_transactions <= N + 2, worker
+    assert 1 <= worker.write_transactions <= N + 2, worker
     assert _job_rows(s, ids) == 0
     ran = worker_proc.text()
     assert sum(ran.count(f"job run in place instance={i} ") for i in ids) == N

@@ -190,3 +190,13 @@ def test_the_limits_are_settings_with_bounds() -> None:
     for env in ({"DORMANT_MAX_VARIABLES_DEPTH": "5000"}, {"DORMANT_MAX_VARIABLES_BYTES": "10"}):
         with pytest.raises(InvalidSetting, match=next(iter(env))):
             Settings.from_env(env)
+
+
+def test_the_trigger_batch_size_is_a_bounded_setting() -> None:
+    assert Settings.from_env({}).trigger_batch_max == 16
+    assert Settings.from_env({"DORMANT_TRIGGER_BATCH_MAX": "1"}).trigger_batch_max == 1
+    for value in ("0", "257", "many"):
+        with pytest.raises(InvalidSetting, match="DORMANT_TRIGGER_BATCH_MAX") as refused:
+            Settings.from_env({"DORMANT_TRIGGER_BATCH_MAX": value})
+        if value != "many":
+            assert "from 1 to 256" in str(refused.value)
