@@ -21,8 +21,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from dormant.tasks.api.problems import problem
 from dormant.tasks.console.config import ENV_AUTH, ENV_TOKEN, ConsoleConfig
 from dormant.tasks.console.security import (
-    OPERATOR,
+    PRINCIPAL,
     ROLE,
+    VIEWER,
     Refusal,
     host_refusal,
     identify,
@@ -85,12 +86,13 @@ class ApiGuard:
                 _CHALLENGE,
             )
         method, path = scope["method"], scope["path"]
-        if found != OPERATOR and not is_read(method, path):
+        if found.role == VIEWER and not is_read(method, path):
             return Refusal(
                 403,
                 "FORBIDDEN",
-                f"{method} {path} acts, and a {found} may only read (gets and searches); "
+                f"{method} {path} acts, and a viewer may only read (gets and searches); "
                 f"acting needs an operator's credentials",
             )
-        scope[ROLE] = found
+        scope[ROLE] = found.role
+        scope[PRINCIPAL] = found
         return None

@@ -19,7 +19,7 @@ blocking database and broker calls belong.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import urlencode
 
@@ -60,18 +60,23 @@ from dormant.tasks.console.pages import (
     _confirmed,
     _flash,
     _here,
+    _may_read,
     _moment,
     _opt,
     _queries,
     _render,
     _safe_next,
+    _sees_values,
+    _visible,
+    incident_tenant,
+    instance_tenant,
 )
 from dormant.tasks.console.security import (
     SESSION_SECONDS,
+    USERS_ROLE,
     AccessLog,
     Guard,
     Sessions,
-    authenticated,
     client_of,
     csrf_ok,
     sign_in,
@@ -180,6 +185,7 @@ def instance_list(request: Request) -> Response:
             started_from=_moment(request, "started_from"),
             started_to=_moment(request, "started_to"),
             tenant=_tenant(request),
+            tenants=_visible(request),
         )
         page = _queries(request).instance_page(filters, _opt(request, "after"))
     except DormantError as exc:
@@ -206,10 +212,22 @@ def _next_qs(request: Request, cursor: str | None) -> str | None:
     return first + ("&" if "?" in first else "?") + urlencode([("after", cursor)])
 
 
-def instance_reads(q: ConsoleQueries, instance_id: str, *, values: bool = False) -> dict[str, Any]:
-    """Everything the instance page shows, read once (UnknownInstance if there is none):
-    one checkpoint decoded, its facts, its children, its model's XML. ``values``: the
-    reader may see values (correlation keys are values)."""
+def instance_reads(
+    q: ConsoleQueries,
+    instance_id: str,
+    *,
+    values: bool | Callable[[str], bool] = False,
+    readable: Callable[[str], bool] = lambda _: True,
+) -> dict[str, Any]:
+    """Everything the instance page shows, read once (UnknownInstance if there is none,
+    or if ``readable`` refuses its tenant: another tenant's instance is unknown): one
+    checkpoint decoded, its facts, its children, its model's XML. ``values``: the
+    reader may see values (correlation keys are values), or a test of the tenant."""
+    tenant = q.instance_tenant(instance_id)
+    if not readable(tenant):
+        raise UnknownInstance(f"no instance has id {instance_id!r}")
+    if callable(values):
+        values = values(tenant)
     checkpoint, history, children = q.instance_bundle(instance_id)
     return {
         "view": instance_view(checkpoint),
@@ -235,7 +253,12 @@ def instance_reads(q: ConsoleQueries, instance_id: str, *, values: bool = False)
 def instance_page(request: Request) -> Response:
     instance_id = request.path_params["instance_id"]
     try:
-        reads = instance_reads(_queries(request), instance_id, values=authenticated(request))
+        reads = instance_reads(
+            _queries(request),
+            instance_id,
+            values=lambda tenant: _sees_values(request, tenant),
+            readable=lambda tenant: _may_read(request, tenant),
+        )
     except UnknownInstance as exc:
         return _render(request, "error.html", message=f"error: {exc}", status_code=404)
     except StoredDataError as exc:
@@ -274,7 +297,10 @@ def instance_state(request: Request) -> Response:
         return JSONResponse({"error": str(exc)}, status_code=404)
     except StoredDataError as exc:
         return JSONResponse({"error": str(exc)}, status_code=409)
-    marks = presenters.overlays(checkpoint, history, values=authenticated(request))
+    tenant = _queries(request).instance_tenant(instance_id)
+    if not _may_read(request, tenant):
+        return JSONResponse({"error": f"no instance has id {instance_id!r}"}, status_code=404)
+    marks = presenters.overlays(checkpoint, history, values=_sees_values(request, tenant))
     return JSONResponse(
         {
             "id": checkpoint.instance_id,
@@ -304,6 +330,7 @@ def incident_list(request: Request) -> Response:
             state=state,
             instance_id=_opt(request, "instance"),
             tenant=_tenant(request),
+            tenants=_visible(request),
         )
         page = _queries(request).incident_page(filters, _opt(request, "after"))
     except DormantError as exc:
@@ -332,7 +359,13 @@ async def incident_action(request: Request) -> Response:
     if op not in ("retry", "resolve", "drop"):
         return PlainTextResponse(f"no incident action {op!r}", status_code=404)
     call = getattr(_client(request), f"{op}_incident")
-    return await _act(request, f"{op} {incident_id}", call, incident_id)
+    return await _act(
+        request,
+        f"{op} {incident_id}",
+        call,
+        incident_id,
+        tenant_of=incident_tenant(request, incident_id),
+    )
 
 
 async def cancel_instance(request: Request) -> Response:
@@ -345,7 +378,13 @@ async def cancel_instance(request: Request) -> Response:
     )
     if asked is not None:
         return asked
-    return await _act(request, f"cancelling {instance_id}", _client(request).cancel, instance_id)
+    return await _act(
+        request,
+        f"cancelling {instance_id}",
+        _client(request).cancel,
+        instance_id,
+        tenant_of=instance_tenant(request, instance_id),
+    )
 
 
 # -- signing in ------------------------------------------------------------------------
@@ -370,8 +409,8 @@ async def login(request: Request) -> Response:
     if not csrf_ok(request, form):
         return PlainTextResponse("refused: the form's CSRF token is missing or wrong", 403)
     user, password = str(form.get("user", "")), str(form.get("password", ""))
-    role = sign_in(config, user, password) if config.has_credentials else None
-    if role is None:
+    found = sign_in(config, user, password) if config.has_credentials else None
+    if found is None:
         if config.has_credentials:
             await asyncio.sleep(throttle.failed(client))
         _flash(request, "error", "error: wrong user or password")
@@ -380,7 +419,8 @@ async def login(request: Request) -> Response:
     await run_in_threadpool(sessions.end, request.session.get("sid"))
     request.session.clear()  # a fresh session (and CSRF token) for the signed-in user
     request.session["user"] = user or "token"
-    request.session["role"] = role
+    known = any(u.name == found.name for u in config.users) and found.name == user
+    request.session["role"] = USERS_ROLE if known else found.role
     request.session["sid"] = await run_in_threadpool(sessions.start)
     return RedirectResponse(_safe_next(form.get("next"), root + "/processes"), status_code=303)
 

@@ -28,7 +28,18 @@ from dormant.persistence.batches import ItemOutcome
 from dormant.persistence.selection import Selector
 from dormant.tasks.cli_common import parse_node_pairs as _pairs
 from dormant.tasks.cli_common import parse_vars
-from dormant.tasks.console.pages import _act, _client, _confirmed, _moment, _opt, _render, _when
+from dormant.tasks.console.authorization import OPERATOR
+from dormant.tasks.console.pages import (
+    _act,
+    _client,
+    _confirmed,
+    _moment,
+    _opt,
+    _principal,
+    _render,
+    _when,
+    instance_tenant,
+)
 
 __all__ = ["routes"]
 
@@ -61,7 +72,13 @@ def _instance_op(op: str, verb: str) -> Callable[[Request], Awaitable[Response]]
     async def handler(request: Request) -> Response:
         instance_id = request.path_params["instance_id"]
         call = getattr(_client(request), op)
-        return await _act(request, f"{verb} {instance_id}", call, instance_id)
+        return await _act(
+            request,
+            f"{verb} {instance_id}",
+            call,
+            instance_id,
+            tenant_of=instance_tenant(request, instance_id),
+        )
 
     return handler
 
@@ -87,7 +104,7 @@ async def set_variables(request: Request) -> Response:
 
     names = ", ".join([*(line.partition("=")[0] for line in lines), *(f"-{n}" for n in unset)])
     what = f"setting {names} on {instance_id}" + (" and retrying" if retry else "")
-    return await _act(request, what, call)
+    return await _act(request, what, call, tenant_of=instance_tenant(request, instance_id))
 
 
 def _words(form: Any, name: str) -> list[str]:
@@ -107,7 +124,12 @@ async def migrate(request: Request) -> Response:
             raise InvalidOperation(f"--to {raw_version!r} is not a version number")
         client.migrate(instance_id, int(raw_version), _pairs(maps, "--map"))
 
-    return await _act(request, f"migrating {instance_id} to v{raw_version}", call)
+    return await _act(
+        request,
+        f"migrating {instance_id} to v{raw_version}",
+        call,
+        tenant_of=instance_tenant(request, instance_id),
+    )
 
 
 async def modify(request: Request) -> Response:
@@ -116,7 +138,10 @@ async def modify(request: Request) -> Response:
     cancel, start = _words(form, "cancel"), _words(form, "start_before")
     client = _client(request)
     return await _act(
-        request, f"modifying {instance_id}", lambda: client.modify(instance_id, cancel, start)
+        request,
+        f"modifying {instance_id}",
+        lambda: client.modify(instance_id, cancel, start),
+        tenant_of=instance_tenant(request, instance_id),
     )
 
 
@@ -131,9 +156,22 @@ def _bulk_act(
     CLI's words."""
     client = _client(request)
     root = request.scope.get("root_path", "")
+    found = _principal(request)
+    acting = None if found is None else found.tenants(OPERATOR)
 
     def call() -> Any:  # no process chosen: the Client refuses it, in the CLI's words
-        return client.bulk(operation, selector(), params())
+        chosen = selector()
+        if acting is not None:
+            # A batch touches only the asker's tenants: a named one must be theirs,
+            # and with none named it is bound to their one tenant (docs/tenants.md).
+            if chosen.tenant is None and len(acting) == 1:
+                chosen = chosen.model_copy(update={"tenant": acting[0]})
+            if chosen.tenant not in acting:
+                raise InvalidOperation(
+                    f"a batch acts on one tenant you operate: choose the tenant filter "
+                    f"(one of {', '.join(acting) or 'none'})"
+                )
+        return client.bulk(operation, chosen, params())
 
     return _act(
         request,
@@ -278,7 +316,9 @@ async def pause_job_type(request: Request) -> Response:
     form = await request.form()
     job_type = _field(form, "job_type")
     client = _client(request)
-    return await _act(request, f"paused {job_type}", lambda: client.pause_job_type(job_type))
+    return await _act(
+        request, f"paused {job_type}", lambda: client.pause_job_type(job_type), admin=True
+    )
 
 
 async def resume_job_type(request: Request) -> Response:
@@ -289,6 +329,7 @@ async def resume_job_type(request: Request) -> Response:
         request,
         lambda count: f"resumed {job_type}: {count} held job(s) sent",
         lambda: client.resume_job_type(job_type),
+        admin=True,
     )
 
 
@@ -322,7 +363,7 @@ async def parked_action(request: Request) -> Response:
         return asked
     client = _client(request)
     call = client.retry_parked if op == "retry" else client.drop_parked
-    return await _act(request, f"{op} {ref}", call, ref)
+    return await _act(request, f"{op} {ref}", call, ref, admin=True)
 
 
 def audit_list(request: Request) -> Response:
