@@ -247,6 +247,7 @@ def instance_reads(
         "diagram": q.definition_source(checkpoint.process_key, checkpoint.version) or "",
         "ended": checkpoint.status.ended,
         "internal_kinds": presenters.INTERNAL_FACTS,
+        "values": values,
     }
 
 
@@ -448,6 +449,9 @@ def unmatched_messages(request: Request) -> Response:
         request,
         "messages.html",
         rows=rows,
+        # Messages name no tenant here: their keys are shown to whoever sees values
+        # on every tenant.
+        values=_sees_values(request, "*"),
         params=request.query_params,
         kept=settings.unmatched_messages_kept,
         retention=duration(settings.unmatched_messages_retention_seconds),

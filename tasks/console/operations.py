@@ -145,6 +145,29 @@ async def modify(request: Request) -> Response:
     )
 
 
+def _within_tenants(request: Request, selector: Callable[[], Selector]) -> Callable[[], Selector]:
+    """A batch touches only the asker's tenants (docs/tenants.md "Authorizations"): a
+    tenant it names must be one they operate, and with none named it is bound to their
+    one tenant; an asker operating several names one."""
+    found = _principal(request)
+    acting = None if found is None else found.tenants(OPERATOR)
+
+    def chosen() -> Selector:
+        picked = selector()
+        if acting is None:
+            return picked
+        if picked.tenant is None and len(acting) == 1:
+            picked = picked.model_copy(update={"tenant": acting[0]})
+        if picked.tenant not in acting:
+            raise InvalidOperation(
+                "a batch acts on one tenant you operate: set the tenant filter to one of "
+                f"{', '.join(acting) or '(none: you operate no tenant)'}"
+            )
+        return picked
+
+    return chosen
+
+
 def _bulk_act(
     request: Request,
     operation: str,
@@ -156,22 +179,9 @@ def _bulk_act(
     CLI's words."""
     client = _client(request)
     root = request.scope.get("root_path", "")
-    found = _principal(request)
-    acting = None if found is None else found.tenants(OPERATOR)
 
     def call() -> Any:  # no process chosen: the Client refuses it, in the CLI's words
-        chosen = selector()
-        if acting is not None:
-            # A batch touches only the asker's tenants: a named one must be theirs,
-            # and with none named it is bound to their one tenant (docs/tenants.md).
-            if chosen.tenant is None and len(acting) == 1:
-                chosen = chosen.model_copy(update={"tenant": acting[0]})
-            if chosen.tenant not in acting:
-                raise InvalidOperation(
-                    f"a batch acts on one tenant you operate: choose the tenant filter "
-                    f"(one of {', '.join(acting) or 'none'})"
-                )
-        return client.bulk(operation, chosen, params())
+        return client.bulk(operation, selector(), params())
 
     return _act(
         request,
@@ -189,10 +199,11 @@ async def incidents_matching(request: Request) -> Response:
         return PlainTextResponse(f"no bulk incident action {op!r}", status_code=404)
     form = await request.form()
     filters = {attr: _field(form, name) or None for name, attr in _INCIDENT_FILTERS}
-    asked = await _confirm_bulk(request, f"incident_{op}", lambda: Selector(**filters))
+    selector = _within_tenants(request, lambda: Selector(**filters))
+    asked = await _confirm_bulk(request, f"incident_{op}", selector)
     if asked is not None:
         return asked
-    return await _bulk_act(request, f"incident_{op}", lambda: Selector(**filters))
+    return await _bulk_act(request, f"incident_{op}", selector)
 
 
 # What each bulk operation does, on its confirmation page.
@@ -260,7 +271,7 @@ async def instances_matching(request: Request) -> Response:
         return PlainTextResponse(f"no bulk instance action {op!r}", status_code=404)
     form = await request.form()
 
-    def selector() -> Selector:
+    def unscoped() -> Selector:
         if form.get("has_incident") == "1":
             raise InvalidOperation(
                 "'has open incident' does not filter a bulk operation; clear it first"
@@ -278,6 +289,7 @@ async def instances_matching(request: Request) -> Response:
             started_before=_when("started_to", _field(form, "started_to")),
         )
 
+    selector = _within_tenants(request, unscoped)
     asked = await _confirm_bulk(request, op.replace("-", "_"), selector)
     if asked is not None:
         return asked

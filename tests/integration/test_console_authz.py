@@ -1,0 +1,149 @@
+"""Authorizations per tenant on the console's pages (docs/console.md "Users and roles",
+tasks/console/authorization.py), in process on an embedded database: lists show only
+the asker's tenants, another tenant's instance is a 404 and nothing is sent for it, a
+viewer sees no values unless granted, a batch touches only the asker's tenant, an admin
+of every tenant acts on all. A refusal happens before any trigger is sent, so no worker
+is needed: "nothing changed" is "no inbox row was written"."""
+
+from __future__ import annotations
+
+import base64
+import re
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select
+from starlette.testclient import TestClient
+
+from dormant.persistence.store import NewInstance
+from dormant.persistence.tables import inbox
+from dormant.tasks.client import Client
+from dormant.tasks.console import create_app
+from dormant.tasks.console.authorization import hash_password, parse_users
+from dormant.tasks.console.config import ENV_USERS, ConsoleConfig
+from tests.integration.console.kit import MODEL
+
+pytestmark = pytest.mark.integration
+
+PASSWORD = "a-password-of-sixteen"
+SECRET = "card-4111-secret-value"
+ACME = "acme"
+# The fewest iterations a hash may have: the tests' sign-ins stay fast.
+_HASH = hash_password(PASSWORD, 1_000)
+USERS = ";".join(
+    f"{name}:{_HASH}:{grants}"
+    for name, grants in (
+        ("acme-ops", f"operator@{ACME}"),
+        ("acme-viewer", f"viewer@{ACME}"),
+        ("acme-auditor", f"viewer+values@{ACME}"),
+        ("boss", "admin@*"),
+    )
+)
+
+
+@pytest.fixture(scope="module")
+def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+    """Instance ``a-1`` of tenant acme, ``d-1`` and ``d-2`` of the default tenant."""
+    client = Client(f"sqlite:///{tmp_path_factory.mktemp('authz') / 'a.db'}", "memory://")
+    xml = MODEL.read_text()
+    client.deploy(xml)
+    client.for_tenant(ACME).deploy(xml.replace('id="payment"', 'id="payment-acme"'))
+    now = datetime.now(UTC)
+    client._store.start(NewInstance("payment-acme", "a-1", {"card": SECRET}), now=now)
+    for n in (1, 2):
+        client._store.start(NewInstance("payment", f"d-{n}", {"card": SECRET}), now=now)
+    config = ConsoleConfig(users=parse_users(USERS, ENV_USERS), secret="s" * 32)
+    app = create_app(config, client=client)
+    with TestClient(app, base_url="http://127.0.0.1", client=("127.0.0.1", 50000)) as tc:
+        yield tc
+    client._store.close()
+
+
+def _as(name: str) -> dict[str, str]:
+    pair = base64.b64encode(f"{name}:{PASSWORD}".encode()).decode()
+    return {"Authorization": f"Basic {pair}"}
+
+
+def _csrf(tc: TestClient, headers: dict[str, str]) -> str:
+    found = re.search(r'name="csrf" value="([^"]+)"', tc.get("/login", headers=headers).text)
+    assert found, "no CSRF field on the page"
+    return found.group(1)
+
+
+def _sent(tc: TestClient) -> int:
+    with tc.app.state.client._store.engine.connect() as conn:  # type: ignore[attr-defined]
+        found: int = conn.execute(select(func.count()).select_from(inbox)).scalar_one()
+        return found
+
+
+def _cancel(tc: TestClient, name: str, instance_id: str) -> Any:
+    headers = _as(name)
+    form = {"csrf": _csrf(tc, headers), "confirm": "1", "next": "/instances"}
+    return tc.post(
+        f"/instances/{instance_id}/cancel", data=form, headers=headers, follow_redirects=False
+    )
+
+
+def test_lists_show_only_the_askers_tenants(console: TestClient) -> None:
+    mine = console.get("/instances", headers=_as("acme-ops")).text
+    assert "a-1" in mine and "d-1" not in mine and "d-2" not in mine
+    # Asking for another tenant by the filter shows nothing of it.
+    theirs = console.get("/instances?tenant=%3Cdefault%3E", headers=_as("acme-ops")).text
+    assert "d-1" not in theirs
+    every = console.get("/instances", headers=_as("boss")).text
+    assert all(i in every for i in ("a-1", "d-1", "d-2"))
+    # Nobody in particular reads nothing once users are configured.
+    assert "a-1" not in console.get("/instances").text
+
+
+def test_an_operator_of_one_tenant_cannot_act_on_another(console: TestClient) -> None:
+    assert console.get("/instances/d-1", headers=_as("acme-ops")).status_code == 404
+    assert console.get("/api/instances/d-1", headers=_as("acme-ops")).status_code == 404
+    before = _sent(console)
+    refused = _cancel(console, "acme-ops", "d-1")
+    assert refused.status_code == 404
+    assert _sent(console) == before  # nothing was sent for the other tenant's instance
+    # A viewer of acme reads it and may act on nothing (refused on the headers).
+    assert _cancel(console, "acme-viewer", "a-1").status_code == 403
+    assert _sent(console) == before
+
+
+def test_a_viewer_sees_no_values_unless_granted(console: TestClient) -> None:
+    viewer = console.get("/instances/a-1", headers=_as("acme-viewer"))
+    assert viewer.status_code == 200 and SECRET not in viewer.text
+    auditor = console.get("/instances/a-1", headers=_as("acme-auditor"))
+    assert SECRET in auditor.text
+    assert SECRET in console.get("/instances/a-1", headers=_as("acme-ops")).text
+
+
+def test_a_batch_touches_only_the_askers_tenant(console: TestClient) -> None:
+    headers = _as("acme-ops")
+    form = {"csrf": _csrf(console, headers), "confirm": "1", "process": "payment-acme"}
+    asked = console.post(
+        "/instances/suspend-matching", data={**form, "confirm": ""}, headers=headers
+    )
+    assert 'id="confirm-count">1<' in asked.text
+    done = console.post(
+        "/instances/suspend-matching", data=form, headers=headers, follow_redirects=False
+    )
+    assert done.status_code == 303
+    page = console.get(done.headers["location"], headers=headers).text
+    assert "1 selected" in page  # acme's one instance, not the default tenant's two
+    other = console.post(
+        "/instances/suspend-matching",
+        data={**form, "process": "payment", "tenant": "<default>"},
+        headers=headers,
+        follow_redirects=False,
+    )
+    assert other.status_code == 303
+    assert "one of acme" in console.get(other.headers["location"], headers=headers).text
+
+
+def test_an_admin_of_every_tenant_acts_on_all(console: TestClient) -> None:
+    before = _sent(console)
+    for instance_id in ("d-2", "a-1"):
+        done = _cancel(console, "boss", instance_id)
+        assert done.status_code == 303
+    assert _sent(console) == before + 2
