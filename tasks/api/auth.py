@@ -16,9 +16,12 @@ throttle), refused as problem documents (docs/camunda-api.md, "Authentication").
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from dormant.tasks.api.problems import problem
+from dormant.tasks.api.problems import Problem, problem
+from dormant.tasks.console.authorization import ADMIN, OPERATOR, Principal
 from dormant.tasks.console.config import ENV_AUTH, ENV_TOKEN, ConsoleConfig
 from dormant.tasks.console.security import (
     PRINCIPAL,
@@ -31,10 +34,48 @@ from dormant.tasks.console.security import (
 )
 from dormant.tasks.console.throttle import SignInThrottle
 
-__all__ = ["ApiGuard", "is_read"]
+__all__ = ["ApiGuard", "Caller", "is_read"]
 
 _READ_METHODS = ("GET", "HEAD")
 _CHALLENGE = (("WWW-Authenticate", 'Basic realm="dormant"'),)
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who calls a route, as the routes ask it (the decisions are
+    tasks/console/authorization.py's): a record of a tenant the caller cannot read is
+    a 404, the words an unknown one gets; one they read but may not act on is a 403."""
+
+    principal: Principal | None
+
+    def reads(self, tenant: str) -> bool:
+        return self.principal is None or self.principal.may_read(tenant)
+
+    def sees_values(self, tenant: str) -> bool:
+        return self.principal is None or self.principal.sees_values(tenant)
+
+    def tenants(self, role: str = OPERATOR) -> tuple[str, ...] | None:
+        """The tenants the caller holds ``role`` on; None for every tenant."""
+        return None if self.principal is None else self.principal.tenants(role)
+
+    def visible(self, tenant: str, missing: str) -> None:
+        if not self.reads(tenant):
+            raise Problem(404, "NOT_FOUND", missing)
+
+    def require(self, tenant: str, missing: str, role: str = OPERATOR) -> None:
+        """``missing`` is the 404's text for a record the caller cannot read; a tenant
+        the request names itself (a deploy's, a start's) is no secret: pass ``""``."""
+        if self.principal is None or self.principal.may(role, tenant):
+            return
+        if missing and not self.principal.may_read(tenant):
+            raise Problem(404, "NOT_FOUND", missing)
+        what = "deploying" if role == ADMIN else "acting"
+        raise Problem(
+            403,
+            "FORBIDDEN",
+            f"{what} on tenant {tenant!r} needs the {role} role there, which "
+            f"{self.principal.name} does not hold (docs/tenants.md, Authorizations)",
+        )
 
 
 def is_read(method: str, path: str) -> bool:

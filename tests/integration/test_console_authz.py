@@ -2,8 +2,10 @@
 tasks/console/authorization.py), in process on an embedded database: lists show only
 the asker's tenants, another tenant's instance is a 404 and nothing is sent for it, a
 viewer sees no values unless granted, a batch touches only the asker's tenant, an admin
-of every tenant acts on all. A refusal happens before any trigger is sent, so no worker
-is needed: "nothing changed" is "no inbox row was written"."""
+of every tenant acts on all; and the same on the Camunda API (/v2), where a job worker
+activates only its tenants' jobs and deploying needs an admin. A refusal happens before
+any trigger is sent, so no worker is needed: "nothing changed" is "no inbox row was
+written"."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from starlette.testclient import TestClient
 
 from dormant.persistence.store import NewInstance
 from dormant.persistence.tables import inbox
+from dormant.tasks.api.app import create_app as create_api
 from dormant.tasks.client import Client
 from dormant.tasks.console import create_app
 from dormant.tasks.console.authorization import hash_password, parse_users
@@ -43,8 +46,11 @@ USERS = ";".join(
 )
 
 
+CONFIG = ConsoleConfig(users=parse_users(USERS, ENV_USERS), secret="s" * 32)
+
+
 @pytest.fixture(scope="module")
-def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Client]:
     """Instance ``a-1`` of tenant acme, ``d-1`` and ``d-2`` of the default tenant."""
     client = Client(f"sqlite:///{tmp_path_factory.mktemp('authz') / 'a.db'}", "memory://")
     xml = MODEL.read_text()
@@ -54,11 +60,24 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
     client._store.start(NewInstance("payment-acme", "a-1", {"card": SECRET}), now=now)
     for n in (1, 2):
         client._store.start(NewInstance("payment", f"d-{n}", {"card": SECRET}), now=now)
-    config = ConsoleConfig(users=parse_users(USERS, ENV_USERS), secret="s" * 32)
-    app = create_app(config, client=client)
+    try:
+        yield client
+    finally:
+        client._store.close()
+
+
+@pytest.fixture(scope="module")
+def console(client: Client) -> Iterator[TestClient]:
+    app = create_app(CONFIG, client=client)
     with TestClient(app, base_url="http://127.0.0.1", client=("127.0.0.1", 50000)) as tc:
         yield tc
-    client._store.close()
+
+
+@pytest.fixture(scope="module")
+def api(client: Client) -> Iterator[TestClient]:
+    app = create_api(client, CONFIG)
+    with TestClient(app, base_url="http://127.0.0.1", client=("127.0.0.1", 50000)) as tc:
+        yield tc
 
 
 def _as(name: str) -> dict[str, str]:
@@ -72,8 +91,8 @@ def _csrf(tc: TestClient, headers: dict[str, str]) -> str:
     return found.group(1)
 
 
-def _sent(tc: TestClient) -> int:
-    with tc.app.state.client._store.engine.connect() as conn:  # type: ignore[attr-defined]
+def _sent(client: Client) -> int:
+    with client._store.engine.connect() as conn:
         found: int = conn.execute(select(func.count()).select_from(inbox)).scalar_one()
         return found
 
@@ -98,16 +117,18 @@ def test_lists_show_only_the_askers_tenants(console: TestClient) -> None:
     assert "a-1" not in console.get("/instances").text
 
 
-def test_an_operator_of_one_tenant_cannot_act_on_another(console: TestClient) -> None:
+def test_an_operator_of_one_tenant_cannot_act_on_another(
+    console: TestClient, client: Client
+) -> None:
     assert console.get("/instances/d-1", headers=_as("acme-ops")).status_code == 404
     assert console.get("/api/instances/d-1", headers=_as("acme-ops")).status_code == 404
-    before = _sent(console)
+    before = _sent(client)
     refused = _cancel(console, "acme-ops", "d-1")
     assert refused.status_code == 404
-    assert _sent(console) == before  # nothing was sent for the other tenant's instance
+    assert _sent(client) == before  # nothing was sent for the other tenant's instance
     # A viewer of acme reads it and may act on nothing (refused on the headers).
     assert _cancel(console, "acme-viewer", "a-1").status_code == 403
-    assert _sent(console) == before
+    assert _sent(client) == before
 
 
 def test_a_viewer_sees_no_values_unless_granted(console: TestClient) -> None:
@@ -141,9 +162,67 @@ def test_a_batch_touches_only_the_askers_tenant(console: TestClient) -> None:
     assert "one of acme" in console.get(other.headers["location"], headers=headers).text
 
 
-def test_an_admin_of_every_tenant_acts_on_all(console: TestClient) -> None:
-    before = _sent(console)
+def test_an_admin_of_every_tenant_acts_on_all(console: TestClient, client: Client) -> None:
+    before = _sent(client)
     for instance_id in ("d-2", "a-1"):
         done = _cancel(console, "boss", instance_id)
         assert done.status_code == 303
-    assert _sent(console) == before + 2
+    assert _sent(client) == before + 2
+
+
+# -- the Camunda API -------------------------------------------------------------------
+
+
+def _instances(api: TestClient, name: str) -> dict[str, str]:
+    found = api.post("/v2/process-instances/search", json={}, headers=_as(name))
+    assert found.status_code == 200
+    return {i["processDefinitionId"]: i["processInstanceKey"] for i in found.json()["items"]}
+
+
+def test_the_api_searches_and_reads_only_the_callers_tenants(api: TestClient) -> None:
+    assert set(_instances(api, "acme-ops")) == {"payment-acme"}
+    keys = _instances(api, "boss")
+    assert set(keys) == {"payment-acme", "payment"}
+    other = api.get(f"/v2/process-instances/{keys['payment']}", headers=_as("acme-ops"))
+    assert other.status_code == 404 and other.json()["title"] == "NOT_FOUND"
+    own = api.get(f"/v2/process-instances/{keys['payment-acme']}", headers=_as("acme-ops"))
+    assert own.status_code == 200 and own.json()["tenantId"] == ACME
+
+
+def test_the_api_refuses_acting_on_another_tenant(api: TestClient, client: Client) -> None:
+    keys = _instances(api, "boss")
+    before = _sent(client)
+    ops = _as("acme-ops")
+    cancel = api.post(f"/v2/process-instances/{keys['payment']}/cancellation", headers=ops)
+    assert cancel.status_code == 404
+    start = {"processDefinitionId": "payment", "tenantId": "<default>"}
+    started = api.post("/v2/process-instances", json=start, headers=ops)
+    assert started.status_code == 403 and "operator role" in started.json()["detail"]
+    jobs = {"type": "charge", "timeout": 1000, "maxJobsToActivate": 1, "requestTimeout": -1}
+    refused = api.post(
+        "/v2/jobs/activation", json={**jobs, "tenantIds": ["<default>"]}, headers=ops
+    )
+    assert refused.status_code == 403
+    deploy = api.post(
+        "/v2/deployments",
+        files={"resources": ("p.bpmn", MODEL.read_bytes(), "application/xml")},
+        data={"tenantId": ACME},
+        headers=ops,
+    )
+    assert deploy.status_code == 403 and "admin role" in deploy.json()["detail"]
+    assert _sent(client) == before  # nothing was sent
+    done = api.post(f"/v2/process-instances/{keys['payment']}/cancellation", headers=_as("boss"))
+    assert done.status_code == 204
+
+
+def test_the_api_shows_values_only_when_granted(api: TestClient) -> None:
+    key = _instances(api, "boss")["payment-acme"]
+    search = {"filter": {"processInstanceKey": key}}
+
+    def names(who: str) -> list[str]:
+        found = api.post("/v2/variables/search", json=search, headers=_as(who))
+        assert found.status_code == 200
+        return [i["name"] for i in found.json()["items"]]
+
+    assert names("acme-viewer") == []
+    assert names("acme-auditor") == ["card"] == names("acme-ops")
