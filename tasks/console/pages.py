@@ -119,6 +119,11 @@ def incident_tenant(request: Request, incident_id: str) -> tuple[str, Callable[[
     return "incident", read
 
 
+def task_tenant(request: Request, task_id: str) -> tuple[str, Callable[[], str]]:
+    """``_act``'s ``tenant_of`` for an action on one user task."""
+    return "user task", lambda: str(request.app.state.client.user_task(task_id).tenant)
+
+
 def _refuse_admin(request: Request) -> Response | None:
     """Job type limits and parked rows reach every tenant: admin of every tenant."""
     found = _principal(request)

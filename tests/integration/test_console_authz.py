@@ -60,6 +60,9 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Client]:
     client._store.start(NewInstance("payment-acme", "a-1", {"card": SECRET}), now=now)
     for n in (1, 2):
         client._store.start(NewInstance("payment", f"d-{n}", {"card": SECRET}), now=now)
+    # A user task of the default tenant, for the tasklist.
+    client.deploy(MODEL.with_name("review.bpmn").read_text())
+    client._store.start(NewInstance("review", "r-1", {"card": SECRET}), now=now)
     try:
         yield client
     finally:
@@ -131,6 +134,24 @@ def test_an_operator_of_one_tenant_cannot_act_on_another(
     assert _sent(client) == before
 
 
+def test_another_tenants_task_is_unknown_and_untouched(console: TestClient, client: Client) -> None:
+    task = client.user_tasks(instance_id="r-1")[0]
+    assert f"/tasks/{task.id}" in console.get("/tasks", headers=_as("boss")).text
+    assert f"/tasks/{task.id}" not in console.get("/tasks", headers=_as("acme-ops")).text
+    assert console.get(f"/tasks/{task.id}", headers=_as("acme-ops")).status_code == 404
+    headers = _as("acme-ops")
+    form = {"csrf": _csrf(console, headers), "vars": "ok=true"}
+    done = console.post(
+        f"/tasks/{task.id}/complete", data=form, headers=headers, follow_redirects=False
+    )
+    assert done.status_code == 404
+    assert client.user_task(task.id).assignee is None
+    claim = console.post(
+        f"/tasks/{task.id}/claim", data=form, headers=headers, follow_redirects=False
+    )
+    assert claim.status_code == 404 and client.user_task(task.id).assignee is None
+
+
 def test_a_viewer_sees_no_values_unless_granted(console: TestClient) -> None:
     viewer = console.get("/instances/a-1", headers=_as("acme-viewer"))
     assert viewer.status_code == 200 and SECRET not in viewer.text
@@ -182,7 +203,7 @@ def _instances(api: TestClient, name: str) -> dict[str, str]:
 def test_the_api_searches_and_reads_only_the_callers_tenants(api: TestClient) -> None:
     assert set(_instances(api, "acme-ops")) == {"payment-acme"}
     keys = _instances(api, "boss")
-    assert set(keys) == {"payment-acme", "payment"}
+    assert set(keys) == {"payment-acme", "payment", "review"}
     other = api.get(f"/v2/process-instances/{keys['payment']}", headers=_as("acme-ops"))
     assert other.status_code == 404 and other.json()["title"] == "NOT_FOUND"
     own = api.get(f"/v2/process-instances/{keys['payment-acme']}", headers=_as("acme-ops"))
