@@ -36,7 +36,9 @@ from dormant.tasks.console.pages import (
     _moment,
     _opt,
     _principal,
+    _queries,
     _render,
+    _visible,
     _when,
     instance_tenant,
 )
@@ -389,6 +391,14 @@ def audit_list(request: Request) -> Response:
     entries = _client(request).audit_log(
         actor=actor, instance_id=instance_id, since=since, limit=_AUDIT_SHOWN
     )
+    visible = _visible(request)
+    if visible is not None:
+        # A reader of some tenants sees the entries on their instances only: an entry
+        # on no instance (a deploy, a job type) reaches every tenant.
+        tenants = _queries(request).instance_tenants(
+            {e.instance_id for e in entries if e.instance_id is not None}
+        )
+        entries = [e for e in entries if tenants.get(e.instance_id or "") in visible]
     return _render(
         request,
         "audit.html",

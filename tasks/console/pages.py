@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.templating import Jinja2Templates
 
 from dormant.engine_core.errors import DormantError, InvalidOperation
+from dormant.persistence import audit, clock
 from dormant.persistence.console_queries import ConsoleQueries
 from dormant.tasks.console.authorization import ADMIN, OPERATOR, Principal
 from dormant.tasks.console.config import ConsoleConfig
@@ -104,24 +106,34 @@ def _refuse_tenant(
     )
 
 
-def instance_tenant(request: Request, instance_id: str) -> tuple[str, Callable[[], str]]:
-    """``_act``'s ``tenant_of`` for an action on one instance."""
-    return "instance", lambda: str(request.app.state.client.instance(instance_id).tenant)
+@dataclass(frozen=True, slots=True)
+class Target:
+    """The record an action acts on (``_act``'s ``tenant_of``): its kind and id, and how
+    to read its tenant."""
+
+    kind: str
+    id: str
+    tenant: Callable[[], str]
 
 
-def incident_tenant(request: Request, incident_id: str) -> tuple[str, Callable[[], str]]:
-    """``_act``'s ``tenant_of`` for an action on one incident (its instance's tenant)."""
+def instance_tenant(request: Request, instance_id: str) -> Target:
+    client = request.app.state.client
+    return Target("instance", instance_id, lambda: str(client.instance(instance_id).tenant))
+
+
+def incident_tenant(request: Request, incident_id: str) -> Target:
+    """An incident's tenant is its instance's."""
     client = request.app.state.client
 
     def read() -> str:
         return str(client.instance(client.incident(incident_id).instance_id).tenant)
 
-    return "incident", read
+    return Target("incident", incident_id, read)
 
 
-def task_tenant(request: Request, task_id: str) -> tuple[str, Callable[[], str]]:
-    """``_act``'s ``tenant_of`` for an action on one user task."""
-    return "user task", lambda: str(request.app.state.client.user_task(task_id).tenant)
+def task_tenant(request: Request, task_id: str) -> Target:
+    client = request.app.state.client
+    return Target("user task", task_id, lambda: str(client.user_task(task_id).tenant))
 
 
 def _refuse_admin(request: Request) -> Response | None:
@@ -252,32 +264,53 @@ async def _confirmed(
     )
 
 
+def _audit_refusal(request: Request, target: Target | None, refused: Response) -> None:
+    """An action refused for want of a role, in the audit trail: who tried what on
+    which record, and why (the answer's text)."""
+    client = request.app.state.client
+    action = request.url.path.rstrip("/").rpartition("/")[2]
+    cmd = audit.command(
+        user_of(request) or "anonymous",
+        "console",
+        action,
+        target=None if target is None else f"{target.kind} {target.id}",
+        instance_id=target.id if target is not None and target.kind == "instance" else None,
+    )
+    detail = bytes(refused.body).decode(errors="replace")[:500]
+    audit.record(
+        client._store.engine, [audit.outcome_row(cmd, "refused", clock.now(), detail=detail)]
+    )
+
+
 async def _act(
     request: Request,
     what: str | Callable[[Any], str],
     call: Any,
     *args: str,
     then: Callable[[Any], str] | None = None,
-    tenant_of: tuple[str, Callable[[], str]] | None = None,
+    tenant_of: Target | None = None,
     admin: bool = False,
 ) -> Response:
     """The one way an action runs: the guards, the Client call, a flash, a redirect.
     ``what`` and ``then`` may read the call's result (a batch: its report, its page).
-    ``tenant_of`` names the record's kind and reads its tenant: the asker needs the
-    operator role there (authorization.py); ``admin`` needs admin of every tenant."""
+    ``tenant_of`` is the record acted on: the asker needs the operator role on its
+    tenant (authorization.py); ``admin`` needs admin of every tenant. Either refusal is
+    recorded in the audit trail as ``refused`` (persistence/audit.py)."""
     form = await request.form()
     refused = _refuse_action(request, form)
-    if refused is None and admin:
+    if refused is not None:
+        return refused
+    if admin:
         refused = _refuse_admin(request)
     if refused is None and tenant_of is not None:
-        kind, read = tenant_of
         try:
-            tenant = await run_in_threadpool(read)
+            tenant = await run_in_threadpool(tenant_of.tenant)
         except DormantError:
             pass  # an unknown record: the call itself says so, in the CLI's words
         else:
-            refused = _refuse_tenant(request, kind, tenant)
+            refused = _refuse_tenant(request, tenant_of.kind, tenant)
     if refused is not None:
+        await run_in_threadpool(_audit_refusal, request, tenant_of, refused)
         return refused
     back = _safe_next(form.get("next"), request.scope.get("root_path", "") + "/incidents")
     try:

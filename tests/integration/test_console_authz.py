@@ -129,6 +129,11 @@ def test_an_operator_of_one_tenant_cannot_act_on_another(
     refused = _cancel(console, "acme-ops", "d-1")
     assert refused.status_code == 404
     assert _sent(client) == before  # nothing was sent for the other tenant's instance
+    # The refusal is in the audit trail, which the operator of acme does not read.
+    refusals = [e for e in client.audit_log(instance_id="d-1") if e.outcome == "refused"]
+    assert [(e.actor, e.action) for e in refusals] == [("acme-ops", "cancel")]
+    assert "d-1" in console.get("/audit", headers=_as("boss")).text
+    assert "d-1" not in console.get("/audit", headers=_as("acme-ops")).text
     # A viewer of acme reads it and may act on nothing (refused on the headers).
     assert _cancel(console, "acme-viewer", "a-1").status_code == 403
     assert _sent(client) == before
