@@ -19,13 +19,14 @@ import pytest
 from sqlalchemy import func, select
 from starlette.testclient import TestClient
 
+from dormant.engine_core.errors import InvalidSetting
 from dormant.persistence.store import NewInstance
 from dormant.persistence.tables import inbox
 from dormant.tasks.api.app import create_app as create_api
 from dormant.tasks.client import Client
 from dormant.tasks.console import create_app
-from dormant.tasks.console.authorization import hash_password, parse_users
-from dormant.tasks.console.config import ENV_USERS, ConsoleConfig
+from dormant.tasks.console.authorization import hash_password, parse_grants, parse_users
+from dormant.tasks.console.config import ENV_OAUTH_GRANTS, ENV_USERS, ConsoleConfig
 from tests.integration.console.kit import MODEL
 
 pytestmark = pytest.mark.integration
@@ -252,3 +253,47 @@ def test_the_api_shows_values_only_when_granted(api: TestClient) -> None:
 
     assert names("acme-viewer") == []
     assert names("acme-auditor") == ["card"] == names("acme-ops")
+
+
+def test_the_oauth_clients_token_carries_its_grants(client: Client) -> None:
+    config = ConsoleConfig(
+        oauth_client_id="acme-worker",
+        oauth_client_secret="oauth-client-secret-0123",
+        oauth_grants=parse_grants(f"operator@{ACME}", ENV_OAUTH_GRANTS),
+        secret="s" * 32,
+    )
+    app = create_api(client, config)
+    with TestClient(app, base_url="http://127.0.0.1", client=("127.0.0.1", 50000)) as tc:
+        form = {
+            "grant_type": "client_credentials",
+            "client_id": "acme-worker",
+            "client_secret": "oauth-client-secret-0123",
+        }
+        token = tc.post("/oauth/token", data=form).json()["access_token"]
+        bearer = {"Authorization": f"Bearer {token}"}
+        found = tc.post("/v2/process-instances/search", json={}, headers=bearer).json()
+        assert {i["tenantId"] for i in found["items"]} == {ACME}
+        start = {"processDefinitionId": "payment", "tenantId": "<default>"}
+        assert tc.post("/v2/process-instances", json=start, headers=bearer).status_code == 403
+
+
+@pytest.mark.parametrize(
+    ("users", "words"),
+    [
+        (f"ann:{_HASH}:owner@acme", "role one of viewer, operator, admin"),
+        (f"ann:{_HASH}:operator", "a grant is role@tenant"),
+        (f"ann:{_HASH}:operator@{'t' * 40}", "more than the limit of 31"),
+        (f"ann:{PASSWORD}:operator@acme", "clear passwords are not accepted"),
+        (f"ann:pbkdf2_sha256$10$salt${'0' * 64}:viewer@acme", "fewer than the minimum of 1000"),
+        (f"ann:{_HASH}:viewer@a;ann:{_HASH}:viewer@b", "named twice"),
+        (f"ann:{_HASH}:", "name at least one grant"),
+    ],
+)
+def test_bad_user_settings_are_refused_at_start_up(users: str, words: str) -> None:
+    with pytest.raises(InvalidSetting, match=re.escape(words)):
+        ConsoleConfig.from_env({ENV_USERS: users})
+    # A user of the store may not also be the single-user setting's.
+    with pytest.raises(InvalidSetting, match="one entry"):
+        ConsoleConfig.from_env(
+            {ENV_USERS: f"ops:{_HASH}:viewer@acme", "DORMANT_CONSOLE_AUTH": f"ops:{PASSWORD}"}
+        )
