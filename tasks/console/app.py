@@ -127,13 +127,27 @@ def home(request: Request) -> Response:
     return RedirectResponse(request.scope.get("root_path", "") + "/processes", status_code=303)
 
 
+def _process_tenant(request: Request, key: str) -> str | None:
+    """The tenant owning process ``key`` (None: none is deployed)."""
+    try:
+        return str(_client(request)._store.deployments.tenant(key))
+    except DormantError:
+        return None
+
+
 def processes(request: Request) -> Response:
     q = _queries(request)
+    rows, by_node = q.processes(), q.open_incidents_by_node()
+    visible = _visible(request)
+    if visible is not None:
+        # A process belongs to one tenant: the reader's tenants' processes only.
+        rows = [p for p in rows if _process_tenant(request, p.key) in visible]
+        by_node = {k: v for k, v in by_node.items() if _process_tenant(request, k) in visible}
     return _render(
         request,
         "processes.html",
-        processes=q.processes(),
-        incidents_by_node=q.open_incidents_by_node(),
+        processes=rows,
+        incidents_by_node=by_node,
         statuses=STATUSES,
     )
 
@@ -146,7 +160,8 @@ def process_page(request: Request) -> Response:
     raw = request.path_params["version"]
     q = _queries(request)
     source = q.definition_source(key, int(raw)) if raw.isdigit() else None
-    if source is None:
+    tenant = _process_tenant(request, key) if source is not None else None
+    if source is None or tenant is None or not _may_read(request, tenant):
         return _render(
             request,
             "error.html",

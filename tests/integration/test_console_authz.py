@@ -117,6 +117,10 @@ def test_lists_show_only_the_askers_tenants(console: TestClient) -> None:
     assert "d-1" not in theirs
     every = console.get("/instances", headers=_as("boss")).text
     assert all(i in every for i in ("a-1", "d-1", "d-2"))
+    listed = console.get("/processes", headers=_as("acme-ops")).text
+    assert "/processes/payment-acme/1" in listed and "/processes/payment/1" not in listed
+    assert console.get("/processes/payment/1", headers=_as("acme-ops")).status_code == 404
+    assert console.get("/processes/payment/1", headers=_as("boss")).status_code == 200
     # Nobody in particular reads nothing once users are configured.
     assert "a-1" not in console.get("/instances").text
 
