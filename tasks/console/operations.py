@@ -300,8 +300,16 @@ async def instances_matching(request: Request) -> Response:
     return await _bulk_act(request, op.replace("-", "_"), selector, params)
 
 
+def _sees_batch(request: Request, view: Any) -> bool:
+    """A batch of one tenant is its readers'; one over every tenant (no tenant in its
+    selector) is for readers of every tenant."""
+    visible = _visible(request)
+    return visible is None or view.selector.get("tenant") in visible
+
+
 def batch_list(request: Request) -> Response:
-    return _render(request, "batches.html", batches=_client(request).batches())
+    views = [v for v in _client(request).batches() if _sees_batch(request, v)]
+    return _render(request, "batches.html", batches=views)
 
 
 def batch_page(request: Request) -> Response:
@@ -309,6 +317,8 @@ def batch_page(request: Request) -> Response:
     batch_id = request.path_params["batch_id"]
     try:
         view = client.batch(batch_id)
+        if not _sees_batch(request, view):
+            raise InvalidOperation(f"no batch {batch_id!r}; list them with `dormant batches list`")
         items = client.batch_items(batch_id)
     except InvalidOperation as exc:
         return _render(request, "error.html", message=f"error: {exc}", status_code=404)

@@ -182,7 +182,15 @@ def test_a_batch_touches_only_the_askers_tenant(console: TestClient) -> None:
     )
     assert done.status_code == 303
     page = console.get(done.headers["location"], headers=headers).text
-    assert "1 selected" in page  # acme's one instance, not the default tenant's two
+    assert "1 selected" in page
+    batch = done.headers["location"]
+    assert console.get(batch, headers=_as("boss")).status_code == 200
+    # A batch of acme is not the default tenant's readers' business (none here reads
+    # only that tenant: a reader of no tenant stands in).
+    assert console.get(batch).status_code == 404
+    assert (
+        batch.rpartition("/")[2] not in console.get("/batches").text
+    )  # acme's one instance, not the default tenant's two
     other = console.post(
         "/instances/suspend-matching",
         data={**form, "process": "payment", "tenant": "<default>"},
