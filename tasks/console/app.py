@@ -459,14 +459,30 @@ def unmatched_messages(request: Request) -> Response:
     signed-in reader."""
     client = _client(request)
     settings = client.settings
-    rows = client.unmatched_messages(name=_opt(request, "name"), limit=_MESSAGES_SHOWN)
+    name = _opt(request, "name")
+    visible = _visible(request)
+    if visible is None:
+        rows = client.unmatched_messages(name=name, limit=_MESSAGES_SHOWN)
+        values = _sees_values(request, "*")
+    else:
+        # The reader's tenants' messages only, newest first as the one list is.
+        rows = sorted(
+            (
+                m
+                for tenant in visible
+                for m in client.unmatched_messages(name=name, limit=_MESSAGES_SHOWN, tenant=tenant)
+            ),
+            key=lambda m: m.at,
+            reverse=True,
+        )[:_MESSAGES_SHOWN]
+        values = all(_sees_values(request, tenant) for tenant in visible)
     return _render(
         request,
         "messages.html",
         rows=rows,
-        # Messages name no tenant here: their keys are shown to whoever sees values
-        # on every tenant.
-        values=_sees_values(request, "*"),
+        # A row names no tenant: its key is shown to whoever sees values on every
+        # tenant listed.
+        values=values,
         params=request.query_params,
         kept=settings.unmatched_messages_kept,
         retention=duration(settings.unmatched_messages_retention_seconds),

@@ -360,6 +360,14 @@ async def resume_job_type(request: Request) -> Response:
 def parked_list(request: Request) -> Response:
     """Inbox and outbox rows a sweep parked with their error (``dormant triggers
     parked``; persistence/parked.py), oldest parking first."""
+    if _visible(request) is not None:
+        return _render(
+            request,
+            "error.html",
+            message="error: parked rows hold triggers of every tenant: reading them needs a "
+            "grant on every tenant (role@*; docs/console.md, Users and roles)",
+            status_code=403,
+        )
     return _render(request, "parked.html", rows=_client(request).parked_rows())
 
 

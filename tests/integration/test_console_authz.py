@@ -22,6 +22,7 @@ from starlette.testclient import TestClient
 from dormant.engine_core.errors import InvalidSetting
 from dormant.persistence.store import NewInstance
 from dormant.persistence.tables import inbox
+from dormant.persistence.unmatched import record_unmatched
 from dormant.tasks.api.app import create_app as create_api
 from dormant.tasks.client import Client
 from dormant.tasks.console import create_app
@@ -61,6 +62,19 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Client]:
     client._store.start(NewInstance("payment-acme", "a-1", {"card": SECRET}), now=now)
     for n in (1, 2):
         client._store.start(NewInstance("payment", f"d-{n}", {"card": SECRET}), now=now)
+    # A message of each tenant that went nowhere, for the messages page.
+    with client._store.engine.begin() as conn:
+        for tenant in (ACME, "<default>"):
+            record_unmatched(
+                conn,
+                f"m-{tenant}",
+                f"paid-{tenant}",
+                f"key-{tenant}",
+                now,
+                tenant=tenant,
+                kept=100,
+                retention_seconds=3600,
+            )
     # A user task of the default tenant, for the tasklist.
     client.deploy(MODEL.with_name("review.bpmn").read_text())
     client._store.start(NewInstance("review", "r-1", {"card": SECRET}), now=now)
@@ -121,6 +135,13 @@ def test_lists_show_only_the_askers_tenants(console: TestClient) -> None:
     assert "/processes/payment-acme/1" in listed and "/processes/payment/1" not in listed
     assert console.get("/processes/payment/1", headers=_as("acme-ops")).status_code == 404
     assert console.get("/processes/payment/1", headers=_as("boss")).status_code == 200
+    messages = console.get("/messages", headers=_as("acme-ops")).text
+    assert "paid-acme" in messages and "key-acme" in messages
+    assert "paid-&lt;default&gt;" not in messages
+    assert "paid-&lt;default&gt;" in console.get("/messages", headers=_as("boss")).text
+    assert "key-acme" not in console.get("/messages", headers=_as("acme-viewer")).text
+    assert console.get("/parked", headers=_as("acme-ops")).status_code == 403
+    assert console.get("/parked", headers=_as("boss")).status_code == 200
     # Nobody in particular reads nothing once users are configured.
     assert "a-1" not in console.get("/instances").text
 
