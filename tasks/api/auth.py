@@ -8,7 +8,10 @@ throttle), refused as problem documents (docs/camunda-api.md, "Authentication").
   ``DORMANT_CONSOLE_VIEWER_AUTH``) or ``Bearer`` (``DORMANT_CONSOLE_TOKEN``, or a token
   from the OAuth token endpoint, oauth.py): 401 without.
 * A viewer reads: ``GET`` routes and the ``…/search`` POSTs. Anything else acts (a
-  deploy, a start, a job's completion, an evaluation) and needs an operator: 403.
+  deploy, a start, a job's completion, an evaluation) and needs an operator: 403,
+  decided here on the headers. Which tenants a caller reads and acts on is decided
+  per record by the routes through ``Caller`` (tasks/console/authorization.py holds
+  the rules; docs/tenants.md "Authorizations").
 * The session cookie of the console's sign-in form is never read here: the clients
   send headers, and a cookie would let any page the browser visits act. A foreign
   ``Host`` or ``Origin`` is refused as on the console's pages (DNS rebinding).
