@@ -449,6 +449,9 @@ def sign_in(config: ConsoleConfig, user: str, password: str) -> Principal | None
     for known in config.users:
         if _same(user, known.name):
             return known.principal() if verify_password(known.password_hash, password) else None
+    if config.users:
+        # An unknown name costs what a wrong password does: no telling names apart.
+        verify_password(config.users[0].password_hash, "\0" + password)
     return None
 
 
