@@ -19,8 +19,10 @@ re-sends by beat's sweep and broker redeliveries alike.
    - slow-FEEL starts: a chain of script tasks whose FEEL work outlasts the bench
      worker's short time limits (soft 2 s, hard 4 s; docs/limits.md, "Time limits");
    - a poison start (``--poisons``): one RE2 search in C that the soft limit cannot
-     interrupt, so the hard limit kills the pool process and the broker delivers the
-     start again, and again;
+     interrupt. Before FEEL's regex built-ins paid for their work the hard limit killed
+     the pool process and the start was delivered again, and again; now the search is
+     refused before it runs (``ExpressionLimitExceeded``, docs/limits.md "Bounded FEEL")
+     and the start ends as one incident, which ``follow_poison`` prints;
    - fork bombs: a parallel fork in a loop, stopped by DORMANT_MAX_TOKENS (set to 2,000
      here, "What one instance holds");
    - oversized mappings: two 600 KB variables mapped into one task's inputs, over
@@ -516,6 +518,19 @@ def follow_poison(engine: Any, ids: list[str], delivery_log: Path, log: Path) ->
         seen = deliveries(delivery_log)
         return all(seen.get(i, 0) >= 2 for i in inbox_ids)
 
+    bounded = scalar(
+        engine,
+        "SELECT count(*) FROM incidents WHERE instance_id = ANY(:ids) "
+        "AND node_id = 're' AND cause_class = 'ExpressionError'",
+        ids=ids,
+    )
+    if bounded == len(ids):
+        common.line(
+            "  poison after the window",
+            f"{bounded} refused before RE2 ran (an ExpressionError incident), deliveries "
+            f"{[deliveries(delivery_log).get(i, 0) for i in inbox_ids]}",
+        )
+        return
     waited = time.perf_counter()
     wait_until(again, 100, "poison delivered a second time")
     seen = deliveries(delivery_log)

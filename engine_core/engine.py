@@ -146,7 +146,10 @@ def apply(
                 given if given is checkpoint else private(), trigger, woken.reason or "wait gone"
             )
         _run(rt)
-        if rt.queue:
+        if rt.queue and rt.token_bound_reached:
+            rt.fact("TokensParked", pending=len(rt.queue))
+            rt.queue.clear()
+        elif rt.queue:
             # Stopped at the step budget: the tokens still queued stay active in the
             # checkpoint (at rest, "active" means exactly this) for the follow-up.
             rt.fact("StepBudgetReached", entries=rt.entries, pending=len(rt.queue))
@@ -258,6 +261,13 @@ def _run(rt: Runtime) -> None:
             rt.queue.popleft()
             rt.entries += 1
             enter(rt, token)
+            if rt.token_bound_reached:
+                # One incident, at the node that would pass DORMANT_MAX_TOKENS: the
+                # other tokens would only meet the same bound, each an incident of its
+                # own. They stay active, parked, and run when the incident is retried,
+                # resolved or dropped (wakes._parked); no follow-up Continue is sent.
+                _keep_only_active(rt)
+                return
         if rt.cp.status.ended:
             return
         if not (fire_ready_inclusive_joins(rt) or finish_waiting_throws(rt)):

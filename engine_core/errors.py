@@ -243,7 +243,8 @@ class ExpressionLimitExceeded(ExpressionError):
     """A FEEL evaluation went past one of its bounds (``engine_core.feel.limits``).
 
     ``limit`` names the bound (``steps``, ``string_length``, ``collection_size``,
-    ``call_depth``, ``nesting_depth``, ``expression_length``) so an operator knows which
+    ``call_depth``, ``nesting_depth``, ``expression_length``, ``result_size``,
+    ``regex_program_size``) so an operator knows which
     setting to look at; the model, not the engine, is at fault.
     """
 

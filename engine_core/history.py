@@ -246,6 +246,7 @@ BOOKKEEPING: frozenset[str] = frozenset(
     {
         "Dehydrated",  # the waits a step left: one per trigger
         "StepBudgetReached",  # a long step continued in a follow-up trigger
+        "TokensParked",  # tokens behind the one DORMANT_MAX_TOKENS incident (its fact tells)
         "Stale",  # a trigger for a wait already gone: acknowledged, no change
         "ExecutionListener",  # a listener's job ran; its element's facts tell the story
         "TaskListenerCompleted",  # ditto for a task listener

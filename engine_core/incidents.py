@@ -240,6 +240,7 @@ def retry(rt: Runtime, incident_id: str) -> str:
         [*failed.lineage, failed.id],
         flow_id=failed.flow_id,
         loop_index=failed.loop_index,
+        replacing=True,
     )
     fresh.inner_scope = failed.inner_scope
     # A failed execution listener runs again, not the ones that completed before it.

@@ -98,6 +98,8 @@ def take_flows(rt: Runtime, token: Token, flow_ids: Iterable[str]) -> None:
         end_token(rt, token)
         return
     first, *rest = flows
+    if rest:
+        rt.reserve_tokens(len(rest), token.node_id)
     for flow in rest:
         rt.spawn(flow.target, token.scope_id, [*token.lineage, token.id], flow.id)
     arrive(rt, token, first.target, first.id)

@@ -78,6 +78,10 @@ class Runtime:
         # This step's ``Withdrawn`` fact per node: a cancel of 10,000 inner instances
         # of one multi-instance activity is one fact counting them, not 10,000.
         self.withdrawn: dict[str, tuple[int, Fact]] = {}
+        # Set when a node would have taken the instance past ``max_tokens``: the step
+        # stops there, its one incident raised, and the tokens still queued stay active,
+        # parked behind it (engine._run, docs/limits.md "What one instance holds").
+        self.token_bound_reached = False
 
     # -- facts and ids -------------------------------------------------------------
 
@@ -276,6 +280,25 @@ class Runtime:
 
     # -- tokens --------------------------------------------------------------------
 
+    def reserve_tokens(self, count: int, node_id: str) -> None:
+        """Room for ``count`` new tokens, or the one ``LimitExceeded`` failure of this
+        step: checked before a node adds any (a fork's every branch at once), so a fork
+        refused leaves no half of its branches behind to run twice on retry."""
+        limit = self.services.limits.max_tokens
+        held = len(self.cp.tokens)
+        if held + count <= limit:
+            return
+        # A parallel fork in a loop adds a token each turn: stopped at the node that
+        # would pass the bound, as ONE incident; the step ends there (issue 24, row 5).
+        self.token_bound_reached = True
+        raise TechnicalFailure(
+            f"instance {self.cp.instance_id} has {held:,} tokens; {count:,} more at "
+            f"{node_id!r} would pass the limit of {limit:,} (DORMANT_MAX_TOKENS); a parallel fork "
+            "in a loop? The instance's other moving tokens are parked until this incident "
+            "is retried",
+            "LimitExceeded",
+        )
+
     def spawn(
         self,
         node_id: str,
@@ -283,16 +306,13 @@ class Runtime:
         lineage: list[str],
         flow_id: str | None = None,
         loop_index: int | None = None,
+        *,
+        replacing: bool = False,
     ) -> Token:
-        limit = self.services.limits.max_tokens
-        if len(self.cp.tokens) >= limit:
-            # A parallel fork in a loop doubles its tokens each turn: stopped here, at
-            # the node that would add one, as an incident (issue 24, row 5).
-            raise TechnicalFailure(
-                f"instance {self.cp.instance_id} has {len(self.cp.tokens):,} tokens, the "
-                f"limit of {limit:,} (DORMANT_MAX_TOKENS); a parallel fork in a loop?",
-                "LimitExceeded",
-            )
+        """A new active token, queued. ``replacing``: it takes the place of one that goes
+        at once (an incident's retry), so the instance holds no more tokens than before."""
+        if not replacing:
+            self.reserve_tokens(1, node_id)
         token = Token(
             id=self.cp.next_id("t"),
             node_id=node_id,

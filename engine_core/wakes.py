@@ -217,16 +217,25 @@ def _continue(rt: Runtime, trigger: Continue) -> Wake:
     return INSTANCE if pending else STALE
 
 
+def _parked(rt: Runtime, wake: Wake) -> Wake:
+    """Queue, behind the token an operator's action woke, the tokens a step left active
+    when it reached DORMANT_MAX_TOKENS (engine._run): parked behind its one incident,
+    they move on with the action on it, and meet the bound again, as the same
+    incident, if it still holds."""
+    rt.queue.extend(t.id for t in rt.cp.tokens.values() if t.state is TokenState.ACTIVE)
+    return wake
+
+
 def _incident_retry(rt: Runtime, trigger: IncidentRetry) -> Wake:
-    return Wake.token(incidents.retry(rt, trigger.incident_id))
+    return _parked(rt, Wake.token(incidents.retry(rt, trigger.incident_id)))
 
 
 def _incident_resolve(rt: Runtime, trigger: IncidentResolve) -> Wake:
-    return Wake.token(incidents.resolve(rt, trigger.incident_id))
+    return _parked(rt, Wake.token(incidents.resolve(rt, trigger.incident_id)))
 
 
 def _incident_drop(rt: Runtime, trigger: IncidentDrop) -> Wake:
-    return Wake.token(incidents.drop(rt, trigger.incident_id))
+    return _parked(rt, Wake.token(incidents.drop(rt, trigger.incident_id)))
 
 
 _HANDLERS: dict[type, TriggerHandler] = {

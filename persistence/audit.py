@@ -23,13 +23,14 @@ A variable's value is never written: ``hide`` keeps its name and replaces its va
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Engine, delete, select
+from sqlalchemy import Connection, Engine, Select, delete, select
 
+from dormant.engine_core.errors import InvalidOperation
 from dormant.persistence.tables import audit_log
 
 __all__ = [
@@ -38,9 +39,13 @@ __all__ = [
     "SOURCES",
     "UNKNOWN_ACTOR",
     "AuditEntry",
+    "AuditFilter",
     "accept",
+    "by_hand",
     "command",
+    "done_row",
     "entries",
+    "export",
     "hide",
     "new_command_id",
     "outcome_row",
@@ -58,6 +63,8 @@ HIDDEN = "***"
 _VALUE_PARAMS = frozenset({"variables"})
 DETAIL_CHARS = 2000
 SWEEP_SLICE = 1000
+# How many rows an export reads at a time.
+EXPORT_PAGE = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +153,63 @@ def record(bind: Engine | Connection, rows: list[dict[str, Any]]) -> None:
         conn.execute(audit_log.insert(), rows)
 
 
+@dataclass(frozen=True, slots=True)
+class AuditFilter:
+    """What ``entries`` and ``export`` select: every field given must match (the CLI's
+    and the console's filters, docs/audit.md); ``since`` inclusive, ``until`` exclusive."""
+
+    actor: str | None = None
+    source: str | None = None
+    action: str | None = None
+    instance_id: str | None = None
+    outcome: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+    def __post_init__(self) -> None:
+        if self.source is not None and self.source not in SOURCES:
+            raise InvalidOperation(
+                f"unknown audit source {self.source!r}; one of {', '.join(SOURCES)}"
+            )
+        if self.outcome is not None and self.outcome not in OUTCOMES:
+            raise InvalidOperation(
+                f"unknown audit outcome {self.outcome!r}; one of {', '.join(OUTCOMES)}"
+            )
+
+    def where(self, query: Select[Any]) -> Select[Any]:
+        c = audit_log.c
+        for column, value in (
+            (c.actor, self.actor),
+            (c.source, self.source),
+            (c.action, self.action),
+            (c.instance_id, self.instance_id),
+            (c.outcome, self.outcome),
+        ):
+            if value is not None:
+                query = query.where(column == value)
+        if self.since is not None:
+            query = query.where(c.at >= self.since)
+        if self.until is not None:
+            query = query.where(c.at < self.until)
+        return query
+
+
+def _entry(r: Any) -> AuditEntry:
+    return AuditEntry(
+        int(r.id),
+        r.command_id,
+        r.at,
+        r.actor,
+        r.source,
+        r.action,
+        r.target,
+        r.instance_id,
+        dict(r.params or {}),
+        r.outcome,
+        r.detail,
+    )
+
+
 def entries(
     engine: Engine,
     *,
@@ -153,33 +217,31 @@ def entries(
     instance_id: str | None = None,
     since: datetime | None = None,
     limit: int = 200,
+    where: AuditFilter | None = None,
 ) -> list[AuditEntry]:
-    """The newest rows first, filtered by actor, instance and time."""
-    query = select(audit_log).order_by(audit_log.c.id.desc()).limit(limit)
-    if actor is not None:
-        query = query.where(audit_log.c.actor == actor)
-    if instance_id is not None:
-        query = query.where(audit_log.c.instance_id == instance_id)
-    if since is not None:
-        query = query.where(audit_log.c.at >= since)
+    """The newest rows first, filtered (``where``, or the older keywords alone)."""
+    if where is None:
+        where = AuditFilter(actor=actor, instance_id=instance_id, since=since)
+    query = where.where(select(audit_log)).order_by(audit_log.c.id.desc()).limit(limit)
     with engine.connect() as conn:
         rows = conn.execute(query).all()
-    return [
-        AuditEntry(
-            int(r.id),
-            r.command_id,
-            r.at,
-            r.actor,
-            r.source,
-            r.action,
-            r.target,
-            r.instance_id,
-            dict(r.params or {}),
-            r.outcome,
-            r.detail,
-        )
-        for r in rows
-    ]
+    return [_entry(r) for r in rows]
+
+
+def export(engine: Engine, where: AuditFilter, page: int = EXPORT_PAGE) -> Iterator[AuditEntry]:
+    """Every row ``where`` selects, oldest first, read ``page`` rows at a time (by id,
+    each page its own short read: an export of a year holds no transaction open and no
+    more than a page in memory). No cap: the retention bounds it (docs/audit.md)."""
+    after = 0
+    while True:
+        query = where.where(select(audit_log)).where(audit_log.c.id > after)
+        with engine.connect() as conn:
+            rows = conn.execute(query.order_by(audit_log.c.id).limit(page)).all()
+        for r in rows:
+            yield _entry(r)
+        if len(rows) < page:
+            return
+        after = int(rows[-1].id)
 
 
 def sweep(engine: Engine, now: datetime, retention_days: float, limit: int = SWEEP_SLICE) -> int:
@@ -248,7 +310,58 @@ def outcome_row(
     )
 
 
+def done_row(
+    cmd: Mapping[str, Any],
+    at: datetime,
+    *,
+    target: str | None = None,
+    instance_id: str | None = None,
+    more: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The ``done`` row of an on-the-spot action, for the action's own transaction to
+    insert (``record`` on its connection): ``target``, ``instance_id`` and the
+    parameters in ``more`` are what only the action learns (a batch's id, how many it
+    selected)."""
+    if target is not None or more:
+        cmd = {
+            **cmd,
+            "target": target if target is not None else cmd.get("target"),
+            "params": {**(cmd.get("params") or {}), **(more or {})},
+        }
+    return outcome_row(cmd, "done", at, instance_id=instance_id)
+
+
 def accept(engine: Engine, cmd: Mapping[str, Any], at: datetime, outcome: str = "accepted") -> None:
     """Record ``cmd`` as accepted (an enqueued action: the worker records its outcome)
     or, with ``outcome="done"``, as done on the spot."""
     record(engine, [outcome_row(cmd, outcome, at)])
+
+
+def by_hand(
+    action: str,
+    *,
+    target: str | None = None,
+    instance_id: str | None = None,
+    params: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The command of a management task sent by hand (Flower's "send task",
+    ``send_task``): no Client took it, so nobody is known; from ``celery``
+    (docs/audit.md)."""
+    return command(
+        UNKNOWN_ACTOR, "celery", action, target=target, instance_id=instance_id, params=params
+    )
+
+
+def done_by_hand(
+    engine: Engine,
+    action: str,
+    at: datetime,
+    *,
+    target: str | None = None,
+    instance_id: str | None = None,
+    params: Mapping[str, Any] | None = None,
+) -> None:
+    """Record, in a transaction of its own, an on-the-spot action a management task
+    sent by hand did whose own transaction takes no row (a job type paused)."""
+    cmd = by_hand(action, target=target, instance_id=instance_id, params=params)
+    accept(engine, cmd, at, "done")

@@ -19,7 +19,7 @@ import logging
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -46,6 +46,7 @@ from dormant.engine_core.triggers import (
     Suspend,
     Trigger,
 )
+from dormant.persistence import audit
 from dormant.persistence.selection import INCIDENT_OPERATIONS, Selector, Target, select_targets
 from dormant.persistence.store import Store
 from dormant.persistence.tables import batch_items, batches
@@ -164,8 +165,11 @@ def create(
     selector: Selector,
     params: dict[str, Any],
     now: datetime,
+    audited: Mapping[str, Any] | None = None,
 ) -> BatchView:
-    """Select the targets and write the batch with one item per target, in one commit."""
+    """Select the targets and write the batch with one item per target, in one commit;
+    with ``audited`` (an operator's command, persistence/audit.py) its ``done`` row in
+    that same commit, naming the batch and how many it selected."""
     if operation not in _TRIGGERS:
         raise InvalidOperation(f"no bulk operation {operation!r}; one of {', '.join(_TRIGGERS)}")
     try:  # the parameters are checked before anything is written
@@ -201,6 +205,11 @@ def create(
                     for i, t in enumerate(targets)
                 ],
             )
+        if audited is not None:
+            done = audit.done_row(
+                audited, now, target=f"batch {batch_id}", more={"selected": len(targets)}
+            )
+            audit.record(conn, [done])
     found = batch(store, batch_id)
     assert found is not None
     return found

@@ -38,7 +38,7 @@ import inspect
 import json
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -49,7 +49,7 @@ from dormant.engine_core.checkpoint import IncidentState
 from dormant.engine_core.errors import InvalidOperation, UnknownFailedTrigger
 from dormant.engine_core.states import FLAGGED
 from dormant.engine_core.views import FailedTriggerView
-from dormant.persistence import deliveries
+from dormant.persistence import audit, deliveries
 from dormant.persistence.db import Transactions
 from dormant.persistence.tables import (
     facts,
@@ -339,11 +339,17 @@ class FailedTriggers:
             ) from exc
         return view.task, view.routing_key, kwargs, inbox_id
 
-    def drop_failed(self, failed_id: str, now: datetime) -> FailedTriggerView:
-        """Delete a kept trigger for good; its instance's history records the drop."""
+    def drop_failed(
+        self, failed_id: str, now: datetime, audited: Mapping[str, Any] | None = None
+    ) -> FailedTriggerView:
+        """Delete a kept trigger for good; its instance's history records the drop, and
+        the audit trail ``audited``'s ``done`` row (persistence/audit.py), in the same
+        commit."""
         view = self.failed_trigger(failed_id)
         with self._db.transaction() as conn:
             conn.execute(delete(failed_triggers).where(failed_triggers.c.id == failed_id))
+            if audited is not None:
+                audit.record(conn, [audit.done_row(audited, now, instance_id=view.instance_id)])
             if view.instance_id is not None:
                 rev = conn.execute(
                     select(instances.c.revision).where(instances.c.id == view.instance_id)

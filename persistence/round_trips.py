@@ -224,15 +224,15 @@ def _run(
         if before is None and after is None:
             cursor.execute(driven.sql, values)
         else:
-            with raw.pipeline():
-                if before is not None:
-                    raw.execute(before)
-                cursor.execute(driven.sql, values)
-                if after is not None:
-                    raw.execute(after)
+            _pipelined(raw, cursor, driven.sql, values, before, after, conn.dialect.loaded_dbapi)
         description = cursor.description
         fetched = cursor.fetchall() if description is not None else []
     except BaseException as exc:
+        if raw.pgconn.pipeline_status:
+            # Interrupted while the pipeline was busy (a soft time limit during the
+            # COMMIT's round trip): psycopg could not leave pipeline mode, so no
+            # ROLLBACK can be sent on it either; the connection is dropped, not reset.
+            conn.invalidate(exc if isinstance(exc, Exception) else None)
         if isinstance(exc, conn.dialect.loaded_dbapi.Error):
             # SQLAlchemy's own handling: the exception classes ``execute`` raises, a
             # lost connection invalidated, the engine's ``handle_error`` hooks run.
@@ -245,3 +245,49 @@ def _run(
         cursor.close()
     conn.dispatch.after_cursor_execute(conn, cursor, driven.sql, values, None, False)
     return driven.rows(fetched, [c.name for c in description or ()])
+
+
+def _pipelined(
+    raw: Any,
+    cursor: Any,
+    sql: str,
+    values: Mapping[str, Any],
+    before: bytes | None,
+    after: bytes | None,
+    dbapi: Any,
+) -> None:
+    """``before``, the statement and ``after`` in one pipeline, whose failure is the
+    statement's own error, raised once the pipeline has ended cleanly.
+
+    The server may answer the statement with an error while ``after`` (the COMMIT) is
+    still being sent; psycopg then raises it inside the pipeline block, and the block's
+    end reads the COMMIT's answer, "pipeline aborted" — expected after any error, yet
+    psycopg logs it as a WARNING ("error ignored terminating <psycopg.Pipeline
+    [INERROR]>") whenever the block ended by an exception. Whether it does depends on
+    how fast the server answered, so every redelivered start (its INSERT meets the
+    instance's row) logged it now and then. Kept until the pipeline is closed, the
+    error leaves the block as its own, and only the aborted answer is dropped."""
+    failed: BaseException | None = None
+    try:
+        with raw.pipeline():
+            try:
+                if before is not None:
+                    raw.execute(before)
+                cursor.execute(sql, values)
+                if after is not None:
+                    raw.execute(after)
+            except dbapi.Error as exc:
+                failed = exc
+    except dbapi.Error as exc:
+        behind = exc.__context__
+        if behind is not None and not isinstance(behind, dbapi.Error):
+            # Not the database's: an interrupt (the soft time limit) landed while the
+            # pipeline was busy, and psycopg, unable to leave pipeline mode, raised
+            # "cannot exit pipeline mode while busy" in its place. The interrupt is the
+            # news, and the trigger ends as any soft limit ends it (docs/limits.md).
+            raise behind from None
+        if failed is None:
+            raise
+        # The answers behind the first error ("pipeline aborted"): the first is the news.
+    if failed is not None:
+        raise failed

@@ -23,6 +23,7 @@ from dormant.engine_core.errors import (
     UnknownInstance,
 )
 from dormant.engine_core.states import INCIDENT_STATES, LISTED_STATUSES, QUEUED
+from dormant.persistence import audit as audit_rows
 from dormant.persistence import clock
 from dormant.tasks.cli_common import make_client as _client
 from dormant.tasks.cli_common import named_tenant, parse_vars, parse_when, read_database
@@ -77,7 +78,7 @@ def cli(ctx: click.Context, actor: str | None, tenant: str | None) -> None:
     obj["tenant"] = tenant
 
 
-# -- the audit trail (docs/operations.md "Audit trail") -------------------------------
+# -- the audit trail (docs/audit.md) -------------------------------
 
 
 @cli.group()
@@ -85,26 +86,86 @@ def audit() -> None:
     """The audit trail of operator actions."""
 
 
+def _audit_filters(command: Any) -> Any:
+    """The filters ``audit list`` and ``audit export`` share (docs/audit.md)."""
+    for option in reversed(
+        (
+            click.option("--actor", default=None, help="actions by this user"),
+            click.option(
+                "--source", type=click.Choice(audit_rows.SOURCES), default=None, help="from here"
+            ),
+            click.option("--action", default=None, help="this action (cancel, incident_retry…)"),
+            click.option("--instance", "instance_id", default=None, help="on this instance"),
+            click.option(
+                "--outcome", type=click.Choice(audit_rows.OUTCOMES), default=None, help="outcome"
+            ),
+            click.option("--since", default=None, metavar="T", help="at or after T (ISO 8601)"),
+            click.option("--until", default=None, metavar="T", help="before T (ISO 8601)"),
+        )
+    ):
+        command = option(command)
+    return command
+
+
+def _audit_filter(
+    actor: str | None,
+    source: str | None,
+    action: str | None,
+    instance_id: str | None,
+    outcome: str | None,
+    since: str | None,
+    until: str | None,
+) -> audit_rows.AuditFilter:
+    return audit_rows.AuditFilter(
+        actor=actor,
+        source=source,
+        action=action,
+        instance_id=instance_id,
+        outcome=outcome,
+        since=parse_when(since),
+        until=parse_when(until),
+    )
+
+
 @audit.command("list")
-@click.option("--actor", default=None, help="actions by this user")
-@click.option("--instance", "instance_id", default=None, help="actions on this instance")
-@click.option("--since", default=None, metavar="T", help="at or after T (ISO 8601)")
+@_audit_filters
 @click.option("--limit", type=click.IntRange(1, 10_000), default=200, show_default=True)
 @_output
 def audit_list(
     actor: str | None,
+    source: str | None,
+    action: str | None,
     instance_id: str | None,
+    outcome: str | None,
     since: str | None,
+    until: str | None,
     limit: int,
     fmt: str,
     as_json: bool,
 ) -> None:
     """Operator actions, newest first: who, from where, what, on what, the outcome
     (variable values hidden)."""
-    rows = _client().audit_log(
-        actor=actor, instance_id=instance_id, since=parse_when(since), limit=limit
-    )
+    where = _audit_filter(actor, source, action, instance_id, outcome, since, until)
+    rows = _client().audit_log(where=where, limit=limit)
     _emit(rows, audit_columns(clock.now()), fmt, as_json, lambda a: a.as_json(), "no audit entries")
+
+
+@audit.command("export")
+@_audit_filters
+def audit_export(
+    actor: str | None,
+    source: str | None,
+    action: str | None,
+    instance_id: str | None,
+    outcome: str | None,
+    since: str | None,
+    until: str | None,
+) -> None:
+    """Every matching action as JSON lines, oldest first, streamed (no row cap: the
+    retention bounds it; docs/audit.md "Export")."""
+    where = _audit_filter(actor, source, action, instance_id, outcome, since, until)
+    for entry in _client().audit_export(where):
+        click.echo(json.dumps(entry.as_json(), sort_keys=True))
 
 
 # -- database ------------------------------------------------------------------------

@@ -53,7 +53,7 @@ def parse_vars(pairs: tuple[str, ...]) -> dict[str, Any]:
 def make_client() -> Any:
     """The command's Client, acting for ``dormant --as USER`` (else ``DORMANT_ACTOR``,
     else the operating system's user: ``default_actor``) from the CLI, as the audit
-    trail records it (docs/operations.md "Audit trail")."""
+    trail records it (docs/audit.md)."""
     # Late on purpose: the Client brings Celery and kombu, which ``dormant --help`` and
     # the read-only lists never need (bench/bench_cli.py).
     from dormant.tasks.client import Client

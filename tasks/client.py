@@ -27,7 +27,7 @@ import getpass
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any, overload
@@ -82,7 +82,7 @@ from dormant.tasks.wire import Send
 
 __all__ = ["ENV_ACTOR", "Client", "default_actor"]
 
-# Who acts when the caller names nobody (docs/operations.md "Audit trail").
+# Who acts when the caller names nobody (docs/audit.md).
 ENV_ACTOR = "DORMANT_ACTOR"
 
 
@@ -194,11 +194,21 @@ class Client:
         instance_id: str | None = None,
         since: datetime | None = None,
         limit: int = 200,
+        where: audit.AuditFilter | None = None,
     ) -> list[audit.AuditEntry]:
-        """The audit trail, newest first (docs/operations.md "Audit trail")."""
+        """The audit trail, newest first (docs/audit.md)."""
         return audit.entries(
-            self._store.engine, actor=actor, instance_id=instance_id, since=since, limit=limit
+            self._store.engine,
+            actor=actor,
+            instance_id=instance_id,
+            since=since,
+            limit=limit,
+            where=where,
         )
+
+    def audit_export(self, where: audit.AuditFilter) -> Iterator[audit.AuditEntry]:
+        """Every row ``where`` selects, oldest first, streamed (docs/audit.md, "Export")."""
+        return audit.export(self._store.engine, where)
 
     # -- sending ---------------------------------------------------------------------
 
@@ -219,7 +229,7 @@ class Client:
             if kwargs.get("audit") is not None
         ]
         # An operator action's ``accepted`` row commits with its inbox row: neither
-        # without the other (docs/operations.md, "Audit trail").
+        # without the other (docs/audit.md).
         inbox_ids = retry_database(
             lambda: inbox.record_many(
                 self._store.engine,
@@ -889,16 +899,16 @@ class Client:
         from dormant.tasks.app import app, broker_transport
         from dormant.tasks.failed import resend
 
+        owner = self._store.failed.failed_trigger(failed_id).instance_id
         url = self.settings.broker_url
         with app.connection_for_write(url, transport=broker_transport(url)) as conn:
             resend(self._store, failed_id, connection=conn)
-        self._command("trigger_retry", target=failed_id, done=True)
+        self._command("trigger_retry", target=failed_id, instance_id=owner, done=True)
 
     def drop_trigger(self, failed_id: str) -> FailedTriggerView:
         """Delete a failed trigger for good (its instance's history records it)."""
-        dropped = self._store.failed.drop_failed(failed_id, clock.now())
-        self._command("trigger_drop", target=failed_id, instance_id=dropped.instance_id, done=True)
-        return dropped
+        cmd = self._command("trigger_drop", target=failed_id)
+        return self._store.failed.drop_failed(failed_id, clock.now(), cmd)
 
     # -- parked sweep rows (persistence/parked.py) -------------------------------------
 
@@ -908,7 +918,7 @@ class Client:
 
     def retry_parked(self, ref: str) -> None:
         """Unpark ``ref`` (``inbox:<id>`` / ``outbox:<id>``): the next sweep sends it.
-        Audited like every operator action (docs/operations.md "Audit trail")."""
+        Audited like every operator action (docs/audit.md)."""
         parked.retry(self._store.engine, ref)
         self._command("parked_retry", target=ref, done=True)
 

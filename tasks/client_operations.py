@@ -203,17 +203,14 @@ class Operations:
             self._store.deployments.definition(selector.key, int(params.get("version", 0)))
         if self._actor is not None:
             params["actor"] = self._actor
-        view = batches.create(self._store, operation, selector, params, clock.now())
-        self._command(
+        cmd = self._command(
             f"bulk_{operation}",
-            target=f"batch {view.id}",
             params={
                 "selector": selector.model_dump(mode="json", exclude_none=True),
                 **{k: v for k, v in params.items() if k != "actor"},
-                "selected": view.selected,
             },
-            done=True,
         )
+        view = batches.create(self._store, operation, selector, params, clock.now(), cmd)
         if view.state == BatchState.RUNNING:
             with pooled_producer(self._broker_url) as producer:
                 enqueue_batch(view.id, producer=producer)

@@ -15,7 +15,7 @@ from typing import Any
 from celery import Task
 
 from dormant.engine_core.errors import DormantError, InvalidOperation
-from dormant.persistence import clock
+from dormant.persistence import audit, clock
 from dormant.persistence.failed_triggers import one_line
 from dormant.tasks import wire
 from dormant.tasks.app import app, publish, store
@@ -46,11 +46,16 @@ def resend(the_store: Any, failed_id: str, connection: Any = None) -> str:
 @app.task(name=wire.TRIGGERS_RETRY, bind=True, throws=(DormantError,))
 def retry(self: Task, failed_id: str) -> None:
     """Send failed trigger ``failed_id`` again (same trigger id: idempotent)."""
+    owner = store().failed.failed_trigger(failed_id).instance_id
     resend(store(), failed_id)
+    audit.done_by_hand(
+        store().engine, "trigger_retry", clock.now(), target=failed_id, instance_id=owner
+    )
 
 
 @app.task(name=wire.TRIGGERS_DROP, bind=True, throws=(DormantError,))
 def drop(self: Task, failed_id: str) -> None:
     """Delete failed trigger ``failed_id`` for good; its instance's history records it."""
-    view = store().failed.drop_failed(failed_id, clock.now())
+    cmd = audit.by_hand("trigger_drop", target=failed_id)
+    view = store().failed.drop_failed(failed_id, clock.now(), cmd)
     log.info("failed trigger %s (%s) dropped", failed_id, view.task)

@@ -38,7 +38,7 @@ from dormant.tasks import app as app_module
 from dormant.tasks import wire
 from dormant.tasks.app import app, publish, store
 from dormant.tasks.sweeps import each_row
-from dormant.tasks.triggers import _run, apply_audited, by_hand
+from dormant.tasks.triggers import _run, apply_audited
 
 __all__ = [
     "batch_run",
@@ -72,7 +72,7 @@ def _operate(
     the action (``apply_audited``)."""
 
     if audit is None and inbox_id is None and trigger_id is None:
-        audit = by_hand(kind, instance_id, instance_id)
+        audit = audit_rows.by_hand(kind, target=instance_id, instance_id=instance_id)
 
     def call(tid: str, now: datetime) -> Any:
         return apply_audited(instance_id, make(), now, tid, None, audit)
@@ -182,12 +182,17 @@ def enqueue_batch(batch_id: str, producer: Any = None) -> None:
 def pause_job_type(self: Task, job_type: str) -> None:
     """Stop sending jobs of ``job_type``: they are held until it is resumed."""
     job_pause.pause(store().engine, job_type, clock.now())
+    audit_rows.done_by_hand(store().engine, "job_type_pause", clock.now(), target=job_type)
 
 
 @app.task(name=wire.JOBS_RESUME, bind=True, throws=(DormantError,))
 def resume_job_type(self: Task, job_type: str) -> int:
     """Send the held jobs of ``job_type`` again (through the outbox)."""
-    return job_pause.resume(store().engine, job_type, clock.now())
+    held = job_pause.resume(store().engine, job_type, clock.now())
+    audit_rows.done_by_hand(
+        store().engine, "job_type_resume", clock.now(), target=job_type, params={"held": held}
+    )
+    return held
 
 
 @app.task(name=wire.BULK, bind=True)
@@ -200,9 +205,15 @@ def bulk(
     """Create a batch (``operation`` on what ``selector`` selects) and start it; returns
     its id. From Flower: ``{"operation": "incident_retry", "selector": {"key": "order",
     "node": "charge"}}``."""
-    view = batches.create(
-        store(), operation, Selector.model_validate(selector), params or {}, clock.now()
+    chosen = Selector.model_validate(selector)
+    cmd = audit_rows.by_hand(
+        f"bulk_{operation}",
+        params={
+            "selector": chosen.model_dump(mode="json", exclude_none=True),
+            **{k: v for k, v in (params or {}).items() if k != "actor"},
+        },
     )
+    view = batches.create(store(), operation, chosen, params or {}, clock.now(), cmd)
     enqueue_batch(view.id)
     log.info("batch %s %s created: %s", view.id, operation, view.report())
     return view.id

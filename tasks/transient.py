@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from billiard.exceptions import SoftTimeLimitExceeded, TimeLimitExceeded
 from kombu.exceptions import OperationalError as KombuOperationalError
 from sqlalchemy.exc import DBAPIError, OperationalError
 
@@ -30,10 +31,12 @@ from dormant.engine_core.errors import DatabaseUnavailable, DormantError
 from dormant.persistence.settings import Settings
 
 __all__ = [
+    "INTERRUPTS",
     "RETRY_UNBOUNDED",
     "TRANSIENT_SQLSTATES",
     "TRANSIENT_SQLSTATE_CLASSES",
     "backoff",
+    "interrupt_in_chain",
     "is_transient",
     "may_retry",
     "retry_database",
@@ -86,8 +89,41 @@ def _broker_connection_error(exc: BaseException) -> bool:
     )
 
 
+INTERRUPTS: tuple[type[BaseException], ...] = (
+    SoftTimeLimitExceeded,
+    TimeLimitExceeded,
+    KeyboardInterrupt,
+    SystemExit,
+)
+"""What stops work from outside, rather than fail it: the worker's time limits, an
+interrupt, an exit. Not transient, wherever it sits in an exception's chain."""
+
+
+def interrupt_in_chain(exc: BaseException) -> BaseException | None:
+    """The interrupt behind ``exc``, if its cause/context chain holds one.
+
+    An interrupt landing inside a library often surfaces as the library's own error:
+    a soft time limit inside the Store's pipelined COMMIT (persistence/round_trips.py)
+    leaves psycopg's pipeline busy, and psycopg raises "cannot exit pipeline mode while
+    busy" in its place, an ``OperationalError`` with no SQLSTATE that alone would read as
+    a passing fault. The time is up all the same, and the trigger is kept as failed
+    like any soft limit (docs/limits.md, "Time limits")."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, INTERRUPTS):
+            return current
+        seen.add(id(current))
+        # A SQLAlchemy error's driver error (``orig``) is its cause, raised ``from`` it.
+        current = current.__cause__ or current.__context__ or getattr(current, "orig", None)
+    return None
+
+
 def is_transient(exc: BaseException) -> bool:
-    """True when retrying the same work a moment later can succeed."""
+    """True when retrying the same work a moment later can succeed: never when an
+    interrupt (``INTERRUPTS``) is anywhere in its chain."""
+    if interrupt_in_chain(exc) is not None:
+        return False
     if isinstance(exc, DBAPIError):
         if exc.connection_invalidated:
             return True

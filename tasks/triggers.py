@@ -598,21 +598,12 @@ def cancel(
     """Terminate an instance (its waits and hold rows go with it)."""
 
     if audit is None and inbox_id is None and trigger_id is None:
-        audit = by_hand("cancel", instance_id, instance_id)
+        audit = audit_rows.by_hand("cancel", target=instance_id, instance_id=instance_id)
 
     def call(tid: str, now: datetime) -> Any:
         return apply_audited(instance_id, Cancel(), now, tid, inbox_id, audit)
 
     return _run(self, "cancel", call, inbox_id, trigger_id, instance_id=instance_id)
-
-
-def by_hand(action: str, target: str, instance_id: str | None) -> dict[str, Any]:
-    """The command of a management task sent by hand (Flower, ``send_task``): no Client
-    took it, so nobody is known; it is recorded from ``celery`` (docs/operations.md,
-    "Audit trail") with its outcome only."""
-    return audit_rows.command(
-        audit_rows.UNKNOWN_ACTOR, "celery", action, target=target, instance_id=instance_id
-    )
 
 
 def apply_audited(
@@ -676,7 +667,9 @@ def _incident_task(name: str, trigger_cls: Any, op: str) -> Any:
         command = audit
         if command is None and inbox_id is None and trigger_id is None:
             owner = incident_id.rsplit(".", 1)[0] if isinstance(incident_id, str) else None
-            command = by_hand(f"incident_{op}", str(incident_id), owner)
+            command = audit_rows.by_hand(
+                f"incident_{op}", target=str(incident_id), instance_id=owner
+            )
 
         def call(tid: str, now: datetime) -> Any:
             instance_id = incident_instance(incident_id)

@@ -1,8 +1,11 @@
 """The regular-expression built-ins: ``matches``, ``replace``, ``split``, ``extract``.
 
-Patterns are XPath's, run on a linear-time engine (``xpath_regex``); each match found
-is one step of the evaluation's budget, and ``replace`` holds its result to the string
-bound while it grows (a replacement may be far longer than what it replaces).
+Patterns are XPath's, run on a linear-time engine (``xpath_regex``). Each call pays its
+worst case before it runs, input bytes times the pattern's program size
+(``limits.charge_regex``: a call into RE2 cannot be interrupted), and each match found
+is one step more; a pattern past ``regex_program_size`` is refused at compile; and
+``replace`` holds its result to the string bound while it grows (a replacement may be
+far longer than what it replaces).
 """
 
 from __future__ import annotations
@@ -21,11 +24,17 @@ def _strs(*values: Any) -> bool:
     return all(isinstance(v, str) for v in values)
 
 
-def _regex(pattern: str, flags: Any) -> Any:
-    """An XPath regex on the linear-time engine (see ``xpath_regex``); a bad one raises."""
+def _regex(pattern: str, flags: Any, s: str) -> Any:
+    """An XPath regex on the linear-time engine (see ``xpath_regex``), its program held
+    to ``regex_program_size`` and its run over ``s`` paid for; a bad one raises.
+
+    Every built-in that runs a pattern gets it here, so none can run one unpaid."""
     if flags is not None and not isinstance(flags, str):
         raise ValueError("bad flags")
-    return compile_xpath(pattern, flags or "")
+    rx = compile_xpath(pattern, flags or "")
+    limits.check_regex_program(pattern, rx.programsize)
+    limits.charge_regex(pattern, rx.programsize, len(s.encode("utf-8", "surrogatepass")))
+    return rx
 
 
 def _matches(rx: Any, s: str) -> Iterator[Any]:
@@ -39,7 +48,7 @@ def _matches(rx: Any, s: str) -> Iterator[Any]:
 def matches(s: Any, pattern: Any, flags: Any = None) -> Any:
     if not _strs(s, pattern):
         return None
-    return _regex(pattern, flags).search(s) is not None
+    return _regex(pattern, flags, s).search(s) is not None
 
 
 def _replacement(repl: str, groups: int, literal: bool) -> list[str | int]:
@@ -80,7 +89,7 @@ def _replacement(repl: str, groups: int, literal: bool) -> list[str | int]:
 def replace(s: Any, pattern: Any, repl: Any, flags: Any = None) -> Any:
     if not _strs(s, pattern, repl):
         return None
-    rx = _regex(pattern, flags)
+    rx = _regex(pattern, flags, s)
     if rx.fullmatch("") is not None and pattern in ("", ".*"):
         return None
     pieces = _replacement(repl, rx.groups, "q" in (flags or ""))
@@ -105,7 +114,7 @@ def replace(s: Any, pattern: Any, repl: Any, flags: Any = None) -> Any:
 def split(s: Any, delimiter: Any) -> Any:
     if not _strs(s, delimiter) or delimiter == "":
         return None
-    rx = _regex(delimiter, None)
+    rx = _regex(delimiter, None, s)
     parts, end = [], 0
     for m in _matches(rx, s):
         parts.append(s[end : m.start()])
@@ -118,4 +127,4 @@ def split(s: Any, delimiter: Any) -> Any:
 def extract(s: Any, pattern: Any) -> Any:
     if not _strs(s, pattern):
         return None
-    return [m.group(0) for m in _matches(_regex(pattern, None), s)]
+    return [m.group(0) for m in _matches(_regex(pattern, None, s), s)]

@@ -13,8 +13,13 @@ the same verdict on every machine.
 
 The budget travels in a context variable rather than through every built-in's
 signature: built-ins stay plain functions, and a built-in called outside an evaluation
-(a test) simply runs unbudgeted. Regular expressions need no budget of their own for
-time: they run on a linear-time engine (``xpath_regex``).
+(a test) simply runs unbudgeted. Regular expressions run on a linear-time engine
+(``xpath_regex``), but linear in the input *times the pattern's program*: at worst RE2
+walks every instruction of the program for every byte (``(a?){900}a{900}`` over 80 KB is
+13 s in one call, which no soft time limit interrupts). So a regex built-in pays that
+product in steps before it calls the engine (``charge_regex``), and a pattern whose
+program is past ``regex_program_size`` is refused at compile (docs/limits.md, bounded
+FEEL).
 """
 
 from __future__ import annotations
@@ -32,10 +37,18 @@ __all__ = [
     "Limits",
     "budget",
     "charge",
+    "charge_regex",
     "check_collection",
+    "check_regex_program",
     "check_string",
     "current",
 ]
+
+# Input bytes times program instructions that cost one step. At worst RE2 spends about
+# 25 ns on one such unit, a FEEL step one to four microseconds: charging one step per
+# 32 units prices a regex's worst case several times higher than the loop it replaces,
+# so the step bound holds a regex to well under the time it holds a loop to.
+REGEX_UNITS_PER_STEP = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +64,9 @@ class Limits:
     # Characters of the strings a result holds, counted once per reference: what the
     # result costs written out (``for i in 1..90000 return s`` with a 1 MB ``s``).
     result_size: int = 10_000_000
+    # Instructions of a compiled regular expression: what RE2 may walk for each input
+    # byte. XPath's ``\w`` alone is about 1,500 (it spans Unicode categories).
+    regex_program_size: int = 20_000
 
 
 DEFAULT_LIMITS = Limits()
@@ -99,6 +115,28 @@ class Budget:
                 f"characters once written out, over the limit of {self.limits.result_size:,}",
                 limit="result_size",
             )
+
+    def check_regex_program(self, pattern: str, size: int) -> None:
+        if size > self.limits.regex_program_size:
+            raise ExpressionLimitExceeded(
+                f"FEEL regular expression {_quoted(pattern)} compiles to a program of "
+                f"{size:,} instructions, over the limit of {self.limits.regex_program_size:,}",
+                limit="regex_program_size",
+            )
+
+    def charge_regex(self, pattern: str, program_size: int, input_bytes: int) -> None:
+        """The worst case of one regex call, charged before it runs: RE2 cannot be
+        stopped once called, so the bound must be decided before the call."""
+        try:
+            self.charge(-(-input_bytes * program_size // REGEX_UNITS_PER_STEP))
+        except ExpressionLimitExceeded:
+            raise ExpressionLimitExceeded(
+                f"FEEL regular expression {_quoted(pattern)} ({program_size:,} instructions) "
+                f"over an input of {input_bytes:,} bytes would exceed the step budget of "
+                f"{self.limits.steps:,} steps (one step per {REGEX_UNITS_PER_STEP} input bytes "
+                "times instructions)",
+                limit="steps",
+            ) from None
 
     @contextmanager
     def call(self) -> Iterator[None]:
@@ -154,3 +192,20 @@ def check_collection(size: int) -> None:
     b = _CURRENT.get()
     if b is not None:
         b.check_collection(size)
+
+
+def check_regex_program(pattern: str, size: int) -> None:
+    b = _CURRENT.get()
+    if b is not None:
+        b.check_regex_program(pattern, size)
+
+
+def charge_regex(pattern: str, program_size: int, input_bytes: int) -> None:
+    b = _CURRENT.get()
+    if b is not None:
+        b.charge_regex(pattern, program_size, input_bytes)
+
+
+def _quoted(pattern: str) -> str:
+    """A pattern as an error quotes it: one line, and short."""
+    return repr(pattern if len(pattern) <= 60 else pattern[:57] + "...")

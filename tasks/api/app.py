@@ -72,7 +72,7 @@ from dormant.tasks.client import Client
 from dormant.tasks.console.authorization import ADMIN, OPERATOR, VIEWER
 from dormant.tasks.console.config import ConsoleConfig
 from dormant.tasks.console.forms import embedded_form
-from dormant.tasks.console.security import principal_of
+from dormant.tasks.console.security import ACTOR, principal_of
 from dormant.tasks.console.throttle import SignInThrottle
 
 __all__ = ["GATEWAY_VERSION", "PREFIX", "create_app", "routes", "v2_app"]
@@ -88,6 +88,8 @@ DEFAULT_REQUEST_TIMEOUT_S = 5.0
 POLL_S = 0.2
 # ``awaitCompletion`` with no ``requestTimeout``.
 DEFAULT_AWAIT_S = 30.0
+# The actor of a call with no credentials (only on loopback with none configured).
+ANONYMOUS_ACTOR = "api"
 # Element instance and variable searches with no ``processInstanceKey`` read the newest
 # instances, this many (docs/limits.md).
 SEARCH_INSTANCES = 1000
@@ -121,8 +123,8 @@ class Api:
 
     def __init__(self, client: Client) -> None:
         # The API's operator actions (a cancel, an incident resolution) are recorded as
-        # from ``api``, for the API process's actor (docs/operations.md, "Audit trail").
-        self.client = client.acting_as(client.actor, "api")
+        # from ``api``; each call acts for its caller (``acting``; docs/audit.md).
+        self.client = client.acting_as(ANONYMOUS_ACTOR, "api")
         self.engine = client._store.engine
         self.queries = ConsoleQueries(self.engine)
 
@@ -144,6 +146,16 @@ class Api:
 
     def tenant_of(self, instance_id: str) -> str:
         return self.queries.instance_tenant(instance_id)
+
+    def acting(self, caller: str | None) -> Api:
+        """This Api for one call: its Client records ``caller`` (the guard's
+        ``ACTOR``: the Basic user, the OAuth client id, ``token``) as the actor, and
+        ``api`` for an anonymous loopback caller."""
+        if caller is None:
+            return self
+        other = copy.copy(self)
+        other.client = self.client.acting_as(caller, "api")
+        return other
 
     def key(self, kind: str, dormant_id: str) -> str:
         return str(api_keys.key_of(self.engine, kind, dormant_id))
@@ -174,7 +186,9 @@ def _endpoint(
     thread pool (it blocks on the database), its answer or refusal written."""
 
     async def endpoint(request: Request) -> Response:
-        api: Api = request.app.state.api.calling(Caller(principal_of(request.scope)))
+        actor = request.scope.get(ACTOR)
+        api: Api = request.app.state.api.acting(actor if isinstance(actor, str) else None)
+        api = api.calling(Caller(principal_of(request.scope)))
         path = request.url.path
         try:
             if multipart:

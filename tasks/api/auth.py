@@ -27,10 +27,12 @@ from dormant.tasks.api.problems import Problem, problem
 from dormant.tasks.console.authorization import ADMIN, OPERATOR, Principal
 from dormant.tasks.console.config import ENV_AUTH, ENV_TOKEN, ConsoleConfig
 from dormant.tasks.console.security import (
+    ACTOR,
     PRINCIPAL,
     ROLE,
     VIEWER,
     Refusal,
+    header_actor,
     host_refusal,
     identify,
     request_headers,
@@ -139,4 +141,8 @@ class ApiGuard:
             )
         scope[ROLE] = found.role
         scope[PRINCIPAL] = found
+        # Credentials were checked only when some are configured; an open loopback API
+        # names nobody (its actions are recorded as ``api``: docs/audit.md).
+        if self.config.has_credentials:
+            scope[ACTOR] = header_actor(self.config, headers.get("authorization", ""))
         return None

@@ -14,16 +14,19 @@ CLI would print it, after the guards, never before them.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import json
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
+from starlette.concurrency import iterate_in_threadpool
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
+from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
 from dormant.engine_core.checkpoint import ROOT_SCOPE
 from dormant.engine_core.errors import InvalidOperation
+from dormant.persistence.audit import OUTCOMES, SOURCES, AuditFilter
 from dormant.persistence.batches import ItemOutcome
 from dormant.persistence.selection import Selector
 from dormant.tasks.cli_common import parse_node_pairs as _pairs
@@ -42,6 +45,7 @@ from dormant.tasks.console.pages import (
     _when,
     instance_tenant,
 )
+from dormant.tasks.console.security import authenticated, refuse_anonymous
 
 __all__ = ["routes"]
 
@@ -398,38 +402,102 @@ async def parked_action(request: Request) -> Response:
     return await _act(request, f"{op} {ref}", call, ref, admin=True)
 
 
+_AUDIT_FIELDS = ("actor", "source", "action", "instance", "outcome", "since", "until")
+
+
+def _audit_filter(request: Request) -> AuditFilter:
+    """The page's filters, as ``dormant audit list`` takes them (InvalidOperation naming
+    a bad one)."""
+    return AuditFilter(
+        actor=_opt(request, "actor"),
+        source=_opt(request, "source"),
+        action=_opt(request, "action"),
+        instance_id=_opt(request, "instance"),
+        outcome=_opt(request, "outcome"),
+        since=_moment(request, "since"),
+        until=_moment(request, "until"),
+    )
+
+
+def _audit_reader(request: Request) -> Callable[[Any], bool] | None:
+    """Which entries a reader of some tenants sees (None: a reader of every tenant sees
+    all): those on their tenants' instances. An entry on no instance (a deploy, a job
+    type) reaches every tenant and is not theirs to read (docs/console.md, "Users and
+    roles")."""
+    visible = _visible(request)
+    if visible is None:
+        return None
+    queries = _queries(request)
+    known: dict[str, str | None] = {}
+
+    def shown(entry: Any) -> bool:
+        instance_id = entry.instance_id
+        if instance_id is None:
+            return False
+        if instance_id not in known:
+            known[instance_id] = queries.instance_tenants([instance_id]).get(instance_id)
+        return known[instance_id] in visible
+
+    return shown
+
+
 def audit_list(request: Request) -> Response:
-    """The audit trail (``dormant audit list``), newest first, filtered by actor,
-    instance and time; server-rendered like the other lists."""
+    """The audit trail (``dormant audit list``), newest first, filtered; server-rendered
+    like the other lists. It names who did what, so only a signed-in reader (an
+    operator or a viewer) sees it (docs/audit.md)."""
+    if not authenticated(request):
+        return refuse_anonymous()
     try:
-        since = _moment(request, "since")
+        where = _audit_filter(request)
     except InvalidOperation as exc:
         return _render(request, "error.html", message=f"error: {exc}", status_code=400)
-    actor, instance_id = _opt(request, "actor"), _opt(request, "instance")
-    entries = _client(request).audit_log(
-        actor=actor, instance_id=instance_id, since=since, limit=_AUDIT_SHOWN
-    )
-    visible = _visible(request)
-    if visible is not None:
-        # A reader of some tenants sees the entries on their instances only: an entry
-        # on no instance (a deploy, a job type) reaches every tenant.
-        tenants = _queries(request).instance_tenants(
-            {e.instance_id for e in entries if e.instance_id is not None}
-        )
-        entries = [e for e in entries if tenants.get(e.instance_id or "") in visible]
+    entries = _client(request).audit_log(where=where, limit=_AUDIT_SHOWN)
+    shown = _audit_reader(request)
+    if shown is not None:
+        entries = [e for e in entries if shown(e)]
+    filters = {name: request.query_params.get(name, "") for name in _AUDIT_FIELDS}
     return _render(
         request,
         "audit.html",
         entries=entries,
-        actor=actor or "",
-        instance=instance_id or "",
-        since=request.query_params.get("since", ""),
+        filters=filters,
+        query=urlencode({k: v for k, v in filters.items() if v}),
+        sources=SOURCES,
+        outcomes=OUTCOMES,
+        shown=_AUDIT_SHOWN,
+    )
+
+
+def audit_export(request: Request) -> Response:
+    """``/audit.jsonl``: what ``/audit`` shows with the same filters, every matching row
+    (no cap: the retention bounds it), oldest first, one JSON object a line, streamed
+    as ``dormant audit export`` prints it."""
+    if not authenticated(request):
+        return refuse_anonymous()
+    try:
+        where = _audit_filter(request)
+    except InvalidOperation as exc:
+        return PlainTextResponse(f"refused: {exc}", status_code=400)
+    rows = _client(request).audit_export(where)
+    shown = _audit_reader(request)
+    if shown is not None:
+        rows = (e for e in rows if shown(e))
+
+    def lines() -> Iterator[str]:
+        for entry in rows:
+            yield json.dumps(entry.as_json(), sort_keys=True) + "\n"
+
+    return StreamingResponse(
+        iterate_in_threadpool(lines()),
+        media_type="application/jsonl",
+        headers={"Content-Disposition": 'attachment; filename="audit.jsonl"'},
     )
 
 
 def routes() -> list[BaseRoute]:
     return [
         Route("/audit", audit_list),
+        Route("/audit.jsonl", audit_export),
         Route(
             "/instances/{instance_id}/suspend",
             _instance_op("suspend", "suspending"),

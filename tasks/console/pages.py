@@ -58,7 +58,7 @@ def _queries(request: Request) -> ConsoleQueries:
 def _client(request: Request) -> Any:
     """The console's Client acting for the signed-in user (``user_of``; ``anonymous``
     when nobody is, which only a read or an open console allows), so the audit trail
-    and the instance's history name who did it (docs/operations.md "Audit trail")."""
+    and the instance's history name who did it (docs/audit.md)."""
     return request.app.state.client.acting_as(user_of(request) or "anonymous", "console")
 
 

@@ -67,6 +67,7 @@ from dormant.tasks.console.throttle import SignInThrottle
 from dormant.tasks.console.tokens import valid as valid_token
 
 __all__ = [
+    "ACTOR",
     "AUTHED",
     "OPERATOR",
     "PRINCIPAL",
@@ -82,6 +83,7 @@ __all__ = [
     "client_of",
     "csrf_ok",
     "csrf_token",
+    "header_actor",
     "host_refusal",
     "identify",
     "principal_of",
@@ -101,6 +103,9 @@ PRINCIPAL = "dormant.console.principal"
 # A session's role when its user is one of DORMANT_CONSOLE_USERS: the grants are read
 # from the settings on every request.
 USERS_ROLE = "users"
+# Who the Camunda API's guard found: the audit trail's actor for the call (None: an
+# anonymous loopback caller).
+ACTOR = "dormant.console.actor"
 SESSION_SECONDS = 12 * 3600
 # Headers a proxy adds: a request carrying one is not a direct local one.
 PROXY_HEADERS = (
@@ -152,6 +157,29 @@ def _header_role(config: ConsoleConfig, header: str) -> Principal | None:
         except (binascii.Error, UnicodeDecodeError):
             return None
         return sign_in(config, user, password) if sep else None
+    return None
+
+
+def header_actor(config: ConsoleConfig, header: str) -> str | None:
+    """Who an ``Authorization`` header that ``identify`` accepted names, for the audit
+    trail (docs/audit.md): the Basic user, the OAuth client id for a token the token
+    endpoint issued, ``token`` for the static ``DORMANT_CONSOLE_TOKEN``; None for no
+    (or an unreadable) header."""
+    scheme, _, value = header.partition(" ")
+    scheme = scheme.lower()
+    if scheme == "basic":
+        try:
+            user, sep, _password = base64.b64decode(value.strip()).decode().partition(":")
+        except (binascii.Error, UnicodeDecodeError):
+            return None
+        return user if sep and user else None
+    if scheme == "bearer":
+        given = value.strip()
+        if config.oauth_client_id is not None and valid_token(
+            config, given, clock.now().timestamp()
+        ):
+            return config.oauth_client_id
+        return "token" if given else None
     return None
 
 
@@ -511,13 +539,8 @@ def user_of(request: Request) -> str | None:
     session_user = request.session.get("user")
     if isinstance(session_user, str) and session_user:
         return session_user
-    scheme, _, value = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() == "basic":
-        try:
-            return base64.b64decode(value.strip()).decode().partition(":")[0]
-        except (binascii.Error, UnicodeDecodeError):
-            return None
-    if scheme.lower() == "bearer":
-        return "token"
     config: ConsoleConfig = request.app.state.config
+    named = header_actor(config, request.headers.get("authorization", ""))
+    if named is not None:
+        return named
     return "local" if config.open_access else None

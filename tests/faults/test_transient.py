@@ -4,11 +4,14 @@ retry heals the first kind, a person must look at the second."""
 
 from __future__ import annotations
 
+import logging
 import random
+import signal
 import sqlite3
 import threading
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -234,3 +237,69 @@ def test_a_broker_connection_reset_is_transient(
         assert is_transient(caught.value), repr(caught.value)
     finally:
         proxy.close()
+
+
+@contextmanager
+def soft_limit_in(seconds: float) -> Iterator[None]:
+    """SoftTimeLimitExceeded raised in this thread after ``seconds``, as billiard's
+    signal handler raises it in a worker's pool process."""
+    from celery.exceptions import SoftTimeLimitExceeded
+
+    def soft_limit(_signum: int, _frame: object) -> None:
+        raise SoftTimeLimitExceeded()
+
+    previous = signal.signal(signal.SIGALRM, soft_limit)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_a_soft_time_limit_inside_a_pipeline_is_not_transient() -> None:
+    """psycopg, interrupted while its pipeline is busy, cannot leave pipeline mode and
+    raises "cannot exit pipeline mode while busy", an OperationalError with no SQLSTATE
+    that, wrapped as SQLAlchemy wraps it, alone reads as a passing fault. The time
+    limit is in its chain: the trigger is kept as failed like any soft limit."""
+    import psycopg
+
+    raw = psycopg.connect("host=127.0.0.1 port=5432 user=postgres dbname=postgres")
+    try:
+        with pytest.raises(psycopg.OperationalError) as caught, soft_limit_in(0.2):
+            with raw.pipeline():
+                raw.execute("SELECT pg_sleep(2)")
+    finally:
+        raw.close()  # no ROLLBACK can be sent on it: closed, as the Store drops it
+    assert "pipeline mode while busy" in str(caught.value)
+    try:
+        raise sa.exc.DBAPIError.instance(
+            "SELECT pg_sleep(2)", {}, caught.value, psycopg.Error
+        ) from caught.value
+    except sa.exc.OperationalError as wrapped:  # what Connection._handle_dbapi_exception raises
+        assert wrapped.orig is caught.value
+        assert not is_transient(wrapped)
+    # The same error with no interrupt behind it stays transient.
+    assert is_transient(sa.exc.OperationalError("COMMIT", {}, Exception("server closed")))
+
+
+def test_the_store_raises_a_soft_limit_from_its_pipelined_commit_as_itself(
+    pg: tuple[Engine, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """persistence/round_trips.py ``last`` (the Store's write and COMMIT in one
+    pipeline) raises the interrupt, not psycopg's error in its place, so the failed
+    trigger names SoftTimeLimitExceeded; the connection, stuck in pipeline mode, is
+    dropped rather than reset into the pool (no ERROR from the pool)."""
+    from celery.exceptions import SoftTimeLimitExceeded
+
+    from dormant.persistence import round_trips
+
+    engine, _ = pg
+    round_trips.install(engine)
+    statement = sa.select(sa.func.pg_sleep(sa.bindparam("s", 2.0, type_=sa.Float)))
+    with pytest.raises(SoftTimeLimitExceeded), soft_limit_in(0.2):
+        with engine.connect() as conn, round_trips.open_late(conn):
+            round_trips.last(conn, statement, None)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+    with engine.connect() as conn:  # the pool hands out a working connection
+        assert conn.execute(sa.text("SELECT 1")).scalar_one() == 1

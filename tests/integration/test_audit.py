@@ -287,3 +287,424 @@ def test_a_failed_triggers_drop_names_its_actor(stack: Stack) -> None:
     Client(stack.database_url, stack.broker_url, actor="gina").drop_trigger(failed.id)
     [row] = stack.client.audit_log(actor="gina")
     assert (row.action, row.target, row.outcome) == ("trigger_drop", failed.id, "done")
+
+
+# -- every operator action through every door (issue 27: "every operator action appears
+# once in the audit trail with the right actor") ---------------------------------------
+
+API_USER, API_PASSWORD = "ursula", "api password for the audit table"
+OAUTH_ID, OAUTH_SECRET = "audit-sdk", "oauth-client-secret-for-the-audit"
+
+
+def _api(stack: Stack) -> Any:
+    """The v2 API with Basic and OAuth credentials configured, as ``dormant api`` serves it."""
+    from starlette.testclient import TestClient
+
+    from dormant.tasks.api.app import create_app
+    from dormant.tasks.console.config import ConsoleConfig
+
+    config = ConsoleConfig(
+        secret="a" * 32,
+        user=API_USER,
+        password=API_PASSWORD,
+        oauth_client_id=OAUTH_ID,
+        oauth_client_secret=OAUTH_SECRET,
+    )
+    app = create_app(stack.client, config)
+    return config, TestClient(app, base_url="http://127.0.0.1", client=("127.0.0.1", 50000))
+
+
+def _by_hand(task: str, **kwargs: Any) -> Any:
+    """A management task as Flower's "send task" form sends it: no Client, no audit."""
+
+    def send(stack: Stack) -> None:
+        from dormant.tasks.app import pooled_producer, publish
+
+        with pooled_producer(stack.broker_url) as producer:
+            publish(task, "trigger.default", kwargs, producer=producer)
+
+    return send
+
+
+def test_every_operator_action_is_recorded_once_by_its_door(stack: Stack, tmp_path: Path) -> None:
+    """A table: each row one operator action through one door (CLI, console, v2 API,
+    Client, a Celery task sent by hand) and the one command it must leave in the trail
+    (actor, source, action, target, instance, outcomes)."""
+    from dormant.persistence import api_keys
+    from dormant.persistence.audit import UNKNOWN_ACTOR
+    from dormant.tasks import wire
+    from dormant.tasks.app import pooled_producer, publish
+    from dormant.tasks.client import Client
+    from dormant.tasks.console.tokens import issue
+
+    ok, broken = tmp_path / "ok", tmp_path / "broken"
+    ok.touch()
+    waiting = [
+        stack.client.start("payment", {"flag": str(ok), "order": f"t-{n}"}) for n in range(10)
+    ]
+    failing = [
+        stack.client.start("payment", {"flag": str(broken), "order": f"f-{n}"}) for n in range(3)
+    ]
+    with pooled_producer(stack.broker_url) as producer:
+        for n in range(2):
+            publish(*wire.cancel(f"audit-table-ghost-{n}"), producer=producer)
+    for iid in waiting:
+        wait_for(
+            lambda iid=iid: any(t.node_id == "paid" for t in stack.client.instance(iid).tokens),
+            30,
+            what="the waits at paid",
+        )
+    # After the waits: an instance starts on the version newest when the worker runs it.
+    v2 = stack.client.deploy(MODEL.read_text().replace('name="Payment"', 'name="Payment v2"'))
+    incidents = [open_incident(stack, iid).id for iid in failing]
+    ghosts = [
+        wait_for(
+            lambda n=n: next(iter(stack.client.failed_triggers(f"audit-table-ghost-{n}")), None),
+            30,
+            what="the failed triggers",
+        ).id
+        for n in range(2)
+    ]
+    config, api = _api(stack)
+    basic = {
+        "Authorization": "Basic " + base64.b64encode(f"{API_USER}:{API_PASSWORD}".encode()).decode()
+    }
+    oauth = {"Authorization": f"Bearer {issue(config, clock_now())}"}
+    engine = stack.client._store.engine
+
+    def key(kind: str, dormant_id: str) -> str:
+        return str(api_keys.key_of(engine, kind, dormant_id))
+
+    dave = Client(stack.database_url, stack.broker_url, actor="dave-table")
+    with _console(stack) as console:
+        csrf = _csrf(html.unescape(console.get(f"/instances/{waiting[0]}").text))
+
+        def post(path: str, **form: str) -> Any:
+            def send(_: Stack) -> None:
+                answer = console.post(
+                    path,
+                    data={"csrf": csrf, "next": "/audit", "confirm": "1", **form},
+                    follow_redirects=False,
+                )
+                assert answer.status_code == 303, (path, answer.status_code, answer.text[:300])
+
+            return send
+
+        def cli(*args: str) -> Any:
+            def send(s: Stack) -> None:
+                done = s.run_cli("--as", "bob-table", *args)
+                assert done.returncode == 0, (args, done.stderr)
+
+            return send
+
+        def call(method: str, path: str, headers: dict[str, str], **body: Any) -> Any:
+            def send(_: Stack) -> None:
+                answer = api.request(method, f"/v2{path}", headers=headers, json=body or None)
+                assert answer.status_code in (200, 204), (path, answer.status_code, answer.text)
+
+            return send
+
+        applied = ("accepted", "applied")
+        # source, actor, action, target, instance, outcomes, how
+        table: list[tuple[str, str, str, str, str | None, tuple[str, ...], Any]] = [
+            (
+                "cli",
+                "bob-table",
+                "suspend",
+                waiting[0],
+                waiting[0],
+                applied,
+                cli("instances", "suspend", waiting[0]),
+            ),
+            (
+                "cli",
+                "bob-table",
+                "migrate",
+                waiting[1],
+                waiting[1],
+                applied,
+                cli("instances", "migrate", waiting[1], "--to", str(v2.version)),
+            ),
+            (
+                "cli",
+                "bob-table",
+                "trigger_retry",
+                ghosts[0],
+                "audit-table-ghost-0",
+                ("done",),
+                cli("triggers", "retry", ghosts[0]),
+            ),
+            (
+                "cli",
+                "bob-table",
+                "job_type_pause",
+                "table-cli",
+                None,
+                ("done",),
+                cli("jobs", "pause", "table-cli"),
+            ),
+            (
+                "console",
+                ANN,
+                "modify",
+                waiting[2],
+                waiting[2],
+                applied,
+                post(f"/instances/{waiting[2]}/modify", cancel="paid", start_before="done"),
+            ),
+            (
+                "console",
+                ANN,
+                "incident_resolve",
+                incidents[0],
+                failing[0],
+                applied,
+                post(f"/incidents/{incidents[0]}/resolve"),
+            ),
+            (
+                "console",
+                ANN,
+                "job_type_resume",
+                "table-cli",
+                None,
+                ("done",),
+                post("/jobs/resume", job_type="table-cli"),
+            ),
+            (
+                "api",
+                API_USER,
+                "cancel",
+                waiting[3],
+                waiting[3],
+                applied,
+                call(
+                    "POST", f"/process-instances/{key('instance', waiting[3])}/cancellation", basic
+                ),
+            ),
+            (
+                "api",
+                OAUTH_ID,
+                "set_variables",
+                waiting[4],
+                waiting[4],
+                applied,
+                call(
+                    "PUT",
+                    f"/element-instances/{key('instance', waiting[4])}/variables",
+                    oauth,
+                    variables={"card": SECRET},
+                ),
+            ),
+            (
+                "api",
+                API_USER,
+                "incident_retry",
+                incidents[1],
+                failing[1],
+                applied,
+                call("POST", f"/incidents/{key('incident', incidents[1])}/resolution", basic),
+            ),
+            (
+                "client",
+                "dave-table",
+                "incident_drop",
+                incidents[2],
+                failing[2],
+                applied,
+                lambda _: dave.drop_incident(incidents[2]),
+            ),
+            (
+                "client",
+                "dave-table",
+                "set_variables",
+                waiting[5],
+                waiting[5],
+                applied,
+                lambda _: dave.set_variables(waiting[5], {"note": SECRET}),
+            ),
+            (
+                "api",
+                OAUTH_ID,
+                "modify",
+                waiting[8],
+                waiting[8],
+                applied,
+                call(
+                    "POST",
+                    f"/process-instances/{key('instance', waiting[8])}/modification",
+                    oauth,
+                    terminateInstructions=[{"elementId": "paid"}],
+                    activateInstructions=[{"elementId": "done"}],
+                ),
+            ),
+            (
+                "console",
+                ANN,
+                "suspend",
+                waiting[9],
+                waiting[9],
+                applied,
+                post(f"/instances/{waiting[9]}/suspend"),
+            ),
+            (
+                "celery",
+                UNKNOWN_ACTOR,
+                "cancel",
+                waiting[6],
+                waiting[6],
+                ("applied",),
+                _by_hand(wire.CANCEL, instance_id=waiting[6]),
+            ),
+            ("celery", UNKNOWN_ACTOR, "resume", waiting[7], waiting[7], ("applied",), None),
+            (
+                "celery",
+                UNKNOWN_ACTOR,
+                "job_type_pause",
+                "table-celery",
+                None,
+                ("done",),
+                _by_hand(wire.JOBS_PAUSE, job_type="table-celery"),
+            ),
+            (
+                "celery",
+                UNKNOWN_ACTOR,
+                "trigger_drop",
+                ghosts[1],
+                "audit-table-ghost-1",
+                ("done",),
+                _by_hand(wire.TRIGGERS_DROP, failed_id=ghosts[1]),
+            ),
+            (
+                "celery",
+                UNKNOWN_ACTOR,
+                "bulk_incident_retry",
+                "batch",
+                None,
+                ("done",),
+                _by_hand(
+                    wire.BULK,
+                    operation="incident_retry",
+                    selector={"key": "payment", "node": "no-such-node"},
+                ),
+            ),
+        ]
+        dave.suspend(waiting[7])  # the celery resume's precondition, not a row of the table
+        wait_for(lambda: stack.client.instance(waiting[7]).suspended, 30, what="suspended")
+        resume = _by_hand(wire.RESUME, instance_id=waiting[7])
+        table = [(*row[:6], resume) if row[6] is None else row for row in table]
+        for *_, how in table:
+            how(stack)
+
+        def final(row: tuple[Any, ...]) -> bool:
+            source, actor, action, target, _, outcomes, _ = row
+            found = stack.client.audit_log(limit=500, where=_where(actor, source, action))
+            if target == "batch":
+                return any(r.outcome == outcomes[-1] for r in found)
+            return any(r.target == target and r.outcome == outcomes[-1] for r in found)
+
+        try:
+            wait_for(lambda: all(final(row) for row in table), 60, what="every outcome recorded")
+        except AssertionError:
+            missing = [row[:4] for row in table if not final(row)]
+            raise AssertionError(f"no final audit row for {missing}") from None
+        page = html.unescape(console.get("/audit", params={"source": "api"}).text)
+    every = stack.client.audit_log(limit=2000)
+    assert SECRET not in json.dumps([r.as_json() for r in every])
+    for source, actor, action, target, instance_id, outcomes, _ in table:
+        mine = [
+            r
+            for r in every
+            if (r.source, r.action) == (source, action)
+            and (
+                r.target == target or (target == "batch" and (r.target or "").startswith("batch "))
+            )
+            and (r.actor == actor or r.source == "celery")
+        ]
+        assert len({r.command_id for r in mine}) == 1, (source, action, mine)
+        assert sorted(r.outcome for r in mine) == sorted(outcomes), (source, action, mine)
+        assert {r.actor for r in mine} == {actor}, (source, action, mine)
+        assert {r.instance_id for r in mine} == {instance_id}, (source, action, mine)
+    assert API_USER in page and OAUTH_ID in page and "dave-table" not in page
+
+
+def clock_now() -> float:
+    from dormant.persistence import clock
+
+    return clock.now().timestamp()
+
+
+def _where(actor: str, source: str, action: str) -> Any:
+    from dormant.persistence.audit import AuditFilter
+
+    return AuditFilter(actor=actor, source=source, action=action)
+
+
+def test_the_export_streams_json_lines_with_the_filters(stack: Stack) -> None:
+    """``dormant audit export`` and the console's ``/audit.jsonl``: every row the filters
+    select, oldest first, one JSON object a line, read a page at a time; the console's
+    export is refused to an anonymous reader, a bad filter is refused by name."""
+    from dormant.persistence import audit
+
+    dave = stack.client.acting_as("erin-export", "client")
+    for n in range(3):
+        dave.pause_job_type(f"export-{n}")
+    since = "2000-01-01T00:00"
+    done = stack.run_cli("audit", "export", "--actor", "erin-export", "--since", since)
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [(r["target"], r["outcome"], r["source"]) for r in lines] == [
+        (f"export-{n}", "done", "client") for n in range(3)
+    ]
+    assert [r["id"] for r in lines] == sorted(r["id"] for r in lines)
+    none = stack.run_cli("audit", "export", "--actor", "erin-export", "--until", since)
+    assert none.returncode == 0 and none.stdout == "", none.stderr
+    bad = stack.run_cli("audit", "export", "--outcome", "edited")
+    assert bad.returncode == 2 and "'edited' is not one of" in bad.stderr
+    # Paged by id: a page of one yields what a page of a thousand does.
+    where = audit.AuditFilter(source="client")
+    engine = stack.client._store.engine
+    assert list(audit.export(engine, where, page=1)) == list(audit.export(engine, where))
+    with _console(stack) as console:
+        got = console.get(
+            "/audit.jsonl", params={"actor": "erin-export", "action": "job_type_pause"}
+        )
+        assert got.status_code == 200 and got.headers["content-type"].startswith(
+            "application/jsonl"
+        )
+        assert [json.loads(line)["target"] for line in got.text.splitlines()] == [
+            f"export-{n}" for n in range(3)
+        ]
+        assert console.get("/audit.jsonl", params={"outcome": "edited"}).status_code == 400
+        page = console.get("/audit", params={"actor": "erin-export"}).text
+        assert "/audit.jsonl?actor=erin-export" in page
+        console.headers.pop("Authorization")
+        assert console.get("/audit.jsonl").status_code == 401
+        assert console.get("/audit").status_code == 401
+
+
+def test_no_door_edits_or_deletes_an_audit_row() -> None:
+    """Append-only (docs/audit.md): the only statements on ``audit_log`` besides reads
+    are the inserts of persistence/audit.py and the worker's outcome row, and the one
+    delete is the retention sweep; no console or API route but the two reads names it."""
+    from dormant.tasks.api.app import routes as api_routes
+    from dormant.tasks.console import create_app
+    from dormant.tasks.console.config import ConsoleConfig
+
+    root = Path(__file__).resolve().parents[2]
+    writes = []
+    for path in sorted(root.glob("*/**/*.py")):
+        if ".venv" in path.parts or "tests" in path.parts or "migrations" in path.parts:
+            continue
+        text = path.read_text()
+        for hit in re.finditer(r"(update|delete)\(audit_log|audit_log\.(update|delete)", text):
+            writes.append((path.relative_to(root).as_posix(), hit.group(0)))
+    assert writes == [("persistence/audit.py", "delete(audit_log")]
+    assert "UPDATE audit_log" not in (root / "persistence" / "audit.py").read_text().upper()
+    app = create_app(ConsoleConfig(secret="s" * 32, user=ANN, password=PASSWORD))
+    audit_routes = {
+        (getattr(r, "path", ""), tuple(sorted(getattr(r, "methods", None) or ())))
+        for r in app.routes
+        if "audit" in getattr(r, "path", "")
+    }
+    assert audit_routes == {("/audit", ("GET", "HEAD")), ("/audit.jsonl", ("GET", "HEAD"))}
+    assert not [r for r in api_routes() if "audit" in str(getattr(r, "path", ""))]

@@ -12,6 +12,8 @@ back to the pool out of autocommit.
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -169,6 +171,37 @@ def test_a_redelivered_start_and_a_repeated_trigger_change_nothing(pg_store: Sto
     with pg_store.read() as conn:
         after = conn.execute(text("SELECT count(*) FROM facts")).scalar_one()
     assert after > facts
+
+
+def test_a_redelivered_start_ends_its_pipeline_cleanly_and_logs_no_warning(
+    pg_store: Store, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The duplicate's INSERT fails inside the pipeline; the COMMIT behind it is then
+    "pipeline aborted" by the server, which is expected, not news. When the error came
+    back before the COMMIT was sent, psycopg raised it inside the pipeline block and
+    logged the aborted COMMIT as a WARNING ("error ignored terminating"): a redelivered
+    start is routine (an acknowledgement lost), so the noise taught operators to ignore
+    warnings. The write is held back here until the server has answered, so that order
+    happens every time rather than when the server is fast."""
+    now = datetime.now(UTC)
+    new = NewInstance("bench_service", "rt-quiet", {}, trigger_id="q")
+    pg_store.start(new, now=now)
+    execute = psycopg.Cursor.execute
+
+    def answered_before_commit(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        result = execute(self, query, *args, **kwargs)
+        if str(query).startswith("WITH"):
+            time.sleep(0.05)  # the server's answer (the unique violation) is in by now
+        return result
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", answered_before_commit)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        again = pg_store.start(new, now=now)
+    assert again.duplicate and not again.changed
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+    monkeypatch.setattr(psycopg.Cursor, "execute", execute)
+    assert pg_store.start(NewInstance("bench_service", "rt-next", {}), now=now).changed
 
 
 def test_a_late_opened_transaction_is_still_one_transaction(pg_store: Store) -> None:

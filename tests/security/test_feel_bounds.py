@@ -69,6 +69,34 @@ def test_exponential_regex_runs_in_linear_time() -> None:
     assert evaluate('replace(s, "(a+)+b", "x")', {"s": "a" * 1_000 + "b"}) == "x"
 
 
+# No match, so one RE2 call walks the whole program for every byte: 0.5 s here, 13 s at
+# 80 KB, and no soft time limit interrupts a call into RE2.
+REGEX_BOMB = "(a?){900}a{900}"
+REGEX_BOMB_INPUT = ("a" * 800 + "b") * 10
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        f'matches(s, "{REGEX_BOMB}")',
+        f'replace(s, "{REGEX_BOMB}", "x")',
+        f'split(s, "{REGEX_BOMB}")',
+        f'extract(s, "{REGEX_BOMB}")',
+    ],
+)
+def test_every_regex_built_in_pays_input_times_program_before_it_runs(expression: str) -> None:
+    message = refused(expression, "steps", {"s": REGEX_BOMB_INPUT})
+    assert "4,504 instructions" in message and "8,010 bytes" in message
+
+
+def test_a_regex_program_past_its_bound_is_refused_at_compile_naming_the_limit() -> None:
+    """XPath's ``\\w`` spans Unicode categories (about 1,500 instructions): twenty of
+    them are past the 20,000 a pattern may compile to, whatever the input."""
+    message = refused('matches("a", "\\w{20}")', "regex_program_size")
+    assert "over the limit of 20,000" in message
+    assert evaluate('matches(s, "^\\w+@\\w+$")', {"s": "a" * 5_000 + "@b"}) is True
+
+
 def test_a_regex_the_linear_engine_cannot_run_is_refused_not_nulled() -> None:
     with pytest.raises(ExpressionError, match="back-reference"):
         evaluate('matches("aa", "(a+)\\1")', {})

@@ -41,16 +41,59 @@ def fork_bomb() -> ProcessDefinition:
     return b.build()
 
 
-def test_a_parallel_fork_in_a_loop_ends_in_incidents_at_the_token_bound() -> None:
+def test_a_parallel_fork_in_a_loop_ends_in_one_incident_at_the_token_bound() -> None:
+    """One incident at the fork, never one per token: the other tokens would only meet
+    the same bound (20,000 incidents and ERROR lines per step at the default). They
+    stay where they were, active, parked behind it; no follow-up step is sent."""
     run = Run(fork_bomb(), services=_services(max_tokens=50))
     run.start()
     assert run.status == "active_incidents"
-    assert len(run.cp.tokens) <= 50
-    causes = {i.cause_class for i in run.cp.incidents.values()}
-    assert causes == {"LimitExceeded"}
-    cause = next(iter(run.cp.incidents.values())).cause
-    assert "the limit of 50 (DORMANT_MAX_TOKENS)" in cause
-    assert {i.node_id for i in run.cp.incidents.values()} == {"fork"}
+    [incident] = run.cp.incidents.values()
+    assert (incident.node_id, incident.cause_class) == ("fork", "LimitExceeded")
+    assert "has 50 tokens; 1 more at 'fork' would pass the limit of 50 (DORMANT_MAX_TOKENS)" in (
+        incident.cause
+    )
+    assert len(run.cp.tokens) == 50
+    states = sorted(t.state.value for t in run.cp.tokens.values())
+    assert states.count("incident") == 1 and states.count("active") == 49
+    assert not [e for e in run.effects if type(e).__name__ == "ContinueInstance"]
+    assert "TokensParked" in [f.kind for f in run.facts]
+
+
+def test_a_retry_under_the_same_bound_updates_the_one_incident_and_a_higher_bound_runs_on() -> None:
+    run = Run(fork_bomb(), services=_services(max_tokens=50))
+    run.start()
+    [incident] = run.cp.incidents.values()
+    run.retry(incident.id)
+    [again] = run.cp.incidents.values()  # the same incident, a second attempt
+    assert again.id == incident.id and again.attempts == 2 and len(run.cp.tokens) == 50
+    run.services = _services(max_tokens=80)  # the operator raised DORMANT_MAX_TOKENS
+    run.retry(incident.id)
+    assert run.cp.incidents[incident.id].state.value == "retried"  # the fork went through
+    # The parked tokens ran on with it, and the loop, still a fork bomb, met the new
+    # bound: again one incident, not thirty.
+    [last] = [i for i in run.cp.incidents.values() if not i.state.closed]
+    assert "would pass the limit of 80 (DORMANT_MAX_TOKENS)" in last.cause
+    assert len(run.cp.tokens) == 80
+
+
+def test_a_fork_refused_at_the_bound_adds_none_of_its_branches() -> None:
+    """Checked for all branches at once: a fork that added some before the refusal
+    would run those twice once its retry forks again."""
+    b = ProcessBuilder("wide")
+    b.start_event("s").parallel_gateway("fork")
+    b.user_task("a").user_task("b").user_task("c")
+    b.sequence("s", "fork")
+    for branch in ("a", "b", "c"):
+        b.sequence("fork", branch)
+    run = Run(b.build(), services=_services(max_tokens=2))
+    run.start()
+    [incident] = run.cp.incidents.values()
+    assert "2 more at 'fork' would pass the limit of 2" in incident.cause
+    assert [t.node_id for t in run.cp.tokens.values()] == ["fork"]
+    run.services = _services(max_tokens=3)
+    run.retry(incident.id)
+    assert sorted(t.node_id for t in run.cp.tokens.values()) == ["a", "b", "c"]
 
 
 def test_inner_instances_holding_local_copies_stop_at_the_checkpoint_bound() -> None:
@@ -204,12 +247,20 @@ def test_a_computed_multi_instance_collection_is_bounded_like_a_variable() -> No
 
 
 def test_incident_snapshots_are_charged_and_left_out_past_the_checkpoint_bound() -> None:
-    """Each incident keeps a copy of the variables its node saw: the incidents of a
-    fork bomb would copy them once per token. Past the bound the copy is left out."""
+    """Each incident keeps a copy of the variables its node saw: the incidents of many
+    inner instances would copy them once each. Past the bound the copy is left out."""
     from dormant.engine_core.inputs import encoded_size
 
-    run = Run(fork_bomb(), services=_services(max_tokens=50, max_checkpoint_bytes=100_000))
-    run.start({"blob": "w" * 5_000})
+    b = ProcessBuilder("mi")
+    b.start_event("s").service_task(
+        "each",
+        "work",
+        loop=LoopSpec(sequential=False, input_collection="=items", input_element="item"),
+        inputs=(IoMapping("={f: function(n) f(n + 1)}.f(1)", "local"),),  # fails: recursion
+    ).end_event("e")
+    b.sequence("s", "each", "e")
+    run = Run(b.build(), services=_services(max_checkpoint_bytes=100_000))
+    run.start({"items": list(range(30)), "blob": "w" * 5_000})
     incidents = list(run.cp.incidents.values())
     assert len(incidents) > 20, "enough incidents to pass the bound with their copies"
     kept = sum(encoded_size(i.data) for i in incidents if i.data)
