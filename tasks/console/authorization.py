@@ -16,8 +16,8 @@ here decides what that principal may see and do. Pure: no database, no request.
   console's existing value-hiding is the mechanism.
 * Users come from ``DORMANT_CONSOLE_USERS``: ``name:hash:grant,grant;name:hash:…`` where
   a grant is ``role@tenant`` and the hash is ``pbkdf2_sha256$iterations$salt$hex``
-  (``python -m dormant.tasks.console.authorization`` prints one for a password read
-  from standard input): no clear password is kept in the settings.
+  (``dormant hash-password`` prints one for a password read from standard input): no
+  clear password is kept in the settings.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-import sys
 from dataclasses import dataclass
 
 from dormant.engine_core.errors import InvalidField, InvalidSetting
@@ -157,8 +156,8 @@ def _check_hash(encoded: str, setting: str, name: str) -> None:
     ):
         raise InvalidSetting(
             f"{setting}: user {name!r}'s password hash must be "
-            f"{_SCHEME}$iterations$salt$hex (python -m dormant.tasks.console.authorization "
-            "prints one); clear passwords are not accepted"
+            f"{_SCHEME}$iterations$salt$hex (dormant hash-password prints one); clear "
+            "passwords are not accepted"
         )
     if int(parts[1]) < MIN_ITERATIONS:
         raise InvalidSetting(
@@ -213,7 +212,3 @@ def verify_password(encoded: str, password: str) -> bool:
         _VERIFIED.clear()
     _VERIFIED[seen] = None
     return True
-
-
-if __name__ == "__main__":  # pragma: no cover - a command for operators
-    sys.stdout.write(hash_password(sys.stdin.readline().rstrip("\n")) + "\n")
