@@ -330,3 +330,18 @@ def test_bad_user_settings_are_refused_at_start_up(users: str, words: str) -> No
         ConsoleConfig.from_env(
             {ENV_USERS: f"ops:{_HASH}:viewer@acme", "DORMANT_CONSOLE_AUTH": f"ops:{PASSWORD}"}
         )
+
+
+def test_hash_password_prints_a_hash_the_settings_accept() -> None:
+    from click.testing import CliRunner
+
+    from dormant.tasks.cli import cli
+    from dormant.tasks.console.authorization import verify_password
+
+    done = CliRunner().invoke(cli, ["hash-password", "--iterations", "1000"], input="s3cret\n")
+    assert done.exit_code == 0, done.output
+    encoded = done.output.strip()
+    (user,) = parse_users(f"ann:{encoded}:viewer@acme", ENV_USERS)
+    assert verify_password(user.password_hash, "s3cret")
+    assert not verify_password(user.password_hash, "s3cret!")
+    assert CliRunner().invoke(cli, ["hash-password"], input="\n").exit_code == 2
