@@ -333,8 +333,9 @@ async def identify(
 
 
 def _session_principal(config: ConsoleConfig, session: Any) -> Principal:
-    """A signed-in session's principal, from the settings as they are now (a user's
-    grants changed or removed take effect on their next request)."""
+    """A signed-in session's principal, looked up by its user in this process's
+    settings rather than kept in the cookie: a grant changed or a user removed (and
+    the console restarted) applies to sessions already signed in."""
     name = session.get("user")
     if session.get("role") == USERS_ROLE:
         for user in config.users:
