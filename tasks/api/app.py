@@ -59,7 +59,7 @@ from dormant.engine_core.triggers import (
     JobHeartbeat,
 )
 from dormant.engine_core.views import IncidentView, InstanceView, UserTaskView
-from dormant.persistence import api_keys, clock
+from dormant.persistence import api_keys, audit, clock
 from dormant.persistence.console_queries import ConsoleQueries
 from dormant.persistence.db import read_only
 from dormant.persistence.decisions import deployed_decision, file_versions
@@ -178,6 +178,24 @@ class Api:
 Handler = Callable[[Api, dict[str, Any], dict[str, str]], Any]
 
 
+def _audit_refusal(api: Api, request: Request) -> Callable[[Problem], None]:
+    """How a call refused for want of a role on a tenant is recorded: one ``refused``
+    row naming the caller, the route and the refusal (docs/audit.md)."""
+
+    def record(refusal: Problem) -> None:
+        words = [w for w in request.url.path.split("/") if w and not w.isdigit()]
+        cmd = audit.command(
+            api.client.actor,
+            "api",
+            words[-1] if words else request.method.lower(),
+            target=f"{request.method} {request.url.path}",
+        )
+        row = audit.outcome_row(cmd, "refused", clock.now(), detail=refusal.detail)
+        audit.record(api.engine, [row])
+
+    return record
+
+
 def _endpoint(
     handler: Handler, *, multipart: bool = False
 ) -> Callable[[Request], Awaitable[Response]]:
@@ -188,8 +206,8 @@ def _endpoint(
     async def endpoint(request: Request) -> Response:
         actor = request.scope.get(ACTOR)
         api: Api = request.app.state.api.acting(actor if isinstance(actor, str) else None)
-        api = api.calling(Caller(principal_of(request.scope)))
         path = request.url.path
+        api = api.calling(Caller(principal_of(request.scope), _audit_refusal(api, request)))
         try:
             if multipart:
                 body = await _multipart(request)

@@ -19,6 +19,7 @@ throttle), refused as problem documents (docs/camunda-api.md, "Authentication").
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -49,9 +50,11 @@ _CHALLENGE = (("WWW-Authenticate", 'Basic realm="dormant"'),)
 class Caller:
     """Who calls a route, as the routes ask it (the decisions are
     tasks/console/authorization.py's): a record of a tenant the caller cannot read is
-    a 404, the words an unknown one gets; one they read but may not act on is a 403."""
+    a 404, the words an unknown one gets; one they read but may not act on is a 403.
+    ``refused`` records a refused act (the audit trail: docs/audit.md)."""
 
     principal: Principal | None
+    refused: Callable[[Problem], None] | None = None
 
     def reads(self, tenant: str) -> bool:
         return self.principal is None or self.principal.may_read(tenant)
@@ -73,14 +76,18 @@ class Caller:
         if self.principal is None or self.principal.may(role, tenant):
             return
         if missing and not self.principal.may_read(tenant):
-            raise Problem(404, "NOT_FOUND", missing)
-        what = "deploying" if role == ADMIN else "acting"
-        raise Problem(
-            403,
-            "FORBIDDEN",
-            f"{what} on tenant {tenant!r} needs the {role} role there, which "
-            f"{self.principal.name} does not hold (docs/tenants.md, Authorizations)",
-        )
+            refusal = Problem(404, "NOT_FOUND", missing)
+        else:
+            what = "deploying" if role == ADMIN else "acting"
+            refusal = Problem(
+                403,
+                "FORBIDDEN",
+                f"{what} on tenant {tenant!r} needs the {role} role there, which "
+                f"{self.principal.name} does not hold (docs/tenants.md, Authorizations)",
+            )
+        if self.refused is not None:
+            self.refused(refusal)
+        raise refusal
 
 
 def is_read(method: str, path: str) -> bool:

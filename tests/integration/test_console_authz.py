@@ -271,6 +271,14 @@ def test_the_api_refuses_acting_on_another_tenant(api: TestClient, client: Clien
     )
     assert deploy.status_code == 403 and "admin role" in deploy.json()["detail"]
     assert _sent(client) == before  # nothing was sent
+    refused = [e for e in client.audit_log(actor="acme-ops") if e.source == "api"]
+    assert {e.action for e in refused} == {
+        "cancellation",
+        "process-instances",
+        "activation",
+        "deployments",
+    }
+    assert all(e.outcome == "refused" for e in refused)
     done = api.post(f"/v2/process-instances/{keys['payment']}/cancellation", headers=_as("boss"))
     assert done.status_code == 204
 
