@@ -235,13 +235,15 @@ def job(engine: Engine, key: int) -> ApiJob | None:
     return None if row is None else _job(row)
 
 
-def take(engine: Engine, key: int) -> ApiJob | None:
+def take(engine: Engine, key: int, tenants: Sequence[str] | None = None) -> ApiJob | None:
     """Remove the job whose outcome its worker reported; None when there is no such
-    job (never activated through the API, or already reported)."""
+    job (never activated through the API, or already reported, or not of ``tenants``
+    when given: another tenant's job is no job to its caller, and stays)."""
+    stmt = delete(api_jobs).where(api_jobs.c.key == key)
+    if tenants is not None:
+        stmt = stmt.where(api_jobs.c.tenant_id.in_(list(tenants)))
     with engine.begin() as conn:
-        row = conn.execute(
-            delete(api_jobs).where(api_jobs.c.key == key).returning(api_jobs)
-        ).first()
+        row = conn.execute(stmt.returning(api_jobs)).first()
     return None if row is None else _job(row)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -87,6 +87,8 @@ class InstanceFilter:
     started_from: datetime | None = None
     started_to: datetime | None = None
     tenant: str | None = None
+    # The tenants the reader may see (None: every one; docs/tenants.md "Authorizations").
+    tenants: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +99,7 @@ class IncidentFilter:
     state: str | None = None
     instance_id: str | None = None
     tenant: str | None = None
+    tenants: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -362,6 +365,27 @@ class ConsoleQueries:
             found = self._sources[(key, version)] = str(raw)
         return found
 
+    def instance_tenants(self, ids: Iterable[str]) -> dict[str, str]:
+        """Each known instance's tenant (the audit page's filter), in one statement."""
+        wanted = list(dict.fromkeys(ids))
+        if not wanted:
+            return {}
+        c = instances.c
+        with self._read() as conn:
+            rows = conn.execute(select(c.id, c.tenant_id).where(c.id.in_(wanted)))
+            return {str(r.id): str(r.tenant_id) for r in rows}
+
+    def instance_tenant(self, instance_id: str) -> str:
+        """An instance's tenant (``UnknownInstance`` if there is none): what a page
+        checks the reader's grants against before it reads anything else."""
+        with self._read() as conn:
+            found = conn.execute(
+                select(instances.c.tenant_id).where(instances.c.id == instance_id)
+            ).scalar()
+        if found is None:
+            raise UnknownInstance(f"no instance has id {instance_id!r}")
+        return str(found)
+
     def instance_bundle(
         self, instance_id: str
     ) -> tuple[Checkpoint, list[FactView], list[InstanceRow]]:
@@ -408,6 +432,8 @@ class ConsoleQueries:
         ):
             if value is not None:
                 where.append(column == value)
+        if f.tenants is not None:
+            where.append(c.tenant_id.in_(f.tenants))
         if f.started_from is not None:
             where.append(c.created_at >= f.started_from)
         if f.started_to is not None:
@@ -460,6 +486,8 @@ class ConsoleQueries:
         ):
             if value is not None:
                 where.append(column == value)
+        if f.tenants is not None:
+            where.append(t.tenant_id.in_(f.tenants))
         if f.state == "unresolved":
             where.append(t.state.in_(OPEN_INCIDENT_STATES))
         elif f.state is not None:

@@ -948,6 +948,25 @@ def console(host: str, port: int, read_only: bool, root_path: str) -> None:
     serve(host=host, port=port, read_only=read_only, root_path=root_path)
 
 
+@cli.command("hash-password")
+@click.option(
+    "--iterations",
+    type=click.IntRange(1_000),
+    default=600_000,
+    show_default=True,
+    help="PBKDF2 iterations (at least 1000)",
+)
+def hash_password_cmd(iterations: int) -> None:
+    """A password's hash for DORMANT_CONSOLE_USERS (docs/console.md, "Users and roles"):
+    the password is read from standard input, never from the command line."""
+    from dormant.tasks.console.authorization import hash_password
+
+    password = sys.stdin.readline().rstrip("\n")
+    if not password:
+        raise click.UsageError("no password on standard input")
+    click.echo(hash_password(password, iterations))
+
+
 @cli.command()
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", type=int, default=8088, show_default=True)

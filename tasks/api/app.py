@@ -59,19 +59,20 @@ from dormant.engine_core.triggers import (
     JobHeartbeat,
 )
 from dormant.engine_core.views import IncidentView, InstanceView, UserTaskView
-from dormant.persistence import api_keys, clock
+from dormant.persistence import api_keys, audit, clock
 from dormant.persistence.console_queries import ConsoleQueries
 from dormant.persistence.db import read_only
 from dormant.persistence.decisions import deployed_decision, file_versions
 from dormant.tasks import wire
 from dormant.tasks.api import oauth, schemas
-from dormant.tasks.api.auth import ApiGuard
+from dormant.tasks.api.auth import ApiGuard, Caller
 from dormant.tasks.api.problems import Problem
 from dormant.tasks.api.problems import problem as _problem
 from dormant.tasks.client import Client
+from dormant.tasks.console.authorization import ADMIN, OPERATOR, VIEWER
 from dormant.tasks.console.config import ConsoleConfig
 from dormant.tasks.console.forms import embedded_form
-from dormant.tasks.console.security import ACTOR
+from dormant.tasks.console.security import ACTOR, principal_of
 from dormant.tasks.console.throttle import SignInThrottle
 
 __all__ = ["GATEWAY_VERSION", "PREFIX", "create_app", "routes", "v2_app"]
@@ -115,7 +116,10 @@ def _status_of(exc: DormantError) -> tuple[int, str]:
 
 
 class Api:
-    """What every handler uses: the Client, the key mapping, the clock."""
+    """What every handler uses: the Client, the key mapping, the clock, and who calls
+    (``caller``: each request's own copy, ``calling``)."""
+
+    caller: Caller = Caller(None)
 
     def __init__(self, client: Client) -> None:
         # The API's operator actions (a cancel, an incident resolution) are recorded as
@@ -123,6 +127,25 @@ class Api:
         self.client = client.acting_as(ANONYMOUS_ACTOR, "api")
         self.engine = client._store.engine
         self.queries = ConsoleQueries(self.engine)
+
+    def calling(self, caller: Caller) -> Api:
+        other = copy.copy(self)
+        other.caller = caller
+        return other
+
+    def instance(self, instance_id: str, role: str = VIEWER) -> InstanceView:
+        """An instance the caller may read (another tenant's is unknown to them: the
+        Client's own 404 words) and, for ``role`` above viewer, act on."""
+        view = self.client.instance(instance_id)
+        missing = f"no instance {instance_id!r}; list them with `dormant instances list`"
+        if role == VIEWER:
+            self.caller.visible(view.tenant, missing)
+        else:
+            self.caller.require(view.tenant, missing, role)
+        return view
+
+    def tenant_of(self, instance_id: str) -> str:
+        return self.queries.instance_tenant(instance_id)
 
     def acting(self, caller: str | None) -> Api:
         """This Api for one call: its Client records ``caller`` (the guard's
@@ -155,6 +178,24 @@ class Api:
 Handler = Callable[[Api, dict[str, Any], dict[str, str]], Any]
 
 
+def _audit_refusal(api: Api, request: Request) -> Callable[[Problem], None]:
+    """How a call refused for want of a role on a tenant is recorded: one ``refused``
+    row naming the caller, the route and the refusal (docs/audit.md)."""
+
+    def record(refusal: Problem) -> None:
+        words = [w for w in request.url.path.split("/") if w and not w.isdigit()]
+        cmd = audit.command(
+            api.client.actor,
+            "api",
+            words[-1] if words else request.method.lower(),
+            target=f"{request.method} {request.url.path}",
+        )
+        row = audit.outcome_row(cmd, "refused", clock.now(), detail=refusal.detail)
+        audit.record(api.engine, [row])
+
+    return record
+
+
 def _endpoint(
     handler: Handler, *, multipart: bool = False
 ) -> Callable[[Request], Awaitable[Response]]:
@@ -163,10 +204,10 @@ def _endpoint(
     thread pool (it blocks on the database), its answer or refusal written."""
 
     async def endpoint(request: Request) -> Response:
-        api: Api = request.app.state.api
         actor = request.scope.get(ACTOR)
-        api = api.acting(actor if isinstance(actor, str) else None)
+        api: Api = request.app.state.api.acting(actor if isinstance(actor, str) else None)
         path = request.url.path
+        api = api.calling(Caller(principal_of(request.scope), _audit_refusal(api, request)))
         try:
             if multipart:
                 body = await _multipart(request)
@@ -347,6 +388,7 @@ def deploy(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
         raise Problem(400, "INVALID_ARGUMENT", "no resources to deploy (multipart 'resources')")
     store = api.client._store
     tenant = check_tenant(body.get("tenantId"), "tenantId")
+    api.caller.require(tenant, "", ADMIN)
     # Forms go through the same deploy as models: told apart by content, kept in
     # ``forms`` (persistence/forms.py), versioned per form id.
     names: list[str | None] = [n for n, _ in files]
@@ -430,6 +472,7 @@ def create_instance(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any
         )
     _, version = store.deployments.definition(process_key, version)
     tenant = check_tenant(req.tenant_id, "tenantId")
+    api.caller.require(tenant, "")
     producer = api.client.for_tenant(tenant)
     instance_id = producer.start(process_key, req.variables, req.business_id, version=version)
     variables: dict[str, Any] = {}
@@ -522,7 +565,7 @@ def _instance(api: Api, view: InstanceView, keys: dict[str, str] | None = None) 
 
 def get_instance(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
     instance_id = api.resolve("instance", path["key"], "process instance")
-    return _instance(api, api.client.instance(instance_id))
+    return _instance(api, api.instance(instance_id))
 
 
 def search_instances(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
@@ -530,6 +573,7 @@ def search_instances(api: Api, body: dict[str, Any], path: dict[str, str]) -> An
     f = search.filter
     process_id = f.get("processDefinitionId")
     views = api.client.instances(key=str(process_id) if process_id else None, limit=10000)
+    views = [v for v in views if api.caller.reads(v.tenant)]
     wanted_key = _filter_key(search, "processInstanceKey")
     if wanted_key is not None:
         found = api_keys.dormant_id(api.engine, "instance", int(wanted_key))
@@ -546,7 +590,9 @@ def search_instances(api: Api, body: dict[str, Any], path: dict[str, str]) -> An
 
 
 def cancel_instance(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
-    api.client.cancel(api.resolve("instance", path["key"], "process instance"))
+    instance_id = api.resolve("instance", path["key"], "process instance")
+    api.instance(instance_id, OPERATOR)
+    api.client.cancel(instance_id)
     return None
 
 
@@ -570,6 +616,7 @@ def modify_instance(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any
     move target; the engine refuses a result it would find inconsistent (409)."""
     req = _model(schemas.ModifyInstance, body)
     instance_id = api.resolve("instance", path["key"], "process instance")
+    api.instance(instance_id, OPERATOR)
     activated = any(a.variable_instructions for a in req.activate_instructions)
     if activated or any(m.variable_instructions for m in req.move_instructions):
         raise Problem(
@@ -606,7 +653,7 @@ def migrate_instance(api: Api, body: dict[str, Any], path: dict[str, str]) -> An
     target, _, v = api.resolve(
         "process", req.target_process_definition_key, "process definition"
     ).rpartition(":")
-    view = api.client.instance(instance_id)
+    view = api.instance(instance_id, OPERATOR)
     if target != view.key:
         raise Problem(
             400,
@@ -625,6 +672,13 @@ def migrate_instance(api: Api, body: dict[str, Any], path: dict[str, str]) -> An
 def activate_jobs(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
     req = _model(schemas.ActivateJobs, body)
     tenants = check_tenants(req.tenant_ids, "tenantIds") if req.tenant_ids else None
+    allowed = api.caller.tenants(OPERATOR)
+    if allowed is not None:
+        # A worker activates only its caller's tenants' jobs (docs/tenants.md).
+        refused = [t for t in tenants or () if t not in allowed]
+        if refused:
+            api.caller.require(refused[0], "")
+        tenants = tenants or allowed
     worker = req.worker or "default"
     timeout = timedelta(milliseconds=req.timeout)
     if req.request_timeout < 0:
@@ -731,7 +785,8 @@ def _take(api: Api, key: str) -> api_keys.ApiJob:
         number = int(key)
     except ValueError:
         raise Problem(400, "INVALID_ARGUMENT", f"job key {key!r} is not a number") from None
-    job = api_keys.take(api.engine, number)
+    # Another tenant's job is no job to this caller, and is left where it is.
+    job = api_keys.take(api.engine, number, api.caller.tenants(OPERATOR))
     if job is None:
         raise Problem(
             404,
@@ -829,7 +884,8 @@ def update_job(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
     if change.timeout is None and change.retries is None:
         return None
     job = api_keys.job(api.engine, int(path["key"]))
-    if job is None or job.worker is None:
+    allowed = api.caller.tenants(OPERATOR)
+    if job is None or job.worker is None or (allowed is not None and job.tenant not in allowed):
         raise Problem(404, "NOT_FOUND", f"no activated job has key {path['key']}")
     extend = None
     if change.timeout is not None:
@@ -855,6 +911,7 @@ def publish_message(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any
     req = _model(schemas.PublishMessage, body)
     ttl = None if req.time_to_live is None else req.time_to_live / 1000
     producer = api.client.for_tenant(check_tenant(req.tenant_id, "tenantId"))
+    api.caller.require(producer.tenant, "")
     message_id = producer.send_message(
         req.name, req.correlation_key, req.variables, req.message_id, ttl
     )
@@ -864,6 +921,7 @@ def publish_message(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any
 def correlate_message(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
     req = _model(schemas.CorrelateMessage, body)
     producer = api.client.for_tenant(check_tenant(req.tenant_id, "tenantId"))
+    api.caller.require(producer.tenant, "")
     holders = api_keys.message_holders(api.engine, req.name, req.correlation_key, producer.tenant)
     if not holders:
         raise Problem(
@@ -883,6 +941,7 @@ def correlate_message(api: Api, body: dict[str, Any], path: dict[str, str]) -> A
 def broadcast_signal(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
     req = _model(schemas.BroadcastSignal, body)
     producer = api.client.for_tenant(check_tenant(req.tenant_id, "tenantId"))
+    api.caller.require(producer.tenant, "")
     signal_id = producer.signal(req.signal_name, req.variables)
     return {"tenantId": producer.tenant, "signalKey": api.key("signal", signal_id)}
 
@@ -933,6 +992,7 @@ def search_user_tasks(api: Api, body: dict[str, Any], path: dict[str, str]) -> A
     views = api.client.user_tasks(
         instance_id, assignee=str(assignee) if isinstance(assignee, str) else None
     )
+    views = [v for v in views if api.caller.reads(v.tenant)]
     element = search.filter.get("elementId")
     if element is not None:
         views = [v for v in views if v.node_id == element]
@@ -943,8 +1003,16 @@ def search_user_tasks(api: Api, body: dict[str, Any], path: dict[str, str]) -> A
     return _page([_user_task(api, v, processes[v.instance_id]) for v in views], search)
 
 
-def _task_id(api: Api, key: str) -> str:
-    return api.resolve("user_task", key, "user task")
+def _task_id(api: Api, key: str, role: str = VIEWER) -> str:
+    """The task a key names, if the caller may read it (another tenant's is a 404) and,
+    for ``role`` above viewer, act on it."""
+    task_id = api.resolve("user_task", key, "user task")
+    tenant = api.client.user_task(task_id).tenant
+    if role == VIEWER:
+        api.caller.visible(tenant, f"no user task has key {key}")
+    else:
+        api.caller.require(tenant, f"no user task has key {key}", role)
+    return task_id
 
 
 def get_user_task(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
@@ -955,7 +1023,7 @@ def get_user_task(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
 
 def assign_user_task(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
     req = _model(schemas.AssignUserTask, body)
-    task_id = _task_id(api, path["key"])
+    task_id = _task_id(api, path["key"], OPERATOR)
     if req.allow_override:
         api.client.assign_task(task_id, req.assignee)
     else:
@@ -964,13 +1032,13 @@ def assign_user_task(api: Api, body: dict[str, Any], path: dict[str, str]) -> An
 
 
 def unassign_user_task(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
-    api.client.unassign_task(_task_id(api, path["key"]))
+    api.client.unassign_task(_task_id(api, path["key"], OPERATOR))
     return None
 
 
 def complete_user_task(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
     req = _model(schemas.CompleteUserTask, body)
-    task_id = _task_id(api, path["key"])
+    task_id = _task_id(api, path["key"], OPERATOR)
     # The task's own tenant: the request names none (docs/tenants.md).
     producer = api.client.for_tenant(api.client.user_task(task_id).tenant)
     producer.complete_task(task_id, req.variables)
@@ -1100,11 +1168,14 @@ def _instances_for(api: Api, search: schemas.Search) -> list[InstanceView]:
         if found is None:
             return []
         try:
-            return [api.client.instance(found)]
-        except UnknownInstance:
+            return [api.instance(found)]
+        except (UnknownInstance, Problem):
             return []
     process_id = search.filter.get("processDefinitionId")
-    return api.client.instances(key=str(process_id) if process_id else None, limit=SEARCH_INSTANCES)
+    views = api.client.instances(
+        key=str(process_id) if process_id else None, limit=SEARCH_INSTANCES
+    )
+    return [v for v in views if api.caller.reads(v.tenant)]
 
 
 def _matches(item: dict[str, Any], search: schemas.Search, fields: Sequence[str]) -> bool:
@@ -1124,7 +1195,7 @@ def search_element_instances(api: Api, body: dict[str, Any], path: dict[str, str
     return _page([r for r in rows if _matches(r, search, fields)], search)
 
 
-def _element(api: Api, key: str) -> tuple[InstanceView, str | None]:
+def _element(api: Api, key: str, role: str = VIEWER) -> tuple[InstanceView, str | None]:
     """The instance and token an element instance key names (token None: the process
     instance's own key, its root scope)."""
     try:
@@ -1136,11 +1207,11 @@ def _element(api: Api, key: str) -> tuple[InstanceView, str | None]:
     element = api_keys.dormant_id(api.engine, "element", number)
     if element is not None and ":" in element:
         instance_id, _, token_id = element.partition(":")
-        return api.client.instance(instance_id), token_id
+        return api.instance(instance_id, role), token_id
     own = api_keys.dormant_id(api.engine, "instance", number)
     if own is None:
         raise Problem(404, "NOT_FOUND", f"no element instance has key {key}")
-    return api.client.instance(own), None
+    return api.instance(own, role), None
 
 
 def get_element_instance(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
@@ -1156,7 +1227,7 @@ def set_element_variables(api: Api, body: dict[str, Any], path: dict[str, str]) 
     ``local``, the root scope; ``local`` on an element, the scope its token runs in
     (a sub-process's own scope for a sub-process element)."""
     req = _model(schemas.SetVariables, body)
-    view, token_id = _element(api, path["key"])
+    view, token_id = _element(api, path["key"], OPERATOR)
     scope = ROOT_SCOPE
     if token_id is not None and req.local:
         checkpoint = api.client._store.queries.checkpoint(view.id)
@@ -1174,6 +1245,8 @@ def search_variables(api: Api, body: dict[str, Any], path: dict[str, str]) -> An
     search = _model(schemas.Search, body)
     items: list[dict[str, Any]] = []
     for view in _instances_for(api, search):
+        if not api.caller.sees_values(view.tenant):
+            continue  # a viewer not granted values sees no variables (docs/console.md)
         instance_key = api.key("instance", view.id)
         checkpoint = api.client._store.queries.checkpoint(view.id)
         scope_elements = {
@@ -1337,6 +1410,8 @@ def search_incidents(api: Api, body: dict[str, Any], path: dict[str, str]) -> An
         if instance_id is None:
             return _page([], search)
     views = api.client.incidents(instance_id)
+    tenants = {i: api.tenant_of(i) for i in {v.instance_id for v in views}}
+    views = [v for v in views if api.caller.reads(tenants[v.instance_id])]
     processes = api_keys.instance_processes(api.engine, [v.instance_id for v in views])
     items = [_incident(api, v, processes.get(v.instance_id, ("", 0))) for v in views]
     state = search.filter.get("state")
@@ -1349,12 +1424,16 @@ def search_incidents(api: Api, body: dict[str, Any], path: dict[str, str]) -> An
 
 def get_incident(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
     view = api.client.incident(api.resolve("incident", path["key"], "incident"))
+    api.caller.visible(api.tenant_of(view.instance_id), f"no incident has key {path['key']}")
     process = api_keys.instance_processes(api.engine, [view.instance_id])
     return _incident(api, view, process.get(view.instance_id, ("", 0)))
 
 
 def resolve_incident(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
-    api.client.retry_incident(api.resolve("incident", path["key"], "incident"))
+    incident_id = api.resolve("incident", path["key"], "incident")
+    tenant = api.tenant_of(api.client.incident(incident_id).instance_id)
+    api.caller.require(tenant, f"no incident has key {path['key']}")
+    api.client.retry_incident(incident_id)
     return None
 
 

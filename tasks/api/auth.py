@@ -8,7 +8,10 @@ throttle), refused as problem documents (docs/camunda-api.md, "Authentication").
   ``DORMANT_CONSOLE_VIEWER_AUTH``) or ``Bearer`` (``DORMANT_CONSOLE_TOKEN``, or a token
   from the OAuth token endpoint, oauth.py): 401 without.
 * A viewer reads: ``GET`` routes and the ``…/search`` POSTs. Anything else acts (a
-  deploy, a start, a job's completion, an evaluation) and needs an operator: 403.
+  deploy, a start, a job's completion, an evaluation) and needs an operator: 403,
+  decided here on the headers. Which tenants a caller reads and acts on is decided
+  per record by the routes through ``Caller`` (tasks/console/authorization.py holds
+  the rules; docs/tenants.md "Authorizations").
 * The session cookie of the console's sign-in form is never read here: the clients
   send headers, and a cookie would let any page the browser visits act. A foreign
   ``Host`` or ``Origin`` is refused as on the console's pages (DNS rebinding).
@@ -16,14 +19,19 @@ throttle), refused as problem documents (docs/camunda-api.md, "Authentication").
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from dormant.tasks.api.problems import problem
+from dormant.tasks.api.problems import Problem, problem
+from dormant.tasks.console.authorization import ADMIN, OPERATOR, Principal
 from dormant.tasks.console.config import ENV_AUTH, ENV_TOKEN, ConsoleConfig
 from dormant.tasks.console.security import (
     ACTOR,
-    OPERATOR,
+    PRINCIPAL,
     ROLE,
+    VIEWER,
     Refusal,
     header_actor,
     host_refusal,
@@ -32,10 +40,54 @@ from dormant.tasks.console.security import (
 )
 from dormant.tasks.console.throttle import SignInThrottle
 
-__all__ = ["ApiGuard", "is_read"]
+__all__ = ["ApiGuard", "Caller", "is_read"]
 
 _READ_METHODS = ("GET", "HEAD")
 _CHALLENGE = (("WWW-Authenticate", 'Basic realm="dormant"'),)
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who calls a route, as the routes ask it (the decisions are
+    tasks/console/authorization.py's): a record of a tenant the caller cannot read is
+    a 404, the words an unknown one gets; one they read but may not act on is a 403.
+    ``refused`` records a refused act (the audit trail: docs/audit.md)."""
+
+    principal: Principal | None
+    refused: Callable[[Problem], None] | None = None
+
+    def reads(self, tenant: str) -> bool:
+        return self.principal is None or self.principal.may_read(tenant)
+
+    def sees_values(self, tenant: str) -> bool:
+        return self.principal is None or self.principal.sees_values(tenant)
+
+    def tenants(self, role: str = OPERATOR) -> tuple[str, ...] | None:
+        """The tenants the caller holds ``role`` on; None for every tenant."""
+        return None if self.principal is None else self.principal.tenants(role)
+
+    def visible(self, tenant: str, missing: str) -> None:
+        if not self.reads(tenant):
+            raise Problem(404, "NOT_FOUND", missing)
+
+    def require(self, tenant: str, missing: str, role: str = OPERATOR) -> None:
+        """``missing`` is the 404's text for a record the caller cannot read; a tenant
+        the request names itself (a deploy's, a start's) is no secret: pass ``""``."""
+        if self.principal is None or self.principal.may(role, tenant):
+            return
+        if missing and not self.principal.may_read(tenant):
+            refusal = Problem(404, "NOT_FOUND", missing)
+        else:
+            what = "deploying" if role == ADMIN else "acting"
+            refusal = Problem(
+                403,
+                "FORBIDDEN",
+                f"{what} on tenant {tenant!r} needs the {role} role there, which "
+                f"{self.principal.name} does not hold (docs/tenants.md, Authorizations)",
+            )
+        if self.refused is not None:
+            self.refused(refusal)
+        raise refusal
 
 
 def is_read(method: str, path: str) -> bool:
@@ -87,14 +139,15 @@ class ApiGuard:
                 _CHALLENGE,
             )
         method, path = scope["method"], scope["path"]
-        if found != OPERATOR and not is_read(method, path):
+        if found.role == VIEWER and not is_read(method, path):
             return Refusal(
                 403,
                 "FORBIDDEN",
-                f"{method} {path} acts, and a {found} may only read (gets and searches); "
+                f"{method} {path} acts, and a viewer may only read (gets and searches); "
                 f"acting needs an operator's credentials",
             )
-        scope[ROLE] = found
+        scope[ROLE] = found.role
+        scope[PRINCIPAL] = found
         # Credentials were checked only when some are configured; an open loopback API
         # names nobody (its actions are recorded as ``api``: docs/audit.md).
         if self.config.has_credentials:

@@ -19,7 +19,7 @@ blocking database and broker calls belong.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import urlencode
 
@@ -60,18 +60,23 @@ from dormant.tasks.console.pages import (
     _confirmed,
     _flash,
     _here,
+    _may_read,
     _moment,
     _opt,
     _queries,
     _render,
     _safe_next,
+    _sees_values,
+    _visible,
+    incident_tenant,
+    instance_tenant,
 )
 from dormant.tasks.console.security import (
     SESSION_SECONDS,
+    USERS_ROLE,
     AccessLog,
     Guard,
     Sessions,
-    authenticated,
     client_of,
     csrf_ok,
     sign_in,
@@ -122,13 +127,27 @@ def home(request: Request) -> Response:
     return RedirectResponse(request.scope.get("root_path", "") + "/processes", status_code=303)
 
 
+def _process_tenant(request: Request, key: str) -> str | None:
+    """The tenant owning process ``key`` (None: none is deployed)."""
+    try:
+        return str(_client(request)._store.deployments.tenant(key))
+    except DormantError:
+        return None
+
+
 def processes(request: Request) -> Response:
     q = _queries(request)
+    rows, by_node = q.processes(), q.open_incidents_by_node()
+    visible = _visible(request)
+    if visible is not None:
+        # A process belongs to one tenant: the reader's tenants' processes only.
+        rows = [p for p in rows if _process_tenant(request, p.key) in visible]
+        by_node = {k: v for k, v in by_node.items() if _process_tenant(request, k) in visible}
     return _render(
         request,
         "processes.html",
-        processes=q.processes(),
-        incidents_by_node=q.open_incidents_by_node(),
+        processes=rows,
+        incidents_by_node=by_node,
         statuses=STATUSES,
     )
 
@@ -141,7 +160,8 @@ def process_page(request: Request) -> Response:
     raw = request.path_params["version"]
     q = _queries(request)
     source = q.definition_source(key, int(raw)) if raw.isdigit() else None
-    if source is None:
+    tenant = _process_tenant(request, key) if source is not None else None
+    if source is None or tenant is None or not _may_read(request, tenant):
         return _render(
             request,
             "error.html",
@@ -180,6 +200,7 @@ def instance_list(request: Request) -> Response:
             started_from=_moment(request, "started_from"),
             started_to=_moment(request, "started_to"),
             tenant=_tenant(request),
+            tenants=_visible(request),
         )
         page = _queries(request).instance_page(filters, _opt(request, "after"))
     except DormantError as exc:
@@ -206,10 +227,22 @@ def _next_qs(request: Request, cursor: str | None) -> str | None:
     return first + ("&" if "?" in first else "?") + urlencode([("after", cursor)])
 
 
-def instance_reads(q: ConsoleQueries, instance_id: str, *, values: bool = False) -> dict[str, Any]:
-    """Everything the instance page shows, read once (UnknownInstance if there is none):
-    one checkpoint decoded, its facts, its children, its model's XML. ``values``: the
-    reader may see values (correlation keys are values)."""
+def instance_reads(
+    q: ConsoleQueries,
+    instance_id: str,
+    *,
+    values: bool | Callable[[str], bool] = False,
+    readable: Callable[[str], bool] = lambda _: True,
+) -> dict[str, Any]:
+    """Everything the instance page shows, read once (UnknownInstance if there is none,
+    or if ``readable`` refuses its tenant: another tenant's instance is unknown): one
+    checkpoint decoded, its facts, its children, its model's XML. ``values``: the
+    reader may see values (correlation keys are values), or a test of the tenant."""
+    tenant = q.instance_tenant(instance_id)
+    if not readable(tenant):
+        raise UnknownInstance(f"no instance has id {instance_id!r}")
+    if callable(values):
+        values = values(tenant)
     checkpoint, history, children = q.instance_bundle(instance_id)
     return {
         "view": instance_view(checkpoint),
@@ -229,13 +262,19 @@ def instance_reads(q: ConsoleQueries, instance_id: str, *, values: bool = False)
         "diagram": q.definition_source(checkpoint.process_key, checkpoint.version) or "",
         "ended": checkpoint.status.ended,
         "internal_kinds": presenters.INTERNAL_FACTS,
+        "values": values,
     }
 
 
 def instance_page(request: Request) -> Response:
     instance_id = request.path_params["instance_id"]
     try:
-        reads = instance_reads(_queries(request), instance_id, values=authenticated(request))
+        reads = instance_reads(
+            _queries(request),
+            instance_id,
+            values=lambda tenant: _sees_values(request, tenant),
+            readable=lambda tenant: _may_read(request, tenant),
+        )
     except UnknownInstance as exc:
         return _render(request, "error.html", message=f"error: {exc}", status_code=404)
     except StoredDataError as exc:
@@ -274,7 +313,10 @@ def instance_state(request: Request) -> Response:
         return JSONResponse({"error": str(exc)}, status_code=404)
     except StoredDataError as exc:
         return JSONResponse({"error": str(exc)}, status_code=409)
-    marks = presenters.overlays(checkpoint, history, values=authenticated(request))
+    tenant = _queries(request).instance_tenant(instance_id)
+    if not _may_read(request, tenant):
+        return JSONResponse({"error": f"no instance has id {instance_id!r}"}, status_code=404)
+    marks = presenters.overlays(checkpoint, history, values=_sees_values(request, tenant))
     return JSONResponse(
         {
             "id": checkpoint.instance_id,
@@ -304,6 +346,7 @@ def incident_list(request: Request) -> Response:
             state=state,
             instance_id=_opt(request, "instance"),
             tenant=_tenant(request),
+            tenants=_visible(request),
         )
         page = _queries(request).incident_page(filters, _opt(request, "after"))
     except DormantError as exc:
@@ -332,7 +375,13 @@ async def incident_action(request: Request) -> Response:
     if op not in ("retry", "resolve", "drop"):
         return PlainTextResponse(f"no incident action {op!r}", status_code=404)
     call = getattr(_client(request), f"{op}_incident")
-    return await _act(request, f"{op} {incident_id}", call, incident_id)
+    return await _act(
+        request,
+        f"{op} {incident_id}",
+        call,
+        incident_id,
+        tenant_of=incident_tenant(request, incident_id),
+    )
 
 
 async def cancel_instance(request: Request) -> Response:
@@ -345,7 +394,13 @@ async def cancel_instance(request: Request) -> Response:
     )
     if asked is not None:
         return asked
-    return await _act(request, f"cancelling {instance_id}", _client(request).cancel, instance_id)
+    return await _act(
+        request,
+        f"cancelling {instance_id}",
+        _client(request).cancel,
+        instance_id,
+        tenant_of=instance_tenant(request, instance_id),
+    )
 
 
 # -- signing in ------------------------------------------------------------------------
@@ -370,8 +425,8 @@ async def login(request: Request) -> Response:
     if not csrf_ok(request, form):
         return PlainTextResponse("refused: the form's CSRF token is missing or wrong", 403)
     user, password = str(form.get("user", "")), str(form.get("password", ""))
-    role = sign_in(config, user, password) if config.has_credentials else None
-    if role is None:
+    found = sign_in(config, user, password) if config.has_credentials else None
+    if found is None:
         if config.has_credentials:
             await asyncio.sleep(throttle.failed(client))
         _flash(request, "error", "error: wrong user or password")
@@ -380,7 +435,8 @@ async def login(request: Request) -> Response:
     await run_in_threadpool(sessions.end, request.session.get("sid"))
     request.session.clear()  # a fresh session (and CSRF token) for the signed-in user
     request.session["user"] = user or "token"
-    request.session["role"] = role
+    known = any(u.name == found.name for u in config.users) and found.name == user
+    request.session["role"] = USERS_ROLE if known else found.role
     request.session["sid"] = await run_in_threadpool(sessions.start)
     return RedirectResponse(_safe_next(form.get("next"), root + "/processes"), status_code=303)
 
@@ -403,11 +459,30 @@ def unmatched_messages(request: Request) -> Response:
     signed-in reader."""
     client = _client(request)
     settings = client.settings
-    rows = client.unmatched_messages(name=_opt(request, "name"), limit=_MESSAGES_SHOWN)
+    name = _opt(request, "name")
+    visible = _visible(request)
+    if visible is None:
+        rows = client.unmatched_messages(name=name, limit=_MESSAGES_SHOWN)
+        values = _sees_values(request, "*")
+    else:
+        # The reader's tenants' messages only, newest first as the one list is.
+        rows = sorted(
+            (
+                m
+                for tenant in visible
+                for m in client.unmatched_messages(name=name, limit=_MESSAGES_SHOWN, tenant=tenant)
+            ),
+            key=lambda m: m.at,
+            reverse=True,
+        )[:_MESSAGES_SHOWN]
+        values = all(_sees_values(request, tenant) for tenant in visible)
     return _render(
         request,
         "messages.html",
         rows=rows,
+        # A row names no tenant: its key is shown to whoever sees values on every
+        # tenant listed.
+        values=values,
         params=request.query_params,
         kept=settings.unmatched_messages_kept,
         retention=duration(settings.unmatched_messages_retention_seconds),

@@ -19,15 +19,25 @@ from dataclasses import dataclass
 
 from dormant.engine_core.errors import InvalidSetting
 from dormant.persistence.settings import parse_bool
+from dormant.tasks.console.authorization import (
+    ADMIN,
+    ALL_TENANTS,
+    Grant,
+    User,
+    parse_grants,
+    parse_users,
+)
 
 __all__ = [
     "ENV_AUTH",
     "ENV_GROUPS",
     "ENV_HOSTS",
     "ENV_OAUTH_CLIENT",
+    "ENV_OAUTH_GRANTS",
     "ENV_SECRET",
     "ENV_SECURE_COOKIES",
     "ENV_TOKEN",
+    "ENV_USERS",
     "ENV_VIEWER",
     "LOOPBACK_NAMES",
     "MIN_SECRET_CHARS",
@@ -43,6 +53,10 @@ ENV_VIEWER = "DORMANT_CONSOLE_VIEWER_AUTH"
 # client-id:client-secret the Camunda API's token endpoint issues bearer tokens for
 # (OAuth client credentials; tasks/console/tokens.py).
 ENV_OAUTH_CLIENT = "DORMANT_CONSOLE_OAUTH_CLIENT"
+# Users with roles per tenant (tasks/console/authorization.py, docs/console.md).
+ENV_USERS = "DORMANT_CONSOLE_USERS"
+# The OAuth client's grants (role@tenant,…); admin@* when unset, as before tenants.
+ENV_OAUTH_GRANTS = "DORMANT_CONSOLE_OAUTH_GRANTS"
 ENV_SECRET = "DORMANT_CONSOLE_SECRET"  # signs the session cookie; random per process if unset
 # The signed-in user's candidate groups, comma separated: the tasklist's "tasks I may
 # work on" (docs/console.md, Tasks).
@@ -55,6 +69,8 @@ MIN_SECRET_CHARS = 16
 # The names a loopback console is reached by; any other Host is refused (400).
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 _WILDCARD_BINDS = ("0.0.0.0", "::", "")
+# What the single-user settings (and an unconfigured OAuth client) grant: all of it.
+EVERY_TENANT_ADMIN = (Grant(ADMIN, ALL_TENANTS, True),)
 
 
 def _is_ip(text: str) -> bool:
@@ -108,6 +124,9 @@ class ConsoleConfig:
     # OAuth client credentials: the token endpoint's one client (an operator).
     oauth_client_id: str | None = None
     oauth_client_secret: str | None = None
+    oauth_grants: tuple[Grant, ...] = EVERY_TENANT_ADMIN
+    # Users with roles per tenant (DORMANT_CONSOLE_USERS), beside the single ones above.
+    users: tuple[User, ...] = ()
     secret: str = ""
     # Set cookies with Secure (the console is served over HTTPS, e.g. behind a proxy).
     secure_cookies: bool = False
@@ -121,7 +140,7 @@ class ConsoleConfig:
     def has_credentials(self) -> bool:
         return any(
             v is not None for v in (self.user, self.token, self.viewer_user, self.oauth_client_id)
-        )
+        ) or bool(self.users)
 
     @property
     def open_access(self) -> bool:
@@ -167,6 +186,18 @@ class ConsoleConfig:
             raise InvalidSetting(
                 f"{ENV_VIEWER} names the same user as {ENV_AUTH} ({user!r}): a user has one role"
             )
+        users = parse_users(env.get(ENV_USERS, ""), ENV_USERS)
+        clash = {u.name for u in users} & {user, viewer_user}
+        if clash:
+            raise InvalidSetting(
+                f"{ENV_USERS} names {sorted(clash)[0]!r}, already the user of {ENV_AUTH} or "
+                f"{ENV_VIEWER}: a user has one entry"
+            )
+        oauth_grants = (
+            parse_grants(env[ENV_OAUTH_GRANTS], ENV_OAUTH_GRANTS)
+            if env.get(ENV_OAUTH_GRANTS)
+            else EVERY_TENANT_ADMIN
+        )
         token = env.get(ENV_TOKEN) or None
         if token is not None and len(token) < MIN_SECRET_CHARS:
             raise InvalidSetting(f"{ENV_TOKEN} must be at least {MIN_SECRET_CHARS} characters long")
@@ -189,6 +220,8 @@ class ConsoleConfig:
             viewer_password=viewer_password,
             oauth_client_id=client_id,
             oauth_client_secret=client_secret,
+            oauth_grants=oauth_grants,
+            users=users,
             secret=env.get(ENV_SECRET) or secrets.token_urlsafe(32),
             secure_cookies=parse_bool(ENV_SECURE_COOKIES, env.get(ENV_SECURE_COOKIES, "")),
             hosts=tuple(h.strip("[]") for h in hosts if h),

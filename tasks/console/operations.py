@@ -31,7 +31,20 @@ from dormant.persistence.batches import ItemOutcome
 from dormant.persistence.selection import Selector
 from dormant.tasks.cli_common import parse_node_pairs as _pairs
 from dormant.tasks.cli_common import parse_vars
-from dormant.tasks.console.pages import _act, _client, _confirmed, _moment, _opt, _render, _when
+from dormant.tasks.console.authorization import OPERATOR
+from dormant.tasks.console.pages import (
+    _act,
+    _client,
+    _confirmed,
+    _moment,
+    _opt,
+    _principal,
+    _queries,
+    _render,
+    _visible,
+    _when,
+    instance_tenant,
+)
 from dormant.tasks.console.security import authenticated, refuse_anonymous
 
 __all__ = ["routes"]
@@ -65,7 +78,13 @@ def _instance_op(op: str, verb: str) -> Callable[[Request], Awaitable[Response]]
     async def handler(request: Request) -> Response:
         instance_id = request.path_params["instance_id"]
         call = getattr(_client(request), op)
-        return await _act(request, f"{verb} {instance_id}", call, instance_id)
+        return await _act(
+            request,
+            f"{verb} {instance_id}",
+            call,
+            instance_id,
+            tenant_of=instance_tenant(request, instance_id),
+        )
 
     return handler
 
@@ -91,7 +110,7 @@ async def set_variables(request: Request) -> Response:
 
     names = ", ".join([*(line.partition("=")[0] for line in lines), *(f"-{n}" for n in unset)])
     what = f"setting {names} on {instance_id}" + (" and retrying" if retry else "")
-    return await _act(request, what, call)
+    return await _act(request, what, call, tenant_of=instance_tenant(request, instance_id))
 
 
 def _words(form: Any, name: str) -> list[str]:
@@ -111,7 +130,12 @@ async def migrate(request: Request) -> Response:
             raise InvalidOperation(f"--to {raw_version!r} is not a version number")
         client.migrate(instance_id, int(raw_version), _pairs(maps, "--map"))
 
-    return await _act(request, f"migrating {instance_id} to v{raw_version}", call)
+    return await _act(
+        request,
+        f"migrating {instance_id} to v{raw_version}",
+        call,
+        tenant_of=instance_tenant(request, instance_id),
+    )
 
 
 async def modify(request: Request) -> Response:
@@ -120,8 +144,34 @@ async def modify(request: Request) -> Response:
     cancel, start = _words(form, "cancel"), _words(form, "start_before")
     client = _client(request)
     return await _act(
-        request, f"modifying {instance_id}", lambda: client.modify(instance_id, cancel, start)
+        request,
+        f"modifying {instance_id}",
+        lambda: client.modify(instance_id, cancel, start),
+        tenant_of=instance_tenant(request, instance_id),
     )
+
+
+def _within_tenants(request: Request, selector: Callable[[], Selector]) -> Callable[[], Selector]:
+    """A batch touches only the asker's tenants (docs/tenants.md "Authorizations"): a
+    tenant it names must be one they operate, and with none named it is bound to their
+    one tenant; an asker operating several names one."""
+    found = _principal(request)
+    acting = None if found is None else found.tenants(OPERATOR)
+
+    def chosen() -> Selector:
+        picked = selector()
+        if acting is None:
+            return picked
+        if picked.tenant is None and len(acting) == 1:
+            picked = picked.model_copy(update={"tenant": acting[0]})
+        if picked.tenant not in acting:
+            raise InvalidOperation(
+                "a batch acts on one tenant you operate: set the tenant filter to one of "
+                f"{', '.join(acting) or '(none: you operate no tenant)'}"
+            )
+        return picked
+
+    return chosen
 
 
 def _bulk_act(
@@ -155,10 +205,11 @@ async def incidents_matching(request: Request) -> Response:
         return PlainTextResponse(f"no bulk incident action {op!r}", status_code=404)
     form = await request.form()
     filters = {attr: _field(form, name) or None for name, attr in _INCIDENT_FILTERS}
-    asked = await _confirm_bulk(request, f"incident_{op}", lambda: Selector(**filters))
+    selector = _within_tenants(request, lambda: Selector(**filters))
+    asked = await _confirm_bulk(request, f"incident_{op}", selector)
     if asked is not None:
         return asked
-    return await _bulk_act(request, f"incident_{op}", lambda: Selector(**filters))
+    return await _bulk_act(request, f"incident_{op}", selector)
 
 
 # What each bulk operation does, on its confirmation page.
@@ -226,7 +277,7 @@ async def instances_matching(request: Request) -> Response:
         return PlainTextResponse(f"no bulk instance action {op!r}", status_code=404)
     form = await request.form()
 
-    def selector() -> Selector:
+    def unscoped() -> Selector:
         if form.get("has_incident") == "1":
             raise InvalidOperation(
                 "'has open incident' does not filter a bulk operation; clear it first"
@@ -244,6 +295,7 @@ async def instances_matching(request: Request) -> Response:
             started_before=_when("started_to", _field(form, "started_to")),
         )
 
+    selector = _within_tenants(request, unscoped)
     asked = await _confirm_bulk(request, op.replace("-", "_"), selector)
     if asked is not None:
         return asked
@@ -252,8 +304,16 @@ async def instances_matching(request: Request) -> Response:
     return await _bulk_act(request, op.replace("-", "_"), selector, params)
 
 
+def _sees_batch(request: Request, view: Any) -> bool:
+    """A batch of one tenant is its readers'; one over every tenant (no tenant in its
+    selector) is for readers of every tenant."""
+    visible = _visible(request)
+    return visible is None or view.selector.get("tenant") in visible
+
+
 def batch_list(request: Request) -> Response:
-    return _render(request, "batches.html", batches=_client(request).batches())
+    views = [v for v in _client(request).batches() if _sees_batch(request, v)]
+    return _render(request, "batches.html", batches=views)
 
 
 def batch_page(request: Request) -> Response:
@@ -261,6 +321,8 @@ def batch_page(request: Request) -> Response:
     batch_id = request.path_params["batch_id"]
     try:
         view = client.batch(batch_id)
+        if not _sees_batch(request, view):
+            raise InvalidOperation(f"no batch {batch_id!r}; list them with `dormant batches list`")
         items = client.batch_items(batch_id)
     except InvalidOperation as exc:
         return _render(request, "error.html", message=f"error: {exc}", status_code=404)
@@ -282,7 +344,9 @@ async def pause_job_type(request: Request) -> Response:
     form = await request.form()
     job_type = _field(form, "job_type")
     client = _client(request)
-    return await _act(request, f"paused {job_type}", lambda: client.pause_job_type(job_type))
+    return await _act(
+        request, f"paused {job_type}", lambda: client.pause_job_type(job_type), admin=True
+    )
 
 
 async def resume_job_type(request: Request) -> Response:
@@ -293,12 +357,21 @@ async def resume_job_type(request: Request) -> Response:
         request,
         lambda count: f"resumed {job_type}: {count} held job(s) sent",
         lambda: client.resume_job_type(job_type),
+        admin=True,
     )
 
 
 def parked_list(request: Request) -> Response:
     """Inbox and outbox rows a sweep parked with their error (``dormant triggers
     parked``; persistence/parked.py), oldest parking first."""
+    if _visible(request) is not None:
+        return _render(
+            request,
+            "error.html",
+            message="error: parked rows hold triggers of every tenant: reading them needs a "
+            "grant on every tenant (role@*; docs/console.md, Users and roles)",
+            status_code=403,
+        )
     return _render(request, "parked.html", rows=_client(request).parked_rows())
 
 
@@ -326,7 +399,7 @@ async def parked_action(request: Request) -> Response:
         return asked
     client = _client(request)
     call = client.retry_parked if op == "retry" else client.drop_parked
-    return await _act(request, f"{op} {ref}", call, ref)
+    return await _act(request, f"{op} {ref}", call, ref, admin=True)
 
 
 _AUDIT_FIELDS = ("actor", "source", "action", "instance", "outcome", "since", "until")
@@ -346,6 +419,28 @@ def _audit_filter(request: Request) -> AuditFilter:
     )
 
 
+def _audit_reader(request: Request) -> Callable[[Any], bool] | None:
+    """Which entries a reader of some tenants sees (None: a reader of every tenant sees
+    all): those on their tenants' instances. An entry on no instance (a deploy, a job
+    type) reaches every tenant and is not theirs to read (docs/console.md, "Users and
+    roles")."""
+    visible = _visible(request)
+    if visible is None:
+        return None
+    queries = _queries(request)
+    known: dict[str, str | None] = {}
+
+    def shown(entry: Any) -> bool:
+        instance_id = entry.instance_id
+        if instance_id is None:
+            return False
+        if instance_id not in known:
+            known[instance_id] = queries.instance_tenants([instance_id]).get(instance_id)
+        return known[instance_id] in visible
+
+    return shown
+
+
 def audit_list(request: Request) -> Response:
     """The audit trail (``dormant audit list``), newest first, filtered; server-rendered
     like the other lists. It names who did what, so only a signed-in reader (an
@@ -357,6 +452,9 @@ def audit_list(request: Request) -> Response:
     except InvalidOperation as exc:
         return _render(request, "error.html", message=f"error: {exc}", status_code=400)
     entries = _client(request).audit_log(where=where, limit=_AUDIT_SHOWN)
+    shown = _audit_reader(request)
+    if shown is not None:
+        entries = [e for e in entries if shown(e)]
     filters = {name: request.query_params.get(name, "") for name in _AUDIT_FIELDS}
     return _render(
         request,
@@ -381,6 +479,9 @@ def audit_export(request: Request) -> Response:
     except InvalidOperation as exc:
         return PlainTextResponse(f"refused: {exc}", status_code=400)
     rows = _client(request).audit_export(where)
+    shown = _audit_reader(request)
+    if shown is not None:
+        rows = (e for e in rows if shown(e))
 
     def lines() -> Iterator[str]:
         for entry in rows:

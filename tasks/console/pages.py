@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -18,12 +19,15 @@ from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.templating import Jinja2Templates
 
 from dormant.engine_core.errors import DormantError, InvalidOperation
+from dormant.persistence import audit, clock
 from dormant.persistence.console_queries import ConsoleQueries
+from dormant.tasks.console.authorization import ADMIN, OPERATOR, Principal
 from dormant.tasks.console.config import ConsoleConfig
 from dormant.tasks.console.security import (
     authenticated,
     csrf_ok,
     csrf_token,
+    principal_of,
     refuse_anonymous,
     user_of,
 )
@@ -58,12 +62,99 @@ def _client(request: Request) -> Any:
     return request.app.state.client.acting_as(user_of(request) or "anonymous", "console")
 
 
+def _principal(request: Request) -> Principal | None:
+    """Who asks (security.identify). Nobody in particular reads every tenant without
+    values, as before tenants had owners — unless ``DORMANT_CONSOLE_USERS`` is set: then
+    a reader must be one of them (docs/console.md "Users and roles")."""
+    found = principal_of(request.scope)
+    config: ConsoleConfig = request.app.state.config
+    if found is None and config.users:
+        return Principal("anonymous", ())
+    return found
+
+
+def _visible(request: Request) -> tuple[str, ...] | None:
+    """The tenants the asker may read (None: every one), for the lists' filters."""
+    found = _principal(request)
+    return None if found is None else found.tenants()
+
+
+def _may_read(request: Request, tenant: str) -> bool:
+    found = _principal(request)
+    return found is None or found.may_read(tenant)
+
+
+def _sees_values(request: Request, tenant: str) -> bool:
+    found = _principal(request)
+    return authenticated(request) and (found is None or found.sees_values(tenant))
+
+
+def _refuse_tenant(
+    request: Request, kind: str, tenant: str, role: str = OPERATOR
+) -> Response | None:
+    """A record of a tenant the asker cannot read does not exist for them (404, the
+    text an unknown one gets); one they read but may not act on is 403."""
+    found = _principal(request)
+    if found is None or found.may(role, tenant):
+        return None
+    if not found.may_read(tenant):
+        return PlainTextResponse(f"error: no {kind} of that id", status_code=404)
+    return PlainTextResponse(
+        f"refused: acting on tenant {tenant!r} needs the {role} role there; "
+        f"{found.name} does not hold it",
+        status_code=403,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """The record an action acts on (``_act``'s ``tenant_of``): its kind and id, and how
+    to read its tenant."""
+
+    kind: str
+    id: str
+    tenant: Callable[[], str]
+
+
+def instance_tenant(request: Request, instance_id: str) -> Target:
+    client = request.app.state.client
+    return Target("instance", instance_id, lambda: str(client.instance(instance_id).tenant))
+
+
+def incident_tenant(request: Request, incident_id: str) -> Target:
+    """An incident's tenant is its instance's."""
+    client = request.app.state.client
+
+    def read() -> str:
+        return str(client.instance(client.incident(incident_id).instance_id).tenant)
+
+    return Target("incident", incident_id, read)
+
+
+def task_tenant(request: Request, task_id: str) -> Target:
+    client = request.app.state.client
+    return Target("user task", task_id, lambda: str(client.user_task(task_id).tenant))
+
+
+def _refuse_admin(request: Request) -> Response | None:
+    """Job type limits and parked rows reach every tenant: admin of every tenant."""
+    found = _principal(request)
+    if found is None or found.tenants(ADMIN) is None:
+        return None
+    return PlainTextResponse(
+        "refused: this action reaches every tenant and needs the admin role on * "
+        f"(admin@*); {found.name} does not hold it",
+        status_code=403,
+    )
+
+
 def _render(request: Request, name: str, **context: Any) -> Response:
     config: ConsoleConfig = request.app.state.config
     context.update(
         root=request.scope.get("root_path", ""),
         config=config,
         authed=authenticated(request),
+        principal=_principal(request),
         csrf=csrf_token(request),
         flashes=request.session.pop("flash", []),
         path_qs=_here(request),
@@ -173,18 +264,53 @@ async def _confirmed(
     )
 
 
+def _audit_refusal(request: Request, target: Target | None, refused: Response) -> None:
+    """An action refused for want of a role, in the audit trail: who tried what on
+    which record, and why (the answer's text)."""
+    client = request.app.state.client
+    action = request.url.path.rstrip("/").rpartition("/")[2]
+    cmd = audit.command(
+        user_of(request) or "anonymous",
+        "console",
+        action,
+        target=None if target is None else f"{target.kind} {target.id}",
+        instance_id=target.id if target is not None and target.kind == "instance" else None,
+    )
+    detail = bytes(refused.body).decode(errors="replace")[:500]
+    audit.record(
+        client._store.engine, [audit.outcome_row(cmd, "refused", clock.now(), detail=detail)]
+    )
+
+
 async def _act(
     request: Request,
     what: str | Callable[[Any], str],
     call: Any,
     *args: str,
     then: Callable[[Any], str] | None = None,
+    tenant_of: Target | None = None,
+    admin: bool = False,
 ) -> Response:
     """The one way an action runs: the guards, the Client call, a flash, a redirect.
-    ``what`` and ``then`` may read the call's result (a batch: its report, its page)."""
+    ``what`` and ``then`` may read the call's result (a batch: its report, its page).
+    ``tenant_of`` is the record acted on: the asker needs the operator role on its
+    tenant (authorization.py); ``admin`` needs admin of every tenant. Either refusal is
+    recorded in the audit trail as ``refused`` (persistence/audit.py)."""
     form = await request.form()
     refused = _refuse_action(request, form)
     if refused is not None:
+        return refused
+    if admin:
+        refused = _refuse_admin(request)
+    if refused is None and tenant_of is not None:
+        try:
+            tenant = await run_in_threadpool(tenant_of.tenant)
+        except DormantError:
+            pass  # an unknown record: the call itself says so, in the CLI's words
+        else:
+            refused = _refuse_tenant(request, tenant_of.kind, tenant)
+    if refused is not None:
+        await run_in_threadpool(_audit_refusal, request, tenant_of, refused)
         return refused
     back = _safe_next(form.get("next"), request.scope.get("root_path", "") + "/incidents")
     try:

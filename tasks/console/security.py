@@ -11,9 +11,12 @@
   kept in the database that has not ended: sign-out ends it). With no credentials
   configured the console runs only on loopback (config.py) and a *direct* loopback
   request — one carrying no proxy header — counts as the operator's.
-* Two roles: an operator reads and acts; a viewer reads, values included, and acts on
-  nothing. ``identify`` is the one place that decides who asks, for the console's pages
-  and for the Camunda API (tasks/api/auth.py) alike.
+* Who asks is a ``Principal`` with roles per tenant (authorization.py decides what
+  each may see and do). The single-user settings keep their meaning: the operator's
+  user, the token and an open loopback console are admin of every tenant, the viewer
+  reads every tenant, values included; ``DORMANT_CONSOLE_USERS`` adds users with
+  roles per tenant. ``identify`` is the one place that decides who asks, for the
+  console's pages and for the Camunda API (tasks/api/auth.py) alike.
 * ``Guard`` decides all of that before a handler runs and before any body is read: an
   anonymous, viewer or read-only POST to an action is refused on its headers alone.
   Wrong credentials count against the sign-in throttle (throttle.py).
@@ -47,7 +50,19 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dormant.persistence import clock
 from dormant.persistence import console_sessions as session_rows
-from dormant.tasks.console.config import ENV_HOSTS, ConsoleConfig, is_loopback
+from dormant.tasks.console.authorization import (
+    OPERATOR,
+    VIEWER,
+    Grant,
+    Principal,
+    verify_password,
+)
+from dormant.tasks.console.config import (
+    ENV_HOSTS,
+    EVERY_TENANT_ADMIN,
+    ConsoleConfig,
+    is_loopback,
+)
 from dormant.tasks.console.throttle import SignInThrottle
 from dormant.tasks.console.tokens import valid as valid_token
 
@@ -55,8 +70,10 @@ __all__ = [
     "ACTOR",
     "AUTHED",
     "OPERATOR",
+    "PRINCIPAL",
     "ROLE",
     "SESSION_SECONDS",
+    "USERS_ROLE",
     "VIEWER",
     "AccessLog",
     "Guard",
@@ -69,6 +86,7 @@ __all__ = [
     "header_actor",
     "host_refusal",
     "identify",
+    "principal_of",
     "refuse_anonymous",
     "request_headers",
     "role_of",
@@ -80,12 +98,14 @@ __all__ = [
 # The scope keys Guard writes its verdict to: anyone signed in, and their role.
 AUTHED = "dormant.console.authed"
 ROLE = "dormant.console.role"
+# ... and who they are, with their grants per tenant (authorization.py).
+PRINCIPAL = "dormant.console.principal"
+# A session's role when its user is one of DORMANT_CONSOLE_USERS: the grants are read
+# from the settings on every request.
+USERS_ROLE = "users"
 # Who the Camunda API's guard found: the audit trail's actor for the call (None: an
 # anonymous loopback caller).
 ACTOR = "dormant.console.actor"
-# The roles: an operator reads and acts; a viewer reads (values too) and acts on nothing.
-OPERATOR = "operator"
-VIEWER = "viewer"
 SESSION_SECONDS = 12 * 3600
 # Headers a proxy adds: a request carrying one is not a direct local one.
 PROXY_HEADERS = (
@@ -109,16 +129,29 @@ def _same(given: str, expected: str | None) -> bool:
     return expected is not None and hmac.compare_digest(given.encode(), expected.encode())
 
 
-def _header_role(config: ConsoleConfig, header: str) -> str | None:
-    """The role an ``Authorization`` header proves, or None for wrong credentials."""
+def _legacy(config: ConsoleConfig, name: str, role: str) -> Principal:
+    """The principal of a single-user setting (module docstring)."""
+    if role == VIEWER:
+        return Principal(name, (Grant(VIEWER, "*", True),))
+    return Principal(name, EVERY_TENANT_ADMIN)
+
+
+def _header_role(config: ConsoleConfig, header: str) -> Principal | None:
+    """Who an ``Authorization`` header proves, or None for wrong credentials."""
     scheme, _, value = header.partition(" ")
     scheme = scheme.lower()
     if scheme == "bearer":
         given = value.strip()
-        if _same(given, config.token) or valid_token(config, given, clock.now().timestamp()):
-            return OPERATOR
+        if _same(given, config.token):
+            return _legacy(config, "token", OPERATOR)
+        if config.oauth_client_id is not None and valid_token(
+            config, given, clock.now().timestamp()
+        ):
+            return Principal(config.oauth_client_id, config.oauth_grants)
         return None
-    if scheme == "basic" and (config.user is not None or config.viewer_user is not None):
+    if scheme == "basic" and (
+        config.user is not None or config.viewer_user is not None or config.users
+    ):
         try:
             user, sep, password = base64.b64decode(value.strip()).decode().partition(":")
         except (binascii.Error, UnicodeDecodeError):
@@ -258,14 +291,16 @@ async def identify(
     headers: dict[str, str],
     throttle: SignInThrottle,
     sessions: Sessions | None,
-) -> str | Refusal | None:
-    """Who asks: ``OPERATOR``, ``VIEWER``, None (nobody in particular), or a refusal
+) -> Principal | Refusal | None:
+    """Who asks: a ``Principal``, None (nobody in particular), or a refusal
     for wrong credentials (counted by the throttle) or a locked-out client. The one
     place both the console and the Camunda API decide it; ``sessions`` None ignores the
     sign-in cookie (API clients send headers; a cookie would let any page the browser
     visits act). An empty ``Authorization`` header is no credential (Modeler always
     sends one)."""
-    role = OPERATOR if config.open_access and _direct_local(scope) else None
+    role = (
+        _legacy(config, "local", OPERATOR) if config.open_access and _direct_local(scope) else None
+    )
     header = headers.get("authorization")
     if role is None and header and config.has_credentials:
         client = client_of(scope)
@@ -287,17 +322,41 @@ async def identify(
         session = scope.get("session", {})
         sid = session.get("sid")
         if sid is not None and await run_in_threadpool(sessions.live, sid):
-            # Sessions started before roles existed were all an operator's.
-            role = VIEWER if session.get("role") == VIEWER else OPERATOR
+            role = _session_principal(config, session)
     if role is not None and config.read_only:
-        role = VIEWER
+        # Read-only: everyone reads what they could read, values as an actor saw them.
+        role = Principal(
+            role.name,
+            tuple(Grant(VIEWER, g.tenant, g.values or g.role != VIEWER) for g in role.grants),
+        )
     return role
 
 
+def _session_principal(config: ConsoleConfig, session: Any) -> Principal:
+    """A signed-in session's principal, looked up by its user in this process's
+    settings rather than kept in the cookie: a grant changed or a user removed (and
+    the console restarted) applies to sessions already signed in."""
+    name = session.get("user")
+    if session.get("role") == USERS_ROLE:
+        for user in config.users:
+            if user.name == name:
+                return user.principal()
+        return Principal(str(name), ())  # removed since: reads and does nothing
+    # Sessions started before roles existed were all an operator's.
+    role = VIEWER if session.get("role") == VIEWER else OPERATOR
+    return _legacy(config, str(name or "token"), role)
+
+
 def role_of(scope: Scope) -> str | None:
-    """The role the guard found for this request (OPERATOR, VIEWER or None)."""
+    """The highest role the guard found for this request, or None."""
     role = scope.get(ROLE)
     return role if isinstance(role, str) else None
+
+
+def principal_of(scope: Scope) -> Principal | None:
+    """Who the guard found asking (``identify``), or None for nobody in particular."""
+    found = scope.get(PRINCIPAL)
+    return found if isinstance(found, Principal) else None
 
 
 class Guard:
@@ -360,7 +419,8 @@ class Guard:
                 )
             return found.as_text()
         scope[AUTHED] = found is not None
-        scope[ROLE] = found
+        scope[ROLE] = found.role if found is not None else None
+        scope[PRINCIPAL] = found
         if scope["method"] == "POST":
             if path in _OPEN_POSTS:
                 length = headers.get("content-length", "")
@@ -374,7 +434,7 @@ class Guard:
                 return PlainTextResponse("refused: this console runs read-only", status_code=403)
             elif found is None:
                 return refuse_anonymous()
-            elif found != OPERATOR:
+            elif found.role == VIEWER:
                 return PlainTextResponse(
                     "refused: a viewer may only read; actions need an operator's credentials",
                     status_code=403,
@@ -402,17 +462,26 @@ def _relative(location: bytes) -> bytes:
     )
 
 
-def sign_in(config: ConsoleConfig, user: str, password: str) -> str | None:
-    """The role a user and password sign in as (the sign-in form's and Basic's check):
-    the configured operator, the viewer, or the token as the password of any user (one
-    place to rotate); None when they match nothing. Every pair is compared, always: no
-    early exit telling a right user from a wrong one."""
+def sign_in(config: ConsoleConfig, user: str, password: str) -> Principal | None:
+    """Who a user and password sign in as (the sign-in form's and Basic's check): the
+    configured operator, the viewer, a user of ``DORMANT_CONSOLE_USERS``, or the token
+    as the password of any user (one place to rotate); None when they match nothing.
+    Every single-user pair is compared, always: no early exit telling a right user from
+    a wrong one."""
     operator = _same(user, config.user) & _same(password, config.password)
     viewer = _same(user, config.viewer_user) & _same(password, config.viewer_password)
     by_token = _same(password, config.token)
     if operator or by_token:
-        return OPERATOR
-    return VIEWER if viewer else None
+        return _legacy(config, user or "token", OPERATOR)
+    if viewer:
+        return _legacy(config, user, VIEWER)
+    for known in config.users:
+        if _same(user, known.name):
+            return known.principal() if verify_password(known.password_hash, password) else None
+    if config.users:
+        # An unknown name costs what a wrong password does: no telling names apart.
+        verify_password(config.users[0].password_hash, "\0" + password)
+    return None
 
 
 def csrf_token(request: Request) -> str:
@@ -465,6 +534,9 @@ def user_of(request: Request) -> str | None:
     signed in."""
     if not authenticated(request):
         return None
+    found = principal_of(request.scope)
+    if found is not None and found.name not in ("token", "local"):
+        return found.name
     session_user = request.session.get("user")
     if isinstance(session_user, str) and session_user:
         return session_user

@@ -28,8 +28,16 @@ from dormant.engine_core.views import UserTaskView
 from dormant.tasks.cli_common import parse_vars
 from dormant.tasks.console import forms
 from dormant.tasks.console.config import ConsoleConfig
-from dormant.tasks.console.pages import _act, _client, _queries, _render
-from dormant.tasks.console.security import authenticated, user_of
+from dormant.tasks.console.pages import (
+    _act,
+    _client,
+    _may_read,
+    _queries,
+    _render,
+    _sees_values,
+    task_tenant,
+)
+from dormant.tasks.console.security import user_of
 from dormant.tasks.tasklist_query import arrange
 
 __all__ = ["routes"]
@@ -73,6 +81,7 @@ def task_list(request: Request) -> Response:
             candidate_user=_opt(request, "candidate_user"),
             candidate_group=_opt(request, "candidate_group"),
         )
+    tasks = [t for t in tasks if _may_read(request, t.tenant)]
     keys = _queries(request).instance_processes([t.instance_id for t in tasks])
     tasks = arrange(tasks, keys, _opt(request, "process"))
     return _render(
@@ -117,13 +126,15 @@ def task_page(request: Request) -> Response:
     client = _client(request)
     try:
         task = client.user_task(task_id)
+        if not _may_read(request, task.tenant):
+            # Another tenant's task is unknown to this reader: the same words.
+            raise UnknownTask(f"no open user task has id {task_id!r}")
     except UnknownTask as exc:
         return _render(request, "error.html", message=f"error: {exc}", status_code=404)
     schema, origin = _form_of(request, task)
-    authed = authenticated(request)
     view = client.instance(task.instance_id)
-    # The form starts from the instance's variables: values, so only when signed in.
-    data = dict(view.variables) if authed else {}
+    # The form starts from the instance's variables: values, so only to who sees them.
+    data = dict(view.variables) if _sees_values(request, task.tenant) else {}
     if schema is not None:
         try:
             names = {f.key for f in forms.fields_of(schema)}
@@ -147,14 +158,22 @@ async def claim(request: Request) -> Response:
     user = user_of(request) or ""
     client = _client(request)
     return await _act(
-        request, f"claimed {task_id} as {user}", lambda: client.claim_task(task_id, user)
+        request,
+        f"claimed {task_id} as {user}",
+        lambda: client.claim_task(task_id, user),
+        tenant_of=task_tenant(request, task_id),
     )
 
 
 async def unclaim(request: Request) -> Response:
     task_id = request.path_params["task_id"]
     client = _client(request)
-    return await _act(request, f"unclaimed {task_id}", lambda: client.unassign_task(task_id))
+    return await _act(
+        request,
+        f"unclaimed {task_id}",
+        lambda: client.unassign_task(task_id),
+        tenant_of=task_tenant(request, task_id),
+    )
 
 
 async def complete(request: Request) -> Response:
@@ -184,7 +203,9 @@ async def complete(request: Request) -> Response:
         # The operator's view completes a task for its own tenant (docs/tenants.md).
         client.for_tenant(client.user_task(task_id).tenant).complete_task(task_id, values)
 
-    response = await _act(request, f"completing {task_id}", call)
+    response = await _act(
+        request, f"completing {task_id}", call, tenant_of=task_tenant(request, task_id)
+    )
     if response.status_code == 303 and not _flashed_error(request):
         return RedirectResponse(f"{root}/tasks", status_code=303)
     if response.status_code == 303:

@@ -282,6 +282,9 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     ("tasks.cli", "dormant.tasks.app"): f"Celery and kombu, for what sends: {_CLI_FAST}",
     ("tasks.cli", "dormant.tasks.metrics"): f"prometheus and the worker's metrics: {_CLI_FAST}",
     ("tasks.cli", "dormant.tasks.console.serve"): f"Starlette and uvicorn: {_CLI_FAST}",
+    ("tasks.cli", "dormant.tasks.console.authorization"): (
+        f"the console package's Starlette app, for hash-password: {_CLI_FAST}"
+    ),
     ("tasks.cli", "dormant.tasks.api.serve"): f"Starlette and uvicorn: {_CLI_FAST}",
     ("tasks.cli", "dormant.tasks.demo"): f"the demo's worker: {_CLI_FAST}",
     ("tasks.cli", "dormant.persistence"): f"alembic, for `db upgrade`: {_CLI_FAST}",
