@@ -11,10 +11,9 @@ from __future__ import annotations
 import logging
 import os
 
-import uvicorn
-
 from dormant.tasks.api.app import create_app
 from dormant.tasks.console.config import ConsoleConfig
+from dormant.tasks.console.listening import serve_then_announce
 
 __all__ = ["serve"]
 
@@ -26,11 +25,11 @@ def serve(*, host: str, port: int) -> None:
     )
     app = create_app(config=config)
     auth = "credentials required" if config.has_credentials else "no credentials (loopback)"
-    logging.getLogger("dormant.api").info(
-        "Camunda 8 REST API on http://%s:%d/v2 (%s) ready.", host, port, auth
-    )
-    uvicorn.run(
+    serve_then_announce(
         app,
+        lambda: logging.getLogger("dormant.api").info(
+            "Camunda 8 REST API on http://%s:%d/v2 (%s) ready.", host, port, auth
+        ),
         host=host,
         port=port,
         access_log=False,

@@ -13,7 +13,6 @@ import logging
 import os
 from collections.abc import Sequence
 
-import uvicorn
 from starlette.applications import Starlette
 from starlette.routing import BaseRoute, Mount
 
@@ -22,6 +21,7 @@ from dormant.tasks.api.app import PREFIX, v2_app
 from dormant.tasks.client import Client
 from dormant.tasks.console.app import create_app
 from dormant.tasks.console.config import ConsoleConfig
+from dormant.tasks.console.listening import serve_then_announce
 from dormant.tasks.console.throttle import SignInThrottle
 from dormant.tasks.metrics import console_route
 
@@ -53,11 +53,11 @@ def serve(*, host: str, port: int, read_only: bool, root_path: str = "") -> None
     app = console_app(config, extra_routes=[console_route()])  # Prometheus: docs/metrics.md
     mode = "read-only" if read_only else "actions enabled"
     auth = "credentials required for actions" if config.has_credentials else "no sign-in (loopback)"
-    logging.getLogger("dormant.console").info(
-        "console on http://%s:%d%s (%s, %s) ready.", host, port, root_path, mode, auth
-    )
-    uvicorn.run(
+    serve_then_announce(
         app,
+        lambda: logging.getLogger("dormant.console").info(
+            "console on http://%s:%d%s (%s, %s) ready.", host, port, root_path, mode, auth
+        ),
         host=host,
         port=port,
         root_path=root_path,
