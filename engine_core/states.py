@@ -14,6 +14,8 @@ from __future__ import annotations
 from enum import StrEnum
 
 __all__ = [
+    "AUDIT_OUTCOMES",
+    "AUDIT_SOURCES",
     "FLAGGED",
     "INCIDENT_STATES",
     "LISTED_STATUSES",
@@ -82,3 +84,9 @@ QUEUED = "queued"
 # What ``--status`` accepts and the help lists, in this order.
 LISTED_STATUSES: tuple[str, ...] = (*(s.value for s in InstanceStatus), FLAGGED, QUEUED)
 INCIDENT_STATES: tuple[str, ...] = tuple(s.value for s in IncidentState)
+
+# The audit trail's closed vocabularies (docs/audit.md): the door an operator action came
+# through, and what became of it. Here, not in persistence/audit.py, so that the CLI's
+# ``--source`` / ``--outcome`` choices cost its start-up no database import.
+AUDIT_SOURCES: tuple[str, ...] = ("cli", "console", "api", "client", "celery")
+AUDIT_OUTCOMES: tuple[str, ...] = ("accepted", "applied", "refused", "done")

@@ -31,6 +31,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, Select, delete, select
 
 from dormant.engine_core.errors import InvalidOperation
+from dormant.engine_core.states import AUDIT_OUTCOMES, AUDIT_SOURCES
 from dormant.persistence.tables import audit_log
 
 __all__ = [
@@ -54,10 +55,10 @@ __all__ = [
     "sweep",
 ]
 
-SOURCES = ("cli", "console", "api", "client", "celery")
+SOURCES = AUDIT_SOURCES
 # The actor of a management task sent by hand (Flower, ``send_task``): nobody is known.
 UNKNOWN_ACTOR = "(unknown)"
-OUTCOMES = ("accepted", "applied", "refused", "done")
+OUTCOMES = AUDIT_OUTCOMES
 HIDDEN = "***"
 # Parameters that hold variables by name -> value (hidden), and the longest detail kept.
 _VALUE_PARAMS = frozenset({"variables"})

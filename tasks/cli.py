@@ -12,7 +12,7 @@ import json
 import os
 import sys
 import tempfile
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -22,8 +22,13 @@ from dormant.engine_core.errors import (
     InvalidVariables,
     UnknownInstance,
 )
-from dormant.engine_core.states import INCIDENT_STATES, LISTED_STATUSES, QUEUED
-from dormant.persistence import audit as audit_rows
+from dormant.engine_core.states import (
+    AUDIT_OUTCOMES,
+    AUDIT_SOURCES,
+    INCIDENT_STATES,
+    LISTED_STATUSES,
+    QUEUED,
+)
 from dormant.persistence import clock
 from dormant.tasks.cli_common import make_client as _client
 from dormant.tasks.cli_common import named_tenant, parse_vars, parse_when, read_database
@@ -50,6 +55,9 @@ from dormant.tasks.display import emit as _emit
 from dormant.tasks.display import output_options as _output
 
 __all__ = ["cli", "main"]
+
+if TYPE_CHECKING:
+    from dormant.persistence.audit import AuditFilter
 
 
 @click.group()
@@ -92,12 +100,12 @@ def _audit_filters(command: Any) -> Any:
         (
             click.option("--actor", default=None, help="actions by this user"),
             click.option(
-                "--source", type=click.Choice(audit_rows.SOURCES), default=None, help="from here"
+                "--source", type=click.Choice(AUDIT_SOURCES), default=None, help="from here"
             ),
             click.option("--action", default=None, help="this action (cancel, incident_retry…)"),
             click.option("--instance", "instance_id", default=None, help="on this instance"),
             click.option(
-                "--outcome", type=click.Choice(audit_rows.OUTCOMES), default=None, help="outcome"
+                "--outcome", type=click.Choice(AUDIT_OUTCOMES), default=None, help="outcome"
             ),
             click.option("--since", default=None, metavar="T", help="at or after T (ISO 8601)"),
             click.option("--until", default=None, metavar="T", help="before T (ISO 8601)"),
@@ -115,8 +123,10 @@ def _audit_filter(
     outcome: str | None,
     since: str | None,
     until: str | None,
-) -> audit_rows.AuditFilter:
-    return audit_rows.AuditFilter(
+) -> AuditFilter:
+    from dormant.persistence.audit import AuditFilter  # the database: after --help
+
+    return AuditFilter(
         actor=actor,
         source=source,
         action=action,

@@ -281,6 +281,7 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     # the CLI: each command imports what it runs
     ("tasks.cli", "dormant.tasks.app"): f"Celery and kombu, for what sends: {_CLI_FAST}",
     ("tasks.cli", "dormant.tasks.metrics"): f"prometheus and the worker's metrics: {_CLI_FAST}",
+    ("tasks.cli", "dormant.persistence.audit"): f"SQLAlchemy, for the audit filter: {_CLI_FAST}",
     ("tasks.cli", "dormant.tasks.console.serve"): f"Starlette and uvicorn: {_CLI_FAST}",
     ("tasks.cli", "dormant.tasks.console.authorization"): (
         f"the console package's Starlette app, for hash-password: {_CLI_FAST}"
