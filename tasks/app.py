@@ -143,6 +143,11 @@ PROCESSED_SWEEP_EVERY = 60.0
 # How often beat grants waiting jobs no finished job will (docs/flow-control.md): the
 # lag of a job behind a RateLimited pause, a token bucket or a raised limit.
 FLOW_SWEEP_EVERY = 0.5
+# A periodic sweep queued behind a backlog (workers down or busy) is stale by the time a
+# worker reaches it, and the next tick sends a fresh one: each expires after a few of its
+# own periods, and a worker discards it unrun, so a backlog never multiplies the sweeps'
+# work (the deadline scan has a queue of its own and is never behind one).
+SWEEP_EXPIRES_PERIODS = 4
 
 
 _REDIS_SCHEMES = ("redis://", "rediss://", "redis+socket://")
@@ -227,6 +232,7 @@ def _conf(s: Settings) -> dict[str, Any]:
                 "task": wire.RELAY_OUTBOX,
                 "schedule": RELAY_OUTBOX_EVERY,
                 "options": {
+                    "expires": SWEEP_EXPIRES_PERIODS * RELAY_OUTBOX_EVERY,
                     "queue": "dormant",
                     "exchange": "dormant",
                     "routing_key": "trigger.relay_outbox",
@@ -236,6 +242,7 @@ def _conf(s: Settings) -> dict[str, Any]:
                 "task": wire.BATCHES_SWEEP,
                 "schedule": BATCH_SWEEP_EVERY,
                 "options": {
+                    "expires": SWEEP_EXPIRES_PERIODS * BATCH_SWEEP_EVERY,
                     "queue": "dormant",
                     "exchange": "dormant",
                     "routing_key": "trigger.batches_sweep",
@@ -245,6 +252,7 @@ def _conf(s: Settings) -> dict[str, Any]:
                 "task": wire.FLOW_SWEEP,
                 "schedule": FLOW_SWEEP_EVERY,
                 "options": {
+                    "expires": SWEEP_EXPIRES_PERIODS * FLOW_SWEEP_EVERY,
                     "queue": "dormant",
                     "exchange": "dormant",
                     "routing_key": "trigger.flow_sweep",
@@ -254,6 +262,7 @@ def _conf(s: Settings) -> dict[str, Any]:
                 "task": wire.PROCESSED_SWEEP,
                 "schedule": PROCESSED_SWEEP_EVERY,
                 "options": {
+                    "expires": SWEEP_EXPIRES_PERIODS * PROCESSED_SWEEP_EVERY,
                     "queue": "dormant",
                     "exchange": "dormant",
                     "routing_key": "trigger.processed_sweep",
