@@ -569,7 +569,7 @@ def follow_poison(
             took = failed.last_at.timestamp() - sent_at[instance_id]
             common.line(
                 f"  {tag}: poison {instance_id}",
-                f"kept after {took:.1f} s; {counted}; {failed.error_class}: {failed.error}",
+                f"kept after {took:.1f} s; {counted}; {failed.error}",
             )
     common.ratio_line(
         f"{tag}: poison starts not kept as PoisonTrigger",
