@@ -38,7 +38,8 @@ re-sends by beat's sweep and broker redeliveries alike.
    - a dead outbox row: a row the relay cannot send (its payload is not an object, as
      in tests/faults/test_sweep_isolation.py), old enough for beat's sweep at once.
    Printed: the canaries' p50/p99 beside the baseline's (target: hostile p99 <= 2x the
-   baseline's), and what became of each hostile trigger.
+   baseline's), what became of each hostile trigger, and the poison's deliveries, time
+   and error once it is kept (target: kept as a ``PoisonTrigger`` within 120 s).
 3. Backlog: ``--backlog`` one-script starts (10,000; quick 2,000) sent by
    ``Client.start_many`` while no worker runs (beat runs, and queues its sweeps), then
    two workers start. It runs on a second Redis db, so nothing of the hostile windows
