@@ -14,27 +14,36 @@ re-sends by beat's sweep and broker redeliveries alike.
 1. Baseline: one-script canaries (start -> script -> end) started by ``Client.start``
    at ``--rate`` per second for ``--seconds``, an open loop (bench_latency.paced); a
    canary's latency is its instance row's last write minus the moment its call began.
-   With ``--per-kind``, one more window per hostile kind alone (printed, not judged).
+   With ``--per-kind``, one more window per hostile kind alone, the poison included
+   (printed, not judged): which kind costs the canaries what.
 2. Hostile: the same canaries while, spread over the same window, the worker also gets
    - slow-FEEL starts: a chain of script tasks whose FEEL work outlasts the bench
      worker's short time limits (soft 2 s, hard 4 s; docs/limits.md, "Time limits");
-   - a poison start (``--poisons``): one RE2 search in C that the soft limit cannot
-     interrupt. Before FEEL's regex built-ins paid for their work the hard limit killed
-     the pool process and the start was delivered again, and again; now the search is
-     refused before it runs (``ExpressionLimitExceeded``, docs/limits.md "Bounded FEEL")
-     and the start ends as one incident, which ``follow_poison`` prints;
+   - regex bombs: one RE2 search whose work (input bytes x program size) is past what
+     FEEL's regex built-ins may spend, refused before RE2 runs: one
+     ``ExpressionLimitExceeded`` incident each (docs/limits.md, "Bounded FEEL");
+   - a poison start (``--poisons``): a start that never finishes, so only the hard
+     limit ends it, with its pool process. No model can make one any more (every
+     evaluation is charged and the soft limit interrupts what is left), so the poison
+     is injected: the workers also load tests/faults/fault_jobs.py, whose
+     ``DORMANT_TEST_POISON`` hook makes a start with ``"poison": "hang"`` sleep through
+     the soft limit, as work in C that never sees it would. Put back on its queue after
+     each kill and counted, it is kept as a ``PoisonTrigger`` failed trigger past
+     ``DORMANT_MAX_DELIVERIES`` (set to 3 here, its default; docs/limits.md, "What an
+     operator sees: poison triggers"), which ``follow_poison`` waits for;
    - fork bombs: a parallel fork in a loop, stopped by DORMANT_MAX_TOKENS (set to 2,000
-     here, "What one instance holds");
+     here, "What one instance holds"): one incident, the other tokens parked;
    - oversized mappings: two 600 KB variables mapped into one task's inputs, over
      DORMANT_MAX_VARIABLES_BYTES as a whole ("Variables and trigger fields");
    - a dead outbox row: a row the relay cannot send (its payload is not an object, as
      in tests/faults/test_sweep_isolation.py), old enough for beat's sweep at once.
    Printed: the canaries' p50/p99 beside the baseline's (target: hostile p99 <= 2x the
-   baseline's), and what became of each hostile trigger.
+   baseline's), what became of each hostile trigger, and the poison's deliveries, time
+   and error once it is kept (target: kept as a ``PoisonTrigger`` within 120 s).
 3. Backlog: ``--backlog`` one-script starts (10,000; quick 2,000) sent by
    ``Client.start_many`` while no worker runs (beat runs, and queues its sweeps), then
-   two workers start. It runs on a second Redis db: nothing stops the poison's
-   redeliveries on the first but its broker db going away. Targets: deliveries per
+   two workers start. It runs on a second Redis db, so nothing of the hostile windows
+   is left on its broker. Targets: deliveries per
    trigger <= 1.05 (delivery log); lost = 0 and duplicates applied = 0, read from the
    database (every start made exactly one instance, completed, at the revision and
    with the facts of a single application).
@@ -97,16 +106,22 @@ SLOW = model(
     ],
 )
 # One RE2 search that finds no match: linear in the input, but times the size of the
-# pattern's program, and all of it one call into C, where the soft limit's exception
-# cannot be raised (Python runs signal handlers between bytecodes). Over 80 KB it runs
-# for seconds to minutes, so the hard limit kills the pool process and the broker
-# delivers the start again (acks late, reject on worker lost).
-POISON = model(
-    "hostile_poison",
+# pattern's program, all of it one call into C where the soft limit cannot reach. Over
+# 80 KB it ran for seconds to minutes; FEEL's regex built-ins now charge that work in
+# steps before the call, so it is refused at once (one incident).
+REGEX = model(
+    "hostile_regex",
     start() + script("re", '=matches(s, "(a?){900}a{900}")', "hit") + end(),
     [("start", "re"), ("re", "end")],
 )
-POISON_INPUT = ("a" * 800 + "b") * 100
+REGEX_INPUT = ("a" * 800 + "b") * 100
+# The poison's own model is harmless: the start hangs in the worker's Store.start
+# (tests/faults/fault_jobs.py, DORMANT_TEST_POISON) before it is stepped.
+POISON = model(
+    "hostile_poison",
+    start() + script("s", "=n + 1", "m") + end(),
+    [("start", "s"), ("s", "end")],
+)
 
 FORK_BOMB = model(
     "hostile_bomb",
@@ -138,16 +153,21 @@ OVERSIZED = model(
 # The hostile starts: process key and start variables per kind.
 KINDS: dict[str, tuple[str, dict[str, Any]]] = {
     "slow FEEL": ("hostile_slow", {}),
+    "regex bomb": ("hostile_regex", {"s": REGEX_INPUT}),
     "bomb": ("hostile_bomb", {}),
     "oversized": ("hostile_oversized", {"blob": "z" * 1_000}),
-    "poison": ("hostile_poison", {"s": POISON_INPUT}),
+    "poison": ("hostile_poison", {"n": 0, "poison": "hang"}),
 }
-# Sent again by the broker after every hard-limit kill, for as long as its broker db
-# is served: only in the last window on the first broker db.
-LOOPING = "poison"
+# Sent ``--poisons`` times (1), not ``--hostile`` times: each costs a pool process
+# MAX_DELIVERIES hard limits.
+POISON_KIND = "poison"
+MAX_DELIVERIES = 3
+# How long follow_poison waits for the PoisonTrigger: every delivery's hard limit, a
+# pool process's restart after each kill, and room for a loaded machine.
+POISON_WAIT_S = 120
 
 
-def worker_env(broker_url: str, database_url: str, log: Path) -> dict[str, str]:
+def worker_env(broker_url: str, database_url: str, log: Path, poison: Path) -> dict[str, str]:
     return harness.env_with(
         DORMANT_BROKER_URL=broker_url,
         DORMANT_DATABASE_URL=database_url,
@@ -156,7 +176,9 @@ def worker_env(broker_url: str, database_url: str, log: Path) -> dict[str, str]:
         DORMANT_TRIGGER_TIME_LIMIT_SECONDS=str(HARD_LIMIT_S),
         DORMANT_MAX_TOKENS=str(MAX_TOKENS),
         DORMANT_OUTBOX_SWEEP_AFTER_SECONDS=str(SWEEP_AFTER_S),
+        DORMANT_MAX_DELIVERIES=str(MAX_DELIVERIES),
         DORMANT_TEST_DELIVERY_LOG=str(log),
+        DORMANT_TEST_POISON=str(poison),
     )
 
 
@@ -169,7 +191,7 @@ def worker(env: dict[str, str], logdir: Path, name: str) -> harness.Worker:
             "dormant.tasks.cli",
             "worker",
             "--include",
-            "bench.jobs,tests.faults.delivery_log",
+            "bench.jobs,tests.faults.delivery_log,tests.faults.fault_jobs",
             "--concurrency",
             "2",
             "--loglevel",
@@ -259,6 +281,7 @@ class Hostile(threading.Thread):
         self.seconds = seconds
         self.plan = plan
         self.started: dict[str, list[str]] = {kind: [] for kind in plan}
+        self.sent_at: dict[str, float] = {}
         self.error: BaseException | None = None
 
     def run(self) -> None:
@@ -269,7 +292,10 @@ class Hostile(threading.Thread):
                 if pause > 0:
                     time.sleep(pause)
                 key, variables = KINDS[kind]
-                self.started[kind].append(self.client.start(key, variables))
+                at = time.time()
+                instance_id = self.client.start(key, variables)
+                self.started[kind].append(instance_id)
+                self.sent_at[instance_id] = at
         except BaseException as exc:  # printed by the main thread: the run goes on
             self.error = exc
 
@@ -497,59 +523,61 @@ def report_hostile(
     common.line("  tasks run so far", task_times(log))
 
 
-def follow_poison(engine: Any, ids: list[str], delivery_log: Path, log: Path) -> None:
-    """After its hard-limit kill a poison start is not requeued by the broker (Celery
-    acknowledges a task that timed out) and nothing records it as failed; its inbox row
-    stays unprocessed, so beat's sweep sends it again once the broker holds it no more
-    (DORMANT_OUTBOX_REDELIVER_AFTER_SECONDS, 60 s by default). Wait, bounded, for that
-    second delivery and print what the poison has cost so far."""
+def follow_poison(
+    engine: Any, sent_at: dict[str, float], delivery_log: Path, log: Path, tag: str
+) -> None:
+    """Wait (bounded) until every poison start is kept as a ``PoisonTrigger`` failed
+    trigger, then print its deliveries (the workers' delivery log, the refused one
+    included, and the count on its inbox row), how long after its send it was kept, and
+    its error. NOT MET if one never is: it would be delivered again for ever."""
     from tests.faults.delivery_log import deliveries
 
-    inbox_ids = [
-        r.id
-        for r in rows(
+    ids = list(sent_at)
+
+    def kept() -> list[Any]:
+        return rows(
             engine,
-            "SELECT id FROM inbox WHERE payload->'kwargs'->>'instance_id' = ANY(:ids)",
+            "SELECT instance_id, error_class, error, last_at FROM failed_triggers "
+            "WHERE instance_id = ANY(:ids) AND error_class = 'PoisonTrigger'",
             ids=ids,
         )
-    ]
 
-    def again() -> bool:
-        seen = deliveries(delivery_log)
-        return all(seen.get(i, 0) >= 2 for i in inbox_ids)
-
-    bounded = scalar(
-        engine,
-        "SELECT count(*) FROM incidents WHERE instance_id = ANY(:ids) "
-        "AND node_id = 're' AND cause_class = 'ExpressionError'",
-        ids=ids,
-    )
-    if bounded == len(ids):
-        common.line(
-            "  poison after the window",
-            f"{bounded} refused before RE2 ran (an ExpressionError incident), deliveries "
-            f"{[deliveries(delivery_log).get(i, 0) for i in inbox_ids]}",
-        )
-        return
-    waited = time.perf_counter()
-    wait_until(again, 100, "poison delivered a second time")
+    wait_until(lambda: len(kept()) == len(ids), POISON_WAIT_S, f"{tag}: poison kept")
+    found = {r.instance_id: r for r in kept()}
     seen = deliveries(delivery_log)
     text = log.read_text(errors="replace")
-    unprocessed = scalar(
-        engine,
-        "SELECT count(*) FROM inbox WHERE id = ANY(:ids) AND processed_at IS NULL",
-        ids=inbox_ids,
-    )
-    failed = scalar(
-        engine, "SELECT count(*) FROM failed_triggers WHERE instance_id = ANY(:ids)", ids=ids
-    )
     common.line(
-        "  poison after the window",
-        f"deliveries {[seen.get(i, 0) for i in inbox_ids]} (waited "
-        f"{time.perf_counter() - waited:.0f} s); hard time limit kills "
-        f"{text.count('Hard time limit')}; inbox rows unprocessed {unprocessed}; "
-        f"failed triggers {failed}; instances "
-        f"{scalar(engine, 'SELECT count(*) FROM instances WHERE id = ANY(:ids)', ids=ids)}",
+        f"  {tag}: worker log",
+        f"hard time limit kills so far {text.count('Hard time limit')}, "
+        f"pool processes lost {text.count('WorkerLostError')}",
+    )
+    for instance_id in ids:
+        inbox_row = rows(
+            engine,
+            "SELECT id, redeliveries FROM inbox WHERE payload->'kwargs'->>'instance_id' = :i",
+            i=instance_id,
+        )
+        counted = (
+            f"delivered {seen.get(inbox_row[0].id, 0)} times, "
+            f"{inbox_row[0].redeliveries} counted as redelivered"
+            if inbox_row
+            else "no inbox row"
+        )
+        failed = found.get(instance_id)
+        if failed is None:
+            common.line(f"  {tag}: poison {instance_id}", f"NOT kept; {counted}")
+        else:
+            took = failed.last_at.timestamp() - sent_at[instance_id]
+            common.line(
+                f"  {tag}: poison {instance_id}",
+                f"kept after {took:.1f} s; {counted}; {failed.error}",
+            )
+    common.ratio_line(
+        f"{tag}: poison starts not kept as PoisonTrigger",
+        float(len(ids) - len(found)),
+        "<=",
+        0.0,
+        "{:.0f}",
     )
 
 
@@ -557,7 +585,7 @@ def spread(each: int, kinds: tuple[str, ...], poisons: int) -> list[str]:
     """``each`` of every kind in turn, with the poisons in the middle of the window."""
     plan = [kind for _ in range(each) for kind in kinds]
     middle = len(plan) // 2
-    return plan[:middle] + [LOOPING] * poisons + plan[middle:]
+    return plan[:middle] + [POISON_KIND] * poisons + plan[middle:]
 
 
 def main() -> int:
@@ -572,19 +600,21 @@ def main() -> int:
         "--hostile",
         type=int,
         default=None,
-        help="slow-FEEL starts, fork bombs and oversized mappings, each (6; quick 3)",
+        help="slow-FEEL starts, regex bombs, fork bombs and oversized mappings, each (6; quick 3)",
     )
-    ap.add_argument("--poisons", type=int, default=1, help="starts past the hard limit (1)")
+    ap.add_argument(
+        "--poisons", type=int, default=1, help="injected starts that hang past the hard limit (1)"
+    )
     ap.add_argument(
         "--per-kind",
         action="store_true",
-        help="first one window per kind alone, the poison excepted (printed, not judged)",
+        help="first one window per kind alone, the poison included (printed, not judged)",
     )
     args = ap.parse_args()
     seconds = args.seconds or (15.0 if args.quick else 60.0)
     backlog = args.backlog or (2000 if args.quick else 10000)
     each = args.hostile or (3 if args.quick else 6)
-    bounded = tuple(k for k in KINDS if k != LOOPING)
+    bounded = tuple(k for k in KINDS if k != POISON_KIND)
     common.header(
         f"bench_hostile: canaries at {args.rate:.0f}/s for {seconds:.0f} s per window; "
         f"{each} of each of {', '.join(bounded)}, {args.poisons} poison; "
@@ -596,8 +626,10 @@ def main() -> int:
     common.line(
         "worker settings",
         f"soft/hard time limit {SOFT_LIMIT_S}/{HARD_LIMIT_S} s, DORMANT_MAX_TOKENS {MAX_TOKENS}, "
-        f"outbox sweep after {SWEEP_AFTER_S} s",
+        f"outbox sweep after {SWEEP_AFTER_S} s, DORMANT_MAX_DELIVERIES {MAX_DELIVERIES}",
     )
+    poison_on = logdir / "poison-on"  # DORMANT_TEST_POISON: the hook acts while it exists
+    poison_on.touch()
 
     from tests.faults.delivery_log import deliveries
 
@@ -609,9 +641,9 @@ def main() -> int:
         engine = create_engine(database_url)
         client = Client(database_url=database_url, broker_url=broker_url)
         side_client = Client(database_url=database_url, broker_url=broker_url)
-        for xml in (CANARY, BACKLOG, SLOW, POISON, FORK_BOMB, OVERSIZED):
+        for xml in (CANARY, BACKLOG, SLOW, REGEX, POISON, FORK_BOMB, OVERSIZED):
             client.deploy(xml)
-        env = worker_env(broker_url, database_url, delivery_log)
+        env = worker_env(broker_url, database_url, delivery_log, poison_on)
         procs = [worker(env, logdir, "worker-1"), beat(env, logdir, "beat-1")]
         try:
             warm = [client.start("hostile_canary", {"n": i}) for i in range(20)]
@@ -624,12 +656,9 @@ def main() -> int:
 
             # -- 1'. one kind at a time (printed, not judged): which one costs the canaries
             if args.per_kind:
-                for kind in (*bounded, "dead outbox row"):
-                    alone = Hostile(
-                        side_client,
-                        seconds,
-                        [kind] * each if kind in KINDS else [],
-                    )
+                for kind in (*KINDS, "dead outbox row"):
+                    count = args.poisons if kind == POISON_KIND else each
+                    alone = Hostile(side_client, seconds, [kind] * count if kind in KINDS else [])
                     if kind not in KINDS:
                         dead_outbox_row(engine)
                     alone.start()
@@ -637,8 +666,12 @@ def main() -> int:
                     alone.join(60)
                     _, p99 = latency_line(f"only {kind:<15}", values)
                     common.line(f"  p99 / baseline p99 with only {kind}", f"{p99 / base_p99:.2f}")
+                    if kind == POISON_KIND:  # settled before the next window
+                        follow_poison(
+                            engine, alone.sent_at, delivery_log, procs[0].log, "only poison"
+                        )
 
-            # -- 2. hostile: all at once, the poison included (last on this broker db) --------
+            # -- 2. hostile: all at once, the poison included ----------------------------------
             dead = dead_outbox_row(engine)
             hostile = Hostile(side_client, seconds, spread(each, bounded, args.poisons))
             hostile.start()
@@ -654,16 +687,16 @@ def main() -> int:
                 P99_RATIO_TARGET,
             )
             report_hostile(engine, hostile.started, dead, deliveries(delivery_log), procs[0].log)
-            poisoned = hostile.started.get(LOOPING, [])
+            poisoned = {i: hostile.sent_at[i] for i in hostile.started.get(POISON_KIND, [])}
             if poisoned:
-                follow_poison(engine, poisoned, delivery_log, procs[0].log)
+                follow_poison(engine, poisoned, delivery_log, procs[0].log, "hostile")
 
-            # -- 3. backlog, on a broker db of its own: the poison is still being delivered
-            # again on the first one, and nothing stops it there but its broker db going.
+            # -- 3. backlog, on a broker db of its own: nothing of the windows above is left
+            # on it.
             for p in procs:
                 p.stop()
             with common.scratch_redis_db() as backlog_broker:
-                benv = worker_env(backlog_broker, database_url, delivery_log)
+                benv = worker_env(backlog_broker, database_url, delivery_log, poison_on)
                 bclient = Client(database_url=database_url, broker_url=backlog_broker)
                 procs.append(beat(benv, logdir, "beat-2"))
                 began = time.perf_counter()
