@@ -389,6 +389,19 @@ def _bound_trigger_tasks(**_: Any) -> None:
 
 
 worker_init.connect(_bound_trigger_tasks, weak=False)
+
+
+def _note_task_events(sender: Any = None, **_: Any) -> None:
+    """Write a worker's ``--events`` (``-E``) into the app's configuration, which its
+    pool processes inherit: a trigger task that would take the triggers queued behind it
+    (tasks/drain.py) does not while the worker sends task events, since Flower's task
+    list shows only the tasks a worker ran as tasks of its own (docs/operations.md,
+    "Several triggers per task")."""
+    if getattr(sender, "task_events", False):
+        app.conf.worker_send_task_events = True
+
+
+worker_init.connect(_note_task_events, weak=False)
 beat_init.connect(_check_or_exit, weak=False)
 
 

@@ -135,6 +135,8 @@ def _may_batch(task: Task) -> bool:
     request = task.request
     if request.is_eager or request.called_directly or task.name not in BATCHABLE:
         return False
+    if app.conf.worker_send_task_events:
+        return False  # Flower lists each trigger as the task it ran (tasks/app.py)
     return app_module.settings.trigger_batch_max > 1 and store().is_postgres
 
 
