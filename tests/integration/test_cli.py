@@ -20,6 +20,10 @@ def ok(stack: Stack, *args: str) -> str:
     return result.stdout
 
 
+# On PostgreSQL + Redis only: the walk is a CLI process per step (the suite's longest
+# test), and the embedded default's commands are walked by the demo below and by
+# test_cli_tasks.py, test_cli_classes.py and test_cli_output.py on that shape.
+@pytest.mark.parametrize("shared_stack", ["pg_redis"], indirect=True)
 @pytest.mark.timeout(900)  # a CLI process per step: slow on a loaded machine
 def test_cli_end_to_end(shared_stack: Stack) -> None:
     stack = shared_stack
