@@ -60,6 +60,7 @@ from typing import Any
 from celery import Celery
 from celery.app import trace as celery_trace
 from celery.signals import beat_init, worker_init, worker_process_init
+from kombu.connection import Connection
 from kombu.entity import Exchange, Queue, binding
 from kombu.pools import producers
 from kombu.transport import sqlalchemy as sqla_transport
@@ -89,6 +90,7 @@ __all__ = [
     "configure",
     "ensure_database",
     "pooled_producer",
+    "producer_connection",
     "publish",
     "queue_for",
     "settings",
@@ -173,6 +175,14 @@ def _transport_options(broker_url: str, visibility_timeout: float) -> dict[str, 
     return {}
 
 
+def _broker_transport_options(broker_url: str, s: Settings) -> dict[str, Any]:
+    """The kombu transport options for ``broker_url``: its own, never another broker's
+    (a pool opened on the embedded URL with Redis's options fails in ``create_engine``)."""
+    return _transport_options(
+        broker_url, s.redis_visibility_timeout
+    ) | priorities.transport_options(broker_url, s.priority_levels)
+
+
 def marks_redeliveries(broker_url: str) -> bool:
     """Does this broker flag a message it delivers again (``delivery_info
     ["redelivered"]``)? RabbitMQ does, and kombu's Redis transport does when it
@@ -205,8 +215,7 @@ def _conf(s: Settings) -> dict[str, Any]:
         # SIGTERM is a cold shutdown with this grace (the CLI sets REMAP_SIGTERM): a
         # warm one waits for running tasks without any bound.
         "worker_soft_shutdown_timeout": s.worker_shutdown_timeout_seconds,
-        "broker_transport_options": _transport_options(s.broker_url, s.redis_visibility_timeout)
-        | priorities.transport_options(s.broker_url, s.priority_levels),
+        "broker_transport_options": _broker_transport_options(s.broker_url, s),
         # Instance priorities, when on (tasks/priorities.py): RabbitMQ's x-max-priority.
         **priorities.broker_options(s.broker_url, s.priority_levels),
         # Redis: dormant's exchanges known to each channel before kombu's restore of a
@@ -430,13 +439,25 @@ def pooled_producer(broker_url: str) -> Iterator[Any]:
     with _producer_pools_lock:
         pool = _producer_pools.get(broker_url)
         if pool is None:
-            connection = app.connection_for_write(
-                broker_url, transport=broker_transport(broker_url)
-            )
+            connection = producer_connection(broker_url)
             pool = producers[connection]
             _producer_pools[broker_url] = pool
     with pool.acquire(block=True) as producer:
         yield producer
+
+
+def producer_connection(broker_url: str) -> Connection:
+    """A connection to ``broker_url`` with that broker's own transport options, not the
+    app's configured ones, which may name another broker in a process that served
+    several (the CLI, the tests): Redis's options on the embedded URL fail in
+    ``create_engine``."""
+    return Connection(
+        broker_url,
+        transport=broker_transport(broker_url),
+        transport_options=_broker_transport_options(broker_url, settings),
+        ssl=app.conf.broker_use_ssl,
+        connect_timeout=app.conf.broker_connection_timeout,
+    )
 
 
 def queue_for(routing_key: str) -> Queue:

@@ -68,15 +68,34 @@ def test_the_client_publishes_on_a_pooled_connection(
     from dormant.tasks import app as app_module
 
     opened: list[Any] = []
-    real = app_module.app.connection_for_write
+    real = app_module.producer_connection
 
     def counting(*args: Any, **kwargs: Any) -> Any:
         opened.append(args)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(app_module.app, "connection_for_write", counting)
+    monkeypatch.setattr(app_module, "producer_connection", counting)
     monkeypatch.setattr(app_module, "_producer_pools", {})
     name = f"m-{uuid.uuid4().hex[:8]}"
     for i in range(10):
         shared_stack.client.send_message(name, correlation_key=f"k{i}")
     assert len(opened) == 1
+
+
+def test_a_pool_on_the_embedded_broker_takes_no_other_brokers_options(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process whose app was last configured for Redis (the CLI, a test process that
+    served both shapes) opens its producer pool for the embedded URL with that URL's
+    own transport options: the Redis ones reach ``create_engine`` and fail there."""
+    from dormant.tasks import app as app_module
+
+    monkeypatch.setitem(
+        app_module.app.conf,
+        "broker_transport_options",
+        {"visibility_timeout": 60, "unacked_restore_interval": 1, "unacked_restore_throttle": 1},
+    )
+    monkeypatch.setattr(app_module, "_producer_pools", {})
+    url = f"sqla+sqlite:///{tmp_path / 'broker.sqlite'}"
+    with app_module.pooled_producer(url) as producer:
+        app_module.publish("dormant.signal", "signal.nobody", {"name": "nobody"}, producer=producer)
