@@ -148,8 +148,16 @@ FLOW_SWEEP_EVERY = 0.5
 # A periodic sweep queued behind a backlog (workers down or busy) is stale by the time a
 # worker reaches it, and the next tick sends a fresh one: each expires after a few of its
 # own periods, and a worker discards it unrun, so a backlog never multiplies the sweeps'
-# work (the deadline scan has a queue of its own and is never behind one).
+# work (the deadline scan has a queue of its own and is never behind one). Never sooner
+# than a minute: Celery compares beat's expiry with the worker's own clock, and a host
+# clock a few seconds off must not discard every sweep.
 SWEEP_EXPIRES_PERIODS = 4
+SWEEP_EXPIRES_AT_LEAST_SECONDS = 60.0
+
+
+def _sweep_expires(every: float) -> float:
+    """Seconds after which a sweep sent every ``every`` seconds is discarded unrun."""
+    return max(SWEEP_EXPIRES_PERIODS * every, SWEEP_EXPIRES_AT_LEAST_SECONDS)
 
 
 _REDIS_SCHEMES = ("redis://", "rediss://", "redis+socket://")
@@ -241,7 +249,7 @@ def _conf(s: Settings) -> dict[str, Any]:
                 "task": wire.RELAY_OUTBOX,
                 "schedule": RELAY_OUTBOX_EVERY,
                 "options": {
-                    "expires": SWEEP_EXPIRES_PERIODS * RELAY_OUTBOX_EVERY,
+                    "expires": _sweep_expires(RELAY_OUTBOX_EVERY),
                     "queue": "dormant",
                     "exchange": "dormant",
                     "routing_key": "trigger.relay_outbox",
@@ -251,7 +259,7 @@ def _conf(s: Settings) -> dict[str, Any]:
                 "task": wire.BATCHES_SWEEP,
                 "schedule": BATCH_SWEEP_EVERY,
                 "options": {
-                    "expires": SWEEP_EXPIRES_PERIODS * BATCH_SWEEP_EVERY,
+                    "expires": _sweep_expires(BATCH_SWEEP_EVERY),
                     "queue": "dormant",
                     "exchange": "dormant",
                     "routing_key": "trigger.batches_sweep",
@@ -261,7 +269,7 @@ def _conf(s: Settings) -> dict[str, Any]:
                 "task": wire.FLOW_SWEEP,
                 "schedule": FLOW_SWEEP_EVERY,
                 "options": {
-                    "expires": SWEEP_EXPIRES_PERIODS * FLOW_SWEEP_EVERY,
+                    "expires": _sweep_expires(FLOW_SWEEP_EVERY),
                     "queue": "dormant",
                     "exchange": "dormant",
                     "routing_key": "trigger.flow_sweep",
@@ -271,7 +279,7 @@ def _conf(s: Settings) -> dict[str, Any]:
                 "task": wire.PROCESSED_SWEEP,
                 "schedule": PROCESSED_SWEEP_EVERY,
                 "options": {
-                    "expires": SWEEP_EXPIRES_PERIODS * PROCESSED_SWEEP_EVERY,
+                    "expires": _sweep_expires(PROCESSED_SWEEP_EVERY),
                     "queue": "dormant",
                     "exchange": "dormant",
                     "routing_key": "trigger.processed_sweep",

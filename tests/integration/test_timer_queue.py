@@ -164,10 +164,12 @@ def test_the_shipped_process_lists_run_a_timer_worker() -> None:
 
 def test_the_sweeps_queued_behind_a_backlog_expire() -> None:
     """Every periodic sweep beat sends to the dormant queue expires after a few of its
-    periods, so workers coming back to a backlog discard the stale ones unrun."""
+    periods (a minute at least), so workers coming back to a backlog discard the stale
+    ones unrun."""
     schedule = tasks_app.app.conf.beat_schedule
     behind = {n: e for n, e in schedule.items() if e["options"]["queue"] == tasks_app.QUEUE.name}
     assert behind, schedule
     for name, entry in behind.items():
         every = float(entry["schedule"])
-        assert entry["options"].get("expires") == tasks_app.SWEEP_EXPIRES_PERIODS * every, name
+        expires = entry["options"].get("expires")
+        assert expires == max(4 * every, 60.0), name  # a minute at least: host clocks differ
