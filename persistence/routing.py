@@ -249,6 +249,11 @@ NAMESPACE = uuid.UUID("6f1c2a1e-8d4b-4c1f-9a57-d0c5a3e7b001")
 
 log = logging.getLogger("dormant.routing")
 
+# How many times a keyed message start looks again after losing the start-key race
+# (``Router._start_or_join``): each round joins or starts, unless the winner ended in
+# between; a second look almost always settles it.
+_START_RACE_ROUNDS = 3
+
 
 class _FanOut:
     """What a message's or a signal's result answers from its deliveries' steps."""
@@ -692,16 +697,33 @@ class Router:
         """Start (or join) each process with a matching message start no holder served."""
         unserved = set(processes_to_start((p for p, _, _ in starts), out.served))
         for process_key, version, nodes in starts:
-            if process_key not in unserved:
-                continue
+            if process_key in unserved:
+                self._start_or_join(out, name, key, variables, now, process_key, version, nodes)
+
+    def _start_or_join(
+        self,
+        out: MessageOutcome,
+        name: str,
+        key: str | None,
+        variables: dict[str, Any],
+        now: datetime,
+        process_key: str,
+        version: int,
+        nodes: list[str],
+    ) -> None:
+        """One process's start, or its join of the running instance with the same start
+        key. A keyed start that loses the race on the unique index joins the winner; if
+        the winner has ended by the time it looks, the key is free again and it plans
+        once more — a bounded number of times, then ``StartKeyTaken`` (kept as a failed
+        trigger by the task), never a message that silently went nowhere."""
+        for _ in range(_START_RACE_ROUNDS):
             running = self._running_with_key(process_key, key) if key is not None else None
             plan = start_or_join(process_key, version, nodes, key, running)
             if isinstance(plan, JoinRunning):
                 out.served[process_key] = plan.instance_id
                 self._join(out, plan.instance_id, process_key, name, now)
-                continue
+                return
             instance_id = str(uuid.uuid5(NAMESPACE, f"{process_key}:{out.message_id}"))
-            out.served[process_key] = instance_id
             try:
                 applied = self._start_isolated(
                     instance_id,
@@ -715,17 +737,16 @@ class Router:
                     tenant=out.tenant,
                 )
             except StartKeyTaken:
-                running = self._running_with_key(process_key, key)
-                if running is not None:
-                    out.served[process_key] = running
-                    self._join(out, running, process_key, name, now)
-                continue
+                continue  # look again: join the winner, or start if it has ended
+            out.served[process_key] = instance_id
             if applied is None:
                 out.failed.append(instance_id)
-                continue
+                return
             out.applied.append(applied)
             if instance_id not in out.started:
                 out.started.append(instance_id)
+            return
+        raise StartKeyTaken(process_key, key or "")
 
     def _running_with_key(self, process_key: str, key: str | None) -> str | None:
         with self.store.read() as conn:

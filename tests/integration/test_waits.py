@@ -755,8 +755,12 @@ def test_keyed_start_racing_messages_make_exactly_one_instance(wstack: Stack) ->
         t.start()
     for t in threads:
         t.join()
-    wait_for(lambda: c.instances(key=k), what="started")
-    time.sleep(3.0)
+    (first,) = wait_for(lambda: c.instances(key=k), what="started")
+    wait_for(
+        lambda: len(facts(wstack, first.id, "DuplicateStart")) >= 7,
+        what="the seven other messages joined the one instance",
+    )
+    time.sleep(1.0)  # nothing more arrives: no second instance, no eighth join
     (only,) = c.instances(key=k)
     assert len(facts(wstack, only.id, "DuplicateStart")) == 7
 
