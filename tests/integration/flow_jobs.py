@@ -29,18 +29,21 @@ def _redis() -> redis.Redis:
     return redis.Redis.from_url(os.environ["DORMANT_BROKER_URL"])
 
 
-@app.task(name="flow-peak")
-def peak(customerId: str = "", tag: str = "", **_: Any) -> dict[str, Any]:
-    return _counted(customerId, tag)
+@app.task(name="flow-peak", bind=True)
+def peak(self: Task, customerId: str = "", tag: str = "", **_: Any) -> dict[str, Any]:
+    return _counted(self, customerId, tag)
 
 
-@app.task(name="flow-peak-all")
-def peak_all(tag: str = "", **_: Any) -> dict[str, Any]:
-    return _counted("all", tag)
+@app.task(name="flow-peak-all", bind=True)
+def peak_all(self: Task, tag: str = "", **_: Any) -> dict[str, Any]:
+    return _counted(self, "all", tag)
 
 
-def _counted(customerId: str, tag: str) -> dict[str, Any]:
+def _counted(task: Task, customerId: str, tag: str) -> dict[str, Any]:
+    """Counts itself running; also lists each run's attempt (its idempotency key), so
+    that a peak over the limit tells a job run twice from a slot counted wrong."""
     r = _redis()
+    r.rpush(f"flowtest:{tag}:runs", f"{customerId}|{idempotency_key(task)}")
     running, top = f"flowtest:{tag}:running:{customerId}", f"flowtest:{tag}:peak:{customerId}"
     r.eval(_ENTER, 2, running, top)
     try:

@@ -96,6 +96,9 @@ def test_a_key_never_runs_more_than_its_limit_across_two_workers(
     ids += s.client.start_many(f"{key}_all", [{"tag": tag}] * 8)
     _completed(s, ids, 90)
     peaks = {c: int(r.get(f"flowtest:{tag}:peak:{c}") or 0) for c in ("a", "b", "all")}
+    runs = [x.decode() for x in r.lrange(f"flowtest:{tag}:runs", 0, -1)]
+    # each job ran once (a job delivered twice would run beside itself, over any limit)
+    assert len(runs) == len(ids) and len(set(runs)) == len(ids), (peaks, sorted(runs))
     # never above the limit; and the limit is reached (the jobs did run side by side:
     # without flow control the peak was 6, every pool process of both workers)
     assert all(0 < p <= 2 for p in peaks.values()) and max(peaks.values()) == 2, peaks
