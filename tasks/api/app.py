@@ -1068,7 +1068,7 @@ def user_task_form(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
             raise Problem(404, "NOT_FOUND", f"linked form {view.form_id!r} is not deployed")
         version, text = linked
         return {
-            "tenantId": TENANT,
+            "tenantId": view.tenant,
             "formId": view.form_id,
             "schema": text,
             "version": version,
@@ -1082,7 +1082,7 @@ def user_task_form(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
                 404, "NOT_FOUND", f"form key {view.form_key} names no form embedded in the process"
             )
         return {
-            "tenantId": TENANT,
+            "tenantId": view.tenant,
             "formId": str(schema.get("id") or view.form_key.rsplit(":", 1)[-1]),
             "schema": json.dumps(schema),
             "version": process[1],
@@ -1267,7 +1267,7 @@ def search_variables(api: Api, body: dict[str, Any], path: dict[str, str]) -> An
                         "value": json.dumps(scope.variables[name]),
                         "isTruncated": False,
                         "name": name,
-                        "tenantId": TENANT,
+                        "tenantId": view.tenant,
                         "variableKey": var_keys[f"{view.id}:{sid}:{name}"],
                         "scopeKey": scope_key,
                         "processInstanceKey": instance_key,
@@ -1382,7 +1382,9 @@ def _incident_state(view: IncidentView) -> str:
     return "RESOLVED" if IncidentState(view.state).closed else "ACTIVE"
 
 
-def _incident(api: Api, view: IncidentView, process: tuple[str, int]) -> dict[str, Any]:
+def _incident(
+    api: Api, view: IncidentView, process: tuple[str, int], tenant: str
+) -> dict[str, Any]:
     instance_key = api.key("instance", view.instance_id)
     return {
         "processDefinitionId": process[0],
@@ -1391,7 +1393,7 @@ def _incident(api: Api, view: IncidentView, process: tuple[str, int]) -> dict[st
         "elementId": view.node_id,
         "creationTime": _iso(view.first_at),
         "state": _incident_state(view),
-        "tenantId": TENANT,
+        "tenantId": tenant,
         "incidentKey": api.key("incident", view.id),
         "processDefinitionKey": api.key("process", f"{process[0]}:{process[1]}"),
         "processInstanceKey": instance_key,
@@ -1413,20 +1415,25 @@ def search_incidents(api: Api, body: dict[str, Any], path: dict[str, str]) -> An
     tenants = {i: api.tenant_of(i) for i in {v.instance_id for v in views}}
     views = [v for v in views if api.caller.reads(tenants[v.instance_id])]
     processes = api_keys.instance_processes(api.engine, [v.instance_id for v in views])
-    items = [_incident(api, v, processes.get(v.instance_id, ("", 0))) for v in views]
-    state = search.filter.get("state")
-    if isinstance(state, dict):
-        state = state.get("$eq")
-    if state is not None:
-        items = [i for i in items if i["state"] == state]
+    items = [
+        _incident(api, v, processes.get(v.instance_id, ("", 0)), tenants[v.instance_id])
+        for v in views
+    ]
+    for field in ("state", "tenantId"):
+        wanted = search.filter.get(field)
+        if isinstance(wanted, dict):
+            wanted = wanted.get("$eq")
+        if wanted is not None:
+            items = [i for i in items if i[field] == wanted]
     return _page(items, search)
 
 
 def get_incident(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
     view = api.client.incident(api.resolve("incident", path["key"], "incident"))
-    api.caller.visible(api.tenant_of(view.instance_id), f"no incident has key {path['key']}")
+    tenant = api.tenant_of(view.instance_id)
+    api.caller.visible(tenant, f"no incident has key {path['key']}")
     process = api_keys.instance_processes(api.engine, [view.instance_id])
-    return _incident(api, view, process.get(view.instance_id, ("", 0)))
+    return _incident(api, view, process.get(view.instance_id, ("", 0)), tenant)
 
 
 def resolve_incident(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:

@@ -29,6 +29,7 @@ from dormant.tasks.console import create_app
 from dormant.tasks.console.authorization import hash_password, parse_grants, parse_users
 from dormant.tasks.console.config import ENV_OAUTH_GRANTS, ENV_USERS, ConsoleConfig
 from tests.integration.console.kit import MODEL
+from tests.integration.waitkit import end, model, script, start
 
 pytestmark = pytest.mark.integration
 
@@ -75,6 +76,14 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Client]:
                 kept=100,
                 retention_seconds=3600,
             )
+    # An instance of acme in incident: its script fails at the start.
+    failing = model(
+        "broken-acme",
+        start() + script("calc", '=assert(false, "no")', "r") + end(),
+        [("start", "calc"), ("calc", "end")],
+    )
+    client.for_tenant(ACME).deploy(failing)
+    client._store.start(NewInstance("broken-acme", "b-1", {}), now=now)
     # A user task of the default tenant, for the tasklist.
     client.deploy(MODEL.with_name("review.bpmn").read_text())
     client._store.start(NewInstance("review", "r-1", {"card": SECRET}), now=now)
@@ -240,13 +249,28 @@ def _instances(api: TestClient, name: str) -> dict[str, str]:
 
 
 def test_the_api_searches_and_reads_only_the_callers_tenants(api: TestClient) -> None:
-    assert set(_instances(api, "acme-ops")) == {"payment-acme"}
+    assert set(_instances(api, "acme-ops")) == {"payment-acme", "broken-acme"}
     keys = _instances(api, "boss")
-    assert set(keys) == {"payment-acme", "payment", "review"}
+    assert set(keys) == {"payment-acme", "broken-acme", "payment", "review"}
     other = api.get(f"/v2/process-instances/{keys['payment']}", headers=_as("acme-ops"))
     assert other.status_code == 404 and other.json()["title"] == "NOT_FOUND"
     own = api.get(f"/v2/process-instances/{keys['payment-acme']}", headers=_as("acme-ops"))
     assert own.status_code == 200 and own.json()["tenantId"] == ACME
+
+
+def test_the_apis_incidents_carry_their_tenant_and_filter_by_it(api: TestClient) -> None:
+    def tenants(who: str, where: dict[str, Any]) -> list[str]:
+        found = api.post("/v2/incidents/search", json={"filter": where}, headers=_as(who))
+        assert found.status_code == 200, found.text
+        return [i["tenantId"] for i in found.json()["items"]]
+
+    assert tenants("boss", {}) == [ACME]
+    assert tenants("boss", {"tenantId": ACME}) == [ACME]
+    assert tenants("boss", {"tenantId": "<default>"}) == []
+    assert tenants("acme-ops", {}) == [ACME]
+    found = api.post("/v2/incidents/search", json={}, headers=_as("boss")).json()["items"][0]
+    one = api.get(f"/v2/incidents/{found['incidentKey']}", headers=_as("acme-ops"))
+    assert one.status_code == 200 and one.json()["tenantId"] == ACME
 
 
 def test_the_api_refuses_acting_on_another_tenant(api: TestClient, client: Client) -> None:
