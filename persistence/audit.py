@@ -14,7 +14,7 @@ is accepted (``accepted``, committed with the Client's inbox row: ``inbox.record
 by the worker in the same transaction as the action's effect on the instance
 (``Store.apply``'s ``also``) or, for a refusal, in its own. An action done on the spot
 (a job type paused, a failed trigger dropped, a deploy, a batch created) has one row,
-``done``.
+``done``, inserted by the write that does the action, in its transaction (``done_row``).
 
 A variable's value is never written: ``hide`` keeps its name and replaces its value
 (docs/internals.md: no value in the history; the same holds here).
@@ -351,18 +351,3 @@ def by_hand(
     return command(
         UNKNOWN_ACTOR, "celery", action, target=target, instance_id=instance_id, params=params
     )
-
-
-def done_by_hand(
-    engine: Engine,
-    action: str,
-    at: datetime,
-    *,
-    target: str | None = None,
-    instance_id: str | None = None,
-    params: Mapping[str, Any] | None = None,
-) -> None:
-    """Record, in a transaction of its own, an on-the-spot action a management task
-    sent by hand did whose own transaction takes no row (a job type paused)."""
-    cmd = by_hand(action, target=target, instance_id=instance_id, params=params)
-    accept(engine, cmd, at, "done")

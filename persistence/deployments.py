@@ -9,7 +9,7 @@ import dataclasses
 import hashlib
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -22,7 +22,7 @@ from dormant.engine_core.errors import InvalidModel, UnknownDeployment, UnknownP
 from dormant.engine_core.model import ProcessDefinition
 from dormant.engine_core.tenants import DEFAULT_TENANT
 from dormant.engine_core.xml_input import model_text
-from dormant.persistence import round_trips
+from dormant.persistence import audit, round_trips
 from dormant.persistence.db import Transactions
 from dormant.persistence.decisions import (
     ParsedDecisions,
@@ -215,9 +215,12 @@ class Deployments:
         names: Sequence[str | None] | None = None,
         *,
         tenant: str = DEFAULT_TENANT,
+        audited: Mapping[str, Any] | None = None,
     ) -> list[Deployment]:
         """Deploy several documents (BPMN and DMN) as ONE deployment, in one
         transaction; every document is read and refused before anything is written.
+        ``audited``: the operator's command, whose ``done`` row (persistence/audit.py)
+        commits with the deployment, naming its key and resources.
 
         Identical content bumps no version, so re-running a deploy script is harmless
         (it still records a deployment, naming the versions it found). When any
@@ -250,6 +253,12 @@ class Deployments:
                 .where(deployments.c.key == key)
                 .values(resources=[dataclasses.asdict(r) for r in resources])
             )
+            if audited is not None:
+                names_deployed = [f"{r.id} v{r.version}" for r in resources]
+                row = audit.done_row(
+                    audited, now, target=str(key), more={"resources": names_deployed}
+                )
+                audit.record(conn, [row])
         everything = tuple(resources)
         out = [Deployment(r.id, r.version, r.created, key, everything, r.kind) for r in everything]
         for d in out:

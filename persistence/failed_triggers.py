@@ -295,13 +295,19 @@ class FailedTriggers:
         return _view(row)
 
     def take_failed(
-        self, failed_id: str, now: datetime, *, takes_trigger_id: Callable[[str], bool]
+        self,
+        failed_id: str,
+        now: datetime,
+        *,
+        takes_trigger_id: Callable[[str], bool],
+        audited: Mapping[str, Any] | None = None,
     ) -> tuple[str, str, dict[str, Any], str]:
         """Move a kept trigger back into the inbox (one transaction) for a retry:
         returns (task, routing key, kwargs, inbox id) for the caller to publish. Its
         trigger id travels with it, so the retry is idempotent like the first send;
         ``takes_trigger_id``: whether the kept task accepts one (the shell's wire
-        module knows, tasks/wire.py)."""
+        module knows, tasks/wire.py). ``audited``: the operator's command, its ``done``
+        row in the same transaction."""
         view = self.failed_trigger(failed_id)
         kwargs = dict(view.body.get("kwargs") or {})
         if "text" in view.body:
@@ -332,6 +338,9 @@ class FailedTriggers:
                 )
                 if view.trigger_id:  # its deliveries counted from zero again
                     deliveries.forget(conn, view.trigger_id)
+                if audited is not None:
+                    row = audit.done_row(audited, now, instance_id=view.instance_id)
+                    audit.record(conn, [row])
         except SQLAlchemyError as exc:
             raise InvalidOperation(
                 f"failed trigger {failed_id} cannot be sent again as it is "

@@ -49,6 +49,7 @@ from sqlalchemy import Connection, Engine, insert, select, update
 from dormant.engine_core.checkpoint import Wait, WaitKind
 from dormant.engine_core.errors import InvalidOperation, InvalidSetting
 from dormant.engine_core.job_flow import FlowLimits
+from dormant.persistence import audit
 from dormant.persistence.db import read_only
 from dormant.persistence.flow_counts import (
     FAST_ADMIT,
@@ -295,10 +296,17 @@ class JobFlow:
                 log.exception("job flow sweep of type %s failed", job_type)
         return written
 
-    def set_limits(self, job_type: str, changes: Mapping[str, Any], now: datetime) -> FlowLimits:
+    def set_limits(
+        self,
+        job_type: str,
+        changes: Mapping[str, Any],
+        now: datetime,
+        audited: Mapping[str, Any] | None = None,
+    ) -> FlowLimits:
         """An operator's limits for ``job_type``: ``changes`` over its current limits
         (a value None removes that limit); ``changes`` empty clears every override,
-        back to ``DORMANT_JOB_TYPES``. Returns the limits now in force."""
+        back to ``DORMANT_JOB_TYPES``. Returns the limits now in force. ``audited``:
+        the operator's command, its ``done`` row in the same transaction."""
         unknown = sorted(set(changes) - set(LIMIT_FIELDS))
         if unknown:
             raise InvalidOperation(f"unknown job type limit(s) {unknown}; known: {LIMIT_FIELDS}")
@@ -317,6 +325,8 @@ class JobFlow:
                 .where(job_flow_types.c.job_type == job_type)
                 .values(limits=stored, limits_set_at=now if stored else None)
             )
+            if audited is not None:
+                audit.record(conn, [audit.done_row(audited, now)])
         self.forget()
         return limits or FlowLimits()
 

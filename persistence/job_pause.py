@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Mapping
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import Engine, delete, func, insert, select
 
 from dormant.engine_core.errors import InvalidOperation
+from dormant.persistence import audit
 from dormant.persistence.tables import held_jobs, job_type_pauses, outbox
 
 __all__ = ["hold", "is_paused", "pause", "paused", "resume"]
@@ -62,7 +65,10 @@ def _forget(engine: Engine) -> None:
         _cache.pop(str(engine.url), None)
 
 
-def pause(engine: Engine, job_type: str, now: datetime) -> None:
+def pause(
+    engine: Engine, job_type: str, now: datetime, audited: Mapping[str, Any] | None = None
+) -> None:
+    """``audited``: the operator's command, its ``done`` row in the same transaction."""
     if not job_type:
         raise InvalidOperation("a job type to pause must be a non-empty string")
     with engine.begin() as conn:
@@ -71,11 +77,17 @@ def pause(engine: Engine, job_type: str, now: datetime) -> None:
         ).first():
             raise InvalidOperation(f"job type {job_type!r} is already paused")
         conn.execute(insert(job_type_pauses).values(job_type=job_type, paused_at=now))
+        if audited is not None:
+            audit.record(conn, [audit.done_row(audited, now)])
     _forget(engine)
 
 
-def resume(engine: Engine, job_type: str, now: datetime) -> int:
-    """Unpause and give the held jobs back to the outbox; returns how many."""
+def resume(
+    engine: Engine, job_type: str, now: datetime, audited: Mapping[str, Any] | None = None
+) -> int:
+    """Unpause and give the held jobs back to the outbox; returns how many.
+    ``audited``: the operator's command, its ``done`` row (with how many) in the same
+    transaction."""
     with engine.begin() as conn:
         gone = conn.execute(delete(job_type_pauses).where(job_type_pauses.c.job_type == job_type))
         if gone.rowcount != 1:
@@ -93,6 +105,8 @@ def resume(engine: Engine, job_type: str, now: datetime) -> int:
                 [{"kind": "DispatchJob", "payload": r.payload, "created_at": now} for r in rows],
             )
             conn.execute(delete(held_jobs).where(held_jobs.c.id.in_([r.id for r in rows])))
+        if audited is not None:
+            audit.record(conn, [audit.done_row(audited, now, more={"held": len(rows)})])
     _forget(engine)
     return len(rows)
 

@@ -14,6 +14,7 @@ tables' ids are of different kinds, and the CLI takes one name for either.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -21,6 +22,7 @@ from typing import Any, Literal
 from sqlalchemy import Engine, Table, delete, func, select, update
 
 from dormant.engine_core.errors import UnknownFailedTrigger
+from dormant.persistence import audit, clock
 from dormant.persistence.tables import inbox, outbox
 
 __all__ = ["ParkedRow", "count_parked", "drop", "park", "parked_rows", "retry"]
@@ -109,9 +111,10 @@ def _parse(ref: str) -> tuple[Table, Any]:
     return table, _key(table, row_id)
 
 
-def retry(engine: Engine, ref: str) -> None:
+def retry(engine: Engine, ref: str, audited: Mapping[str, Any] | None = None) -> None:
     """Unpark ``ref``: the next sweep processes it again (an outbox row is published
-    as if never sent; an inbox row is re-sent at once, its redelivery window reset)."""
+    as if never sent; an inbox row is re-sent at once, its redelivery window reset).
+    ``audited``: the operator's command, its ``done`` row in the same transaction."""
     table, key = _parse(ref)
     again: dict[str, Any] = {"parked_at": None, "parked_error": None}
     again |= {"published_at": None} if table is outbox else {"republished_at": None}
@@ -119,16 +122,21 @@ def retry(engine: Engine, ref: str) -> None:
         done = conn.execute(
             update(table).where(table.c.id == key, table.c.parked_at.is_not(None)).values(again)
         ).rowcount
+        if done and audited is not None:
+            audit.record(conn, [audit.done_row(audited, clock.now())])
     if not done:
         raise UnknownFailedTrigger(f"no parked row {ref!r} (`dormant triggers parked` lists them)")
 
 
-def drop(engine: Engine, ref: str) -> None:
-    """Delete parked row ``ref`` for good: what it held is never sent."""
+def drop(engine: Engine, ref: str, audited: Mapping[str, Any] | None = None) -> None:
+    """Delete parked row ``ref`` for good: what it held is never sent. ``audited``: the
+    operator's command, its ``done`` row in the same transaction."""
     table, key = _parse(ref)
     with engine.begin() as conn:
         done = conn.execute(
             delete(table).where(table.c.id == key, table.c.parked_at.is_not(None))
         ).rowcount
+        if done and audited is not None:
+            audit.record(conn, [audit.done_row(audited, clock.now())])
     if not done:
         raise UnknownFailedTrigger(f"no parked row {ref!r} (`dormant triggers parked` lists them)")

@@ -59,7 +59,9 @@ def register(cli: click.Group) -> None:
                 click.echo(f"error: {file}: {exc}", err=True)
                 sys.exit(2)
         try:
-            deployments = store.deployments.deploy_many(sources, clock.now(), list(files))
+            deployments = store.deployments.deploy_many(
+                sources, clock.now(), list(files), audited=client._command("deploy")
+            )
         except DormantError as exc:
             where = files[0] if len(files) == 1 else ", ".join(files)
             click.echo(f"error: {where}: {exc}", err=True)

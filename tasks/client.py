@@ -169,12 +169,12 @@ class Client:
         target: str | None = None,
         instance_id: str | None = None,
         params: Mapping[str, Any] | None = None,
-        done: bool = False,
     ) -> dict[str, Any]:
-        """An operator action for the audit trail (persistence/audit.py): ``done``
-        recorded now for an action already done on the spot; otherwise returned for
-        its trigger to carry (``wire.audited``), recorded ``accepted`` with its inbox
-        row (``_send_many``) and its outcome by the worker."""
+        """An operator action for the audit trail (persistence/audit.py): for an action
+        done on the spot, handed to the write that does it (its ``done`` row commits
+        with it); otherwise carried by its trigger (``wire.audited``), recorded
+        ``accepted`` with its inbox row (``_send_many``) and its outcome by the
+        worker."""
         cmd = audit.command(
             self.actor,
             self.source,
@@ -183,8 +183,6 @@ class Client:
             instance_id=instance_id,
             params=params,
         )
-        if done:
-            audit.accept(self._store.engine, cmd, clock.now(), "done")
         return cmd
 
     def audit_log(
@@ -285,16 +283,12 @@ class Client:
         sources = [_read_source(p, limit) for p in given]
         names = [str(p) if isinstance(p, Path) or _is_path(p) else None for p in given]
         deployments = list(
-            self._store.deployments.deploy_many(sources, clock.now(), names, tenant=self.tenant)
+            self._store.deployments.deploy_many(
+                sources, clock.now(), names, tenant=self.tenant, audited=self._command("deploy")
+            )
         )
         if not deployments:
             raise InvalidModel("the document defines no executable process")
-        self._command(
-            "deploy",
-            target=str(deployments[0].deployment_key),
-            params={"resources": [f"{d.key} v{d.version}" for d in deployments]},
-            done=True,
-        )
         return deployments
 
     def deployments(self, limit: int = 100, *, tenant: str | None = None) -> list[DeploymentRecord]:
@@ -901,9 +895,9 @@ class Client:
 
         owner = self._store.failed.failed_trigger(failed_id).instance_id
         url = self.settings.broker_url
+        cmd = self._command("trigger_retry", target=failed_id, instance_id=owner)
         with app.connection_for_write(url, transport=broker_transport(url)) as conn:
-            resend(self._store, failed_id, connection=conn)
-        self._command("trigger_retry", target=failed_id, instance_id=owner, done=True)
+            resend(self._store, failed_id, connection=conn, audited=cmd)
 
     def drop_trigger(self, failed_id: str) -> FailedTriggerView:
         """Delete a failed trigger for good (its instance's history records it)."""
@@ -919,13 +913,11 @@ class Client:
     def retry_parked(self, ref: str) -> None:
         """Unpark ``ref`` (``inbox:<id>`` / ``outbox:<id>``): the next sweep sends it.
         Audited like every operator action (docs/audit.md)."""
-        parked.retry(self._store.engine, ref)
-        self._command("parked_retry", target=ref, done=True)
+        parked.retry(self._store.engine, ref, self._command("parked_retry", target=ref))
 
     def drop_parked(self, ref: str) -> None:
         """Delete parked row ``ref`` for good: what it held is never sent. Audited."""
-        parked.drop(self._store.engine, ref)
-        self._command("parked_drop", target=ref, done=True)
+        parked.drop(self._store.engine, ref, self._command("parked_drop", target=ref))
 
 
 def _is_path(path_or_xml: str | bytes | Path) -> bool:

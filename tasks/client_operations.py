@@ -158,13 +158,12 @@ class Operations:
     # -- job types -----------------------------------------------------------------
 
     def pause_job_type(self, job_type: str) -> None:
-        job_pause.pause(self._store.engine, job_type, clock.now())
-        self._command("job_type_pause", target=job_type, done=True)
+        cmd = self._command("job_type_pause", target=job_type)
+        job_pause.pause(self._store.engine, job_type, clock.now(), cmd)
 
     def resume_job_type(self, job_type: str) -> int:
-        held = job_pause.resume(self._store.engine, job_type, clock.now())
-        self._command("job_type_resume", target=job_type, params={"held": held}, done=True)
-        return held
+        cmd = self._command("job_type_resume", target=job_type)
+        return job_pause.resume(self._store.engine, job_type, clock.now(), cmd)
 
     def paused_job_types(self) -> dict[str, int]:
         return job_pause.paused(self._store.engine)
@@ -173,11 +172,8 @@ class Operations:
         return self._store.flow.rows(clock.now())
 
     def set_job_type_limits(self, job_type: str, changes: Mapping[str, Any]) -> FlowLimits:
-        limits = self._store.flow.set_limits(job_type, changes, clock.now())
-        self._command(
-            "job_type_set_limits", target=job_type, params=dict(changes) or None, done=True
-        )
-        return limits
+        cmd = self._command("job_type_set_limits", target=job_type, params=dict(changes) or None)
+        return self._store.flow.set_limits(job_type, changes, clock.now(), cmd)
 
     # -- in bulk -------------------------------------------------------------------
 

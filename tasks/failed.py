@@ -10,6 +10,7 @@ A refused action (no such failed trigger) raises, so Flower shows the task FAILE
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from celery import Task
@@ -25,10 +26,16 @@ __all__ = ["drop", "resend", "retry"]
 log = logging.getLogger("dormant.triggers")
 
 
-def resend(the_store: Any, failed_id: str, connection: Any = None) -> str:
-    """Put failed trigger ``failed_id`` back in the inbox and publish it; its task name."""
+def resend(
+    the_store: Any,
+    failed_id: str,
+    connection: Any = None,
+    audited: Mapping[str, Any] | None = None,
+) -> str:
+    """Put failed trigger ``failed_id`` back in the inbox and publish it; its task name.
+    ``audited``: the operator's command, recorded done with the move to the inbox."""
     task, routing_key, kwargs, inbox_id = the_store.failed.take_failed(
-        failed_id, clock.now(), takes_trigger_id=wire.takes_trigger_id
+        failed_id, clock.now(), takes_trigger_id=wire.takes_trigger_id, audited=audited
     )
     try:
         publish(task, routing_key, {**kwargs, "inbox_id": inbox_id}, connection=connection)
@@ -47,10 +54,8 @@ def resend(the_store: Any, failed_id: str, connection: Any = None) -> str:
 def retry(self: Task, failed_id: str) -> None:
     """Send failed trigger ``failed_id`` again (same trigger id: idempotent)."""
     owner = store().failed.failed_trigger(failed_id).instance_id
-    resend(store(), failed_id)
-    audit.done_by_hand(
-        store().engine, "trigger_retry", clock.now(), target=failed_id, instance_id=owner
-    )
+    cmd = audit.by_hand("trigger_retry", target=failed_id, instance_id=owner)
+    resend(store(), failed_id, audited=cmd)
 
 
 @app.task(name=wire.TRIGGERS_DROP, bind=True, throws=(DormantError,))

@@ -181,18 +181,15 @@ def enqueue_batch(batch_id: str, producer: Any = None) -> None:
 @app.task(name=wire.JOBS_PAUSE, bind=True, throws=(DormantError,))
 def pause_job_type(self: Task, job_type: str) -> None:
     """Stop sending jobs of ``job_type``: they are held until it is resumed."""
-    job_pause.pause(store().engine, job_type, clock.now())
-    audit_rows.done_by_hand(store().engine, "job_type_pause", clock.now(), target=job_type)
+    cmd = audit_rows.by_hand("job_type_pause", target=job_type)
+    job_pause.pause(store().engine, job_type, clock.now(), cmd)
 
 
 @app.task(name=wire.JOBS_RESUME, bind=True, throws=(DormantError,))
 def resume_job_type(self: Task, job_type: str) -> int:
     """Send the held jobs of ``job_type`` again (through the outbox)."""
-    held = job_pause.resume(store().engine, job_type, clock.now())
-    audit_rows.done_by_hand(
-        store().engine, "job_type_resume", clock.now(), target=job_type, params={"held": held}
-    )
-    return held
+    cmd = audit_rows.by_hand("job_type_resume", target=job_type)
+    return job_pause.resume(store().engine, job_type, clock.now(), cmd)
 
 
 @app.task(name=wire.BULK, bind=True)

@@ -393,7 +393,11 @@ def deploy(api: Api, body: dict[str, Any], path: dict[str, str]) -> Any:
     # ``forms`` (persistence/forms.py), versioned per form id.
     names: list[str | None] = [n for n, _ in files]
     deployed = store.deployments.deploy_many(
-        [d for _, d in files], clock.now(), names, tenant=tenant
+        [d for _, d in files],
+        clock.now(),
+        names,
+        tenant=tenant,
+        audited=api.client._command("deploy"),
     )
     if not deployed:
         raise Problem(
