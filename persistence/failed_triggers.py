@@ -48,6 +48,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from dormant.engine_core.checkpoint import IncidentState
 from dormant.engine_core.errors import InvalidOperation, UnknownFailedTrigger
 from dormant.engine_core.states import FLAGGED
+from dormant.engine_core.tenants import DEFAULT_TENANT
 from dormant.engine_core.views import FailedTriggerView
 from dormant.persistence import audit, deliveries
 from dormant.persistence.db import Transactions
@@ -134,6 +135,13 @@ def decode_body(text: str) -> dict[str, Any]:
     except (ValueError, RecursionError):
         return {"text": text[:10_000]}
     return body if isinstance(body, dict) else {"value": body}
+
+
+def _body_tenant(body: Mapping[str, Any]) -> str:
+    """The tenant a kept trigger's body names (tasks/wire.py leaves the default out)."""
+    kwargs = body.get("kwargs")
+    named = kwargs.get("tenant") if isinstance(kwargs, dict) else None
+    return named if isinstance(named, str) and named else DEFAULT_TENANT
 
 
 def one_line(exc: BaseException) -> str:
@@ -271,15 +279,29 @@ class FailedTriggers:
         )
 
     def failed_triggers(
-        self, instance_id: str | None = None, limit: int = 1000
+        self, instance_id: str | None = None, limit: int = 1000, *, tenant: str | None = None
     ) -> list[FailedTriggerView]:
-        """Kept triggers, the most recently failed last."""
-        q = select(failed_triggers, overtaken().label("overtaken"))
+        """Kept triggers, the most recently failed last; ``tenant``: only that tenant's
+        (its instance's tenant, or for a trigger whose instance has no row yet, such as
+        a start that never applied, the tenant its body names; docs/tenants.md)."""
+        owner = instances.alias("owner")  # apart from ``overtaken``'s own look
+        q = select(failed_triggers, overtaken().label("overtaken"), owner.c.tenant_id).outerjoin(
+            owner, owner.c.id == failed_triggers.c.instance_id
+        )
         if instance_id is not None:
             q = q.where(failed_triggers.c.instance_id == instance_id)
+        if tenant is not None:
+            q = q.where(or_(owner.c.tenant_id == tenant, owner.c.tenant_id.is_(None)))
         with self._db.read() as conn:
             rows = list(conn.execute(q.order_by(failed_triggers.c.last_at).limit(limit)))
-        return [_view(r) for r in rows]
+        views = [_view(r) for r in rows]
+        if tenant is None:
+            return views
+        return [
+            v
+            for v, r in zip(views, rows, strict=True)
+            if (r.tenant_id or _body_tenant(v.body)) == tenant
+        ]
 
     def failed_trigger(self, failed_id: str) -> FailedTriggerView:
         with self._db.read() as conn:

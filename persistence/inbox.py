@@ -23,6 +23,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, Update, bindparam, func, insert, or_, select, update
 
 from dormant.engine_core.errors import StoredDataError
+from dormant.engine_core.tenants import DEFAULT_TENANT
 from dormant.persistence import clock
 from dormant.persistence.tables import inbox
 from dormant.persistence.writes import Writes
@@ -237,22 +238,25 @@ class QueuedStart:
 
 
 def queued_starts(
-    engine: Engine, task: str, limit: int, key: str | None = None
+    engine: Engine, task: str, limit: int, key: str | None = None, tenant: str | None = None
 ) -> list[QueuedStart]:
     """The unprocessed starts (``task``: tasks/wire.py ``START``), newest first, at most
-    ``limit``; ``key``: of this process only. Read from the inbox's unprocessed rows
-    (the partial index the sweep reads), so a long processed history costs nothing."""
+    ``limit``; ``key``: of this process only; ``tenant``: of this tenant only (the
+    default tenant's starts name none). Read from the inbox's unprocessed rows (the
+    partial index the sweep reads), so a long processed history costs nothing."""
     with engine.connect() as conn:
         rows = conn.execute(
             select(inbox.c.payload, inbox.c.created_at)
             .where(inbox.c.kind == task, inbox.c.processed_at.is_(None))
             .order_by(inbox.c.created_at.desc())
-            .limit(limit * 4 if key is not None else limit)
+            .limit(limit * 4 if key is not None or tenant is not None else limit)
         ).all()
     out: list[QueuedStart] = []
     for payload, created_at in rows:
         kwargs = (payload or {}).get("kwargs") or {}
         if key is not None and kwargs.get("key") != key:
+            continue
+        if tenant is not None and (kwargs.get("tenant") or DEFAULT_TENANT) != tenant:
             continue
         out.append(
             QueuedStart(

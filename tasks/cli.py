@@ -537,10 +537,7 @@ def instances_list(
 def _queued_list(key: str | None, limit: int, now: Any, fmt: str, as_json: bool) -> None:
     """``--status queued``: the starts the Client wrote that no worker has applied yet
     (they have no checkpoint, so no other list shows them)."""
-    from dormant.persistence import inbox
-    from dormant.tasks import wire
-
-    rows = read_database(lambda q: inbox.queued_starts(q.engine, wire.START, limit, key))
+    rows = _client().queued_starts(limit, key=key)
     _emit(rows, instance_columns(now), fmt, as_json, instance_summary, "no queued starts")
 
 

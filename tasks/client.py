@@ -790,8 +790,12 @@ class Client:
             return selector
         return selector.model_copy(update={"tenant": tenant})
 
-    def batches(self, limit: int = 100) -> list[BatchView]:
-        return self._operations.batches(limit)
+    def batches(self, limit: int = 100, *, tenant: str | None = None) -> list[BatchView]:
+        """Batches, newest first; a bound Client's tenant's only (a batch over every
+        tenant names none in its selector, and only an unbound Client lists it)."""
+        views = self._operations.batches(limit)
+        wanted = self._reads(tenant)
+        return views if wanted is None else [v for v in views if v.selector.get("tenant") == wanted]
 
     def batch(self, batch_id: str) -> BatchView:
         return self._operations.batch(batch_id)
@@ -883,9 +887,22 @@ class Client:
 
     # -- failed triggers -------------------------------------------------------------
 
-    def failed_triggers(self, instance_id: str | None = None) -> list[FailedTriggerView]:
-        """Triggers that could not be applied, kept for an operator (docs/limits.md)."""
-        return list(self._store.failed.failed_triggers(instance_id))
+    def failed_triggers(
+        self, instance_id: str | None = None, *, tenant: str | None = None
+    ) -> list[FailedTriggerView]:
+        """Triggers that could not be applied, kept for an operator (docs/limits.md);
+        a bound Client's tenant's only, or ``tenant``'s."""
+        return list(self._store.failed.failed_triggers(instance_id, tenant=self._reads(tenant)))
+
+    def queued_starts(
+        self, limit: int = 100, *, key: str | None = None, tenant: str | None = None
+    ) -> list[inbox.QueuedStart]:
+        """Starts this Client's kind wrote that no worker has applied yet, newest first
+        (they have no checkpoint, so no instance list shows them); a bound Client's
+        tenant's only, or ``tenant``'s."""
+        return inbox.queued_starts(
+            self._store.engine, wire.START, limit, key, tenant=self._reads(tenant)
+        )
 
     def retry_trigger(self, failed_id: str) -> None:
         """Send a failed trigger again: back into the inbox, then published (its
