@@ -158,7 +158,8 @@ def test_a_read_that_waited_for_a_core_is_read_again(server: _Server) -> None:
     server.insides = [0.2, 0.0]
     clock.use_database_clock(server.read)
     ours = clock.now()
-    assert server.reads == 2
+    # read again at least once; a loaded machine may widen the second window too
+    assert 2 <= server.reads <= clock.READ_TRIES
     lag = (server.time_now() - ours).total_seconds()
     assert lag < 0.1, f"the clock lags the server by {lag * 1000:.1f} ms"
     assert ours <= server.time_now()
