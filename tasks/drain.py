@@ -34,17 +34,30 @@ How, in order:
    the task returns (acks late).
 
 What a crash costs: before the commit nothing is applied and no taken message is
-acknowledged, so the broker delivers each again (RabbitMQ when the connection drops,
-Redis after the visibility timeout). After the commit, a message not yet acknowledged
-is delivered again and recognised as applied by its trigger id (the processed-trigger
-row written in its savepoint): nothing lost, nothing applied twice. A commit that
-fails gives every taken message back to the broker.
+acknowledged, so the broker delivers each again. After the commit, a message not yet
+acknowledged is delivered again and recognised as applied by its trigger id (the
+processed-trigger row written in its savepoint): nothing lost, nothing applied twice. A
+commit that fails gives every taken message back to the broker.
+
+"Delivers each again" is at once on RabbitMQ (the dead process's connection drops). On
+Redis an unacknowledged message comes back only after the visibility timeout (a
+minute by default), so a batch whose process died — a poison trigger past its hard
+time limit, the OOM killer — would hold innocent triggers that long. So, on Redis, a
+pool process that takes messages writes their delivery tags under a key of its own
+(``dormant:batch-taken:<host>:<pid>``, expiring with the visibility timeout) and
+deletes it once each is acknowledged or given back; every new pool process of a
+worker (the one that replaces a dead process among them) gives back the messages
+still listed under a pool process of its host that no longer runs
+(``restore_orphans``). Given back flagged as redelivered, each is then applied alone
+and its delivery counted once (the poison bound), as any redelivery is.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -63,7 +76,7 @@ from dormant.tasks import app as app_module
 from dormant.tasks import metrics, wire
 from dormant.tasks.app import EXCHANGE, QUEUE, app, store
 
-__all__ = ["BATCHABLE", "applied", "collecting"]
+__all__ = ["BATCHABLE", "applied", "collecting", "restore_orphans"]
 
 log = logging.getLogger("dormant.triggers")
 
@@ -145,7 +158,28 @@ def _batch(task: Task, kind: str, call: Call, tid: str) -> Any:
     first = _Item(
         task, {}, None, kind, call, tid, order=_order(task.name, request.args, request.kwargs)
     )
-    taken = [_collect(message, request.hostname) for message in _take()]
+    held = _take()
+    _remember(held)
+    try:
+        outcome = _batch_taken(first, held, call, tid, request.hostname)
+    except Exception:
+        _forget(held)  # each taken message acknowledged or given back
+        raise
+    except BaseException:
+        # The process is being ended (a hard time limit's SIGTERM comes as SystemExit
+        # just before its SIGKILL): what it still holds goes back now; what a SIGKILL
+        # leaves listed, the next pool process gives back (``restore_orphans``).
+        for message in held:
+            if not message.acknowledged:
+                _give_back(message)
+        _forget(held)
+        raise
+    _forget(held)
+    return outcome
+
+
+def _batch_taken(first: _Item, held: list[Any], call: Call, tid: str, hostname: Any) -> Any:
+    taken = [_collect(message, hostname) for message in held]
     items = [first] + [item for item in taken if item.call is not None]
     if len(items) == 1:
         return call(tid, clock.now())
@@ -337,6 +371,98 @@ def _take() -> list[Any]:
             _give_back(message)
         return []
     return taken
+
+
+# -- messages held by a pool process that died (module docstring) ---------------------
+
+_TAKEN_PREFIX = "dormant:batch-taken:"
+
+
+def _taken_key() -> str:
+    """This process's (and thread's: a thread pool runs batches side by side) list."""
+    return f"{_TAKEN_PREFIX}{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
+
+
+def _redis_of(channel: Any) -> Any:
+    """The Redis client of a kombu Redis channel; None on any other transport (they
+    give a dead connection's messages back at once)."""
+    if not hasattr(getattr(channel, "qos", None), "restore_by_tag"):
+        return None
+    return getattr(channel, "client", None)
+
+
+def _remember(taken: list[Any]) -> None:
+    """List the delivery tags this process holds, before it applies any of them."""
+    if not taken:
+        return
+    try:
+        client = _redis_of(_channel())
+        if client is not None:
+            tags = json.dumps([m.delivery_tag for m in taken])
+            ttl = max(1, int(app_module.settings.redis_visibility_timeout))
+            client.set(_taken_key(), tags, ex=ttl)
+    except Exception:  # Redis's visibility timeout gives them back, later
+        log.warning("the taken triggers could not be listed", exc_info=True)
+
+
+def _forget(taken: list[Any]) -> None:
+    """Every taken message is acknowledged or given back: nothing to list."""
+    if not taken:
+        return
+    try:
+        client = _redis_of(_channel())
+        if client is not None:
+            client.delete(_taken_key())
+    except Exception:  # a stale list: restoring an acknowledged tag does nothing
+        log.debug("the taken triggers' list not deleted", exc_info=True)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process: not ours to judge
+    return True
+
+
+def restore_orphans() -> int:
+    """Give back to their queue the messages listed by a pool process of this host that
+    no longer runs; returns how many. Called by every new pool process (tasks/app.py),
+    so the one that replaces a dead process does it within its start-up."""
+    try:
+        channel = _channel()
+        client = _redis_of(channel)
+        if client is None:
+            return 0
+        restored = 0
+        prefix = f"{_TAKEN_PREFIX}{socket.gethostname()}:"
+        for raw in client.scan_iter(match=f"{prefix}*", count=100):
+            key = raw.decode() if isinstance(raw, bytes) else str(raw)
+            pid = key[len(prefix) :].split(":", 1)[0]
+            if not pid.isdigit() or _running(int(pid)):
+                continue
+            tags = json.loads(client.get(key) or "[]")
+            for tag in tags:
+                channel.qos.restore_by_tag(tag, leftmost=True)
+            client.delete(key)
+            restored += len(tags)
+            log.warning(
+                "gave back %s trigger(s) held by pool process %s, which ended mid-batch",
+                len(tags),
+                pid,
+            )
+        return restored
+    except Exception:  # Redis's visibility timeout gives them back, later
+        log.warning("triggers held by an ended pool process not given back", exc_info=True)
+        return 0
+
+
+@signals.worker_process_init.connect(weak=False)
+def _restore_at_start(**_: Any) -> None:
+    if app_module.settings.trigger_batch_max > 1:
+        restore_orphans()
 
 
 def _publish_again(message: Any) -> None:
