@@ -8,6 +8,7 @@ statements and write transactions per trigger.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -39,3 +40,19 @@ def bench_flow_one(**_: Any) -> dict[str, Any]:
     began = time.time()
     time.sleep(0.005)
     return {"began": began, "ended": time.time()}
+
+
+# bench/bench_flow.py's fairness line: a type limited to one job at a time per run, keyed
+# by customer. Each job first waits for the bench's gate (so every start is applied and
+# every job running or waiting before any finishes), then records its turn in the
+# broker's Redis db (the bench's own scratch db).
+@app.task(name="bench-flow-fair")
+def bench_flow_fair(customerId: str = "", gate: str = "", **_: Any) -> dict[str, Any]:
+    import redis
+
+    r = redis.Redis.from_url(os.environ["DORMANT_BROKER_URL"])
+    give_up = time.monotonic() + 600
+    while not r.exists(gate) and time.monotonic() < give_up:
+        time.sleep(0.02)
+    r.rpush(f"{gate}:order", customerId)
+    return {}
