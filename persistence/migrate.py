@@ -8,6 +8,7 @@ workers starting at once must not race to alter a shared production schema, so t
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from alembic import command
@@ -31,8 +32,13 @@ def _config() -> Config:
     return cfg
 
 
+@functools.cache
 def head_revision() -> str:
-    """The revision this code needs."""
+    """The revision this code needs. Read once per process (the scripts do not change
+    under it): reading them imports every migration module, about a tenth of a second,
+    which a worker's replacement pool process paid before its first trigger while
+    others queued for it (bench_hostile, a pool process killed by the hard limit); a
+    pool process forked after the worker's own check inherits it."""
     head = ScriptDirectory.from_config(_config()).get_current_head()
     assert head is not None
     return head

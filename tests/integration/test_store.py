@@ -76,6 +76,18 @@ def test_not_migrated_on_an_empty_postgres_database(pg_empty_database: Any) -> N
     Store(url).close()
 
 
+def test_the_head_revision_is_read_once_per_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new pool process checks the schema before its first trigger; reading the
+    migration scripts again each time cost it a tenth of a second (persistence/migrate.py)."""
+    head = migrate.head_revision()
+
+    def read_again(*_: Any) -> Any:
+        raise AssertionError("the migration scripts were read again")
+
+    monkeypatch.setattr(migrate.ScriptDirectory, "from_config", read_again)
+    assert migrate.head_revision() == head
+
+
 def test_migration_matches_the_tables(db_url: str) -> None:
     from alembic.autogenerate import compare_metadata
     from alembic.runtime.migration import MigrationContext
