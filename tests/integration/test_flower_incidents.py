@@ -154,7 +154,10 @@ def test_flower_finds_a_job_out_of_retries_hides_values_and_tells_workers_apart(
 
             def found() -> dict[str, Any] | None:
                 hits = _get(f"{base}/tasks?search=INCIDENT")
-                return hits or None
+                # Flower records the task when it starts; its result comes with the
+                # next event, a moment later
+                done = hits and all(h.get("result") is not None for h in hits.values())
+                return hits if done else None
 
             hits = wait_for(found, timeout=30, what="INCIDENT in Flower's search")
             [notice] = hits.values()
