@@ -44,7 +44,7 @@ Redis an unacknowledged message comes back only after the visibility timeout (a
 minute by default), so a batch whose process died — a poison trigger past its hard
 time limit, the OOM killer — would hold innocent triggers that long. So, on Redis, a
 pool process that takes messages writes their delivery tags under a key of its own
-(``dormant:batch-taken:<host>:<pid>``, expiring with the visibility timeout) and
+(an entry ``<pid>:<thread>`` of the hash ``dormant:batch-taken:<host>``) and
 deletes it once each is acknowledged or given back; every new pool process of a
 worker (the one that replaces a dead process among them) gives back the messages
 still listed under a pool process of its host that no longer runs
@@ -378,9 +378,16 @@ def _take() -> list[Any]:
 _TAKEN_PREFIX = "dormant:batch-taken:"
 
 
-def _taken_key() -> str:
-    """This process's (and thread's: a thread pool runs batches side by side) list."""
-    return f"{_TAKEN_PREFIX}{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
+def _host_key() -> str:
+    """One Redis hash per host: a pool process's entry is ``<pid>:<thread>`` (a thread
+    pool runs batches side by side), its value the delivery tags it holds. One hash,
+    not a key per process, so a new pool process reads its host's in one round trip,
+    never by scanning a shared Redis's keys."""
+    return f"{_TAKEN_PREFIX}{socket.gethostname()}"
+
+
+def _entry() -> str:
+    return f"{os.getpid()}:{threading.get_ident()}"
 
 
 def _redis_of(channel: Any) -> Any:
@@ -399,8 +406,7 @@ def _remember(taken: list[Any]) -> None:
         client = _redis_of(_channel())
         if client is not None:
             tags = json.dumps([m.delivery_tag for m in taken])
-            ttl = max(1, int(app_module.settings.redis_visibility_timeout))
-            client.set(_taken_key(), tags, ex=ttl)
+            client.hset(_host_key(), _entry(), tags)
     except Exception:  # Redis's visibility timeout gives them back, later
         log.warning("the taken triggers could not be listed", exc_info=True)
 
@@ -412,9 +418,9 @@ def _forget(taken: list[Any]) -> None:
     try:
         client = _redis_of(_channel())
         if client is not None:
-            client.delete(_taken_key())
-    except Exception:  # a stale list: restoring an acknowledged tag does nothing
-        log.debug("the taken triggers' list not deleted", exc_info=True)
+            client.hdel(_host_key(), _entry())
+    except Exception:  # a stale entry: restoring an acknowledged tag does nothing
+        log.debug("the taken triggers' entry not deleted", exc_info=True)
 
 
 def _running(pid: int) -> bool:
@@ -429,24 +435,24 @@ def _running(pid: int) -> bool:
 
 def restore_orphans() -> int:
     """Give back to their queue the messages listed by a pool process of this host that
-    no longer runs; returns how many. Called by every new pool process (tasks/app.py),
-    so the one that replaces a dead process does it within its start-up."""
+    no longer runs; returns how many. Called by every new pool process, so the one that
+    replaces a dead process does it within its start-up. A restore of a tag already
+    acknowledged (or restored by another new process) does nothing."""
     try:
         channel = _channel()
         client = _redis_of(channel)
         if client is None:
             return 0
         restored = 0
-        prefix = f"{_TAKEN_PREFIX}{socket.gethostname()}:"
-        for raw in client.scan_iter(match=f"{prefix}*", count=100):
-            key = raw.decode() if isinstance(raw, bytes) else str(raw)
-            pid = key[len(prefix) :].split(":", 1)[0]
+        for raw_entry, raw_tags in client.hgetall(_host_key()).items():
+            entry = raw_entry.decode() if isinstance(raw_entry, bytes) else str(raw_entry)
+            pid = entry.split(":", 1)[0]
             if not pid.isdigit() or _running(int(pid)):
                 continue
-            tags = json.loads(client.get(key) or "[]")
+            tags = json.loads(raw_tags or "[]")
             for tag in tags:
                 channel.qos.restore_by_tag(tag, leftmost=True)
-            client.delete(key)
+            client.hdel(_host_key(), raw_entry)
             restored += len(tags)
             log.warning(
                 "gave back %s trigger(s) held by pool process %s, which ended mid-batch",
