@@ -43,13 +43,14 @@ commit that fails gives every taken message back to the broker.
 Redis an unacknowledged message comes back only after the visibility timeout (a
 minute by default), so a batch whose process died — a poison trigger past its hard
 time limit, the OOM killer — would hold innocent triggers that long. So, on Redis, a
-pool process that takes messages writes their delivery tags under a key of its own
-(an entry ``<pid>:<thread>`` of the hash ``dormant:batch-taken:<host>``) and
-deletes it once each is acknowledged or given back; every new pool process of a
-worker (the one that replaces a dead process among them) gives back the messages
-still listed under a pool process of its host that no longer runs
-(``restore_orphans``). Given back flagged as redelivered, each is then applied alone
-and its delivery counted once (the poison bound), as any redelivery is.
+pool process that takes messages lists their delivery tags (its entry
+``<pid>:<thread>`` in the hash ``dormant:batch-taken:<host>``) and deletes the entry
+once each is acknowledged or given back. One ended by the hard time limit gives back
+what it holds on Celery's SIGTERM; for one killed outright, every new pool process of
+the host (the one that replaces it among them) gives back the messages listed by a
+pool process that no longer runs (``restore_orphans``). Given back flagged as
+redelivered, each is then applied alone and its delivery counted once (the poison
+bound), as any redelivery is.
 """
 
 from __future__ import annotations
