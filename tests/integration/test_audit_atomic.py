@@ -65,6 +65,17 @@ def _parked_inbox_row(client: Client) -> str:
     return "inbox:in-1"
 
 
+def _failed_trigger(client: Client, trigger_id: str) -> str:
+    return client._store.failed.keep_failed(
+        "dormant.message",
+        "dormant.message",
+        {"name": "paid", "correlation_key": "o-1", "variables": {}},
+        RuntimeError("the first try failed"),
+        datetime.now(UTC),
+        trigger_id=trigger_id,
+    )
+
+
 def test_a_deploy_is_recorded_with_it_or_not_made(
     client: Client, audit_down: Callable[[], None]
 ) -> None:
@@ -95,14 +106,7 @@ def test_job_type_actions_are_recorded_with_them_or_not_done(
 def test_a_failed_trigger_or_parked_row_stays_when_its_row_cannot_be_written(
     client: Client, audit_down: Callable[[], None]
 ) -> None:
-    failed_id = client._store.failed.keep_failed(
-        "dormant.message",
-        "dormant.message",
-        {"name": "paid", "correlation_key": "o-1", "variables": {}},
-        RuntimeError("the first try failed"),
-        datetime.now(UTC),
-        trigger_id="m-1",
-    )
+    failed_id = _failed_trigger(client, "m-1")
     ref = _parked_inbox_row(client)
     audit_down()
     with pytest.raises(AuditDown):
@@ -117,14 +121,7 @@ def test_a_failed_trigger_or_parked_row_stays_when_its_row_cannot_be_written(
 
 
 def test_each_on_the_spot_action_is_recorded_once_with_its_actor(client: Client) -> None:
-    failed_id = client._store.failed.keep_failed(
-        "dormant.message",
-        "dormant.message",
-        {"name": "paid", "correlation_key": "o-1", "variables": {}},
-        RuntimeError("the first try failed"),
-        datetime.now(UTC),
-        trigger_id="m-2",
-    )
+    failed_id = _failed_trigger(client, "m-2")
     ref = _parked_inbox_row(client)
     deployed = client.deploy(XML)
     client.pause_job_type("charge")
