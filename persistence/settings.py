@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -122,6 +122,8 @@ ENV_VARS: dict[str, str] = {
     "transient_retries": "DORMANT_TRANSIENT_RETRIES",
     "transient_backoff_seconds": "DORMANT_TRANSIENT_BACKOFF_SECONDS",
     "transient_backoff_max_seconds": "DORMANT_TRANSIENT_BACKOFF_MAX_SECONDS",
+    "worker_lane": "DORMANT_WORKER_LANE",
+    "lane_budget_seconds": "DORMANT_LANE_BUDGET_SECONDS",
 }
 
 # The processed trigger ids' retention is at least this many times the longest
@@ -277,6 +279,12 @@ class Settings(BaseModel):
     transient_retries: int = 8
     transient_backoff_seconds: float = 0.5
     transient_backoff_max_seconds: float = 15.0
+    # Which triggers this worker serves (tasks/lanes.py; docs/operations.md, "Two
+    # lanes"): ``all`` both queues with the full limits; ``main`` the usual queues, a
+    # trigger whose computation outlasts ``lane_budget_seconds``, or whose delivery is
+    # a redelivery, moved to the quarantine queue; ``quarantine`` that queue only.
+    worker_lane: Literal["all", "main", "quarantine"] = "all"
+    lane_budget_seconds: float = Field(default=0.5, gt=0)
 
     @field_validator("audit_retention_days")
     @classmethod

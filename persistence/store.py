@@ -27,7 +27,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -63,6 +63,7 @@ from dormant.engine_core.errors import (
     UnknownProcess,
 )
 from dormant.engine_core.inputs import check_text, check_variables
+from dormant.engine_core.model import ProcessDefinition
 from dormant.engine_core.operations import projected_waits
 from dormant.engine_core.tenants import DEFAULT_TENANT
 from dormant.engine_core.triggers import MigrateInstance, Start, Trigger
@@ -385,12 +386,29 @@ class Store:
     """One database, one SQLAlchemy Engine, the one transaction; the rest in its parts
     (the module docstring)."""
 
+    def _compute(
+        self,
+        definition: ProcessDefinition,
+        checkpoint: Checkpoint | str,
+        trigger: Trigger,
+        *,
+        now: datetime,
+        services: core.Services,
+        keep_holds: bool = False,
+    ) -> Step:
+        """The core's apply inside the compute guard (see ``__init__``)."""
+        with self.compute_guard():
+            return core.apply(
+                definition, checkpoint, trigger, now=now, services=services, keep_holds=keep_holds
+            )
+
     def __init__(
         self,
         database_url: str | None = None,
         *,
         settings: Settings | None = None,
         check_schema: bool = True,
+        compute_guard: Callable[[], AbstractContextManager[object]] = nullcontext,
     ) -> None:
         if settings is None:
             settings = Settings.from_env(database_url=database_url)
@@ -400,6 +418,9 @@ class Store:
             )
         self.settings = settings
         self.url = settings.database_url
+        # Wraps each pure computation (the core's apply), never a SQL statement: a
+        # main-lane worker's budget (tasks/lanes.py) interrupts there, and only there.
+        self.compute_guard = compute_guard
         self.engine = make_engine(
             self.url,
             statement_timeout_seconds=settings.db_statement_timeout_seconds,
@@ -558,7 +579,7 @@ class Store:
         new = dataclasses.replace(new, tenant=self._start_tenant(conn, new))
         first = core.new_checkpoint(definition, new.instance_id, ver, now)
         services = self._decisions.services(conn, definition)
-        step = core.apply(definition, first, new.trigger(), now=now, services=services)
+        step = self._compute(definition, first, new.trigger(), now=now, services=services)
         written = _StepWrite(
             new.instance_id,
             first,
@@ -673,7 +694,7 @@ class Store:
             tenant = self._start_tenant(conn, new)
             services = self._decisions.services(conn, definition)
         first = core.new_checkpoint(definition, new.instance_id, ver, now)
-        step = core.apply(definition, first, new.trigger(), now=now, services=services)
+        step = self._compute(definition, first, new.trigger(), now=now, services=services)
         job = next((e for e in step.effects if isinstance(e, DispatchJob)), None)
         run = job_first(job) if job is not None else None
         earlier: _Earlier | None = None
@@ -681,7 +702,9 @@ class Store:
         if run is not None:
             rest = tuple(e for e in step.effects if e is not job)
             then = (
-                core.apply(definition, step.checkpoint, run.outcome, now=run.at, services=services)
+                self._compute(
+                    definition, step.checkpoint, run.outcome, now=run.at, services=services
+                )
                 if run.outcome is not None
                 else None
             )
@@ -777,7 +800,7 @@ class Store:
             if isinstance(trigger, MigrateInstance):
                 target, _ = self.deployments.definition(row.key, trigger.version, conn=conn)
                 services = dataclasses.replace(services, migration_target=target)
-        core.apply(definition, decode(row.checkpoint), trigger, now=now, services=services)
+        self._compute(definition, decode(row.checkpoint), trigger, now=now, services=services)
 
     def apply_found(
         self, find: Callable[[Connection], Found | None], now: datetime
@@ -920,7 +943,9 @@ class Store:
         if isinstance(trigger, MigrateInstance):
             target, _ = self.deployments.definition(row.key, trigger.version, conn=conn)
             services = dataclasses.replace(services, migration_target=target)
-        step = core.apply(definition, stored, trigger, now=now, services=services, keep_holds=True)
+        step = self._compute(
+            definition, stored, trigger, now=now, services=services, keep_holds=True
+        )
         if not step.changed:
             old = step.checkpoint  # an unchanged step returns the state as stored
             self._queue_facts(writes, instance_id, old.revision, step.facts, now)

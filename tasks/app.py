@@ -69,14 +69,16 @@ from dormant.engine_core.errors import DormantError
 from dormant.persistence import clock, migrate
 from dormant.persistence.settings import Settings
 from dormant.persistence.store import Store
-from dormant.tasks import priorities, quiet_logs, wire
+from dormant.tasks import lanes, priorities, quiet_logs, wire
 from dormant.tasks.job_task import JobTask
 from dormant.tasks.tracing import publish_headers
 
 __all__ = [
     "BINDING_KEYS",
     "EXCHANGE",
+    "MAIN_LANE_QUEUES",
     "PLAIN_QUEUE",
+    "QUARANTINE_QUEUE",
     "QUEUE",
     "REDIS_VISIBILITY_TIMEOUT",
     "TIMER_BINDING_KEYS",
@@ -123,11 +125,21 @@ TIMER_QUEUE = Queue(
 )
 TIMER_SCAN_KEY = f"{TIMER_KEY_PREFIX}scan"
 TIMER_FIRE_KEY = f"{TIMER_KEY_PREFIX}fire"
+# The quarantine lane's queue (tasks/lanes.py): what a main-lane worker moved out of its
+# way, under ``quarantine.`` + the trigger's own key, which no other binding matches.
+QUARANTINE_QUEUE = Queue(
+    "dormant.quarantine",
+    exchange=EXCHANGE,
+    bindings=[binding(EXCHANGE, routing_key=f"{lanes.QUARANTINE_KEY_PREFIX}#")],
+    durable=True,
+)
 # Celery's default queue, where a bare ``send_task`` from a plain Celery app lands.
 PLAIN_QUEUE = Queue("celery", Exchange("celery", type="direct"), routing_key="celery")
-# What ``dormant worker`` and ``dormant dev`` consume unless ``--queues`` says otherwise:
-# the timers first (a worker taking from several queues starts with the first).
-WORKER_QUEUES = f"{TIMER_QUEUE.name},{QUEUE.name},{PLAIN_QUEUE.name}"
+# What ``dormant worker`` and ``dormant dev`` consume unless ``--queues`` or ``--lane``
+# says otherwise: the timers first (a worker taking from several queues starts with the
+# first), the quarantine lane's last.
+MAIN_LANE_QUEUES = f"{TIMER_QUEUE.name},{QUEUE.name},{PLAIN_QUEUE.name}"
+WORKER_QUEUES = f"{MAIN_LANE_QUEUES},{QUARANTINE_QUEUE.name}"
 # Seconds before Redis redelivers a task whose worker died without acknowledging it
 # (the default of the ``DORMANT_REDIS_VISIBILITY_TIMEOUT`` setting).
 REDIS_VISIBILITY_TIMEOUT = Settings.model_fields["redis_visibility_timeout"].default
@@ -229,7 +241,7 @@ def _conf(s: Settings) -> dict[str, Any]:
         # Redis: dormant's exchanges known to each channel before kombu's restore of a
         # dead worker's messages (tasks/redis_transport.py says why).
         "broker_transport": broker_transport(s.broker_url),
-        "task_queues": (TIMER_QUEUE, QUEUE, PLAIN_QUEUE),
+        "task_queues": (TIMER_QUEUE, QUEUE, PLAIN_QUEUE, QUARANTINE_QUEUE),
         "task_default_queue": QUEUE.name,
         "task_default_exchange": EXCHANGE.name,
         "task_default_exchange_type": EXCHANGE.type,
@@ -338,7 +350,12 @@ def store() -> Store:
     if _store is None:
         with _store_lock:
             if _store is None:
-                _store = Store(settings=settings)
+                _store = Store(
+                    settings=settings,
+                    compute_guard=lanes.compute_guard(
+                        settings.worker_lane, settings.lane_budget_seconds
+                    ),
+                )
     return _store
 
 
@@ -471,7 +488,11 @@ def producer_connection(broker_url: str) -> Connection:
 def queue_for(routing_key: str) -> Queue:
     """The dormant queue whose binding takes ``routing_key``: the one declared with the
     publish (on Redis a publish is delivered only to queues bound before it)."""
-    return TIMER_QUEUE if routing_key.startswith(TIMER_KEY_PREFIX) else QUEUE
+    if routing_key.startswith(TIMER_KEY_PREFIX):
+        return TIMER_QUEUE
+    if routing_key.startswith(lanes.QUARANTINE_KEY_PREFIX):
+        return QUARANTINE_QUEUE
+    return QUEUE
 
 
 def publish(

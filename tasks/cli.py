@@ -30,6 +30,7 @@ from dormant.engine_core.states import (
     QUEUED,
 )
 from dormant.persistence import clock
+from dormant.persistence.settings import Settings
 from dormant.tasks.cli_common import make_client as _client
 from dormant.tasks.cli_common import named_tenant, parse_vars, parse_when, read_database
 from dormant.tasks.cli_common import var_option as _var
@@ -190,7 +191,6 @@ def db() -> None:
 def db_upgrade() -> None:
     """Apply the migrations to DORMANT_DATABASE_URL."""
     from dormant.persistence import migrate
-    from dormant.persistence.settings import Settings
 
     url = Settings.from_env().database_url
     migrate.upgrade(url)
@@ -816,6 +816,15 @@ _metrics_host = click.option(
     help="serve the jobs of these tenants only, from their own queues; <default> among "
     "them adds the usual queues (triggers and the default tenant's jobs); docs/tenants.md",
 )
+@click.option(
+    "--lane",
+    type=click.Choice(["all", "main", "quarantine"]),
+    default=None,
+    envvar="DORMANT_WORKER_LANE",
+    help="all (default): every queue, full limits; main: the usual queues, a trigger past "
+    "DORMANT_LANE_BUDGET_SECONDS of work or redelivered moves to the quarantine lane; "
+    "quarantine: that lane only, at a lower CPU priority (docs/operations.md, 'Two lanes')",
+)
 @_metrics_port
 @_metrics_host
 @click.option("--events", "-E", is_flag=True, help="send task events (Flower's task list)")
@@ -833,6 +842,7 @@ def worker(
     concurrency: int | None,
     queues: str | None,
     tenants: str | None,
+    lane: str | None,
     metrics_port: int | None,
     metrics_host: str,
     events: bool,
@@ -842,13 +852,14 @@ def worker(
 ) -> None:
     """Run a worker: trigger tasks and the jobs of --include modules."""
     _stop_promptly_on_sigterm()
-    chosen = _tenant_queues(tenants, queues)
+    lane_queues = _lane(lane)
+    chosen = _tenant_queues(tenants, queues or lane_queues)
     _serve_metrics(metrics_port, metrics_host)
     _ensure_database()
-    from dormant.tasks.app import WORKER_QUEUES, app
+    from dormant.tasks.app import app
 
-    _warn_without_timers(queues)
-    consumed = queues or WORKER_QUEUES
+    _warn_without_timers(queues or lane_queues)
+    consumed = queues or lane_queues
     if chosen is not None:
         extra, consumed = chosen
         for queue in extra:  # their own exchange and key, not a missing queue's defaults
@@ -874,6 +885,27 @@ def worker(
         # and Flower then shows one worker where two run (issue 28).
         argv.append("--hostname=" + (name if "@" in name else f"{name}@%h"))
     app.worker_main(argv)
+
+
+# How much lower the quarantine lane's CPU priority is (``nice``): under contention the
+# main lane's pool processes get about ten times its share of a core.
+QUARANTINE_NICENESS = 10
+
+
+def _lane(lane: str | None) -> str:
+    """The worker's lane (tasks/lanes.py) in this process and its pool processes, and
+    the queues it reads. The quarantine lane runs at a lower CPU priority: what it
+    runs is what proved expensive, and the main lane's triggers go first."""
+    from dormant.tasks import app as app_module
+
+    if lane is not None and lane != app_module.settings.worker_lane:
+        os.environ["DORMANT_WORKER_LANE"] = lane
+        app_module.configure(Settings.from_env())
+    chosen = app_module.settings.worker_lane
+    if chosen == "quarantine":
+        os.nice(QUARANTINE_NICENESS)
+        return app_module.QUARANTINE_QUEUE.name
+    return app_module.MAIN_LANE_QUEUES if chosen == "main" else app_module.WORKER_QUEUES
 
 
 def _tenant_queues(tenants: str | None, queues: str | None) -> tuple[list[Any], str] | None:

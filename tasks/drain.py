@@ -76,6 +76,7 @@ from dormant.persistence.results import TriggerResult
 from dormant.tasks import app as app_module
 from dormant.tasks import metrics, wire
 from dormant.tasks.app import EXCHANGE, QUEUE, app, store
+from dormant.tasks.lanes import QUARANTINE_KEY_PREFIX, OutOfLaneBudget
 
 __all__ = ["BATCHABLE", "applied", "collecting", "restore_orphans"]
 
@@ -151,6 +152,9 @@ def _may_batch(task: Task) -> bool:
         return False
     if app.conf.worker_send_task_events:
         return False  # Flower lists each trigger as the task it ran (tasks/app.py)
+    routing_key = str((request.delivery_info or {}).get("routing_key") or "")
+    if routing_key.startswith(QUARANTINE_KEY_PREFIX):
+        return False  # the quarantine lane's triggers proved expensive: each alone
     return app_module.settings.trigger_batch_max > 1 and store().is_postgres
 
 
@@ -163,7 +167,7 @@ def _batch(task: Task, kind: str, call: Call, tid: str) -> Any:
     _remember(held)
     try:
         outcome = _batch_taken(first, held, call, tid, request.hostname)
-    except Exception:
+    except (Exception, OutOfLaneBudget):
         _forget(held)  # each taken message acknowledged or given back
         raise
     except BaseException:
@@ -209,7 +213,7 @@ def _apply(item: _Item, now: datetime) -> None:
     began = time.perf_counter()
     try:
         item.outcome, item.ok = item.call(item.tid, now), True
-    except Exception as exc:  # rolled back to its savepoint; its shell decides
+    except (Exception, OutOfLaneBudget) as exc:  # rolled back to its savepoint; its shell decides
         item.outcome, item.ok = exc, False
     item.seconds = time.perf_counter() - began
 

@@ -85,8 +85,9 @@ from dormant.tasks.job_dispatch import (
     runs_here,
     some_job_type_is_eager,
 )
+from dormant.tasks.lanes import OutOfLaneBudget, movable, quarantine_key
 from dormant.tasks.metrics import observe_trigger
-from dormant.tasks.outbox import consumed, publish_keeping_a_job, publish_rows
+from dormant.tasks.outbox import HEADER_OUTBOX, consumed, publish_keeping_a_job, publish_rows
 from dormant.tasks.sweeps import relay
 from dormant.tasks.transient import RETRY_UNBOUNDED, is_transient, may_retry
 from dormant.tasks.transient import backoff as transient_backoff
@@ -200,8 +201,13 @@ def _run(
     if number > app_module.settings.max_deliveries:
         refused = poison(number, _last_error(inbox_id, tid))
         return _keep(task, kind, refused, tid, inbox_id, instance_id)
+    if number > 1 and app_module.settings.worker_lane == "main":
+        return _quarantine(task, kind, tid, inbox_id, instance_id, number, "a redelivery")
     try:
-        result = drain.applied(task, kind, call, tid, alone=job_before is not None)
+        with movable():
+            result = drain.applied(task, kind, call, tid, alone=job_before is not None)
+    except OutOfLaneBudget as exc:
+        return _quarantine(task, kind, tid, inbox_id, instance_id, number, f"past {exc}")
     except OperatorError as exc:
         if not operator:
             return _keep(task, kind, exc, tid, inbox_id, instance_id)
@@ -236,6 +242,45 @@ def _run(
     if job is not None:
         _run_job_here(job, task.request.hostname)
     return None
+
+
+def _quarantine(
+    task: Task,
+    kind: str,
+    tid: str,
+    inbox_id: str | None,
+    instance_id: str | None,
+    number: int,
+    why: str,
+) -> None:
+    """Move the trigger to the quarantine lane (tasks/lanes.py), unapplied: the same
+    task and body under the quarantine key, its trigger id named (a plain producer's
+    trigger id is its first task id), its delivery number carried as the inbox sweep
+    carries it, and its outbox row's mark if it is a follow-up (acknowledged once the
+    quarantine lane applies it). Its message is acknowledged when this task returns,
+    after the publish: a crash in between delivers it again, and its trigger id makes
+    the second copy a duplicate."""
+    request = task.request
+    kwargs = call_kwargs(task.run, tuple(request.args or ()), dict(request.kwargs or {}))
+    if not inbox_id:
+        kwargs["trigger_id"] = tid
+    routing_key = (request.delivery_info or {}).get("routing_key") or f"trigger.{kind}"
+    headers: dict[str, Any] = {wire.DELIVERY_HEADER: number}
+    follow_up = getattr(request, HEADER_OUTBOX, None) or (
+        getattr(request, "headers", None) or {}
+    ).get(HEADER_OUTBOX)
+    if follow_up is not None:  # its outbox row is acknowledged where it is applied
+        headers[HEADER_OUTBOX] = follow_up
+    app_module.publish(
+        task.name, quarantine_key(wire.dotted_key(task.name, routing_key)), kwargs, headers=headers
+    )
+    log.warning(
+        "trigger=%s %s (instance=%s) moved to the quarantine lane: %s",
+        kind,
+        tid,
+        instance_id or "-",
+        why,
+    )
 
 
 def _delivery_number(task: Task, inbox_id: str | None, tid: str) -> int:

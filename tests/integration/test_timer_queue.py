@@ -22,7 +22,7 @@ from kombu.entity import Queue
 from kombu.transport.virtual.exchange import TopicExchange
 
 from dormant.tasks import app as tasks_app
-from dormant.tasks import timers, wire
+from dormant.tasks import lanes, timers, wire
 from tests.integration.conftest import Stack, wait_for
 from tests.integration.waitkit import end, model, start, timer_catch
 
@@ -81,8 +81,19 @@ def test_a_worker_reads_the_timer_queue_first_by_default() -> None:
         tasks_app.TIMER_QUEUE.name,
         tasks_app.QUEUE.name,
         tasks_app.PLAIN_QUEUE.name,
+        tasks_app.QUARANTINE_QUEUE.name,  # the lanes (tasks/lanes.py): last
     ]
+    assert tasks_app.MAIN_LANE_QUEUES.split(",") == tasks_app.WORKER_QUEUES.split(",")[:3]
     assert tasks_app.app.conf.task_queues[0] is tasks_app.TIMER_QUEUE
+
+
+def test_the_quarantine_lane_has_a_queue_no_other_key_reaches() -> None:
+    moved = lanes.quarantine_key("trigger.start")
+    assert tasks_app.queue_for(moved) is tasks_app.QUARANTINE_QUEUE
+    assert _routed(tasks_app.QUARANTINE_QUEUE, moved)
+    assert not _routed(tasks_app.QUEUE, moved) and not _routed(tasks_app.TIMER_QUEUE, moved)
+    for key in ("trigger.start", "message.paid", "timer.fire", "job.charge-card"):
+        assert not _routed(tasks_app.QUARANTINE_QUEUE, key), key
 
 
 @pytest.mark.parametrize(

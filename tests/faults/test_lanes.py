@@ -1,0 +1,158 @@
+"""Two lanes (tasks/lanes.py; docs/operations.md, "Two lanes"): a trigger a main-lane
+worker could not foresee was expensive leaves that worker for the quarantine lane, and
+is applied there as it would have been (issue 24: one bad trigger never stalls the
+others).
+
+* A start whose FEEL work outlasts the main lane's budget: its computation is
+  interrupted, nothing of it is written, and it is published to ``dormant.quarantine``;
+  the quarantine worker applies it (here it completes: heavy, not hostile). Both
+  paths: queued behind canaries in one batch (tasks/drain.py), and alone.
+* A start that hangs until the hard time limit: its redelivery is moved before any of
+  its work runs again, counted, and the quarantine lane keeps it as a
+  ``PoisonTrigger``; the main lane met the hard limit once.
+
+Each ends with canaries started after the expensive trigger, all completed by the main
+lane. No timing is asserted: which worker applied what is read from their logs.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+
+from dormant.tasks import lanes
+from tests.faults.kit import included_worker
+from tests.integration.conftest import Proc, Stack, wait_for
+from tests.integration.waitkit import end, model, script, start
+
+pytestmark = [pytest.mark.faults, pytest.mark.integration]
+
+BUDGET = "0.3"
+# Each link is a few tenths of a second of FEEL work: the chain outlasts the budget
+# well and stays far inside the soft time limit.
+LINKS = 10
+HEAVY = model(
+    "lane_heavy",
+    start()
+    + "".join(
+        script(f"p{k}", "=count(for i in 1..60000 return i * 2)", f"v{k}") for k in range(LINKS)
+    )
+    + end(),
+    [
+        ("start", "p0"),
+        *((f"p{k}", f"p{k + 1}") for k in range(LINKS - 1)),
+        (f"p{LINKS - 1}", "end"),
+    ],
+)
+CANARY = model(
+    "lane_canary", start() + script("s", "=n + 1", "m") + end(), [("start", "s"), ("s", "end")]
+)
+MOVED = "moved to the quarantine lane"
+
+
+def _status(s: Stack, instance_id: str) -> str | None:
+    try:
+        return str(s.client.instance(instance_id).status)
+    except Exception:  # not applied yet: no instance row
+        return None
+
+
+def _lanes(s: Stack, fault: str = "") -> tuple[Proc, Proc]:
+    main = included_worker(
+        s,
+        concurrency=1,
+        DORMANT_WORKER_LANE="main",
+        DORMANT_LANE_BUDGET_SECONDS=BUDGET,
+        DORMANT_TEST_POISON=fault,
+    )
+    quarantine = included_worker(
+        s, concurrency=1, DORMANT_WORKER_LANE="quarantine", DORMANT_TEST_POISON=fault
+    )
+    return main, quarantine
+
+
+def _all_complete(s: Stack, ids: list[str], what: str, timeout: float = 60) -> None:
+    def done() -> int:
+        return sum(1 for iid in ids if _status(s, iid) == "completed")
+
+    try:
+        wait_for(lambda: done() == len(ids), timeout, 0.3, what)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: {done()} of {len(ids)}\n{s.diagnostics()}") from None
+
+
+def test_a_trigger_past_the_main_lanes_budget_is_applied_in_the_quarantine_lane(
+    fstack: Stack,
+) -> None:
+    s = fstack
+    s.client.deploy(HEAVY)
+    s.client.deploy(CANARY)
+    # Queued while no worker runs: the heavy start's task takes the canaries into its
+    # batch; its own savepoint is rolled back, theirs commit.
+    queued = s.client.start("lane_heavy", {})
+    behind = [s.client.start("lane_canary", {"n": n}) for n in range(6)]
+    main, quarantine = _lanes(s)
+    _all_complete(s, [queued, *behind], "the heavy start and the canaries behind it")
+    # Alone, a single trigger's apply.
+    alone = s.client.start("lane_heavy", {})
+    after = [s.client.start("lane_canary", {"n": n}) for n in range(6)]
+    _all_complete(s, [alone, *after], "the second heavy start and the canaries after it")
+
+    main_log, quarantine_log = main.text(), quarantine.text()
+    for heavy in (queued, alone):
+        moved = [line for line in main_log.splitlines() if MOVED in line and heavy in line]
+        assert moved, f"{heavy} not moved:\n{main_log[-3000:]}"
+        assert "DORMANT_LANE_BUDGET_SECONDS" in moved[0]
+        assert heavy in quarantine_log, quarantine_log[-3000:]  # applied there
+    for canary in behind + after:
+        assert canary not in quarantine_log  # the main lane applied every canary
+    assert "batch of" in main_log  # the first heavy start did share a batch
+
+
+def test_a_redelivered_trigger_is_moved_and_kept_as_poison_in_the_quarantine_lane(
+    fstack: Stack,
+) -> None:
+    s = fstack
+    s.env["DORMANT_MAX_DELIVERIES"] = "3"
+    s.env["DORMANT_TRIGGER_SOFT_TIME_LIMIT_SECONDS"] = "3"
+    s.env["DORMANT_TRIGGER_TIME_LIMIT_SECONDS"] = "4"
+    fault = s.tmp / "poison-on"
+    fault.touch()
+    s.client.deploy(CANARY)
+    main, quarantine = _lanes(s, str(fault))
+    hung = s.client.start("lane_canary", {"n": 0, "poison": "hang"})
+    time.sleep(1)  # taken by the main lane's process before the canaries are sent
+    canaries = [s.client.start("lane_canary", {"n": n}) for n in range(6)]
+    _all_complete(s, canaries, "the canaries sent while the poison hangs")
+
+    def kept() -> list[object]:
+        return [f for f in s.client.failed_triggers() if f.error_class == "PoisonTrigger"]
+
+    wait_for(lambda: len(kept()) == 1, 90, 0.5, f"the poison kept\n{s.diagnostics()}")
+    main_log, quarantine_log = main.text(), quarantine.text()
+    assert main_log.count("Hard time limit") == 1, main_log[-3000:]  # its first delivery
+    assert any(MOVED in line and hung in line for line in main_log.splitlines()), main_log[-3000:]
+    assert quarantine_log.count("Hard time limit") == 2, quarantine_log[-3000:]
+
+
+def test_the_budget_interrupts_only_a_movable_computation_in_a_main_lane() -> None:
+    """In process: what the Store's compute guard does per lane (tasks/lanes.py)."""
+
+    def spin(seconds: float) -> None:
+        until = time.monotonic() + seconds
+        while time.monotonic() < until:
+            pass
+
+    guard = lanes.compute_guard("main", 0.05)
+    with guard():
+        spin(0.15)  # not inside a trigger shell's apply: never interrupted
+    with lanes.movable(), pytest.raises(lanes.OutOfLaneBudget), guard():
+        spin(2)
+    with lanes.movable(), lanes.compute_guard("all", 0.05)():
+        spin(0.15)
+    with lanes.movable(), guard():
+        pass  # disarmed on the way out: nothing fires after
+    spin(0.1)
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
