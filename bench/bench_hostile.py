@@ -165,6 +165,7 @@ MAX_DELIVERIES = 3
 # How long follow_poison waits for the PoisonTrigger: every delivery's hard limit, a
 # pool process's restart after each kill, and room for a loaded machine.
 POISON_WAIT_S = 120
+MOVED = "moved to the quarantine lane"
 
 
 def worker_env(broker_url: str, database_url: str, log: Path, poison: Path) -> dict[str, str]:
@@ -182,7 +183,9 @@ def worker_env(broker_url: str, database_url: str, log: Path, poison: Path) -> d
     )
 
 
-def worker(env: dict[str, str], logdir: Path, name: str) -> harness.Worker:
+def worker(
+    env: dict[str, str], logdir: Path, name: str, lane: str = "all", concurrency: int = 2
+) -> harness.Worker:
     return harness.Worker(
         name,
         [
@@ -193,13 +196,31 @@ def worker(env: dict[str, str], logdir: Path, name: str) -> harness.Worker:
             "--include",
             "bench.jobs,tests.faults.delivery_log,tests.faults.fault_jobs",
             "--concurrency",
-            "2",
+            str(concurrency),
+            "--lane",
+            lane,
             "--loglevel",
             "INFO",
         ],
         env,
         logdir,
     )
+
+
+def served(args: argparse.Namespace, env: dict[str, str], logdir: Path) -> list[harness.Worker]:
+    """The workers the canaries and the hostile triggers share: ``dormant worker -c 2``
+    alone, or (``--lanes``, the default) as the main lane beside a one-process
+    quarantine lane (docs/operations.md, "Two lanes")."""
+    if not args.lanes:
+        return [worker(env, logdir, "worker-1")]
+    return [
+        worker(env, logdir, "worker-1", lane="main"),
+        worker(env, logdir, "quarantine-1", lane="quarantine", concurrency=1),
+    ]
+
+
+def logs_text(logs: list[Path]) -> str:
+    return "\n".join(log.read_text(errors="replace") for log in logs)
 
 
 def beat(env: dict[str, str], logdir: Path, name: str) -> harness.Worker:
@@ -455,7 +476,7 @@ def task_times(log: Path) -> str:
 
 
 def report_hostile(
-    engine: Any, started: dict[str, list[str]], dead: int, seen: dict[str, int], log: Path
+    engine: Any, started: dict[str, list[str]], dead: int, seen: dict[str, int], logs: list[Path]
 ) -> None:
     """What the hostile triggers came to. Bounded waits: a poison still being delivered
     again is printed as it stands."""
@@ -514,17 +535,18 @@ def report_hostile(
         f"parked {'yes' if parked.parked_at else 'NO'}"
         + (f": {parked.parked_error[:100]}" if parked.parked_error else ""),
     )
-    text = log.read_text(errors="replace")
+    text = logs_text(logs)
     common.line(
-        "  worker log",
+        "  worker logs",
         f"hard time limit kills {text.count('Hard time limit')}, "
-        f"pool processes lost {text.count('WorkerLostError')}",
+        f"pool processes lost {text.count('WorkerLostError')}, "
+        f"moved to the quarantine lane {text.count(MOVED)}",
     )
-    common.line("  tasks run so far", task_times(log))
+    common.line("  tasks run so far", task_times(logs[0]))
 
 
 def follow_poison(
-    engine: Any, sent_at: dict[str, float], delivery_log: Path, log: Path, tag: str
+    engine: Any, sent_at: dict[str, float], delivery_log: Path, logs: list[Path], tag: str
 ) -> None:
     """Wait (bounded) until every poison start is kept as a ``PoisonTrigger`` failed
     trigger, then print its deliveries (the workers' delivery log, the refused one
@@ -545,10 +567,12 @@ def follow_poison(
     wait_until(lambda: len(kept()) == len(ids), POISON_WAIT_S, f"{tag}: poison kept")
     found = {r.instance_id: r for r in kept()}
     seen = deliveries(delivery_log)
-    text = log.read_text(errors="replace")
+    text = logs_text(logs)
+    main_lane = logs[0].read_text(errors="replace")
     common.line(
-        f"  {tag}: worker log",
-        f"hard time limit kills so far {text.count('Hard time limit')}, "
+        f"  {tag}: worker logs",
+        f"hard time limit kills so far {text.count('Hard time limit')} "
+        f"({main_lane.count('Hard time limit')} on {logs[0].stem}), "
         f"pool processes lost {text.count('WorkerLostError')}",
     )
     for instance_id in ids:
@@ -610,6 +634,13 @@ def main() -> int:
         action="store_true",
         help="first one window per kind alone, the poison included (printed, not judged)",
     )
+    ap.add_argument(
+        "--lanes",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the canaries' worker as the main lane beside a quarantine lane (default), "
+        "or --no-lanes: one dormant worker -c 2",
+    )
     args = ap.parse_args()
     seconds = args.seconds or (15.0 if args.quick else 60.0)
     backlog = args.backlog or (2000 if args.quick else 10000)
@@ -618,7 +649,9 @@ def main() -> int:
     common.header(
         f"bench_hostile: canaries at {args.rate:.0f}/s for {seconds:.0f} s per window; "
         f"{each} of each of {', '.join(bounded)}, {args.poisons} poison; "
-        f"a {backlog}-start backlog; dormant worker -c 2 + beat"
+        f"a {backlog}-start backlog; dormant worker -c 2"
+        + (" --lane main + dormant worker -c 1 --lane quarantine" if args.lanes else "")
+        + " + beat"
     )
     logdir = Path(tempfile.mkdtemp(prefix="dormant-bench-hostile-"))
     delivery_log = logdir / "deliveries.log"
@@ -644,7 +677,9 @@ def main() -> int:
         for xml in (CANARY, BACKLOG, SLOW, REGEX, POISON, FORK_BOMB, OVERSIZED):
             client.deploy(xml)
         env = worker_env(broker_url, database_url, delivery_log, poison_on)
-        procs = [worker(env, logdir, "worker-1"), beat(env, logdir, "beat-1")]
+        workers = served(args, env, logdir)
+        logs = [w.log for w in workers]
+        procs = [*workers, beat(env, logdir, "beat-1")]
         try:
             warm = [client.start("hostile_canary", {"n": i}) for i in range(20)]
             if not wait_until(lambda: len(completed(engine, warm)) == 20, 180, "warm-up"):
@@ -667,9 +702,7 @@ def main() -> int:
                     _, p99 = latency_line(f"only {kind:<15}", values)
                     common.line(f"  p99 / baseline p99 with only {kind}", f"{p99 / base_p99:.2f}")
                     if kind == POISON_KIND:  # settled before the next window
-                        follow_poison(
-                            engine, alone.sent_at, delivery_log, procs[0].log, "only poison"
-                        )
+                        follow_poison(engine, alone.sent_at, delivery_log, logs, "only poison")
 
             # -- 2. hostile: all at once, the poison included ----------------------------------
             dead = dead_outbox_row(engine)
@@ -686,10 +719,10 @@ def main() -> int:
                 "<=",
                 P99_RATIO_TARGET,
             )
-            report_hostile(engine, hostile.started, dead, deliveries(delivery_log), procs[0].log)
+            report_hostile(engine, hostile.started, dead, deliveries(delivery_log), logs)
             poisoned = {i: hostile.sent_at[i] for i in hostile.started.get(POISON_KIND, [])}
             if poisoned:
-                follow_poison(engine, poisoned, delivery_log, procs[0].log, "hostile")
+                follow_poison(engine, poisoned, delivery_log, logs, "hostile")
 
             # -- 3. backlog, on a broker db of its own: nothing of the windows above is left
             # on it.

@@ -36,16 +36,20 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from types import FrameType
 
 __all__ = [
     "QUARANTINE_KEY_PREFIX",
+    "SUSPECT_SECONDS",
     "OutOfLaneBudget",
     "compute_guard",
     "movable",
     "quarantine_key",
+    "suspect",
+    "suspected",
 ]
 
 QUARANTINE_KEY_PREFIX = "quarantine."
@@ -64,6 +68,41 @@ class OutOfLaneBudget(BaseException):
     def __init__(self, seconds: float) -> None:
         super().__init__(f"the main lane's budget ({seconds:g} s, DORMANT_LANE_BUDGET_SECONDS)")
         self.seconds = seconds
+
+
+SUSPECT_SECONDS = 300.0
+"""How long a main-lane pool process remembers what a moved trigger belonged to."""
+MAX_SUSPECTS = 1000
+"""How many it remembers at most (the oldest forgotten first): a bound on its memory."""
+
+_suspects: dict[str, float] = {}
+
+
+def suspect(key: str | None) -> None:
+    """Remember ``key`` (a start's process, an instance) as expensive: the next trigger
+    of it that reaches this pool process moves before it runs, instead of paying the
+    budget again. Per process, in memory: a main lane of N pool processes pays the
+    budget at most N times per key and ``SUSPECT_SECONDS``, and a restarted worker
+    learns again."""
+    if key is None:
+        return
+    _suspects.pop(key, None)
+    _suspects[key] = time.monotonic() + SUSPECT_SECONDS
+    while len(_suspects) > MAX_SUSPECTS:
+        del _suspects[next(iter(_suspects))]
+
+
+def suspected(key: str | None) -> bool:
+    """Was a trigger of ``key`` moved by this process within ``SUSPECT_SECONDS``?"""
+    if key is None:
+        return False
+    until = _suspects.get(key)
+    if until is None:
+        return False
+    if until < time.monotonic():
+        del _suspects[key]
+        return False
+    return True
 
 
 def quarantine_key(routing_key: str) -> str:

@@ -85,7 +85,14 @@ from dormant.tasks.job_dispatch import (
     runs_here,
     some_job_type_is_eager,
 )
-from dormant.tasks.lanes import OutOfLaneBudget, movable, quarantine_key
+from dormant.tasks.lanes import (
+    SUSPECT_SECONDS,
+    OutOfLaneBudget,
+    movable,
+    quarantine_key,
+    suspect,
+    suspected,
+)
 from dormant.tasks.metrics import observe_trigger
 from dormant.tasks.outbox import HEADER_OUTBOX, consumed, publish_keeping_a_job, publish_rows
 from dormant.tasks.sweeps import relay
@@ -188,25 +195,34 @@ def _run(
     operator: bool = False,
     instance_id: str | None = None,
     job_before: _JobBeforeStart | None = None,
+    lane_key: str | None = None,
 ) -> None:
     """The shell every trigger task shares (see the module docstring).
 
     The trigger id: an explicit one first (an outbox follow-up, or a failed trigger
     sent again through the inbox keeps its first id), else the inbox row's, else the
     Celery task id. ``operator``: a refused action is re-raised after it is recorded.
-    ``job_before``: the start's job runner, which may have run its one job already."""
+    ``job_before``: the start's job runner, which may have run its one job already.
+    ``lane_key``: what a main lane remembers a moved trigger by (tasks/lanes.py): a
+    start's process, an instance's id."""
     began = time.monotonic()
     tid = trigger_id or inbox_id or task.request.id or "eager"
     number = _delivery_number(task, inbox_id, tid)
     if number > app_module.settings.max_deliveries:
         refused = poison(number, _last_error(inbox_id, tid))
         return _keep(task, kind, refused, tid, inbox_id, instance_id)
-    if number > 1 and app_module.settings.worker_lane == "main":
-        return _quarantine(task, kind, tid, inbox_id, instance_id, number, "a redelivery")
+    if app_module.settings.worker_lane == "main":
+        if number > 1:
+            _suspect(lane_key, instance_id)
+            return _quarantine(task, kind, tid, inbox_id, instance_id, number, "a redelivery")
+        if suspected(lane_key):
+            why = f"a trigger of {lane_key} moved within {SUSPECT_SECONDS:g} s"
+            return _quarantine(task, kind, tid, inbox_id, instance_id, number, why)
     try:
         with movable():
             result = drain.applied(task, kind, call, tid, alone=job_before is not None)
     except OutOfLaneBudget as exc:
+        _suspect(lane_key, instance_id)
         return _quarantine(task, kind, tid, inbox_id, instance_id, number, f"past {exc}")
     except OperatorError as exc:
         if not operator:
@@ -242,6 +258,14 @@ def _run(
     if job is not None:
         _run_job_here(job, task.request.hostname)
     return None
+
+
+def _suspect(lane_key: str | None, instance_id: str | None) -> None:
+    """A moved trigger's process (or instance) and its instance: their next triggers
+    on this pool process move before they run (tasks/lanes.py)."""
+    suspect(lane_key)
+    if instance_id:
+        suspect(f"instance {instance_id}")
 
 
 def _quarantine(
@@ -500,7 +524,14 @@ def start(
             return store().apply(parent["instance_id"], failed, now, trigger_id=f"{tid}:unknown")
 
     return _run(
-        self, "start", call, inbox_id, trigger_id, instance_id=instance_id, job_before=job_before
+        self,
+        "start",
+        call,
+        inbox_id,
+        trigger_id,
+        instance_id=instance_id,
+        job_before=job_before,
+        lane_key=f"process {key}",
     )
 
 
@@ -756,7 +787,15 @@ def apply_trigger(
         )
 
     kind = trigger_json.get("kind") if isinstance(trigger_json, dict) else None
-    return _run(self, str(kind or "trigger"), call, inbox_id, trigger_id, instance_id=instance_id)
+    return _run(
+        self,
+        str(kind or "trigger"),
+        call,
+        inbox_id,
+        trigger_id,
+        instance_id=instance_id,
+        lane_key=f"instance {instance_id}",
+    )
 
 
 @app.task(name=wire.RELAY_OUTBOX, bind=True, ignore_result=True)

@@ -5,8 +5,9 @@ others).
 
 * A start whose FEEL work outlasts the main lane's budget: its computation is
   interrupted, nothing of it is written, and it is published to ``dormant.quarantine``;
-  the quarantine worker applies it (here it completes: heavy, not hostile). Both
-  paths: queued behind canaries in one batch (tasks/drain.py), and alone.
+  the quarantine worker applies it (here it completes: heavy, not hostile). The first
+  is queued behind canaries and takes them into its batch (tasks/drain.py); the next
+  start of the same process moves before it runs.
 * A start that hangs until the hard time limit: its redelivery is moved before any of
   its work runs again, counted, and the quarantine lane keeps it as a
   ``PoisonTrigger``; the main lane met the hard limit once.
@@ -95,16 +96,18 @@ def test_a_trigger_past_the_main_lanes_budget_is_applied_in_the_quarantine_lane(
     behind = [s.client.start("lane_canary", {"n": n}) for n in range(6)]
     main, quarantine = _lanes(s)
     _all_complete(s, [queued, *behind], "the heavy start and the canaries behind it")
-    # Alone, a single trigger's apply.
+    # Alone, after the first moved.
     alone = s.client.start("lane_heavy", {})
     after = [s.client.start("lane_canary", {"n": n}) for n in range(6)]
     _all_complete(s, [alone, *after], "the second heavy start and the canaries after it")
 
     main_log, quarantine_log = main.text(), quarantine.text()
-    for heavy in (queued, alone):
+    # The first paid the budget; the second, of the same process, moved before it ran
+    # (the main lane's one pool process remembers).
+    for heavy, why in ((queued, "DORMANT_LANE_BUDGET_SECONDS"), (alone, "process lane_heavy")):
         moved = [line for line in main_log.splitlines() if MOVED in line and heavy in line]
         assert moved, f"{heavy} not moved:\n{main_log[-3000:]}"
-        assert "DORMANT_LANE_BUDGET_SECONDS" in moved[0]
+        assert why in moved[0], moved[0]
         assert heavy in quarantine_log, quarantine_log[-3000:]  # applied there
     for canary in behind + after:
         assert canary not in quarantine_log  # the main lane applied every canary
@@ -156,3 +159,20 @@ def test_the_budget_interrupts_only_a_movable_computation_in_a_main_lane() -> No
         pass  # disarmed on the way out: nothing fires after
     spin(0.1)
     assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
+def test_a_pool_process_remembers_what_moved_for_a_while_and_within_a_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(lanes, "_suspects", {})
+    monkeypatch.setattr(lanes, "MAX_SUSPECTS", 3)
+    lanes.suspect("process slow")
+    assert lanes.suspected("process slow") and not lanes.suspected("process other")
+    assert not lanes.suspected(None)
+    for k in range(3):
+        lanes.suspect(f"instance {k}")
+    assert not lanes.suspected("process slow")  # the oldest forgotten past the bound
+    assert lanes.suspected("instance 2")
+    now = time.monotonic()
+    monkeypatch.setattr(lanes.time, "monotonic", lambda: now + lanes.SUSPECT_SECONDS + 1)
+    assert not lanes.suspected("instance 2")  # and every one after SUSPECT_SECONDS
