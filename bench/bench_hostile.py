@@ -74,6 +74,11 @@ P99_RATIO_TARGET = 2.0
 DELIVERIES_TARGET = 1.05
 SOFT_LIMIT_S = 2
 HARD_LIMIT_S = 4
+# The main lane's own hard limit (DORMANT_LANE_TIME_LIMIT_SECONDS; its soft one is 0.8 of
+# it) and its compute budget (DORMANT_LANE_BUDGET_SECONDS, the default): short like the
+# limits above, so that a poison's first delivery holds a main-lane pool process 1 s.
+LANE_LIMIT_S = 1
+LANE_BUDGET_S = 0.5
 MAX_TOKENS = 2000
 SWEEP_AFTER_S = 3
 
@@ -178,6 +183,8 @@ def worker_env(broker_url: str, database_url: str, log: Path, poison: Path) -> d
         DORMANT_MAX_TOKENS=str(MAX_TOKENS),
         DORMANT_OUTBOX_SWEEP_AFTER_SECONDS=str(SWEEP_AFTER_S),
         DORMANT_MAX_DELIVERIES=str(MAX_DELIVERIES),
+        DORMANT_LANE_TIME_LIMIT_SECONDS=str(LANE_LIMIT_S),
+        DORMANT_LANE_BUDGET_SECONDS=str(LANE_BUDGET_S),
         DORMANT_TEST_DELIVERY_LOG=str(log),
         DORMANT_TEST_POISON=str(poison),
     )
@@ -278,7 +285,25 @@ def canaries(engine: Any, client: Any, rate: float, seconds: float, tag: str) ->
         f"{tag}: every canary completed",
     )
     done = completed(engine, ids)
-    return sorted((done[i] - at) * 1000.0 if i in done else float("inf") for i, at in sent.items())
+    timed = {at: (done[i] - at) * 1000.0 if i in done else float("inf") for i, at in sent.items()}
+    LAST_WINDOW.clear()
+    LAST_WINDOW.update(timed)
+    return sorted(timed.values())
+
+
+# The last window's canaries: the wall time each was sent -> its latency in ms.
+LAST_WINDOW: dict[float, float] = {}
+
+
+def slowest_beside(sent_at: dict[str, float], kind_of: dict[str, str], n: int = 3) -> None:
+    """The ``n`` slowest canaries of the last window, each with the hostile starts sent
+    in the 5 s before it (kind, seconds before): what each stall sat beside."""
+    for at, ms in sorted(LAST_WINDOW.items(), key=lambda kv: -kv[1])[:n]:
+        near = sorted(
+            (at - t, kind_of[i]) for i, t in sent_at.items() if 0 <= at - t <= 5 and i in kind_of
+        )
+        beside = ", ".join(f"{kind} {ago:.1f} s before" for ago, kind in near) or "nothing"
+        common.line(f"  a slow canary ({ms:.0f} ms)", f"sent beside: {beside}")
 
 
 def latency_line(label: str, values: list[float]) -> tuple[float, float]:
@@ -659,7 +684,12 @@ def main() -> int:
     common.line(
         "worker settings",
         f"soft/hard time limit {SOFT_LIMIT_S}/{HARD_LIMIT_S} s, DORMANT_MAX_TOKENS {MAX_TOKENS}, "
-        f"outbox sweep after {SWEEP_AFTER_S} s, DORMANT_MAX_DELIVERIES {MAX_DELIVERIES}",
+        f"outbox sweep after {SWEEP_AFTER_S} s, DORMANT_MAX_DELIVERIES {MAX_DELIVERIES}"
+        + (
+            f"; main lane: budget {LANE_BUDGET_S} s, hard time limit {LANE_LIMIT_S} s"
+            if args.lanes
+            else ""
+        ),
     )
     poison_on = logdir / "poison-on"  # DORMANT_TEST_POISON: the hook acts while it exists
     poison_on.touch()
@@ -719,6 +749,8 @@ def main() -> int:
                 "<=",
                 P99_RATIO_TARGET,
             )
+            kind_of = {i: kind for kind, ids in hostile.started.items() for i in ids}
+            slowest_beside(hostile.sent_at, kind_of)
             report_hostile(engine, hostile.started, dead, deliveries(delivery_log), logs)
             poisoned = {i: hostile.sent_at[i] for i in hostile.started.get(POISON_KIND, [])}
             if poisoned:

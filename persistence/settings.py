@@ -124,6 +124,7 @@ ENV_VARS: dict[str, str] = {
     "transient_backoff_max_seconds": "DORMANT_TRANSIENT_BACKOFF_MAX_SECONDS",
     "worker_lane": "DORMANT_WORKER_LANE",
     "lane_budget_seconds": "DORMANT_LANE_BUDGET_SECONDS",
+    "lane_time_limit_seconds": "DORMANT_LANE_TIME_LIMIT_SECONDS",
 }
 
 # The processed trigger ids' retention is at least this many times the longest
@@ -285,6 +286,10 @@ class Settings(BaseModel):
     # a redelivery, moved to the quarantine queue; ``quarantine`` that queue only.
     worker_lane: Literal["all", "main", "quarantine"] = "all"
     lane_budget_seconds: float = Field(default=0.5, gt=0)
+    # A main-lane worker's hard time limit on a trigger task (a trigger or a batch of
+    # them), when under DORMANT_TRIGGER_TIME_LIMIT_SECONDS: what no budget interrupts
+    # (a call into C, a long lock wait) holds a main-lane pool process this long at most.
+    lane_time_limit_seconds: float = Field(default=5.0, gt=0)
 
     @field_validator("audit_retention_days")
     @classmethod

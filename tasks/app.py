@@ -398,6 +398,10 @@ def _check_or_exit(**_: Any) -> None:
 worker_init.connect(_check_or_exit, weak=False)
 
 
+# A main lane's soft limit, as a share of its hard one: time for the move after it.
+MAIN_LANE_SOFT_SHARE = 0.8
+
+
 def _bound_trigger_tasks(**_: Any) -> None:
     """Give every engine task (``dormant.*``) the trigger time limits.
 
@@ -415,10 +419,16 @@ def _bound_trigger_tasks(**_: Any) -> None:
     ``DORMANT_MAX_DELIVERIES`` it is kept as a ``PoisonTrigger`` (docs/limits.md,
     "What an operator sees: poison triggers").
     """
+    soft, hard = settings.trigger_soft_time_limit_seconds, settings.trigger_time_limit_seconds
+    if settings.worker_lane == "main" and settings.lane_time_limit_seconds < hard:
+        # The main lane's own (tasks/lanes.py): past the soft one a trigger moves to the
+        # quarantine lane instead of being kept; the hard one ends it there too.
+        hard = settings.lane_time_limit_seconds
+        soft = min(soft, hard * MAIN_LANE_SOFT_SHARE)
     for name, task in app.tasks.items():
         if name.startswith("dormant."):
-            task.soft_time_limit = settings.trigger_soft_time_limit_seconds
-            task.time_limit = settings.trigger_time_limit_seconds
+            task.soft_time_limit = soft
+            task.time_limit = hard
             task.acks_on_timeout = False
 
 
@@ -533,6 +543,11 @@ def publish(
             producer=producer,
             # An instance's priority (tasks/priorities.py); None: the queue's default.
             **({"priority": priority} if priority is not None else {}),
+            # No time limit rides the message: the worker that runs it applies its
+            # own (a main lane's shorter ones stay there, tasks/lanes.py). Celery
+            # would copy the sending process's limits for the task into it.
+            time_limit=None,
+            soft_time_limit=None,
             # What Flower shows of the arguments: no variable's value (tasks/wire.py).
             argsrepr="()",
             kwargsrepr=wire.shown_kwargs(task_name, kwargs),

@@ -40,7 +40,7 @@ from datetime import datetime
 from typing import Any
 
 from celery import Task
-from celery.exceptions import TimeLimitExceeded
+from celery.exceptions import SoftTimeLimitExceeded, TimeLimitExceeded
 from celery.signals import task_failure
 
 from dormant.engine_core.calls import missing_child
@@ -96,7 +96,7 @@ from dormant.tasks.lanes import (
 from dormant.tasks.metrics import observe_trigger
 from dormant.tasks.outbox import HEADER_OUTBOX, consumed, publish_keeping_a_job, publish_rows
 from dormant.tasks.sweeps import relay
-from dormant.tasks.transient import RETRY_UNBOUNDED, is_transient, may_retry
+from dormant.tasks.transient import RETRY_UNBOUNDED, interrupt_in_chain, is_transient, may_retry
 from dormant.tasks.transient import backoff as transient_backoff
 
 __all__ = [
@@ -233,6 +233,12 @@ def _run(
         raise
     except Exception as exc:
         settings = app_module.settings
+        if settings.worker_lane == "main" and isinstance(
+            interrupt_in_chain(exc), SoftTimeLimitExceeded
+        ):
+            _suspect(lane_key, instance_id)
+            why = "past the main lane's soft time limit (DORMANT_LANE_TIME_LIMIT_SECONDS)"
+            return _quarantine(task, kind, tid, inbox_id, instance_id, number, why)
         if may_retry(exc, task.request.retries, settings):
             log.info("trigger=%s transient failure, retrying: %s", kind, type(exc).__name__)
             raise task.retry(

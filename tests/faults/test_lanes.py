@@ -8,9 +8,10 @@ others).
   the quarantine worker applies it (here it completes: heavy, not hostile). The first
   is queued behind canaries and takes them into its batch (tasks/drain.py); the next
   start of the same process moves before it runs.
-* A start that hangs until the hard time limit: its redelivery is moved before any of
-  its work runs again, counted, and the quarantine lane keeps it as a
-  ``PoisonTrigger``; the main lane met the hard limit once.
+* A start that hangs until the hard time limit: the main lane's own, shorter one
+  (``DORMANT_LANE_TIME_LIMIT_SECONDS``) ends its first delivery; its redelivery is
+  moved before any of its work runs again, counted, and the quarantine lane keeps it
+  as a ``PoisonTrigger`` after its own two hard limits.
 
 Each ends with canaries started after the expensive trigger, all completed by the main
 lane. No timing is asserted: which worker applied what is read from their logs.
@@ -60,13 +61,14 @@ def _status(s: Stack, instance_id: str) -> str | None:
         return None
 
 
-def _lanes(s: Stack, fault: str = "") -> tuple[Proc, Proc]:
+def _lanes(s: Stack, fault: str = "", **main_env: str) -> tuple[Proc, Proc]:
     main = included_worker(
         s,
         concurrency=1,
         DORMANT_WORKER_LANE="main",
         DORMANT_LANE_BUDGET_SECONDS=BUDGET,
         DORMANT_TEST_POISON=fault,
+        **main_env,
     )
     quarantine = included_worker(
         s, concurrency=1, DORMANT_WORKER_LANE="quarantine", DORMANT_TEST_POISON=fault
@@ -124,7 +126,8 @@ def test_a_redelivered_trigger_is_moved_and_kept_as_poison_in_the_quarantine_lan
     fault = s.tmp / "poison-on"
     fault.touch()
     s.client.deploy(CANARY)
-    main, quarantine = _lanes(s, str(fault))
+    # The main lane's own hard limit, under the trigger tasks' 4 s.
+    main, quarantine = _lanes(s, str(fault), DORMANT_LANE_TIME_LIMIT_SECONDS="2")
     hung = s.client.start("lane_canary", {"n": 0, "poison": "hang"})
     time.sleep(1)  # taken by the main lane's process before the canaries are sent
     canaries = [s.client.start("lane_canary", {"n": n}) for n in range(6)]
@@ -135,9 +138,9 @@ def test_a_redelivered_trigger_is_moved_and_kept_as_poison_in_the_quarantine_lan
 
     wait_for(lambda: len(kept()) == 1, 90, 0.5, f"the poison kept\n{s.diagnostics()}")
     main_log, quarantine_log = main.text(), quarantine.text()
-    assert main_log.count("Hard time limit") == 1, main_log[-3000:]  # its first delivery
+    assert main_log.count("Hard time limit (2.0s)") == 1, main_log[-3000:]  # its first delivery
     assert any(MOVED in line and hung in line for line in main_log.splitlines()), main_log[-3000:]
-    assert quarantine_log.count("Hard time limit") == 2, quarantine_log[-3000:]
+    assert quarantine_log.count("Hard time limit (4.0s)") == 2, quarantine_log[-3000:]
 
 
 def test_the_budget_interrupts_only_a_movable_computation_in_a_main_lane() -> None:
