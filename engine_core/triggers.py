@@ -8,7 +8,7 @@ how a lost race (timer vs message) and a redelivered trigger both end harmlessly
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
@@ -48,6 +48,19 @@ __all__ = [
 
 class _Trigger(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+    # A repeat of this trigger is stale by the checkpoint alone: the Store keeps no
+    # processed id for it (persistence/processed.py).
+    repeat_is_stale: ClassVar[bool] = False
+
+
+class _JobOutcome(_Trigger):
+    """A job's outcome names its wait and attempt, and applying it ends that wait or
+    moves it to the next attempt; wait ids are never reused in an instance
+    (``Checkpoint.next_id``). So a second delivery finds no running attempt of that
+    name and is stale (engine_core/jobs.py ``job_wait``), under the same row lock that
+    a processed trigger id would have been checked under."""
+
+    repeat_is_stale: ClassVar[bool] = True
 
 
 class Start(_Trigger):
@@ -128,7 +141,7 @@ class AdHocResult(BaseModel):
     cancel_remaining: bool = False
 
 
-class JobCompleted(_Trigger):
+class JobCompleted(_JobOutcome):
     kind: Literal["job_completed"] = "job_completed"
     wait_id: str
     attempt: int = 1
@@ -137,7 +150,7 @@ class JobCompleted(_Trigger):
     ad_hoc: AdHocResult | None = None
 
 
-class JobFailed(_Trigger):
+class JobFailed(_JobOutcome):
     kind: Literal["job_failed"] = "job_failed"
     wait_id: str
     attempt: int = 1
@@ -150,7 +163,7 @@ class JobFailed(_Trigger):
     backoff_seconds: float | None = Field(default=None, ge=0, le=7 * 24 * 3600)
 
 
-class JobErrorThrown(_Trigger):
+class JobErrorThrown(_JobOutcome):
     kind: Literal["job_error"] = "job_error"
     wait_id: str
     attempt: int = 1

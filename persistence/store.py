@@ -116,8 +116,10 @@ class NewInstance:
     ``bindingType="versionTag"``). ``start_node_id``: the start event (a timer or message
     start's); ``start_key``: a keyed message start's key, unique among running
     instances; ``parent``: the calling instance of a call activity's child.
-    ``trigger_id``: the start's trigger id; ``inbox_id``: the Client's inbox row behind
-    it, marked processed in the same transaction."""
+    ``trigger_id``: the start's trigger id, kept as no processed trigger id: the instance
+    id is the start's own idempotency key (its row's primary key refuses a repeat, and
+    no instance row is ever deleted), so the row would guard nothing; ``inbox_id``: the
+    Client's inbox row behind it, marked processed in the same transaction."""
 
     key: str
     instance_id: str
@@ -585,7 +587,7 @@ class Store:
             first,
             step,
             now,
-            new.trigger_id,
+            None,  # no processed id: the instance row's key refuses a repeat (``NewInstance``)
             new.inbox_id,
             ride=ride,
             last=last,
@@ -722,7 +724,7 @@ class Store:
                 first,
                 step,
                 written_at,
-                new.trigger_id,
+                None,  # no processed id: the instance row's key refuses a repeat
                 new.inbox_id,
                 ride=ride,
                 last=True,
@@ -894,6 +896,8 @@ class Store:
         more writes into the same statement after a step that changed the instance (the
         router records a delivered message there, saving a commit per message).
         """
+        if trigger.repeat_is_stale:
+            trigger_id = None  # its repeat is refused by the checkpoint itself
         with self.outbox.published_jobs.riding() as ride, self._tx() as conn:
             row = self._lock(conn, instance_id, trigger_id)
             if precondition is not None and not precondition(conn):

@@ -30,7 +30,6 @@ from dormant.engine_core.states import (
     QUEUED,
 )
 from dormant.persistence import clock
-from dormant.persistence.settings import Settings
 from dormant.tasks.cli_common import make_client as _client
 from dormant.tasks.cli_common import named_tenant, parse_vars, parse_when, read_database
 from dormant.tasks.cli_common import var_option as _var
@@ -191,6 +190,7 @@ def db() -> None:
 def db_upgrade() -> None:
     """Apply the migrations to DORMANT_DATABASE_URL."""
     from dormant.persistence import migrate
+    from dormant.persistence.settings import Settings
 
     url = Settings.from_env().database_url
     migrate.upgrade(url)
@@ -896,6 +896,7 @@ def _lane(lane: str | None) -> str:
     """The worker's lane (tasks/lanes.py) in this process and its pool processes, and
     the queues it reads. The quarantine lane runs at a lower CPU priority: what it
     runs is what proved expensive, and the main lane's triggers go first."""
+    from dormant.persistence.settings import Settings
     from dormant.tasks import app as app_module
 
     if lane is not None and lane != app_module.settings.worker_lane:

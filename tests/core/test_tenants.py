@@ -81,7 +81,10 @@ def test_worker_tenants_reads_each_tenants_queue_and_default_means_the_usual_one
     assert {q.exchange.name for q in queues} == {"dormant.tenant.acme", "dormant.tenant.globex"}
     assert {q.routing_key for q in queues} == {"tenant.jobs"}
     both = _tenant_queues("<default>,acme", None)
-    assert both is not None and both[1] == "dormant.timers,dormant,celery,dormant.tenant.acme"
+    assert (
+        both is not None
+        and both[1] == "dormant.timers,dormant,celery,dormant.quarantine,dormant.tenant.acme"
+    )
     queued = _tenant_queues("acme", "jobs-x")
     assert queued is not None and queued[1] == "jobs-x,dormant.tenant.acme"
     assert _tenant_queues(None, None) is None

@@ -24,7 +24,7 @@ from psycopg import pq
 from sqlalchemy import event, text
 
 from bench.models import MESSAGE, SERVICE
-from dormant.engine_core.triggers import JobCompleted
+from dormant.engine_core.triggers import JobCompleted, SetVariables
 from dormant.persistence import round_trips
 from dormant.persistence.routing import Router
 from dormant.persistence.settings import Settings
@@ -154,22 +154,30 @@ def test_a_start_and_a_job_result_are_two_round_trips_each(
 def test_a_redelivered_start_and_a_repeated_trigger_change_nothing(pg_store: Store) -> None:
     """The write and its COMMIT go together, so a start whose instance exists, or a
     trigger id applied meanwhile, must fail the write itself: a unique violation rolls
-    the whole statement back (never written-then-committed, then noticed)."""
+    the whole statement back (never written-then-committed, then noticed). A job's
+    outcome needs no processed id: its repeat finds no running attempt, stale."""
     now = datetime.now(UTC)
-    first = pg_store.start(NewInstance("bench_service", "rt-dup", {}), now=now)
-    again = pg_store.start(NewInstance("bench_service", "rt-dup", {}), now=now)
+    first = pg_store.start(NewInstance("bench_service", "rt-dup", {}, trigger_id="s"), now=now)
+    again = pg_store.start(NewInstance("bench_service", "rt-dup", {}, trigger_id="s"), now=now)
     assert first.changed and not again.changed and again.duplicate
     with pg_store.read() as conn:
         rows = conn.execute(text("SELECT count(*) FROM outbox")).scalar_one()
         facts = conn.execute(text("SELECT count(*) FROM facts")).scalar_one()
     assert rows == len(first.outbox_rows)  # the second start wrote no job row
-    [job] = pg_store.queries.holds("rt-dup")["deadlines"]
-    trigger = JobCompleted(wait_id=job["wait_id"], variables={})
-    pg_store.apply("rt-dup", trigger, now, trigger_id="rt-dup:j")
-    repeated = pg_store.apply("rt-dup", trigger, now, trigger_id="rt-dup:j")
+    variables = SetVariables(variables={"x": 1})
+    pg_store.apply("rt-dup", variables, now, trigger_id="rt-dup:v")
+    repeated = pg_store.apply("rt-dup", variables, now, trigger_id="rt-dup:v")
     assert repeated.duplicate and not repeated.changed
+    [job] = pg_store.queries.holds("rt-dup")["deadlines"]
+    result = JobCompleted(wait_id=job["wait_id"], variables={})
+    assert pg_store.apply("rt-dup", result, now, trigger_id="rt-dup:j").changed
+    stale = pg_store.apply("rt-dup", result, now, trigger_id="rt-dup:j")
+    assert not stale.changed and not stale.duplicate
+    assert [f.kind for f in stale.facts] == ["Stale"]
     with pg_store.read() as conn:
         after = conn.execute(text("SELECT count(*) FROM facts")).scalar_one()
+        processed = conn.execute(text("SELECT trigger_id FROM processed_triggers")).scalars()
+        assert sorted(processed) == ["rt-dup:v"]  # neither the start's nor the job's
     assert after > facts
 
 
