@@ -12,7 +12,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import Connection, bindparam, func, insert, select, update
 
@@ -22,7 +22,7 @@ from dormant.engine_core.errors import InvalidModel, UnknownDeployment, UnknownP
 from dormant.engine_core.model import ProcessDefinition
 from dormant.engine_core.tenants import DEFAULT_TENANT
 from dormant.engine_core.xml_input import model_text
-from dormant.persistence import audit, round_trips
+from dormant.persistence import audit, round_trips, savepoints
 from dormant.persistence.db import Transactions
 from dormant.persistence.decisions import (
     ParsedDecisions,
@@ -394,6 +394,17 @@ class Deployments:
         if conn is None:
             with self._db.read() as c:
                 return self.definition(key, version, conn=c)
+        batch = savepoints.memo(conn) if version is None else None
+        if batch is not None and (key, "latest") in batch:
+            return cast(tuple[ProcessDefinition, int], batch[(key, "latest")])
+        found = self._read_definition(key, version, conn)
+        if batch is not None:
+            batch[(key, "latest")] = found
+        return found
+
+    def _read_definition(
+        self, key: str, version: int | None, conn: Connection
+    ) -> tuple[ProcessDefinition, int]:
         # A start's first statement: with its transaction's BEGIN (round_trips.first).
         rows = (
             round_trips.first(conn, _LATEST_DEFINITION, {"key": key})

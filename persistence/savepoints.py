@@ -27,7 +27,7 @@ from contextlib import contextmanager
 
 from sqlalchemy import Connection, Engine
 
-__all__ = ["joined", "one_transaction"]
+__all__ = ["joined", "memo", "one_transaction"]
 
 _open = threading.local()
 
@@ -39,11 +39,11 @@ def one_transaction(engine: Engine) -> Iterator[Connection]:
     if getattr(_open, "conn", None) is not None:
         raise RuntimeError("a batch transaction is already open on this thread")
     with engine.begin() as conn:
-        _open.conn, _open.engine = conn, engine
+        _open.conn, _open.engine, _open.memo = conn, engine, {}
         try:
             yield conn
         finally:
-            _open.conn = _open.engine = None
+            _open.conn = _open.engine = _open.memo = None
 
 
 def joined(engine: Engine) -> Connection | None:
@@ -53,3 +53,14 @@ def joined(engine: Engine) -> Connection | None:
     if conn is None or getattr(_open, "engine", None) is not engine:
         return None
     return conn
+
+
+def memo(conn: Connection) -> dict[object, object] | None:
+    """What the batch open on ``conn`` has read once for all its triggers (None outside
+    a batch): its triggers commit together, so one answer read at the batch's first
+    trigger is as current for its last (persistence/deployments.py: the latest version
+    of a process, read once per batch rather than once per start)."""
+    if getattr(_open, "conn", None) is not conn:
+        return None
+    found: dict[object, object] | None = getattr(_open, "memo", None)
+    return found

@@ -24,7 +24,7 @@ from dormant.persistence.store import Store
 from dormant.persistence.tables import instances
 from dormant.tasks.wire import redelivery
 from tests.conftest import _truncate
-from tests.integration.waitkit import end, message_start, model, user_task
+from tests.integration.waitkit import end, message_start, model, start, user_task
 
 pytestmark = pytest.mark.integration
 
@@ -75,3 +75,36 @@ def test_a_read_inside_a_batch_sees_the_batch_and_a_failed_read_spoils_nothing(
             assert conn.execute(select(instances.c.id)).scalars().all() == out.started
     with pg_store.read() as conn:
         assert conn.execute(select(instances.c.id)).scalars().all() == out.started
+
+
+def test_a_batch_reads_a_process_s_latest_version_once_for_all_its_starts(
+    pg_store: Store,
+) -> None:
+    """Its starts commit together, so one read of the latest version serves them all;
+    outside a batch every start reads it again (a deploy in between is seen)."""
+    from sqlalchemy import event
+
+    from dormant.persistence.store import NewInstance
+
+    xml = model("plain", start() + user_task("ut") + end(), [("start", "ut"), ("ut", "end")])
+    now = datetime.now(UTC)
+    pg_store.deployments.deploy(xml, now)
+    lookups: list[str] = []
+
+    def seen(conn: object, cursor: object, statement: str, *_: object) -> None:
+        if "FROM definitions" in statement and "ORDER BY definitions.version DESC" in statement:
+            lookups.append(statement)
+
+    event.listen(pg_store.engine, "before_cursor_execute", seen)
+    try:
+        with savepoints.one_transaction(pg_store.engine):
+            for n in range(3):
+                pg_store.start(NewInstance("plain", f"batched-{n}", {}), now=now)
+        assert len(lookups) == 1
+        for n in range(2):
+            pg_store.start(NewInstance("plain", f"alone-{n}", {}), now=now)
+        assert len(lookups) == 3
+    finally:
+        event.remove(pg_store.engine, "before_cursor_execute", seen)
+    with pg_store.read() as conn:
+        assert len(conn.execute(select(instances.c.id)).all()) == 5
