@@ -52,9 +52,10 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 from celery import Celery
@@ -87,6 +88,7 @@ __all__ = [
     "TIMER_QUEUE",
     "TIMER_SCAN_KEY",
     "WORKER_QUEUES",
+    "after_publishing",
     "app",
     "broker_transport",
     "configure",
@@ -94,6 +96,7 @@ __all__ = [
     "pooled_producer",
     "producer_connection",
     "publish",
+    "publishing_together",
     "queue_for",
     "settings",
     "store",
@@ -505,6 +508,64 @@ def queue_for(routing_key: str) -> Queue:
     return QUEUE
 
 
+class _Together(threading.local):
+    producer: Any = None
+    after: list[Callable[[], None]] | None = None
+
+
+_together = _Together()
+
+
+@contextmanager
+def publishing_together() -> Iterator[None]:
+    """The publishes of this thread inside the block that may wait for its end
+    (``publish(..., together=True)``: the jobs a batch of triggers dispatched) go out
+    together when it ends: one Redis pipeline, one round trip, through kombu's
+    ``Producer.batch`` (other transports publish each at once). What must follow a
+    send (``after_publishing``: a published job's outbox row deleted) runs once the
+    batch is sent; if it fails, that never runs and the sweep sends the rows again
+    (bench/README.md has what it saves)."""
+    if _together.producer is not None:  # nested: the outer block sends
+        yield
+        return
+    stack = ExitStack()
+    try:
+        producer = stack.enter_context(app.producer_or_acquire())
+        stack.enter_context(producer.batch())
+    except Exception:  # no producer now: each publish tries on its own
+        stack.close()
+        log.warning("publishes not batched: no producer", exc_info=True)
+        yield
+        return
+    after: list[Callable[[], None]] = []
+    _together.producer, _together.after = producer, after
+    try:
+        yield
+    except BaseException:
+        _together.producer = _together.after = None
+        stack.__exit__(*sys.exc_info())  # the batch discarded: nothing of it sent
+        raise
+    _together.producer = _together.after = None
+    try:
+        stack.close()  # sent: one round trip
+    except Exception:
+        # As for a single publish (tasks/outbox.py ``publish_rows``): the broker is
+        # down, the rows stay, and the sweep sends them.
+        log.exception("%s publishes not sent together; the sweep will send them", len(after))
+        return
+    for then in after:
+        then()
+
+
+def after_publishing(then: Callable[[], None]) -> None:
+    """Run ``then`` once what this thread published so far is sent: at once, or at the
+    end of its ``publishing_together`` block."""
+    if _together.after is None:
+        then()
+    else:
+        _together.after.append(then)
+
+
 def publish(
     task_name: str,
     routing_key: str,
@@ -516,6 +577,7 @@ def publish(
     connection: Any = None,
     producer: Any = None,
     priority: int | None = None,
+    together: bool = False,
 ) -> None:
     """Send one task, always naming queue, exchange and a dotted routing key (an
     undotted one is replaced by the task's own, ``wire.dotted_key``).
@@ -523,12 +585,15 @@ def publish(
     The one place that publishes, so the Redis pitfalls (an exchange-only route is
     dropped; ``trigger.#`` misses ``trigger``) are handled once. With no ``queue``, the
     routing key picks it: ``timer.*`` the timers' queue, anything else ``dormant`` (a
-    kept fire sent again by an operator goes back where fires go).
+    kept fire sent again by an operator goes back where fires go). ``together``: it may
+    wait for the end of this thread's ``publishing_together`` block.
     """
     # An undotted key (a plain Celery producer's queue, kept with its trigger) would
     # match no binding of dormant's exchange: tasks/wire.py ``dotted_key``.
     routing_key = wire.dotted_key(task_name, routing_key)
     target = queue_for(routing_key) if queue is None else queue
+    if together and producer is None and connection is None:
+        producer = _together.producer  # None outside a block: sent at once
     with publish_headers(task_name, headers) as traced:  # the trace context, if any
         app.send_task(
             task_name,

@@ -201,8 +201,12 @@ def _batch_taken(first: _Item, held: list[Any], call: Call, tid: str, hostname: 
     finally:
         _pass.phase = None
     log.info("batch of %s triggers applied in one transaction", len(items))
-    for item in items[1:]:
-        _replay(item)
+    # The jobs the batch dispatched go out in one broker round trip after the replays
+    # (tasks/app.py ``publishing_together``); each trigger is acknowledged in its
+    # replay, as its rows are committed: a job not sent is sent by the sweep.
+    with app_module.publishing_together():
+        for item in items[1:]:
+            _replay(item)
     if first.ok:
         return first.outcome
     raise first.outcome

@@ -86,6 +86,7 @@ def dispatch(job: DispatchJob, tenant: str = DEFAULT_TENANT) -> None:
         exchange=queue.exchange.name if queue.exchange else None,
         headers=_job_headers(job, tenant),
         priority=_priority(job.variables),
+        together=True,  # a batch's jobs go out in one round trip (tasks/drain.py)
     )
     metrics.job_dispatched(job_type)
     log.info(

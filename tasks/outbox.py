@@ -44,7 +44,7 @@ from dormant.engine_core.triggers import Continue, Trigger
 from dormant.persistence import clock, job_pause
 from dormant.persistence.published_jobs import flush_every
 from dormant.tasks import wire
-from dormant.tasks.app import publish, store
+from dormant.tasks.app import after_publishing, publish, store
 from dormant.tasks.job_dispatch import dispatch, runs_here
 
 __all__ = [
@@ -175,8 +175,8 @@ def publish_row(row: Any) -> None:
     PUBLISHERS[type(effect)](effect, tid, headers, tenant)
     if follow_up:
         store().outbox.mark_published(row_id, until_consumed=True)
-    else:
-        store().outbox.job_published(int(row_id))
+    else:  # once sent: a batch's jobs go out together (tasks/app.py)
+        after_publishing(lambda: store().outbox.job_published(int(row_id)))
 
 
 def _held_by_a_pause(row_id: int, job_type: str) -> bool:
