@@ -906,7 +906,15 @@ def _lane(lane: str | None) -> str:
     if chosen == "quarantine":
         os.nice(QUARANTINE_NICENESS)
         return app_module.QUARANTINE_QUEUE.name
-    return app_module.MAIN_LANE_QUEUES if chosen == "main" else app_module.WORKER_QUEUES
+    if chosen == "main":
+        click.echo(
+            f"dormant worker: main lane: what it moves waits in "
+            f"{app_module.QUARANTINE_QUEUE.name!r} for a worker with --lane quarantine "
+            "(or without --lane) to apply it (docs/operations.md, 'Two lanes')",
+            err=True,
+        )
+        return app_module.MAIN_LANE_QUEUES
+    return app_module.WORKER_QUEUES
 
 
 def _tenant_queues(tenants: str | None, queues: str | None) -> tuple[list[Any], str] | None:
