@@ -301,9 +301,18 @@ def _quarantine(
     ).get(HEADER_OUTBOX)
     if follow_up is not None:  # its outbox row is acknowledged where it is applied
         headers[HEADER_OUTBOX] = follow_up
-    app_module.publish(
-        task.name, quarantine_key(wire.dotted_key(task.name, routing_key)), kwargs, headers=headers
-    )
+    try:
+        app_module.publish(
+            task.name,
+            quarantine_key(wire.dotted_key(task.name, routing_key)),
+            kwargs,
+            headers=headers,
+        )
+    except Exception as exc:  # not moved: it stays in the broker and comes again
+        log.error("trigger=%s %s not moved to the quarantine lane (%s); retrying", kind, tid, exc)
+        raise task.retry(
+            exc=exc, countdown=retry_backoff(min(request.retries, 6)), max_retries=RETRY_UNBOUNDED
+        ) from exc
     log.warning(
         "trigger=%s %s (instance=%s) moved to the quarantine lane: %s",
         kind,
