@@ -25,8 +25,10 @@ Prints each throughput, dormant ÷ DBOS (issue 25's targets, measured through th
 one-job instances with the job through the broker ≥ 1.3 x DBOS direct, message wakes ≥
 2 x DBOS recv/send; the eager, in-place figure is printed beside them, not instead),
 median of ``--rounds`` (3) alternating rounds, and transactions per unit
-(``xact_commit``; it counts read-only transactions too) and rows written per unit (``tup_inserted + tup_updated + tup_deleted``) on both
-sides. A DBOS process's start-up is measured once and subtracted; this process's own
+(``xact_commit``; it counts read-only transactions too), rows written per unit (``tup_inserted + tup_updated + tup_deleted``) and WAL bytes
+per unit (the server's WAL position before and after: the whole server's, so read it
+on an idle machine) on both sides; judged: rows per brokered one-job instance ≤ 8 and
+its WAL ≤ 1.5 x a DBOS direct workflow's. A DBOS process's start-up is measured once and subtracted; this process's own
 polling transactions are counted and subtracted.
 
     .venv/bin/pip install -e '.[bench]'     # dbos, in the bench's environment only
@@ -70,19 +72,23 @@ class PgStats:
         self.poller = create_engine(_plain(database_url), poolclass=NullPool)
         self.polls = 0
 
-    def read(self) -> tuple[int, int]:
+    def read(self) -> tuple[int, int, int]:
+        """Transactions, rows written, and the server's WAL position in bytes (of the
+        whole server: WAL has no per-database counter, so the machine must be idle
+        for the WAL figure to be this block's alone)."""
         from sqlalchemy import text
 
         time.sleep(1.2)  # a backend flushes its counters at exit or at most once a second
         with self.admin.connect() as c:
             row = c.execute(
                 text(
-                    "SELECT xact_commit, tup_inserted + tup_updated + tup_deleted "
+                    "SELECT xact_commit, tup_inserted + tup_updated + tup_deleted, "
+                    "pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint "
                     "FROM pg_stat_database WHERE datname = :n"
                 ),
                 {"n": self.name},
             ).one()
-        return int(row[0]), int(row[1])
+        return int(row[0]), int(row[1]), int(row[2])
 
     def count(self, sql: str, **params: Any) -> int:
         from sqlalchemy import text
@@ -94,13 +100,14 @@ class PgStats:
     @contextmanager
     def delta(self, units: int, out: dict[str, float]) -> Iterator[None]:
         """Transactions and rows written per unit over the block, own polls subtracted."""
-        x0, w0 = self.read()
+        x0, w0, l0 = self.read()
         p0 = self.polls
         yield
-        x1, w1 = self.read()
+        x1, w1, l1 = self.read()
         own = self.polls - p0
         out["xact"] = (x1 - x0 - own) / units
         out["rows"] = (w1 - w0) / units
+        out["wal"] = (l1 - l0) / units
 
     def close(self) -> None:
         self.admin.dispose()
@@ -274,7 +281,7 @@ def dbos_figures(
             _finish(host, "DBOS recv host")
     finally:
         _stop(host)
-    out["recv"] = _per_unit(woken, {"xact": 0.0, "rows": 0.0}, n, n / (t1 - t0))
+    out["recv"] = _per_unit(woken, {"xact": 0.0, "rows": 0.0, "wal": 0.0}, n, n / (t1 - t0))
     out["recv"]["send_rate"] = n / sent
     stats.close()
     return out
@@ -287,6 +294,7 @@ def _per_unit(
         "rate": rate,
         "xact": (delta["xact"] - launches * launch["xact"]) / n,
         "rows": (delta["rows"] - launches * launch["rows"]) / n,
+        "wal": (delta["wal"] - launches * launch.get("wal", 0.0)) / n,
     }
 
 
@@ -427,7 +435,7 @@ def _print_round(
         common.line(
             f"    {label}",
             f"{fig['rate']:7.0f} {unit}; {fig['xact']:5.2f} transactions, "
-            f"{fig['rows']:5.1f} rows written per unit",
+            f"{fig['rows']:5.1f} rows written, {fig.get('wal', 0.0):6.0f} WAL bytes per unit",
         )
     common.line(
         "    DBOSClient.send, 4 threads (queued while the recv host is stopped)",
@@ -438,6 +446,9 @@ def _print_round(
     ratios["brokered"].append(d["instances"]["rate"] / b["direct"]["rate"])
     ratios["queue"].append(d["instances"]["rate"] / b["queue"]["rate"])
     ratios["recv"].append(d["messages"]["rate"] / b["recv"]["rate"])
+    ratios["rows"].append(d["instances"]["rows"])
+    if b["direct"].get("wal", 0.0) > 0:
+        ratios["wal"].append(d["instances"]["wal"] / b["direct"]["wal"])
     common.line(
         "    dormant / DBOS: eager instances / direct, brokered instances / direct, "
         "brokered instances / queue, messages / recv",
@@ -452,9 +463,11 @@ def _print_round(
     )
 
 
-# Issue 25's targets, both through the broker.
+# Issue 25's targets, through the broker.
 BROKERED_TARGET = 1.3
 RECV_TARGET = 2.0
+ROWS_TARGET = 8.0
+WAL_RATIO_TARGET = 1.5
 
 
 def section(n: int, concurrency: int = 20, polling: float = 0.05, rounds: int = 3) -> None:
@@ -487,6 +500,8 @@ def section(n: int, concurrency: int = 20, polling: float = 0.05, rounds: int = 
         "brokered": [],
         "queue": [],
         "recv": [],
+        "rows": [],
+        "wal": [],
     }
     # One Redis db for every round: this process's Celery producer pool stays bound to
     # the broker URL it first published to.
@@ -518,6 +533,22 @@ def section(n: int, concurrency: int = 20, polling: float = 0.05, rounds: int = 
         ">=",
         RECV_TARGET,
     )
+    common.ratio_line(
+        "rows written per one-job instance, job via the broker (median of "
+        f"{rounds} rounds: " + ", ".join(f"{x:.1f}" for x in ratios["rows"]) + ")",
+        common.median(ratios["rows"]),
+        "<=",
+        ROWS_TARGET,
+        "{:.1f}",
+    )
+    if ratios["wal"]:
+        common.ratio_line(
+            "WAL bytes per one-job instance, job via the broker / DBOS direct workflow "
+            f"(median of {rounds} rounds: " + ", ".join(f"{x:.2f}" for x in ratios["wal"]) + ")",
+            common.median(ratios["wal"]),
+            "<=",
+            WAL_RATIO_TARGET,
+        )
     common.line(
         "ratio dormant one-job instances, eager job (in place) / DBOS direct (median; beside)",
         f"{common.median(ratios['direct']):.2f}",
