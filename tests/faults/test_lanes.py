@@ -179,3 +179,48 @@ def test_a_pool_process_remembers_what_moved_for_a_while_and_within_a_bound(
     now = time.monotonic()
     monkeypatch.setattr(lanes.time, "monotonic", lambda: now + lanes.SUSPECT_SECONDS + 1)
     assert not lanes.suspected("instance 2")  # and every one after SUSPECT_SECONDS
+
+
+def test_a_move_the_broker_refuses_is_retried_never_acknowledged_away(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """In process: the shell's move (tasks/triggers.py ``_quarantine``) publishes
+    before its message is acknowledged; a publish that fails retries the task, so the
+    trigger stays in the broker."""
+    from types import SimpleNamespace
+    from typing import Any
+
+    from dormant.tasks import app as app_module
+    from dormant.tasks import triggers
+
+    published: list[tuple[str, str, dict[str, Any], Any]] = []
+
+    def publish(name: str, key: str, kwargs: dict[str, Any], **options: Any) -> None:
+        published.append((name, key, kwargs, options.get("headers")))
+
+    class Refused(Exception):
+        pass
+
+    def retry(**options: Any) -> Exception:
+        return Refused(options)
+
+    request = SimpleNamespace(
+        args=(),
+        kwargs={"key": "k", "instance_id": "i-1"},
+        retries=0,
+        delivery_info={"routing_key": "trigger.start"},
+        headers={},
+    )
+    task = SimpleNamespace(name="dormant.start", run=lambda **_: None, request=request, retry=retry)
+    monkeypatch.setattr(app_module, "publish", publish)
+    triggers._quarantine(task, "start", "t-1", None, "i-1", 1, "why")  # type: ignore[arg-type]
+    [(name, key, kwargs, headers)] = published
+    assert (name, key) == ("dormant.start", "quarantine.trigger.start")
+    assert kwargs["trigger_id"] == "t-1" and headers == {"dormant_delivery": 1}
+
+    def down(*_: Any, **__: Any) -> None:
+        raise ConnectionError("the broker went away")
+
+    monkeypatch.setattr(app_module, "publish", down)
+    with pytest.raises(Refused):
+        triggers._quarantine(task, "start", "t-1", None, "i-1", 1, "why")  # type: ignore[arg-type]
