@@ -423,15 +423,18 @@ def _bound_trigger_tasks(**_: Any) -> None:
     "What an operator sees: poison triggers").
     """
     soft, hard = settings.trigger_soft_time_limit_seconds, settings.trigger_time_limit_seconds
+    lane_soft, lane_hard = soft, hard
     if settings.worker_lane == "main" and settings.lane_time_limit_seconds < hard:
-        # The main lane's own (tasks/lanes.py): past the soft one a trigger moves to the
-        # quarantine lane instead of being kept; the hard one ends it there too.
-        hard = settings.lane_time_limit_seconds
-        soft = min(soft, hard * MAIN_LANE_SOFT_SHARE)
+        # The main lane's own, on the triggers it may move (tasks/lanes.py): past the
+        # soft one a trigger moves to the quarantine lane instead of being kept; past
+        # the hard one its redelivery does. Sweeps and batches keep the full limits.
+        lane_hard = settings.lane_time_limit_seconds
+        lane_soft = min(soft, lane_hard * MAIN_LANE_SOFT_SHARE)
     for name, task in app.tasks.items():
         if name.startswith("dormant."):
-            task.soft_time_limit = soft
-            task.time_limit = hard
+            movable = name in wire.MOVABLE
+            task.soft_time_limit = lane_soft if movable else soft
+            task.time_limit = lane_hard if movable else hard
             task.acks_on_timeout = False
 
 

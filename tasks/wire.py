@@ -49,6 +49,7 @@ __all__ = [
     "MESSAGE",
     "MIGRATE",
     "MODIFY",
+    "MOVABLE",
     "PROCESSED_SWEEP",
     "RELAY_OUTBOX",
     "RESUME",
@@ -154,6 +155,10 @@ BULK = "dormant.bulk"
 JOBS_PAUSE = "dormant.jobs.pause"
 JOBS_RESUME = "dormant.jobs.resume"
 FLOW_SWEEP = "dormant.jobs.flow_sweep"
+# The trigger tasks whose shell is ``triggers._run``: a main-lane worker gives them its
+# own time limits and moves them to the quarantine lane (tasks/lanes.py). A batch of
+# fires and a bulk batch are many triggers' work in one task: never moved.
+MOVABLE: frozenset[str] = TRIGGERS - {FIRE_DEADLINES, BATCH_RUN}
 TRIGGERS_RETRY = "dormant.triggers.retry"
 TRIGGERS_DROP = "dormant.triggers.drop"
 MANAGEMENT: frozenset[str] = frozenset(

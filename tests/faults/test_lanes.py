@@ -224,3 +224,33 @@ def test_a_move_the_broker_refuses_is_retried_never_acknowledged_away(
     monkeypatch.setattr(app_module, "publish", down)
     with pytest.raises(Refused):
         triggers._quarantine(task, "start", "t-1", None, "i-1", 1, "why")  # type: ignore[arg-type]
+
+
+def test_a_main_lane_bounds_only_the_triggers_it_may_move(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """In process: ``_bound_trigger_tasks`` on a main lane (tasks/app.py)."""
+    from dormant.tasks import app as app_module
+    from dormant.tasks import operations, timers, triggers, wire
+
+    assert operations and timers and triggers  # their tasks registered
+    tasks = [app_module.app.tasks[n] for n in (wire.START, wire.FIRE_DEADLINES, wire.BATCH_RUN)]
+    saved = [(t.soft_time_limit, t.time_limit) for t in tasks]
+    main = app_module.settings.model_copy(
+        update={
+            "worker_lane": "main",
+            "lane_time_limit_seconds": 2.0,
+            "trigger_soft_time_limit_seconds": 30.0,
+            "trigger_time_limit_seconds": 45.0,
+        }
+    )
+    monkeypatch.setattr(app_module, "settings", main)
+    try:
+        app_module._bound_trigger_tasks()
+        start_task, fires, batch = tasks
+        assert (start_task.soft_time_limit, start_task.time_limit) == (1.6, 2.0)
+        assert (fires.soft_time_limit, fires.time_limit) == (30.0, 45.0)
+        assert (batch.soft_time_limit, batch.time_limit) == (30.0, 45.0)
+    finally:
+        for t, (soft, hard) in zip(tasks, saved, strict=True):
+            t.soft_time_limit, t.time_limit = soft, hard
