@@ -107,6 +107,20 @@ class OutboxQueue:
             else:
                 conn.execute(delete(outbox).where(outbox.c.id == outbox_id))
 
+    def claim_job(self, outbox_id: int) -> bool:
+        """Take a job's row before publishing it, deleting it in a transaction of its
+        own: True if this caller took it, False if another publisher did (the sweep, or
+        the trigger that wrote it). For a row old enough for the sweep to take it
+        (tasks/outbox.py ``publish_row``), so that two publishers never both send it."""
+        with self._db.transaction() as conn:
+            self._no_flush_needed(conn)
+            taken = conn.execute(
+                delete(outbox)
+                .where(outbox.c.id == outbox_id, outbox.c.published_at.is_(None))
+                .returning(outbox.c.id)
+            ).first()
+        return taken is not None
+
     def job_published(self, outbox_id: int) -> None:
         """Row ``outbox_id``'s job was published: delete the row. On PostgreSQL not in a
         transaction of its own: the id waits (``published_jobs``) for the process's next

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
+from datetime import datetime
 from typing import Any
 
 from celery.signals import worker_process_shutdown
@@ -43,6 +44,7 @@ from dormant.engine_core.tenants import DEFAULT_TENANT
 from dormant.engine_core.triggers import Continue, Trigger
 from dormant.persistence import clock, job_pause
 from dormant.persistence.published_jobs import flush_every
+from dormant.tasks import app as app_module
 from dormant.tasks import wire
 from dormant.tasks.app import after_publishing, publish, store
 from dormant.tasks.job_dispatch import dispatch, runs_here
@@ -168,6 +170,9 @@ def publish_row(row: Any) -> None:
         return
     if isinstance(effect, DispatchJob) and _held_by_a_pause(int(row_id), effect.job_type):
         return
+    claimed = isinstance(effect, DispatchJob) and _sweeps_age(row)
+    if claimed and not store().outbox.claim_job(int(row_id)):
+        return  # another publisher took it: the job goes once
     follow_up = not isinstance(effect, DispatchJob)
     tid = payload.get("trigger_id") or wire.outbox_trigger_id(row_id)
     headers = {HEADER_OUTBOX: {"id": row_id, "trigger_id": tid}} if follow_up else {}
@@ -175,8 +180,22 @@ def publish_row(row: Any) -> None:
     PUBLISHERS[type(effect)](effect, tid, headers, tenant)
     if follow_up:
         store().outbox.mark_published(row_id, until_consumed=True)
-    else:  # once sent: a batch's jobs go out together (tasks/app.py)
+    elif not claimed:  # once sent: a batch's jobs go out together (tasks/app.py)
         after_publishing(lambda: store().outbox.job_published(int(row_id)))
+
+
+def _sweeps_age(row: Any) -> bool:
+    """Is the row old enough that the sweep may publish it too (half its age, for a
+    clock read a moment apart)? A job's row is deleted after its publish, and not at
+    once (``job_published``): for a row written late in a slow transaction, or one the
+    sweep itself publishes, the sweep's next tick could still see it and send the job
+    again. Such a row is taken first instead (``claim_job``): whoever deletes it sends
+    it."""
+    created = row.get("created_at") if isinstance(row, dict) else getattr(row, "created_at", None)
+    if not isinstance(created, datetime):
+        return True
+    age = (clock.now() - created).total_seconds()
+    return age >= app_module.settings.outbox_sweep_after_seconds / 2
 
 
 def _held_by_a_pause(row_id: int, job_type: str) -> bool:

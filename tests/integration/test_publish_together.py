@@ -21,15 +21,21 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 def broker_url(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    yield from _configured(monkeypatch)
+
+
+def _configured(monkeypatch: pytest.MonkeyPatch, **urls: str) -> Iterator[str]:
     gen = _redis_db()
     url = next(gen)
     previous = tasks_app.settings
     for var in ("DORMANT_DATABASE_URL", "DORMANT_BROKER_URL"):
         monkeypatch.setenv(var, os.environ.get(var, ""))
-    tasks_app.configure(Settings.from_env({}, broker_url=url))
+    tasks_app.configure(Settings.from_env({}, broker_url=url, **urls))
     try:
         yield url
     finally:
+        if tasks_app._store is not None:
+            tasks_app._store.close()
         tasks_app.configure(previous)
         gen.close()
 
@@ -84,3 +90,37 @@ def test_a_batch_the_broker_refuses_is_left_to_the_sweep(
         _job(1)
         tasks_app.after_publishing(lambda: sent.append(1))
     assert sent == []  # its outbox row is not deleted: the sweep sends the job
+
+
+def test_a_late_job_row_published_by_two_publishers_goes_once(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job's row written late (a slow transaction: its time is its start's) is old
+    enough for the sweep the moment it commits. Its trigger's shell and the sweep (or
+    two ticks of it) may then both publish it; whoever takes the row first sends the
+    job, the other sends nothing (tasks/outbox.py ``publish_row``)."""
+    from datetime import UTC, datetime, timedelta
+
+    from bench.models import SERVICE
+    from dormant.persistence.store import NewInstance
+    from dormant.tasks.outbox import publish_rows
+    from tests.conftest import _truncate
+
+    _truncate(pg_url)
+    configured = _configured(monkeypatch, database_url=pg_url)
+    broker = next(configured)
+    try:
+        store = tasks_app.store()
+        store.deployments.deploy(SERVICE, datetime.now(UTC))
+        after = tasks_app.settings.outbox_sweep_after_seconds
+        late = datetime.now(UTC) - timedelta(seconds=after)
+        applied = store.start(NewInstance("bench_service", "late-1", {}), now=late)
+        [row] = applied.outbox_rows
+        r = redis.Redis.from_url(broker)
+        assert publish_rows([row]) == 1  # the trigger's shell
+        assert publish_rows(store.outbox.pending_outbox(0)) == 0  # the sweep: nothing left
+        publish_rows([row])  # a second tick, with the row it listed before: not sent
+        assert r.llen("dormant") == 1
+        r.close()
+    finally:
+        configured.close()
