@@ -464,10 +464,12 @@ def _print_round(
 
 
 # Issue 25's targets, through the broker.
-BROKERED_TARGET = 1.3
-RECV_TARGET = 2.0
-ROWS_TARGET = 8.0
-WAL_RATIO_TARGET = 1.5
+TARGETS: dict[str, tuple[str, float, str]] = {
+    "brokered": (">=", 1.3, "{:.2f}"),
+    "recv": (">=", 2.0, "{:.2f}"),
+    "rows": ("<=", 8.0, "{:.1f}"),
+    "wal": ("<=", 1.5, "{:.2f}"),
+}
 
 
 def section(n: int, concurrency: int = 20, polling: float = 0.05, rounds: int = 3) -> None:
@@ -518,37 +520,23 @@ def section(n: int, concurrency: int = 20, polling: float = 0.05, rounds: int = 
                     b = dbos_figures(dbos_url, n, concurrency, polling, logdir)
                     d = dormant_figures(database_url, broker_url, n, logdir)
             _print_round(r, d, b, ratios)
-    common.ratio_line(
-        "ratio dormant one-job instances, job via the broker / DBOS direct (median of "
-        f"{rounds} rounds: " + ", ".join(f"{x:.2f}" for x in ratios["brokered"]) + ")",
-        common.median(ratios["brokered"]),
-        ">=",
-        BROKERED_TARGET,
-    )
-    common.ratio_line(
-        f"ratio dormant message triggers / DBOS recv wakes (median of {rounds} rounds: "
-        + ", ".join(f"{x:.2f}" for x in ratios["recv"])
-        + ")",
-        common.median(ratios["recv"]),
-        ">=",
-        RECV_TARGET,
-    )
-    common.ratio_line(
-        "rows written per one-job instance, job via the broker (median of "
-        f"{rounds} rounds: " + ", ".join(f"{x:.1f}" for x in ratios["rows"]) + ")",
-        common.median(ratios["rows"]),
-        "<=",
-        ROWS_TARGET,
-        "{:.1f}",
-    )
-    if ratios["wal"]:
-        common.ratio_line(
-            "WAL bytes per one-job instance, job via the broker / DBOS direct workflow "
-            f"(median of {rounds} rounds: " + ", ".join(f"{x:.2f}" for x in ratios["wal"]) + ")",
-            common.median(ratios["wal"]),
-            "<=",
-            WAL_RATIO_TARGET,
-        )
+    judged = [
+        ("ratio dormant one-job instances, job via the broker / DBOS direct", "brokered"),
+        ("ratio dormant message triggers / DBOS recv wakes", "recv"),
+        ("rows written per one-job instance, job via the broker", "rows"),
+        ("WAL bytes per one-job instance, job via the broker / DBOS direct workflow", "wal"),
+    ]
+    for label, key in judged:
+        if ratios[key]:
+            op, target, fmt = TARGETS[key]
+            rounds_seen = ", ".join(fmt.format(x) for x in ratios[key])
+            common.ratio_line(
+                f"{label} (median of {len(ratios[key])} rounds: {rounds_seen})",
+                common.median(ratios[key]),
+                op,
+                target,
+                fmt,
+            )
     common.line(
         "ratio dormant one-job instances, eager job (in place) / DBOS direct (median; beside)",
         f"{common.median(ratios['direct']):.2f}",

@@ -52,6 +52,7 @@ from dormant.tasks.job_dispatch import dispatch, runs_here
 __all__ = [
     "HEADER_OUTBOX",
     "consumed",
+    "follow_up_marker",
     "publish_ids",
     "publish_keeping_a_job",
     "publish_row",
@@ -238,11 +239,18 @@ def publish_keeping_a_job(rows: Iterable[Any]) -> DispatchJob | None:
     return kept
 
 
-def consumed(request: Any) -> None:
-    """The task behind ``request`` applied its follow-up: acknowledge the outbox row."""
+def follow_up_marker(request: Any) -> Any:
+    """The outbox row a follow-up's task carries in its headers (``publish_row``), or
+    None: Celery puts a custom header on the request itself, or under ``headers``."""
     marker = getattr(request, HEADER_OUTBOX, None)
     if marker is None:
         marker = (getattr(request, "headers", None) or {}).get(HEADER_OUTBOX)
+    return marker
+
+
+def consumed(request: Any) -> None:
+    """The task behind ``request`` applied its follow-up: acknowledge the outbox row."""
+    marker = follow_up_marker(request)
     if not isinstance(marker, dict) or "id" not in marker:
         return
     try:

@@ -94,7 +94,13 @@ from dormant.tasks.lanes import (
     suspected,
 )
 from dormant.tasks.metrics import observe_trigger
-from dormant.tasks.outbox import HEADER_OUTBOX, consumed, publish_keeping_a_job, publish_rows
+from dormant.tasks.outbox import (
+    HEADER_OUTBOX,
+    consumed,
+    follow_up_marker,
+    publish_keeping_a_job,
+    publish_rows,
+)
 from dormant.tasks.sweeps import relay
 from dormant.tasks.transient import RETRY_UNBOUNDED, interrupt_in_chain, is_transient, may_retry
 from dormant.tasks.transient import backoff as transient_backoff
@@ -296,9 +302,7 @@ def _quarantine(
         kwargs["trigger_id"] = tid
     routing_key = (request.delivery_info or {}).get("routing_key") or f"trigger.{kind}"
     headers: dict[str, Any] = {wire.DELIVERY_HEADER: number}
-    follow_up = getattr(request, HEADER_OUTBOX, None) or (
-        getattr(request, "headers", None) or {}
-    ).get(HEADER_OUTBOX)
+    follow_up = follow_up_marker(request)
     if follow_up is not None:  # its outbox row is acknowledged where it is applied
         headers[HEADER_OUTBOX] = follow_up
     try:

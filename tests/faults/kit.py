@@ -106,3 +106,11 @@ def included_worker(stack: Stack, *, concurrency: int = 2, **env: str) -> Proc:
         return worker_with(stack, concurrency=concurrency, **env)
     finally:
         conftest.JOBS_MODULE = saved
+
+
+def instance_status(stack: Stack, instance_id: str) -> str | None:
+    """The instance's status, or None while no trigger has written its row yet."""
+    try:
+        return str(stack.client.instance(instance_id).status)
+    except Exception:  # not applied yet: no instance row
+        return None

@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from tests.faults.kit import included_worker
+from tests.faults.kit import included_worker, instance_status
 from tests.integration.conftest import Stack, wait_for
 from tests.integration.waitkit import end, model, script, start
 
@@ -30,13 +30,6 @@ pytestmark = [pytest.mark.faults, pytest.mark.integration]
 VISIBILITY = 120
 CANARIES = 12
 KEY = "held"
-
-
-def _status(s: Stack, instance_id: str) -> str | None:
-    try:
-        return str(s.client.instance(instance_id).status)
-    except Exception:  # not applied yet: no instance row
-        return None
 
 
 def _canaries_complete_behind(s: Stack, send_poison: object) -> str:
@@ -56,7 +49,7 @@ def _canaries_complete_behind(s: Stack, send_poison: object) -> str:
     worker = included_worker(s, concurrency=1, DORMANT_TEST_POISON=str(fault))
 
     def completed() -> int:
-        return sum(1 for iid in canaries if _status(s, iid) == "completed")
+        return sum(1 for iid in canaries if instance_status(s, iid) == "completed")
 
     try:
         wait_for(lambda: completed() == CANARIES, VISIBILITY / 3, 0.5, "every canary completed")

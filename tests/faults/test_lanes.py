@@ -25,7 +25,7 @@ import time
 import pytest
 
 from dormant.tasks import lanes
-from tests.faults.kit import included_worker
+from tests.faults.kit import included_worker, instance_status
 from tests.integration.conftest import Proc, Stack, wait_for
 from tests.integration.waitkit import end, model, script, start
 
@@ -54,13 +54,6 @@ CANARY = model(
 MOVED = "moved to the quarantine lane"
 
 
-def _status(s: Stack, instance_id: str) -> str | None:
-    try:
-        return str(s.client.instance(instance_id).status)
-    except Exception:  # not applied yet: no instance row
-        return None
-
-
 def _lanes(s: Stack, fault: str = "", **main_env: str) -> tuple[Proc, Proc]:
     main = included_worker(
         s,
@@ -78,7 +71,7 @@ def _lanes(s: Stack, fault: str = "", **main_env: str) -> tuple[Proc, Proc]:
 
 def _all_complete(s: Stack, ids: list[str], what: str, timeout: float = 60) -> None:
     def done() -> int:
-        return sum(1 for iid in ids if _status(s, iid) == "completed")
+        return sum(1 for iid in ids if instance_status(s, iid) == "completed")
 
     try:
         wait_for(lambda: done() == len(ids), timeout, 0.3, what)
