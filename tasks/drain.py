@@ -166,21 +166,19 @@ def _batch(task: Task, kind: str, call: Call, tid: str) -> Any:
     held = _take()
     _remember(held)
     try:
-        outcome = _batch_taken(first, held, call, tid, request.hostname)
-    except (Exception, OutOfLaneBudget):
+        return _batch_taken(first, held, call, tid, request.hostname)
+    except BaseException as exc:
+        if not isinstance(exc, Exception | OutOfLaneBudget):
+            # The process is being ended (a hard time limit's SIGTERM comes as
+            # SystemExit just before its SIGKILL): what it still holds goes back now;
+            # what a SIGKILL leaves listed, the next pool process gives back
+            # (``restore_orphans``).
+            for message in held:
+                if not message.acknowledged:
+                    _give_back(message)
+        raise
+    finally:
         _forget(held)  # each taken message acknowledged or given back
-        raise
-    except BaseException:
-        # The process is being ended (a hard time limit's SIGTERM comes as SystemExit
-        # just before its SIGKILL): what it still holds goes back now; what a SIGKILL
-        # leaves listed, the next pool process gives back (``restore_orphans``).
-        for message in held:
-            if not message.acknowledged:
-                _give_back(message)
-        _forget(held)
-        raise
-    _forget(held)
-    return outcome
 
 
 def _batch_taken(first: _Item, held: list[Any], call: Call, tid: str, hostname: Any) -> Any:
