@@ -117,6 +117,7 @@ class WalShare:
         self.records = 0
         self.rows: dict[str, int] = {"ins": 0, "upd": 0, "hot": 0, "del": 0}
         self.by_table: dict[str, int] = {}
+        self.wal_by_relation: dict[str, int] = {}
 
 
 def wal_of_database(admin: Any, dboid: int, start: str, end: str) -> WalShare:
@@ -134,6 +135,18 @@ def wal_of_database(admin: Any, dboid: int, start: str, end: str) -> WalShare:
     ours = {r.xid for r in rows if r.block_ref and tag in r.block_ref and r.xid}
     share = WalShare()
     names: dict[str, str] = {}
+
+    def relation(node: str) -> str:
+        if node not in names:
+            names[node] = (
+                admin.execute(
+                    text("SELECT pg_filenode_relation(0, CAST(:n AS oid))::text"),
+                    {"n": node},
+                ).scalar_one()
+                or f"filenode {node}"
+            )
+        return names[node]
+
     for r in rows:
         if not (
             (r.block_ref and tag in r.block_ref)
@@ -143,6 +156,12 @@ def wal_of_database(admin: Any, dboid: int, start: str, end: str) -> WalShare:
         share.bytes += int(r.record_length)
         share.fpi += int(r.fpi_length)
         share.records += 1
+        where = (
+            relation(str(r.block_ref).split(tag, 1)[1].split()[0])
+            if r.block_ref and tag in r.block_ref
+            else "(commit records)"
+        )
+        share.wal_by_relation[where] = share.wal_by_relation.get(where, 0) + int(r.record_length)
         kind = str(r.record_type).removesuffix("+INIT")
         if r.resource_manager == "Heap" and kind in _ROW_WRITES:
             count = 1
@@ -151,16 +170,8 @@ def wal_of_database(admin: Any, dboid: int, start: str, end: str) -> WalShare:
         else:
             continue
         share.rows[_ROW_WRITES[kind]] += count
-        node = str(r.block_ref).split(tag, 1)[1].split()[0]
-        if node not in names:
-            names[node] = (
-                admin.execute(
-                    text("SELECT pg_filenode_relation(0, CAST(:n AS oid))::text"),
-                    {"n": node},
-                ).scalar_one()
-                or f"filenode {node}"
-            )
-        share.by_table[names[node]] = share.by_table.get(names[node], 0) + count
+        table = relation(str(r.block_ref).split(tag, 1)[1].split()[0])
+        share.by_table[table] = share.by_table.get(table, 0) + count
     return share
 
 
@@ -182,6 +193,7 @@ def main() -> int:
 
     results: dict[str, dict[str, float]] = {}
     where_rows: dict[str, str] = {}
+    where_wal: dict[str, str] = {}
     with common.scratch_database() as url:
         store = Store(settings=Settings.from_env(database_url=url, broker_url="memory://"))
         now = datetime.now(UTC)
@@ -289,6 +301,10 @@ def main() -> int:
             where_rows[label] = ", ".join(
                 f"{table} {n / k:.1f}" for table, n in sorted(share.by_table.items())
             )
+            where_wal[label] = ", ".join(
+                f"{rel} {n / k:,.0f}"
+                for rel, n in sorted(share.wal_by_relation.items(), key=lambda kv: -kv[1])
+            )
             results[label] = {
                 "statements": (probe.statements - s0) / k,
                 "commits": (probe.commits - c0) / k,
@@ -326,6 +342,10 @@ def main() -> int:
     print("rows written per trigger, by table:")
     for label, tables in where_rows.items():
         print(f"  {label}: {tables}")
+    print()
+    print("WAL bytes per trigger, by relation (tables and their indexes), largest first:")
+    for label, relations in where_wal.items():
+        print(f"  {label}: {relations}")
     return common.summary()
 
 

@@ -38,7 +38,13 @@ from dormant.engine_core.views import FactView
 from dormant.persistence.db import read_only
 from dormant.persistence.fact_rows import fact_views
 from dormant.persistence.forms import latest_form
-from dormant.persistence.tables import OPEN_INCIDENT_STATES, definitions, facts, instances
+from dormant.persistence.tables import (
+    INSTANCES_WITH_TOKENS,
+    OPEN_INCIDENT_STATES,
+    definitions,
+    facts,
+    instances,
+)
 from dormant.persistence.tables import incidents as incident_table
 
 __all__ = [
@@ -55,8 +61,12 @@ __all__ = [
 T = TypeVar("T")
 
 # ``waiting_nodes`` (the live tokens' node ids, written with each checkpoint) under its
-# GIN index on PostgreSQL (migration 0013): containment is what the index answers.
-_PG_TOKEN_NODES = "instances.waiting_nodes @> CAST(:waiting_node AS jsonb)"
+# GIN index on PostgreSQL (migration 0013): containment is what the index answers, and
+# the index's own predicate (migration 0023) is spelled out so the planner may use it.
+_PG_TOKEN_NODES = (
+    "instances.waiting_nodes @> CAST(:waiting_node AS jsonb) "
+    f"AND instances.{INSTANCES_WITH_TOKENS}::jsonb"
+)
 _INSTANCE_COLUMNS = tuple(
     instances.c[n]
     for n in (

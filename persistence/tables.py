@@ -212,21 +212,20 @@ instances = Table(
     Column("id", String(255), primary_key=True),
     Column("key", String(255), nullable=False),
     Column("version", Integer, nullable=False),
-    Column("status", String(32), nullable=False, index=True),
-    Column("business_key", String(255), index=True),
+    Column("status", String(32), nullable=False),
+    Column("business_key", String(255)),
     Column("start_key", String(255)),
     Column("revision", Integer, nullable=False, server_default=text("0")),
     Column("checkpoint", JsonDoc(), nullable=False),
     Column("created_at", UtcDateTime, nullable=False),
     Column("updated_at", UtcDateTime, nullable=False),
-    Column("parent_id", String(255), index=True),
+    Column("parent_id", String(255)),
     # The live tokens' node ids, sorted and distinct, written by the Store with each
     # checkpoint: the console's "a token waits at node X" (migration 0013). A trigger
     # whose tokens stay put writes the same value, which keeps its UPDATE HOT.
     Column("waiting_nodes", JsonDoc(), nullable=False, server_default=text("'[]'")),
     # Its process's tenant, fixed at the start (docs/tenants.md).
     tenant_column(),
-    Index("ix_instances_key_start_key", "key", "start_key"),
     # Keyed message start joins, never duplicates: at most one RUNNING instance per
     # (process key, start key). Two racing starts: the second insert waits for the
     # first to commit and then fails, and the router turns that into a join.
@@ -242,15 +241,41 @@ instances = Table(
     Index("ix_instances_created_at_id", "created_at", "id"),
     Index("ix_instances_key_version_created_at_id", "key", "version", "created_at", "id"),
     Index("ix_instances_status_created_at_id", "status", "created_at", "id"),
-    Index("ix_instances_business_key_created_at_id", "business_key", "created_at", "id"),
+    # Only the rows that have one (migration 0023): most instances have no business
+    # key, and every write of such a row would otherwise add an entry that no query
+    # reads (any filter on the column implies it is not null).
+    Index(
+        "ix_instances_business_key_created_at_id",
+        "business_key",
+        "created_at",
+        "id",
+        postgresql_where=text("business_key IS NOT NULL"),
+        sqlite_where=text("business_key IS NOT NULL"),
+    ),
+    # A call activity's children, looked up by their parent (migration 0023).
+    Index(
+        "ix_instances_parent_id",
+        "parent_id",
+        postgresql_where=text("parent_id IS NOT NULL"),
+        sqlite_where=text("parent_id IS NOT NULL"),
+    ),
     # A tenant's lists, newest first (migration 0022).
     Index("ix_instances_tenant_id_created_at_id", "tenant_id", "created_at", "id"),
     postgresql_with={"fillfactor": INSTANCES_FILLFACTOR},
 )
 # "A token waits at node X" (persistence/console_queries.py): GIN over ``waiting_nodes``
 # on PostgreSQL; on the embedded SQLite a plain index the filter cannot use (it scans),
-# kept so both schemas have the same indexes.
-Index("ix_instances_waiting_nodes", instances.c.waiting_nodes, postgresql_using="gin")
+# kept so both schemas have the same indexes. Only rows with a live token (migration
+# 0023): an ended instance's row, and its last UPDATE, add no entry. The query repeats
+# this predicate word for word, which is how PostgreSQL knows the index answers it.
+INSTANCES_WITH_TOKENS = "waiting_nodes <> '[]'"
+Index(
+    "ix_instances_waiting_nodes",
+    instances.c.waiting_nodes,
+    postgresql_using="gin",
+    postgresql_where=text(f"{INSTANCES_WITH_TOKENS}::jsonb"),
+    sqlite_where=text(INSTANCES_WITH_TOKENS),
+)
 
 deadlines = Table(
     "deadlines",

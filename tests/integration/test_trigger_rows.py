@@ -241,3 +241,79 @@ def test_no_trigger_writes_a_row_its_own_transaction_deletes(
     deleted = {(x, at) for x, kind, at in writes if kind == "DELETE"}
     assert deleted, writes  # the job's deadline and the subscription went
     assert inserted & deleted == set()
+
+
+def _indexes_written(conn: Any, start: str, end: str) -> set[str]:
+    """The indexes of this database that PostgreSQL logged an entry in between two WAL
+    positions."""
+    database = conn.execute(
+        text("SELECT oid FROM pg_database WHERE datname = current_database()")
+    ).scalar_one()
+    refs = conn.execute(
+        text(
+            "SELECT block_ref FROM pg_get_wal_records_info(CAST(:s AS pg_lsn), "
+            "CAST(:e AS pg_lsn)) WHERE resource_manager IN ('Btree', 'Gin')"
+        ),
+        {"s": start, "e": end},
+    ).scalars()
+    nodes = {
+        str(r).split(f"/{database}/", 1)[1].split()[0] for r in refs if f"/{database}/" in str(r)
+    }
+    return {
+        conn.execute(
+            text("SELECT pg_filenode_relation(0, CAST(:n AS oid))::text"), {"n": n}
+        ).scalar_one()
+        for n in nodes
+    }
+
+
+def test_an_instance_writes_index_entries_only_where_a_query_reads_them(
+    pg_store: Store, now: datetime
+) -> None:
+    """An instance with no business key, parent or start key adds no entry to those
+    columns' indexes, and the UPDATE that ends it (no live token left) none to the
+    index of waiting nodes (migration 0023): its last write touches only the indexes
+    that list ended instances."""
+    position = text("SELECT pg_current_wal_lsn()::text")
+    with pg_store.engine.begin() as conn:
+        conn.execute(text("CREATE EXTENSION IF NOT EXISTS pg_walinspect"))
+        started_at = conn.execute(position).scalar_one()
+    iid = _waiting_at_paid(pg_store, now)
+    wait = next(
+        w for w in pg_store.queries.checkpoint(iid).waits.values() if w.kind is WaitKind.MESSAGE
+    )
+    assert wait.message_name is not None
+    with pg_store.engine.connect() as conn:
+        ending_at = conn.execute(position).scalar_one()
+    done = pg_store.apply(
+        iid,
+        MessageReceived(
+            wait_id=wait.id, name=wait.message_name, correlation_key=wait.correlation_key
+        ),
+        now,
+    )
+    assert done.status == "completed"
+    with pg_store.engine.connect() as conn:
+        ended_at = conn.execute(position).scalar_one()
+        of_instances = set(
+            conn.execute(
+                text("SELECT indexname FROM pg_indexes WHERE tablename = 'instances'")
+            ).scalars()
+        )
+        running = _indexes_written(conn, started_at, ending_at) & of_instances
+        ending = _indexes_written(conn, ending_at, ended_at) & of_instances
+    assert "ix_instances_waiting_nodes" in running
+    assert running.isdisjoint(
+        {
+            "ix_instances_business_key_created_at_id",
+            "ix_instances_parent_id",
+            "uq_instances_running_start_key",
+        }
+    ), running
+    assert ending == {
+        "pk_instances",
+        "ix_instances_created_at_id",
+        "ix_instances_key_version_created_at_id",
+        "ix_instances_status_created_at_id",
+        "ix_instances_tenant_id_created_at_id",
+    }
