@@ -28,6 +28,7 @@ there; past it, "database is locked" is an ``OperationalError`` and the trigger 
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -93,6 +94,11 @@ def read_only(engine: Engine) -> Iterator[Connection]:
 _BUSY_TIMEOUT_MS = 60_000
 
 
+def compact_json(value: Any) -> str:
+    """JSON text with no space after a separator."""
+    return json.dumps(value, separators=(",", ":"))
+
+
 def make_engine(
     url: str,
     *,
@@ -100,6 +106,9 @@ def make_engine(
     idle_in_transaction_timeout_seconds: float | None = None,
     **kwargs: Any,
 ) -> Engine:
+    # The JSON the driver sends is compact: a ``json`` column stores it as sent
+    # (tables.py ``JsonText``).
+    kwargs.setdefault("json_serializer", compact_json)
     if url.startswith("sqlite"):
         busy_ms = int(statement_timeout_seconds * 1000) if statement_timeout_seconds else None
         return _sqlite_engine(url, busy_timeout_ms=busy_ms or _BUSY_TIMEOUT_MS, **kwargs)

@@ -4,16 +4,18 @@ A trigger records several facts (a message trigger: the message taken, the node 
 the end reached, the instance completed) at one revision and one time. Written one row
 each, they were half of every trigger's rows (bench/README.md, "On paper"). So the
 facts of one step that share a revision and a time go into ONE row of kind
-``STEP_KIND``, whose details list them in order: ``{"facts": [{"kind", "details"},
-...]}``. A step with a single fact, and the rows other writers add one at a time (the
-scheduler's, a failed trigger's), keep the plain form, as do the rows written before
-this: every reader goes through ``fact_views``, which gives back the facts themselves,
+``STEP_KIND``, whose details list them in order, each as ``[kind, details]`` (or
+``[kind]`` when it has none): a fact's two key names, repeated in every fact of every
+step, were a fifth of the row. Rows written before that hold ``{"facts": [{"kind",
+"details"}, ...]}`` and are read as they are. A step with a single fact, and the rows
+other writers add one at a time (the scheduler's, a failed trigger's), keep the plain
+form: every reader goes through ``fact_views``, which gives back the facts themselves,
 in the order they were recorded, with their revision and time.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -39,12 +41,12 @@ def fact_rows(
         if key is None or not group:
             return
         revision, at = key
-        details: dict[str, Any]
+        details: dict[str, Any] | list[list[Any]]
         if len(group) == 1:
             kind, details = group[0].kind, dict(group[0].details)
         else:
             kind = STEP_KIND
-            details = {"facts": [{"kind": f.kind, "details": dict(f.details)} for f in group]}
+            details = [[f.kind, dict(f.details)] if f.details else [f.kind] for f in group]
         rows.append(
             {
                 "instance_id": instance_id,
@@ -68,8 +70,18 @@ def fact_views(rows: Iterable[Any]) -> list[FactView]:
     """The facts held by ``facts`` rows (read in id order), one view per fact."""
     views: list[FactView] = []
     for r in rows:
-        details: Mapping[str, Any] = r.details
-        if r.kind == STEP_KIND:
+        details: Any = r.details  # an object, or a step's list of pairs
+        if r.kind == STEP_KIND and isinstance(details, list):
+            views.extend(
+                FactView(
+                    at=r.at,
+                    kind=pair[0],
+                    details=dict(pair[1]) if len(pair) > 1 else {},
+                    revision=r.revision,
+                )
+                for pair in details
+            )
+        elif r.kind == STEP_KIND:  # written before the pairs
             views.extend(
                 FactView(at=r.at, kind=f["kind"], details=dict(f["details"]), revision=r.revision)
                 for f in details["facts"]

@@ -33,6 +33,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from sqlalchemy import (
+    JSON,
     Connection,
     Row,
     Text,
@@ -245,10 +246,10 @@ class StartKeyTaken(InvalidOperation):
 
 def _document(cp: Checkpoint | str, postgres: bool) -> ColumnElement[Any]:
     """The new checkpoint as ``encode_json``'s text (or that text), written in one pass:
-    cast to JSONB on PostgreSQL (the same document a dict would have made), stored as
-    it is on SQLite (whose JSON column is text)."""
+    cast to ``json`` on PostgreSQL, which checks it and stores the text as it is, as
+    SQLite does (tables.py ``JsonText``)."""
     doc = literal(cp if isinstance(cp, str) else encode_json(cp), Text)
-    return cast(doc, JSONB) if postgres else doc
+    return cast(doc, JSON) if postgres else doc
 
 
 def waiting_nodes(cp: Checkpoint) -> str:
@@ -342,7 +343,7 @@ _CHECKPOINT = (
     update(instances)
     .where(instances.c.id == bindparam("checkpoint_instance"))
     .values(
-        checkpoint=cast(bindparam("checkpoint_document", type_=Text), JSONB),
+        checkpoint=cast(bindparam("checkpoint_document", type_=Text), JSON),
         status=bindparam("checkpoint_status"),
         revision=bindparam("checkpoint_revision"),
         version=bindparam("checkpoint_version"),
@@ -372,7 +373,7 @@ _START = insert(instances).values(
                 "tenant_id",
             )
         },
-        "checkpoint": cast(bindparam("start_checkpoint", type_=Text), JSONB),
+        "checkpoint": cast(bindparam("start_checkpoint", type_=Text), JSON),
         "waiting_nodes": cast(bindparam("start_waiting_nodes", type_=Text), JSONB),
     }
 )

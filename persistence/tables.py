@@ -42,6 +42,7 @@ __all__ = [
     "INSTANCES_FILLFACTOR",
     "OPEN_INCIDENT_STATES",
     "JsonDoc",
+    "JsonText",
     "UtcDateTime",
     "api_jobs",
     "api_keys",
@@ -107,8 +108,19 @@ class UtcDateTime(TypeDecorator[datetime]):
 
 
 def JsonDoc() -> Any:
-    """JSON on SQLite, JSONB on PostgreSQL (smaller, and indexable if ever needed)."""
+    """JSON on SQLite, JSONB on PostgreSQL (indexable, and compared by value)."""
     return JSON().with_variant(JSONB(), "postgresql")
+
+
+def JsonText() -> Any:
+    """JSON kept as the compact text written, on both databases (PostgreSQL ``json``),
+    for the documents the engine writes whole on every trigger and reads whole: the
+    checkpoint, a step's facts, an outbox row's payload (migration 0024). JSONB's binary
+    form is about a fifth larger for such small documents (offsets per key, padded
+    numbers), so every write logged more WAL, and reading the checkpoint back as text
+    rendered it again; ``json`` stores and returns the text, checked once on its way in.
+    Such a column has no equality operator: never DISTINCT, UNION or compare it whole."""
+    return JSON()
 
 
 def _Id() -> Any:
@@ -216,7 +228,7 @@ instances = Table(
     Column("business_key", String(255)),
     Column("start_key", String(255)),
     Column("revision", Integer, nullable=False, server_default=text("0")),
-    Column("checkpoint", JsonDoc(), nullable=False),
+    Column("checkpoint", JsonText(), nullable=False),
     Column("created_at", UtcDateTime, nullable=False),
     Column("updated_at", UtcDateTime, nullable=False),
     Column("parent_id", String(255)),
@@ -389,7 +401,7 @@ facts = Table(
     Column("revision", Integer),
     Column("at", UtcDateTime, nullable=False),
     Column("kind", String(64), nullable=False),
-    Column("details", JsonDoc(), nullable=False),
+    Column("details", JsonText(), nullable=False),
 )
 
 outbox = Table(
@@ -397,7 +409,7 @@ outbox = Table(
     metadata,
     Column("id", _Id(), primary_key=True, autoincrement=True),
     Column("kind", String(64), nullable=False),
-    Column("payload", JsonDoc(), nullable=False),
+    Column("payload", JsonText(), nullable=False),
     Column("created_at", UtcDateTime, nullable=False, index=True),
     Column("published_at", UtcDateTime),
     # A row the relay could not publish, parked with its error so the sweep goes on

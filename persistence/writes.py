@@ -18,7 +18,7 @@ Rows are never sent as a multi-row VALUES list on PostgreSQL (``add_rows``):
 SQLAlchemy cannot cache the compiled form of a multi-row INSERT, and compiling the
 whole CTE statement anew was the largest share of a trigger's time in the worker
 (measured: about 1 ms of a 5 ms in-process message trigger). Rows are one JSON array
-expanded by ``jsonb_to_recordset`` in their order (facts are read back in id order, so
+expanded by ``json_to_recordset`` in their order (facts are read back in id order, so
 the order the rows were written in is the history's): the statement has the same shape
 from trigger to trigger and is compiled once per shape and process.
 
@@ -37,6 +37,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
+    JSON,
     Column,
     Connection,
     Table,
@@ -50,7 +51,6 @@ from sqlalchemy import (
     literal_column,
     select,
 )
-from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.sql.dml import UpdateBase
@@ -214,7 +214,7 @@ _composite_of_prebuilt = functools.lru_cache(maxsize=512)(_composite)
 
 
 def _json_field(value: Any) -> Any:
-    """A row's value as the JSON that ``jsonb_to_recordset`` reads back as its column's
+    """A row's value as the JSON that ``json_to_recordset`` reads back as its column's
     type; a datetime must carry its zone, as ``UtcDateTime`` requires of a bind."""
     if isinstance(value, datetime):
         if value.tzinfo is None:
@@ -224,10 +224,12 @@ def _json_field(value: Any) -> Any:
 
 
 def _recordset_select(table: Table, names: tuple[str, ...], document: Any) -> Any:
-    """``SELECT ... FROM jsonb_to_recordset(document) AS r(col type, ...)``, typed as the
-    table's columns, so its shape depends on the table and the columns only."""
+    """``SELECT ... FROM json_to_recordset(document) AS r(col type, ...)``, typed as the
+    table's columns, so its shape depends on the table and the columns only. ``json``,
+    not ``jsonb``: a ``json`` column's value is the document's own compact text of it,
+    as written (tables.py ``JsonText``); a ``jsonb`` one is parsed from that text."""
     records = (
-        func.jsonb_to_recordset(cast(document, JSONB))
+        func.json_to_recordset(cast(document, JSON))
         .table_valued(*(column(name, table.c[name].type) for name in names))
         .render_derived(with_types=True)
     )

@@ -128,6 +128,34 @@ def test_the_facts_of_one_step_are_one_row_and_read_back_one_by_one(
     ]
 
 
+def test_a_step_row_is_pairs_and_one_written_before_them_reads_the_same() -> None:
+    """A step's row lists ``[kind, details]`` pairs (``[kind]`` with no details); a row
+    of the earlier ``{"facts": [{"kind", "details"}]}`` form reads back alike."""
+    from types import SimpleNamespace
+
+    from dormant.engine_core.effects import Fact
+    from dormant.persistence.fact_rows import STEP_KIND, fact_rows, fact_views
+
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    facts_at = [(3, at, Fact("NodeLeft", {"node": "a"})), (3, at, Fact("Completed", {}))]
+    (row,) = fact_rows("i", facts_at)
+    assert (row["kind"], row["details"]) == (
+        STEP_KIND,
+        [["NodeLeft", {"node": "a"}], ["Completed"]],
+    )
+    earlier = {
+        "facts": [
+            {"kind": "NodeLeft", "details": {"node": "a"}},
+            {"kind": "Completed", "details": {}},
+        ]
+    }
+    views = [
+        [(v.kind, v.details, v.revision) for v in fact_views([SimpleNamespace(**r)])]
+        for r in (row, row | {"details": earlier})
+    ]
+    assert views[0] == views[1] == [("NodeLeft", {"node": "a"}, 3), ("Completed", {}, 3)]
+
+
 def test_a_processed_trigger_id_is_kept_through_the_redelivery_window_then_swept(
     store: Store, now: datetime
 ) -> None:
