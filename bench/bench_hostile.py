@@ -549,7 +549,7 @@ def report_hostile(
     if bombs:
         tokens = scalar(
             engine,
-            "SELECT max(jsonb_array_length(jsonb_path_query_array(checkpoint, "
+            "SELECT max(jsonb_array_length(jsonb_path_query_array(checkpoint::jsonb, "
             "'$.tokens.keyvalue()'))) FROM instances WHERE id = ANY(:ids)",
             ids=bombs,
         )

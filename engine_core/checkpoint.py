@@ -25,7 +25,16 @@ from functools import cache
 from itertools import repeat
 from operator import attrgetter
 from types import UnionType
-from typing import Annotated, Any, ClassVar, Union, get_args, get_origin, get_type_hints
+from typing import (
+    Annotated,
+    Any,
+    ClassVar,
+    Union,
+    get_args,
+    get_origin,
+    get_type_hints,
+    overload,
+)
 
 from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
 
@@ -35,6 +44,7 @@ from dormant.engine_core.states import IncidentState, InstanceStatus, TokenState
 __all__ = [
     "CURRENT_SCHEMA",
     "ROOT_SCOPE",
+    "ROW_IDENTITY",
     "Checkpoint",
     "CompensationEntry",
     "HeldTrigger",
@@ -55,6 +65,8 @@ __all__ = [
     "decode_holds",
     "encode",
     "encode_json",
+    "encode_row_json",
+    "with_row_identity",
 ]
 
 CURRENT_SCHEMA = 3
@@ -566,3 +578,52 @@ def encode_json(checkpoint: Checkpoint) -> str:
     """``encode`` as JSON text in one pass (the same document, compact), for a caller
     that stores text."""
     return _document().dump_json(checkpoint, by_alias=True, exclude_defaults=True).decode()
+
+
+# What a stored document leaves to the row that holds it: the instance's id and its
+# process key, which the Store keeps as columns of that row anyway (``instances.id`` and
+# ``.key``; neither ever changes). Written in every checkpoint they were a tenth of it.
+ROW_IDENTITY = frozenset({"instance_id", "process_key"})
+
+
+def encode_row_json(checkpoint: Checkpoint) -> str:
+    """``encode_json`` without ``ROW_IDENTITY``: the document as a row stores it;
+    ``with_row_identity`` gives it back whole."""
+    return (
+        _document()
+        .dump_json(checkpoint, by_alias=True, exclude_defaults=True, exclude=set(ROW_IDENTITY))
+        .decode()
+    )
+
+
+@overload
+def with_row_identity(
+    raw: dict[str, Any], instance_id: str, process_key: str
+) -> dict[str, Any]: ...
+
+
+@overload
+def with_row_identity(raw: str | bytes, instance_id: str, process_key: str) -> str: ...
+
+
+def with_row_identity(
+    raw: str | bytes | dict[str, Any], instance_id: str, process_key: str
+) -> str | dict[str, Any]:
+    """A stored document with its row's id and key put back, for ``decode``.
+
+    They go first, so a document written whole (before ``encode_row_json``) keeps its
+    own, equal values: the later of two equal keys wins. Text is spliced, not parsed,
+    so ``decode`` still validates it in one pass; a text that is no JSON object is
+    left as it is for ``decode`` to refuse with its classified error.
+    """
+    if isinstance(raw, dict):
+        return {"instance_id": instance_id, "process_key": process_key, **raw}
+    text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
+    body = text.lstrip()
+    if not body.startswith("{"):
+        return text
+    head = json.dumps(
+        {"instance_id": instance_id, "process_key": process_key}, separators=(",", ":")
+    )
+    rest = body[1:].lstrip()
+    return head if rest.startswith("}") and rest[1:].strip() == "" else f"{head[:-1]},{rest}"

@@ -32,12 +32,13 @@ from sqlalchemy import (
     tuple_,
 )
 
-from dormant.engine_core.checkpoint import Checkpoint, InstanceStatus, decode
+from dormant.engine_core.checkpoint import Checkpoint, InstanceStatus
 from dormant.engine_core.errors import InvalidOperation, UnknownInstance
 from dormant.engine_core.views import FactView
 from dormant.persistence.db import read_only
 from dormant.persistence.fact_rows import fact_views
 from dormant.persistence.forms import latest_form
+from dormant.persistence.instance_rows import checkpoint_of
 from dormant.persistence.tables import (
     INSTANCES_WITH_TOKENS,
     OPEN_INCIDENT_STATES,
@@ -406,8 +407,8 @@ class ConsoleQueries:
         round trips for a page polled every few seconds."""
         c = instances.c
         with self._read() as conn:
-            raw = conn.execute(select(c.checkpoint).where(c.id == instance_id)).scalar()
-            if raw is None:
+            row = conn.execute(select(c.id, c.key, c.checkpoint).where(c.id == instance_id)).first()
+            if row is None:
                 raise UnknownInstance(f"no instance has id {instance_id!r}")
             history = fact_views(
                 conn.execute(
@@ -423,7 +424,7 @@ class ConsoleQueries:
                     .limit(500)
                 )
             ]
-        return decode(raw), history, children
+        return checkpoint_of(row), history, children
 
     # -- instances ----------------------------------------------------------------
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, func, select
 
-from dormant.engine_core.checkpoint import Checkpoint, IncidentState, decode
+from dormant.engine_core.checkpoint import Checkpoint, IncidentState
 from dormant.engine_core.errors import (
     CheckpointTooNew,
     CorruptCheckpoint,
@@ -34,6 +34,7 @@ from dormant.engine_core.views import (
 from dormant.persistence.db import Transactions, read_only
 from dormant.persistence.fact_rows import fact_views
 from dormant.persistence.failed_triggers import CHECKPOINT_INCIDENT, FLAGGED, flagging_counts
+from dormant.persistence.instance_rows import checkpoint_of
 from dormant.persistence.tables import (
     deadlines,
     definitions,
@@ -94,12 +95,14 @@ class Queries:
 
     def checkpoint(self, instance_id: str) -> Checkpoint:
         with self._db.read() as conn:
-            raw = conn.execute(
-                select(instances.c.checkpoint).where(instances.c.id == instance_id)
-            ).scalar()
-        if raw is None:
+            row = conn.execute(
+                select(instances.c.id, instances.c.key, instances.c.checkpoint).where(
+                    instances.c.id == instance_id
+                )
+            ).first()
+        if row is None:
             raise UnknownInstance(f"no instance has id {instance_id!r}")
-        return decode(raw)
+        return checkpoint_of(row)
 
     def instance(self, instance_id: str) -> InstanceView:
         with self._db.read() as conn:
@@ -137,7 +140,7 @@ class Queries:
         out = []
         for row in rows:
             try:
-                view = instance_view(decode(row.checkpoint))
+                view = instance_view(checkpoint_of(row))
             except (CorruptCheckpoint, CheckpointTooNew) as exc:
                 view = _unreadable(conn, row, exc)
             count = int(failed.get(row.id, 0))

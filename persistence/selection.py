@@ -13,8 +13,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import Connection, select
 
-from dormant.engine_core.checkpoint import decode
 from dormant.engine_core.errors import InvalidOperation
+from dormant.persistence.instance_rows import checkpoint_of
 from dormant.persistence.tables import ACTIVE_STATUSES, OPEN_INCIDENT_STATES, instances
 from dormant.persistence.tables import incidents as incident_table
 
@@ -137,15 +137,13 @@ def _instances(conn: Connection, s: Selector) -> list[Target]:
     q = q.order_by(instances.c.created_at, instances.c.id)
     if s.node is None:
         return [Target(target_id=i, instance_id=i) for i in conn.execute(q).scalars()]
-    rows = conn.execute(q.add_columns(instances.c.checkpoint))
-    return [
-        Target(target_id=r.id, instance_id=r.id) for r in rows if _at_node(r.checkpoint, s.node)
-    ]
+    rows = conn.execute(q.add_columns(instances.c.key, instances.c.checkpoint))
+    return [Target(target_id=r.id, instance_id=r.id) for r in rows if _at_node(r, s.node)]
 
 
-def _at_node(raw: Any, node: str) -> bool:
+def _at_node(row: Any, node: str) -> bool:
     try:
-        cp = decode(raw)
+        cp = checkpoint_of(row)
     except Exception:  # an unreadable checkpoint is not "at" any node; it has its own incident
         return False
     return any(t.node_id == node for t in cp.tokens.values())

@@ -54,7 +54,14 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql.elements import ColumnElement
 
 from dormant.engine_core import engine as core
-from dormant.engine_core.checkpoint import Checkpoint, HoldState, decode, decode_holds, encode_json
+from dormant.engine_core.checkpoint import (
+    Checkpoint,
+    HoldState,
+    decode,
+    decode_holds,
+    encode_row_json,
+    with_row_identity,
+)
 from dormant.engine_core.effects import DispatchJob, Fact, Step, encode_effect
 from dormant.engine_core.errors import (
     CheckpointTooNew,
@@ -245,10 +252,10 @@ class StartKeyTaken(InvalidOperation):
 
 
 def _document(cp: Checkpoint | str, postgres: bool) -> ColumnElement[Any]:
-    """The new checkpoint as ``encode_json``'s text (or that text), written in one pass:
+    """The new checkpoint as ``encode_row_json``'s text (or that text), written in one pass:
     cast to ``json`` on PostgreSQL, which checks it and stores the text as it is, as
     SQLite does (tables.py ``JsonText``)."""
-    doc = literal(cp if isinstance(cp, str) else encode_json(cp), Text)
+    doc = literal(cp if isinstance(cp, str) else encode_row_json(cp), Text)
     return cast(doc, JSON) if postgres else doc
 
 
@@ -622,7 +629,7 @@ class Store:
         earlier, now = written.earlier, written.now
         cp = written.step.checkpoint
         writes = Writes(conn)
-        document = encode_json(cp)
+        document = encode_row_json(cp)
         row = {
             "id": new.instance_id,
             "key": new.key,
@@ -803,7 +810,13 @@ class Store:
             if isinstance(trigger, MigrateInstance):
                 target, _ = self.deployments.definition(row.key, trigger.version, conn=conn)
                 services = dataclasses.replace(services, migration_target=target)
-        self._compute(definition, decode(row.checkpoint), trigger, now=now, services=services)
+        self._compute(
+            definition,
+            decode(with_row_identity(row.checkpoint, instance_id, row.key)),
+            trigger,
+            now=now,
+            services=services,
+        )
 
     def apply_found(
         self, find: Callable[[Connection], Found | None], now: datetime
@@ -940,7 +953,7 @@ class Store:
         # The stored text goes to ``apply`` as it is: its decode is the step's
         # private working state (no copy), and a corrupt or too-new document is
         # refused there with its classified error.
-        stored: str = row.checkpoint
+        stored: str = with_row_identity(row.checkpoint, instance_id, row.key)
         if row.status == FLAGGED:
             self.failed.unflag_in(conn, instance_id, decode(stored).status.value)
         definition, _ = self.deployments.definition(row.key, row.version, conn=conn)
@@ -986,7 +999,7 @@ class Store:
         self, writes: Writes, instance_id: str, cp: Checkpoint, now: datetime
     ) -> None:
         """The checkpoint's own write: the prebuilt UPDATE on PostgreSQL (``_CHECKPOINT``)."""
-        document, nodes = encode_json(cp), waiting_nodes(cp)
+        document, nodes = encode_row_json(cp), waiting_nodes(cp)
         values = (instance_id, document, cp.status.value, cp.revision, cp.version, now, nodes)
         writes.add_prebuilt(
             _CHECKPOINT,

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
-from dormant.engine_core.checkpoint import decode
+from dormant.persistence.instance_rows import checkpoint_of
 from dormant.persistence.tables import deadlines, instances
 from tests.integration.conftest import Stack, wait_for
 from tests.integration.test_breadth import children, process
@@ -119,10 +119,12 @@ def test_decisions_bound_by_deployment_and_by_version_tag(shared_stack: Stack) -
 
 def checkpoint_waits(stack: Stack, instance_id: str) -> list[Any]:
     with stack.client._store.engine.connect() as conn:
-        raw = conn.execute(
-            select(instances.c.checkpoint).where(instances.c.id == instance_id)
-        ).scalar_one()
-    return list(decode(raw).waits.values())
+        row = conn.execute(
+            select(instances.c.id, instances.c.key, instances.c.checkpoint).where(
+                instances.c.id == instance_id
+            )
+        ).one()
+    return list(checkpoint_of(row).waits.values())
 
 
 def deadline_rows(stack: Stack, instance_id: str) -> int:

@@ -11,20 +11,22 @@ and deleted by one transaction (read off the WAL).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import text, update
 
-from dormant.engine_core.checkpoint import WaitKind
+from dormant.engine_core.checkpoint import ROW_IDENTITY, WaitKind, encode
 from dormant.engine_core.triggers import JobCompleted, MessageReceived, SetVariables
 from dormant.persistence.console_queries import ConsoleQueries, InstanceFilter
 from dormant.persistence.processed import sweep_processed
 from dormant.persistence.results import Applied
 from dormant.persistence.store import NewInstance, Store
+from dormant.persistence.tables import instances
 from tests.integration.console.kit import MODEL
 
 pytestmark = pytest.mark.integration
@@ -154,6 +156,27 @@ def test_a_step_row_is_pairs_and_one_written_before_them_reads_the_same() -> Non
         for r in (row, row | {"details": earlier})
     ]
     assert views[0] == views[1] == [("NodeLeft", {"node": "a"}, 3), ("Completed", {}, 3)]
+
+
+def test_a_stored_checkpoint_leaves_its_id_and_key_to_the_row(store: Store, now: datetime) -> None:
+    """The row's ``checkpoint`` holds neither the instance id nor the process key (its
+    ``id`` and ``key`` columns do); every reader gets them back, and a document
+    written whole, as before, reads and applies alike."""
+    iid = _waiting_at_paid(store, now)
+    with store.engine.connect() as conn:
+        stored = conn.execute(text("SELECT checkpoint FROM instances WHERE id = :i"), {"i": iid})
+        document = stored.scalar_one()
+    document = document if isinstance(document, dict) else json.loads(document)
+    assert not ROW_IDENTITY & set(document), sorted(document)
+    cp = store.queries.checkpoint(iid)
+    assert (cp.instance_id, cp.process_key) == (iid, "payment")
+    whole = encode(cp)
+    assert ROW_IDENTITY <= set(whole)
+    with store.engine.begin() as conn:
+        conn.execute(update(instances).where(instances.c.id == iid).values(checkpoint=whole))
+    assert store.queries.checkpoint(iid) == cp
+    assert store.apply(iid, SetVariables(variables={"n": 1}), now).changed
+    assert store.queries.instance(iid).variables["n"] == 1
 
 
 def test_a_processed_trigger_id_is_kept_through_the_redelivery_window_then_swept(

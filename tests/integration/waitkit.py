@@ -202,14 +202,15 @@ def deadline_rows(stack: Any, instance_id: str) -> list[Any]:
 def checkpoint(stack: Any, instance_id: str) -> dict[str, Any]:
     """The instance's stored checkpoint document: all there is of it between triggers."""
     with engine_of(stack).connect() as conn:
-        raw = conn.execute(
-            text("SELECT checkpoint FROM instances WHERE id = :i"), {"i": instance_id}
-        ).scalar_one()
+        row = conn.execute(
+            text("SELECT id, key, checkpoint FROM instances WHERE id = :i"), {"i": instance_id}
+        ).one()
     from pydantic import TypeAdapter
 
-    from dormant.engine_core.checkpoint import Checkpoint, decode
+    from dormant.engine_core.checkpoint import Checkpoint
+    from dormant.persistence.instance_rows import checkpoint_of
 
-    return TypeAdapter(Checkpoint).dump_python(decode(raw), mode="json")
+    return TypeAdapter(Checkpoint).dump_python(checkpoint_of(row), mode="json")
 
 
 def facts(stack: Any, instance_id: str, kind: str | None = None) -> list[Any]:
