@@ -285,6 +285,9 @@ Index(
     "ix_instances_waiting_nodes",
     instances.c.waiting_nodes,
     postgresql_using="gin",
+    # Entries go straight into the index: a pending list would be written twice, once
+    # per insert and again when it is merged.
+    postgresql_with={"fastupdate": "off"},
     postgresql_where=text(f"{INSTANCES_WITH_TOKENS}::jsonb"),
     sqlite_where=text(INSTANCES_WITH_TOKENS),
 )
@@ -410,7 +413,9 @@ outbox = Table(
     Column("id", _Id(), primary_key=True, autoincrement=True),
     Column("kind", String(64), nullable=False),
     Column("payload", JsonText(), nullable=False),
-    Column("created_at", UtcDateTime, nullable=False, index=True),
+    # Not indexed (migration 0023): the sweep reads the oldest rows first, in id order,
+    # which the primary key gives; every job row paid an entry no query needed.
+    Column("created_at", UtcDateTime, nullable=False),
     Column("published_at", UtcDateTime),
     # A row the relay could not publish, parked with its error so the sweep goes on
     # (migration 0017, persistence/parked.py).

@@ -324,7 +324,7 @@ def test_an_instance_writes_index_entries_only_where_a_query_reads_them(
     """An instance with no business key, parent or start key adds no entry to those
     columns' indexes, and the UPDATE that ends it (no live token left) none to the
     index of waiting nodes (migration 0023): its last write touches only the indexes
-    that list ended instances."""
+    that list ended instances. Its job's outbox row adds only its primary key's."""
     position = text("SELECT pg_current_wal_lsn()::text")
     with pg_store.engine.begin() as conn:
         conn.execute(text("CREATE EXTENSION IF NOT EXISTS pg_walinspect"))
@@ -351,7 +351,13 @@ def test_an_instance_writes_index_entries_only_where_a_query_reads_them(
                 text("SELECT indexname FROM pg_indexes WHERE tablename = 'instances'")
             ).scalars()
         )
-        running = _indexes_written(conn, started_at, ending_at) & of_instances
+        of_outbox = set(
+            conn.execute(
+                text("SELECT indexname FROM pg_indexes WHERE tablename = 'outbox'")
+            ).scalars()
+        )
+        written = _indexes_written(conn, started_at, ending_at)
+        running = written & of_instances
         ending = _indexes_written(conn, ending_at, ended_at) & of_instances
     assert "ix_instances_waiting_nodes" in running
     assert running.isdisjoint(
@@ -361,6 +367,7 @@ def test_an_instance_writes_index_entries_only_where_a_query_reads_them(
             "uq_instances_running_start_key",
         }
     ), running
+    assert written & of_outbox == {"pk_outbox"}  # the job's row: its key, nothing else
     assert ending == {
         "pk_instances",
         "ix_instances_created_at_id",

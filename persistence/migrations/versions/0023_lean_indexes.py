@@ -1,8 +1,8 @@
-"""Fewer index entries per instance write.
+"""Fewer index entries per write.
 
 Every INSERT of an instance, and every UPDATE that moves a token (not HOT), writes an
-entry in each index of ``instances`` whose predicate the row satisfies. This migration
-drops the entries no query reads:
+entry in each index of ``instances`` whose predicate the row satisfies, and every job
+an entry in each index of ``outbox``. This migration drops the entries no query reads:
 
 - ``ix_instances_status`` and ``ix_instances_business_key`` (from 0001) are the leading
   column of ``ix_instances_status_created_at_id`` and
@@ -13,7 +13,10 @@ drops the entries no query reads:
 - the business-key list and the parent lookup keep only rows that have a business key
   or a parent (a filter on the column implies it is not null);
 - the GIN index of live tokens' nodes keeps only rows that have a live token: an ended
-  instance adds no entry.
+  instance adds no entry; and it writes its entries straight into the index
+  (``fastupdate = off``), not into a pending list merged into it later;
+- ``ix_outbox_created_at``: the outbox sweep reads the oldest rows first in id order,
+  which the primary key gives.
 
 docs/internals.md ("What one instance writes") has the measured effect.
 
@@ -59,14 +62,16 @@ def upgrade() -> None:
     if postgres:
         op.execute(
             "CREATE INDEX ix_instances_waiting_nodes ON instances USING gin (waiting_nodes) "
-            "WHERE waiting_nodes <> '[]'::jsonb"
+            "WITH (fastupdate = off) WHERE waiting_nodes <> '[]'::jsonb"
         )
     else:
         _partial("ix_instances_waiting_nodes", ["waiting_nodes"], "waiting_nodes <> '[]'")
+    op.drop_index("ix_outbox_created_at", table_name="outbox")
 
 
 def downgrade() -> None:
     postgres = op.get_bind().dialect.name == "postgresql"
+    op.create_index("ix_outbox_created_at", "outbox", ["created_at"])
     op.drop_index("ix_instances_waiting_nodes", table_name="instances")
     if postgres:
         op.execute("CREATE INDEX ix_instances_waiting_nodes ON instances USING gin (waiting_nodes)")
