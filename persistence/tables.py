@@ -285,9 +285,6 @@ Index(
     "ix_instances_waiting_nodes",
     instances.c.waiting_nodes,
     postgresql_using="gin",
-    # Entries go straight into the index: a pending list would be written twice, once
-    # per insert and again when it is merged.
-    postgresql_with={"fastupdate": "off"},
     postgresql_where=text(f"{INSTANCES_WITH_TOKENS}::jsonb"),
     sqlite_where=text(INSTANCES_WITH_TOKENS),
 )
