@@ -84,6 +84,7 @@ from dormant.persistence.failed_triggers import FLAGGED, FailedTriggers
 from dormant.persistence.holds import sync_holds
 from dormant.persistence.inbox import queue_mark_processed
 from dormant.persistence.incident_rows import sync_incidents
+from dormant.persistence.instance_rows import checkpoint_of
 from dormant.persistence.job_flow import JobFlow
 from dormant.persistence.outbox_queue import OutboxQueue, OutboxRow
 from dormant.persistence.published_jobs import FLUSH_AFTER_SECONDS, Ride
@@ -799,9 +800,9 @@ class Store:
         and is left to the worker."""
         with self._read() as conn:
             row = conn.execute(
-                select(instances.c.key, instances.c.version, instances.c.checkpoint).where(
-                    instances.c.id == instance_id
-                )
+                select(
+                    instances.c.id, instances.c.key, instances.c.version, instances.c.checkpoint
+                ).where(instances.c.id == instance_id)
             ).first()
             if row is None:
                 raise UnknownInstance(f"no instance has id {instance_id!r}")
@@ -810,13 +811,7 @@ class Store:
             if isinstance(trigger, MigrateInstance):
                 target, _ = self.deployments.definition(row.key, trigger.version, conn=conn)
                 services = dataclasses.replace(services, migration_target=target)
-        self._compute(
-            definition,
-            decode(with_row_identity(row.checkpoint, instance_id, row.key)),
-            trigger,
-            now=now,
-            services=services,
-        )
+        self._compute(definition, checkpoint_of(row), trigger, now=now, services=services)
 
     def apply_found(
         self, find: Callable[[Connection], Found | None], now: datetime
@@ -950,7 +945,8 @@ class Store:
                 key=row.key,
                 inbox_marked=marked,
             )
-        # The stored text goes to ``apply`` as it is: its decode is the step's
+        # The stored text goes to ``apply`` as it is, with its row's id and key put
+        # back in front (persistence/instance_rows.py): its decode is the step's
         # private working state (no copy), and a corrupt or too-new document is
         # refused there with its classified error.
         stored: str = with_row_identity(row.checkpoint, instance_id, row.key)
