@@ -28,6 +28,7 @@ from pydantic import BaseModel
 from dormant.engine_core.bpmn import read_bpmn
 from dormant.engine_core.checkpoint import (
     CURRENT_SCHEMA,
+    ROW_IDENTITY,
     Checkpoint,
     CompensationEntry,
     HeldTrigger,
@@ -43,7 +44,9 @@ from dormant.engine_core.checkpoint import (
     decode_holds,
     encode,
     encode_json,
+    encode_row_json,
     holds_of,
+    with_row_identity,
 )
 from dormant.engine_core.engine import apply
 from dormant.engine_core.errors import CheckpointTooNew, CorruptCheckpoint, DormantError
@@ -381,3 +384,25 @@ def test_apply_keeps_the_state_before_the_step_only_when_asked() -> None:
     assert step.holds_before.waits == decode_holds(stored).waits == {wait.id: wait}
     assert set(step.checkpoint.waits) != {wait.id}  # the loop armed a new task
     assert apply(definition, stored, trigger, now=now).holds_before is None
+
+
+@pytest.mark.parametrize("name", sorted(_STORED))
+def test_a_row_stores_the_document_without_its_identity_and_reads_it_whole(name: str) -> None:
+    """``encode_row_json`` leaves the instance id and process key to the row;
+    ``with_row_identity`` puts them back, from text, bytes or a dict, and a document
+    stored whole keeps its own."""
+    cp = decode(_STORED[name])
+    row = encode_row_json(cp)
+    assert not ROW_IDENTITY & set(json.loads(row))
+    for raw in (row, row.encode(), json.loads(row), " " + row, _STORED[name]):
+        assert decode(with_row_identity(raw, cp.instance_id, cp.process_key)) == cp
+
+
+def test_row_identity_leaves_what_is_no_object_for_decode_to_refuse() -> None:
+    assert with_row_identity("[1]", "i", "p") == "[1]"
+    assert json.loads(with_row_identity(" { } ", "i", "p")) == {
+        "instance_id": "i",
+        "process_key": "p",
+    }
+    with pytest.raises(CorruptCheckpoint):
+        decode(with_row_identity("not json", "i", "p"))

@@ -22,8 +22,9 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select, update
 
-from dormant.engine_core.checkpoint import decode, encode
+from dormant.engine_core.checkpoint import encode
 from dormant.engine_core.errors import InvalidOperation, UnknownIncident
+from dormant.persistence.instance_rows import checkpoint_of
 from dormant.persistence.tables import deadlines, instances
 from tests.integration.conftest import Proc, Stack, wait_for
 
@@ -257,8 +258,12 @@ def test_a_broken_invariant_fails_the_instance_instead_of_raising(shared_stack: 
     [task] = wait_for(lambda: c.user_tasks(iid), what="the user task")
     engine = c._store.engine
     with engine.begin() as conn:
-        cp = decode(
-            conn.execute(select(instances.c.checkpoint).where(instances.c.id == iid)).scalar_one()
+        cp = checkpoint_of(
+            conn.execute(
+                select(instances.c.id, instances.c.key, instances.c.checkpoint).where(
+                    instances.c.id == iid
+                )
+            ).one()
         )
         for token in cp.tokens.values():
             token.node_id = "ghost"
