@@ -30,13 +30,14 @@ OWNERS: tuple[tuple[str, str], ...] = (
     ("redis client", "redis/"),
     ("billiard (prefork pool)", "billiard/"),
     ("Celery", "celery/"),
-    ("dormant engine_core", "engine_core/"),
-    ("dormant persistence", "persistence/"),
-    ("dormant tasks", "tasks/"),
+    ("dormant engine_core", "dormant/engine_core/"),
+    ("dormant persistence", "dormant/persistence/"),
+    ("dormant tasks", "dormant/tasks/"),
     ("json", "json/"),
     ("logging", "logging/"),
 )
-DORMANT = ("engine_core/", "persistence/", "tasks/")
+# py-spy names a frame by its module's path: dormant's modules are ``dormant/...``.
+DORMANT = ("dormant/engine_core/", "dormant/persistence/", "dormant/tasks/")
 
 
 def _path(frame: str) -> str:
@@ -57,7 +58,7 @@ def _dormant_call(frames: list[str]) -> str | None:
     """The innermost dormant frame and what it called (a library, or itself)."""
     for i in range(len(frames) - 1, -1, -1):
         path = _path(frames[i])
-        if path.startswith(DORMANT) and not path.startswith("tasks/cli.py"):
+        if path.startswith(DORMANT) and not path.startswith("dormant/tasks/cli.py"):
             callee = _path(frames[i + 1]).split("/")[0] if i + 1 < len(frames) else "itself"
             return f"{frames[i]} -> {callee}"
     return None
