@@ -577,7 +577,15 @@ def encode(checkpoint: Checkpoint) -> dict[str, Any]:
 def encode_json(checkpoint: Checkpoint) -> str:
     """``encode`` as JSON text in one pass (the same document, compact), for a caller
     that stores text."""
-    return _document().dump_json(checkpoint, by_alias=True, exclude_defaults=True).decode()
+    return _dump_json(checkpoint, frozenset())
+
+
+def _dump_json(checkpoint: Checkpoint, leave_out: frozenset[str]) -> str:
+    return (
+        _document()
+        .dump_json(checkpoint, by_alias=True, exclude_defaults=True, exclude=set(leave_out))
+        .decode()
+    )
 
 
 # What a stored document leaves to the row that holds it: the instance's id and its
@@ -589,11 +597,7 @@ ROW_IDENTITY = frozenset({"instance_id", "process_key"})
 def encode_row_json(checkpoint: Checkpoint) -> str:
     """``encode_json`` without ``ROW_IDENTITY``: the document as a row stores it;
     ``with_row_identity`` gives it back whole."""
-    return (
-        _document()
-        .dump_json(checkpoint, by_alias=True, exclude_defaults=True, exclude=set(ROW_IDENTITY))
-        .decode()
-    )
+    return _dump_json(checkpoint, ROW_IDENTITY)
 
 
 @overload

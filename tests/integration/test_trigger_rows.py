@@ -62,6 +62,18 @@ def _job_done(store: Store, now: datetime) -> Applied:
     return store.apply("i1", JobCompleted(wait_id=job), now)
 
 
+def _paid(store: Store, iid: str, now: datetime, trigger_id: str | None = None) -> Applied:
+    """The message ``_waiting_at_paid``'s instance waits for, applied: it ends it."""
+    wait = next(
+        w for w in store.queries.checkpoint(iid).waits.values() if w.kind is WaitKind.MESSAGE
+    )
+    assert wait.message_name is not None
+    trigger = MessageReceived(
+        wait_id=wait.id, name=wait.message_name, correlation_key=wait.correlation_key
+    )
+    return store.apply(iid, trigger, now, trigger_id=trigger_id)
+
+
 def test_a_trigger_that_moves_no_token_updates_the_instance_row_hot(
     pg_store: Store, now: datetime
 ) -> None:
@@ -237,13 +249,20 @@ def test_beat_sweeps_processed_trigger_ids_past_their_retention(
         app_module.configure(Settings.from_env())
 
 
+def _database_oid(conn: Any) -> int:
+    """This database's OID, as the WAL's block references name it (the server is
+    shared: a neighbour's records name another)."""
+    oid: int = conn.execute(
+        text("SELECT oid FROM pg_database WHERE datname = current_database()")
+    ).scalar_one()
+    return oid
+
+
 def _heap_writes(conn: Any, start: str) -> list[tuple[str, str, str]]:
     """Every heap INSERT and DELETE PostgreSQL logged since ``start`` in this database
     (the server is shared: a neighbour's records name another database's OID):
     (transaction, kind, the tuple's place: relation, block and line pointer)."""
-    database = conn.execute(
-        text("SELECT oid FROM pg_database WHERE datname = current_database()")
-    ).scalar_one()
+    database = _database_oid(conn)
     rows = conn.execute(
         text(
             "SELECT xid, record_type, description, block_ref FROM "
@@ -273,19 +292,7 @@ def test_no_trigger_writes_a_row_its_own_transaction_deletes(
         conn.execute(text("CREATE EXTENSION IF NOT EXISTS pg_walinspect"))
         start = str(conn.execute(text("SELECT pg_current_wal_lsn()")).scalar_one())
     iid = _waiting_at_paid(pg_store, now)
-    wait = next(
-        w for w in pg_store.queries.checkpoint(iid).waits.values() if w.kind is WaitKind.MESSAGE
-    )
-    assert wait.message_name is not None
-    done = pg_store.apply(
-        iid,
-        MessageReceived(
-            wait_id=wait.id, name=wait.message_name, correlation_key=wait.correlation_key
-        ),
-        now,
-        trigger_id="m-1",
-    )
-    assert done.status == "completed"
+    assert _paid(pg_store, iid, now, trigger_id="m-1").status == "completed"
     with pg_store.engine.connect() as conn:
         writes = _heap_writes(conn, start)
     inserted = {(x, at) for x, kind, at in writes if kind == "INSERT"}
@@ -297,9 +304,7 @@ def test_no_trigger_writes_a_row_its_own_transaction_deletes(
 def _indexes_written(conn: Any, start: str, end: str) -> set[str]:
     """The indexes of this database that PostgreSQL logged an entry in between two WAL
     positions."""
-    database = conn.execute(
-        text("SELECT oid FROM pg_database WHERE datname = current_database()")
-    ).scalar_one()
+    database = _database_oid(conn)
     refs = conn.execute(
         text(
             "SELECT block_ref FROM pg_get_wal_records_info(CAST(:s AS pg_lsn), "
@@ -330,20 +335,9 @@ def test_an_instance_writes_index_entries_only_where_a_query_reads_them(
         conn.execute(text("CREATE EXTENSION IF NOT EXISTS pg_walinspect"))
         started_at = conn.execute(position).scalar_one()
     iid = _waiting_at_paid(pg_store, now)
-    wait = next(
-        w for w in pg_store.queries.checkpoint(iid).waits.values() if w.kind is WaitKind.MESSAGE
-    )
-    assert wait.message_name is not None
     with pg_store.engine.connect() as conn:
         ending_at = conn.execute(position).scalar_one()
-    done = pg_store.apply(
-        iid,
-        MessageReceived(
-            wait_id=wait.id, name=wait.message_name, correlation_key=wait.correlation_key
-        ),
-        now,
-    )
-    assert done.status == "completed"
+    assert _paid(pg_store, iid, now).status == "completed"
     with pg_store.engine.connect() as conn:
         ended_at = conn.execute(position).scalar_one()
         of_instances = set(
