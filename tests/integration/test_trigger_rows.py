@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from sqlalchemy import text, update
 
-from dormant.engine_core.checkpoint import ROW_IDENTITY, WaitKind, encode
+from dormant.engine_core.checkpoint import ROW_IDENTITY, WaitKind, encode, encode_row_json
 from dormant.engine_core.triggers import JobCompleted, MessageReceived, SetVariables
 from dormant.persistence.console_queries import ConsoleQueries, InstanceFilter
 from dormant.persistence.processed import sweep_processed
@@ -189,6 +189,23 @@ def test_a_stored_checkpoint_leaves_its_id_and_key_to_the_row(store: Store, now:
     assert store.queries.checkpoint(iid) == cp
     assert store.apply(iid, SetVariables(variables={"n": 1}), now).changed
     assert store.queries.instance(iid).variables["n"] == 1
+
+
+def test_postgresql_keeps_the_documents_as_the_text_written(pg_store: Store, now: datetime) -> None:
+    """The checkpoint and a step's facts are stored as the engine's compact text, not
+    re-rendered from ``jsonb``'s binary form (migration 0024)."""
+    applied = _job_done(pg_store, now)
+    cp = pg_store.queries.checkpoint(applied.instance_id)
+    with pg_store.engine.connect() as conn:
+        stored = conn.execute(
+            text("SELECT checkpoint::text FROM instances WHERE id = :i"), {"i": cp.instance_id}
+        ).scalar_one()
+        step = conn.execute(
+            text("SELECT details::text FROM facts WHERE instance_id = :i AND revision = :r"),
+            {"i": cp.instance_id, "r": applied.revision},
+        ).scalar_one()
+    assert stored == encode_row_json(cp)
+    assert ": " not in step and step.startswith("[[")
 
 
 def test_a_processed_trigger_id_is_kept_through_the_redelivery_window_then_swept(
