@@ -99,6 +99,7 @@ ENV_VARS: dict[str, str] = {
     "trigger_soft_time_limit_seconds": "DORMANT_TRIGGER_SOFT_TIME_LIMIT_SECONDS",
     "trigger_time_limit_seconds": "DORMANT_TRIGGER_TIME_LIMIT_SECONDS",
     "trigger_batch_max": "DORMANT_TRIGGER_BATCH_MAX",
+    "job_batch_max": "DORMANT_JOB_BATCH_MAX",
     "db_statement_timeout_seconds": "DORMANT_DB_STATEMENT_TIMEOUT_SECONDS",
     "db_idle_in_transaction_timeout_seconds": "DORMANT_DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS",
     "worker_shutdown_timeout_seconds": "DORMANT_WORKER_SHUTDOWN_TIMEOUT_SECONDS",
@@ -214,6 +215,10 @@ class Settings(BaseModel):
     # savepoint of its own (tasks/drain.py; docs/internals.md, "Several triggers per
     # task"). 1 turns batching off; an idle queue gives batches of 1 anyway.
     trigger_batch_max: int = 16
+    # How many queued jobs of proven-fast types one job task may run in its pool
+    # process, their results applied in one transaction (tasks/job_batches.py;
+    # docs/internals.md, "Several jobs per task"). 1 turns it off.
+    job_batch_max: int = 16
     # On every engine connection to PostgreSQL (applied at connect): no statement, lock
     # wait included, runs longer than this, and no session sits idle inside an open
     # transaction (holding an instance's row lock) longer than that.
@@ -399,6 +404,13 @@ class Settings(BaseModel):
     def _batch(cls, value: int) -> int:
         if not 1 <= value <= MAX_TRIGGER_BATCH:
             raise ValueError(f"must be a whole number of triggers from 1 to {MAX_TRIGGER_BATCH}")
+        return value
+
+    @field_validator("job_batch_max")
+    @classmethod
+    def _job_batch(cls, value: int) -> int:
+        if not 1 <= value <= MAX_TRIGGER_BATCH:
+            raise ValueError(f"must be a whole number of jobs from 1 to {MAX_TRIGGER_BATCH}")
         return value
 
     @field_validator("max_variables_depth")

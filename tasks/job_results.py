@@ -17,7 +17,7 @@ from dormant.engine_core.job_flow import RateLimited
 from dormant.engine_core.triggers import JobCompleted, JobErrorThrown, JobFailed
 from dormant.persistence import clock
 from dormant.tasks import app as app_module
-from dormant.tasks import metrics, tracing, wire
+from dormant.tasks import job_batches, metrics, tracing, wire
 from dormant.tasks.app import publish, store
 from dormant.tasks.job_dispatch import defer, keep_outcome
 from dormant.tasks.job_flow import rate_limited
@@ -48,8 +48,22 @@ UNKNOWN_DELAYS = (0.5, 2.0)
 
 
 @tracing.report_span
-def report(instance_id: str, trigger: Any, trigger_id: str) -> None:
-    """Apply a job's outcome now; if the database refuses, hand it to the broker.
+def report(instance_id: str, trigger: Any, trigger_id: str, *, task: Any = None) -> None:
+    """Apply a job's outcome now, or with the fast jobs queued behind it: ``task``, the
+    job's own task, may start a batch of them (tasks/job_batches.py), and a batch
+    running on this thread collects it."""
+    outcome = job_batches.Outcome(instance_id, trigger, trigger_id)
+    if job_batches.collect(outcome):
+        return
+    if job_batches.may_batch(task):
+        job_batches.run_batch(outcome, _finish, _report_alone)
+        return
+    _report_alone(outcome)
+
+
+def _report_alone(outcome: job_batches.Outcome) -> None:
+    """Apply one job's outcome in its own transaction; if the database refuses, hand it
+    to the broker.
 
     A transient failure (tasks/transient.py) is retried in place a little, under the
     same settings as every trigger (``DORMANT_TRANSIENT_*``), then published as
@@ -59,6 +73,7 @@ def report(instance_id: str, trigger: Any, trigger_id: str) -> None:
     (``run_before_start``). A refusal is kept for an operator at once; any other error
     is deferred too, so a second try decides it.
     """
+    instance_id, trigger, trigger_id = outcome.instance_id, outcome.trigger, outcome.trigger_id
     settings = app_module.settings
     retries = 0
     while True:
@@ -90,14 +105,19 @@ def report(instance_id: str, trigger: Any, trigger_id: str) -> None:
             )
             defer(instance_id, trigger, trigger_id)
             return
-    metrics.record_trigger(trigger.kind, applied, time.perf_counter() - began)
+    _finish(outcome, applied, time.perf_counter() - began)
+
+
+def _finish(outcome: job_batches.Outcome, applied: Any, seconds: float) -> None:
+    """What follows a job's outcome once its transaction (or savepoint) committed."""
+    metrics.record_trigger(outcome.trigger.kind, applied, seconds)
     publish_rows(applied.outbox_rows)
-    _tell_flower(instance_id, applied)
+    _tell_flower(outcome.instance_id, applied)
     log.info(
         "instance=%s revision=%s trigger=%s%s",
-        instance_id,
+        outcome.instance_id,
         applied.revision,
-        trigger.kind,
+        outcome.trigger.kind,
         " duplicate" if applied.duplicate else "",
     )
 
@@ -143,11 +163,12 @@ def _on_success(sender: Any = None, result: Any = None, **_: Any) -> None:
     ctx = job_context(sender)
     if ctx is None:
         return
+    job_batches.finished(sender)
     instance_id, wait_id, attempt, key = ctx
     variables = result if isinstance(result, dict) else {}
     outcome = JobCompleted(wait_id=wait_id, attempt=attempt, variables=variables)
     if not keep_outcome(key, outcome):
-        report(instance_id, outcome, wire.job_result_id(key))
+        report(instance_id, outcome, wire.job_result_id(key), task=sender)
 
 
 @task_failure.connect(weak=False)
@@ -155,6 +176,7 @@ def _on_failure(sender: Any = None, exception: BaseException | None = None, **_:
     ctx = job_context(sender)
     if ctx is None or exception is None:
         return
+    job_batches.finished(sender)
     instance_id, wait_id, attempt, key = ctx
     if isinstance(exception, RateLimited):  # not a failure: back to waiting, no retry used
         rate_limited(sender, exception, instance_id, wait_id, attempt)
@@ -177,7 +199,7 @@ def _on_failure(sender: Any = None, exception: BaseException | None = None, **_:
             error_class=type(exception).__name__,
         )
     if not keep_outcome(key, trigger):
-        report(instance_id, trigger, wire.job_result_id(key))
+        report(instance_id, trigger, wire.job_result_id(key), task=sender)
 
 
 @task_unknown.connect(weak=False)

@@ -35,20 +35,25 @@ again by the first publish after the table's second is up.
 
 from __future__ import annotations
 
-from time import monotonic
+import json
+from collections.abc import Collection
+from time import monotonic, time
 from typing import Any
 
-from kombu.transport import redis
+from kombu.transport import redis, virtual
 
 from dormant.tasks.app import EXCHANGE, app
 
-__all__ = ["BINDINGS_TTL_SECONDS", "Transport"]
+__all__ = ["BINDINGS_TTL_SECONDS", "Transport", "take_next_if"]
 
 # How long a channel routes by the bindings it read, without reading them again.
 BINDINGS_TTL_SECONDS = 1.0
 
 
 class Channel(redis.Channel):
+    # ``take_next_if``'s script, registered on the channel's client at its first use.
+    _take_next_if: Any = None
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         # exchange -> (when read, its bindings); set before kombu's own __init__, which
         # may already publish (the restore of a dead worker's messages)
@@ -110,3 +115,67 @@ class Channel(redis.Channel):
 
 class Transport(redis.Transport):
     Channel = Channel
+
+
+# The next message of a queue, popped only if it is a task of ``names`` that carries no
+# ETA, expiry or time limit of its own and was never delivered before, and recorded as
+# unacknowledged exactly as kombu's ``QoS.append`` records a delivery (the message,
+# exchange and routing key in ``unacked``, the tag in ``unacked_index``): both in one
+# script, so no crash can lose a message between the pop and the record. "Next" is what
+# kombu's own ``_get`` would pop: the tail of the first non-empty list, in the
+# channel's priority order; the script never looks past it.
+# KEYS: the queue's lists in priority order, then unacked_index and unacked.
+# ARGV: now (seconds), then the task names.
+_TAKE_NEXT_IF = """
+local lists = #KEYS - 2
+local index, unacked = KEYS[lists + 1], KEYS[lists + 2]
+local function given(v) return v ~= nil and v ~= cjson.null end
+for i = 1, lists do
+  local raw = redis.call('LINDEX', KEYS[i], -1)
+  if raw then
+    local ok, m = pcall(cjson.decode, raw)
+    if not ok or type(m) ~= 'table' then return false end
+    local h, p = m['headers'], m['properties']
+    if type(h) ~= 'table' or type(p) ~= 'table' then return false end
+    local named = false
+    for j = 2, #ARGV do
+      if h['task'] == ARGV[j] then named = true end
+    end
+    if not named or given(h['eta']) or given(h['expires']) then return false end
+    if h['redelivered'] == true then return false end
+    local limits = h['timelimit']
+    if type(limits) == 'table' and (given(limits[1]) or given(limits[2])) then return false end
+    local info, tag = p['delivery_info'], p['delivery_tag']
+    if type(info) ~= 'table' or type(tag) ~= 'string' then return false end
+    if info['redelivered'] == true then return false end
+    redis.call('RPOP', KEYS[i])
+    redis.call('ZADD', index, ARGV[1], tag)
+    redis.call('HSET', unacked, tag,
+      '[' .. raw .. ',' .. cjson.encode(info['exchange']) .. ',' ..
+      cjson.encode(info['routing_key']) .. ']')
+    return raw
+  end
+end
+return false
+"""
+
+
+def take_next_if(channel: Any, queue: str, names: Collection[str]) -> Any:
+    """The queue's next message as kombu delivers it (unacknowledged, on ``channel``)
+    if it is a plain first delivery of a task in ``names`` (see ``_TAKE_NEXT_IF``);
+    None if it is not, or the queue is empty. Only on a channel of this transport
+    (tasks/job_batches.py uses it; any other transport takes nothing)."""
+    if not isinstance(channel, Channel) or not names:
+        return None
+    script = channel._take_next_if
+    if script is None:
+        script = channel._take_next_if = channel.client.register_script(_TAKE_NEXT_IF)
+    qos = channel.qos
+    keys = [channel._q_for_pri(queue, pri) for pri in channel.priority_steps]
+    raw = script(keys=[*keys, qos.unacked_index_key, qos.unacked_key], args=[time(), *names])
+    if not raw:
+        return None
+    message = channel.Message(json.loads(raw), channel=channel)
+    # kombu's own bookkeeping of a delivery (what ``QoS.append`` does after Redis's).
+    virtual.QoS.append(qos, message, message.delivery_tag)
+    return message

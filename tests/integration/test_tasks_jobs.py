@@ -6,6 +6,9 @@ Ordinary Celery tasks named like the job types of the test models. No tests here
 
 from __future__ import annotations
 
+import os
+import signal
+import time
 from typing import Any
 
 from celery import Task
@@ -82,3 +85,23 @@ def retry_once(self: Task, **_: Any) -> dict[str, Any]:
     if self.request.retries == 0:
         raise self.retry(countdown=0.1)
     return {"retried": self.request.retries, "job_key": idempotency_key(self)}
+
+
+@app.task(name="test-batch-fast")
+def batch_fast(n: int = 0, kill_at: Any = None, **_: Any) -> dict[str, Any]:
+    """A job of a millisecond: taken ahead once proven fast (tasks/job_batches.py).
+    With ``DORMANT_TEST_JOB_KILL`` naming a file that exists, the job whose ``n`` is
+    ``kill_at`` deletes the file and SIGKILLs its own pool process (the OOM killer's
+    stand-in): once, mid-batch."""
+    marker = os.environ.get("DORMANT_TEST_JOB_KILL")
+    if kill_at is not None and n == kill_at and marker and os.path.exists(marker):
+        os.unlink(marker)
+        os.kill(os.getpid(), signal.SIGKILL)
+    return {"ran": n}
+
+
+@app.task(name="test-batch-slow")
+def batch_slow(n: int = 0, **_: Any) -> dict[str, Any]:
+    """A job that calls a slow service: never taken ahead, each one its own task."""
+    time.sleep(0.03)
+    return {"ran": n}

@@ -1,0 +1,289 @@
+# mypy: disable-error-code="untyped-decorator,no-untyped-call"
+"""Several jobs per task: a pool process that has run a job takes the fast jobs queued
+behind it, runs them too, and applies all their results in one transaction (issue 25).
+
+Why: a job delivered by Celery costs the worker's main process a broker pop, the
+unacknowledged record, the hand-over to a pool process and the acknowledgement, and
+its result one commit of its own; for a job that runs in a millisecond that is most of
+its cost (bench/README.md, "Several jobs per task", has the figures). Jobs taken here
+cost one broker script each and share one commit.
+
+Which jobs, so that no job waits behind another:
+
+- a job is taken only if its type is *proven fast* in this process: each of its last
+  ``FAST_RUNS`` runs here took at most ``FAST_JOB_SECONDS``. A type that calls a
+  slow service is never taken ahead; its jobs come one per task as before;
+- a batch stops taking when it has run ``BATCH_SECONDS``, when it holds
+  ``DORMANT_JOB_BATCH_MAX`` results, or at the first queued message that is not such a
+  job (a trigger, a job of another type, a redelivery, a message with an ETA, an expiry
+  or a time limit of its own): that message is left where it is, for the worker's
+  next delivery, never moved (tasks/redis_transport.py ``take_next_if``);
+- so the results taken first wait at most the run of the jobs after them: a few tens
+  of milliseconds, unless a proven-fast type suddenly stalls (documented in
+  docs/internals.md with its bound, the running task's time limit).
+
+How, in order:
+
+1. The first job is a Celery task like any other. Its outcome reaches ``report``
+   (tasks/job_results.py), which hands it here when the job came through the broker
+   from the ``dormant`` queue of the default tenant, on Redis and PostgreSQL, with task
+   events off (Flower lists each job as the task that ran it).
+2. Each taken message is listed as held by this process (the trigger batches'
+   registry, tasks/drain.py: a process killed mid-batch has them given back), then run
+   through Celery's tracer as the pool runs a task: the same signals, the same checks
+   of its result (tasks/job_task.py), its outcome reported through ``report``, which
+   adds it to the batch instead of applying it.
+3. The outcomes are applied in ONE transaction, sorted by instance (the lock order of
+   every batch), each in its own savepoint (persistence/savepoints.py). What one of
+   them raises rolls back its savepoint only; that outcome then goes the single way
+   (``report``'s retries, deferral or a kept failed trigger), as does every outcome of
+   a batch whose commit failed: an outcome applied twice is stale the second time
+   (its wait's attempt is over), never applied twice.
+4. After the commit each applied outcome's outbox rows are published, and every taken
+   message is acknowledged; the first job's message is acknowledged by Celery when
+   its task returns (acks late).
+
+What a crash costs: nothing is acknowledged before the commit. A taken message not yet
+acknowledged is delivered again (at once, given back by the next pool process; else
+after the visibility timeout) and its job runs again: jobs are at-least-once
+(tasks/jobs.py), and the repeated result is stale.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from billiard.process import current_process
+from celery.app.trace import trace_task_ret
+from celery.signals import task_prerun
+
+from dormant.engine_core.tenants import DEFAULT_TENANT
+from dormant.persistence import clock, savepoints
+from dormant.tasks import app as app_module
+from dormant.tasks import drain, wire
+from dormant.tasks.app import QUEUE, app, store
+from dormant.tasks.job_headers import HEADER_TENANT, job_context, read_header
+from dormant.tasks.redis_transport import take_next_if
+
+__all__ = [
+    "BATCH_SECONDS",
+    "FAST_JOB_SECONDS",
+    "FAST_RUNS",
+    "Outcome",
+    "collect",
+    "finished",
+    "may_batch",
+    "run_batch",
+]
+
+log = logging.getLogger("dormant.jobs")
+
+# A type is taken ahead once each of its last FAST_RUNS runs in this process took at
+# most FAST_JOB_SECONDS (its body and the check of its result).
+FAST_JOB_SECONDS = 0.01
+FAST_RUNS = 3
+# A batch takes no more jobs once it has run this long.
+BATCH_SECONDS = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """A job's outcome on its way to its instance: the arguments of ``report``."""
+
+    instance_id: str
+    trigger: Any
+    trigger_id: str
+
+
+Applied = Callable[[Outcome, Any, float], None]
+Alone = Callable[[Outcome], None]
+
+
+class _Batch(threading.local):
+    outcomes: list[Outcome] | None = None
+    started: dict[str, float]
+
+    def __init__(self) -> None:
+        self.started = {}
+
+
+_batch = _Batch()
+# job type -> how long its last runs in this process took
+_recent: dict[str, collections.deque[float]] = collections.defaultdict(
+    lambda: collections.deque(maxlen=FAST_RUNS)
+)
+
+
+@task_prerun.connect(weak=False)
+def _started(sender: Any = None, task_id: str | None = None, **_: Any) -> None:
+    if task_id and job_context(sender) is not None:
+        _batch.started[task_id] = time.perf_counter()
+
+
+def finished(task: Any) -> None:
+    """The job ``task`` runs has its outcome: remember how long it took."""
+    began = _batch.started.pop(str(getattr(task.request, "id", "")), None)
+    if began is not None:
+        _recent[str(task.name)].append(time.perf_counter() - began)
+
+
+def _proven_fast() -> list[str]:
+    """The job types this process may take ahead (see the module docstring): no time
+    limit of their own either, which a job run inside another's task would not keep."""
+    names = []
+    for name, runs in _recent.items():
+        if len(runs) < FAST_RUNS or max(runs) > FAST_JOB_SECONDS:
+            continue
+        task = app.tasks.get(name)
+        if task is None or task.time_limit or task.soft_time_limit:
+            continue
+        names.append(name)
+    return names
+
+
+def collect(outcome: Outcome) -> bool:
+    """Add ``outcome`` to the batch running on this thread, if one is."""
+    outcomes = _batch.outcomes
+    if outcomes is None:
+        return False
+    outcomes.append(outcome)
+    return True
+
+
+def may_batch(task: Any) -> bool:
+    """Does the job ``task`` runs start a batch? (The conditions of step 1.)"""
+    settings = app_module.settings
+    if task is None or settings.job_batch_max <= 1 or not store().is_postgres:
+        return False
+    request = task.request
+    if request.is_eager or request.called_directly or app.conf.worker_send_task_events:
+        return False
+    if savepoints.joined(store().engine) is not None or drain.collecting():
+        return False
+    if (read_header(request, HEADER_TENANT) or DEFAULT_TENANT) != DEFAULT_TENANT:
+        return False
+    info = request.delivery_info or {}
+    return info.get("exchange") == QUEUE.exchange.name and info.get(
+        "routing_key"
+    ) == wire.job_routing_key(str(task.name))
+
+
+def run_batch(first: Outcome, applied: Applied, alone: Alone) -> None:
+    """Take and run the fast jobs queued now, then apply ``first`` and their outcomes
+    together; ``applied`` finishes an outcome its savepoint committed, ``alone``
+    reports one the single way."""
+    taken: list[Any] = []
+    _batch.outcomes = outcomes = [first]
+    try:
+        _take_and_run(outcomes, taken)
+    except BaseException:
+        # The process is being ended (a time limit) or the broker failed mid-take:
+        # what was taken goes back; the outcomes are reported the single way.
+        for message in taken:
+            drain._give_back(message)
+        drain._forget(taken)
+        raise
+    finally:
+        _batch.outcomes = None
+    try:
+        if len(outcomes) == 1:
+            alone(first)
+        else:
+            _apply_together(outcomes, applied, alone)
+    finally:
+        for message in taken:
+            drain._ack(message, str((message.headers or {}).get("task")), {})
+        drain._forget(taken)
+
+
+def _take_and_run(outcomes: list[Outcome], taken: list[Any]) -> None:
+    names = _proven_fast()
+    if not names:
+        return
+    began = time.perf_counter()
+    limit = app_module.settings.job_batch_max
+    while len(outcomes) < limit and time.perf_counter() - began < BATCH_SECONDS:
+        if _retiring():
+            return
+        try:
+            message = take_next_if(drain._channel(), QUEUE.name, names)
+        except Exception:
+            log.warning("the queue could not be polled for more jobs", exc_info=True)
+            drain._reset()
+            return
+        if message is None:
+            return
+        taken.append(message)
+        drain._remember(taken)
+        _run(message)
+
+
+def _run(message: Any) -> None:
+    """Run a taken job as the pool runs a task (celery/worker/request.py builds the same
+    request), through Celery's tracer: its signals, result checks and failure handling."""
+    headers = dict(message.headers or {})
+    properties = message.properties or {}
+    info = message.delivery_info or {}
+    request = {
+        **headers,
+        "properties": properties,
+        "reply_to": properties.get("reply_to"),
+        "correlation_id": properties.get("correlation_id"),
+        "delivery_info": {
+            "exchange": info.get("exchange"),
+            "routing_key": info.get("routing_key"),
+            "priority": properties.get("priority"),
+            "redelivered": False,
+        },
+    }
+    trace_task_ret(
+        headers["task"],
+        headers["id"],
+        request,
+        message.body,
+        message.content_type,
+        message.content_encoding,
+        app=app,
+    )
+
+
+def _apply_together(outcomes: list[Outcome], applied: Applied, alone: Alone) -> None:
+    now = clock.now()
+    done: list[tuple[Outcome, Any, float]] = []
+    refused: list[Outcome] = []
+    try:
+        with savepoints.one_transaction(store().engine):
+            for outcome in sorted(outcomes, key=lambda o: o.instance_id):
+                began = time.perf_counter()
+                try:
+                    result = store().apply(
+                        outcome.instance_id, outcome.trigger, now, trigger_id=outcome.trigger_id
+                    )
+                except Exception:  # rolled back to its savepoint; it goes the single way
+                    refused.append(outcome)
+                    continue
+                done.append((outcome, result, time.perf_counter() - began))
+    except Exception:
+        log.warning("a batch of %s job results not committed", len(outcomes), exc_info=True)
+        for outcome in outcomes:
+            alone(outcome)
+        return
+    log.info("batch of %s job results applied in one transaction", len(outcomes))
+    for outcome, result, seconds in done:
+        applied(outcome, result, seconds)
+    for outcome in refused:
+        alone(outcome)
+
+
+def _retiring() -> bool:
+    """Has this pool process asked to be replaced (tasks/job_task.py)? Then it runs no
+    more jobs."""
+    worker = getattr(current_process(), "_target", None)
+    event = getattr(worker, "_shutdown", None)
+    return bool(event is not None and hasattr(event, "is_set") and event.is_set())
