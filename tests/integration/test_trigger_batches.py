@@ -150,6 +150,9 @@ def _here(s: Stack) -> Iterator[Any]:
     from dormant.tasks import triggers
 
     assert triggers.message.name == "dormant.message"  # the tasks this process runs
+    # Put back what was there: ``configure`` writes its URLs to the environment, so
+    # ``Settings.from_env()`` afterwards would read this stack's again.
+    previous = app_module.settings
     app_module.configure(
         Settings.from_env(
             database_url=s.database_url, broker_url=s.broker_url, redis_visibility_timeout=2
@@ -158,7 +161,7 @@ def _here(s: Stack) -> Iterator[Any]:
     try:
         yield app_module
     finally:
-        app_module.configure(Settings.from_env())
+        app_module.configure(previous)
 
 
 def _deliver_here(s: Stack) -> int:
