@@ -203,13 +203,12 @@ def run_batch(first: Outcome, applied: Applied, alone: Alone) -> None:
 
 
 def _take_and_run(outcomes: list[Outcome], taken: list[Any]) -> None:
-    names = _proven_fast()
-    if not names:
-        return
     began = time.perf_counter()
     limit = app_module.settings.job_batch_max
     while len(outcomes) < limit and time.perf_counter() - began < BATCH_SECONDS:
-        if _retiring():
+        # Asked again before each take: a type's first slow run ends its taking.
+        names = _proven_fast()
+        if not names or _retiring():
             return
         try:
             message = take_next_if(drain._channel(), QUEUE.name, names)

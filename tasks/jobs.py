@@ -23,11 +23,12 @@ sends ``task_unknown``; the handler below turns a job's message into a ``JobFail
 naming the job type, instead of a re-dispatch at every job timeout, forever.
 
 The outcome comes back through Celery's signals in the worker that ran the job, and is
-applied *synchronously in the signal handler*: the handler runs before the late
-acknowledgement, so a worker that dies before the result is stored never acknowledges
-the job, and the job runs again. That makes jobs **at-least-once**: a job must be
-idempotent, and may use ``idempotency_key(self)`` (a bound task) to detect a repeat,
-e.g. as the idempotency key of a payment API.
+applied *synchronously in the signal handler* (with the results of the fast jobs the
+same pool process took after it, in one transaction: tasks/job_batches.py): the
+handler runs before the late acknowledgement, so a worker that dies before the result
+is stored never acknowledges the job, and the job runs again. That makes jobs
+**at-least-once**: a job must be idempotent, and may use ``idempotency_key(self)`` (a
+bound task) to detect a repeat, e.g. as the idempotency key of a payment API.
 
 * return a dict → ``JobCompleted`` (merged into the variables; anything else → ``{}``),
   checked to be JSON within the variables limits first (tasks/job_task.py): what is
