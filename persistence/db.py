@@ -77,7 +77,7 @@ def read_only(engine: Engine) -> Iterator[Connection]:
     a read that fails rolls back only its savepoint, not the batch."""
     batch = savepoints.joined(engine)
     if batch is not None:
-        with batch.begin_nested():
+        with round_trips.savepoint(batch):
             yield batch
         return
     if engine.dialect.name == "postgresql":

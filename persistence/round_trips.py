@@ -50,7 +50,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, event
 from sqlalchemy.sql import ClauseElement
 
-__all__ = ["first", "install", "last", "open_late", "reading"]
+__all__ = ["first", "install", "last", "open_late", "reading", "savepoint"]
 
 # Connection.info keys (the info of the pooled DBAPI connection: cleared at the end of
 # every block that sets them).
@@ -58,6 +58,14 @@ _LATE = "dormant.opened_late"
 _BEGIN_PENDING = "dormant.begin_pending"
 _ENDED = "dormant.transaction_ended"
 _READING = "dormant.reading"
+_IN_SAVEPOINT = "dormant.in_savepoint"
+_SAVEPOINT_PENDING = "dormant.savepoint_pending"
+
+# A batch's savepoints follow one another and never nest (a nested one is SQLAlchemy's
+# own, named apart), so one name serves them all.
+_SAVEPOINT = b"SAVEPOINT dormant_trigger"
+_RELEASE = b"RELEASE SAVEPOINT dormant_trigger"
+_ROLLBACK_TO = "ROLLBACK TO SAVEPOINT dormant_trigger"
 
 
 class StatementAfterCommit(RuntimeError):
@@ -76,6 +84,42 @@ def open_late(conn: Connection) -> Iterator[Connection]:
             yield conn
     finally:
         for key in (_LATE, _BEGIN_PENDING, _ENDED):
+            info.pop(key, None)
+
+
+@contextmanager
+def savepoint(conn: Connection) -> Iterator[Connection]:
+    """A savepoint of the transaction open on ``conn`` (PostgreSQL) whose SAVEPOINT goes
+    with its first statement and whose RELEASE goes with its ``last`` one: a trigger of
+    a batch (persistence/savepoints.py) costs the round trips of its own statements,
+    not two more. If the block raises, what it sent is rolled back to the savepoint;
+    if it sent nothing, there is nothing to roll back. Inside another such savepoint
+    it is SQLAlchemy's own nested one."""
+    info = conn.info
+    if info.get(_IN_SAVEPOINT):
+        with conn.begin_nested():
+            yield conn
+        return
+    info[_IN_SAVEPOINT] = info[_SAVEPOINT_PENDING] = True
+    try:
+        yield conn
+    except BaseException:
+        sent, released = not info.pop(_SAVEPOINT_PENDING, False), info.pop(_ENDED, False)
+        info.pop(_IN_SAVEPOINT, None)
+        if sent and not released and not conn.invalidated:
+            try:
+                conn.exec_driver_sql(_ROLLBACK_TO)
+                conn.exec_driver_sql(_RELEASE.decode())
+            except Exception:  # the block's own error is the news; the batch's commit
+                pass  # then fails too, and each of its triggers goes back to the broker
+        raise
+    else:
+        sent, released = not info.pop(_SAVEPOINT_PENDING, False), info.pop(_ENDED, False)
+        info.pop(_IN_SAVEPOINT, None)
+        if sent and not released:
+            conn.exec_driver_sql(_RELEASE.decode())
+    finally:
+        for key in (_IN_SAVEPOINT, _SAVEPOINT_PENDING, _ENDED):
             info.pop(key, None)
 
 
@@ -105,6 +149,8 @@ def install(engine: Engine) -> None:
             raise StatementAfterCommit("a statement after the transaction's COMMIT")
         if info.pop(_BEGIN_PENDING, False):
             cursor.execute("BEGIN")
+        if info.pop(_SAVEPOINT_PENDING, False):
+            cursor.execute(_SAVEPOINT.decode())
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,13 +228,13 @@ def first(conn: Connection, statement: Any, params: Mapping[str, Any] | None) ->
     reads (``reading``); else through ``Connection.execute``."""
     info = conn.info
     begin = info.get(_BEGIN_PENDING, False)
-    driven = _driven(statement, conn.dialect) if begin or info.get(_READING) else None
+    opening = info.get(_SAVEPOINT_PENDING, False)
+    driven = _driven(statement, conn.dialect) if begin or opening or info.get(_READING) else None
     if driven is None:
         return _executed(conn, statement, params)
-    if not begin:
-        return _run(conn, driven, params, (None, None))
-    del info[_BEGIN_PENDING]
-    return _run(conn, driven, params, (b"BEGIN", None))
+    info.pop(_BEGIN_PENDING, None)
+    info.pop(_SAVEPOINT_PENDING, None)
+    return _run(conn, driven, params, (_opening(begin, opening), None))
 
 
 def last(conn: Connection, statement: Any, params: Mapping[str, Any] | None) -> list[Any]:
@@ -199,13 +245,20 @@ def last(conn: Connection, statement: Any, params: Mapping[str, Any] | None) -> 
     process — a module-level statement, or a cached composite of them: it is compiled
     once per object."""
     info = conn.info
-    driven = _driven(statement, conn.dialect) if info.get(_LATE) else None
+    inside = info.get(_IN_SAVEPOINT, False)
+    driven = _driven(statement, conn.dialect) if inside or info.get(_LATE) else None
     if driven is None:
         return _executed(conn, statement, params)
-    begin = b"BEGIN" if info.pop(_BEGIN_PENDING, False) else None
-    rows = _run(conn, driven, params, (begin, b"COMMIT"))
+    before = _opening(info.pop(_BEGIN_PENDING, False), info.pop(_SAVEPOINT_PENDING, False))
+    rows = _run(conn, driven, params, (before, _RELEASE if inside else b"COMMIT"))
     info[_ENDED] = True
     return rows
+
+
+def _opening(begin: bool, savepoint: bool) -> tuple[bytes, ...]:
+    """What goes before a statement: the transaction's BEGIN and the savepoint's
+    SAVEPOINT, each if still to be sent."""
+    return (b"BEGIN",) * begin + (_SAVEPOINT,) * savepoint
 
 
 def _executed(conn: Connection, statement: Any, params: Mapping[str, Any] | None) -> list[Any]:
@@ -219,7 +272,7 @@ def _run(
     conn: Connection,
     driven: _Driven,
     params: Mapping[str, Any] | None,
-    around: tuple[bytes | None, bytes | None],
+    around: tuple[tuple[bytes, ...], bytes | None],
 ) -> list[Any]:
     """``driven`` between the commands ``around`` it, in one pipeline: one round trip."""
     raw: Any = conn.connection.driver_connection
@@ -228,7 +281,7 @@ def _run(
     cursor = raw.cursor()
     conn.dispatch.before_cursor_execute(conn, cursor, driven.sql, values, None, False)
     try:
-        if before is None and after is None:
+        if not before and after is None:
             cursor.execute(driven.sql, values)
         else:
             _pipelined(raw, cursor, driven.sql, values, before, after, conn.dialect.loaded_dbapi)
@@ -259,7 +312,7 @@ def _pipelined(
     cursor: Any,
     sql: str,
     values: Mapping[str, Any],
-    before: bytes | None,
+    before: tuple[bytes, ...],
     after: bytes | None,
     dbapi: Any,
 ) -> None:
@@ -278,8 +331,8 @@ def _pipelined(
     try:
         with raw.pipeline():
             try:
-                if before is not None:
-                    raw.execute(before)
+                for command in before:
+                    raw.execute(command)
                 cursor.execute(sql, values)
                 if after is not None:
                     raw.execute(after)

@@ -14,7 +14,9 @@ a SAVEPOINT inside it instead. So:
   rollback, as on its own — so the failure path (an incident, a kept failed trigger, a
   retry) is the single trigger's;
 * a commit that fails loses every trigger of the batch together: none is acknowledged,
-  so the broker delivers each again (docs/internals.md, "Several triggers per task").
+  so the broker delivers each again (docs/internals.md, "Several triggers per task");
+* a savepoint costs no round trip of its own: its SAVEPOINT goes with its first
+  statement and its RELEASE with its last (persistence/round_trips.py ``savepoint``).
 
 PostgreSQL only: SQLite has one writer and no gain to share; the drain stays off there.
 """

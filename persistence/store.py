@@ -486,7 +486,7 @@ class Store:
         Inside a batch (persistence/savepoints.py) it is a savepoint of the batch's."""
         batch = savepoints.joined(self.engine)
         if batch is not None:
-            with batch.begin_nested():
+            with round_trips.savepoint(batch):
                 yield batch
             return
         if not self.is_postgres:

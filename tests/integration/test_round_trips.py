@@ -24,8 +24,9 @@ from psycopg import pq
 from sqlalchemy import event, text
 
 from bench.models import MESSAGE, SERVICE
+from dormant.engine_core.errors import UnknownInstance
 from dormant.engine_core.triggers import JobCompleted, SetVariables
-from dormant.persistence import round_trips
+from dormant.persistence import round_trips, savepoints
 from dormant.persistence.routing import Router
 from dormant.persistence.settings import Settings
 from dormant.persistence.store import NewInstance, Store
@@ -322,3 +323,51 @@ def test_a_start_whose_job_ran_first_is_a_read_then_one_round_trip(
     assert sent.outside == ["SELECT"]  # the definition, on its own
     assert sent.groups == [["BEGIN", "WITH", "COMMIT"]]
     assert executed == []  # neither through SQLAlchemy's execute
+
+
+def _waiting_on_a_job(store: Store, *ids: str) -> dict[str, str]:
+    """Start ``ids`` (one-job instances): each one's job wait id."""
+    now = datetime.now(UTC)
+    for instance_id in ids:
+        store.start(NewInstance("bench_service", instance_id, {}), now=now)
+    return {i: store.queries.holds(i)["deadlines"][0]["wait_id"] for i in ids}
+
+
+def _completed(store: Store, instance_id: str, wait_id: str) -> Any:
+    now = datetime.now(UTC)
+    done = JobCompleted(wait_id=wait_id, variables={})
+    return store.apply(instance_id, done, now, trigger_id=f"{instance_id}:j")
+
+
+def test_a_trigger_in_a_batch_sends_its_savepoint_and_release_with_its_statements(
+    pg_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two round trips per trigger inside a batch too, not four
+    (persistence/savepoints.py; round_trips ``savepoint``)."""
+    waits = _waiting_on_a_job(pg_store, "rt-b0", "rt-b1")
+    sent = Sent(monkeypatch)
+    with savepoints.one_transaction(pg_store.engine):
+        for instance_id, wait_id in waits.items():
+            assert _completed(pg_store, instance_id, wait_id).status == "completed"
+    assert sent.groups == [["SAVEPOINT", "SELECT"], ["WITH", "RELEASE"]] * 2
+    assert sent.outside == []  # the batch's own BEGIN and COMMIT are the driver's
+
+
+def test_a_trigger_that_fails_in_a_batch_rolls_back_its_savepoint_only(
+    pg_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failure in Python after the savepoint was sent (an unknown instance), and one
+    the server answers inside the pipeline (a redelivered start meets its row): each
+    is rolled back to its savepoint, and the triggers around them commit."""
+    waits = _waiting_on_a_job(pg_store, "rt-f0", "rt-f1")
+    sent = Sent(monkeypatch)
+    with savepoints.one_transaction(pg_store.engine):
+        assert _completed(pg_store, "rt-f0", waits["rt-f0"]).changed
+        with pytest.raises(UnknownInstance):
+            _completed(pg_store, "rt-nobody", "w-1")
+        again = pg_store.start(NewInstance("bench_service", "rt-f0", {}), now=datetime.now(UTC))
+        assert not again.changed
+        assert _completed(pg_store, "rt-f1", waits["rt-f1"]).changed
+    assert sent.outside.count("ROLLBACK") == 2, sent.outside
+    statuses = {i: pg_store.queries.instance(i).status for i in waits}
+    assert statuses == {i: "completed" for i in waits}

@@ -171,15 +171,16 @@ def test_an_instance_start_job_end_through_the_client_costs_three_write_transact
     tag = uuid.uuid4().hex[:6]
     bare = [f"bare-{tag}-{i}" for i in range(N)]
     before = _settled(log)
-    received_before = worker_proc.text().count("bench-noop-job[")
+    ran_before = _jobs_succeeded(worker_proc)
     _publish_starts(s, "bench_service", bare)
     wait_for(lambda: _count(s, "bench_service", "completed", bare) == N, 60, 0.1, "done")
     worker = _settled(log) - before
     # The start; the result (+ job row). A pool process whose last published job is run
     # by the other one deletes that row by its timer: one transaction more, at most one
     # per pool process (without the ride it would be one per job).
-    # (fewer when starts queued together were applied in one batch: tasks/drain.py)
-    assert N + 1 <= worker.write_transactions <= 2 * N + 2, worker
+    # (fewer when starts queued together were applied in one batch, tasks/drain.py, and
+    # when the results of fast jobs queued together were: tasks/job_batches.py)
+    assert 2 <= worker.write_transactions <= 2 * N + 2, worker
     assert _job_rows(s, bare) == 0  # every job row deleted, none left for the sweep
 
     client = sqlcount.TxCounter(s.client._store.engine)
@@ -193,15 +194,24 @@ def test_an_instance_start_job_end_through_the_client_costs_three_write_transact
     assert ours.write_transactions == N  # the inbox rows
     # The inbox mark rides the start's own transaction: no write more than the bare start
     # (a mark of its own would be one per start; the timer's, as above, at most two).
-    assert N + 1 <= worker2.write_transactions <= 2 * N + 2, (worker, worker2)
+    assert 2 <= worker2.write_transactions <= 2 * N + 2, (worker, worker2)
     # Three per instance, and the timer's at most two in all (the bound just above).
     assert ours.write_transactions + worker2.write_transactions <= 3 * N + 2
     assert _job_rows(s, via_client) == 0
 
-    # Each job's result was applied inside the job's own task: no result message.
-    log_text = worker_proc.text()
-    assert log_text.count("bench-noop-job[") - received_before >= 2 * N
-    assert "dormant.apply_trigger[" not in log_text
+    # Each job's result was applied inside the task that ran the job: no result message.
+    assert _jobs_succeeded(worker_proc) - ran_before == 2 * N
+    assert "dormant.apply_trigger[" not in worker_proc.text()
+
+
+def _jobs_succeeded(worker: Proc) -> int:
+    """The worker's log lines of a ``bench-noop-job`` that ran (one each, whether its
+    task ran it or took it behind another: tasks/job_batches.py)."""
+    return sum(
+        1
+        for line in worker.text().splitlines()
+        if "bench-noop-job[" in line and "] succeeded in " in line
+    )
 
 
 def test_an_instance_start_eager_job_end_costs_one_write_transaction(
