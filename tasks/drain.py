@@ -12,14 +12,17 @@ How, in order:
 1. The running trigger task (a start, a message or an ``apply_trigger``) reaches its
    apply (``applied``, called by the shell in tasks/triggers.py). With batching on,
    PostgreSQL and a real broker delivery, it polls the ``dormant`` queue without
-   waiting (``basic_get``) for up to ``max - 1`` more messages, each held
-   unacknowledged by this process's own broker channel. An idle queue answers at once
-   with nothing: the batch is 1 and the trigger is applied exactly as on its own
-   (latency first). A message that is not a batchable trigger ends the poll; it is
+   waiting for up to ``max - 1`` more messages, each held unacknowledged by this
+   process's own broker channel. An idle queue answers at once with nothing: the batch
+   is 1 and the trigger is applied exactly as on its own (latency first). A message
+   that is not a batchable trigger ends the poll, and so does one the broker flags as
+   redelivered (its delivery is counted once, by a task of its own: the poison bound).
+   On Redis one script per message looks before it takes (tasks/redis_transport.py
+   ``take_next_if``): such a message, or one with an ETA of its own (a retry's
+   backoff), is left where it is. On another broker it was taken already
+   (``basic_get``): a redelivered one is given back still flagged, any other is
    published again as it is (same task id, body and headers) and only then
-   acknowledged: a fresh delivery, never a "redelivered" one. A message the broker
-   flags as redelivered also ends the poll, given back to the broker still flagged:
-   its delivery is counted once, by a task of its own (the poison bound).
+   acknowledged: a fresh delivery, never a "redelivered" one.
 2. Each taken trigger's task body runs up to its apply (``collect``): the shell hands
    over its call and trigger id, and nothing else of the body runs yet.
 3. The calls run in ONE transaction (persistence/savepoints.py), sorted by the row they
@@ -29,9 +32,9 @@ How, in order:
 4. After the commit, each taken trigger's task body runs again (``replay``), its apply
    answering with the outcome it had in the transaction: the shell then does what it
    does for a single trigger — publish the outbox rows, keep a failed trigger, retry a
-   transient failure (a new message), log — and its message is acknowledged. The
-   running task's own outcome goes back to its shell last; Celery acknowledges it when
-   the task returns (acks late).
+   transient failure (a new message), log. Then the taken messages are acknowledged,
+   on Redis in one round trip. The running task's own outcome goes back to its shell
+   last; Celery acknowledges it when the task returns (acks late).
 
 What a crash costs: before the commit nothing is applied and no taken message is
 acknowledged, so the broker delivers each again. After the commit, a message not yet
@@ -74,11 +77,11 @@ from kombu.messaging import Producer
 from dormant.persistence import clock, savepoints
 from dormant.persistence.results import TriggerResult
 from dormant.tasks import app as app_module
-from dormant.tasks import metrics, wire
+from dormant.tasks import metrics, redis_transport, wire
 from dormant.tasks.app import EXCHANGE, QUEUE, app, store
 from dormant.tasks.lanes import QUARANTINE_KEY_PREFIX, OutOfLaneBudget
 
-__all__ = ["BATCHABLE", "applied", "collecting", "restore_orphans"]
+__all__ = ["BATCHABLE", "acknowledge", "applied", "collecting", "restore_orphans"]
 
 log = logging.getLogger("dormant.triggers")
 
@@ -200,11 +203,15 @@ def _batch_taken(first: _Item, held: list[Any], call: Call, tid: str, hostname: 
         _pass.phase = None
     log.info("batch of %s triggers applied in one transaction", len(items))
     # The jobs the batch dispatched go out in one broker round trip after the replays
-    # (tasks/app.py ``publishing_together``); each trigger is acknowledged in its
-    # replay, as its rows are committed: a job not sent is sent by the sweep.
+    # (tasks/app.py ``publishing_together``); the triggers are acknowledged after their
+    # replays, as their rows are committed: a job not sent is sent by the sweep.
     with app_module.publishing_together():
         for item in items[1:]:
             _replay(item)
+    acknowledge(
+        [item.message for item in items[1:]],
+        lambda message: f"task {message.headers.get('task')}[{message.headers.get('id')}]",
+    )
     if first.ok:
         return first.outcome
     raise first.outcome
@@ -255,8 +262,8 @@ def _collect(message: Any, hostname: str | None) -> _Item:
 
 
 def _replay(item: _Item) -> None:
-    """The taken trigger's shell, after the commit, with the outcome its apply had;
-    then its message is acknowledged (the single task's late acknowledgement)."""
+    """The taken trigger's shell, after the commit, with the outcome its apply had
+    (its message is acknowledged after every replay: ``acknowledge``)."""
     task, request = item.task, item.request
     args, kwargs, task_id = request["args"], request["kwargs"], request.get("id")
     _pass.phase, _pass.item = "replay", item
@@ -279,7 +286,6 @@ def _replay(item: _Item) -> None:
         )
         task.pop_request()
         _pass.phase = _pass.item = None
-    _ack(item.message, task.name, request)
 
 
 def _ack(message: Any, name: str, request: dict[str, Any]) -> None:
@@ -287,6 +293,24 @@ def _ack(message: Any, name: str, request: dict[str, Any]) -> None:
         message.ack()
     except Exception:  # delivered again, and recognised as applied by its trigger id
         log.exception("task %s[%s] not acknowledged", name, request.get("id"))
+
+
+def acknowledge(messages: list[Any], named: Callable[[Any], str]) -> None:
+    """Acknowledge taken messages whose work is committed: on Redis in one round trip
+    (tasks/redis_transport.py ``ack_together``), else one by one. One that is not
+    acknowledged is delivered again and recognised as done (its trigger id, or its
+    job's stale result)."""
+    try:
+        messages = redis_transport.ack_together(messages)
+    except Exception:
+        log.warning("%s taken messages not acknowledged together", len(messages), exc_info=True)
+    for message in messages:
+        if message.acknowledged:
+            continue
+        try:
+            message.ack()
+        except Exception:
+            log.exception("%s not acknowledged", named(message))
 
 
 def _order(name: str, args: Any, kwargs: Any) -> tuple[str, str]:
@@ -357,7 +381,17 @@ def _take() -> list[Any]:
     wanted = app_module.settings.trigger_batch_max - 1
     taken: list[Any] = []
     try:
-        queue = QUEUE.bind(_channel())
+        channel = _channel()
+        if isinstance(channel, redis_transport.Channel):
+            # One script per message, which leaves anything it does not take where it
+            # is: a job, a signal, a redelivery, a retry's ETA keep their place.
+            while len(taken) < wanted:
+                message = redis_transport.take_next_if(channel, QUEUE.name, BATCHABLE)
+                if message is None:
+                    break
+                taken.append(message)
+            return taken
+        queue = QUEUE.bind(channel)
         while len(taken) < wanted:
             message = queue.get(no_ack=False, accept=["json"])
             if message is None:

@@ -197,8 +197,7 @@ def run_batch(first: Outcome, applied: Applied, alone: Alone) -> None:
         else:
             _apply_together(outcomes, applied, alone)
     finally:
-        for message in taken:
-            drain._ack(message, str((message.headers or {}).get("task")), {})
+        drain.acknowledge(taken, lambda m: f"job {m.headers.get('task')}[{m.headers.get('id')}]")
         drain._forget(taken)
 
 

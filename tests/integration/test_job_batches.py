@@ -241,3 +241,32 @@ def test_a_pool_process_killed_mid_batch_loses_no_job_and_applies_no_result_twic
         wait_for(lambda: _queue_empty(s) or None, 30, 0.2, "the queue drained")
     finally:
         worker.stop(sig=signal.SIGKILL)
+
+
+def test_taken_messages_are_acknowledged_in_one_round_trip(
+    jobs: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import redis
+
+    from dormant.tasks.redis_transport import ack_together, take_next_if
+
+    s = jobs
+    name = "test-batch-fast"
+    with _here(s) as app_module, app_module.app.connection_for_write() as conn:
+        channel, queue = conn.default_channel, app_module.QUEUE
+        for n in range(3):
+            app_module.app.send_task(name, kwargs={"n": n}, queue=queue, routing_key=f"job.{name}")
+        taken = [take_next_if(channel, queue.name, [name]) for _ in range(3)]
+        assert all(m is not None for m in taken) and channel.client.hlen("unacked") == 3
+        executed: list[int] = []
+        real = redis.client.Pipeline.execute
+
+        def counted(pipe: Any, *args: Any, **kwargs: Any) -> Any:
+            executed.append(len(pipe.command_stack))
+            return real(pipe, *args, **kwargs)
+
+        monkeypatch.setattr(redis.client.Pipeline, "execute", counted)
+        assert ack_together(taken) == []
+        assert executed == [6], "two removals each, one pipeline"
+        assert all(m.acknowledged for m in taken)
+        assert channel.client.hlen("unacked") == 0 and channel.client.zcard("unacked_index") == 0

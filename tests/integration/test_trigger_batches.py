@@ -18,6 +18,7 @@ failure and for the slow statement a kill lands in: a real refusal and a real wa
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 import uuid
@@ -164,10 +165,11 @@ def _here(s: Stack) -> Iterator[Any]:
         app_module.configure(previous)
 
 
-def _deliver_here(s: Stack) -> int:
-    """Take the queued messages one at a time and run each as a worker runs a delivery
-    (Celery's tracer, acknowledged after), first handing back what a dead worker held
-    past the visibility timeout (kombu's own restore); how many deliveries ran."""
+def _deliver_here(s: Stack, most: int | None = None) -> int:
+    """Take the queued messages one at a time (at most ``most``) and run each as a
+    worker runs a delivery (Celery's tracer, acknowledged after), first handing back
+    what a dead worker held past the visibility timeout (kombu's own restore); how many
+    deliveries ran."""
     from celery.app.trace import trace_task
 
     from dormant.tasks import drain
@@ -177,7 +179,7 @@ def _deliver_here(s: Stack) -> int:
         channel = conn.default_channel
         channel.qos.restore_visible(num=1000, interval=1)
         queue = app_module.QUEUE.bind(channel)
-        while (message := queue.get(no_ack=False, accept=["json"])) is not None:
+        while ran != most and (message := queue.get(no_ack=False, accept=["json"])) is not None:
             name, args, kwargs, req = drain._decode(message, "test@batches")
             trace_task(app_module.app.tasks[name], req["id"], args, kwargs, req, app=app_module.app)
             message.ack()
@@ -219,18 +221,29 @@ def test_a_failing_trigger_rolls_back_only_its_own_savepoint(batched: Stack) -> 
     assert _queue_empty(s), "every trigger of the batch acknowledged, the failed one too"
 
 
-def test_a_message_the_batch_cannot_take_is_queued_again_as_it_came(batched: Stack) -> None:
-    """A signal queued between two ticks ends the poll: published again (same task
-    id, a fresh delivery) behind the second tick, and run as a task of its own."""
+def test_a_message_the_batch_cannot_take_is_left_where_it_is(batched: Stack) -> None:
+    """A signal queued between two ticks ends the poll and keeps its place in the
+    queue (Redis: tasks/redis_transport.py ``take_next_if`` looks before it takes):
+    the first tick is applied alone, then the signal runs, then the second tick."""
+    import redis
+
     s = batched
     ids = _instances(s, 2)
     before = _revisions(s, ids)
     s.client.send_message("batch-tick", correlation_key=ids[0])
     s.client.signal("batch-nobody-listens")
     s.client.send_message("batch-tick", correlation_key=ids[1])
-    # Each tick finds the signal behind it, queues it again behind the rest and is
-    # applied alone; then the signal runs: three deliveries, each message once.
-    assert _deliver_here(s) == 3
+    assert _deliver_here(s, most=1) == 1
+    client = redis.Redis.from_url(s.broker_url)
+    try:
+        # Consumed from the right: the signal is next, the second tick behind it.
+        queued = [json.loads(raw)["headers"]["task"] for raw in client.lrange("dormant", 0, -1)]
+    finally:
+        client.close()
+    assert queued == ["dormant.message", "dormant.signal"]
+    assert _revisions(s, ids) == {ids[0]: before[ids[0]] + 1, ids[1]: before[ids[1]]}
+    # Then each of the two runs as a task of its own: three deliveries in all.
+    assert _deliver_here(s) == 2
     assert _revisions(s, ids) == {i: before[i] + 1 for i in ids}
     assert _queue_empty(s)
     with s.client._store.engine.connect() as conn:
