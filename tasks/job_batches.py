@@ -61,7 +61,7 @@ from typing import Any
 
 from billiard.process import current_process
 from celery.app.trace import trace_task_ret
-from celery.signals import task_prerun
+from celery.signals import task_postrun, task_prerun
 
 from dormant.engine_core.tenants import DEFAULT_TENANT
 from dormant.persistence import clock, savepoints
@@ -126,6 +126,13 @@ def _started(sender: Any = None, task_id: str | None = None, **_: Any) -> None:
         _batch.started[task_id] = time.perf_counter()
 
 
+@task_postrun.connect(weak=False)
+def _ended(task_id: str | None = None, **_: Any) -> None:
+    """A job with no outcome (a Celery retry) leaves no start time behind."""
+    if task_id:
+        _batch.started.pop(task_id, None)
+
+
 def finished(task: Any) -> None:
     """The job ``task`` runs has its outcome: remember how long it took."""
     began = _batch.started.pop(str(getattr(task.request, "id", "")), None)
@@ -137,7 +144,9 @@ def _proven_fast() -> list[str]:
     """The job types this process may take ahead (see the module docstring): no time
     limit of their own either, which a job run inside another's task would not keep."""
     names = []
-    for name, runs in _recent.items():
+    # Copies: a thread pool's other threads add runs meanwhile.
+    for name, kept in list(_recent.items()):
+        runs = tuple(kept)
         if len(runs) < FAST_RUNS or max(runs) > FAST_JOB_SECONDS:
             continue
         task = app.tasks.get(name)
@@ -182,22 +191,22 @@ def run_batch(first: Outcome, applied: Applied, alone: Alone) -> None:
     _batch.outcomes = outcomes = [first]
     try:
         _take_and_run(outcomes, taken)
-    except BaseException:
-        # The process is being ended (a time limit) or the broker failed mid-take:
-        # what was taken goes back; the outcomes are reported the single way.
-        for message in taken:
-            drain._give_back(message)
-        drain._forget(taken)
-        raise
-    finally:
         _batch.outcomes = None
-    try:
         if len(outcomes) == 1:
             alone(first)
         else:
             _apply_together(outcomes, applied, alone)
-    finally:
+    except BaseException:
+        # The process is being ended (a time limit's SIGTERM), or reporting failed
+        # past every fallback: the jobs taken go back to the broker and run again
+        # (at-least-once), so none is acknowledged without its result.
+        for message in taken:
+            drain._give_back(message)
+        raise
+    else:
         drain.acknowledge(taken, lambda m: f"job {m.headers.get('task')}[{m.headers.get('id')}]")
+    finally:
+        _batch.outcomes = None
         drain._forget(taken)
 
 
@@ -219,7 +228,16 @@ def _take_and_run(outcomes: list[Outcome], taken: list[Any]) -> None:
             return
         taken.append(message)
         drain._remember(taken)
-        _run(message)
+        try:
+            _run(message)
+        except Exception:
+            # Not the job's own failure (the tracer reports that) but its message's,
+            # e.g. a body that does not decode: Celery's worker runs it as a task of its
+            # own and handles it as it would any.
+            log.warning("a taken job could not be run; it goes back", exc_info=True)
+            taken.remove(message)
+            drain._give_back(message)
+            return
 
 
 def _run(message: Any) -> None:
