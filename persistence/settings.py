@@ -100,6 +100,8 @@ ENV_VARS: dict[str, str] = {
     "trigger_time_limit_seconds": "DORMANT_TRIGGER_TIME_LIMIT_SECONDS",
     "trigger_batch_max": "DORMANT_TRIGGER_BATCH_MAX",
     "job_batch_max": "DORMANT_JOB_BATCH_MAX",
+    "job_batch_fast_seconds": "DORMANT_JOB_BATCH_FAST_SECONDS",
+    "job_batch_seconds": "DORMANT_JOB_BATCH_SECONDS",
     "db_statement_timeout_seconds": "DORMANT_DB_STATEMENT_TIMEOUT_SECONDS",
     "db_idle_in_transaction_timeout_seconds": "DORMANT_DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS",
     "worker_shutdown_timeout_seconds": "DORMANT_WORKER_SHUTDOWN_TIMEOUT_SECONDS",
@@ -165,6 +167,9 @@ MAX_DEPTH_CEILING = 500
 # The most triggers one task applies in one transaction: past a few dozen the commit
 # saved is noise, while every trigger in the batch waits for the slowest one's savepoint.
 MAX_TRIGGER_BATCH = 256
+# The bounds of a job batch's time settings (tasks/job_batches.py).
+MAX_FAST_JOB_SECONDS = 1.0
+MAX_JOB_BATCH_SECONDS = 60.0
 
 
 def normalise_database_url(url: str) -> str:
@@ -219,6 +224,10 @@ class Settings(BaseModel):
     # process, their results applied in one transaction (tasks/job_batches.py;
     # docs/internals.md, "Several jobs per task"). 1 turns it off.
     job_batch_max: int = 16
+    # A job type is taken so once each of its last three runs in the process took at
+    # most this long; a batch takes no more jobs once it has run job_batch_seconds.
+    job_batch_fast_seconds: float = 0.01
+    job_batch_seconds: float = 0.05
     # On every engine connection to PostgreSQL (applied at connect): no statement, lock
     # wait included, runs longer than this, and no session sits idle inside an open
     # transaction (holding an instance's row lock) longer than that.
@@ -411,6 +420,21 @@ class Settings(BaseModel):
     def _job_batch(cls, value: int) -> int:
         if not 1 <= value <= MAX_TRIGGER_BATCH:
             raise ValueError(f"must be a whole number of jobs from 1 to {MAX_TRIGGER_BATCH}")
+        return value
+
+    @field_validator("job_batch_fast_seconds")
+    @classmethod
+    def _fast_job(cls, value: float) -> float:
+        # Past a second a "fast" job holds the results before it as long as a slow one.
+        if not 0 < value <= MAX_FAST_JOB_SECONDS:
+            raise ValueError(f"must be more than 0 and at most {MAX_FAST_JOB_SECONDS} seconds")
+        return value
+
+    @field_validator("job_batch_seconds")
+    @classmethod
+    def _job_batch_seconds(cls, value: float) -> float:
+        if not 0 < value <= MAX_JOB_BATCH_SECONDS:
+            raise ValueError(f"must be more than 0 and at most {MAX_JOB_BATCH_SECONDS} seconds")
         return value
 
     @field_validator("max_variables_depth")

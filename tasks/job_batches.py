@@ -11,10 +11,10 @@ cost one broker script each and share one commit.
 Which jobs, so that no job waits behind another:
 
 - a job is taken only if its type is *proven fast* in this process: each of its last
-  ``FAST_RUNS`` runs here took at most ``FAST_JOB_SECONDS``. A type that calls a
-  slow service is never taken ahead; its jobs come one per task as before;
-- a batch stops taking when it has run ``BATCH_SECONDS``, when it holds
-  ``DORMANT_JOB_BATCH_MAX`` results, or at the first queued message that is not such a
+  ``FAST_RUNS`` runs here took at most ``DORMANT_JOB_BATCH_FAST_SECONDS`` (10 ms). A
+  type that calls a slow service is never taken ahead; its jobs come one per task;
+- a batch stops taking when it has run ``DORMANT_JOB_BATCH_SECONDS`` (50 ms), when it
+  holds ``DORMANT_JOB_BATCH_MAX`` results, or at the first queued message that is not such a
   job (a trigger, a job of another type, a redelivery, a message with an ETA, an expiry
   or a time limit of its own): that message is left where it is, for the worker's
   next delivery, never moved (tasks/redis_transport.py ``take_next_if``);
@@ -72,8 +72,6 @@ from dormant.tasks.job_headers import HEADER_TENANT, job_context, read_header
 from dormant.tasks.redis_transport import take_next_if
 
 __all__ = [
-    "BATCH_SECONDS",
-    "FAST_JOB_SECONDS",
     "FAST_RUNS",
     "Outcome",
     "collect",
@@ -85,11 +83,8 @@ __all__ = [
 log = logging.getLogger("dormant.jobs")
 
 # A type is taken ahead once each of its last FAST_RUNS runs in this process took at
-# most FAST_JOB_SECONDS (its body and the check of its result).
-FAST_JOB_SECONDS = 0.01
+# most ``DORMANT_JOB_BATCH_FAST_SECONDS`` (its body and the check of its result).
 FAST_RUNS = 3
-# A batch takes no more jobs once it has run this long.
-BATCH_SECONDS = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,10 +139,11 @@ def _proven_fast() -> list[str]:
     """The job types this process may take ahead (see the module docstring): no time
     limit of their own either, which a job run inside another's task would not keep."""
     names = []
+    fast = app_module.settings.job_batch_fast_seconds
     # Copies: a thread pool's other threads add runs meanwhile.
     for name, kept in list(_recent.items()):
         runs = tuple(kept)
-        if len(runs) < FAST_RUNS or max(runs) > FAST_JOB_SECONDS:
+        if len(runs) < FAST_RUNS or max(runs) > fast:
             continue
         task = app.tasks.get(name)
         if task is None or task.time_limit or task.soft_time_limit:
@@ -212,8 +208,8 @@ def run_batch(first: Outcome, applied: Applied, alone: Alone) -> None:
 
 def _take_and_run(outcomes: list[Outcome], taken: list[Any]) -> None:
     began = time.perf_counter()
-    limit = app_module.settings.job_batch_max
-    while len(outcomes) < limit and time.perf_counter() - began < BATCH_SECONDS:
+    limit, budget = app_module.settings.job_batch_max, app_module.settings.job_batch_seconds
+    while len(outcomes) < limit and time.perf_counter() - began < budget:
         # Asked again before each take: a type's first slow run ends its taking.
         names = _proven_fast()
         if not names or _retiring():

@@ -83,8 +83,8 @@ def _publish_rows_then_maybe_not(rows: Iterable[Any]) -> int:
 _report = job_results.report
 
 
-def _report_then_maybe_die(instance_id: str, trigger: Any, trigger_id: str) -> None:
-    _report(instance_id, trigger, trigger_id)
+def _report_then_maybe_die(instance_id: str, trigger: Any, trigger_id: str, **kw: Any) -> None:
+    _report(instance_id, trigger, trigger_id, **kw)
     _die("result-applied")
 
 

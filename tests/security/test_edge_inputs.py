@@ -200,3 +200,20 @@ def test_the_trigger_batch_size_is_a_bounded_setting() -> None:
             Settings.from_env({"DORMANT_TRIGGER_BATCH_MAX": value})
         if value != "many":
             assert "from 1 to 256" in str(refused.value)
+
+
+def test_the_job_batch_settings_are_bounded() -> None:
+    defaults = Settings.from_env({})
+    assert (defaults.job_batch_max, defaults.job_batch_fast_seconds) == (16, 0.01)
+    assert defaults.job_batch_seconds == 0.05
+    for name, value, says in [
+        ("DORMANT_JOB_BATCH_MAX", "0", "from 1 to 256"),
+        ("DORMANT_JOB_BATCH_MAX", "257", "from 1 to 256"),
+        ("DORMANT_JOB_BATCH_FAST_SECONDS", "0", "at most 1.0 seconds"),
+        ("DORMANT_JOB_BATCH_FAST_SECONDS", "5", "at most 1.0 seconds"),
+        ("DORMANT_JOB_BATCH_SECONDS", "-1", "at most 60.0 seconds"),
+        ("DORMANT_JOB_BATCH_SECONDS", "3600", "at most 60.0 seconds"),
+    ]:
+        with pytest.raises(InvalidSetting, match=name) as refused:
+            Settings.from_env({name: value})
+        assert says in str(refused.value)
