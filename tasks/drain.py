@@ -208,10 +208,7 @@ def _batch_taken(first: _Item, held: list[Any], call: Call, tid: str, hostname: 
     with app_module.publishing_together():
         for item in items[1:]:
             _replay(item)
-    acknowledge(
-        [item.message for item in items[1:]],
-        lambda message: f"task {message.headers.get('task')}[{message.headers.get('id')}]",
-    )
+    acknowledge([item.message for item in items[1:]])
     if first.ok:
         return first.outcome
     raise first.outcome
@@ -295,7 +292,7 @@ def _ack(message: Any, name: str, request: dict[str, Any]) -> None:
         log.exception("task %s[%s] not acknowledged", name, request.get("id"))
 
 
-def acknowledge(messages: list[Any], named: Callable[[Any], str]) -> None:
+def acknowledge(messages: list[Any]) -> None:
     """Acknowledge taken messages whose work is committed: on Redis in one round trip
     (tasks/redis_transport.py ``ack_together``), else one by one. One that is not
     acknowledged is delivered again and recognised as done (its trigger id, or its
@@ -310,7 +307,8 @@ def acknowledge(messages: list[Any], named: Callable[[Any], str]) -> None:
         try:
             message.ack()
         except Exception:
-            log.exception("%s not acknowledged", named(message))
+            headers = message.headers or {}
+            log.exception("task %s[%s] not acknowledged", headers.get("task"), headers.get("id"))
 
 
 def _order(name: str, args: Any, kwargs: Any) -> tuple[str, str]:
@@ -383,14 +381,9 @@ def _take() -> list[Any]:
     try:
         channel = _channel()
         if isinstance(channel, redis_transport.Channel):
-            # One script per message, which leaves anything it does not take where it
-            # is: a job, a signal, a redelivery, a retry's ETA keep their place.
-            while len(taken) < wanted:
-                message = redis_transport.take_next_if(channel, QUEUE.name, BATCHABLE)
-                if message is None:
-                    break
-                taken.append(message)
-            return taken
+            # One script for them all, which leaves what it does not take where it is:
+            # a job, a signal, a redelivery, a retry's ETA keep their place.
+            return redis_transport.take_queued(channel, QUEUE.name, BATCHABLE, wanted)
         queue = QUEUE.bind(channel)
         while len(taken) < wanted:
             message = queue.get(no_ack=False, accept=["json"])

@@ -69,7 +69,7 @@ from dormant.tasks import app as app_module
 from dormant.tasks import drain, wire
 from dormant.tasks.app import QUEUE, app, store
 from dormant.tasks.job_headers import HEADER_TENANT, job_context, read_header
-from dormant.tasks.redis_transport import take_next_if
+from dormant.tasks.redis_transport import take_queued
 
 __all__ = [
     "FAST_RUNS",
@@ -200,7 +200,7 @@ def run_batch(first: Outcome, applied: Applied, alone: Alone) -> None:
             drain._give_back(message)
         raise
     else:
-        drain.acknowledge(taken, lambda m: f"job {m.headers.get('task')}[{m.headers.get('id')}]")
+        drain.acknowledge(taken)
     finally:
         _batch.outcomes = None
         drain._forget(taken)
@@ -215,13 +215,14 @@ def _take_and_run(outcomes: list[Outcome], taken: list[Any]) -> None:
         if not names or _retiring():
             return
         try:
-            message = take_next_if(drain._channel(), QUEUE.name, names)
+            found = take_queued(drain._channel(), QUEUE.name, names)
         except Exception:
             log.warning("the queue could not be polled for more jobs", exc_info=True)
             drain._reset()
             return
-        if message is None:
+        if not found:
             return
+        [message] = found
         taken.append(message)
         drain._remember(taken)
         try:

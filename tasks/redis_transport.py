@@ -44,15 +44,22 @@ from kombu.transport import redis, virtual
 
 from dormant.tasks.app import EXCHANGE, app
 
-__all__ = ["BINDINGS_TTL_SECONDS", "Transport", "ack_together", "take_next_if"]
+__all__ = [
+    "BINDINGS_TTL_SECONDS",
+    "LOOK_AHEAD",
+    "LOOK_AHEAD_BYTES",
+    "Transport",
+    "ack_together",
+    "take_queued",
+]
 
 # How long a channel routes by the bindings it read, without reading them again.
 BINDINGS_TTL_SECONDS = 1.0
 
 
 class Channel(redis.Channel):
-    # ``take_next_if``'s script, registered on the channel's client at its first use.
-    _take_next_if: Any = None
+    # ``take_queued``'s script, registered on the channel's client at its first use.
+    _take_queued: Any = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         # exchange -> (when read, its bindings); set before kombu's own __init__, which
@@ -117,68 +124,99 @@ class Transport(redis.Transport):
     Channel = Channel
 
 
-# The next message of a queue, popped only if it is a task of ``names`` that carries no
-# ETA, expiry or time limit of its own and was never delivered before, and recorded as
-# unacknowledged exactly as kombu's ``QoS.append`` records a delivery (the message,
-# exchange and routing key in ``unacked``, the tag in ``unacked_index``): both in one
-# script, so no crash can lose a message between the pop and the record. "Next" is what
-# kombu's own ``_get`` would pop: the tail of the first non-empty list, in the
-# channel's priority order; the script never looks past it.
+# How deep a take looks into a queue, and the largest message it decodes there (Redis
+# runs a script alone: a take must cost it little whatever is queued).
+LOOK_AHEAD = 32
+LOOK_AHEAD_BYTES = 16 * 1024
+
+# Up to ``most`` messages of a queue taken at once, each only if it is a task of
+# ``names`` that carries no ETA, expiry or time limit of its own and was never
+# delivered before, and recorded as unacknowledged exactly as kombu's ``QoS.append``
+# records a delivery (the message, exchange and routing key in ``unacked``, the tag in
+# ``unacked_index``): all in one script, so no crash can lose a message between the pop
+# and the record. The script looks at the LOOK_AHEAD messages kombu would deliver next
+# (the tail of the first non-empty list, in the channel's priority order), oldest
+# first; a message it does not take keeps its place.
 # KEYS: the queue's lists in priority order, then unacked_index and unacked.
-# ARGV: now (seconds), then the task names.
-_TAKE_NEXT_IF = """
+# ARGV: now (seconds), most, look-ahead, largest size, then the task names.
+_TAKE_QUEUED = """
 local lists = #KEYS - 2
 local index, unacked = KEYS[lists + 1], KEYS[lists + 2]
+local now, most = ARGV[1], tonumber(ARGV[2])
+local depth, largest = tonumber(ARGV[3]), tonumber(ARGV[4])
 local function given(v) return v ~= nil and v ~= cjson.null end
+local function named(raw)
+  for j = 5, #ARGV do
+    if string.find(raw, '"' .. ARGV[j] .. '"', 1, true) then return true end
+  end
+  return false
+end
+local function takeable(m)
+  if type(m) ~= 'table' then return nil end
+  local h, p = m['headers'], m['properties']
+  if type(h) ~= 'table' or type(p) ~= 'table' then return nil end
+  local known = false
+  for j = 5, #ARGV do
+    if h['task'] == ARGV[j] then known = true end
+  end
+  if not known or given(h['eta']) or given(h['expires']) then return nil end
+  if h['redelivered'] == true then return nil end
+  local limits = h['timelimit']
+  if type(limits) == 'table' and (given(limits[1]) or given(limits[2])) then return nil end
+  local info, tag = p['delivery_info'], p['delivery_tag']
+  if type(info) ~= 'table' or type(tag) ~= 'string' then return nil end
+  if info['redelivered'] == true then return nil end
+  return info, tag
+end
 for i = 1, lists do
-  local raw = redis.call('LINDEX', KEYS[i], -1)
-  if raw then
-    local ok, m = pcall(cjson.decode, raw)
-    if not ok or type(m) ~= 'table' then return false end
-    local h, p = m['headers'], m['properties']
-    if type(h) ~= 'table' or type(p) ~= 'table' then return false end
-    local named = false
-    for j = 2, #ARGV do
-      if h['task'] == ARGV[j] then named = true end
+  local queued = redis.call('LRANGE', KEYS[i], -depth, -1)
+  if #queued > 0 then
+    local taken = {}
+    for k = #queued, 1, -1 do
+      if #taken >= most then break end
+      local raw = queued[k]
+      if #raw <= largest and named(raw) then
+        local ok, m = pcall(cjson.decode, raw)
+        local info, tag
+        if ok then info, tag = takeable(m) end
+        if info then
+          redis.call('LREM', KEYS[i], -1, raw)
+          redis.call('ZADD', index, now, tag)
+          redis.call('HSET', unacked, tag,
+            '[' .. raw .. ',' .. cjson.encode(info['exchange']) .. ',' ..
+            cjson.encode(info['routing_key']) .. ']')
+          taken[#taken + 1] = raw
+        end
+      end
     end
-    if not named or given(h['eta']) or given(h['expires']) then return false end
-    if h['redelivered'] == true then return false end
-    local limits = h['timelimit']
-    if type(limits) == 'table' and (given(limits[1]) or given(limits[2])) then return false end
-    local info, tag = p['delivery_info'], p['delivery_tag']
-    if type(info) ~= 'table' or type(tag) ~= 'string' then return false end
-    if info['redelivered'] == true then return false end
-    redis.call('RPOP', KEYS[i])
-    redis.call('ZADD', index, ARGV[1], tag)
-    redis.call('HSET', unacked, tag,
-      '[' .. raw .. ',' .. cjson.encode(info['exchange']) .. ',' ..
-      cjson.encode(info['routing_key']) .. ']')
-    return raw
+    return taken
   end
 end
-return false
+return {}
 """
 
 
-def take_next_if(channel: Any, queue: str, names: Collection[str]) -> Any:
-    """The queue's next message as kombu delivers it (unacknowledged, on ``channel``)
-    if it is a plain first delivery of a task in ``names`` (see ``_TAKE_NEXT_IF``);
-    None if it is not, or the queue is empty. Only on a channel of this transport
-    (tasks/job_batches.py uses it; any other transport takes nothing)."""
-    if not isinstance(channel, Channel) or not names:
-        return None
-    script = channel._take_next_if
+def take_queued(channel: Any, queue: str, names: Collection[str], most: int = 1) -> list[Any]:
+    """Up to ``most`` of the queue's next messages, as kombu delivers them
+    (unacknowledged, on ``channel``), each a plain first delivery of a task in
+    ``names`` (see ``_TAKE_QUEUED``); oldest first, none if there are none. Only on a
+    channel of this transport (the batches of tasks/drain.py and tasks/job_batches.py
+    take so; on any other transport this takes nothing)."""
+    if not isinstance(channel, Channel) or not names or most < 1:
+        return []
+    script = channel._take_queued
     if script is None:
-        script = channel._take_next_if = channel.client.register_script(_TAKE_NEXT_IF)
+        script = channel._take_queued = channel.client.register_script(_TAKE_QUEUED)
     qos = channel.qos
     keys = [channel._q_for_pri(queue, pri) for pri in channel.priority_steps]
-    raw = script(keys=[*keys, qos.unacked_index_key, qos.unacked_key], args=[time(), *names])
-    if not raw:
-        return None
-    message = channel.Message(json.loads(raw), channel=channel)
-    # kombu's own bookkeeping of a delivery (what ``QoS.append`` does after Redis's).
-    virtual.QoS.append(qos, message, message.delivery_tag)
-    return message
+    args = [time(), most, LOOK_AHEAD, LOOK_AHEAD_BYTES, *names]
+    taken = []
+    for raw in script(keys=[*keys, qos.unacked_index_key, qos.unacked_key], args=args):
+        message = channel.Message(json.loads(raw), channel=channel)
+        # kombu's own bookkeeping of a delivery (what ``QoS.append`` does after Redis's).
+        virtual.QoS.append(qos, message, message.delivery_tag)
+        taken.append(message)
+    return taken
 
 
 def ack_together(messages: list[Any]) -> list[Any]:

@@ -17,6 +17,8 @@ lost, shows in its instance: exactly one ``job_completed`` trigger woke each one
 
 from __future__ import annotations
 
+import base64
+import json
 import logging
 import signal
 import time
@@ -47,7 +49,23 @@ def _service(key: str, job_type: str) -> str:
     return model(key, start() + task + end(), [("start", "work"), ("work", "end")])
 
 
-FAST, SLOW = "job_batch_fast", "job_batch_slow"
+FAST, SLOW, FOUR = "job_batch_fast", "job_batch_slow", "job_batch_four"
+
+
+def _four_in_parallel(key: str) -> str:
+    """Four fast jobs of one instance at once, joined: four results for one row."""
+    tasks = "".join(
+        f'<bpmn:serviceTask id="w{i}"><bpmn:extensionElements>'
+        f'<zeebe:taskDefinition type="test-batch-fast" retries="1"/>'
+        f"</bpmn:extensionElements></bpmn:serviceTask>"
+        for i in range(4)
+    )
+    gateways = '<bpmn:parallelGateway id="fork"/><bpmn:parallelGateway id="join"/>'
+    flows = [("start", "fork"), ("join", "end")]
+    flows += [("fork", f"w{i}") for i in range(4)] + [(f"w{i}", "join") for i in range(4)]
+    return model(key, start() + gateways + tasks + end(), flows)
+
+
 # A loaded machine must not decide a test: a job of a millisecond is proven fast under
 # a bound of a second, and a batch may take for a minute. The slow type's test sets
 # the bound it is judged by.
@@ -71,6 +89,7 @@ def jobs(
         try:
             s.client.deploy(_service(FAST, "test-batch-fast"))
             s.client.deploy(_service(SLOW, "test-batch-slow"))
+            s.client.deploy(_four_in_parallel(FOUR))
             yield s
         finally:
             s.close()
@@ -169,7 +188,7 @@ def test_a_refused_result_rolls_back_only_its_own_savepoint(
 def test_the_broker_script_takes_only_a_plain_first_delivery_of_a_named_task(
     jobs: Stack,
 ) -> None:
-    from dormant.tasks.redis_transport import take_next_if
+    from dormant.tasks.redis_transport import LOOK_AHEAD, LOOK_AHEAD_BYTES, take_queued
 
     s = jobs
     name = "test-batch-fast"
@@ -178,44 +197,67 @@ def test_the_broker_script_takes_only_a_plain_first_delivery_of_a_named_task(
         app, queue = app_module.app, app_module.QUEUE
         client = channel.client
 
-        def send(task: str, **options: Any) -> None:
+        def send(task: str, n: int = 1, pad: str = "", **options: Any) -> None:
             app.send_task(
                 task,
-                kwargs={"n": 1},
+                kwargs={"n": n, "pad": pad},
                 queue=queue,
                 routing_key=f"job.{task}",
                 exchange=queue.exchange.name,
                 **options,
             )
 
-        def depth() -> int:
-            return int(client.llen(queue.name))
+        def take(most: int = 1) -> list[Any]:
+            return take_queued(channel, queue.name, [name], most)
 
-        assert take_next_if(channel, queue.name, [name]) is None, "an empty queue"
+        def left() -> list[tuple[str, Any]]:
+            """What is queued, next first: each message's task and its n."""
+            out = []
+            for raw in reversed(client.lrange(queue.name, 0, -1)):
+                payload = json.loads(raw)
+                _, kwargs, _ = json.loads(base64.b64decode(payload["body"]))
+                out.append((payload["headers"]["task"], kwargs.get("n")))
+            return out
+
+        assert take() == [], "an empty queue"
         send(name)
-        message = take_next_if(channel, queue.name, [name])
-        assert message is not None and message.headers["task"] == name
+        [message] = take()
+        assert message.headers["task"] == name
         tag = message.delivery_tag
         assert client.hexists("unacked", tag) and client.zscore("unacked_index", tag)
         # Recorded as kombu records a delivery: kombu's own restore gives it back.
         channel.qos.restore_by_tag(tag, leftmost=True)
-        assert depth() == 1 and not client.hexists("unacked", tag)
-        # Given back, it is a redelivery: never taken ahead, left where it is.
-        assert take_next_if(channel, queue.name, [name]) is None and depth() == 1
+        assert left() == [(name, 1)] and not client.hexists("unacked", tag)
+        # Given back, it is a redelivery: never taken, left where it is.
+        assert take() == [] and left() == [(name, 1)]
         client.delete(queue.name)
         for other in (
             lambda: send("test-batch-slow"),  # a task not named
             lambda: send(name, countdown=60),  # an ETA of its own
             lambda: send(name, expires=60),  # an expiry of its own
             lambda: send(name, time_limit=5),  # a time limit of its own
+            lambda: send(name, pad="x" * LOOK_AHEAD_BYTES),  # too large to decode there
         ):
             other()
-            assert take_next_if(channel, queue.name, [name]) is None and depth() == 1
+            assert take() == [] and len(left()) == 1
             client.delete(queue.name)
-        # The next message decides: one behind it is never looked at.
-        send("test-batch-slow")
-        send(name)
-        assert take_next_if(channel, queue.name, [name]) is None and depth() == 2
+        # What it does not take keeps its place; the oldest of the others come first.
+        send("test-batch-slow", n=1)
+        send(name, n=2)
+        send("test-batch-slow", n=3)
+        send(name, n=4)
+        send(name, n=5)
+        taken = take(most=2)
+        assert [m.payload[1]["n"] for m in taken] == [2, 4]
+        assert left() == [("test-batch-slow", 1), ("test-batch-slow", 3), (name, 5)]
+        for m in taken:
+            m.ack()
+        client.delete(queue.name)
+        # It looks LOOK_AHEAD messages deep, no deeper.
+        for n in range(LOOK_AHEAD):
+            send("test-batch-slow", n=n)
+        send(name, n=LOOK_AHEAD)
+        assert take() == [] and len(left()) == LOOK_AHEAD + 1
         client.delete(queue.name)
         assert client.hlen("unacked") == 0
 
@@ -262,7 +304,7 @@ def test_taken_messages_are_acknowledged_in_one_round_trip(
 ) -> None:
     import redis
 
-    from dormant.tasks.redis_transport import ack_together, take_next_if
+    from dormant.tasks.redis_transport import ack_together, take_queued
 
     s = jobs
     name = "test-batch-fast"
@@ -270,8 +312,8 @@ def test_taken_messages_are_acknowledged_in_one_round_trip(
         channel, queue = conn.default_channel, app_module.QUEUE
         for n in range(3):
             app_module.app.send_task(name, kwargs={"n": n}, queue=queue, routing_key=f"job.{name}")
-        taken = [take_next_if(channel, queue.name, [name]) for _ in range(3)]
-        assert all(m is not None for m in taken) and channel.client.hlen("unacked") == 3
+        taken = take_queued(channel, queue.name, [name], 3)
+        assert len(taken) == 3 and channel.client.hlen("unacked") == 3
         executed: list[int] = []
         real = redis.client.Pipeline.execute
 
@@ -284,3 +326,29 @@ def test_taken_messages_are_acknowledged_in_one_round_trip(
         assert executed == [6], "two removals each, one pipeline"
         assert all(m.acknowledged for m in taken)
         assert channel.client.hlen("unacked") == 0 and channel.client.zcard("unacked_index") == 0
+
+
+def test_two_workers_batching_results_of_the_same_instances_apply_each_once(
+    jobs: Stack,
+) -> None:
+    """Twenty instances, each with four jobs queued at once, drained by two workers of
+    two pool processes: results of one instance land in different batches at once, and
+    each batch locks its instances in the same order. Every result applied once, every
+    join passed once."""
+    s = jobs
+    ids = _queued(s, FOUR, 20)
+    workers = [worker_with(s, concurrency=2, **ROOMY) for _ in range(2)]
+    try:
+        wait_for(
+            lambda: all(instance_status(s, i) == "completed" for i in ids) or None,
+            90,
+            0.5,
+            "every instance completed",
+        )
+        assert {i: woken_by(s, i, "job_completed") for i in ids} == {i: 4 for i in ids}
+        wait_for(lambda: _queue_empty(s) or None, 30, 0.2, "the queue drained")
+        batches = sum(w.text().count("job results applied in one transaction") for w in workers)
+        assert batches > 0, "the jobs were run in batches"
+    finally:
+        for w in workers:
+            w.stop(sig=signal.SIGKILL)
