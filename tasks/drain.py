@@ -15,14 +15,16 @@ How, in order:
    waiting for up to ``max - 1`` more messages, each held unacknowledged by this
    process's own broker channel. An idle queue answers at once with nothing: the batch
    is 1 and the trigger is applied exactly as on its own (latency first). A message
-   that is not a batchable trigger ends the poll, and so does one the broker flags as
+   that is not a batchable trigger is not taken, nor is one the broker flags as
    redelivered (its delivery is counted once, by a task of its own: the poison bound).
-   On Redis one script per message looks before it takes (tasks/redis_transport.py
-   ``take_next_if``): such a message, or one with an ETA of its own (a retry's
-   backoff), is left where it is. On another broker it was taken already
-   (``basic_get``): a redelivered one is given back still flagged, any other is
-   published again as it is (same task id, body and headers) and only then
-   acknowledged: a fresh delivery, never a "redelivered" one.
+   On Redis one script takes them all (tasks/redis_transport.py ``take_queued``): it
+   looks at the next 32 queued messages and takes the batchable triggers among them,
+   and what it leaves (a job, a signal, a redelivery, a retry's ETA) keeps its place,
+   so a queue where starts and jobs alternate batches too. On another broker kombu's
+   ``basic_get`` takes the next one, and the first that does not belong ends the poll:
+   a redelivered one is given back still flagged, any other is published again as it
+   is (same task id, body and headers) and only then acknowledged: a fresh delivery,
+   never a "redelivered" one.
 2. Each taken trigger's task body runs up to its apply (``collect``): the shell hands
    over its call and trigger id, and nothing else of the body runs yet.
 3. The calls run in ONE transaction (persistence/savepoints.py), sorted by the row they

@@ -14,10 +14,11 @@ Which jobs, so that no job waits behind another:
   ``FAST_RUNS`` runs here took at most ``DORMANT_JOB_BATCH_FAST_SECONDS`` (10 ms). A
   type that calls a slow service is never taken ahead; its jobs come one per task;
 - a batch stops taking when it has run ``DORMANT_JOB_BATCH_SECONDS`` (50 ms), when it
-  holds ``DORMANT_JOB_BATCH_MAX`` results, or at the first queued message that is not such a
-  job (a trigger, a job of another type, a redelivery, a message with an ETA, an expiry
-  or a time limit of its own): that message is left where it is, for the worker's
-  next delivery, never moved (tasks/redis_transport.py ``take_next_if``);
+  holds ``DORMANT_JOB_BATCH_MAX`` results, or when the next ``LOOK_AHEAD`` (32) queued
+  messages hold no such job. A message it does not take (a trigger, a job of another
+  type, a redelivery, a message with an ETA, an expiry or a time limit of its own)
+  keeps its place, for the worker's next delivery, never moved behind the backlog
+  (tasks/redis_transport.py ``take_queued``);
 - so the results taken first wait at most the run of the jobs after them: a few tens
   of milliseconds, unless a proven-fast type suddenly stalls (documented in
   docs/internals.md with its bound, the running task's time limit).
