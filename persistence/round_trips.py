@@ -97,8 +97,14 @@ def savepoint(conn: Connection) -> Iterator[Connection]:
     it is SQLAlchemy's own nested one."""
     info = conn.info
     if info.get(_IN_SAVEPOINT):
-        with conn.begin_nested():
-            yield conn
+        # SQLAlchemy's own, named apart: its statements are plain ones meanwhile (a
+        # RELEASE riding with one would release the outer savepoint, and this with it).
+        del info[_IN_SAVEPOINT]
+        try:
+            with conn.begin_nested():
+                yield conn
+        finally:
+            info[_IN_SAVEPOINT] = True
         return
     info[_IN_SAVEPOINT] = info[_SAVEPOINT_PENDING] = True
     try:

@@ -371,3 +371,26 @@ def test_a_trigger_that_fails_in_a_batch_rolls_back_its_savepoint_only(
     assert sent.outside.count("ROLLBACK") == 2, sent.outside
     statuses = {i: pg_store.queries.instance(i).status for i in waits}
     assert statuses == {i: "completed" for i in waits}
+
+
+def test_a_savepoint_inside_a_trigger_s_savepoint_is_sqlalchemy_s_own(pg_store: Store) -> None:
+    """A nested savepoint's last statement carries no RELEASE of the outer one: it rolls
+    back alone, and the outer savepoint's statements before and after it commit."""
+    engine = pg_store.engine
+    with engine.begin() as conn:
+        conn.execute(text("CREATE TABLE rt_nested (n int)"))
+    insert = text("INSERT INTO rt_nested VALUES (:n)")
+    try:
+        with savepoints.one_transaction(engine) as conn:
+            with round_trips.savepoint(conn):
+                round_trips.first(conn, insert, {"n": 1})
+                with pytest.raises(LookupError), round_trips.savepoint(conn):
+                    round_trips.last(conn, insert, {"n": 2})
+                    raise LookupError("the nested block fails")
+                round_trips.last(conn, insert, {"n": 3})
+        with engine.connect() as conn:
+            kept = [n for (n,) in conn.execute(text("SELECT n FROM rt_nested ORDER BY n"))]
+        assert kept == [1, 3]
+    finally:
+        with engine.begin() as conn:
+            conn.execute(text("DROP TABLE rt_nested"))
