@@ -13,7 +13,10 @@ a fresh, migrated PostgreSQL database (created here, dropped at the end):
 (d) dormant: completed instances of a one-service-task process (``dormant.start`` →
     the job ``bench-noop-job`` → its result), drained by the same kind of worker;
 (e) the producer: ``Client.send_message`` and ``Client.start`` per call beside the floor
-    of one inbox INSERT commit + one publish on a pooled producer, and the batch calls.
+    of one inbox INSERT commit + one publish on a pooled producer, and the batch calls;
+(f) (c) again with a backlog of ``--backlog`` (10,000) messages queued at once, beside
+    the rounds' (c) (the steady state): its rate >= 0.9x theirs, and deliveries per
+    trigger (each delivery written by the worker: tests/faults/delivery_log.py) <= 1.0.
 
 Each is queued first, then drained by ONE worker process (prefork x2, acks late,
 prefetch 1), timed from its first take to the last task done (bench/harness.py); for
@@ -61,6 +64,11 @@ from bench.models import MESSAGE, SERVICE, SERVICE_EAGER
 # per second with the job through the broker; latency at half that capacity beside it.
 MESSAGE_FLOOR_TARGET = 1.0
 SERVICE_TARGET = 250.0
+# (f): a backlog of this many message triggers drains at >= 0.9x the steady state's
+# rate, each delivered once (issue 25).
+BACKLOG = 10_000
+BACKLOG_THROUGHPUT_TARGET = 0.9
+BACKLOG_DELIVERIES_TARGET = 1.0
 
 
 def latency_beside(
@@ -375,6 +383,12 @@ def main() -> int:
         help="the latency load at half capacity, s (default 20; quick 5; 0 skips it)",
     )
     ap.add_argument(
+        "--backlog",
+        type=int,
+        default=BACKLOG,
+        help=f"message triggers queued at once for (f) (default {BACKLOG:,})",
+    )
+    ap.add_argument(
         "--no-unbatched",
         action="store_true",
         help="skip (c) with batches off (DORMANT_TRIGGER_BATCH_MAX=1) beside (c) each round",
@@ -385,7 +399,8 @@ def main() -> int:
         args.latency_seconds if args.latency_seconds is not None else (5.0 if args.quick else 20.0)
     )
     n_base = args.n or (2000 if args.quick else 20000)
-    n = n_service = args.dormant_n or (1000 if args.quick else 5000)
+    n_dormant = n_service = args.dormant_n or (1000 if args.quick else 5000)
+    n = n_dormant
     rounds = args.rounds or 3
     n_floor = max(n_base // rounds, 1)
 
@@ -452,10 +467,18 @@ def main() -> int:
 
         client = Client(database_url=database_url, broker_url=broker_url)
 
-        def message_round(tag: str, batch_max: str | None = None) -> tuple[float, Any, Any, float]:
+        def message_round(
+            tag: str,
+            batch_max: str | None = None,
+            count: int | None = None,
+            delivery_log: Path | None = None,
+        ) -> tuple[float, Any, Any, float]:
             """(c) N instances waiting on the message catch (started by a worker: setup,
             printed for the record), then N messages sent through the Client and
-            drained by a fresh worker: the rate, the Client's and the worker's counts."""
+            drained by a fresh worker: the rate, the Client's and the worker's counts.
+            ``count``: another N (the backlog); ``delivery_log``: where the draining
+            worker writes each delivery of a trigger (tests/faults/delivery_log.py)."""
+            n = count or n_dormant
             publish_many(
                 tasks_app.app,
                 "dormant.start",
@@ -506,10 +529,17 @@ def main() -> int:
                     os.environ.pop("DORMANT_TRIGGER_BATCH_MAX", None)
 
             def drain_messages_now() -> float:
+                logged = {"DORMANT_TEST_DELIVERY_LOG": str(delivery_log)} if delivery_log else None
                 secs, worker = harness.drain(
                     r,
                     tasks_app.QUEUE.name,
-                    lambda: harness.dormant_worker(broker_url, database_url, logdir),
+                    lambda: harness.dormant_worker(
+                        broker_url,
+                        database_url,
+                        logdir,
+                        include="bench.jobs,tests.faults.delivery_log",
+                        env=logged,
+                    ),
                     done=lambda: count_status(store, "bench_message", "completed") >= parked,
                 )
                 worker.stop()
@@ -557,6 +587,7 @@ def main() -> int:
         # that comes and goes (or PostgreSQL's checkpoint) falls on all; the targets are
         # judged on the medians of the rounds.
         round_ratios: list[float] = []
+        message_rates: list[float] = []
         batch_gains: list[float] = []
         service_rates: list[float] = []
         counted_round: tuple[Any, Any, float] | None = None
@@ -579,6 +610,7 @@ def main() -> int:
             else:
                 message_rate, *counts = message_round(str(k))
                 floor_rate = jsonb_floor()
+            message_rates.append(message_rate)
             round_ratios.append(message_rate / floor_rate)
             common.line("    round ratio (c)/(b)", f"{round_ratios[-1]:.2f}")
             if unbatched:
@@ -616,6 +648,15 @@ def main() -> int:
             f"{eager_rate:8.0f} completed/s ({n_service} in {n_service / eager_rate:.2f} s; "
             "1 Celery task each: the start, then its job run in place)",
         )
+        # (f) a backlog: BACKLOG messages queued at once, drained as (c) is, beside the
+        # rounds' (c) (the steady state); each delivery written by the worker.
+        delivery_log = logdir / "backlog-deliveries.log"
+        backlog_rate, *_ = message_round("b", count=args.backlog, delivery_log=delivery_log)
+        from tests.faults.delivery_log import deliveries
+
+        delivered = deliveries(delivery_log)
+        # Every message the Client sent has its inbox row, by whose id the log counts.
+        backlog_deliveries = sum(delivered.values()) / args.backlog
         # (e) the producer's side: what one Client call costs beside its floor.
         producer = producer_cost(database_url, broker_url)
         for label, key in (
@@ -639,6 +680,22 @@ def main() -> int:
             common.median(round_ratios),
             ">=",
             MESSAGE_FLOOR_TARGET,
+        )
+        common.ratio_line(
+            f"message triggers under a {args.backlog:,}-trigger backlog / the rounds' (c), "
+            f"the steady state ({backlog_rate:.0f} against {common.median(message_rates):.0f}"
+            " per s)",
+            backlog_rate / common.median(message_rates),
+            ">=",
+            BACKLOG_THROUGHPUT_TARGET,
+        )
+        common.ratio_line(
+            f"deliveries per trigger under the {args.backlog:,}-trigger backlog "
+            "(tests/faults/delivery_log.py in the worker)",
+            backlog_deliveries,
+            "<=",
+            BACKLOG_DELIVERIES_TARGET,
+            "{:.3f}",
         )
         if batch_gains:
             common.line(

@@ -147,9 +147,12 @@ def dormant_worker(
     concurrency: int = 2,
     queues: str | None = None,
     job_types: str = EAGER_JOB_TYPES,
+    include: str = "bench.jobs",
+    env: dict[str, str] | None = None,
 ) -> Worker:
     """The real ``dormant worker`` CLI: prefork x2, the dormant app's own settings
-    (``bench-eager-job`` marked eager); ``queues``: its ``--queues`` (default: the CLI's).
+    (``bench-eager-job`` marked eager); ``queues``: its ``--queues`` (default: the CLI's);
+    ``include``: the modules it loads; ``env``: more of its environment.
 
     With ``BENCH_PROFILE_DIR`` set, the worker and its pool children run under
     ``py-spy record`` (the bench extra), which writes their sampled stacks to
@@ -181,7 +184,7 @@ def dormant_worker(
             "dormant.tasks.cli",
             "worker",
             "--include",
-            "bench.jobs",
+            include,
             "--concurrency",
             str(concurrency),
             "--loglevel",
@@ -192,6 +195,7 @@ def dormant_worker(
             DORMANT_BROKER_URL=broker_url,
             DORMANT_DATABASE_URL=database_url,
             DORMANT_JOB_TYPES=job_types,
+            **(env or {}),
         ),
         logdir,
         profiled=bool(profiler),

@@ -13,12 +13,14 @@ Which jobs, so that no job waits behind another:
 - a job is taken only if its type is *proven fast* in this process: each of its last
   ``FAST_RUNS`` runs here took at most ``DORMANT_JOB_BATCH_FAST_SECONDS`` (10 ms). A
   type that calls a slow service is never taken ahead; its jobs come one per task;
-- a batch stops taking when it has run ``DORMANT_JOB_BATCH_SECONDS`` (50 ms), when it
-  holds ``DORMANT_JOB_BATCH_MAX`` results, or when the next ``LOOK_AHEAD`` (32) queued
-  messages hold no such job. A message it does not take (a trigger, a job of another
-  type, a redelivery, a message with an ETA, an expiry or a time limit of its own)
-  keeps its place, for the worker's next delivery, never moved behind the backlog
-  (tasks/redis_transport.py ``take_queued``);
+- a batch takes, in one script, such jobs among the next ``LOOK_AHEAD`` (32) queued
+  messages, at most ``DORMANT_JOB_BATCH_MAX`` - 1: only what is queued when it begins,
+  never a job that arrives while it runs. A message it does not take (a trigger, a job
+  of another type, a redelivery, a message with an ETA, an expiry or a time limit of
+  its own) keeps its place, for the worker's next delivery, never moved behind the
+  backlog (tasks/redis_transport.py ``take_queued``);
+- a taken job whose turn comes after ``DORMANT_JOB_BATCH_SECONDS`` (50 ms), or whose
+  type has just run slow, is given back unrun;
 - so the results taken first wait at most the run of the jobs after them: a few tens
   of milliseconds, unless a proven-fast type suddenly stalls (documented in
   docs/internals.md with its bound, the running task's time limit).
@@ -208,24 +210,33 @@ def run_batch(first: Outcome, applied: Applied, alone: Alone) -> None:
 
 
 def _take_and_run(outcomes: list[Outcome], taken: list[Any]) -> None:
+    """Take the fast jobs queued now, in one script, and run them one after the other.
+    Only what is queued when the batch begins: a job that arrives meanwhile waits for
+    the next delivery, so no result here waits for jobs that were not there yet. A job
+    whose turn comes after the batch's time is up, or whose type has just run slow, is
+    given back unrun (a redelivery: a task of its own)."""
+    names = _proven_fast()
+    if not names or _retiring():
+        return
+    settings = app_module.settings
+    try:
+        found = take_queued(drain._channel(), QUEUE.name, names, settings.job_batch_max - 1)
+    except Exception:
+        log.warning("the queue could not be polled for more jobs", exc_info=True)
+        drain._reset()
+        return
+    if not found:
+        return
+    taken.extend(found)
+    drain._remember(taken)
     began = time.perf_counter()
-    limit, budget = app_module.settings.job_batch_max, app_module.settings.job_batch_seconds
-    while len(outcomes) < limit and time.perf_counter() - began < budget:
-        # Asked again before each take: a type's first slow run ends its taking.
-        names = _proven_fast()
-        if not names or _retiring():
+    for i, message in enumerate(found):
+        late = time.perf_counter() - began >= settings.job_batch_seconds
+        if late or _retiring() or message.headers.get("task") not in _proven_fast():
+            for unrun in found[i:]:
+                taken.remove(unrun)
+                drain._give_back(unrun)
             return
-        try:
-            found = take_queued(drain._channel(), QUEUE.name, names)
-        except Exception:
-            log.warning("the queue could not be polled for more jobs", exc_info=True)
-            drain._reset()
-            return
-        if not found:
-            return
-        [message] = found
-        taken.append(message)
-        drain._remember(taken)
         try:
             _run(message)
         except Exception:
@@ -235,7 +246,6 @@ def _take_and_run(outcomes: list[Outcome], taken: list[Any]) -> None:
             log.warning("a taken job could not be run; it goes back", exc_info=True)
             taken.remove(message)
             drain._give_back(message)
-            return
 
 
 def _run(message: Any) -> None:
