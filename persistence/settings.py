@@ -225,7 +225,8 @@ class Settings(BaseModel):
     # docs/internals.md, "Several jobs per task"). 1 turns it off.
     job_batch_max: int = 16
     # A job type is taken so once each of its last three runs in the process took at
-    # most this long; a batch takes no more jobs once it has run job_batch_seconds.
+    # most this long; a batch gives back, unrun, the jobs whose turn comes after
+    # job_batch_seconds.
     job_batch_fast_seconds: float = 0.01
     job_batch_seconds: float = 0.05
     # On every engine connection to PostgreSQL (applied at connect): no statement, lock
