@@ -19,6 +19,7 @@ from pydantic import (
     Field,
     PositiveFloat,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -168,8 +169,7 @@ MAX_DEPTH_CEILING = 500
 # saved is noise, while every trigger in the batch waits for the slowest one's savepoint.
 MAX_TRIGGER_BATCH = 256
 # The bounds of a job batch's time settings (tasks/job_batches.py).
-MAX_FAST_JOB_SECONDS = 1.0
-MAX_JOB_BATCH_SECONDS = 60.0
+_JOB_BATCH_TIME_BOUNDS = {"job_batch_fast_seconds": 1.0, "job_batch_seconds": 60.0}
 
 
 def normalise_database_url(url: str) -> str:
@@ -409,33 +409,21 @@ class Settings(BaseModel):
             raise ValueError("must be a whole number of bytes, at least 1024")
         return value
 
-    @field_validator("trigger_batch_max")
+    @field_validator("trigger_batch_max", "job_batch_max")
     @classmethod
-    def _batch(cls, value: int) -> int:
+    def _batch(cls, value: int, info: ValidationInfo) -> int:
         if not 1 <= value <= MAX_TRIGGER_BATCH:
-            raise ValueError(f"must be a whole number of triggers from 1 to {MAX_TRIGGER_BATCH}")
+            what = "triggers" if info.field_name == "trigger_batch_max" else "jobs"
+            raise ValueError(f"must be a whole number of {what} from 1 to {MAX_TRIGGER_BATCH}")
         return value
 
-    @field_validator("job_batch_max")
+    @field_validator("job_batch_fast_seconds", "job_batch_seconds")
     @classmethod
-    def _job_batch(cls, value: int) -> int:
-        if not 1 <= value <= MAX_TRIGGER_BATCH:
-            raise ValueError(f"must be a whole number of jobs from 1 to {MAX_TRIGGER_BATCH}")
-        return value
-
-    @field_validator("job_batch_fast_seconds")
-    @classmethod
-    def _fast_job(cls, value: float) -> float:
+    def _job_batch_time(cls, value: float, info: ValidationInfo) -> float:
         # Past a second a "fast" job holds the results before it as long as a slow one.
-        if not 0 < value <= MAX_FAST_JOB_SECONDS:
-            raise ValueError(f"must be more than 0 and at most {MAX_FAST_JOB_SECONDS} seconds")
-        return value
-
-    @field_validator("job_batch_seconds")
-    @classmethod
-    def _job_batch_seconds(cls, value: float) -> float:
-        if not 0 < value <= MAX_JOB_BATCH_SECONDS:
-            raise ValueError(f"must be more than 0 and at most {MAX_JOB_BATCH_SECONDS} seconds")
+        most = _JOB_BATCH_TIME_BOUNDS[str(info.field_name)]
+        if not 0 < value <= most:
+            raise ValueError(f"must be more than 0 and at most {most} seconds")
         return value
 
     @field_validator("max_variables_depth")
