@@ -2,7 +2,7 @@
 the broker) at 25 %, 50 % and 90 % of the capacity measured in the same run, and send →
 completed for message triggers at 50 % of theirs.
 
-    .venv/bin/python bench/bench_latency.py [--seconds S] [--quick]
+    .venv/bin/python bench/bench_latency.py [--seconds S] [--quick] [--rounds R]
 
 One ``dormant worker -c 2`` (the real CLI, as bench_triggers starts it) runs on a
 scratch PostgreSQL database and a scratch Redis db. Capacity is the drain rate of a
@@ -11,8 +11,13 @@ worker. Each load is then an open loop: ``Client.start`` (``Client.send_message`
 called on a fixed schedule for ``--seconds``, whether or not earlier ones finished, so
 queueing shows in the figures as it would for a producer. A unit's latency is its
 instance row's last write (``updated_at``, the worker's clock on this machine) minus
-the moment the Client call began. Targets (issue 25): p50 ≤ 50 ms and p99 ≤ 250 ms at
-half of capacity; the other loads are printed beside it.
+the moment the Client call began.
+
+``--rounds`` rounds (3), each measuring the capacity again and offering the three loads
+at its fractions, as bench_triggers judges its figures: on a shared machine one
+neighbour's burst moves one round, not the verdict. Targets (issue 25), on the medians
+of the rounds at half of capacity: p50 ≤ 50 ms and p99 ≤ 250 ms; the other loads and
+every round are printed beside them.
 """
 
 from __future__ import annotations
@@ -100,29 +105,56 @@ def latencies_ms(sent: dict[str, float], done: dict[str, datetime]) -> list[floa
     return sorted((done[i].timestamp() - at) * 1000.0 for i, at in sent.items() if i in done)
 
 
-def report(label: str, values: list[float], expected: int, judged: bool) -> None:
+def report(label: str, values: list[float], expected: int) -> tuple[float, float] | None:
+    """Print one load's percentiles; its (p50, p99), or None when nothing completed."""
     if not values:
         common.line(label, "nothing completed")
-        return
+        return None
     p50, p90, p99 = (percentile(values, q) for q in (0.50, 0.90, 0.99))
     common.line(
         label,
         f"p50 {p50:6.1f} ms  p90 {p90:6.1f} ms  p99 {p99:6.1f} ms  "
         f"({len(values)} of {expected} completed)",
     )
-    if judged:
-        common.ratio_line(f"{label}: p50 ms", p50, "<=", P50_TARGET_MS, "{:.1f}")
-        common.ratio_line(f"{label}: p99 ms", p99, "<=", P99_TARGET_MS, "{:.1f}")
+    return p50, p99
+
+
+def judge(label: str, rounds: list[tuple[float, float] | None]) -> None:
+    """The verdict on the rounds' medians (a round where nothing completed fails)."""
+    done = [r for r in rounds if r is not None]
+    if len(done) < len(rounds) or not done:
+        common.ratio_line(f"{label}: p50 ms", float("inf"), "<=", P50_TARGET_MS, "{:.1f}")
+        return
+    p50s = ", ".join(f"{p50:.1f}" for p50, _ in done)
+    p99s = ", ".join(f"{p99:.1f}" for _, p99 in done)
+    common.ratio_line(
+        f"{label}: p50 ms, median of {len(done)} rounds ({p50s})",
+        common.median([p50 for p50, _ in done]),
+        "<=",
+        P50_TARGET_MS,
+        "{:.1f}",
+    )
+    common.ratio_line(
+        f"{label}: p99 ms, median of {len(done)} rounds ({p99s})",
+        common.median([p99 for _, p99 in done]),
+        "<=",
+        P99_TARGET_MS,
+        "{:.1f}",
+    )
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=None, help="each load's length (default 20)")
     ap.add_argument("--quick", action="store_true", help="5 s loads, 500-unit capacity batches")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds judged on their medians (3)")
     args = ap.parse_args()
     seconds = args.seconds or (5.0 if args.quick else 20.0)
     batch = 500 if args.quick else 2000
-    common.header(f"bench_latency: {seconds:.0f} s per load, one worker (prefork x2)")
+    rounds = max(1, args.rounds)
+    common.header(
+        f"bench_latency: {rounds} rounds, {seconds:.0f} s per load, one worker (prefork x2)"
+    )
     logdir = Path(tempfile.mkdtemp(prefix="dormant-bench-latency-"))
     common.line("worker logs", str(logdir))
 
@@ -152,27 +184,33 @@ def main() -> int:
                 )
                 return batch / (time.perf_counter() - began)
 
-            rate = capacity()
-            common.line(
-                "capacity: one-job instances through the Client, the job through the broker",
-                f"{rate:8.0f} completed/s ({batch} sent by Client.start_many)",
-            )
-            for load in LOADS:
-                before = count(engine, "bench_service", "completed")
-                sent = paced(
-                    rate * load, seconds, lambda i: client.start("bench_service", {"i": i})
+            judged: list[tuple[float, float] | None] = []
+            for round_number in range(1, rounds + 1):
+                rate = capacity()
+                common.line(
+                    f"round {round_number}: capacity, one-job instances through the Client, "
+                    "the job through the broker",
+                    f"{rate:8.0f} completed/s ({batch} sent by Client.start_many)",
                 )
-                wait_until(
-                    lambda: count(engine, "bench_service", "completed") >= before + len(sent),  # noqa: B023
-                    600,
-                    f"load {load:.0%}",
-                )
-                report(
-                    f"start -> completed at {load:.0%} of capacity ({rate * load:.0f}/s)",
-                    latencies_ms(sent, completed_at(engine, "bench_service")),
-                    len(sent),
-                    load == JUDGED_LOAD,
-                )
+                for load in LOADS:
+                    before = count(engine, "bench_service", "completed")
+                    sent = paced(
+                        rate * load, seconds, lambda i: client.start("bench_service", {"i": i})
+                    )
+                    wait_until(
+                        lambda: count(engine, "bench_service", "completed") >= before + len(sent),  # noqa: B023
+                        600,
+                        f"load {load:.0%}",
+                    )
+                    figures = report(
+                        f"round {round_number}: start -> completed at {load:.0%} of capacity "
+                        f"({rate * load:.0f}/s)",
+                        latencies_ms(sent, completed_at(engine, "bench_service")),
+                        len(sent),
+                    )
+                    if load == JUDGED_LOAD:
+                        judged.append(figures)
+            judge(f"start -> completed at {JUDGED_LOAD:.0%} of capacity", judged)
 
             # message triggers: instances parked on the catch first (their business key
             # names them), then woken
@@ -220,7 +258,6 @@ def main() -> int:
                 f"send_message -> completed at {JUDGED_LOAD:.0%} of capacity ({wake_rate:.0f}/s)",
                 latencies_ms(sent, completed_at(engine, "bench_message", by="business_key")),
                 len(sent),
-                False,
             )
         finally:
             worker.stop()
