@@ -130,6 +130,12 @@ def collecting() -> bool:
     return _pass.phase == "collect"
 
 
+def in_batch() -> bool:
+    """Is a batch of triggers running on this thread (taking, applying or replaying)? A
+    trigger's shell replayed inside it is not the task that took it."""
+    return _pass.phase is not None
+
+
 def applied(task: Task, kind: str, call: Call, tid: str, *, alone: bool = False) -> Any:
     """The shell's apply of one trigger (tasks/triggers.py ``_run``): the call itself,
     or, when triggers are queued behind this one, this trigger's part of a batch.

@@ -30,7 +30,10 @@ How, in order:
 1. The first job is a Celery task like any other. Its outcome reaches ``report``
    (tasks/job_results.py), which hands it here when the job came through the broker
    from the ``dormant`` queue of the default tenant, on Redis and PostgreSQL, with task
-   events off (Flower lists each job as the task that ran it).
+   events off (Flower lists each job as the task that ran it). A trigger task comes in
+   too, at its end (``may_take_after``), with no outcome of its own: under load the
+   jobs its triggers just published are still queued, and taken here they wait for no
+   other delivery.
 2. Each taken message is listed as held by this process (the trigger batches'
    registry, tasks/drain.py: a process killed mid-batch has them given back), then run
    through Celery's tracer as the pool runs a task: the same signals, the same checks
@@ -72,6 +75,7 @@ from dormant.tasks import app as app_module
 from dormant.tasks import drain, wire
 from dormant.tasks.app import QUEUE, app, store
 from dormant.tasks.job_headers import HEADER_TENANT, job_context, read_header
+from dormant.tasks.lanes import QUARANTINE_KEY_PREFIX
 from dormant.tasks.redis_transport import take_queued
 
 __all__ = [
@@ -80,6 +84,7 @@ __all__ = [
     "collect",
     "finished",
     "may_batch",
+    "may_take_after",
     "run_batch",
 ]
 
@@ -166,14 +171,9 @@ def collect(outcome: Outcome) -> bool:
 
 def may_batch(task: Any) -> bool:
     """Does the job ``task`` runs start a batch? (The conditions of step 1.)"""
-    settings = app_module.settings
-    if task is None or settings.job_batch_max <= 1 or not store().is_postgres:
+    if task is None or not _may_take(task.request):
         return False
     request = task.request
-    if request.is_eager or request.called_directly or app.conf.worker_send_task_events:
-        return False
-    if savepoints.joined(store().engine) is not None or drain.collecting():
-        return False
     if (read_header(request, HEADER_TENANT) or DEFAULT_TENANT) != DEFAULT_TENANT:
         return False
     info = request.delivery_info or {}
@@ -182,18 +182,44 @@ def may_batch(task: Any) -> bool:
     ) == wire.job_routing_key(str(task.name))
 
 
-def run_batch(first: Outcome, applied: Applied, alone: Alone) -> None:
-    """Take and run the fast jobs queued now, then apply ``first`` and their outcomes
-    together; ``applied`` finishes an outcome its savepoint committed, ``alone``
-    reports one the single way."""
+def may_take_after(task: Any) -> bool:
+    """May the trigger task ``task``, its triggers applied and their jobs published, run
+    the fast jobs queued now (step 1's other way in)? Under load those are the jobs it
+    just published: run here they wait for no other delivery, where each would wait its
+    turn at the worker behind the queue. Not in a task replayed inside a batch of
+    triggers (the task that took them runs it once, at its end), not on the quarantine
+    lane, and only on a worker that reads the ``dormant`` queue."""
+    if task is None or not _may_take(task.request) or drain.in_batch():
+        return False
+    routing_key = str((task.request.delivery_info or {}).get("routing_key") or "")
+    if routing_key.startswith(QUARANTINE_KEY_PREFIX):
+        return False
+    return QUEUE.name in app.amqp.queues.consume_from
+
+
+def _may_take(request: Any) -> bool:
+    """What every batch of jobs needs: batches on, PostgreSQL, a worker's delivery, task
+    events off, and no transaction or batch of triggers already open on this thread."""
+    settings = app_module.settings
+    if settings.job_batch_max <= 1 or not store().is_postgres:
+        return False
+    if request.is_eager or request.called_directly or app.conf.worker_send_task_events:
+        return False
+    return savepoints.joined(store().engine) is None and not drain.collecting()
+
+
+def run_batch(first: Outcome | None, applied: Applied, alone: Alone) -> None:
+    """Take and run the fast jobs queued now, then apply ``first`` (None for a trigger
+    task's: ``may_take_after``) and their outcomes together; ``applied`` finishes an
+    outcome its savepoint committed, ``alone`` reports one the single way."""
     taken: list[Any] = []
-    _batch.outcomes = outcomes = [first]
+    _batch.outcomes = outcomes = [] if first is None else [first]
     try:
         _take_and_run(outcomes, taken)
         _batch.outcomes = None
         if len(outcomes) == 1:
-            alone(first)
-        else:
+            alone(outcomes[0])
+        elif outcomes:
             _apply_together(outcomes, applied, alone)
     except BaseException:
         # The process is being ended (a time limit's SIGTERM), or reporting failed

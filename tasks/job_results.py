@@ -61,6 +61,18 @@ def report(instance_id: str, trigger: Any, trigger_id: str, *, task: Any = None)
     _report_alone(outcome)
 
 
+def run_queued_jobs(task: Any) -> None:
+    """At the end of the trigger task ``task``: run the fast jobs queued now, and apply
+    their outcomes together (tasks/job_batches.py ``may_take_after``). Whatever goes
+    wrong here leaves the trigger's own work as it is: what was taken went back."""
+    if not job_batches.may_take_after(task):
+        return
+    try:
+        job_batches.run_batch(None, _finish, _report_alone)
+    except Exception:
+        log.warning("the jobs queued after a trigger were not run here", exc_info=True)
+
+
 def _report_alone(outcome: job_batches.Outcome) -> None:
     """Apply one job's outcome in its own transaction; if the database refuses, hand it
     to the broker.

@@ -85,6 +85,7 @@ from dormant.tasks.job_dispatch import (
     runs_here,
     some_job_type_is_eager,
 )
+from dormant.tasks.job_results import run_queued_jobs
 from dormant.tasks.lanes import (
     SUSPECT_SECONDS,
     OutOfLaneBudget,
@@ -269,6 +270,8 @@ def _run(
     log.info("trigger=%s %s", kind, describe_result(result))
     if job is not None:
         _run_job_here(job, task.request.hostname)
+    else:
+        run_queued_jobs(task)  # the jobs just published, under load (tasks/job_batches.py)
     return None
 
 

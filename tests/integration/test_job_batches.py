@@ -5,7 +5,8 @@ Each instance is start → one service task → end. A job's result applied twic
 lost, shows in its instance: exactly one ``job_completed`` trigger woke each one.
 
 * fast jobs queued behind one run in that one's task, and their results commit
-  together; a type not yet proven fast, or a slow one, runs one job per task;
+  together; a trigger task runs the fast jobs its batch just published; a type not
+  yet proven fast, or a slow one, runs one job per task;
 * one result the database refuses rolls back its own savepoint only and goes the
   single way; the others commit;
 * the broker script takes only a plain first delivery of a named task, records it as
@@ -136,6 +137,22 @@ def test_fast_jobs_queued_behind_one_run_in_its_task_and_commit_together(
     assert "batch of 12 job results applied in one transaction" in caplog.text
     _each_completed_once(s, first + ids)
     assert _queue_empty(s), "every taken job acknowledged"
+
+
+def test_a_batch_of_starts_runs_the_fast_jobs_it_published_in_its_own_task(
+    jobs: Stack, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Under load the jobs a trigger task just published are still queued when it ends:
+    it takes them (through the broker, as a batch of jobs takes), runs them and applies
+    their results together, where each would have waited its turn at the worker."""
+    s = jobs
+    _proven(s, FAST)
+    caplog.set_level(logging.INFO, "dormant.jobs")
+    ids = [s.client.start(FAST, {"n": n}) for n in range(5)]
+    assert _deliver_here(s) == 1, "one delivery: four starts taken, then their five jobs"
+    assert "batch of 5 job results applied in one transaction" in caplog.text
+    _each_completed_once(s, ids)
+    assert _queue_empty(s), "every taken start and job acknowledged"
 
 
 def test_a_slow_job_type_is_never_taken_ahead(jobs: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
