@@ -152,6 +152,27 @@ def test_a_start_and_a_job_result_are_two_round_trips_each(
     assert sent.outside == []
 
 
+def test_a_producers_one_trigger_is_one_round_trip(
+    pg_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Client's start or message writes its inbox row before it publishes: BEGIN, the
+    INSERT and COMMIT go in one pipeline (a batch, or one with an audit row, as ever)."""
+    from dormant.persistence import inbox
+
+    sent = Sent(monkeypatch)
+    committed = _committed_before_the_block_ended(pg_store)
+    [row_id] = inbox.record_many(pg_store.engine, [("dormant.signal", "signal.x", {"n": 1})])
+    assert sent.groups == [["BEGIN", "INSERT", "COMMIT"]]
+    assert sent.outside == []
+    assert committed == [True]
+    with pg_store.read() as conn:
+        stored = conn.execute(
+            text("SELECT kind, payload FROM inbox WHERE id = :i"), {"i": row_id}
+        ).one()
+    assert stored.kind == "dormant.signal"
+    assert stored.payload == {"routing_key": "signal.x", "kwargs": {"n": 1}}
+
+
 def test_a_redelivered_start_and_a_repeated_trigger_change_nothing(pg_store: Store) -> None:
     """The write and its COMMIT go together, so a start whose instance exists, or a
     trigger id applied meanwhile, must fail the write itself: a unique violation rolls
