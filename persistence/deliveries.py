@@ -21,6 +21,11 @@ The last error known of a delivery that died is kept beside the count
 (``record_ending``): Celery reports a hard time limit to the worker's main process
 (``task_failure``, tasks/triggers.py), which writes it only then; a pool process killed
 by a signal or the OOM killer reports nothing Celery hands on, so none is known for it.
+It is the *last* delivery's: a counted redelivery that goes on to be applied forgets
+the error of the ones before it in the count's own write. A time limit is charged to the
+task that ran it, which under batching was applying triggers it took from the queue
+too (tasks/drain.py); a trigger that then kills its process on its own delivery would
+otherwise be refused naming the time limit of a hang it once shared a batch with.
 
 A delivery ended by a transient failure's retry is a new message, neither flagged nor
 re-sent: it is never counted. The bound and what passing it does: tasks/triggers.py
@@ -32,7 +37,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Engine, delete, select, update
+from sqlalchemy import Connection, Engine, case, delete, null, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
@@ -45,28 +50,45 @@ __all__ = ["count_redelivery", "forget", "last_error", "record_ending", "sweep_r
 LAST_ERROR_CHARS = 500
 
 
-def count_redelivery(engine: Engine, inbox_id: str | None, trigger_id: str, at: datetime) -> int:
+def count_redelivery(
+    engine: Engine, inbox_id: str | None, trigger_id: str, at: datetime, *, bound: int
+) -> int:
     """Count one more redelivery and return how many there were, this one included
     (the delivery's number is one more). 0 when the inbox row is processed or gone:
-    the trigger applied, and the Store refuses it as a duplicate on its own."""
+    the trigger applied, and the Store refuses it as a duplicate on its own. A delivery
+    within ``bound`` (``DORMANT_MAX_DELIVERIES``) will be applied: the last error of
+    the deliveries before it is forgotten in the same write; one past it is refused
+    with that error, kept."""
     with engine.begin() as conn:
         if inbox_id:
+            counted = inbox.c.redeliveries + 1
             found = conn.execute(
                 update(inbox)
                 .where(inbox.c.id == inbox_id, inbox.c.processed_at.is_(None))
-                .values(redeliveries=inbox.c.redeliveries + 1)
+                .values(redeliveries=counted, last_error=_kept_past(counted, bound, inbox))
                 .returning(inbox.c.redeliveries)
             ).scalar()
             return int(found or 0)
-        return _count_keyed(conn, trigger_id, at)
+        return _count_keyed(conn, trigger_id, at, bound)
 
 
-def _count_keyed(conn: Connection, trigger_id: str, at: datetime) -> int:
+def _kept_past(counted: Any, bound: int, table: Any) -> Any:
+    """The last error, kept only when the delivery numbered ``counted`` + 1 is past
+    ``bound`` and so refused with it."""
+    return case((counted + 1 > bound, table.c.last_error), else_=null())
+
+
+def _count_keyed(conn: Connection, trigger_id: str, at: datetime, bound: int) -> int:
     t = trigger_redeliveries
     statement = _insert(conn)(t).values(trigger_id=trigger_id, redeliveries=1, updated_at=at)
+    counted = t.c.redeliveries + 1
     statement = statement.on_conflict_do_update(
         index_elements=[t.c.trigger_id],
-        set_={"redeliveries": t.c.redeliveries + 1, "updated_at": at},
+        set_={
+            "redeliveries": counted,
+            "last_error": _kept_past(counted, bound, t),
+            "updated_at": at,
+        },
     )
     return int(conn.execute(statement.returning(t.c.redeliveries)).scalar_one())
 

@@ -341,7 +341,14 @@ def _delivery_number(task: Task, inbox_id: str | None, tid: str) -> int:
         return 1
     if (request.delivery_info or {}).get("redelivered"):
         try:
-            return 1 + deliveries.count_redelivery(store().engine, inbox_id, tid, clock.now())
+            counted = deliveries.count_redelivery(
+                store().engine,
+                inbox_id,
+                tid,
+                clock.now(),
+                bound=app_module.settings.max_deliveries,
+            )
+            return 1 + counted
         except Exception as exc:
             log.info("trigger %s: redelivery not counted (%s)", tid, type(exc).__name__)
             return 1
