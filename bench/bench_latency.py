@@ -11,7 +11,8 @@ worker. Each load is then an open loop: ``Client.start`` (``Client.send_message`
 called on a fixed schedule for ``--seconds``, whether or not earlier ones finished, so
 queueing shows in the figures as it would for a producer. A unit's latency is its
 instance row's last write (``updated_at``, the worker's clock on this machine) minus
-the moment the Client call began.
+the moment the Client call began; beside it, where that went: the call to the start
+applied (the row's ``created_at``) and the start applied to the completion.
 
 ``--rounds`` rounds (3), each measuring the capacity again and offering the three loads
 at its fractions, as bench_triggers judges its figures: on a shared machine one
@@ -63,6 +64,43 @@ def completed_at(engine: Any, key: str, by: str = "id") -> dict[str, datetime]:
             {"k": key},
         ).all()
     return {row.name: row.updated_at for row in rows}
+
+
+def legs(engine: Any, key: str, sent: dict[str, float]) -> tuple[list[float], list[float]]:
+    """Where each completed instance's latency went, sorted, in ms: the Client call to
+    its start applied (the instance row's ``created_at``: the start trigger's hop and
+    queue), and its start applied to its completion (the job's hop, its run and its
+    result's apply)."""
+    from sqlalchemy import text
+
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT id, created_at, updated_at FROM instances "
+                "WHERE key = :k AND status = 'completed'"
+            ),
+            {"k": key},
+        ).all()
+    times = {row.id: (row.created_at, row.updated_at) for row in rows}
+    started = sorted(
+        (times[i][0].timestamp() - at) * 1000.0 for i, at in sent.items() if i in times
+    )
+    finished = sorted(
+        (times[i][1] - times[i][0]).total_seconds() * 1000.0 for i in sent if i in times
+    )
+    return started, finished
+
+
+def report_legs(label: str, started: list[float], finished: list[float]) -> None:
+    """One line beside a load's figures: the p50 and p99 of each leg (``legs``)."""
+    if not started:
+        return
+    common.line(
+        f"{label}: of which",
+        f"call -> start applied p50 {percentile(started, 0.50):6.1f} / p99 "
+        f"{percentile(started, 0.99):6.1f} ms; start applied -> completed p50 "
+        f"{percentile(finished, 0.50):6.1f} / p99 {percentile(finished, 0.99):6.1f} ms",
+    )
 
 
 def wait_until(done: Callable[[], bool], timeout: float, what: str) -> None:
@@ -202,12 +240,16 @@ def main() -> int:
                         600,
                         f"load {load:.0%}",
                     )
-                    figures = report(
+                    label = (
                         f"round {round_number}: start -> completed at {load:.0%} of capacity "
-                        f"({rate * load:.0f}/s)",
+                        f"({rate * load:.0f}/s)"
+                    )
+                    figures = report(
+                        label,
                         latencies_ms(sent, completed_at(engine, "bench_service")),
                         len(sent),
                     )
+                    report_legs(label, *legs(engine, "bench_service", sent))
                     if load == JUDGED_LOAD:
                         judged.append(figures)
             judge(f"start -> completed at {JUDGED_LOAD:.0%} of capacity", judged)

@@ -106,14 +106,18 @@ def latency_beside(
                 600,
                 "latency load",
             )
+            label = (
+                f"round {round_number}: start -> completed at {lat.JUDGED_LOAD:.0%} of "
+                f"that capacity ({rate:.0f}/s)"
+            )
             judged.append(
                 lat.report(
-                    f"round {round_number}: start -> completed at {lat.JUDGED_LOAD:.0%} of "
-                    f"that capacity ({rate:.0f}/s)",
+                    label,
                     lat.latencies_ms(sent, lat.completed_at(store.engine, "bench_service")),
                     len(sent),
                 )
             )
+            lat.report_legs(label, *lat.legs(store.engine, "bench_service", sent))
         lat.judge(f"start -> completed at {lat.JUDGED_LOAD:.0%} of that capacity", judged)
     finally:
         worker.stop()
