@@ -49,45 +49,36 @@ def percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[rank - 1]
 
 
-def completed_at(engine: Any, key: str, by: str = "id") -> dict[str, datetime]:
+def completed_times(engine: Any, key: str, by: str = "id") -> dict[str, tuple[datetime, datetime]]:
     """Each completed instance of ``key``, named by ``by`` (its id or business key), with
-    the time of its row's last write."""
+    its row's first and last write (``created_at``: its start applied; ``updated_at``)."""
     from sqlalchemy import text
 
     named = {"id": "id", "business_key": "business_key"}[by]
     with engine.connect() as conn:
         rows = conn.execute(
             text(
-                f"SELECT {named} AS name, updated_at FROM instances "
+                f"SELECT {named} AS name, created_at, updated_at FROM instances "
                 "WHERE key = :k AND status = 'completed'"
             ),
             {"k": key},
         ).all()
-    return {row.name: row.updated_at for row in rows}
+    return {row.name: (row.created_at, row.updated_at) for row in rows}
+
+
+def completed_at(engine: Any, key: str, by: str = "id") -> dict[str, datetime]:
+    """Each completed instance of ``key``, named by ``by``, with its row's last write."""
+    return {name: last for name, (_, last) in completed_times(engine, key, by).items()}
 
 
 def legs(engine: Any, key: str, sent: dict[str, float]) -> tuple[list[float], list[float]]:
     """Where each completed instance's latency went, sorted, in ms: the Client call to
-    its start applied (the instance row's ``created_at``: the start trigger's hop and
-    queue), and its start applied to its completion (the job's hop, its run and its
-    result's apply)."""
-    from sqlalchemy import text
-
-    with engine.connect() as conn:
-        rows = conn.execute(
-            text(
-                "SELECT id, created_at, updated_at FROM instances "
-                "WHERE key = :k AND status = 'completed'"
-            ),
-            {"k": key},
-        ).all()
-    times = {row.id: (row.created_at, row.updated_at) for row in rows}
-    started = sorted(
-        (times[i][0].timestamp() - at) * 1000.0 for i, at in sent.items() if i in times
-    )
-    finished = sorted(
-        (times[i][1] - times[i][0]).total_seconds() * 1000.0 for i in sent if i in times
-    )
+    its start applied (the start trigger's hop and queue), and its start applied to its
+    completion (the job's hop, its run and its result's apply)."""
+    times = completed_times(engine, key)
+    done = [(at, times[i]) for i, at in sent.items() if i in times]
+    started = sorted((first.timestamp() - at) * 1000.0 for at, (first, _) in done)
+    finished = sorted((last - first).total_seconds() * 1000.0 for _, (first, last) in done)
     return started, finished
 
 
