@@ -20,11 +20,13 @@ import uuid
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 
 from tests.faults.conftest import restart_postgresql, restart_redis
 from tests.integration.conftest import Stack, wait_for
 from tests.integration.waitkit import (
     end,
+    engine_of,
     holds,
     message_catch,
     model,
@@ -125,8 +127,45 @@ def settle(
             for key, iid in ids.items()
         )
 
-    wait_for(done, timeout, 0.5, f"every sent trigger applied ({var})")
+    try:
+        wait_for(done, timeout, 0.5, f"every sent trigger applied ({var})")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{behind(stack, ids, sent, var)}") from None
     time.sleep(3.0)  # a late duplicate would land now
+
+
+def behind(stack: Stack, ids: dict[str, str], sent: dict[str, int], var: str) -> str:
+    """What a settle that timed out leaves to read: each instance short of its sent
+    count, the triggers not yet applied or kept as failed, and the processes' tails."""
+    lines = []
+    for key, iid in ids.items():
+        try:
+            n = int(stack.client.instance(iid).variables.get(var, 0))
+        except Exception as exc:
+            lines.append(f"{key}: {exc!r}")
+            continue
+        if n < sent[key]:
+            lines.append(f"{key}: sent {sent[key]}, applied {n}, holds {holds(stack, iid)}")
+    with engine_of(stack).connect() as conn:
+        for title, query in (
+            (
+                "unprocessed inbox rows",
+                "SELECT id, kind, created_at, republished_at, redeliveries, last_error "
+                "FROM inbox WHERE processed_at IS NULL",
+            ),
+            ("failed triggers", "SELECT * FROM failed_triggers"),
+            ("incidents", "SELECT instance_id, node_id, state, cause_class FROM incidents"),
+            (
+                "messages buffered, not consumed",
+                "SELECT message_id, correlation_key, received_at FROM messages "
+                "WHERE consumed_at IS NULL",
+            ),
+            ("messages that went nowhere", "SELECT message_id, at FROM unmatched_messages"),
+        ):
+            rows = conn.execute(text(query)).fetchall()
+            lines.append(f"{title}: {len(rows)}")
+            lines.extend(f"  {tuple(r)}"[:400] for r in rows[:20])
+    return "\n".join(lines) + "\n" + stack.diagnostics()
 
 
 def report(what: str, c: dict[str, int], extra: str = "") -> None:
