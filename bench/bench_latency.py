@@ -94,6 +94,36 @@ def report_legs(label: str, started: list[float], finished: list[float]) -> None
     )
 
 
+# Off with --no-vacuum-first: each load offered right after what ran before it.
+VACUUM_FIRST = True
+
+
+def quiet(label: str, database_url: str) -> int:
+    """Before a load: the database vacuumed and no autovacuum running
+    (bench/common.py ``quiet_database``), printed; returns the autovacuum runs so far."""
+    if VACUUM_FIRST:
+        seconds = common.quiet_database(database_url)
+        common.line(f"{label}: VACUUM (ANALYZE) first, then no autovacuum", f"{seconds:.1f} s")
+    else:
+        common.line(f"{label}: offered right after the phase before it", "--no-vacuum-first")
+    return common.autovacuum_runs(database_url)
+
+
+def add_vacuum_option(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument(
+        "--no-vacuum-first",
+        action="store_true",
+        help="offer each latency load right after the bulk phase before it, without "
+        "VACUUM (ANALYZE) and without waiting for autovacuum to finish (for comparison)",
+    )
+
+
+def met_vacuums(label: str, database_url: str, before: int) -> None:
+    """After a load: how many autovacuum runs it met (its own dead rows)."""
+    runs = common.autovacuum_runs(database_url) - before
+    common.line(f"{label}: autovacuum runs during the load", f"{runs}")
+
+
 def wait_until(done: Callable[[], bool], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not done():
@@ -177,7 +207,10 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=None, help="each load's length (default 20)")
     ap.add_argument("--quick", action="store_true", help="5 s loads, 500-unit capacity batches")
     ap.add_argument("--rounds", type=int, default=3, help="rounds judged on their medians (3)")
+    add_vacuum_option(ap)
     args = ap.parse_args()
+    global VACUUM_FIRST
+    VACUUM_FIRST = not args.no_vacuum_first
     seconds = args.seconds or (5.0 if args.quick else 20.0)
     batch = 500 if args.quick else 2000
     rounds = max(1, args.rounds)
@@ -222,6 +255,11 @@ def main() -> int:
                     f"{rate:8.0f} completed/s ({batch} sent by Client.start_many)",
                 )
                 for load in LOADS:
+                    label = (
+                        f"round {round_number}: start -> completed at {load:.0%} of capacity "
+                        f"({rate * load:.0f}/s)"
+                    )
+                    vacuums = quiet(label, database_url)
                     before = count(engine, "bench_service", "completed")
                     sent = paced(
                         rate * load, seconds, lambda i: client.start("bench_service", {"i": i})
@@ -231,10 +269,7 @@ def main() -> int:
                         600,
                         f"load {load:.0%}",
                     )
-                    label = (
-                        f"round {round_number}: start -> completed at {load:.0%} of capacity "
-                        f"({rate * load:.0f}/s)"
-                    )
+                    met_vacuums(label, database_url, vacuums)
                     figures = report(
                         label,
                         latencies_ms(sent, completed_at(engine, "bench_service")),

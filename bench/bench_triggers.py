@@ -98,6 +98,11 @@ def latency_beside(
         rate = capacity * lat.JUDGED_LOAD
         judged: list[tuple[float, float] | None] = []
         for round_number in range(1, rounds + 1):
+            label = (
+                f"round {round_number}: start -> completed at {lat.JUDGED_LOAD:.0%} of "
+                f"that capacity ({rate:.0f}/s)"
+            )
+            vacuums = lat.quiet(label, database_url)
             time.sleep(2.0)
             before = count_status(store, "bench_service", "completed")
             sent = lat.paced(rate, seconds, lambda i: client.start("bench_service", {"i": i}))
@@ -106,10 +111,7 @@ def latency_beside(
                 600,
                 "latency load",
             )
-            label = (
-                f"round {round_number}: start -> completed at {lat.JUDGED_LOAD:.0%} of "
-                f"that capacity ({rate:.0f}/s)"
-            )
+            lat.met_vacuums(label, database_url, vacuums)
             judged.append(
                 lat.report(
                     label,
@@ -405,7 +407,11 @@ def main() -> int:
         action="store_true",
         help="skip (c) with batches off (DORMANT_TRIGGER_BATCH_MAX=1) beside (c) each round",
     )
+    from bench import bench_latency
+
+    bench_latency.add_vacuum_option(ap)
     args = ap.parse_args()
+    bench_latency.VACUUM_FIRST = not args.no_vacuum_first
     unbatched = not args.no_unbatched
     latency_seconds = (
         args.latency_seconds if args.latency_seconds is not None else (5.0 if args.quick else 20.0)

@@ -126,6 +126,58 @@ def scratch_database(prefix: str = "dormant_bench", *, migrated: bool = True) ->
         admin.dispose()
 
 
+# What the latency loads start from (bench_latency.py, bench_triggers.py).
+QUIET_TIMEOUT_SECONDS = 120.0
+
+_AUTOVACUUMS = (
+    "SELECT coalesce(sum(autovacuum_count + autoanalyze_count), 0) FROM pg_stat_user_tables"
+)
+_AUTOVACUUM_RUNNING = (
+    "SELECT count(*) FROM pg_stat_activity "
+    "WHERE backend_type = 'autovacuum worker' AND datname = current_database()"
+)
+
+
+def quiet_database(database_url: str) -> float:
+    """Vacuum and analyze ``database_url``, then wait until no autovacuum worker runs on
+    it; returns the seconds it took.
+
+    A latency load offered right after a bulk phase (a capacity drain, a backlog) met
+    PostgreSQL's autovacuum of that phase's dead rows, which took a share of the two
+    cores while it ran and made the first rounds the slow ones (bench/README.md, "Jobs
+    right behind their triggers"). pgbench vacuums its tables before each run for the
+    same reason. The load's own dead rows are still vacuumed while it runs, as in a
+    steady state; ``autovacuum_runs`` says how many such runs a load met."""
+    from sqlalchemy import create_engine, text
+
+    began = time.perf_counter()
+    engine = create_engine(database_url, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as c:
+            c.execute(text("VACUUM (ANALYZE)"))
+            deadline = time.monotonic() + QUIET_TIMEOUT_SECONDS
+            while c.execute(text(_AUTOVACUUM_RUNNING)).scalar_one() and (
+                time.monotonic() < deadline
+            ):
+                time.sleep(0.2)
+    finally:
+        engine.dispose()
+    return time.perf_counter() - began
+
+
+def autovacuum_runs(database_url: str) -> int:
+    """Autovacuum and autoanalyze runs completed on ``database_url`` so far (the
+    cumulative statistics, which lag a running backend by up to a second)."""
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(database_url)
+    try:
+        with engine.connect() as c:
+            return int(c.execute(text(_AUTOVACUUMS)).scalar_one())
+    finally:
+        engine.dispose()
+
+
 @contextmanager
 def scratch_redis_db() -> Iterator[str]:
     """An empty Redis database number nobody else holds (tests/redis_lock.py: the same
