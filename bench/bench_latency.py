@@ -3,6 +3,7 @@ the broker) at 25 %, 50 % and 90 % of the capacity measured in the same run, and
 completed for message triggers at 50 % of theirs.
 
     .venv/bin/python bench/bench_latency.py [--seconds S] [--quick] [--rounds R]
+        [--no-vacuum-first]
 
 One ``dormant worker -c 2`` (the real CLI, as bench_triggers starts it) runs on a
 scratch PostgreSQL database and a scratch Redis db. Capacity is the drain rate of a
@@ -18,7 +19,9 @@ applied (the row's ``created_at``) and the start applied to the completion.
 at its fractions, as bench_triggers judges its figures: on a shared machine one
 neighbour's burst moves one round, not the verdict. Targets (issue 25), on the medians
 of the rounds at half of capacity: p50 ≤ 50 ms and p99 ≤ 250 ms; the other loads and
-every round are printed beside them.
+every round are printed beside them. Each load starts from a vacuumed database with no
+autovacuum running (``quiet``; ``--no-vacuum-first`` offers it right after the phase
+before it) and prints the autovacuum runs it met.
 """
 
 from __future__ import annotations
