@@ -58,9 +58,24 @@ def browser() -> Iterator[Any]:
         driver.quit()
 
 
+# What chromedriver answers when a look lands while the page is being replaced (a
+# form's POST and its redirect): its JavaScript context is gone for that moment.
+_BETWEEN_PAGES = ("unhandled inspector error", "cannot find context with specified id")
+
+
 def _wait(driver: Any, condition: Any, timeout: float = 30) -> Any:
-    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
     from selenium.webdriver.support.ui import WebDriverWait
+
+    def looked(d: Any) -> Any:
+        try:
+            return condition(d)
+        except StaleElementReferenceException:
+            raise
+        except WebDriverException as exc:
+            if any(words in str(exc).lower() for words in _BETWEEN_PAGES):
+                return False  # between two pages: looked at again on the next poll
+            raise
 
     # A page that navigates or refreshes in place between two looks is looked at again.
     return WebDriverWait(
@@ -68,7 +83,7 @@ def _wait(driver: Any, condition: Any, timeout: float = 30) -> Any:
         timeout,
         poll_frequency=0.2,
         ignored_exceptions=[StaleElementReferenceException],
-    ).until(condition)
+    ).until(looked)
 
 
 def _css(driver: Any, selector: str) -> list[Any]:
