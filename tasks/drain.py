@@ -200,9 +200,15 @@ def _batch_taken(first: _Item, held: list[Any], call: Call, tid: str, hostname: 
     now = clock.now()
     try:
         _pass.phase = "batch"
-        with savepoints.one_transaction(store().engine):
+        with savepoints.one_transaction(store().engine) as conn:
             for item in sorted(items, key=lambda i: i.order):
                 _apply(item, now)
+                if conn.invalidated:
+                    # The connection was lost at this trigger: nothing of the batch can
+                    # commit, and the triggers after it would only meet the invalidated
+                    # connection (SQLAlchemy's PendingRollbackError). The loss is the
+                    # batch's error, and its shells retry it as one.
+                    raise _lost(item)
     except Exception:
         for item in items[1:]:
             _give_back(item.message)
@@ -220,6 +226,14 @@ def _batch_taken(first: _Item, held: list[Any], call: Call, tid: str, hostname: 
     if first.ok:
         return first.outcome
     raise first.outcome
+
+
+def _lost(item: _Item) -> BaseException:
+    """The error that invalidated the batch's connection: the outcome of the trigger
+    whose statement met it."""
+    if not item.ok and isinstance(item.outcome, BaseException):
+        return item.outcome
+    return ConnectionError("the batch's database connection was lost")
 
 
 def _apply(item: _Item, now: datetime) -> None:

@@ -308,15 +308,17 @@ def _apply_together(outcomes: list[Outcome], applied: Applied, alone: Alone) -> 
     done: list[tuple[Outcome, Any, float]] = []
     refused: list[Outcome] = []
     try:
-        with savepoints.one_transaction(store().engine):
+        with savepoints.one_transaction(store().engine) as conn:
             for outcome in sorted(outcomes, key=lambda o: o.instance_id):
                 began = time.perf_counter()
                 try:
                     result = store().apply(
                         outcome.instance_id, outcome.trigger, now, trigger_id=outcome.trigger_id
                     )
-                except Exception:  # rolled back to its savepoint; it goes the single way
-                    refused.append(outcome)
+                except Exception:
+                    if conn.invalidated:
+                        raise  # the connection was lost: nothing of the batch commits
+                    refused.append(outcome)  # rolled back to its savepoint; the single way
                     continue
                 done.append((outcome, result, time.perf_counter() - began))
     except Exception:

@@ -25,7 +25,7 @@ from typing import TypeVar
 
 from billiard.exceptions import SoftTimeLimitExceeded, TimeLimitExceeded
 from kombu.exceptions import OperationalError as KombuOperationalError
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError, PendingRollbackError
 
 from dormant.engine_core.errors import DatabaseUnavailable, DormantError
 from dormant.persistence.settings import Settings
@@ -124,6 +124,12 @@ def is_transient(exc: BaseException) -> bool:
     interrupt (``INTERRUPTS``) is anywhere in its chain."""
     if interrupt_in_chain(exc) is not None:
         return False
+    if isinstance(exc, PendingRollbackError):
+        # A connection invalidated inside its transaction (lost mid-transaction) and
+        # used again before the rollback (sqlalchemy/engine/base.py
+        # ``_invalid_transaction``): the lost connection is the cause, and a retry
+        # opens a new transaction on a new connection.
+        return True
     if isinstance(exc, DBAPIError):
         if exc.connection_invalidated:
             return True

@@ -72,6 +72,24 @@ def test_a_terminated_connection_is_transient(pg: tuple[Engine, str]) -> None:
     assert is_transient(caught.value)
 
 
+def test_a_connection_lost_mid_transaction_and_used_again_is_transient(
+    pg: tuple[Engine, str],
+) -> None:
+    """The next statement on a connection lost inside its transaction is refused with
+    SQLAlchemy's ``PendingRollbackError``, not the driver's error: still the lost
+    connection, and transient (a batch's triggers after the loss met it)."""
+    engine, table = pg
+    with engine.connect() as victim, engine.connect() as admin:
+        victim.begin()
+        pid = victim.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
+        admin.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+        with pytest.raises(sa.exc.DBAPIError):
+            victim.execute(sa.text(f"SELECT id FROM {table}"))
+        with pytest.raises(sa.exc.PendingRollbackError) as caught:
+            victim.execute(sa.text(f"SELECT id FROM {table}"))
+    assert is_transient(caught.value)
+
+
 def test_a_deadlock_is_transient(pg: tuple[Engine, str]) -> None:
     engine, table = pg
     with engine.begin() as conn:

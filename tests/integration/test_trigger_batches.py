@@ -19,6 +19,7 @@ failure and for the slow statement a kill lands in: a real refusal and a real wa
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import time
 import uuid
@@ -219,6 +220,50 @@ def test_a_failing_trigger_rolls_back_only_its_own_savepoint(batched: Stack) -> 
         ).all()
     assert len(kept) == 1 and "refused by the test" in kept[0].error
     assert _queue_empty(s), "every trigger of the batch acknowledged, the failed one too"
+
+
+def test_a_connection_lost_mid_batch_is_a_transient_failure_of_every_trigger(
+    batched: Stack, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The batch's connection ends in the middle of it (the server ends the session at
+    the third instance's write, once): the triggers after it would only meet the
+    invalidated connection, and nothing of the batch can commit. The task that led it
+    retries as on a lost connection, the taken ones go back, and each tick is applied
+    once: no failed trigger is kept for a person."""
+    s = batched
+    ids = _instances(s, 5)
+    cut = ids[2]
+    seq = f"cut_{uuid.uuid4().hex[:6]}"
+    _sql(s, f"CREATE SEQUENCE {seq}")
+    _sql(
+        s,
+        f"CREATE FUNCTION {seq}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+        f"IF NEW.id = '{cut}' AND nextval('{seq}') = 1 THEN "
+        "PERFORM pg_terminate_backend(pg_backend_pid()); END IF; RETURN NEW; END $$",
+    )
+    _sql(
+        s,
+        f"CREATE TRIGGER {seq} BEFORE UPDATE ON instances FOR EACH ROW EXECUTE FUNCTION {seq}()",
+    )
+    before = _revisions(s, ids)
+    _ticks(s, ids, 1)
+    caplog.set_level(logging.INFO, logger="dormant.triggers")
+    try:
+        _deliver_here(s)
+    finally:
+        _sql(s, f"DROP TRIGGER {seq} ON instances")
+    with s.client._store.engine.connect() as conn:
+        kept = conn.execute(
+            text("SELECT error FROM failed_triggers WHERE body LIKE :k"),
+            {"k": f"%{ids[0][:6]}%"},
+        ).all()
+    assert kept == [], kept
+    assert _revisions(s, ids) == {i: before[i] + 1 for i in ids}
+    assert _queue_empty(s)
+    # The loss itself is what the batch reports and retries on, not what the triggers
+    # after it would have met on the invalidated connection.
+    retried = [r.getMessage() for r in caplog.records if "retrying" in r.getMessage()]
+    assert retried and not [m for m in retried if "PendingRollbackError" in m], retried
 
 
 def test_a_message_the_batch_cannot_take_is_left_where_it_is(batched: Stack) -> None:
