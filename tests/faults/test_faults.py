@@ -153,7 +153,7 @@ def behind(stack: Stack, ids: dict[str, str], sent: dict[str, int], var: str) ->
                 "SELECT id, kind, created_at, republished_at, redeliveries, last_error "
                 "FROM inbox WHERE processed_at IS NULL",
             ),
-            ("failed triggers", "SELECT * FROM failed_triggers"),
+            ("failed triggers", "SELECT error, task, instance_id, body FROM failed_triggers"),
             ("incidents", "SELECT instance_id, node_id, state, cause_class FROM incidents"),
             (
                 "messages buffered, not consumed",
