@@ -97,14 +97,12 @@ def report_legs(label: str, started: list[float], finished: list[float]) -> None
     )
 
 
-# Off with --no-vacuum-first: each load offered right after what ran before it.
-VACUUM_FIRST = True
-
-
-def quiet(label: str, database_url: str) -> int:
+def quiet(label: str, database_url: str, vacuum_first: bool) -> int:
     """Before a load: the database vacuumed and no autovacuum running
-    (bench/common.py ``quiet_database``), printed; returns the autovacuum runs so far."""
-    if VACUUM_FIRST:
+    (bench/common.py ``quiet_database``), printed, unless ``vacuum_first`` is off
+    (``--no-vacuum-first``: the load right after the phase before it); returns the
+    autovacuum runs so far."""
+    if vacuum_first:
         seconds = common.quiet_database(database_url)
         common.line(f"{label}: VACUUM (ANALYZE) first, then no autovacuum", f"{seconds:.1f} s")
     else:
@@ -212,8 +210,6 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3, help="rounds judged on their medians (3)")
     add_vacuum_option(ap)
     args = ap.parse_args()
-    global VACUUM_FIRST
-    VACUUM_FIRST = not args.no_vacuum_first
     seconds = args.seconds or (5.0 if args.quick else 20.0)
     batch = 500 if args.quick else 2000
     rounds = max(1, args.rounds)
@@ -262,7 +258,7 @@ def main() -> int:
                         f"round {round_number}: start -> completed at {load:.0%} of capacity "
                         f"({rate * load:.0f}/s)"
                     )
-                    vacuums = quiet(label, database_url)
+                    vacuums = quiet(label, database_url, not args.no_vacuum_first)
                     before = count(engine, "bench_service", "completed")
                     sent = paced(
                         rate * load, seconds, lambda i: client.start("bench_service", {"i": i})

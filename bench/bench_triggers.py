@@ -81,11 +81,13 @@ def latency_beside(
     capacity: float,
     seconds: float,
     rounds: int,
+    vacuum_first: bool,
 ) -> None:
     """Start -> completed latency of one-service-task instances (the job through the
     broker) offered at half the capacity just measured, open loop, to a fresh worker,
     ``rounds`` times (bench_latency's method and targets, on the rounds' medians: p50 <=
-    50 ms, p99 <= 250 ms)."""
+    50 ms, p99 <= 250 ms); each round from a vacuumed database unless ``vacuum_first``
+    is off."""
     from bench import bench_latency as lat
 
     worker = harness.dormant_worker(broker_url, database_url, logdir, "dormant-latency")
@@ -102,7 +104,7 @@ def latency_beside(
                 f"round {round_number}: start -> completed at {lat.JUDGED_LOAD:.0%} of "
                 f"that capacity ({rate:.0f}/s)"
             )
-            vacuums = lat.quiet(label, database_url)
+            vacuums = lat.quiet(label, database_url, vacuum_first)
             time.sleep(2.0)
             before = count_status(store, "bench_service", "completed")
             sent = lat.paced(rate, seconds, lambda i: client.start("bench_service", {"i": i}))
@@ -411,7 +413,6 @@ def main() -> int:
 
     bench_latency.add_vacuum_option(ap)
     args = ap.parse_args()
-    bench_latency.VACUUM_FIRST = not args.no_vacuum_first
     unbatched = not args.no_unbatched
     latency_seconds = (
         args.latency_seconds if args.latency_seconds is not None else (5.0 if args.quick else 20.0)
@@ -745,6 +746,7 @@ def main() -> int:
                 completed_rate,
                 latency_seconds,
                 rounds,
+                not args.no_vacuum_first,
             )
         common.line(
             "(c) per message trigger: the Client",
