@@ -67,7 +67,7 @@ from kombu.pools import producers
 from kombu.transport import sqlalchemy as sqla_transport
 
 from dormant.engine_core.errors import DormantError
-from dormant.persistence import clock, migrate
+from dormant.persistence import clock, migrate, sqlite_forks
 from dormant.persistence.settings import Settings
 from dormant.persistence.store import Store
 from dormant.tasks import lanes, priorities, quiet_logs, wire
@@ -464,6 +464,9 @@ def _forget_producer_pools() -> None:
 
 
 os.register_at_fork(after_in_child=_forget_producer_pools)
+# Pool processes are forked while the consumer polls the embedded broker's SQLite table:
+# never in the middle of a transaction on it (persistence/sqlite_forks.py).
+sqlite_forks.install()
 
 
 @contextmanager
