@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -50,7 +51,7 @@ from dormant.persistence.start_timers import START_TIMER_PREFIX, is_start_timer,
 from dormant.persistence.store import Applied, NewInstance, Store, log_raised_incidents
 from dormant.persistence.tables import deadlines, facts, instances, start_timers
 
-__all__ = ["Claim", "ClaimKind", "FireOutcome", "FireStatus", "claim_due", "fire"]
+__all__ = ["Claim", "ClaimKind", "FireOutcome", "FireStatus", "claim_due", "fire", "release"]
 
 log = logging.getLogger("dormant.scheduler")
 
@@ -202,6 +203,35 @@ def _claim_rows(
                 .returning(*pk, table.c.due_at)
             ).all()
         )
+
+
+def release(store: Store, claims: Sequence[Claim]) -> int:
+    """Give back claims whose fires were never sent (their batch's publish failed), so
+    the next scan claims them at once rather than when the claims expire
+    (``deadline_claim_seconds``, 30 s by default): a broker that refused one publish
+    delays those timers by a scan period, not by the claim. Matched on the claim token,
+    so a claim another scan has taken meanwhile is left to it. Returns the rows given
+    back; a failure here (the database away too) leaves the claims to expire."""
+    by_kind: dict[ClaimKind, list[Claim]] = {}
+    for claim in claims:
+        by_kind.setdefault(claim.kind, []).append(claim)
+    released = 0
+    with store.transaction() as conn:
+        for kind, mine in by_kind.items():
+            table = start_timers if kind is ClaimKind.START_TIMER else deadlines
+            pk = (
+                (start_timers.c.key, start_timers.c.node_id)
+                if kind is ClaimKind.START_TIMER
+                else (deadlines.c.instance_id, deadlines.c.wait_id)
+            )
+            for token in {c.claim_token for c in mine}:
+                keys = [(c.instance_id, c.wait_id) for c in mine if c.claim_token == token]
+                released += conn.execute(
+                    update(table)
+                    .where(tuple_(*pk).in_(keys), table.c.claim_token == token)
+                    .values(claimed_until=None, claim_token=None)
+                ).rowcount
+    return released
 
 
 def _holds_claim(instance_id: str, wait_id: str, claim_token: str):  # type: ignore[no-untyped-def]

@@ -72,6 +72,7 @@ from dormant.persistence import clock
 from dormant.persistence.results import TriggerResult
 from dormant.persistence.start_timers import is_start_timer
 from dormant.scheduler.deadlines import Claim, ClaimKind, claim_due, fire
+from dormant.scheduler.deadlines import release as release_claims
 from dormant.tasks import app as app_module
 from dormant.tasks import wire
 from dormant.tasks.app import TIMER_FIRE_KEY, app, publish, store
@@ -323,8 +324,9 @@ def scan_deadlines(self: Task) -> int:
     The claims go out in batches (``dormant.fire_deadlines``, sized and spread by
     tasks/timers.py) on ``timer.fire`` into ``dormant.timers``: instance timers, timer
     starts and scheduled incident retries are all rows claimed here, so this is the one
-    publisher of timer work. A claim whose batch is lost simply expires and is claimed
-    again.
+    publisher of timer work. A claim whose batch the broker refused is given back at
+    once (``scheduler.deadlines.release``); one whose batch is lost after it was sent
+    expires and is claimed again. Returns the claims sent.
     """
     try:
         claims = claim_due(store(), clock.now(), SCAN_BATCH)
@@ -332,17 +334,33 @@ def scan_deadlines(self: Task) -> int:
         log.info("scan_deadlines: database unavailable (%s); next tick retries", type(exc).__name__)
         return 0
 
+    sent: set[Claim] = set()
+
     def send(batch: list[Claim]) -> None:
         publish(
             FIRE_BATCH_TASK,
             TIMER_FIRE_KEY,  # the timers' own queue (tasks/app.py)
             {"claims": [claim_kwargs(claim) for claim in batch]},
         )
+        sent.update(batch)
 
     # Each batch on its own (tasks/sweeps.py); nothing to park: a claim whose batch
-    # was not sent expires and is claimed again, and a fire that fails is kept on its
-    # deadline row with its error (scheduler/deadlines.py).
+    # was not sent is given back for the next tick (or, if that fails too, expires and
+    # is claimed again), and a fire that fails is kept on its deadline row with its
+    # error (scheduler/deadlines.py).
     each_row("scan_deadlines", fire_batches(claims), send)
+    unsent = [claim for claim in claims if claim not in sent]
+    if unsent:
+        _give_back(unsent)
     if claims:
-        log.info("scan_deadlines: %s due", len(claims))
-    return len(claims)
+        log.info("scan_deadlines: %s due, %s sent", len(claims), len(claims) - len(unsent))
+    return len(claims) - len(unsent)
+
+
+def _give_back(unsent: list[Claim]) -> None:
+    try:
+        released = release_claims(store(), unsent)
+    except Exception as exc:  # the database away too: the claims expire instead
+        log.info("scan_deadlines: %s claims not given back (%s)", len(unsent), type(exc).__name__)
+        return
+    log.info("scan_deadlines: %s claims not sent, given back to the next tick", released)

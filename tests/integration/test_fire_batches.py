@@ -332,3 +332,31 @@ def test_a_batch_past_its_time_share_republishes_the_rest(
     timers.fire_deadlines.apply(kwargs=sent[0][2])  # the re-published batch fires them
     assert revisions(here)[1] == 2
     assert here.failed.failed_triggers() == []
+
+
+def test_claims_whose_batch_the_broker_refused_are_given_back_to_the_next_scan(
+    here: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A publish that fails (the embedded broker's file locked, Redis away) gives its
+    claims back at once: the next tick claims them, not the one after the claims
+    expire (``DORMANT_DEADLINE_CLAIM_SECONDS``, 30 s)."""
+    refused: list[dict[str, Any]] = []
+
+    def refuse(_task: str, _key: str, kwargs: dict[str, Any], **_: Any) -> None:
+        refused.append(kwargs)
+        raise OperationalError("INSERT INTO kombu_message", {}, Exception("database is locked"))
+
+    monkeypatch.setattr(timers, "publish", refuse)
+    assert timers.scan_deadlines.run() == 0  # claimed three, sent none
+    assert len(refused) == 1  # the first refusal stops the scan (the broker is away)
+    with here.read() as conn:
+        tokens = conn.execute(select(deadlines.c.claim_token)).scalars().all()
+    assert sorted(tokens, key=str) == [None, None, None], tokens
+
+    sent: list[dict[str, Any]] = []
+    monkeypatch.setattr(timers, "publish", lambda _t, _k, kwargs, **_: sent.append(kwargs))
+    assert timers.scan_deadlines.run() == 3  # the next tick, well inside the claim time
+    assert sorted(c["instance_id"] for batch in sent for c in batch["claims"]) == ["a", "b", "c"]
+    for batch in sent:
+        timers.fire_deadlines.apply(kwargs=batch)
+    assert revisions(here) == [2, 2, 2]
