@@ -15,8 +15,9 @@ a fresh, migrated PostgreSQL database (created here, dropped at the end):
 (e) the producer: ``Client.send_message`` and ``Client.start`` per call beside the floor
     of one inbox INSERT commit + one publish on a pooled producer, and the batch calls;
 (f) (c) again with a backlog of ``--backlog`` (10,000) messages queued at once, beside
-    the rounds' (c) (the steady state): its rate >= 0.9x theirs, and deliveries per
-    trigger (each delivery written by the worker: tests/faults/delivery_log.py) <= 1.0.
+    (c) drained right before and right after it (the steady state, at the same moment):
+    its rate >= 0.9x their mean, and deliveries per trigger (each delivery written by
+    the worker: tests/faults/delivery_log.py) <= 1.0.
 
 Each is queued first, then drained by ONE worker process (prefork x2, acks late,
 prefetch 1), timed from its first take to the last task done (bench/harness.py); for
@@ -667,10 +668,17 @@ def main() -> int:
             f"{eager_rate:8.0f} completed/s ({n_service} in {n_service / eager_rate:.2f} s; "
             "1 Celery task each: the start, then its job run in place)",
         )
-        # (f) a backlog: BACKLOG messages queued at once, drained as (c) is, beside the
-        # rounds' (c) (the steady state); each delivery written by the worker.
+        # (f) a backlog: BACKLOG messages queued at once, drained as (c) is; each delivery
+        # written by the worker. Its steady state is (c) drained right before and right
+        # after it: the rounds' (c) ran minutes earlier, and their rates alone spread by
+        # half on a shared machine, more than the margin the target leaves.
+        common.line("  (f) the steady state right before the backlog", "")
+        steady_before, *_ = message_round("fb")
         delivery_log = logdir / "backlog-deliveries.log"
         backlog_rate, *_ = message_round("b", count=args.backlog, delivery_log=delivery_log)
+        common.line("  (f) the steady state right after the backlog", "")
+        steady_after, *_ = message_round("fa")
+        steady_beside = (steady_before + steady_after) / 2
         from tests.faults.delivery_log import deliveries
 
         delivered = deliveries(delivery_log)
@@ -701,10 +709,12 @@ def main() -> int:
             MESSAGE_FLOOR_TARGET,
         )
         common.ratio_line(
-            f"message triggers under a {args.backlog:,}-trigger backlog / the rounds' (c), "
-            f"the steady state ({backlog_rate:.0f} against {common.median(message_rates):.0f}"
-            " per s)",
-            backlog_rate / common.median(message_rates),
+            f"message triggers under a {args.backlog:,}-trigger backlog / (c) drained right "
+            f"before and after it, the steady state ({backlog_rate:.0f} against "
+            f"{steady_before:.0f} and {steady_after:.0f} per s; the rounds' (c) median "
+            f"{common.median(message_rates):.0f}: "
+            f"{backlog_rate / common.median(message_rates):.2f})",
+            backlog_rate / steady_beside,
             ">=",
             BACKLOG_THROUGHPUT_TARGET,
         )
