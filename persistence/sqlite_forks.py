@@ -47,7 +47,7 @@ from typing import Any
 from sqlalchemy import event
 from sqlalchemy.pool import Pool
 
-__all__ = ["FORK_WAIT_SECONDS", "install", "in_use_elsewhere"]
+__all__ = ["FORK_WAIT_SECONDS", "in_use_elsewhere", "install"]
 
 log = logging.getLogger("dormant.persistence")
 
@@ -92,7 +92,8 @@ def _take(dbapi_connection: Any, record: Any, *_: Any) -> None:
 
 
 def _give_back(dbapi_connection: Any, record: Any) -> None:
-    if record is None:
+    # An invalidated connection comes back as None: it may have been one of ours.
+    if record is None or (dbapi_connection is not None and not _is_sqlite(dbapi_connection)):
         return
     gate = _gate
     with gate.changed:
