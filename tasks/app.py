@@ -70,7 +70,7 @@ from dormant.engine_core.errors import DormantError
 from dormant.persistence import clock, migrate, sqlite_forks
 from dormant.persistence.settings import Settings
 from dormant.persistence.store import Store
-from dormant.tasks import lanes, priorities, quiet_logs, wire
+from dormant.tasks import embedded_broker, lanes, priorities, quiet_logs, wire
 from dormant.tasks.job_task import JobTask
 from dormant.tasks.tracing import publish_headers
 
@@ -193,8 +193,10 @@ def _transport_options(broker_url: str, visibility_timeout: float) -> dict[str, 
     if broker_url.startswith("sqla+"):
         # The sqla transport polls its table once a second by default and takes its
         # interval from no option it can be given (its options go to create_engine):
-        # poll every 0.1 s so a trigger on the embedded default waits ~0.1 s, not ~1 s.
+        # poll every 0.1 s so a trigger on the embedded default waits ~0.1 s, not ~1 s,
+        # each round one plain read of which queues have messages (tasks/embedded_broker.py).
         sqla_transport.Transport.polling_interval = 0.1
+        embedded_broker.use()
     return {}
 
 

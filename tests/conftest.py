@@ -19,15 +19,6 @@ import pytest
 
 PG_SERVER = os.environ.get("DORMANT_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432")
 
-# Tables a test may write; truncated between tests that share the session database.
-_TABLES = (
-    "definitions, instances, deadlines, subscriptions, user_tasks, user_task_candidates, "
-    "facts, outbox, "
-    "processed_triggers, messages, inbox, start_timers, incidents, decisions, "
-    "batches, batch_items, job_type_pauses, held_jobs, forms, unmatched_messages, "
-    "job_flow_types, job_flow_keys, job_flow_slots, job_flow_waiting"
-)
-
 
 def _admin_conninfo() -> str:
     return PG_SERVER.replace("postgresql+psycopg://", "postgresql://") + "/postgres"
@@ -88,9 +79,14 @@ def sqlite_url(tmp_path: Path) -> str:
 def _truncate(url: str) -> None:
     from sqlalchemy import create_engine, text
 
+    from dormant.persistence.tables import metadata
+
+    # Every table of the schema, so a table added later is never left over between the
+    # tests that share the session database.
+    every = ", ".join(sorted(metadata.tables))
     engine = create_engine(url)
     with engine.begin() as conn:
-        conn.execute(text(f"TRUNCATE {_TABLES} RESTART IDENTITY"))
+        conn.execute(text(f"TRUNCATE {every} RESTART IDENTITY"))
     engine.dispose()
 
 
