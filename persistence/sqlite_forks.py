@@ -71,6 +71,10 @@ class _Gate:
     def others(self, thread: int) -> int:
         return sum(1 for t in self.in_use.values() if t != thread)
 
+    def holders(self, thread: int) -> list[str]:
+        names = {t.ident: t.name for t in threading.enumerate()}
+        return sorted({names.get(t, str(t)) for t in self.in_use.values() if t != thread})
+
 
 _gate = _Gate()
 _installed = False
@@ -119,9 +123,10 @@ def _before_fork() -> None:
             if left <= 0:
                 log.error(
                     "forking with %d SQLite connection(s) still in use by other threads "
-                    "after %.0f s: the new process may be unable to write their "
+                    "(%s) after %.0f s: the new process may be unable to write their "
                     "databases (persistence/sqlite_forks.py)",
                     gate.others(me),
+                    ", ".join(gate.holders(me)),
                     FORK_WAIT_SECONDS,
                 )
                 return
