@@ -46,8 +46,18 @@ class Channel(sqla.Channel):
             self._with_messages = self._queues_with_messages()
             self._read_at = now
         if queue not in self._with_messages:
+            self._end_open_read()
             raise Empty()
         return super()._get(queue)
+
+    def _end_open_read(self) -> None:
+        """kombu's queue declaration reads with the session and leaves its transaction
+        open when the queue exists; kombu's own next ask ended it. Ended here instead,
+        so the consumer holds no connection while idle: a fork waits for every SQLite
+        connection another thread holds (persistence/sqlite_forks.py)."""
+        session = self._session
+        if session is not None and session.in_transaction():
+            session.commit()
 
     def _queues_with_messages(self) -> frozenset[str]:
         messages, queues = self.message_cls, self.queue_cls

@@ -50,10 +50,9 @@ def test_cli_end_to_end(shared_stack: Stack) -> None:
     assert "n2" in ok(stack, "instances", "show", iid)
 
     ok(stack, "tasks", "complete", task_id, "--var", 'extra={"a": [1, 2]}')
-    wait_for(
-        lambda: json.loads(ok(stack, "instances", "show", iid, "--json"))["waits"],
-        what="message wait",
-    )
+    # Waited through the Client (a CLI process per probe costs seconds), then shown once.
+    wait_for(lambda: stack.client.instance(iid).waits, what="message wait")
+    assert json.loads(ok(stack, "instances", "show", iid, "--json"))["waits"]
     ok(stack, "send-message", "paid", "--key", "o-other")
     ok(stack, "send-message", "paid", "--key", "o-9", "--var", "paid=true", "--id", "m-1")
     ok(stack, "send-message", "paid", "--key", "o-9", "--id", "m-1")  # a resend: idempotent

@@ -70,3 +70,15 @@ def test_messages_reach_their_queue_in_order(broker: Any) -> None:
         main.get(timeout=0.3)
     timers.close()
     main.close()
+
+
+def test_an_idle_consumer_holds_no_connection(broker: Any) -> None:
+    """A fork waits for the connections other threads hold (persistence/sqlite_forks.py):
+    an idle consumer, whose queue declaration read through kombu's session, must hold
+    none, or every pool process the worker replaces waits out the fork's bound."""
+    queue = broker.SimpleQueue("dormant")  # the declaration: a read left open by kombu
+    with pytest.raises(queue.Empty):
+        queue.get(block=False)
+    engine, _ = sqla.Channel._engines[broker.hostname]
+    assert engine.pool.checkedout() == 0
+    queue.close()
