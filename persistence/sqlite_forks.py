@@ -69,11 +69,15 @@ class _Gate:
         return any(t == thread for t in self.in_use.values())
 
     def others(self, thread: int) -> int:
-        return sum(1 for t in self.in_use.values() if t != thread)
+        """Connections in use by other live threads. A thread that ended with one still
+        checked out (a leak) will never give it back: waiting for it would only delay
+        the fork by the whole bound, so it is not counted."""
+        alive = {t.ident for t in threading.enumerate()}
+        return sum(1 for t in self.in_use.values() if t != thread and t in alive)
 
     def holders(self, thread: int) -> list[str]:
         names = {t.ident: t.name for t in threading.enumerate()}
-        return sorted({names.get(t, str(t)) for t in self.in_use.values() if t != thread})
+        return sorted({names[t] for t in self.in_use.values() if t != thread and t in names})
 
 
 _gate = _Gate()

@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from kombu import Connection
 from sqlalchemy import create_engine, text
@@ -148,4 +149,21 @@ def test_a_fork_does_not_wait_for_the_forking_thread_s_own_connection(tmp_path: 
         os.waitpid(pid, 0)
         assert time.monotonic() - started < sqlite_forks.FORK_WAIT_SECONDS / 2
         conn.execute(text("SELECT 1"))
+    engine.dispose()
+
+
+def test_a_fork_does_not_wait_for_a_connection_left_by_an_ended_thread(tmp_path: Path) -> None:
+    """A thread that ended with a connection checked out (a leak) never gives it back:
+    the fork goes ahead at once instead of waiting out its bound."""
+    path = tmp_path / "db.sqlite3"
+    engine = make_engine(f"sqlite:///{path}")
+    leaked: list[Any] = []
+    leaker = threading.Thread(target=lambda: leaked.append(engine.connect()))
+    leaker.start()
+    leaker.join()
+    assert engine.pool.checkedout() == 1
+    started = time.monotonic()
+    assert _child_can_write(path)
+    assert time.monotonic() - started < sqlite_forks.FORK_WAIT_SECONDS / 2
+    leaked[0].close()
     engine.dispose()
