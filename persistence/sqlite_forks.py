@@ -23,7 +23,7 @@ nothing at all: the deadlines a scan claimed were sent only when their claims ex
 engines and the broker transport's) counts as in use from its creation or checkout to its
 checkin: the span that holds every statement, transaction and lock of it (a checked-in
 connection has been rolled back by the pool and holds nothing). Before a fork
-(``os.register_at_fork``) the forking thread waits until no other thread has one in use,
+(``os.register_at_fork``) the forking thread waits until no other live thread has one in use,
 and meanwhile holds any thread that has none at its next checkout; a thread that already
 has one goes on, so it can finish what it holds. Both sides of the fork then let the
 held threads go; the child forgets the parent's other threads. SQLite transactions last
