@@ -7,7 +7,7 @@ transaction of its own that takes SQLite's write lock (``BEGIN IMMEDIATE``, then
 ``SELECT … FOR UPDATE``) whether or not a message waits. A worker reads four queues
 (``dormant``, ``dormant.timers``, ``dormant.quarantine``, ``celery``) every
 ``polling_interval`` (0.1 s, tasks/app.py), so an idle ``dormant dev`` took the write
-lock forty times a second and spent a tenth of a core on it; every publish of its pool
+lock forty times a second (a quarter of its main process's CPU); every publish of its pool
 processes and of beat queued behind those locks, and a fork in the middle of one was
 what left a pool process unable to write at all (persistence/sqlite_forks.py).
 
