@@ -47,7 +47,7 @@ from typing import Any
 from sqlalchemy import event
 from sqlalchemy.pool import Pool
 
-__all__ = ["FORK_WAIT_SECONDS", "in_use_elsewhere", "install"]
+__all__ = ["FORK_WAIT_SECONDS", "install"]
 
 log = logging.getLogger("dormant.persistence")
 
@@ -107,13 +107,6 @@ def _give_back(dbapi_connection: Any, record: Any) -> None:
     with gate.changed:
         if gate.in_use.pop(record, None) is not None:
             gate.changed.notify_all()
-
-
-def in_use_elsewhere() -> int:
-    """SQLite connections other threads of this process have in use now."""
-    gate = _gate
-    with gate.changed:
-        return gate.others(threading.get_ident())
 
 
 def _before_fork() -> None:
