@@ -67,6 +67,7 @@ from kombu.pools import producers
 from kombu.transport import sqlalchemy as sqla_transport
 
 from dormant.engine_core.errors import DormantError
+from dormant.engine_core.feel import syntax as feel_syntax
 from dormant.persistence import clock, migrate, sqlite_forks
 from dormant.persistence.settings import Settings
 from dormant.persistence.store import Store
@@ -454,6 +455,16 @@ def _note_task_events(sender: Any = None, **_: Any) -> None:
 
 
 worker_init.connect(_note_task_events, weak=False)
+
+
+def _build_feel_parser(**_: Any) -> None:
+    """Build the FEEL parser in the worker's main process, before the pool forks: each
+    pool process (and each replacement of one) inherits it instead of building its own
+    before its first trigger (engine_core/feel/syntax.py, ``parser``)."""
+    feel_syntax.parser()
+
+
+worker_init.connect(_build_feel_parser, weak=False)
 beat_init.connect(_check_or_exit, weak=False)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 from importlib import resources
@@ -23,19 +24,28 @@ __all__ = [
     "keyword_names",
     "name_of",
     "parse",
+    "parser",
     "quote_keyword_names",
     "temporal_literal",
     "unquote",
     "uses_input",
 ]
 
-_PARSER = Lark(
-    resources.files("dormant.engine_core.feel").joinpath("feel.lark").read_text(encoding="utf-8"),
-    parser="lalr",
-    lexer="contextual",
-    start=["start", "unary_tests"],
-    maybe_placeholders=True,
-)
+
+@functools.cache
+def parser() -> Lark:
+    """The FEEL parser, built on first use: building it from the grammar costs a
+    tenth of a second or more, which every process that imports the engine paid at
+    start whether it evaluated FEEL or not (a CLI command, beat). A worker builds it
+    once before it forks its pool processes (tasks/app.py), so they inherit it."""
+    grammar = resources.files("dormant.engine_core.feel").joinpath("feel.lark")
+    return Lark(
+        grammar.read_text(encoding="utf-8"),
+        parser="lalr",
+        lexer="contextual",
+        start=["start", "unary_tests"],
+        maybe_placeholders=True,
+    )
 
 
 def parse(text: str, start: str, limits: Limits = DEFAULT_LIMITS) -> Tree[Token]:
@@ -53,7 +63,7 @@ def parse(text: str, start: str, limits: Limits = DEFAULT_LIMITS) -> Tree[Token]
             limit="expression_length",
         )
     try:
-        tree = _PARSER.parse(text, start=start)
+        tree = parser().parse(text, start=start)
     except UnexpectedInput as exc:
         raise _syntax_error(text, exc) from None
     depth = nesting_depth(tree, limits.nesting_depth)

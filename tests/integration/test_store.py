@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +16,8 @@ from dormant.engine_core.triggers import Cancel, MessageReceived, TaskCompleted,
 from dormant.persistence import migrate
 from dormant.persistence.settings import Settings
 from dormant.persistence.store import NewInstance, Store
+
+REPO = Path(__file__).resolve().parents[2]
 
 PROC = """<?xml version="1.0" encoding="UTF-8"?>
 <bpmn:definitions xmlns:bpmn="http://www.omg.org/spec/BPMN/20100524/MODEL"
@@ -76,16 +81,50 @@ def test_not_migrated_on_an_empty_postgres_database(pg_empty_database: Any) -> N
     Store(url).close()
 
 
-def test_the_head_revision_is_read_once_per_process(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A new pool process checks the schema before its first trigger; reading the
-    migration scripts again each time cost it a tenth of a second (persistence/migrate.py)."""
-    head = migrate.head_revision()
+def test_the_head_revision_read_from_file_names_is_alembics() -> None:
+    """The schema check reads the head from the migration files' names
+    (persistence/migrate.py): each file is named after its revision and follows the
+    one before it, so the newest name is what alembic's reading of the scripts finds."""
+    from alembic.script import ScriptDirectory
 
-    def read_again(*_: Any) -> Any:
-        raise AssertionError("the migration scripts were read again")
+    scripts = ScriptDirectory.from_config(migrate._config())
+    assert migrate.head_revision() == scripts.get_current_head()
+    for script in scripts.walk_revisions():
+        assert Path(script.path).name.startswith(f"{script.revision}_"), script.path
+        if script.down_revision is not None:
+            assert int(script.revision) == int(str(script.down_revision)) + 1, script.path
 
-    monkeypatch.setattr(migrate.ScriptDirectory, "from_config", read_again)
-    assert migrate.head_revision() == head
+
+def test_the_revision_a_database_is_at_is_alembics(pg_empty_database: Any, tmp_path: Path) -> None:
+    from alembic.runtime.migration import MigrationContext
+    from sqlalchemy import create_engine
+
+    for url in (pg_empty_database(), f"sqlite:///{tmp_path / 'd.sqlite3'}"):
+        engine = create_engine(url)
+        try:
+            for step in ("none", "0003", "head"):
+                if step != "none":
+                    migrate.upgrade(engine, step)
+                with engine.connect() as conn:
+                    alembics = MigrationContext.configure(conn).get_current_revision()
+                assert migrate.current_revision(engine) == alembics
+                assert alembics == {"none": None, "0003": "0003"}.get(step, migrate.head_revision())
+        finally:
+            engine.dispose()
+
+
+def test_a_schema_check_does_not_import_alembic(pg_url: str) -> None:
+    """Every CLI command, beat and worker checks its database's schema at start;
+    importing alembic and every migration module for it cost each a quarter of a second."""
+    probe = (
+        "import sys; from dormant.persistence import migrate; "
+        f"migrate.check({pg_url!r}); "
+        "assert 'alembic' not in sys.modules, sorted(m for m in sys.modules if 'alembic' in m)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, cwd=REPO
+    )
+    assert result.returncode == 0, result.stderr
 
 
 def test_migration_matches_the_tables(db_url: str) -> None:
