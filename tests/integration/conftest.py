@@ -28,6 +28,8 @@ from typing import Any
 
 import pytest
 
+from tests import cli_forks
+
 REPO = Path(__file__).resolve().parents[2]
 REDIS_HOST = os.environ.get("DORMANT_TEST_REDIS", "redis://127.0.0.1:6379")
 # Comma-separated: the job modules every test worker loads.
@@ -217,14 +219,10 @@ class Stack:
         return worker.wait_ready(WORKER_READY), beat.wait_ready(BEAT_READY)
 
     def run_cli(self, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            self.dormant(*args),
-            env=self.env,
-            cwd=self.tmp,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
+        """``dormant ARGS`` in a process of its own with this stack's environment, forked
+        from one that imported the CLI once (tests/cli_forks.py says why and what it
+        keeps of a fresh interpreter)."""
+        return cli_forks.run(args, self.env, self.tmp, timeout)
 
     def wait_status(self, instance_id: str, status: str, timeout: float = 25.0) -> Any:
         def check() -> Any:
