@@ -320,6 +320,12 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     ("tasks.metrics", "starlette.requests"): "Starlette, for the console's route only",
     ("tasks.metrics", "starlette.responses"): "Starlette, for the console's route only",
     ("tasks.metrics", "starlette.routing"): "Starlette, for the console's route only",
+    # the schema check reads the revisions without alembic; only an upgrade needs it
+    ("persistence.migrate", "alembic"): (
+        "alembic and every migration module, for an upgrade: each process that checks "
+        "its schema at start (the CLI, beat, workers)"
+    ),
+    ("persistence.migrate", "alembic.config"): "alembic, for an upgrade, as above",
     # alembic imports every revision to find the head: a data migration's imports (the
     # BPMN reader, the FEEL grammar) run only when it does
     ("persistence.migrations.versions.0003_incidents", "dormant.engine_core.checkpoint"): "",
