@@ -112,14 +112,19 @@ def check(target: str | Engine) -> None:
         )
 
 
-def ensure_schema(engine: Engine) -> None:
-    """Ready ``engine``'s schema for use: a PostgreSQL database is checked and never
+def ensure_schema(target: str | Engine) -> None:
+    """Ready ``target``'s schema for use: a PostgreSQL database is checked and never
     auto-migrated (it is shared: ``dormant db upgrade`` migrates it), the embedded
     default is migrated in place, so it just works."""
-    if engine.dialect.name == "postgresql":
-        check(engine)
-    elif current_revision(engine) != head_revision():  # a run of alembic costs ~0.5 s
-        upgrade(engine)
+    engine, owned = _engine(target)
+    try:
+        if engine.dialect.name == "postgresql":
+            check(engine)
+        elif current_revision(engine) != head_revision():  # a run of alembic costs ~0.5 s
+            upgrade(engine)
+    finally:
+        if owned:
+            engine.dispose()
 
 
 def _safe(engine: Engine) -> str:

@@ -386,11 +386,7 @@ def ensure_database(s: Settings | None = None) -> None:
 
     Raises ``NotMigrated`` naming the URL and the fix (``dormant db upgrade``).
     """
-    s = s or settings
-    if s.is_sqlite:
-        migrate.upgrade(s.database_url)
-    else:
-        migrate.check(s.database_url)
+    migrate.ensure_schema((s or settings).database_url)
 
 
 def _check_or_exit(**_: Any) -> None:

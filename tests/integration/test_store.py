@@ -113,18 +113,33 @@ def test_the_revision_a_database_is_at_is_alembics(pg_empty_database: Any, tmp_p
             engine.dispose()
 
 
-def test_a_schema_check_does_not_import_alembic(pg_url: str) -> None:
-    """Every CLI command, beat and worker checks its database's schema at start;
-    importing alembic and every migration module for it cost each a quarter of a second."""
-    probe = (
-        "import sys; from dormant.persistence import migrate; "
-        f"migrate.check({pg_url!r}); "
-        "assert 'alembic' not in sys.modules, sorted(m for m in sys.modules if 'alembic' in m)"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, cwd=REPO
-    )
-    assert result.returncode == 0, result.stderr
+def test_a_schema_check_does_not_import_alembic(pg_url: str, tmp_path: Path) -> None:
+    """Every CLI command, beat and worker checks its database's schema at start
+    (``ensure_database`` is beat's and a worker's);
+    importing alembic and every migration module for it cost each a quarter of a second.
+    The embedded default's check runs alembic only when the file is behind."""
+    embedded = f"sqlite:///{tmp_path / 'd.sqlite3'}"
+    migrate.upgrade(embedded)
+    for url in (pg_url, embedded):
+        probe = (
+            "import sys; from dormant.persistence.settings import Settings; "
+            "from dormant.tasks.app import ensure_database; "
+            f"ensure_database(Settings(database_url={url!r})); "
+            "assert 'alembic' not in sys.modules, sorted(m for m in sys.modules if 'alembic' in m)"
+        )
+        result = subprocess.run(
+            [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, cwd=REPO
+        )
+        assert result.returncode == 0, (url, result.stderr)
+
+
+def test_the_embedded_default_behind_is_migrated_where_a_worker_starts(tmp_path: Path) -> None:
+    from dormant.tasks.app import ensure_database
+
+    embedded = f"sqlite:///{tmp_path / 'd.sqlite3'}"
+    migrate.upgrade(embedded, "0003")
+    ensure_database(Settings(database_url=embedded))
+    assert migrate.current_revision(embedded) == migrate.head_revision()
 
 
 def test_migration_matches_the_tables(db_url: str) -> None:
