@@ -884,7 +884,33 @@ def worker(
         # Celery's node name: two workers on one host both default to celery@<host>,
         # and Flower then shows one worker where two run (issue 28).
         argv.append("--hostname=" + (name if "@" in name else f"{name}@%h"))
-    app.worker_main(argv)
+    _run_celery(argv)
+
+
+def _run_celery(argv: list[str]) -> None:
+    """Run Celery's own ``worker`` or ``beat`` command (``argv[0]``) with dormant's app,
+    as ``app.worker_main`` and ``app.start`` run it, but through that one command.
+
+    They go through Celery's whole command group, whose module imports every plugin's
+    command (Flower's, the amqp shell's prompt toolkit): a third of a second that each
+    worker, beat and dev process paid at start for commands it never runs. The group's
+    part that matters here is kept: the app in the command's context, and the app's
+    user options on the command.
+    """
+    from celery.bin.base import CLIContext
+
+    from dormant.tasks.app import app
+
+    name, args = argv[0], argv[1:]
+    if name == "worker":
+        from celery.bin.worker import worker as command
+    elif name == "beat":
+        from celery.bin.beat import beat as command
+    else:
+        raise ValueError(f"not a Celery command dormant runs: {name!r}")
+    command.params.extend(app.user_options.get(name, []))
+    context = CLIContext(app=app, no_color=None, workdir=None, quiet=False)
+    command.main(args=args, prog_name=f"celery {name}", obj=context, standalone_mode=False)
 
 
 # How much lower the quarantine lane's CPU priority is (``nice``): under contention the
@@ -940,9 +966,7 @@ def _tenant_queues(tenants: str | None, queues: str | None) -> tuple[list[Any], 
 def beat(loglevel: str) -> None:
     """Run beat: the deadline scan every half second and the outbox/inbox sweep."""
     _ensure_database()
-    from dormant.tasks.app import app
-
-    app.start(["beat", f"--loglevel={loglevel}", "--scheduler=celery.beat:Scheduler"])
+    _run_celery(["beat", f"--loglevel={loglevel}", "--scheduler=celery.beat:Scheduler"])
 
 
 @cli.command()
@@ -962,7 +986,7 @@ def dev(
     _stop_promptly_on_sigterm()
     _serve_metrics(metrics_port, metrics_host)
     _ensure_database()
-    from dormant.tasks.app import WORKER_QUEUES, app
+    from dormant.tasks.app import WORKER_QUEUES
 
     schedule = tempfile.mkdtemp(prefix="dormant-beat-") + "/schedule"
     argv = [
@@ -981,7 +1005,7 @@ def dev(
     ]
     if includes:
         argv.append("--include=" + ",".join(includes))
-    app.worker_main(argv)
+    _run_celery(argv)
 
 
 @cli.command()

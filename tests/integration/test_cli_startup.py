@@ -112,3 +112,32 @@ def test_a_deploy_builds_the_feel_parser_it_needs(tmp_path: Path) -> None:
     model.write_text(MODEL_WITH_FEEL)
     modules = loaded(tmp_path, "deploy", str(model))
     assert FEEL_PARSER_BUILT in modules
+
+
+@pytest.mark.parametrize("command", ["worker", "beat"])
+def test_worker_and_beat_run_celerys_command_without_its_plugins(
+    tmp_path: Path, command: str
+) -> None:
+    """``dormant worker``, ``beat`` and ``dev`` run Celery's one command, not its whole
+    command group, which imports every plugin's command (Flower, the amqp shell's
+    prompt toolkit) at each start (tasks/cli.py, ``_run_celery``)."""
+    probe = (
+        "import json, sys\n"
+        "from dormant.tasks.cli import _run_celery\n"
+        f"_run_celery([{command!r}, '--help'])\n"
+        "print(json.dumps(sorted(m for m in sys.modules if '.' not in m)), file=sys.stderr)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"celery {command}" in done.stdout  # Celery's own command answered
+    modules = set(json.loads(done.stderr.strip().splitlines()[-1]))
+    assert "celery" in modules
+    assert modules & {"flower", "click_repl", "prompt_toolkit"} == set()
