@@ -892,7 +892,7 @@ def _run_celery(argv: list[str]) -> None:
     as ``app.worker_main`` and ``app.start`` run it, but through that one command.
 
     They go through Celery's whole command group, whose module imports every plugin's
-    command (Flower's, the amqp shell's prompt toolkit): a third of a second that each
+    command (Flower's, the amqp shell's prompt toolkit): about a quarter of a second that each
     worker, beat and dev process paid at start for commands it never runs. The group's
     part that matters here is kept: the app in the command's context, and the app's
     user options on the command.
