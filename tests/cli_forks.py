@@ -100,9 +100,15 @@ class _Server:
         request = {"args": args, "env": env, "cwd": str(cwd), "timeout": timeout}
         with self._lock:
             assert self._popen.stdin is not None and self._popen.stdout is not None
-            self._popen.stdin.write(json.dumps(request).encode() + b"\n")
-            self._popen.stdin.flush()
-            line = self._popen.stdout.readline()
+            try:
+                self._popen.stdin.write(json.dumps(request).encode() + b"\n")
+                self._popen.stdin.flush()
+                line = self._popen.stdout.readline()
+            except BaseException:
+                # Interrupted between a request and its reply (a test's timeout): the
+                # reply would answer the next request, so this server serves no more.
+                self.close()
+                raise
         if not line:
             raise RuntimeError(f"the CLI fork server exited ({self._popen.poll()})")
         reply = json.loads(line)
@@ -116,6 +122,10 @@ class _Server:
         if self._popen.poll() is None:
             self._popen.kill()
             self._popen.wait()
+
+    @property
+    def serving(self) -> bool:
+        return self._popen.poll() is None
 
 
 def _text(encoded: str) -> str:
@@ -132,7 +142,7 @@ _server_lock = threading.Lock()
 def _server() -> _Server:
     global _the_server
     with _server_lock:
-        if _the_server is None:
+        if _the_server is None or not _the_server.serving:
             _the_server = _Server()
             atexit.register(_the_server.close)
         return _the_server
