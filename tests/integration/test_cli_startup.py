@@ -54,8 +54,9 @@ MODEL_WITH_FEEL = """<?xml version="1.0" encoding="UTF-8"?>
 """
 
 
-def loaded(tmp_path: Path, *args: str) -> set[str]:
-    """The top-level modules ``dormant ARGS`` imported, on the embedded default."""
+def probed(tmp_path: Path, code: str, *args: str) -> tuple[str, set[str]]:
+    """What ``python -c CODE ARGS`` printed, and the top-level modules it imported (the
+    last line CODE prints to stderr), on the embedded default."""
     env = {
         k: v
         for k, v in os.environ.items()
@@ -63,7 +64,7 @@ def loaded(tmp_path: Path, *args: str) -> set[str]:
     }
     env["PYTHONPATH"] = str(REPO)
     done = subprocess.run(
-        [sys.executable, "-c", PROBE, *args],
+        [sys.executable, "-c", code, *args],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -71,7 +72,12 @@ def loaded(tmp_path: Path, *args: str) -> set[str]:
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
-    return set(json.loads(done.stderr.strip().splitlines()[-1]))
+    return done.stdout, set(json.loads(done.stderr.strip().splitlines()[-1]))
+
+
+def loaded(tmp_path: Path, *args: str) -> set[str]:
+    """The top-level modules ``dormant ARGS`` imported."""
+    return probed(tmp_path, PROBE, *args)[1]
 
 
 def test_help_imports_no_database_broker_or_feel(tmp_path: Path) -> None:
@@ -127,17 +133,7 @@ def test_worker_and_beat_run_celerys_command_without_its_plugins(
         f"_run_celery([{command!r}, '--help'])\n"
         "print(json.dumps(sorted(m for m in sys.modules if '.' not in m)), file=sys.stderr)\n"
     )
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    done = subprocess.run(
-        [sys.executable, "-c", probe],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    assert f"celery {command}" in done.stdout  # Celery's own command answered
-    modules = set(json.loads(done.stderr.strip().splitlines()[-1]))
+    output, modules = probed(tmp_path, probe)
+    assert f"celery {command}" in output  # Celery's own command answered
     assert "celery" in modules
     assert modules & {"flower", "click_repl", "prompt_toolkit"} == set()
